@@ -1,0 +1,105 @@
+//! Human-readable durations for configuration files: `"300ms"`, `"10s"`, `"2m"`.
+//!
+//! Use on a `Duration` field with `#[serde(with = "seawall_core::duration_format")]`,
+//! or [`option`] for an `Option<Duration>`. Accepted units: `ns`, `us`, `ms`, `s`,
+//! `m`, `h`; the number is a whole number. Serialising picks the largest unit that
+//! represents the value exactly.
+
+use std::time::Duration;
+
+use serde::{de, Deserialize, Deserializer, Serializer};
+
+/// Parses `"300ms"`-style durations.
+pub fn parse(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("`{text}` has no unit (use ns, us, ms, s, m or h)"))?;
+    let (digits, unit) = text.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("`{text}` does not start with a whole number"))?;
+    let d = match unit.trim() {
+        "ns" => Duration::from_nanos(n),
+        "us" | "µs" => Duration::from_micros(n),
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n.saturating_mul(60)),
+        "h" => Duration::from_secs(n.saturating_mul(3600)),
+        other => return Err(format!("unknown unit `{other}` in `{text}` (use ns, us, ms, s, m or h)")),
+    };
+    Ok(d)
+}
+
+/// Formats a duration with the largest exact unit.
+pub fn format(d: Duration) -> String {
+    let nanos = d.as_nanos();
+    for (scale, unit) in [
+        (3_600_000_000_000u128, "h"),
+        (60_000_000_000, "m"),
+        (1_000_000_000, "s"),
+        (1_000_000, "ms"),
+        (1_000, "us"),
+    ] {
+        if nanos != 0 && nanos % scale == 0 {
+            return format!("{}{unit}", nanos / scale);
+        }
+    }
+    format!("{nanos}ns")
+}
+
+/// Serialises a `Duration` as `"300ms"`.
+pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format(*d))
+}
+
+/// Deserialises a `Duration` from `"300ms"`.
+pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let text = String::deserialize(d)?;
+    parse(&text).map_err(de::Error::custom)
+}
+
+/// The same format for `Option<Duration>` fields.
+pub mod option {
+    use super::*;
+
+    /// Serialises `Some(d)` as `"300ms"` and `None` as none.
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_some(&super::format(*d)),
+            None => s.serialize_none(),
+        }
+    }
+
+    /// Deserialises an optional `"300ms"`.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        Option::<String>::deserialize(d)?
+            .map(|t| parse(&t).map_err(de::Error::custom))
+            .transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_formats() {
+        assert_eq!(parse("300ms"), Ok(Duration::from_millis(300)));
+        assert_eq!(parse("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse(" 2m "), Ok(Duration::from_secs(120)));
+        assert_eq!(parse("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse("20 ms"), Ok(Duration::from_millis(20)));
+        assert!(parse("10").unwrap_err().contains("no unit"));
+        assert!(parse("ms").is_err());
+        assert!(parse("1.5s").is_err());
+        assert!(parse("3d").unwrap_err().contains("unknown unit"));
+        assert_eq!(format(Duration::from_millis(300)), "300ms");
+        assert_eq!(format(Duration::from_secs(120)), "2m");
+        assert_eq!(format(Duration::from_millis(1500)), "1500ms");
+        assert_eq!(format(Duration::ZERO), "0ns");
+        for d in [Duration::from_nanos(7), Duration::from_micros(20), Duration::from_secs(7200)] {
+            assert_eq!(parse(&format(d)), Ok(d));
+        }
+    }
+}

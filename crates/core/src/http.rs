@@ -1,0 +1,315 @@
+//! HTTP glue: rejections rendered as responses, and the bodies layers share.
+//!
+//! An `Err` handed to hyper closes the connection without a response, and axum
+//! wants `Infallible`; servers therefore render a rejection as `503 Service
+//! Unavailable` with `Retry-After` (whole seconds, rounded up) when the rejection
+//! knows one. The body is short and generic: it never names a dependency, a
+//! breaker or an internal error. The cause belongs in traces and metrics.
+
+use std::error::Error;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
+use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
+
+pub use http_body_util::{Either, Full};
+
+use crate::rejection::{find_rejection, Rejection};
+
+/// The body of a rendered rejection or a fixed answer.
+pub type RenderedBody = Full<Bytes>;
+
+/// The generic body of a rendered rejection.
+pub const UNAVAILABLE_BODY: &str = "service temporarily unavailable\n";
+
+/// A `Retry-After` value for `d`: whole seconds, rounded up (1.2 s → `2`).
+pub fn retry_after_value(d: Duration) -> HeaderValue {
+    let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    HeaderValue::from(secs)
+}
+
+/// Renders `rejection` as a 503 with `Retry-After` (when known) and the generic body.
+pub fn rejection_response(rejection: &Rejection<'_>) -> Response<RenderedBody> {
+    rejection_response_with(rejection, Bytes::from_static(UNAVAILABLE_BODY.as_bytes()))
+}
+
+/// Renders `rejection` as a 503 with `Retry-After` (when known) and your `body`.
+pub fn rejection_response_with(rejection: &Rejection<'_>, body: Bytes) -> Response<RenderedBody> {
+    let mut res = Response::new(Full::new(body));
+    *res.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    if let Some(d) = rejection.retry_after() {
+        res.headers_mut()
+            .insert(header::RETRY_AFTER, retry_after_value(d));
+    }
+    res
+}
+
+/// Renders `error` when a seawall rejection is in its chain; `None` for other errors.
+pub fn render_rejection(error: &(dyn Error + 'static)) -> Option<Response<RenderedBody>> {
+    find_rejection(error).map(|r| rejection_response(&r))
+}
+
+/// How a guarded body ended.
+#[derive(Debug, Clone, Copy)]
+pub enum BodyEnd<'a> {
+    /// Read to the end; `trailers` holds the trailers frame if there was one
+    /// (where a streamed gRPC response carries its `grpc-status`).
+    Complete {
+        /// The trailers, when the body ended with them.
+        trailers: Option<&'a HeaderMap>,
+    },
+    /// The body yielded an error.
+    Errored,
+    /// The body was dropped before its end.
+    Dropped,
+}
+
+/// A value told how a [`Guarded`] body ended, exactly once, then dropped.
+///
+/// A permit needs nothing but the drop (implement with an empty body); a breaker
+/// ticket classifies by the trailers.
+pub trait OnBodyEnd {
+    /// Called once when the body ends, errors or is dropped.
+    fn on_body_end(self, end: BodyEnd<'_>);
+}
+
+impl OnBodyEnd for () {
+    fn on_body_end(self, _end: BodyEnd<'_>) {}
+}
+
+#[derive(Debug)]
+struct Slot<G: OnBodyEnd>(Option<G>);
+
+impl<G: OnBodyEnd> Slot<G> {
+    fn finish(&mut self, end: BodyEnd<'_>) {
+        if let Some(g) = self.0.take() {
+            g.on_body_end(end);
+        }
+    }
+}
+
+impl<G: OnBodyEnd> Drop for Slot<G> {
+    fn drop(&mut self) {
+        self.finish(BodyEnd::Dropped);
+    }
+}
+
+pin_project! {
+    /// A body that holds a guard (a bulkhead permit, a breaker ticket) until the body
+    /// is read to its end, errors, or is dropped — whichever comes first.
+    ///
+    /// The connection to a dependency stays busy while its response body streams;
+    /// holding the guard until then keeps a bulkhead's count honest.
+    #[derive(Debug)]
+    pub struct Guarded<B, G: OnBodyEnd> {
+        #[pin]
+        body: B,
+        slot: Slot<G>,
+    }
+}
+
+impl<B: Body, G: OnBodyEnd> Guarded<B, G> {
+    /// Guards `body` with `guard`. An already-finished body releases it at once.
+    pub fn new(body: B, guard: G) -> Self {
+        let mut slot = Slot(Some(guard));
+        if body.is_end_stream() {
+            slot.finish(BodyEnd::Complete { trailers: None });
+        }
+        Self { body, slot }
+    }
+
+    /// Whether the guard is still held.
+    pub fn is_holding(&self) -> bool {
+        self.slot.0.is_some()
+    }
+}
+
+/// Wraps a response's body in [`Guarded`].
+pub fn guard_response<B: Body, G: OnBodyEnd>(
+    res: Response<B>,
+    guard: G,
+) -> Response<Guarded<B, G>> {
+    res.map(|body| Guarded::new(body, guard))
+}
+
+impl<B: Body, G: OnBodyEnd> Body for Guarded<B, G> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let mut this = self.project();
+        let polled = ready!(this.body.as_mut().poll_frame(cx));
+        match &polled {
+            Some(Ok(frame)) => {
+                if let Some(trailers) = frame.trailers_ref() {
+                    this.slot.finish(BodyEnd::Complete {
+                        trailers: Some(trailers),
+                    });
+                } else if this.body.is_end_stream() {
+                    this.slot.finish(BodyEnd::Complete { trailers: None });
+                }
+            }
+            Some(Err(_)) => this.slot.finish(BodyEnd::Errored),
+            None => this.slot.finish(BodyEnd::Complete { trailers: None }),
+        }
+        Poll::Ready(polled)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rejection::{BoxError, BulkheadFull, CircuitOpen};
+    use http_body_util::BodyExt;
+    use std::sync::{Arc, Mutex};
+
+    #[test]
+    fn retry_after_rounds_up_to_whole_seconds() {
+        assert_eq!(retry_after_value(Duration::from_millis(1200)), "2");
+        assert_eq!(retry_after_value(Duration::from_secs(10)), "10");
+        assert_eq!(retry_after_value(Duration::from_nanos(1)), "1");
+        assert_eq!(retry_after_value(Duration::ZERO), "0");
+    }
+
+    #[tokio::test]
+    async fn an_open_circuit_renders_503_with_retry_after_and_nothing_internal() {
+        let err: BoxError = Box::new(CircuitOpen::new(
+            "freight-supplier-db".into(),
+            Duration::from_millis(1200),
+        ));
+        let res = render_rejection(&*err).unwrap();
+        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(res.headers()[header::RETRY_AFTER], "2");
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        let text = String::from_utf8(body.to_vec()).unwrap();
+        assert_eq!(text, UNAVAILABLE_BODY);
+        assert!(!text.contains("freight"));
+    }
+
+    #[test]
+    fn rejections_without_retry_after_have_no_header_and_others_are_not_rendered() {
+        let full: BoxError = Box::new(BulkheadFull::new("b".into()));
+        let res = render_rejection(&*full).unwrap();
+        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(res.headers().get(header::RETRY_AFTER).is_none());
+        let other: BoxError = "boom".into();
+        assert!(render_rejection(&*other).is_none());
+        let r = find_rejection(&*full).unwrap();
+        let custom = rejection_response_with(&r, Bytes::from_static(b"{\"error\":\"busy\"}"));
+        assert_eq!(custom.status(), StatusCode::SERVICE_UNAVAILABLE);
+    }
+
+    #[derive(Debug, Clone, Default)]
+    struct Recorder(Arc<Mutex<Vec<String>>>);
+    impl OnBodyEnd for Recorder {
+        fn on_body_end(self, end: BodyEnd<'_>) {
+            let label = match end {
+                BodyEnd::Complete { trailers: Some(t) } => format!(
+                    "complete grpc-status={}",
+                    t.get("grpc-status")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("-")
+                ),
+                BodyEnd::Complete { trailers: None } => "complete".to_owned(),
+                BodyEnd::Errored => "errored".to_owned(),
+                BodyEnd::Dropped => "dropped".to_owned(),
+            };
+            self.0.lock().unwrap().push(label);
+        }
+    }
+
+    impl Recorder {
+        fn events(&self) -> Vec<String> {
+            self.0.lock().unwrap().clone()
+        }
+    }
+
+    type Frames = Vec<Result<Frame<Bytes>, std::io::Error>>;
+
+    /// A body that yields the given frames, then ends.
+    struct Scripted(std::collections::VecDeque<Result<Frame<Bytes>, std::io::Error>>);
+
+    impl Body for Scripted {
+        type Data = Bytes;
+        type Error = std::io::Error;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+            Poll::Ready(self.0.pop_front())
+        }
+    }
+
+    fn stream(frames: Frames) -> Scripted {
+        Scripted(frames.into())
+    }
+
+    #[tokio::test]
+    async fn guard_is_released_at_the_end_of_the_body() {
+        let rec = Recorder::default();
+        let body = Guarded::new(Full::new(Bytes::from_static(b"quote")), rec.clone());
+        assert!(body.is_holding());
+        let bytes = body.collect().await.unwrap().to_bytes();
+        assert_eq!(&bytes[..], b"quote");
+        assert_eq!(rec.events(), ["complete"]);
+    }
+
+    #[tokio::test]
+    async fn guard_is_released_when_the_body_is_dropped() {
+        let rec = Recorder::default();
+        let body = Guarded::new(Full::new(Bytes::from_static(b"quote")), rec.clone());
+        assert!(rec.events().is_empty());
+        drop(body);
+        assert_eq!(rec.events(), ["dropped"]);
+    }
+
+    #[test]
+    fn an_empty_body_releases_at_once_and_only_once() {
+        let rec = Recorder::default();
+        let body = Guarded::new(http_body_util::Empty::<Bytes>::new(), rec.clone());
+        assert!(!body.is_holding());
+        drop(body);
+        assert_eq!(rec.events(), ["complete"]);
+    }
+
+    #[tokio::test]
+    async fn trailers_and_errors_are_reported() {
+        let mut trailers = HeaderMap::new();
+        trailers.insert("grpc-status", HeaderValue::from_static("14"));
+        let rec = Recorder::default();
+        let frames: Frames = vec![
+            Ok(Frame::data(Bytes::from_static(b"x"))),
+            Ok(Frame::trailers(trailers)),
+        ];
+        let body = Guarded::new(stream(frames), rec.clone());
+        let collected = body.collect().await.unwrap();
+        assert_eq!(collected.trailers().unwrap()["grpc-status"], "14");
+        assert_eq!(rec.events(), ["complete grpc-status=14"]);
+
+        let rec = Recorder::default();
+        let frames: Frames = vec![Err(std::io::Error::other("reset"))];
+        let body = Guarded::new(stream(frames), rec.clone());
+        assert!(body.collect().await.is_err());
+        assert_eq!(rec.events(), ["errored"]);
+    }
+}

@@ -1,0 +1,76 @@
+//! The shared vocabulary of [seawall](https://docs.rs/seawall)'s Tower middleware.
+//!
+//! Every seawall layer (circuit breaker, bulkhead, degradation, fallback) speaks
+//! the types defined here, so they compose in any order:
+//!
+//! - **Rejections** ([`CircuitOpen`], [`BulkheadFull`], [`BulkheadTimeout`],
+//!   [`DeadlineExceeded`], [`FallbacksExhausted`]): small public structs, boxed into
+//!   a [`BoxError`] like tower's own errors, and [`find_rejection`] to recognise one
+//!   anywhere in an error chain with its [`RejectionKind`], [`Category`], name and
+//!   retry-after.
+//! - **Classification** ([`Outcome`], [`Classify`], [`ClassifyRequest`]): which
+//!   results are evidence of a sick dependency. Provided: [`ErrorsAsFailures`] (the
+//!   default), [`HttpStatus`] (5xx and 429 fail, a 404 is a business answer) and
+//!   [`GrpcStatus`].
+//! - **Sliding windows** ([`CountWindow`], [`TimeWindow`]) with `now` passed in.
+//! - **Deadlines** ([`Deadline`], [`DeadlineLayer`], [`bounded`]) and a
+//!   deadline-aware retry policy ([`DeadlineRetry`]).
+//! - **HTTP glue** (feature `http`, module [`http`](crate::http)): a rejection
+//!   rendered as `503` with `Retry-After`, the [`Guarded`](crate::http::Guarded)
+//!   body that holds a permit until a response body ends, and the `Either` body.
+//! - **Configuration errors** ([`ConfigError`]) naming the field at fault.
+//!
+//! # Example
+//!
+//! A classifier decides the same way whatever layer a rejection came from:
+//!
+//! ```
+//! use std::time::Duration;
+//! use seawall_core::{BoxError, BulkheadFull, Classify, DeadlineExceeded, HttpStatus, Outcome};
+//!
+//! let classifier = HttpStatus::default();
+//! let not_found = http::Response::builder().status(404).body(()).unwrap();
+//! let unavailable = http::Response::builder().status(503).body(()).unwrap();
+//! assert_eq!(classifier.classify(Ok(&not_found)), Outcome::Success);
+//! assert_eq!(classifier.classify(Ok(&unavailable)), Outcome::Failure);
+//!
+//! // A local admission rejection is no evidence about the supplier…
+//! let full: BoxError = Box::new(BulkheadFull::new("freight".into()));
+//! assert_eq!(Classify::<http::Response<()>>::classify(&classifier, Err(&*full)), Outcome::Ignore);
+//! // …but a supplier too slow for the budget is.
+//! let late: BoxError = Box::new(DeadlineExceeded::new());
+//! assert_eq!(Classify::<http::Response<()>>::classify(&classifier, Err(&*late)), Outcome::Failure);
+//! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod classify;
+mod config;
+mod deadline;
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+pub mod duration_format;
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub mod http;
+mod random;
+mod rejection;
+mod retry;
+mod telemetry;
+mod window;
+
+pub use classify::{
+    classify_fn, grpc_code, AdmissionAsFailure, Classify, ClassifyFn, ClassifyInput,
+    ClassifyRequest, ErrorsAsFailures, GrpcStatus, HttpStatus, Outcome, PerRequest, StatusSet,
+};
+pub use config::{check_fraction, check_nonzero_duration, check_positive, ConfigError};
+pub use deadline::{
+    bounded, deadline_of, format_grpc_timeout, parse_grpc_timeout, remaining_budget, Bounded,
+    Deadline, DeadlineFuture, DeadlineLayer, DeadlineService, HasExtensions, GRPC_TIMEOUT,
+};
+pub use random::{RandomSource, SeededRandom};
+pub use rejection::{
+    find_rejection, BoxError, BulkheadFull, BulkheadTimeout, Category, CircuitOpen,
+    DeadlineExceeded, FallbacksExhausted, Name, Rejection, RejectionKind, StepFailure,
+};
+pub use retry::{DeadlineRetry, RetryableRequest};
+pub use window::{CountWindow, TimeWindow, WindowCounts, MAX_BUCKETS};

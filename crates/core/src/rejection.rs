@@ -1,0 +1,436 @@
+//! Seawall's rejection types and the finder that recognises them in any error chain.
+//!
+//! Every layer that can turn a call away reports it with one of these small
+//! structs, boxed into a [`BoxError`] as tower's own `Timeout` and `LoadShed` do.
+//! Because Rust cannot downcast to a trait object, the finder knows the concrete
+//! types, which is why they all live here and are re-exported by the crate that
+//! raises them.
+
+use std::error::Error;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The boxed error type that seawall layers return, as in tower.
+pub type BoxError = Box<dyn Error + Send + Sync>;
+
+/// The name of a policy instance (a breaker, a bulkhead), cheap to clone into a rejection.
+pub type Name = Arc<str>;
+
+/// Which rejection it was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum RejectionKind {
+    /// A circuit breaker was open (or its half-open probes were all taken).
+    CircuitOpen,
+    /// A bulkhead had every slot busy and its queue full.
+    BulkheadFull,
+    /// A call waited in a bulkhead's queue for as long as it was allowed to.
+    BulkheadTimeout,
+    /// The request's deadline passed while the dependency had the call.
+    DeadlineExceeded,
+    /// A fallback chain tried every step and none answered.
+    FallbacksExhausted,
+}
+
+impl RejectionKind {
+    /// The category of this kind of rejection.
+    pub const fn category(self) -> Category {
+        match self {
+            Self::CircuitOpen | Self::BulkheadFull | Self::BulkheadTimeout => Category::Admission,
+            Self::DeadlineExceeded => Category::Timeout,
+            Self::FallbacksExhausted => Category::Exhausted,
+        }
+    }
+
+    /// A short, stable, lower-case label (for metrics and logs).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::CircuitOpen => "circuit_open",
+            Self::BulkheadFull => "bulkhead_full",
+            Self::BulkheadTimeout => "bulkhead_timeout",
+            Self::DeadlineExceeded => "deadline_exceeded",
+            Self::FallbacksExhausted => "fallbacks_exhausted",
+        }
+    }
+}
+
+impl fmt::Display for RejectionKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a rejection says about the dependency behind it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum Category {
+    /// Decided locally without touching the dependency (circuit open, bulkhead full,
+    /// bulkhead wait timed out). It is no observation of the dependency, so a breaker
+    /// ignores it; a degradation level counts it, since the level could not serve.
+    Admission,
+    /// The dependency had the call and the budget ran out: the dependency was too slow.
+    Timeout,
+    /// Every declared alternative was tried and failed.
+    Exhausted,
+}
+
+/// A circuit breaker turned the call away without calling the dependency.
+#[derive(Debug, Clone)]
+pub struct CircuitOpen {
+    name: Name,
+    retry_after: Duration,
+}
+
+impl CircuitOpen {
+    /// A rejection by the breaker `name`, which expects to admit a call again after `retry_after`.
+    pub fn new(name: Name, retry_after: Duration) -> Self {
+        Self { name, retry_after }
+    }
+
+    /// The breaker's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// How long until the breaker expects to admit a call (never zero).
+    pub fn retry_after(&self) -> Duration {
+        self.retry_after
+    }
+}
+
+impl fmt::Display for CircuitOpen {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "circuit `{}` is open; retry after {:?}",
+            self.name, self.retry_after
+        )
+    }
+}
+
+impl Error for CircuitOpen {}
+
+/// A bulkhead had every slot busy and its waiting queue full.
+#[derive(Debug, Clone)]
+pub struct BulkheadFull {
+    name: Name,
+}
+
+impl BulkheadFull {
+    /// A rejection by the bulkhead `name`.
+    pub fn new(name: Name) -> Self {
+        Self { name }
+    }
+
+    /// The bulkhead's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl fmt::Display for BulkheadFull {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "bulkhead `{}` is full", self.name)
+    }
+}
+
+impl Error for BulkheadFull {}
+
+/// A call waited in a bulkhead's queue as long as it was allowed to (its `max_wait`
+/// or what remained of its deadline) without getting a slot.
+#[derive(Debug, Clone)]
+pub struct BulkheadTimeout {
+    name: Name,
+    waited: Duration,
+}
+
+impl BulkheadTimeout {
+    /// A rejection by the bulkhead `name` after waiting `waited`.
+    pub fn new(name: Name, waited: Duration) -> Self {
+        Self { name, waited }
+    }
+
+    /// The bulkhead's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// How long the call waited in the queue.
+    pub fn waited(&self) -> Duration {
+        self.waited
+    }
+}
+
+impl fmt::Display for BulkheadTimeout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "bulkhead `{}`: no slot after waiting {:?}",
+            self.name, self.waited
+        )
+    }
+}
+
+impl Error for BulkheadTimeout {}
+
+/// The request's [`Deadline`](crate::Deadline) passed before the call completed.
+#[derive(Debug, Clone, Default)]
+pub struct DeadlineExceeded {
+    _private: (),
+}
+
+impl DeadlineExceeded {
+    /// A deadline-exceeded rejection.
+    pub fn new() -> Self {
+        Self { _private: () }
+    }
+}
+
+impl fmt::Display for DeadlineExceeded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("deadline exceeded")
+    }
+}
+
+impl Error for DeadlineExceeded {}
+
+/// One failed step of a fallback chain.
+#[derive(Debug)]
+pub struct StepFailure {
+    step: Name,
+    cause: BoxError,
+}
+
+impl StepFailure {
+    /// Step `step` failed with `cause`.
+    pub fn new(step: Name, cause: BoxError) -> Self {
+        Self { step, cause }
+    }
+
+    /// The step's name.
+    pub fn step(&self) -> &str {
+        &self.step
+    }
+
+    /// Why it failed.
+    pub fn cause(&self) -> &(dyn Error + Send + Sync + 'static) {
+        &*self.cause
+    }
+}
+
+/// Every step of a fallback chain failed; holds each step's cause, in order.
+#[derive(Debug)]
+pub struct FallbacksExhausted {
+    name: Name,
+    steps: Vec<StepFailure>,
+}
+
+impl FallbacksExhausted {
+    /// The chain `name` failed at every one of `steps`.
+    pub fn new(name: Name, steps: Vec<StepFailure>) -> Self {
+        Self { name, steps }
+    }
+
+    /// The fallback's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Each step's failure, in the order the steps were tried.
+    pub fn steps(&self) -> &[StepFailure] {
+        &self.steps
+    }
+}
+
+impl fmt::Display for FallbacksExhausted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "fallback `{}`: every step failed", self.name)?;
+        for (i, s) in self.steps.iter().enumerate() {
+            let sep = if i == 0 { ": " } else { "; " };
+            write!(f, "{sep}{} ({})", s.step, s.cause)?;
+        }
+        Ok(())
+    }
+}
+
+impl Error for FallbacksExhausted {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        self.steps
+            .last()
+            .map(|s| &*s.cause as &(dyn Error + 'static))
+    }
+}
+
+/// A seawall rejection found in an error chain by [`find_rejection`].
+#[derive(Debug, Clone, Copy)]
+pub struct Rejection<'a> {
+    kind: RejectionKind,
+    name: Option<&'a str>,
+    retry_after: Option<Duration>,
+    error: &'a (dyn Error + 'static),
+}
+
+impl<'a> Rejection<'a> {
+    /// Which rejection it is.
+    pub fn kind(&self) -> RejectionKind {
+        self.kind
+    }
+
+    /// Admission, timeout or exhausted.
+    pub fn category(&self) -> Category {
+        self.kind.category()
+    }
+
+    /// The name of the policy that rejected, when it has one (a deadline has none).
+    pub fn name(&self) -> Option<&'a str> {
+        self.name
+    }
+
+    /// How long until a retry may succeed, when the policy knows (an open breaker).
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
+
+    /// The rejection error itself, for downcasting to its concrete type.
+    pub fn error(&self) -> &'a (dyn Error + 'static) {
+        self.error
+    }
+}
+
+/// Finds the first seawall rejection in `error` or its [`source`](Error::source) chain.
+///
+/// A `BoxError` coerces with `&*boxed`. Use this instead of downcasting by hand:
+/// a rejection wrapped by another layer's error is still found.
+///
+/// ```
+/// use seawall_core::{find_rejection, BoxError, BulkheadFull, Category};
+///
+/// let err: BoxError = Box::new(BulkheadFull::new("freight".into()));
+/// let found = find_rejection(&*err).unwrap();
+/// assert_eq!(found.category(), Category::Admission);
+/// assert_eq!(found.name(), Some("freight"));
+/// ```
+pub fn find_rejection<'a>(error: &'a (dyn Error + 'static)) -> Option<Rejection<'a>> {
+    let mut current = Some(error);
+    while let Some(e) = current {
+        if let Some(found) = recognise(e) {
+            return Some(found);
+        }
+        current = e.source();
+    }
+    None
+}
+
+fn recognise<'a>(e: &'a (dyn Error + 'static)) -> Option<Rejection<'a>> {
+    let (kind, name, retry_after) = if let Some(r) = e.downcast_ref::<CircuitOpen>() {
+        (
+            RejectionKind::CircuitOpen,
+            Some(r.name()),
+            Some(r.retry_after),
+        )
+    } else if let Some(r) = e.downcast_ref::<BulkheadFull>() {
+        (RejectionKind::BulkheadFull, Some(r.name()), None)
+    } else if let Some(r) = e.downcast_ref::<BulkheadTimeout>() {
+        (RejectionKind::BulkheadTimeout, Some(r.name()), None)
+    } else if e.is::<DeadlineExceeded>() {
+        (RejectionKind::DeadlineExceeded, None, None)
+    } else if let Some(r) = e.downcast_ref::<FallbacksExhausted>() {
+        (RejectionKind::FallbacksExhausted, Some(r.name()), None)
+    } else {
+        return None;
+    };
+    Some(Rejection {
+        kind,
+        name,
+        retry_after,
+        error: e,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Wrapper(BoxError);
+    impl fmt::Display for Wrapper {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("client failed")
+        }
+    }
+    impl Error for Wrapper {
+        fn source(&self) -> Option<&(dyn Error + 'static)> {
+            Some(&*self.0)
+        }
+    }
+
+    #[test]
+    fn finds_each_kind_with_its_details() {
+        let open: BoxError = Box::new(CircuitOpen::new(
+            "quote".into(),
+            Duration::from_millis(1200),
+        ));
+        let r = find_rejection(&*open).unwrap();
+        assert_eq!(r.kind(), RejectionKind::CircuitOpen);
+        assert_eq!(r.category(), Category::Admission);
+        assert_eq!(r.name(), Some("quote"));
+        assert_eq!(r.retry_after(), Some(Duration::from_millis(1200)));
+
+        let waited: BoxError =
+            Box::new(BulkheadTimeout::new("q".into(), Duration::from_millis(20)));
+        let r = find_rejection(&*waited).unwrap();
+        assert_eq!(r.kind(), RejectionKind::BulkheadTimeout);
+        assert_eq!(r.retry_after(), None);
+        assert_eq!(
+            r.error()
+                .downcast_ref::<BulkheadTimeout>()
+                .unwrap()
+                .waited(),
+            Duration::from_millis(20)
+        );
+
+        let late: BoxError = Box::new(DeadlineExceeded::new());
+        let r = find_rejection(&*late).unwrap();
+        assert_eq!(r.category(), Category::Timeout);
+        assert_eq!(r.name(), None);
+    }
+
+    #[test]
+    fn finds_a_rejection_wrapped_in_another_error() {
+        let inner: BoxError = Box::new(BulkheadFull::new("freight".into()));
+        let outer: BoxError = Box::new(Wrapper(inner));
+        let r = find_rejection(&*outer).unwrap();
+        assert_eq!(r.kind(), RejectionKind::BulkheadFull);
+        assert_eq!(r.name(), Some("freight"));
+    }
+
+    #[test]
+    fn plain_errors_are_not_rejections() {
+        let io: BoxError = Box::new(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert!(find_rejection(&*io).is_none());
+        assert!(find_rejection(&Wrapper(io)).is_none());
+    }
+
+    #[test]
+    fn exhausted_lists_each_step_and_exposes_the_last_cause() {
+        let err = FallbacksExhausted::new(
+            "pricing".into(),
+            vec![
+                StepFailure::new("cache".into(), "cache miss".into()),
+                StepFailure::new("db".into(), Box::new(DeadlineExceeded::new())),
+            ],
+        );
+        assert_eq!(
+            err.to_string(),
+            "fallback `pricing`: every step failed: cache (cache miss); db (deadline exceeded)"
+        );
+        assert_eq!(err.steps()[0].step(), "cache");
+        // The finder reports the outermost rejection: the exhaustion, not the step's deadline.
+        let r = find_rejection(&err).unwrap();
+        assert_eq!(r.kind(), RejectionKind::FallbacksExhausted);
+        assert_eq!(r.category(), Category::Exhausted);
+    }
+}

@@ -1,0 +1,2 @@
+//! seawall's degradation layer (under construction; see the workspace issues).
+#![cfg_attr(docsrs, feature(doc_cfg))]
