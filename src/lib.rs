@@ -1,4 +1,68 @@
 //! seawall: Tower middleware that keeps a service useful while its dependencies fail.
+//!
+//! Four policies, each a `Layer` + `Service` pair that composes in any Tower stack
+//! (per-route on an axum router, around a hyper-util client or a tonic `Channel`),
+//! all speaking one vocabulary of rejections and failure classification from
+//! [`core`]:
+//!
+//! | module | feature | what it does |
+//! |---|---|---|
+//! | [`circuit_breaker`] | `circuit-breaker` | fails fast while a dependency is sick, probes its recovery |
+//! | [`bulkhead`] | `bulkhead` | caps concurrent calls and a bounded, timed queue per dependency |
+//! | [`degradation`] | `degradation` | steps down through service levels fast, climbs back slowly |
+//! | [`fallback`] | `fallback` | declared alternatives and honest "unavailable" answers |
+//!
+//! The recommended stack for one dependency, outermost first:
+//!
+//! ```text
+//! FallbackLayer         a declared alternative when everything below fails; never invents data
+//! DeadlineLayer(300ms)  the budget of the dependency segment, admission included
+//! BulkheadLayer         caps active calls and the queue; never waits past the remaining budget
+//! CircuitBreakerLayer   fails fast while the dependency is sick; overruns count as failures
+//! client (hyper-util / tonic Channel)
+//! ```
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//! use seawall::core::{find_rejection, BoxError, DeadlineLayer, RejectionKind};
+//! use tower::{service_fn, ServiceBuilder, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! let slow_supplier = service_fn(|_req: http::Request<()>| async {
+//!     tokio::time::sleep(Duration::from_secs(5)).await;
+//!     Ok::<_, BoxError>("quote")
+//! });
+//! let stack = ServiceBuilder::new()
+//!     .layer(DeadlineLayer::new(Duration::from_millis(300)).unwrap())
+//!     .service(slow_supplier);
+//! let err = stack.oneshot(http::Request::new(())).await.unwrap_err();
+//! assert_eq!(find_rejection(&*err).unwrap().kind(), RejectionKind::DeadlineExceeded);
+//! # }
+//! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use seawall_core as core;
+
+#[cfg(feature = "circuit-breaker")]
+#[cfg_attr(docsrs, doc(cfg(feature = "circuit-breaker")))]
+pub use seawall_circuit_breaker as circuit_breaker;
+
+#[cfg(feature = "bulkhead")]
+#[cfg_attr(docsrs, doc(cfg(feature = "bulkhead")))]
+pub use seawall_bulkhead as bulkhead;
+
+#[cfg(feature = "degradation")]
+#[cfg_attr(docsrs, doc(cfg(feature = "degradation")))]
+pub use seawall_degradation as degradation;
+
+#[cfg(feature = "fallback")]
+#[cfg_attr(docsrs, doc(cfg(feature = "fallback")))]
+pub use seawall_fallback as fallback;
+
+pub use seawall_core::{
+    find_rejection, BoxError, Category, Classify, ConfigError, Deadline, DeadlineLayer,
+    ErrorsAsFailures, GrpcStatus, HttpStatus, Outcome, Rejection, RejectionKind,
+};
