@@ -26,7 +26,11 @@ pub fn parse(text: &str) -> Result<Duration, String> {
         "s" => Duration::from_secs(n),
         "m" => Duration::from_secs(n.saturating_mul(60)),
         "h" => Duration::from_secs(n.saturating_mul(3600)),
-        other => return Err(format!("unknown unit `{other}` in `{text}` (use ns, us, ms, s, m or h)")),
+        other => {
+            return Err(format!(
+                "unknown unit `{other}` in `{text}` (use ns, us, ms, s, m or h)"
+            ))
+        }
     };
     Ok(d)
 }
@@ -98,7 +102,11 @@ mod tests {
         assert_eq!(format(Duration::from_secs(120)), "2m");
         assert_eq!(format(Duration::from_millis(1500)), "1500ms");
         assert_eq!(format(Duration::ZERO), "0ns");
-        for d in [Duration::from_nanos(7), Duration::from_micros(20), Duration::from_secs(7200)] {
+        for d in [
+            Duration::from_nanos(7),
+            Duration::from_micros(20),
+            Duration::from_secs(7200),
+        ] {
             assert_eq!(parse(&format(d)), Ok(d));
         }
     }

@@ -15,9 +15,12 @@
 //! - **Sliding windows** ([`CountWindow`], [`TimeWindow`]) with `now` passed in.
 //! - **Deadlines** ([`Deadline`], [`DeadlineLayer`], [`bounded`]) and a
 //!   deadline-aware retry policy ([`DeadlineRetry`]).
-//! - **HTTP glue** (feature `http`, module [`http`](crate::http)): a rejection
+//! - **HTTP glue** (feature `http`, module [`http`]): a rejection
 //!   rendered as `503` with `Retry-After`, the [`Guarded`](crate::http::Guarded)
 //!   body that holds a permit until a response body ends, and the `Either` body.
+//! - **gRPC glue** (feature `tonic`, module [`grpc`]): rejections as
+//!   `UNAVAILABLE` / `RESOURCE_EXHAUSTED` statuses for tonic clients, and as
+//!   trailers-only responses for servers.
 //! - **Configuration errors** ([`ConfigError`]) naming the field at fault.
 //!
 //! # Example
@@ -49,6 +52,9 @@ mod deadline;
 #[cfg(feature = "serde")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub mod duration_format;
+#[cfg(feature = "tonic")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
+pub mod grpc;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
