@@ -1,0 +1,2 @@
+//! Side-by-side benchmarks of seawall and its peers (under construction).
+fn main() {}
