@@ -6,7 +6,9 @@
 //! knows one. The body is short and generic: it never names a dependency, a
 //! breaker or an internal error. The cause belongs in traces and metrics.
 
+use std::convert::Infallible;
 use std::error::Error;
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
@@ -15,10 +17,12 @@ use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
+use tower_layer::Layer;
+use tower_service::Service;
 
 pub use http_body_util::{Either, Full};
 
-use crate::rejection::{find_rejection, Rejection};
+use crate::rejection::{find_rejection, BoxError, Rejection};
 
 /// The body of a rendered rejection or a fixed answer.
 pub type RenderedBody = Full<Bytes>;
@@ -55,6 +59,153 @@ pub fn rejection_response_with(rejection: &Rejection<'_>, body: Bytes) -> Respon
 /// Renders `error` when a seawall rejection is in its chain; `None` for other errors.
 pub fn render_rejection(error: &(dyn Error + 'static)) -> Option<Response<RenderedBody>> {
     find_rejection(error).map(|r| rejection_response(&r))
+}
+
+/// The generic body of a rendered internal error.
+pub const INTERNAL_ERROR_BODY: &str = "internal error\n";
+
+/// Renders any error as a response: a seawall rejection as [`rejection_response`],
+/// anything else as `500` with a generic body. The cause goes to `tracing`, never
+/// into the body.
+pub fn error_response(error: &(dyn Error + 'static)) -> Response<RenderedBody> {
+    crate::telemetry::rendered_error(error);
+    render_rejection(error).unwrap_or_else(internal_error_response)
+}
+
+fn internal_error_response() -> Response<RenderedBody> {
+    let mut res = Response::new(Full::new(Bytes::from_static(
+        INTERNAL_ERROR_BODY.as_bytes(),
+    )));
+    *res.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+    res
+}
+
+/// Answers instead of erroring: turns the inner service's errors into responses
+/// with [`error_response`], so the stack's error is `Infallible` as axum requires
+/// (and hyper does not close the connection without an answer).
+///
+/// The response body becomes `Either<B, RenderedBody>`: the inner body on success,
+/// the rendered one otherwise.
+///
+/// ```
+/// use seawall_core::http::RespondLayer;
+/// use seawall_core::{BoxError, BulkheadFull};
+/// use tower::{service_fn, Layer, ServiceExt};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let busy = service_fn(|_req: http::Request<()>| async {
+///     Err::<http::Response<String>, BoxError>(Box::new(BulkheadFull::new("quotes".into())))
+/// });
+/// let res = RespondLayer.layer(busy).oneshot(http::Request::new(())).await.unwrap();
+/// assert_eq!(res.status(), http::StatusCode::SERVICE_UNAVAILABLE);
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RespondLayer;
+
+impl<S> Layer<S> for RespondLayer {
+    type Service = Respond<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Respond {
+            inner,
+            not_ready: None,
+        }
+    }
+}
+
+/// The service built by [`RespondLayer`].
+#[derive(Debug)]
+pub struct Respond<S> {
+    inner: S,
+    /// Why the inner service could not become ready; answered by the next `call`.
+    not_ready: Option<BoxError>,
+}
+
+impl<S: Clone> Clone for Respond<S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            not_ready: None,
+        }
+    }
+}
+
+impl<S, Req, B> Service<Req> for Respond<S>
+where
+    S: Service<Req, Response = Response<B>>,
+    S::Error: Into<BoxError>,
+{
+    type Response = Response<Either<B, RenderedBody>>;
+    type Error = Infallible;
+    type Future = RespondFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        if self.not_ready.is_none() {
+            if let Err(e) = ready!(self.inner.poll_ready(cx)) {
+                // Answer the next call with this failure instead of erroring here,
+                // and never call the inner service after a failed readiness.
+                self.not_ready = Some(e.into());
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        match self.not_ready.take() {
+            Some(e) => RespondFuture {
+                state: RespondState::Failed {
+                    response: Some(error_response(&*e)),
+                },
+            },
+            None => RespondFuture {
+                state: RespondState::Calling {
+                    inner: self.inner.call(req),
+                },
+            },
+        }
+    }
+}
+
+pin_project! {
+    /// The response future of [`Respond`].
+    #[derive(Debug)]
+    pub struct RespondFuture<F> {
+        #[pin]
+        state: RespondState<F>,
+    }
+}
+
+pin_project! {
+    #[project = RespondStateProj]
+    #[derive(Debug)]
+    enum RespondState<F> {
+        Calling { #[pin] inner: F },
+        Failed { response: Option<Response<RenderedBody>> },
+    }
+}
+
+impl<F, B, E> Future for RespondFuture<F>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+    E: Into<BoxError>,
+{
+    type Output = Result<Response<Either<B, RenderedBody>>, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let res = match self.project().state.project() {
+            RespondStateProj::Calling { inner } => match ready!(inner.poll(cx)) {
+                Ok(res) => res.map(Either::Left),
+                Err(e) => error_response(&*e.into()).map(Either::Right),
+            },
+            RespondStateProj::Failed { response } => response
+                .take()
+                .unwrap_or_else(internal_error_response)
+                .map(Either::Right),
+        };
+        Poll::Ready(Ok(res))
+    }
 }
 
 /// How a guarded body ended.
@@ -216,6 +367,55 @@ mod tests {
         let r = find_rejection(&*full).unwrap();
         let custom = rejection_response_with(&r, Bytes::from_static(b"{\"error\":\"busy\"}"));
         assert_eq!(custom.status(), StatusCode::SERVICE_UNAVAILABLE);
+    }
+
+    #[tokio::test]
+    async fn respond_renders_rejections_and_hides_other_errors() {
+        use tower::{service_fn, ServiceExt};
+        let open = service_fn(|_req: ()| async {
+            Err::<Response<String>, BoxError>(Box::new(CircuitOpen::new(
+                "db".into(),
+                Duration::from_millis(2500),
+            )))
+        });
+        let res = RespondLayer.layer(open).oneshot(()).await.unwrap();
+        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(res.headers()[header::RETRY_AFTER], "3");
+
+        let broken = service_fn(|_req: ()| async {
+            Err::<Response<String>, BoxError>("password=hunter2 at db.internal:5432".into())
+        });
+        let res = RespondLayer.layer(broken).oneshot(()).await.unwrap();
+        assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], INTERNAL_ERROR_BODY.as_bytes());
+
+        let fine =
+            service_fn(|_req: ()| async { Ok::<_, BoxError>(Response::new("ok".to_owned())) });
+        let res = RespondLayer.layer(fine).oneshot(()).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        assert!(matches!(res.body(), Either::Left(s) if s == "ok"));
+    }
+
+    /// A service whose readiness fails with a full bulkhead and which must then never be called.
+    struct NeverReady;
+    impl Service<()> for NeverReady {
+        type Response = Response<String>;
+        type Error = BoxError;
+        type Future = std::future::Ready<Result<Response<String>, BoxError>>;
+        fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+            Poll::Ready(Err(Box::new(BulkheadFull::new("pool".into()))))
+        }
+        fn call(&mut self, _req: ()) -> Self::Future {
+            panic!("called after a failed poll_ready")
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_readiness_is_answered_without_calling_the_inner_service() {
+        use tower::ServiceExt;
+        let res = RespondLayer.layer(NeverReady).oneshot(()).await.unwrap();
+        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
     }
 
     #[derive(Debug, Clone, Default)]

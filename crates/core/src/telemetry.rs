@@ -6,3 +6,11 @@ pub(crate) fn deadline_exceeded() {
     #[cfg(feature = "metrics")]
     metrics::counter!("seawall_deadline_exceeded_total").increment(1);
 }
+
+#[cfg(feature = "http")]
+pub(crate) fn rendered_error(error: &(dyn std::error::Error + 'static)) {
+    #[cfg(feature = "tracing")]
+    tracing::debug!(target: "seawall::http", error = %error, "error rendered as a response");
+    #[cfg(not(feature = "tracing"))]
+    let _ = error;
+}
