@@ -1,2 +1,1279 @@
-//! Side-by-side benchmarks of seawall and its peers (under construction).
-fn main() {}
+//! Side-by-side cost of seawall's layers and of their peers, in one run, as one table.
+//!
+//! ```text
+//! cargo bench -p seawall-benches                      # full run (about a minute)
+//! cargo bench -p seawall-benches -- --quick           # smoke run (well under a minute)
+//! cargo bench -p seawall-benches -- --rounds 2000 --runs 7 breaker   # only rows matching "breaker"
+//! ```
+//!
+//! # Why a custom harness and not criterion
+//!
+//! The question is "what does each layer add per call, compared with the others, on
+//! the same machine at the same moment". criterion answers a different one well
+//! (how long does *one* function take, with a careful statistical model), and it
+//! cannot give what the comparison needs:
+//!
+//! - **Interleaving.** criterion measures one benchmark to completion, then the next.
+//!   On a shared 2-core machine the clock speed and the neighbours' load drift over
+//!   seconds, so two subjects measured a minute apart differ by more than the few
+//!   nanoseconds we compare. Here every round runs a short batch of *every* subject,
+//!   in rotating order, and the figure is the median over rounds: drift hits all
+//!   subjects alike and cancels out of the differences.
+//! - **Hand-driven futures.** Each call is `poll_ready`, `call`, one `poll` with
+//!   [`Waker::noop`], inside a tokio runtime context (so tokio's clock and timers
+//!   work), without an executor in the loop: what is left is the layer's own cost.
+//!   A future that does not complete at once is finished with `block_on` and the
+//!   figure is marked as waiting.
+//! - **Allocations.** A counting global allocator (below; `unsafe` is allowed in this
+//!   bench-only package) gives allocations per call and heap bytes per instance,
+//!   which criterion does not measure.
+//! - **Contended throughput.** 64 tasks on a 2-worker multi-thread runtime call clones
+//!   of one shared instance for a fixed time; that figure moves by up to 40 % between
+//!   runs here, so it is taken in several interleaved runs and printed as the median
+//!   with its spread, and ratios to peers are computed within each run.
+//! - **One table.** The output is the markdown table the README shows, plus the
+//!   ratios against the figures issue 10 sets.
+//!
+//! # What is measured
+//!
+//! Every subject takes `http::Request<()>` and wraps a trivial `tower::service_fn`
+//! that returns `Ok(http::Response<()>)` at once (or, where a path needs it, fails at
+//! once or never completes). "+ns" is the subject's median per-call time minus the
+//! bare service's median (so request construction and the loop cancel out); the
+//! second-path column is measured and subtracted the same way. Breakers are opened by
+//! real failures (not forced), with an open interval long enough to stay open.
+//! No timing is asserted anywhere: this prints figures, it does not judge a build.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::any::Any;
+use std::cell::Cell;
+use std::convert::Infallible;
+use std::fmt;
+use std::future::{poll_fn, Future};
+use std::hint::black_box;
+use std::pin::{pin, Pin};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use http::{Request, Response};
+use tokio::runtime::Runtime;
+use tower::{service_fn, Layer, Service, ServiceBuilder, ServiceExt};
+
+// ---------------------------------------------------------------------------------
+// Counting allocator: counts only on a thread that asked for it, so the idle
+// runtime threads and the contended phase never touch the counters.
+
+struct Counting;
+
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+static BYTES_IN: AtomicU64 = AtomicU64::new(0);
+static BYTES_OUT: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    static COUNT_HERE: Cell<bool> = const { Cell::new(false) };
+}
+
+fn counting_here() -> bool {
+    COUNT_HERE.try_with(Cell::get).unwrap_or(false)
+}
+
+// SAFETY: every method forwards to `System` with the caller's arguments unchanged;
+// the counters are plain atomics and never allocate.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if counting_here() {
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+            BYTES_IN.fetch_add(layout.size() as u64, Ordering::Relaxed);
+        }
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if counting_here() {
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+            BYTES_IN.fetch_add(layout.size() as u64, Ordering::Relaxed);
+        }
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if counting_here() {
+            BYTES_OUT.fetch_add(layout.size() as u64, Ordering::Relaxed);
+        }
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if counting_here() {
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+            BYTES_IN.fetch_add(new_size as u64, Ordering::Relaxed);
+            BYTES_OUT.fetch_add(layout.size() as u64, Ordering::Relaxed);
+        }
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+#[derive(Clone, Copy)]
+struct AllocSnapshot {
+    allocs: u64,
+    bytes_in: u64,
+    bytes_out: u64,
+}
+
+/// Runs `f` with allocation counting on for this thread; returns its result and
+/// (allocations, net live bytes) during it.
+fn counted<T>(f: impl FnOnce() -> T) -> (T, u64, i64) {
+    let snap = || AllocSnapshot {
+        allocs: ALLOCS.load(Ordering::Relaxed),
+        bytes_in: BYTES_IN.load(Ordering::Relaxed),
+        bytes_out: BYTES_OUT.load(Ordering::Relaxed),
+    };
+    let before = snap();
+    COUNT_HERE.with(|c| c.set(true));
+    let out = f();
+    COUNT_HERE.with(|c| c.set(false));
+    let after = snap();
+    let live =
+        (after.bytes_in - before.bytes_in) as i64 - (after.bytes_out - before.bytes_out) as i64;
+    (out, after.allocs - before.allocs, live)
+}
+
+// ---------------------------------------------------------------------------------
+// Requests, responses and the trivial inner services.
+
+type Req = Request<()>;
+type Res = Response<()>;
+
+/// The error of the failing inner service (zero-sized: boxing it does not allocate).
+#[derive(Debug, Clone, Copy)]
+struct Fail;
+
+impl fmt::Display for Fail {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("dependency failed")
+    }
+}
+
+impl std::error::Error for Fail {}
+
+fn ok_inner() -> impl Service<Req, Response = Res, Error = Infallible, Future: Send + 'static>
+       + Clone
+       + Send
+       + Sync
+       + 'static {
+    service_fn(|_req: Req| std::future::ready(Ok::<_, Infallible>(Response::new(()))))
+}
+
+fn fail_inner() -> impl Service<Req, Response = Res, Error = Fail, Future: Send + 'static>
+       + Clone
+       + Send
+       + Sync
+       + 'static {
+    service_fn(|_req: Req| std::future::ready(Err::<Res, _>(Fail)))
+}
+
+/// Never completes: holds a permit for as long as its future lives.
+fn pending_inner() -> impl Service<Req, Response = Res, Error = Infallible, Future: Send + 'static>
+       + Clone
+       + Send
+       + Sync
+       + 'static {
+    service_fn(|_req: Req| std::future::pending::<Result<Res, Infallible>>())
+}
+
+/// How many times a [`CountedFail`] future was polled: an open breaker must not
+/// poll its inner service, and the bench checks that it does not.
+static INNER_POLLS: AtomicUsize = AtomicUsize::new(0);
+
+struct CountedFail;
+
+impl Future for CountedFail {
+    type Output = Result<Res, Fail>;
+    fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Self::Output> {
+        INNER_POLLS.fetch_add(1, Ordering::Relaxed);
+        Poll::Ready(Err(Fail))
+    }
+}
+
+/// Fails every call, counting the calls that really reach it (used to trip breakers).
+fn counted_fail_inner() -> impl Service<Req, Response = Res, Error = Fail, Future: Send + 'static>
+       + Clone
+       + Send
+       + Sync
+       + 'static {
+    service_fn(|_req: Req| CountedFail)
+}
+
+// ---------------------------------------------------------------------------------
+// Adapters for the peers that are not tower layers.
+
+/// failsafe 1.3 wrapped as a tower service, as its docs suggest (`breaker.call(fut)`).
+#[derive(Clone)]
+struct Failsafe<S, B> {
+    inner: S,
+    breaker: B,
+}
+
+impl<S, B> Service<Req> for Failsafe<S, B>
+where
+    S: Service<Req>,
+    B: failsafe::futures::CircuitBreaker,
+{
+    type Response = S::Response;
+    type Error = failsafe::Error<S::Error>;
+    type Future = failsafe::futures::ResponseFuture<
+        S::Future,
+        B::FailurePolicy,
+        B::Instrument,
+        failsafe::Any,
+    >;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(failsafe::Error::Inner)
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        self.breaker.call(self.inner.call(req))
+    }
+}
+
+/// recloser 1.4's `AsyncRecloser` wrapped as a tower service.
+#[derive(Clone)]
+struct Recloser<S> {
+    inner: S,
+    breaker: recloser::AsyncRecloser,
+}
+
+impl<S> Service<Req> for Recloser<S>
+where
+    S: Service<Req>,
+{
+    type Response = S::Response;
+    type Error = recloser::Error<S::Error>;
+    type Future = recloser::RecloserFuture<S::Future, recloser::AnyError>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(recloser::Error::Inner)
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        self.breaker.call(self.inner.call(req))
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Driving calls by hand.
+
+/// Whether a call ended in `Ok`.
+#[inline(always)]
+fn drive<S>(svc: &mut S, cx: &mut Context<'_>, rt: &Runtime, waited: &mut bool) -> bool
+where
+    S: Service<Req>,
+{
+    let ready = match svc.poll_ready(cx) {
+        Poll::Ready(r) => r,
+        Poll::Pending => {
+            *waited = true;
+            rt.block_on(poll_fn(|cx| svc.poll_ready(cx)))
+        }
+    };
+    if let Err(e) = ready {
+        black_box(e);
+        return false;
+    }
+    let mut fut = pin!(svc.call(black_box(Request::new(()))));
+    let out = match fut.as_mut().poll(cx) {
+        Poll::Ready(out) => out,
+        Poll::Pending => {
+            *waited = true;
+            rt.block_on(fut.as_mut())
+        }
+    };
+    let ok = out.is_ok();
+    drop(black_box(out));
+    ok
+}
+
+/// One measured path of one configuration, type-erased.
+trait Subject {
+    /// Runs `n` calls; returns the elapsed time.
+    fn batch(&mut self, rt: &Runtime, n: u64) -> Duration;
+    /// One call; whether it was `Ok`.
+    fn once(&mut self, rt: &Runtime) -> bool;
+    /// Whether some call did not complete synchronously.
+    fn waited(&self) -> bool;
+    /// Calls per second with `tasks` tasks on `mt`, through clones of a fresh instance.
+    fn contended(
+        &self,
+        mt: &Runtime,
+        tasks: usize,
+        warm: Duration,
+        measure: Duration,
+    ) -> Option<f64>;
+}
+
+type Build<S> = Arc<dyn Fn() -> S>;
+
+struct Case<S> {
+    svc: S,
+    /// In-flight calls (and whatever else) that keep a bulkhead full.
+    _keep: Vec<Box<dyn Any>>,
+    waited: bool,
+    /// Builds a fresh instance for the contended phase (main paths only).
+    fresh: Option<Build<S>>,
+}
+
+impl<S> Subject for Case<S>
+where
+    S: Service<Req> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Response: Send + 'static,
+    S::Error: Send + 'static,
+{
+    fn batch(&mut self, rt: &Runtime, n: u64) -> Duration {
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut waited = false;
+        let start = Instant::now();
+        for _ in 0..n {
+            black_box(drive(&mut self.svc, &mut cx, rt, &mut waited));
+        }
+        let elapsed = start.elapsed();
+        self.waited |= waited;
+        elapsed
+    }
+
+    fn once(&mut self, rt: &Runtime) -> bool {
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut waited = false;
+        let ok = drive(&mut self.svc, &mut cx, rt, &mut waited);
+        self.waited |= waited;
+        ok
+    }
+
+    fn waited(&self) -> bool {
+        self.waited
+    }
+
+    fn contended(
+        &self,
+        mt: &Runtime,
+        tasks: usize,
+        warm: Duration,
+        measure: Duration,
+    ) -> Option<f64> {
+        let fresh = self.fresh.as_ref()?;
+        let svc = {
+            let _g = mt.enter();
+            fresh()
+        };
+        Some(contended(&svc, mt, tasks, warm, measure))
+    }
+}
+
+const WAITING: u8 = 0;
+const WARMING: u8 = 1;
+const MEASURING: u8 = 2;
+const STOPPED: u8 = 3;
+
+fn contended<S>(svc: &S, mt: &Runtime, tasks: usize, warm: Duration, measure: Duration) -> f64
+where
+    S: Service<Req> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Response: Send + 'static,
+    S::Error: Send + 'static,
+{
+    let phase = Arc::new(AtomicU8::new(WAITING));
+    let handles: Vec<_> = (0..tasks)
+        .map(|_| {
+            let mut svc = svc.clone();
+            let phase = Arc::clone(&phase);
+            mt.spawn(async move {
+                while phase.load(Ordering::Acquire) == WAITING {
+                    tokio::task::yield_now().await;
+                }
+                let mut seen = WARMING;
+                let mut calls = 0u64;
+                loop {
+                    let now = phase.load(Ordering::Relaxed);
+                    if now != seen {
+                        if now == STOPPED {
+                            break;
+                        }
+                        seen = now;
+                        calls = 0;
+                    }
+                    if let Ok(ready) = svc.ready().await {
+                        black_box(ready.call(Request::new(())).await.is_ok());
+                    }
+                    calls += 1;
+                }
+                // A task that never ran while measuring reports nothing.
+                if seen == MEASURING {
+                    calls
+                } else {
+                    0
+                }
+            })
+        })
+        .collect();
+    phase.store(WARMING, Ordering::Release);
+    std::thread::sleep(warm);
+    phase.store(MEASURING, Ordering::Release);
+    let start = Instant::now();
+    std::thread::sleep(measure);
+    phase.store(STOPPED, Ordering::Release);
+    let elapsed = start.elapsed();
+    let total: u64 = mt.block_on(async {
+        let mut total = 0;
+        for h in handles {
+            total += h.await.expect("bench task panicked");
+        }
+        total
+    });
+    total as f64 / elapsed.as_secs_f64()
+}
+
+// ---------------------------------------------------------------------------------
+// Rows of the table.
+
+/// What the second-path figure is.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Path {
+    Open,
+    Full,
+    Served,
+}
+
+impl Path {
+    fn label(self) -> &'static str {
+        match self {
+            Path::Open => "open",
+            Path::Full => "full",
+            Path::Served => "serving the fallback",
+        }
+    }
+}
+
+/// Stable identifiers used by the ratio section.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Id {
+    Bare,
+    TowerLimit,
+    TowerShed,
+    TrBreaker,
+    TrBulkhead,
+    TrFallback,
+    Failsafe,
+    Recloser,
+    Deadline,
+    Other,
+}
+
+struct Second {
+    path: Path,
+    subject: Box<dyn Subject>,
+    /// Expected outcome of each call on this path.
+    expect_ok: bool,
+    /// Whether the inner service must not be reached (checked with `INNER_POLLS`).
+    inner_untouched: bool,
+    samples: Vec<f64>,
+    allocs: Option<f64>,
+}
+
+struct Row {
+    id: Id,
+    label: String,
+    main: Box<dyn Subject>,
+    samples: Vec<f64>,
+    contended: Vec<f64>,
+    allocs: Option<f64>,
+    heap: Option<i64>,
+    heap_of: Box<dyn Fn(&Runtime) -> i64>,
+    second: Option<Second>,
+    /// Calls per batch, calibrated in warm-up.
+    batch: u64,
+    second_batch: u64,
+}
+
+/// Live heap of one instance: built and called once, measured while alive. A first
+/// instance is built and called uncounted so that process-wide lazy state (tracing
+/// callsites, epoch collectors, metrics registration) is not charged to it.
+fn heap_of<S>(rt: &Runtime, build: &dyn Fn() -> S) -> i64
+where
+    S: Service<Req>,
+{
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut waited = false;
+    let mut first = build();
+    drive(&mut first, &mut cx, rt, &mut waited);
+    let (instance, _, live) = counted(|| {
+        let mut s = build();
+        drive(&mut s, &mut cx, rt, &mut waited);
+        s
+    });
+    drop(instance);
+    live
+}
+
+impl Row {
+    fn new<S, F>(id: Id, label: impl Into<String>, build: F) -> Row
+    where
+        S: Service<Req> + Clone + Send + 'static,
+        S::Future: Send + 'static,
+        S::Response: Send + 'static,
+        S::Error: Send + 'static,
+        F: Fn() -> S + 'static,
+    {
+        let build: Build<S> = Arc::new(build);
+        let b2 = Arc::clone(&build);
+        Row {
+            id,
+            label: label.into(),
+            main: Box::new(Case {
+                svc: build(),
+                _keep: Vec::new(),
+                waited: false,
+                fresh: Some(Arc::clone(&build)),
+            }),
+            samples: Vec::new(),
+            contended: Vec::new(),
+            allocs: None,
+            heap: None,
+            heap_of: Box::new(move |rt| heap_of(rt, &*b2)),
+            second: None,
+            batch: 1,
+            second_batch: 1,
+        }
+    }
+
+    /// Adds the second path, on an instance already put in that state.
+    fn second<S>(mut self, path: Path, expect_ok: bool, prepared: Prepared<S>) -> Row
+    where
+        S: Service<Req> + Clone + Send + 'static,
+        S::Future: Send + 'static,
+        S::Response: Send + 'static,
+        S::Error: Send + 'static,
+    {
+        self.second = Some(Second {
+            path,
+            subject: Box::new(Case {
+                svc: prepared.svc,
+                _keep: prepared.keep,
+                waited: false,
+                fresh: None,
+            }),
+            expect_ok,
+            inner_untouched: path == Path::Open,
+            samples: Vec::new(),
+            allocs: None,
+        });
+        self
+    }
+}
+
+/// A service put in a state (open, full) with whatever keeps it there.
+struct Prepared<S> {
+    svc: S,
+    keep: Vec<Box<dyn Any>>,
+}
+
+impl<S> Prepared<S> {
+    fn plain(svc: S) -> Self {
+        Prepared {
+            svc,
+            keep: Vec::new(),
+        }
+    }
+}
+
+/// Calls `svc` (whose inner is [`counted_fail_inner`]) until a call no longer
+/// reaches the inner service: the breaker is open.
+fn trip<S>(rt: &Runtime, mut svc: S) -> Prepared<S>
+where
+    S: Service<Req>,
+{
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut waited = false;
+    for _ in 0..10_000 {
+        let before = INNER_POLLS.load(Ordering::Relaxed);
+        drive(&mut svc, &mut cx, rt, &mut waited);
+        if INNER_POLLS.load(Ordering::Relaxed) == before {
+            return Prepared::plain(svc);
+        }
+    }
+    panic!("breaker did not open after 10000 failures");
+}
+
+/// Starts `n` calls through clones of `svc` (whose inner never completes) and keeps
+/// them in flight: the bulkhead or limit is full.
+fn fill<S>(svc: S, n: usize) -> Prepared<S>
+where
+    S: Service<Req> + Clone + 'static,
+    S::Future: 'static,
+{
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut keep: Vec<Box<dyn Any>> = Vec::new();
+    for _ in 0..n {
+        let mut holder = svc.clone();
+        match holder.poll_ready(&mut cx) {
+            Poll::Ready(Ok(())) => {}
+            _ => panic!("could not start a call to fill the bulkhead"),
+        }
+        let mut fut = Box::pin(holder.call(Request::new(())));
+        assert!(
+            fut.as_mut().poll(&mut cx).is_pending(),
+            "a filling call completed"
+        );
+        keep.push(Box::new(holder));
+        keep.push(Box::new(fut));
+    }
+    Prepared { svc, keep }
+}
+
+// ---------------------------------------------------------------------------------
+// The subjects.
+
+fn rows(rt: &Runtime) -> Vec<Row> {
+    use seawall::core::DeadlineLayer;
+    use tower_resilience::bulkhead::BulkheadLayer as TrBulkheadLayer;
+    use tower_resilience::circuitbreaker::CircuitBreakerLayer as TrBreakerLayer;
+    use tower_resilience::fallback::FallbackLayer as TrFallbackLayer;
+
+    let hour = Duration::from_secs(3600);
+    let mut rows = Vec::new();
+
+    rows.push(Row::new(Id::Bare, "bare service_fn", ok_inner));
+
+    rows.push(Row::new(
+        Id::TowerLimit,
+        "tower ConcurrencyLimit(100)",
+        || {
+            ServiceBuilder::new()
+                .concurrency_limit(100)
+                .service(ok_inner())
+        },
+    ));
+
+    rows.push(
+        Row::new(
+            Id::TowerShed,
+            "tower LoadShed + ConcurrencyLimit(100)",
+            || {
+                ServiceBuilder::new()
+                    .load_shed()
+                    .concurrency_limit(100)
+                    .service(ok_inner())
+            },
+        )
+        .second(
+            Path::Full,
+            false,
+            fill(
+                ServiceBuilder::new()
+                    .load_shed()
+                    .concurrency_limit(1)
+                    .service(pending_inner()),
+                1,
+            ),
+        ),
+    );
+
+    rows.push(
+        Row::new(
+            Id::TrBreaker,
+            "tower-resilience 0.13 CircuitBreaker (count window 100)",
+            || {
+                TrBreakerLayer::builder()
+                    .sliding_window_size(100)
+                    .build()
+                    .expect("valid config")
+                    .layer(ok_inner())
+            },
+        )
+        .second(
+            Path::Open,
+            false,
+            trip(
+                rt,
+                TrBreakerLayer::builder()
+                    .sliding_window_size(100)
+                    .minimum_number_of_calls(100)
+                    .wait_duration_in_open(hour)
+                    .build()
+                    .expect("valid config")
+                    .layer(counted_fail_inner()),
+            ),
+        ),
+    );
+
+    rows.push(
+        Row::new(
+            Id::TrBulkhead,
+            "tower-resilience 0.13 Bulkhead(100), reject when full",
+            || {
+                TrBulkheadLayer::builder()
+                    .max_concurrent_calls(100)
+                    .reject_when_full()
+                    .build()
+                    .expect("valid config")
+                    .layer(ok_inner())
+            },
+        )
+        .second(
+            Path::Full,
+            false,
+            fill(
+                TrBulkheadLayer::builder()
+                    .max_concurrent_calls(1)
+                    .reject_when_full()
+                    .build()
+                    .expect("valid config")
+                    .layer(pending_inner()),
+                1,
+            ),
+        ),
+    );
+
+    rows.push(
+        Row::new(
+            Id::TrFallback,
+            "tower-resilience 0.13 Fallback (value)",
+            || TrFallbackLayer::<Req, Res, Infallible>::value(Response::new(())).layer(ok_inner()),
+        )
+        .second(
+            Path::Served,
+            true,
+            Prepared::plain(
+                TrFallbackLayer::<Req, Res, Fail>::value(Response::new(())).layer(fail_inner()),
+            ),
+        ),
+    );
+
+    rows.push(
+        Row::new(
+            Id::Failsafe,
+            "failsafe 1.3 CircuitBreaker (default policy)",
+            || Failsafe {
+                inner: ok_inner(),
+                breaker: failsafe::Config::new().build(),
+            },
+        )
+        .second(
+            Path::Open,
+            false,
+            trip(
+                rt,
+                Failsafe {
+                    inner: counted_fail_inner(),
+                    breaker: failsafe::Config::new()
+                        .failure_policy(failsafe::failure_policy::consecutive_failures(
+                            5,
+                            failsafe::backoff::constant(hour),
+                        ))
+                        .build(),
+                },
+            ),
+        ),
+    );
+
+    rows.push(
+        Row::new(
+            Id::Recloser,
+            "recloser 1.4 AsyncRecloser (ring 100)",
+            || Recloser {
+                inner: ok_inner(),
+                breaker: recloser::Recloser::custom().closed_len(100).build().into(),
+            },
+        )
+        .second(
+            Path::Open,
+            false,
+            trip(
+                rt,
+                Recloser {
+                    inner: counted_fail_inner(),
+                    breaker: recloser::Recloser::custom()
+                        .closed_len(100)
+                        .open_wait(hour)
+                        .build()
+                        .into(),
+                },
+            ),
+        ),
+    );
+
+    rows.push(Row::new(
+        Id::Deadline,
+        "seawall DeadlineLayer(300 ms)",
+        || {
+            DeadlineLayer::new(Duration::from_millis(300))
+                .expect("valid budget")
+                .layer(ok_inner())
+        },
+    ));
+
+    rows
+}
+
+// ---------------------------------------------------------------------------------
+// Measuring.
+
+struct Options {
+    rounds: usize,
+    runs: usize,
+    warm: Duration,
+    measure: Duration,
+    tasks: usize,
+    filter: Option<String>,
+    quick: bool,
+}
+
+fn options() -> Options {
+    let mut o = Options {
+        rounds: 400,
+        runs: 5,
+        warm: Duration::from_millis(30),
+        measure: Duration::from_millis(250),
+        tasks: 64,
+        filter: None,
+        quick: false,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--quick" => {
+                o.quick = true;
+                o.rounds = 40;
+                o.runs = 3;
+                o.warm = Duration::from_millis(10);
+                o.measure = Duration::from_millis(60);
+            }
+            "--rounds" => {
+                o.rounds = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .expect("--rounds N")
+            }
+            "--runs" => o.runs = args.next().and_then(|v| v.parse().ok()).expect("--runs N"),
+            "--measure-ms" => {
+                o.measure = Duration::from_millis(
+                    args.next()
+                        .and_then(|v| v.parse().ok())
+                        .expect("--measure-ms N"),
+                )
+            }
+            // cargo passes `--bench`; other flags are ignored too.
+            s if s.starts_with('-') => {}
+            s => o.filter = Some(s.to_owned()),
+        }
+    }
+    o.rounds = o.rounds.max(3);
+    o.runs = o.runs.max(3);
+    o
+}
+
+/// Calls per batch so that one batch lasts about `target`.
+fn calibrate(s: &mut dyn Subject, rt: &Runtime, target: Duration) -> u64 {
+    let mut n = 1u64;
+    loop {
+        let t = s.batch(rt, n);
+        if t >= target || n >= 1 << 16 {
+            return n;
+        }
+        n *= 2;
+    }
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn min_max(v: &[f64]) -> (f64, f64) {
+    v.iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| {
+            (lo.min(x), hi.max(x))
+        })
+}
+
+fn measure(rows: &mut [Row], rt: &Runtime, mt: &Runtime, o: &Options) {
+    let target = Duration::from_micros(40);
+    // Warm-up, calibration and a check that each path does what its label says.
+    for row in rows.iter_mut() {
+        row.batch = calibrate(row.main.as_mut(), rt, target);
+        assert!(
+            row.main.once(rt),
+            "{}: the admitted path did not answer Ok",
+            row.label
+        );
+        if let Some(second) = row.second.as_mut() {
+            second.subject.batch(rt, 16);
+            let before = INNER_POLLS.load(Ordering::Relaxed);
+            assert_eq!(
+                second.subject.once(rt),
+                second.expect_ok,
+                "{}: {:?} path",
+                row.label,
+                second.path
+            );
+            if second.inner_untouched {
+                assert_eq!(
+                    INNER_POLLS.load(Ordering::Relaxed),
+                    before,
+                    "{}: open breaker reached the inner service",
+                    row.label
+                );
+            }
+            row.second_batch = calibrate(second.subject.as_mut(), rt, target);
+        }
+    }
+
+    // Single task, interleaved rounds in rotating order.
+    let mut order: Vec<(usize, bool)> = Vec::new();
+    for (i, row) in rows.iter().enumerate() {
+        order.push((i, false));
+        if row.second.is_some() {
+            order.push((i, true));
+        }
+    }
+    for round in 0..o.rounds {
+        let k = order.len();
+        for j in 0..k {
+            let (i, second) = order[(round + j) % k];
+            let row = &mut rows[i];
+            if second {
+                let n = row.second_batch;
+                let s = row.second.as_mut().expect("second path");
+                let t = s.subject.batch(rt, n);
+                s.samples.push(t.as_nanos() as f64 / n as f64);
+            } else {
+                let n = row.batch;
+                let t = row.main.batch(rt, n);
+                row.samples.push(t.as_nanos() as f64 / n as f64);
+            }
+        }
+    }
+
+    // Allocations per call and heap per instance.
+    for row in rows.iter_mut() {
+        let n = row.batch.clamp(16, 4096);
+        let (_, allocs, _) = counted(|| row.main.batch(rt, n));
+        row.allocs = Some(allocs as f64 / n as f64);
+        row.heap = Some((row.heap_of)(rt));
+        if let Some(s) = row.second.as_mut() {
+            let n = row.second_batch.clamp(16, 4096);
+            let (_, allocs, _) = counted(|| s.subject.batch(rt, n));
+            s.allocs = Some(allocs as f64 / n as f64);
+        }
+    }
+
+    // Contended throughput: interleaved runs.
+    for run in 0..o.runs {
+        let k = rows.len();
+        for j in 0..k {
+            let i = (run + j) % k;
+            let row = &mut rows[i];
+            if let Some(v) = row.main.contended(mt, o.tasks, o.warm, o.measure) {
+                row.contended.push(v);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Printing.
+
+fn fmt_ns(x: f64) -> String {
+    if x.abs() < 10.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.0}")
+    }
+}
+
+fn fmt_added(x: f64) -> String {
+    let s = fmt_ns(x);
+    if x >= 0.0 {
+        format!("+{s}")
+    } else {
+        s
+    }
+}
+
+fn fmt_rate(x: f64) -> String {
+    if x >= 100e6 {
+        format!("{:.0} M", x / 1e6)
+    } else if x >= 1e6 {
+        format!("{:.1} M", x / 1e6)
+    } else {
+        format!("{:.0} k", x / 1e3)
+    }
+}
+
+fn fmt_allocs(x: f64) -> String {
+    if (x - x.round()).abs() < 0.01 {
+        format!("{}", x.round())
+    } else {
+        format!("{x:.2}")
+    }
+}
+
+fn fmt_time(t: Duration) -> String {
+    let ns = t.as_nanos() as f64;
+    if ns >= 1e6 {
+        format!("≈{:.1} ms", ns / 1e6)
+    } else if ns >= 1e3 {
+        format!("≈{:.1} µs", ns / 1e3)
+    } else {
+        fmt_ns(ns)
+    }
+}
+
+/// YYYY-MM-DD (UTC) from the system clock.
+fn today() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    // Howard Hinnant's civil_from_days.
+    let z = (secs / 86_400) as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".to_owned())
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|| "?".to_owned())
+}
+
+struct Figures {
+    bare: f64,
+}
+
+impl Figures {
+    fn added(&self, row: &Row) -> f64 {
+        median(&row.samples) - self.bare
+    }
+
+    fn second(&self, row: &Row) -> Option<f64> {
+        row.second.as_ref().map(|s| median(&s.samples) - self.bare)
+    }
+}
+
+fn print_table(rows: &[Row], o: &Options, load_before: &str) {
+    let bare = rows
+        .iter()
+        .find(|r| r.id == Id::Bare)
+        .map(|r| median(&r.samples))
+        .unwrap_or(0.0);
+    let f = Figures { bare };
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    println!();
+    println!(
+        "Measured {} on {} ({} cores), load average {} before / {} after; {} single-task rounds, {} contended runs of {} ms{}.",
+        today(),
+        cpu_model(),
+        cores,
+        load_before,
+        loadavg(),
+        o.rounds,
+        o.runs,
+        o.measure.as_millis(),
+        if o.quick { " (--quick: indicative only)" } else { "" },
+    );
+    println!();
+    println!(
+        "| configuration | +ns/call closed/admitted (1 task) | calls/s, {} tasks on 2 workers, one shared instance (median, min–max of {} runs) | +ns on the second path | allocs per call | heap B per instance |",
+        o.tasks, o.runs
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
+    for row in rows {
+        let added = if row.id == Id::Bare {
+            format!("+0 ({} ns)", fmt_ns(bare))
+        } else {
+            fmt_added(f.added(row))
+        };
+        let added = if row.main.waited() {
+            format!("{added} (waits)")
+        } else {
+            added
+        };
+        let rate = if row.contended.is_empty() {
+            "–".to_owned()
+        } else {
+            let (lo, hi) = min_max(&row.contended);
+            format!(
+                "{} ({}–{})",
+                fmt_rate(median(&row.contended)),
+                fmt_rate(lo),
+                fmt_rate(hi)
+            )
+        };
+        let second = match &row.second {
+            None => "–".to_owned(),
+            Some(s) => {
+                let v = f.second(row).unwrap_or(f64::NAN);
+                if s.subject.waited() {
+                    format!(
+                        "{} ({}: waits for a timer tick)",
+                        fmt_time(Duration::from_nanos(v.max(0.0) as u64)),
+                        s.path.label()
+                    )
+                } else {
+                    format!("{} ({})", fmt_ns(v), s.path.label())
+                }
+            }
+        };
+        let allocs = match (&row.allocs, row.second.as_ref().and_then(|s| s.allocs)) {
+            (Some(a), Some(b)) => format!("{} / {}", fmt_allocs(*a), fmt_allocs(b)),
+            (Some(a), None) => fmt_allocs(*a),
+            _ => "?".to_owned(),
+        };
+        let heap = row
+            .heap
+            .map(|h| h.to_string())
+            .unwrap_or_else(|| "?".to_owned());
+        println!(
+            "| {} | {} | {} | {} | {} | {} |",
+            row.label, added, rate, second, allocs, heap
+        );
+    }
+    println!();
+    println!(
+        "\"+ns\" is the median per-call time minus the bare service's ({} ns), futures driven by hand; \
+         allocs per call are given as closed/admitted path / second path.",
+        fmt_ns(bare)
+    );
+    print_ratios(rows, &f);
+}
+
+fn find(rows: &[Row], id: Id) -> Option<&Row> {
+    rows.iter().find(|r| r.id == id)
+}
+
+/// Per-run ratio of contended throughput `a / b`: median and spread.
+fn contended_ratio(a: &Row, b: &Row) -> Option<(f64, f64, f64)> {
+    let ratios: Vec<f64> = a
+        .contended
+        .iter()
+        .zip(&b.contended)
+        .map(|(x, y)| x / y)
+        .collect();
+    if ratios.is_empty() {
+        return None;
+    }
+    let (lo, hi) = min_max(&ratios);
+    Some((median(&ratios), lo, hi))
+}
+
+fn print_ratios(rows: &[Row], f: &Figures) {
+    println!();
+    println!("Peers in the same run, for reference:");
+    println!();
+    if let (Some(tr), Some(rc), Some(fs)) = (
+        find(rows, Id::TrBreaker),
+        find(rows, Id::Recloser),
+        find(rows, Id::Failsafe),
+    ) {
+        let best = [tr, rc, fs]
+            .into_iter()
+            .max_by(|a, b| median(&a.contended).total_cmp(&median(&b.contended)))
+            .expect("three breakers");
+        println!(
+            "- breakers, closed: tower-resilience {} ns, failsafe {} ns, recloser {} ns; best contended: {} ({})",
+            fmt_added(f.added(tr)),
+            fmt_added(f.added(fs)),
+            fmt_added(f.added(rc)),
+            best.label,
+            fmt_rate(median(&best.contended)),
+        );
+    }
+    if let Some(limit) = find(rows, Id::TowerLimit) {
+        println!(
+            "- tower ConcurrencyLimit(100): {} ns, {} calls/s contended",
+            fmt_added(f.added(limit)),
+            fmt_rate(median(&limit.contended))
+        );
+    }
+    if let Some(fb) = find(rows, Id::TrFallback) {
+        println!(
+            "- tower-resilience Fallback: primary ok {} ns, serving the value {} ns",
+            fmt_added(f.added(fb)),
+            f.second(fb).map(fmt_ns).unwrap_or_default()
+        );
+    }
+    if let (Some(d), Some(tr)) = (find(rows, Id::Deadline), find(rows, Id::TrBreaker)) {
+        println!(
+            "- seawall DeadlineLayer alone: {} ns ({:.2}× a tower-resilience breaker)",
+            fmt_added(f.added(d)),
+            f.added(d) / f.added(tr)
+        );
+    }
+    if let (Some(a), Some(b)) = (find(rows, Id::TowerShed), find(rows, Id::TowerLimit)) {
+        if let Some((m, lo, hi)) = contended_ratio(a, b) {
+            println!("- LoadShed+ConcurrencyLimit vs ConcurrencyLimit contended: {m:.2}× ({lo:.2}–{hi:.2}) per run");
+        }
+    }
+    let _ = (Id::TrBulkhead, Id::Other);
+}
+
+fn main() {
+    let o = options();
+    let load_before = loadavg();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("current-thread runtime");
+    let mt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .expect("multi-thread runtime");
+    let _guard = rt.enter();
+
+    let mut rows = rows(&rt);
+    if let Some(filter) = &o.filter {
+        rows.retain(|r| r.id == Id::Bare || r.label.contains(filter.as_str()));
+    }
+    let started = Instant::now();
+    measure(&mut rows, &rt, &mt, &o);
+    print_table(&rows, &o, &load_before);
+    eprintln!("(took {:.1} s)", started.elapsed().as_secs_f64());
+}
