@@ -1,0 +1,236 @@
+//! The bulkhead's configuration and its builder.
+
+use std::time::Duration;
+
+use seawall_core::{check_nonzero_duration, check_positive, ConfigError, Name};
+
+use crate::layer::BulkheadLayer;
+use crate::machine::MAX_LIMIT;
+
+/// The limits of one bulkhead. `Default` is the seed's proposal: 8 active calls,
+/// 10 waiting, 20 ms in the queue at most.
+///
+/// **The limits are per instance.** A bulkhead counts the calls of one process:
+/// three instances of a service, each with `max_concurrent = 8`, allow up to 24
+/// concurrent calls to the supplier, not 8. Size it as "what one instance may
+/// take", and divide the supplier's capacity by the number of instances.
+///
+/// Every service built from one [`BulkheadLayer`] (and every clone of them) shares
+/// the same bulkhead; build one layer per dependency to keep their capacity apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+pub struct BulkheadConfig {
+    /// Calls allowed in the inner service at once (at least 1).
+    pub max_concurrent: usize,
+    /// Calls allowed to wait for a slot (0: none wait, a busy bulkhead rejects at once).
+    pub max_queue: usize,
+    /// The longest a call waits for a slot. A request's
+    /// [`Deadline`](seawall_core::Deadline) shortens it when less remains.
+    #[cfg_attr(feature = "serde", serde(with = "seawall_core::duration_format"))]
+    pub max_wait: Duration,
+}
+
+impl Default for BulkheadConfig {
+    fn default() -> Self {
+        Self {
+            max_concurrent: 8,
+            max_queue: 10,
+            max_wait: Duration::from_millis(20),
+        }
+    }
+}
+
+impl BulkheadConfig {
+    /// Checks every field, naming the first one at fault.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        check_positive("max_concurrent", self.max_concurrent)?;
+        if self.max_concurrent > MAX_LIMIT {
+            return Err(ConfigError::new(
+                "max_concurrent",
+                format!("must be at most {MAX_LIMIT}"),
+            ));
+        }
+        if self.max_queue > MAX_LIMIT {
+            return Err(ConfigError::new(
+                "max_queue",
+                format!("must be at most {MAX_LIMIT}"),
+            ));
+        }
+        check_nonzero_duration("max_wait", self.max_wait)?;
+        Ok(())
+    }
+}
+
+/// Builds a [`BulkheadLayer`]; see [`BulkheadLayer::builder`].
+#[derive(Debug, Clone)]
+pub struct BulkheadBuilder {
+    pub(crate) name: Name,
+    pub(crate) config: BulkheadConfig,
+    pub(crate) permit_in_extensions: bool,
+}
+
+impl BulkheadBuilder {
+    pub(crate) fn new(name: Name) -> Self {
+        Self {
+            name,
+            config: BulkheadConfig::default(),
+            permit_in_extensions: false,
+        }
+    }
+
+    /// Calls allowed in the inner service at once (default 8, per instance).
+    #[must_use]
+    pub fn max_concurrent(mut self, n: usize) -> Self {
+        self.config.max_concurrent = n;
+        self
+    }
+
+    /// Calls allowed to wait for a slot (default 10; 0 rejects at once when busy).
+    #[must_use]
+    pub fn max_queue(mut self, n: usize) -> Self {
+        self.config.max_queue = n;
+        self
+    }
+
+    /// The longest a call waits for a slot (default 20 ms), shortened by the
+    /// request's remaining deadline.
+    #[must_use]
+    pub fn max_wait(mut self, d: Duration) -> Self {
+        self.config.max_wait = d;
+        self
+    }
+
+    /// Replaces all limits at once.
+    #[must_use]
+    pub fn config(mut self, config: BulkheadConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Puts a [`PermitHandle`](crate::PermitHandle) in each admitted request's
+    /// extensions, so a handler that moves work into a spawned task can keep the
+    /// slot until that work ends (off by default; when on, each admitted call
+    /// allocates one shared permit).
+    #[must_use]
+    pub fn permit_in_extensions(mut self, yes: bool) -> Self {
+        self.permit_in_extensions = yes;
+        self
+    }
+
+    /// Validates the configuration and creates the layer and its shared state.
+    pub fn build(self) -> Result<BulkheadLayer, ConfigError> {
+        self.config.validate()?;
+        Ok(BulkheadLayer::from_builder(self))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_seed_numbers() {
+        let c = BulkheadConfig::default();
+        assert_eq!(
+            (c.max_concurrent, c.max_queue, c.max_wait),
+            (8, 10, Duration::from_millis(20))
+        );
+        assert!(c.validate().is_ok());
+    }
+
+    #[test]
+    fn invalid_fields_are_named() {
+        let bad = |c: BulkheadConfig| c.validate().unwrap_err().field().to_owned();
+        let base = BulkheadConfig::default();
+        assert_eq!(
+            bad(BulkheadConfig {
+                max_concurrent: 0,
+                ..base
+            }),
+            "max_concurrent"
+        );
+        assert_eq!(
+            bad(BulkheadConfig {
+                max_concurrent: MAX_LIMIT + 1,
+                ..base
+            }),
+            "max_concurrent"
+        );
+        assert_eq!(
+            bad(BulkheadConfig {
+                max_queue: MAX_LIMIT + 1,
+                ..base
+            }),
+            "max_queue"
+        );
+        assert_eq!(
+            bad(BulkheadConfig {
+                max_wait: Duration::ZERO,
+                ..base
+            }),
+            "max_wait"
+        );
+        let no_queue = BulkheadConfig {
+            max_queue: 0,
+            ..base
+        };
+        assert!(no_queue.validate().is_ok());
+    }
+
+    #[cfg(feature = "serde")]
+    #[test]
+    fn deserialises_with_readable_durations_and_rejects_unknown_fields() {
+        let c = from_fields(&[("max_concurrent", V::N(4)), ("max_wait", V::S("50ms"))]).unwrap();
+        assert_eq!(c.max_concurrent, 4);
+        assert_eq!(c.max_queue, 10);
+        assert_eq!(c.max_wait, Duration::from_millis(50));
+        assert!(from_fields(&[("max_concurent", V::N(4))]).is_err());
+        assert!(from_fields(&[("max_wait", V::S("50"))]).is_err());
+    }
+
+    /// A field value for [`from_fields`] (the workspace has no JSON crate).
+    #[cfg(feature = "serde")]
+    #[derive(Clone, Copy)]
+    enum V {
+        S(&'static str),
+        N(u64),
+    }
+
+    #[cfg(feature = "serde")]
+    impl<'de> serde::de::IntoDeserializer<'de, serde::de::value::Error> for V {
+        type Deserializer = V;
+        fn into_deserializer(self) -> V {
+            self
+        }
+    }
+
+    #[cfg(feature = "serde")]
+    impl<'de> serde::Deserializer<'de> for V {
+        type Error = serde::de::value::Error;
+        fn deserialize_any<Vis: serde::de::Visitor<'de>>(
+            self,
+            v: Vis,
+        ) -> Result<Vis::Value, Self::Error> {
+            match self {
+                V::S(s) => v.visit_str(s),
+                V::N(n) => v.visit_u64(n),
+            }
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+            bytes byte_buf option unit unit_struct newtype_struct seq tuple
+            tuple_struct map struct enum identifier ignored_any
+        }
+    }
+
+    #[cfg(feature = "serde")]
+    fn from_fields(
+        fields: &[(&'static str, V)],
+    ) -> Result<BulkheadConfig, serde::de::value::Error> {
+        use serde::Deserialize;
+        BulkheadConfig::deserialize(serde::de::value::MapDeserializer::new(
+            fields.iter().copied(),
+        ))
+    }
+}

@@ -1,0 +1,300 @@
+//! The response future: waits for a slot, drives the inner service, holds the permit.
+
+use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use pin_project_lite::pin_project;
+use seawall_core::{deadline_of, BoxError, BulkheadFull, BulkheadTimeout, HasExtensions};
+use tokio::time::{Instant, Sleep};
+use tower_service::Service;
+
+use crate::hold::Hold;
+use crate::machine::{Enqueued, Leave, Left, WaiterId};
+use crate::permit::Permit;
+use crate::state::Shared;
+
+pin_project! {
+    /// The response future of [`Bulkhead`](crate::Bulkhead) and
+    /// [`KeyedBulkhead`](crate::KeyedBulkhead).
+    ///
+    /// It resolves to [`BulkheadFull`] on its first poll when the bulkhead was full
+    /// at call time; otherwise it waits in line for a slot (at most `max_wait` or
+    /// what remains of the request's deadline, then [`BulkheadTimeout`]), drives
+    /// its own clone of the inner service to readiness, calls it, and holds the
+    /// slot until the inner future completes or this future is dropped.
+    pub struct ResponseFuture<S, Req, H>
+    where
+        S: Service<Req>,
+    {
+        #[pin]
+        phase: Phase<S, Req, S::Future>,
+        _hold: PhantomData<fn() -> H>,
+    }
+}
+
+pin_project! {
+    #[project = PhaseProj]
+    #[project_replace = PhaseOwned]
+    enum Phase<S, Req, F> {
+        // Turned away at call time; the error is handed out on the first poll.
+        Rejected { error: Option<BoxError> },
+        // In line for a slot.
+        Waiting { waiter: Waiter, svc: S, req: Req },
+        // Holding a slot; driving the clone of the inner service to readiness.
+        Ready { permit: Permit, svc: S, req: Req },
+        // Holding a slot; the inner service has the call.
+        Calling { #[pin] future: F, permit: Permit },
+        Done,
+    }
+}
+
+/// A place in the line. Dropping it leaves the line (or frees the slot it was given).
+struct Waiter {
+    id: WaiterId,
+    shared: Option<Arc<Shared>>,
+    enqueued_at: Instant,
+    sleep: Pin<Box<Sleep>>,
+}
+
+impl Waiter {
+    fn poll_slot(&mut self, cx: &mut Context<'_>) -> Poll<Result<Permit, BoxError>> {
+        let Some(shared) = &self.shared else {
+            return Poll::Ready(Err(polled_after_completion()));
+        };
+        if !shared.machine.poll_waiter(self.id, cx.waker()) {
+            if self.sleep.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            // Timed out, unless a slot arrived together with the timer: then take it.
+            if shared.machine.leave(self.id, Leave::TimedOut) == Left::Removed {
+                let waited = Instant::now().saturating_duration_since(self.enqueued_at);
+                shared.telemetry.dequeued();
+                shared.telemetry.rejected_timeout(&shared.name, waited);
+                let error = BulkheadTimeout::new(shared.name.clone(), waited);
+                self.shared = None;
+                return Poll::Ready(Err(Box::new(error)));
+            }
+        }
+        // A slot was handed to this waiter: turn it into a permit, recording the wait.
+        Poll::Ready(match self.shared.take() {
+            Some(shared) => {
+                let waited = Instant::now().saturating_duration_since(self.enqueued_at);
+                shared.machine.count_queued_admission(waited);
+                shared.telemetry.dequeued();
+                shared.telemetry.admitted(waited);
+                Ok(Permit::new(shared))
+            }
+            None => Err(polled_after_completion()),
+        })
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        if let Some(shared) = self.shared.take() {
+            shared.telemetry.dequeued();
+            if shared.machine.leave(self.id, Leave::Abandoned) == Left::HoldsSlot {
+                // Handed a slot, but the caller is gone: pass it on.
+                shared.machine.count_abandoned();
+                shared.machine.release();
+            }
+        }
+    }
+}
+
+fn polled_after_completion() -> BoxError {
+    "bulkhead response future polled after completion".into()
+}
+
+impl<S, Req, H> ResponseFuture<S, Req, H>
+where
+    S: Service<Req> + Clone,
+    Req: HasExtensions,
+{
+    /// Admission, decided at call time: a free slot is taken at once (no lock, no
+    /// allocation, no clock read); a full bulkhead rejects at once; otherwise the
+    /// call joins the line.
+    #[inline]
+    pub(crate) fn new(shared: &Arc<Shared>, inner: &S, req: Req) -> Self {
+        if shared.machine.try_acquire() {
+            return Self::admitted(shared, inner, req);
+        }
+        Self::slow(shared, inner, req)
+    }
+
+    #[inline]
+    fn admitted(shared: &Arc<Shared>, inner: &S, req: Req) -> Self {
+        shared.telemetry.admitted(Duration::ZERO);
+        Self::from_phase(Phase::Ready {
+            permit: Permit::new(shared.clone()),
+            svc: inner.clone(),
+            req,
+        })
+    }
+
+    fn slow(shared: &Arc<Shared>, inner: &S, req: Req) -> Self {
+        if shared.machine.is_full() {
+            return Self::full(shared);
+        }
+        let now = Instant::now();
+        match shared.machine.enqueue() {
+            Enqueued::Admitted => Self::admitted(shared, inner, req),
+            Enqueued::Full => Self::full(shared),
+            Enqueued::Waiting(id) => {
+                shared.telemetry.enqueued();
+                let mut until = now
+                    .checked_add(shared.max_wait())
+                    .unwrap_or_else(|| far_future(now));
+                if let Some(deadline) = deadline_of(&req) {
+                    until = until.min(deadline.instant());
+                }
+                Self::from_phase(Phase::Waiting {
+                    waiter: Waiter {
+                        id,
+                        shared: Some(shared.clone()),
+                        enqueued_at: now,
+                        sleep: Box::pin(tokio::time::sleep_until(until)),
+                    },
+                    svc: inner.clone(),
+                    req,
+                })
+            }
+        }
+    }
+}
+
+impl<S, Req, H> ResponseFuture<S, Req, H>
+where
+    S: Service<Req>,
+{
+    #[inline]
+    fn from_phase(phase: Phase<S, Req, S::Future>) -> Self {
+        Self {
+            phase,
+            _hold: PhantomData,
+        }
+    }
+
+    /// A call turned away because the bulkhead is full (or, keyed, out of keys).
+    pub(crate) fn full(shared: &Shared) -> Self {
+        shared.machine.count_full();
+        shared
+            .telemetry
+            .rejected_full(&shared.name, &shared.machine);
+        Self::rejected(Box::new(BulkheadFull::new(shared.name.clone())))
+    }
+
+    /// A call turned away with `error`, delivered on the first poll.
+    pub(crate) fn rejected(error: BoxError) -> Self {
+        Self::from_phase(Phase::Rejected { error: Some(error) })
+    }
+}
+
+fn far_future(now: Instant) -> Instant {
+    // About 30 years, as tokio uses for "never".
+    now + Duration::from_secs(86_400 * 365 * 30)
+}
+
+impl<S, Req, H> Future for ResponseFuture<S, Req, H>
+where
+    S: Service<Req>,
+    S::Error: Into<BoxError>,
+    Req: HasExtensions,
+    H: Hold<S::Response>,
+{
+    type Output = Result<H::Output, BoxError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut phase = self.project().phase;
+        loop {
+            match phase.as_mut().project() {
+                PhaseProj::Calling { future, .. } => {
+                    let result = ready!(future.poll(cx));
+                    // Drop the inner future, then hand the permit to the hold mode.
+                    return Poll::Ready(match phase.as_mut().project_replace(Phase::Done) {
+                        PhaseOwned::Calling { permit, .. } => match result {
+                            Ok(response) => Ok(H::hold(response, permit)),
+                            Err(e) => Err(e.into()),
+                        },
+                        _ => Err(polled_after_completion()),
+                    });
+                }
+                PhaseProj::Ready { svc, .. } => {
+                    if let Err(e) = ready!(svc.poll_ready(cx)) {
+                        phase.set(Phase::Done);
+                        return Poll::Ready(Err(e.into()));
+                    }
+                    if let PhaseOwned::Ready {
+                        permit,
+                        mut svc,
+                        mut req,
+                    } = phase.as_mut().project_replace(Phase::Done)
+                    {
+                        let permit = share_if_asked(permit, &mut req);
+                        let future = svc.call(req);
+                        phase.set(Phase::Calling { future, permit });
+                    }
+                }
+                PhaseProj::Waiting { waiter, .. } => {
+                    let permit = match ready!(waiter.poll_slot(cx)) {
+                        Ok(permit) => permit,
+                        Err(e) => {
+                            phase.set(Phase::Done);
+                            return Poll::Ready(Err(e));
+                        }
+                    };
+                    if let PhaseOwned::Waiting { svc, req, .. } =
+                        phase.as_mut().project_replace(Phase::Done)
+                    {
+                        phase.set(Phase::Ready { permit, svc, req });
+                    }
+                }
+                PhaseProj::Rejected { error } => {
+                    let error = error.take().unwrap_or_else(polled_after_completion);
+                    phase.set(Phase::Done);
+                    return Poll::Ready(Err(error));
+                }
+                PhaseProj::Done => return Poll::Ready(Err(polled_after_completion())),
+            }
+        }
+    }
+}
+
+/// With `permit_in_extensions`, shares the slot with a handle in the request.
+#[inline]
+fn share_if_asked<Req: HasExtensions>(permit: Permit, req: &mut Req) -> Permit {
+    if !permit.wants_handle() {
+        return permit;
+    }
+    match req.extensions_mut() {
+        Some(extensions) => {
+            let (permit, handle) = permit.into_shared();
+            extensions.insert(handle);
+            permit
+        }
+        None => permit,
+    }
+}
+
+impl<S, Req, H> fmt::Debug for ResponseFuture<S, Req, H>
+where
+    S: Service<Req>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let phase = match &self.phase {
+            Phase::Rejected { .. } => "rejected",
+            Phase::Waiting { .. } => "waiting",
+            Phase::Ready { .. } => "ready",
+            Phase::Calling { .. } => "calling",
+            Phase::Done => "done",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("phase", &phase)
+            .finish()
+    }
+}

@@ -1,0 +1,118 @@
+//! The operator's view and controls of one bulkhead.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use seawall_core::ConfigError;
+
+use crate::config::BulkheadConfig;
+use crate::state::Shared;
+
+/// Observes and controls one bulkhead. Cheap to clone; all clones see the same bulkhead.
+#[derive(Clone)]
+pub struct Handle {
+    shared: Arc<Shared>,
+}
+
+impl Handle {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        Self { shared }
+    }
+
+    /// The bulkhead's name.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// Counts and limits now (a few atomic loads; allocates the name).
+    pub fn snapshot(&self) -> Snapshot {
+        self.shared.snapshot()
+    }
+
+    /// The limits in force.
+    pub fn config(&self) -> BulkheadConfig {
+        self.shared.config()
+    }
+
+    /// Changes the limits at run time, after validating them.
+    ///
+    /// Growing `max_concurrent` admits waiters at once; shrinking it preempts no
+    /// running call, it only admits fewer until the active count is below the new
+    /// limit. Shrinking `max_queue` removes no waiter; newcomers are rejected until
+    /// the line is shorter. A new `max_wait` applies to calls that join the line
+    /// afterwards. Counters are kept.
+    pub fn reconfigure(&self, config: BulkheadConfig) -> Result<(), ConfigError> {
+        self.shared.reconfigure(config)
+    }
+
+    /// Goes back to the limits the bulkhead was built with.
+    pub fn revert(&self) {
+        // The built configuration was validated when the layer was built.
+        let _ = self.shared.reconfigure(self.shared.built());
+    }
+}
+
+impl fmt::Debug for Handle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Handle")
+            .field("name", &self.name())
+            .finish()
+    }
+}
+
+/// A bulkhead's counts and limits at one moment (see [`Handle::snapshot`]).
+///
+/// Counters run since the bulkhead was built. `admitted + rejected_full +
+/// rejected_timeout + abandoned` accounts for every call once it has been decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct Snapshot {
+    /// The bulkhead's name.
+    pub name: String,
+    /// The current limit of active calls.
+    pub max_concurrent: usize,
+    /// The current limit of waiting calls.
+    pub max_queue: usize,
+    /// The current longest wait.
+    #[cfg_attr(feature = "serde", serde(with = "seawall_core::duration_format"))]
+    pub max_wait: Duration,
+    /// Calls holding a slot now (may exceed `max_concurrent` just after it shrank).
+    pub active: usize,
+    /// Calls waiting for a slot now.
+    pub queued: usize,
+    /// Calls that got a slot, at once or after waiting.
+    pub admitted: u64,
+    /// Calls rejected at once because every slot was busy and the queue full.
+    pub rejected_full: u64,
+    /// Calls that waited as long as they were allowed to (`max_wait` or their
+    /// deadline) without getting a slot.
+    pub rejected_timeout: u64,
+    /// Calls whose caller gave up (dropped the future) while they waited.
+    pub abandoned: u64,
+    /// How long admitted calls waited for their slot.
+    pub wait: WaitStats,
+}
+
+/// The distribution of admission waits since the bulkhead was built.
+///
+/// Calls admitted at once count as a zero wait. Quantiles come from a fixed
+/// power-of-two histogram: each is the upper bound of its bucket (at most twice
+/// the true value, for waits above 1 µs) and never more than `max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct WaitStats {
+    /// The median wait.
+    #[cfg_attr(feature = "serde", serde(with = "seawall_core::duration_format"))]
+    pub p50: Duration,
+    /// The 99th-percentile wait.
+    #[cfg_attr(feature = "serde", serde(with = "seawall_core::duration_format"))]
+    pub p99: Duration,
+    /// The longest wait.
+    #[cfg_attr(feature = "serde", serde(with = "seawall_core::duration_format"))]
+    pub max: Duration,
+    /// How many admitted calls had to wait in line.
+    pub queued_admissions: u64,
+}

@@ -1,0 +1,456 @@
+//! One bulkhead per key extracted from the request, with a bound on keys.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::Hash;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use seawall_core::{BoxError, BulkheadFull, ConfigError, HasExtensions, Name};
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::config::{BulkheadBuilder, BulkheadConfig};
+use crate::future::ResponseFuture;
+use crate::handle::Snapshot;
+use crate::hold::{Hold, UntilResponse};
+use crate::state::Shared;
+use crate::telemetry::KeyedTelemetry;
+
+/// The default bound on keys of a [`KeyedBulkheadLayer`].
+pub const DEFAULT_MAX_KEYS: usize = 1024;
+
+struct KeyedShared<K> {
+    name: Name,
+    permit_in_extensions: bool,
+    max_keys: usize,
+    built: BulkheadConfig,
+    config: Mutex<BulkheadConfig>,
+    map: RwLock<HashMap<K, Arc<Shared>>>,
+    rejected_key_limit: AtomicU64,
+    evicted: AtomicU64,
+    telemetry: KeyedTelemetry,
+}
+
+impl<K: Hash + Eq> KeyedShared<K> {
+    fn config(&self) -> BulkheadConfig {
+        *self.config.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The bulkhead for a key seen for the first time; `None` at the key bound
+    /// when every key has work in flight or waiting.
+    fn insert(&self, key: K) -> Option<Arc<Shared>> {
+        let mut map = self.map.write().unwrap_or_else(PoisonError::into_inner);
+        if let Some(b) = map.get(&key) {
+            return Some(b.clone());
+        }
+        if map.len() >= self.max_keys {
+            // Idle bulkheads (no slot held, nobody waiting: only the map holds
+            // them) are forgotten with their counters.
+            let before = map.len();
+            map.retain(|_, b| Arc::strong_count(b) > 1);
+            let evicted = before - map.len();
+            self.evicted.fetch_add(evicted as u64, Ordering::Relaxed);
+            if map.len() >= self.max_keys {
+                return None;
+            }
+        }
+        let config = self.config();
+        let b = Arc::new(Shared::new(
+            self.name.clone(),
+            config,
+            self.permit_in_extensions,
+        ));
+        map.insert(key, b.clone());
+        Some(b)
+    }
+}
+
+/// Applies one bulkhead per key extracted from each request (a host, a route, a
+/// tenant), so a slow key uses only its own capacity.
+///
+/// Every per-key bulkhead has the same limits (the layer's configuration, which
+/// [`KeyedHandle::reconfigure`] changes for all of them) and the layer's name in
+/// its rejections. All services built from one layer share the same map of keys.
+///
+/// # The bound on keys
+///
+/// At most `max_keys` keys (default [`DEFAULT_MAX_KEYS`]) have a bulkhead at once.
+/// When a call brings a new key and the bound is reached, the idle keys — no call
+/// holding a slot, none waiting — are forgotten, counters included. If every key
+/// is busy, the call is rejected at once with [`BulkheadFull`] (carrying the
+/// layer's name) and counted in [`KeyedSnapshot::rejected_key_limit`]; calls for
+/// known keys are unaffected.
+///
+/// A call costs a read lock and a hash of the key on top of the bulkhead itself;
+/// the first call of a key takes the write lock and allocates its bulkhead.
+pub struct KeyedBulkheadLayer<K, F, H = UntilResponse> {
+    shared: Arc<KeyedShared<K>>,
+    key_fn: F,
+    _hold: PhantomData<fn() -> H>,
+}
+
+/// Builds a [`KeyedBulkheadLayer`]; see [`KeyedBulkheadLayer::builder`].
+pub struct KeyedBulkheadBuilder<K, F> {
+    inner: BulkheadBuilder,
+    max_keys: usize,
+    key_fn: F,
+    _key: PhantomData<fn() -> K>,
+}
+
+impl<K, F> KeyedBulkheadLayer<K, F>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+{
+    /// Starts building a keyed bulkhead named `name`, with `key_fn` extracting the
+    /// key from each request. Each key gets the seed's defaults (8 active, 10
+    /// waiting, 20 ms) unless set otherwise.
+    pub fn builder<Req>(name: impl Into<Name>, key_fn: F) -> KeyedBulkheadBuilder<K, F>
+    where
+        F: Fn(&Req) -> K,
+    {
+        KeyedBulkheadBuilder {
+            inner: BulkheadBuilder::new(name.into()),
+            max_keys: DEFAULT_MAX_KEYS,
+            key_fn,
+            _key: PhantomData,
+        }
+    }
+}
+
+impl<K, F> KeyedBulkheadBuilder<K, F>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+{
+    /// Calls allowed at once per key (default 8, per instance).
+    #[must_use]
+    pub fn max_concurrent(mut self, n: usize) -> Self {
+        self.inner = self.inner.max_concurrent(n);
+        self
+    }
+
+    /// Calls allowed to wait per key (default 10).
+    #[must_use]
+    pub fn max_queue(mut self, n: usize) -> Self {
+        self.inner = self.inner.max_queue(n);
+        self
+    }
+
+    /// The longest a call waits for a slot (default 20 ms).
+    #[must_use]
+    pub fn max_wait(mut self, d: Duration) -> Self {
+        self.inner = self.inner.max_wait(d);
+        self
+    }
+
+    /// Replaces all per-key limits at once.
+    #[must_use]
+    pub fn config(mut self, config: BulkheadConfig) -> Self {
+        self.inner = self.inner.config(config);
+        self
+    }
+
+    /// See [`BulkheadBuilder::permit_in_extensions`].
+    #[must_use]
+    pub fn permit_in_extensions(mut self, yes: bool) -> Self {
+        self.inner = self.inner.permit_in_extensions(yes);
+        self
+    }
+
+    /// The most keys with a bulkhead at once (default [`DEFAULT_MAX_KEYS`], at least 1).
+    #[must_use]
+    pub fn max_keys(mut self, n: usize) -> Self {
+        self.max_keys = n;
+        self
+    }
+
+    /// Validates the configuration and creates the layer.
+    pub fn build(self) -> Result<KeyedBulkheadLayer<K, F>, ConfigError> {
+        self.inner.config.validate()?;
+        seawall_core::check_positive("max_keys", self.max_keys)?;
+        let name = self.inner.name;
+        let telemetry = KeyedTelemetry::new(&name);
+        Ok(KeyedBulkheadLayer {
+            shared: Arc::new(KeyedShared {
+                name,
+                permit_in_extensions: self.inner.permit_in_extensions,
+                max_keys: self.max_keys,
+                built: self.inner.config,
+                config: Mutex::new(self.inner.config),
+                map: RwLock::new(HashMap::new()),
+                rejected_key_limit: AtomicU64::new(0),
+                evicted: AtomicU64::new(0),
+                telemetry,
+            }),
+            key_fn: self.key_fn,
+            _hold: PhantomData,
+        })
+    }
+}
+
+impl<K, F, H> KeyedBulkheadLayer<K, F, H> {
+    /// The handle of the keyed bulkhead, available before layering.
+    pub fn handle(&self) -> KeyedHandle<K> {
+        KeyedHandle {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// The same keyed bulkhead, holding each slot until the response body ends or
+    /// is dropped. See [`UntilBodyEnd`](crate::UntilBodyEnd).
+    #[cfg(feature = "http")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+    pub fn hold_until_body_end(self) -> KeyedBulkheadLayer<K, F, crate::hold::UntilBodyEnd> {
+        KeyedBulkheadLayer {
+            shared: self.shared,
+            key_fn: self.key_fn,
+            _hold: PhantomData,
+        }
+    }
+}
+
+impl<K, F: Clone, H> Clone for KeyedBulkheadLayer<K, F, H> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: self.shared.clone(),
+            key_fn: self.key_fn.clone(),
+            _hold: PhantomData,
+        }
+    }
+}
+
+impl<K, F, H> fmt::Debug for KeyedBulkheadLayer<K, F, H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedBulkheadLayer")
+            .field("name", &&*self.shared.name)
+            .field("max_keys", &self.shared.max_keys)
+            .finish()
+    }
+}
+
+impl<K, F> fmt::Debug for KeyedBulkheadBuilder<K, F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedBulkheadBuilder")
+            .field("inner", &self.inner)
+            .field("max_keys", &self.max_keys)
+            .finish()
+    }
+}
+
+impl<S, K, F: Clone, H> Layer<S> for KeyedBulkheadLayer<K, F, H> {
+    type Service = KeyedBulkhead<S, K, F, H>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        KeyedBulkhead {
+            inner,
+            shared: self.shared.clone(),
+            key_fn: self.key_fn.clone(),
+            _hold: PhantomData,
+        }
+    }
+}
+
+/// A service with one bulkhead per key; built by [`KeyedBulkheadLayer`].
+///
+/// Behaves as [`Bulkhead`](crate::Bulkhead) for each key: always ready, admission
+/// decided in `call`, waiting and inner readiness driven by the response future.
+pub struct KeyedBulkhead<S, K, F, H = UntilResponse> {
+    inner: S,
+    shared: Arc<KeyedShared<K>>,
+    key_fn: F,
+    _hold: PhantomData<fn() -> H>,
+}
+
+impl<S, K, F, H> KeyedBulkhead<S, K, F, H> {
+    /// The handle of the keyed bulkhead.
+    pub fn handle(&self) -> KeyedHandle<K> {
+        KeyedHandle {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<S: Clone, K, F: Clone, H> Clone for KeyedBulkhead<S, K, F, H> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            shared: self.shared.clone(),
+            key_fn: self.key_fn.clone(),
+            _hold: PhantomData,
+        }
+    }
+}
+
+impl<S: fmt::Debug, K, F, H> fmt::Debug for KeyedBulkhead<S, K, F, H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedBulkhead")
+            .field("name", &&*self.shared.name)
+            .field("inner", &self.inner)
+            .finish()
+    }
+}
+
+impl<S, K, F, H, Req> Service<Req> for KeyedBulkhead<S, K, F, H>
+where
+    S: Service<Req> + Clone,
+    S::Error: Into<BoxError>,
+    Req: HasExtensions,
+    H: Hold<S::Response>,
+    K: Hash + Eq,
+    F: Fn(&Req) -> K,
+{
+    type Response = H::Output;
+    type Error = BoxError;
+    type Future = ResponseFuture<S, Req, H>;
+
+    /// Always ready; nothing is reserved.
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        let key = (self.key_fn)(&req);
+        let ks = &*self.shared;
+        {
+            let map = ks.map.read().unwrap_or_else(PoisonError::into_inner);
+            if let Some(b) = map.get(&key) {
+                return ResponseFuture::new(b, &self.inner, req);
+            }
+        }
+        match ks.insert(key) {
+            Some(b) => ResponseFuture::new(&b, &self.inner, req),
+            None => {
+                ks.rejected_key_limit.fetch_add(1, Ordering::Relaxed);
+                ks.telemetry.key_limit(&ks.name, ks.max_keys);
+                ResponseFuture::rejected(Box::new(BulkheadFull::new(ks.name.clone())))
+            }
+        }
+    }
+}
+
+/// Observes and controls a keyed bulkhead. Cheap to clone.
+pub struct KeyedHandle<K> {
+    shared: Arc<KeyedShared<K>>,
+}
+
+impl<K> Clone for KeyedHandle<K> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<K> fmt::Debug for KeyedHandle<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedHandle")
+            .field("name", &&*self.shared.name)
+            .finish()
+    }
+}
+
+impl<K: Hash + Eq + Clone> KeyedHandle<K> {
+    /// The layer's name.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// The keys that have a bulkhead now.
+    pub fn keys(&self) -> Vec<K> {
+        let map = self
+            .shared
+            .map
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        map.keys().cloned().collect()
+    }
+
+    /// The snapshot of `key`'s bulkhead, if the key has one.
+    pub fn snapshot_of(&self, key: &K) -> Option<Snapshot> {
+        let map = self
+            .shared
+            .map
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        map.get(key).map(|b| b.snapshot())
+    }
+
+    /// Totals over the keys that have a bulkhead now, and the key-bound counters.
+    pub fn snapshot(&self) -> KeyedSnapshot {
+        let map = self
+            .shared
+            .map
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut s = KeyedSnapshot {
+            name: self.shared.name.to_string(),
+            keys: map.len(),
+            max_keys: self.shared.max_keys,
+            active: 0,
+            queued: 0,
+            rejected_key_limit: self.shared.rejected_key_limit.load(Ordering::Relaxed),
+            evicted: self.shared.evicted.load(Ordering::Relaxed),
+        };
+        for b in map.values() {
+            let counts = b.machine.counts();
+            s.active += counts.active;
+            s.queued += counts.queued;
+        }
+        s
+    }
+
+    /// The per-key limits in force.
+    pub fn config(&self) -> BulkheadConfig {
+        self.shared.config()
+    }
+
+    /// Changes the limits of every key (present and future), after validating them.
+    /// Same rules as [`Handle::reconfigure`](crate::Handle::reconfigure).
+    pub fn reconfigure(&self, config: BulkheadConfig) -> Result<(), ConfigError> {
+        config.validate()?;
+        *self
+            .shared
+            .config
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = config;
+        let map = self
+            .shared
+            .map
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        for b in map.values() {
+            b.reconfigure(config)?;
+        }
+        Ok(())
+    }
+
+    /// Goes back to the limits the layer was built with, for every key.
+    pub fn revert(&self) {
+        // The built configuration was validated when the layer was built.
+        let _ = self.reconfigure(self.shared.built);
+    }
+}
+
+/// Totals of a keyed bulkhead (see [`KeyedHandle::snapshot`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct KeyedSnapshot {
+    /// The layer's name.
+    pub name: String,
+    /// Keys with a bulkhead now.
+    pub keys: usize,
+    /// The bound on keys.
+    pub max_keys: usize,
+    /// Calls holding a slot now, over all keys.
+    pub active: usize,
+    /// Calls waiting now, over all keys.
+    pub queued: usize,
+    /// Calls rejected because they brought a new key while every key was busy.
+    pub rejected_key_limit: u64,
+    /// Idle keys forgotten to make room for new ones.
+    pub evicted: u64,
+}

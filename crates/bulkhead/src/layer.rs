@@ -1,0 +1,92 @@
+//! The bulkhead's `Layer`: one shared bulkhead for every service it builds.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use seawall_core::{ConfigError, Name};
+use tower_layer::Layer;
+
+use crate::config::{BulkheadBuilder, BulkheadConfig};
+use crate::handle::Handle;
+use crate::hold::UntilResponse;
+use crate::service::Bulkhead;
+use crate::state::Shared;
+
+/// Applies a bulkhead to services.
+///
+/// The bulkhead is created when the layer is built: **every service this layer
+/// builds, and every clone of those services, shares that one bulkhead** (as
+/// tower's `GlobalConcurrencyLimitLayer`, not `ConcurrencyLimitLayer`). Build one
+/// layer per dependency to keep their capacity apart, or use
+/// [`KeyedBulkheadLayer`](crate::KeyedBulkheadLayer) for one bulkhead per key.
+/// The limits count this process only: three instances of 8 allow 24 calls.
+pub struct BulkheadLayer<H = UntilResponse> {
+    shared: Arc<Shared>,
+    _hold: PhantomData<fn() -> H>,
+}
+
+impl BulkheadLayer {
+    /// Starts building a bulkhead named `name` (used in rejections, metrics and
+    /// logs), with the seed's defaults: 8 active, 10 waiting, 20 ms.
+    pub fn builder(name: impl Into<Name>) -> BulkheadBuilder {
+        BulkheadBuilder::new(name.into())
+    }
+
+    /// A bulkhead named `name` with a validated `config`.
+    pub fn from_config(name: impl Into<Name>, config: BulkheadConfig) -> Result<Self, ConfigError> {
+        Self::builder(name).config(config).build()
+    }
+
+    pub(crate) fn from_builder(b: BulkheadBuilder) -> Self {
+        Self {
+            shared: Arc::new(Shared::new(b.name, b.config, b.permit_in_extensions)),
+            _hold: PhantomData,
+        }
+    }
+}
+
+impl<H> BulkheadLayer<H> {
+    /// The bulkhead's handle (snapshot, runtime limits), available before layering.
+    pub fn handle(&self) -> Handle {
+        Handle::new(self.shared.clone())
+    }
+
+    /// The same bulkhead, but its services keep the slot until the response body
+    /// ends or is dropped; they return `http::Response<Guarded<B, Permit>>`.
+    /// See [`UntilBodyEnd`](crate::UntilBodyEnd).
+    #[cfg(feature = "http")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+    pub fn hold_until_body_end(self) -> BulkheadLayer<crate::hold::UntilBodyEnd> {
+        BulkheadLayer {
+            shared: self.shared,
+            _hold: PhantomData,
+        }
+    }
+}
+
+impl<H> Clone for BulkheadLayer<H> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: self.shared.clone(),
+            _hold: PhantomData,
+        }
+    }
+}
+
+impl<H> fmt::Debug for BulkheadLayer<H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BulkheadLayer")
+            .field("name", &&*self.shared.name)
+            .field("config", &self.shared.config())
+            .finish()
+    }
+}
+
+impl<S, H> Layer<S> for BulkheadLayer<H> {
+    type Service = Bulkhead<S, H>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Bulkhead::new(inner, self.shared.clone())
+    }
+}

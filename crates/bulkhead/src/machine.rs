@@ -1,0 +1,764 @@
+//! The admission state of one bulkhead, as plain synchronous code.
+//!
+//! No clock, no timers, no futures: the adapter reads the clock and owns the
+//! timers; this struct only counts slots and keeps the waiting line in order.
+//!
+//! # How admission works
+//!
+//! One `AtomicU64` holds both counts: the active calls in the low 32 bits and the
+//! waiting calls in the high 32 bits, so a single compare-and-swap sees both.
+//!
+//! - **Fast path** ([`Machine::try_acquire`]): when nobody is waiting and a slot is
+//!   free, one compare-and-swap takes it. No lock, no allocation, no clock.
+//!   Nobody waiting is part of the condition, so a newcomer never overtakes a
+//!   waiter (first in, first out).
+//! - **Full** ([`Machine::is_full`]): one load decides that there is neither a slot
+//!   for the newcomer nor room in the queue.
+//! - **Slow path** ([`Machine::enqueue`]): under the queue lock, either take a slot
+//!   that freed meanwhile, reject when the queue is full, or join the back of the
+//!   line. The waiting count changes only under the lock, so it always equals the
+//!   length of the line.
+//! - **Release** ([`Machine::release`]): one `fetch_sub`. Only when the old word
+//!   shows waiters does it take the lock and hand free slots to the front of the
+//!   line, in order (a hand-over moves one call from waiting to active in one
+//!   compare-and-swap, so no newcomer can slip in between).
+//!
+//! Shrinking `max_concurrent` preempts nothing: running calls finish, and slots
+//! are handed over only while `active < max_concurrent`. Growing it hands the new
+//! slots to waiters at once.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::task::Waker;
+use std::time::Duration;
+
+use crate::stats::WaitHistogram;
+
+const ACTIVE_MASK: u64 = 0xFFFF_FFFF;
+const ONE_QUEUED: u64 = 1 << 32;
+
+/// The largest `max_concurrent` or `max_queue` a bulkhead accepts (2^30).
+pub(crate) const MAX_LIMIT: usize = 1 << 30;
+
+/// How many waiters one pass over the queue wakes before dropping the lock.
+const WAKE_BATCH: usize = 16;
+
+#[inline]
+fn active(word: u64) -> usize {
+    (word & ACTIVE_MASK) as usize
+}
+
+#[inline]
+fn queued(word: u64) -> usize {
+    (word >> 32) as usize
+}
+
+/// The number a waiter holds in the line (ids only grow, so the line is sorted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WaiterId(u64);
+
+/// What [`Machine::enqueue`] decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Enqueued {
+    /// A slot was free after all (it freed between the fast path and the lock).
+    Admitted,
+    /// No slot and no room in the queue.
+    Full,
+    /// In line; poll with [`Machine::poll_waiter`], leave with [`Machine::leave`].
+    Waiting(WaiterId),
+}
+
+/// Why a waiter leaves the line without taking its slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Leave {
+    /// It waited as long as it was allowed to.
+    TimedOut,
+    /// Its caller gave up (the future was dropped).
+    Abandoned,
+}
+
+/// What [`Machine::leave`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Left {
+    /// The waiter was still in line and has left it.
+    Removed,
+    /// A slot had already been handed to it: the caller now holds that slot.
+    HoldsSlot,
+}
+
+/// The limits and counts at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Counts {
+    pub(crate) active: usize,
+    pub(crate) queued: usize,
+}
+
+#[derive(Debug)]
+struct Entry {
+    id: u64,
+    waker: Option<Waker>,
+}
+
+#[derive(Debug, Default)]
+struct Line {
+    waiters: VecDeque<Entry>,
+    next_id: u64,
+}
+
+impl Line {
+    fn position(&self, id: WaiterId) -> Option<usize> {
+        self.waiters.binary_search_by_key(&id.0, |e| e.id).ok()
+    }
+}
+
+/// Wakers collected under the lock and woken after it is released.
+struct WakeList {
+    wakers: [Option<Waker>; WAKE_BATCH],
+    len: usize,
+}
+
+impl WakeList {
+    fn new() -> Self {
+        Self {
+            wakers: Default::default(),
+            len: 0,
+        }
+    }
+
+    fn is_full(&self) -> bool {
+        self.len == WAKE_BATCH
+    }
+
+    fn push(&mut self, waker: Option<Waker>) {
+        if let Some(slot) = self.wakers.get_mut(self.len) {
+            *slot = waker;
+            self.len += 1;
+        }
+    }
+
+    fn wake_all(&mut self) {
+        for slot in &mut self.wakers[..self.len] {
+            if let Some(w) = slot.take() {
+                w.wake();
+            }
+        }
+        self.len = 0;
+    }
+}
+
+/// The admission state of one bulkhead. See the module docs.
+#[derive(Debug)]
+#[repr(C)]
+pub(crate) struct Machine {
+    // Hot fields first, together: the fast path touches only these.
+    state: AtomicU64,
+    max_concurrent: AtomicUsize,
+    admitted: AtomicU64,
+    max_queue: AtomicUsize,
+    // Colder: rejections, waits and the line.
+    rejected_full: AtomicU64,
+    rejected_timeout: AtomicU64,
+    abandoned: AtomicU64,
+    waits: WaitHistogram,
+    line: Mutex<Line>,
+}
+
+impl Machine {
+    /// A bulkhead with `max_concurrent` slots and room for `max_queue` waiters.
+    /// The limits are assumed valid (at most [`MAX_LIMIT`]); the config validates them.
+    pub(crate) fn new(max_concurrent: usize, max_queue: usize) -> Self {
+        Self {
+            state: AtomicU64::new(0),
+            max_concurrent: AtomicUsize::new(max_concurrent.min(MAX_LIMIT)),
+            admitted: AtomicU64::new(0),
+            max_queue: AtomicUsize::new(max_queue.min(MAX_LIMIT)),
+            rejected_full: AtomicU64::new(0),
+            rejected_timeout: AtomicU64::new(0),
+            abandoned: AtomicU64::new(0),
+            waits: WaitHistogram::new(),
+            line: Mutex::new(Line::default()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Line> {
+        // Nothing panics while holding the lock; recover the data if it ever did.
+        self.line.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes a free slot when nobody is waiting. Counts the admission (with no wait).
+    #[inline]
+    pub(crate) fn try_acquire(&self) -> bool {
+        let limit = self.max_concurrent.load(Ordering::Relaxed);
+        let mut word = self.state.load(Ordering::Relaxed);
+        loop {
+            if queued(word) != 0 || active(word) >= limit {
+                return false;
+            }
+            match self.state.compare_exchange_weak(
+                word,
+                word + 1,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    self.admitted.fetch_add(1, Ordering::Relaxed);
+                    return true;
+                }
+                Err(actual) => word = actual,
+            }
+        }
+    }
+
+    /// Whether a newcomer would be turned away now: no slot it may take and no
+    /// room in the queue. Lock-free; counts nothing.
+    #[inline]
+    pub(crate) fn is_full(&self) -> bool {
+        let word = self.state.load(Ordering::Relaxed);
+        let slot_free =
+            queued(word) == 0 && active(word) < self.max_concurrent.load(Ordering::Relaxed);
+        !slot_free && queued(word) >= self.max_queue.load(Ordering::Relaxed)
+    }
+
+    /// Counts a call turned away because the bulkhead was full.
+    pub(crate) fn count_full(&self) {
+        self.rejected_full.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Takes a slot that freed meanwhile, rejects when the queue is full, or joins
+    /// the back of the line. Counts an admission, not a rejection (see [`Machine::count_full`]).
+    pub(crate) fn enqueue(&self) -> Enqueued {
+        let mut line = self.lock();
+        let limit = self.max_concurrent.load(Ordering::Relaxed);
+        let max_queue = self.max_queue.load(Ordering::Relaxed);
+        let mut word = self.state.load(Ordering::Acquire);
+        loop {
+            let (next, outcome) = if queued(word) == 0 && active(word) < limit {
+                (word + 1, Enqueued::Admitted)
+            } else if queued(word) >= max_queue {
+                return Enqueued::Full;
+            } else {
+                (word + ONE_QUEUED, Enqueued::Waiting(WaiterId(line.next_id)))
+            };
+            match self
+                .state
+                .compare_exchange(word, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    if let Enqueued::Waiting(id) = outcome {
+                        line.next_id += 1;
+                        line.waiters.push_back(Entry {
+                            id: id.0,
+                            waker: None,
+                        });
+                    } else {
+                        self.admitted.fetch_add(1, Ordering::Relaxed);
+                    }
+                    return outcome;
+                }
+                Err(actual) => word = actual,
+            }
+        }
+    }
+
+    /// `true` once a slot has been handed to waiter `id`; otherwise stores `waker`
+    /// to be woken when it is.
+    pub(crate) fn poll_waiter(&self, id: WaiterId, waker: &Waker) -> bool {
+        let mut line = self.lock();
+        match line.position(id) {
+            Some(i) => {
+                if let Some(entry) = line.waiters.get_mut(i) {
+                    match &mut entry.waker {
+                        Some(w) if w.will_wake(waker) => {}
+                        slot => *slot = Some(waker.clone()),
+                    }
+                }
+                false
+            }
+            None => true,
+        }
+    }
+
+    /// Waiter `id` leaves the line for `why`. If a slot was handed to it meanwhile,
+    /// it keeps the slot (the caller releases it or uses it) and nothing is counted.
+    pub(crate) fn leave(&self, id: WaiterId, why: Leave) -> Left {
+        let mut line = self.lock();
+        match line.position(id) {
+            Some(i) => {
+                line.waiters.remove(i);
+                self.state.fetch_sub(ONE_QUEUED, Ordering::AcqRel);
+                drop(line);
+                let counter = match why {
+                    Leave::TimedOut => &self.rejected_timeout,
+                    Leave::Abandoned => &self.abandoned,
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                Left::Removed
+            }
+            None => Left::HoldsSlot,
+        }
+    }
+
+    /// Counts a waiter that got its slot after `waited`.
+    pub(crate) fn count_queued_admission(&self, waited: Duration) {
+        self.admitted.fetch_add(1, Ordering::Relaxed);
+        self.waits.record(waited);
+    }
+
+    /// Counts a waiter that got its slot but whose caller had already gone.
+    pub(crate) fn count_abandoned(&self) {
+        self.abandoned.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Frees one slot, handing it to the front of the line if anyone waits.
+    #[inline]
+    pub(crate) fn release(&self) {
+        let old = self.state.fetch_sub(1, Ordering::AcqRel);
+        if queued(old) != 0 {
+            self.hand_over();
+        }
+    }
+
+    /// Hands free slots to waiters, front first, while `active < max_concurrent`.
+    fn hand_over(&self) {
+        let mut wakers = WakeList::new();
+        loop {
+            let more = {
+                let mut line = self.lock();
+                self.hand_over_locked(&mut line, &mut wakers)
+            };
+            wakers.wake_all();
+            if !more {
+                return;
+            }
+        }
+    }
+
+    /// One batch of hand-overs; `true` when the batch filled up and more may follow.
+    fn hand_over_locked(&self, line: &mut Line, wakers: &mut WakeList) -> bool {
+        let limit = self.max_concurrent.load(Ordering::Relaxed);
+        let mut word = self.state.load(Ordering::Acquire);
+        loop {
+            if queued(word) == 0 || active(word) >= limit {
+                return false;
+            }
+            if wakers.is_full() {
+                return true;
+            }
+            // One waiter becomes active: +1 active, -1 queued, in one step.
+            let next = word + 1 - ONE_QUEUED;
+            match self
+                .state
+                .compare_exchange(word, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    word = next;
+                    let entry = line.waiters.pop_front();
+                    wakers.push(entry.and_then(|e| e.waker));
+                }
+                Err(actual) => word = actual,
+            }
+        }
+    }
+
+    /// Changes the limits. Growing `max_concurrent` hands the new slots to waiters
+    /// at once; shrinking preempts nothing. Shrinking `max_queue` removes nobody
+    /// from the line; newcomers are turned away until it is short enough.
+    pub(crate) fn set_limits(&self, max_concurrent: usize, max_queue: usize) {
+        {
+            let _line = self.lock();
+            self.max_concurrent
+                .store(max_concurrent.min(MAX_LIMIT), Ordering::Relaxed);
+            self.max_queue
+                .store(max_queue.min(MAX_LIMIT), Ordering::Relaxed);
+        }
+        self.hand_over();
+    }
+
+    /// Active and waiting calls now.
+    pub(crate) fn counts(&self) -> Counts {
+        let word = self.state.load(Ordering::Acquire);
+        Counts {
+            active: active(word),
+            queued: queued(word),
+        }
+    }
+
+    /// Calls admitted so far (at once or after waiting).
+    pub(crate) fn admitted(&self) -> u64 {
+        self.admitted.load(Ordering::Relaxed)
+    }
+
+    /// Calls turned away because the bulkhead was full.
+    pub(crate) fn rejected_full(&self) -> u64 {
+        self.rejected_full.load(Ordering::Relaxed)
+    }
+
+    /// Waiters that left because they waited as long as they were allowed to.
+    pub(crate) fn rejected_timeout(&self) -> u64 {
+        self.rejected_timeout.load(Ordering::Relaxed)
+    }
+
+    /// Waiters whose callers gave up.
+    pub(crate) fn abandoned(&self) -> u64 {
+        self.abandoned.load(Ordering::Relaxed)
+    }
+
+    /// The admission-wait distribution.
+    pub(crate) fn waits(&self) -> &WaitHistogram {
+        &self.waits
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::task::Wake;
+
+    #[derive(Default)]
+    struct Flag(std::sync::atomic::AtomicBool);
+    impl Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    fn flag() -> (Arc<Flag>, Waker) {
+        let f = Arc::new(Flag::default());
+        (f.clone(), Waker::from(f))
+    }
+    fn woken(f: &Flag) -> bool {
+        f.0.load(Ordering::SeqCst)
+    }
+
+    fn id(e: Enqueued) -> WaiterId {
+        match e {
+            Enqueued::Waiting(id) => id,
+            other => panic!("expected to wait, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn fills_slots_then_queue_then_is_full() {
+        let m = Machine::new(2, 1);
+        assert!(m.try_acquire());
+        assert!(m.try_acquire());
+        assert!(!m.try_acquire());
+        assert!(!m.is_full());
+        let w = id(m.enqueue());
+        assert_eq!(
+            m.counts(),
+            Counts {
+                active: 2,
+                queued: 1
+            }
+        );
+        assert!(m.is_full());
+        assert_eq!(m.enqueue(), Enqueued::Full);
+        assert_eq!(m.admitted(), 2);
+        let (f, waker) = flag();
+        assert!(!m.poll_waiter(w, &waker));
+        m.release();
+        assert!(woken(&f));
+        assert!(m.poll_waiter(w, &waker));
+        assert_eq!(
+            m.counts(),
+            Counts {
+                active: 2,
+                queued: 0
+            }
+        );
+    }
+
+    #[test]
+    fn newcomers_do_not_overtake_waiters() {
+        let m = Machine::new(1, 5);
+        assert!(m.try_acquire());
+        let a = id(m.enqueue());
+        // The slot frees and goes to `a`, not to a newcomer on the fast path.
+        m.release();
+        assert!(!m.try_acquire());
+        let (_f, waker) = flag();
+        assert!(m.poll_waiter(a, &waker));
+        assert_eq!(m.counts().active, 1);
+    }
+
+    #[test]
+    fn hands_over_in_order_and_skips_those_who_left() {
+        let m = Machine::new(1, 5);
+        assert!(m.try_acquire());
+        let ids: Vec<_> = (0..4).map(|_| id(m.enqueue())).collect();
+        let (_f, waker) = flag();
+        assert_eq!(m.leave(ids[1], Leave::Abandoned), Left::Removed);
+        m.release();
+        assert!(m.poll_waiter(ids[0], &waker));
+        assert!(!m.poll_waiter(ids[2], &waker));
+        m.release();
+        assert!(m.poll_waiter(ids[2], &waker));
+        assert!(!m.poll_waiter(ids[3], &waker));
+        assert_eq!(m.abandoned(), 1);
+        assert_eq!(m.leave(ids[3], Leave::TimedOut), Left::Removed);
+        assert_eq!(m.rejected_timeout(), 1);
+        // ids[2] holds the slot: leaving now reports it.
+        assert_eq!(m.leave(ids[2], Leave::Abandoned), Left::HoldsSlot);
+        m.release();
+        assert_eq!(
+            m.counts(),
+            Counts {
+                active: 0,
+                queued: 0
+            }
+        );
+    }
+
+    #[test]
+    fn growing_admits_waiters_and_shrinking_preempts_nothing() {
+        let m = Machine::new(2, 10);
+        assert!(m.try_acquire());
+        assert!(m.try_acquire());
+        let ids: Vec<_> = (0..5).map(|_| id(m.enqueue())).collect();
+        let flags: Vec<_> = ids
+            .iter()
+            .map(|&w| {
+                let (f, waker) = flag();
+                assert!(!m.poll_waiter(w, &waker));
+                f
+            })
+            .collect();
+        m.set_limits(5, 10);
+        assert_eq!(
+            m.counts(),
+            Counts {
+                active: 5,
+                queued: 2
+            }
+        );
+        assert!(flags[..3].iter().all(|f| woken(f)));
+        assert!(!woken(&flags[3]));
+        m.set_limits(1, 10);
+        assert_eq!(m.counts().active, 5);
+        // Releases bring active down to the new limit before anyone else gets in.
+        for expected in [4, 3, 2, 1] {
+            m.release();
+            assert_eq!(m.counts().active, expected);
+            assert_eq!(m.counts().queued, 2);
+        }
+        m.release();
+        assert_eq!(
+            m.counts(),
+            Counts {
+                active: 1,
+                queued: 1
+            }
+        );
+        assert!(woken(&flags[3]));
+    }
+
+    #[test]
+    fn a_large_grow_wakes_every_batch() {
+        let m = Machine::new(1, 100);
+        assert!(m.try_acquire());
+        let flags: Vec<_> = (0..40)
+            .map(|_| {
+                let w = id(m.enqueue());
+                let (f, waker) = flag();
+                assert!(!m.poll_waiter(w, &waker));
+                f
+            })
+            .collect();
+        m.set_limits(41, 100);
+        assert!(flags.iter().all(|f| woken(f)));
+        assert_eq!(m.counts().active, 41);
+    }
+
+    #[test]
+    fn enqueue_takes_a_slot_that_freed_and_rejects_when_the_queue_is_full() {
+        let m = Machine::new(1, 0);
+        assert_eq!(m.enqueue(), Enqueued::Admitted);
+        assert_eq!(m.admitted(), 1);
+        assert!(m.is_full());
+        assert_eq!(m.enqueue(), Enqueued::Full);
+        m.release();
+        assert!(!m.is_full());
+    }
+
+    mod schedule {
+        //! A random schedule of arrivals, completions, cancellations, timeouts and
+        //! limit changes, checked step by step against a plain model and the invariants.
+        use super::*;
+        use proptest::prelude::*;
+        use std::collections::{HashSet, VecDeque};
+
+        #[derive(Debug, Clone)]
+        enum Op {
+            Arrive,
+            Complete,
+            Abandon(usize),
+            TimeOut(usize),
+            Poll(usize),
+            SetLimits(usize, usize),
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            prop_oneof![
+                4 => Just(Op::Arrive),
+                3 => Just(Op::Complete),
+                1 => any::<usize>().prop_map(Op::Abandon),
+                1 => any::<usize>().prop_map(Op::TimeOut),
+                2 => any::<usize>().prop_map(Op::Poll),
+                1 => (1..6usize, 0..5usize).prop_map(|(c, q)| Op::SetLimits(c, q)),
+            ]
+        }
+
+        /// What the machine should do, written as plainly as possible.
+        struct Model {
+            limit: usize,
+            max_queue: usize,
+            active: usize,
+            line: VecDeque<u64>,
+            handed: HashSet<u64>,
+            next_id: u64,
+        }
+
+        impl Model {
+            fn hand_over(&mut self) {
+                while self.active < self.limit {
+                    let Some(id) = self.line.pop_front() else {
+                        break;
+                    };
+                    self.handed.insert(id);
+                    self.active += 1;
+                }
+            }
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+            #[test]
+            fn never_over_the_limits_fifo_and_every_permit_returned(
+                limit in 1..5usize,
+                max_queue in 0..5usize,
+                ops in proptest::collection::vec(op(), 1..200),
+            ) {
+                let m = Machine::new(limit, max_queue);
+                let mut model = Model {
+                    limit, max_queue, active: 0, line: VecDeque::new(),
+                    handed: HashSet::new(), next_id: 0,
+                };
+                // Calls holding a slot (count only), and waiters by id.
+                let mut holders = 0usize;
+                let mut waiters: Vec<WaiterId> = Vec::new();
+                let mut admitted_in_order: Vec<u64> = Vec::new();
+                let (_f, waker) = flag();
+
+                for op in ops {
+                    let before = m.counts();
+                    match op {
+                        Op::Arrive => {
+                            let expect = if model.line.is_empty() && model.active < model.limit {
+                                model.active += 1;
+                                "admitted"
+                            } else if model.line.len() >= model.max_queue {
+                                "full"
+                            } else {
+                                model.line.push_back(model.next_id);
+                                model.next_id += 1;
+                                "waiting"
+                            };
+                            let got = if m.try_acquire() {
+                                holders += 1;
+                                "admitted"
+                            } else if m.is_full() {
+                                "full"
+                            } else {
+                                match m.enqueue() {
+                                    Enqueued::Admitted => { holders += 1; "admitted" }
+                                    Enqueued::Full => "full",
+                                    Enqueued::Waiting(id) => {
+                                        prop_assert!(!m.poll_waiter(id, &waker));
+                                        waiters.push(id);
+                                        "waiting"
+                                    }
+                                }
+                            };
+                            prop_assert_eq!(got, expect);
+                        }
+                        Op::Complete => {
+                            if holders > 0 {
+                                holders -= 1;
+                                model.active -= 1;
+                                model.hand_over();
+                                m.release();
+                            }
+                        }
+                        Op::Abandon(i) | Op::TimeOut(i) if !waiters.is_empty() => {
+                            let why = if matches!(op, Op::Abandon(_)) { Leave::Abandoned } else { Leave::TimedOut };
+                            let id = waiters.remove(i % waiters.len());
+                            let left = m.leave(id, why);
+                            if model.handed.remove(&id.0) {
+                                prop_assert_eq!(left, Left::HoldsSlot);
+                                if why == Leave::Abandoned {
+                                    // The caller is gone: the slot goes on.
+                                    model.active -= 1;
+                                    model.hand_over();
+                                    m.release();
+                                } else {
+                                    // The slot arrived with the timer: the call proceeds.
+                                    holders += 1;
+                                    admitted_in_order.push(id.0);
+                                }
+                            } else {
+                                prop_assert_eq!(left, Left::Removed);
+                                model.line.retain(|&w| w != id.0);
+                            }
+                        }
+                        Op::Poll(i) if !waiters.is_empty() => {
+                            let k = i % waiters.len();
+                            let id = waiters[k];
+                            let granted = m.poll_waiter(id, &waker);
+                            prop_assert_eq!(granted, model.handed.remove(&id.0));
+                            if granted {
+                                waiters.remove(k);
+                                holders += 1;
+                                admitted_in_order.push(id.0);
+                            }
+                        }
+                        Op::SetLimits(c, q) => {
+                            model.limit = c;
+                            model.max_queue = q;
+                            model.hand_over();
+                            m.set_limits(c, q);
+                        }
+                        Op::Abandon(_) | Op::TimeOut(_) | Op::Poll(_) => {}
+                    }
+                    let after = m.counts();
+                    prop_assert_eq!(after, Counts { active: model.active, queued: model.line.len() });
+                    // Nobody is admitted above the limit, nobody queues above the bound.
+                    if after.active > before.active {
+                        prop_assert!(after.active <= model.limit);
+                    }
+                    if after.queued > before.queued {
+                        prop_assert!(after.queued <= model.max_queue);
+                    }
+                    // A slot never sits free while someone waits.
+                    prop_assert!(after.queued == 0 || after.active >= model.limit);
+                }
+
+                // Slots were handed over first come, first served: the model hands
+                // them to the front of its line, and every poll above agreed with it.
+                prop_assert!(admitted_in_order.iter().all(|&id| id < model.next_id));
+
+                // Everyone finishes or leaves: every slot comes back.
+                for id in waiters.drain(..) {
+                    if m.leave(id, Leave::Abandoned) == Left::HoldsSlot {
+                        m.release();
+                    }
+                }
+                for _ in 0..holders {
+                    m.release();
+                }
+                prop_assert_eq!(m.counts(), Counts { active: 0, queued: 0 });
+            }
+        }
+    }
+}

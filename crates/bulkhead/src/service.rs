@@ -1,0 +1,104 @@
+//! The bulkhead's `Service`: decides admission in `call`, never holds anything in `poll_ready`.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use seawall_core::{BoxError, HasExtensions};
+use tower_service::Service;
+
+use crate::future::ResponseFuture;
+use crate::handle::Handle;
+use crate::hold::{Hold, UntilResponse};
+use crate::state::Shared;
+
+/// A service whose calls go through a bulkhead; built by [`BulkheadLayer`](crate::BulkheadLayer).
+///
+/// `poll_ready` is always ready and reserves nothing. `call` decides admission: a
+/// free slot is taken at once; a full bulkhead fails the response future with
+/// [`BulkheadFull`](seawall_core::BulkheadFull); otherwise the call waits in line
+/// inside its response future. Only once it holds a slot does the future drive a
+/// clone of the inner service (taken at call time, hence `S: Clone`) to readiness
+/// and call it, so a waiting caller holds nothing downstream.
+///
+/// Clones share the bulkhead with each other and with every service built from
+/// the same layer.
+pub struct Bulkhead<S, H = UntilResponse> {
+    inner: S,
+    shared: Arc<Shared>,
+    _hold: PhantomData<fn() -> H>,
+}
+
+impl<S, H> Bulkhead<S, H> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared>) -> Self {
+        Self {
+            inner,
+            shared,
+            _hold: PhantomData,
+        }
+    }
+
+    /// The handle of the bulkhead this service uses.
+    pub fn handle(&self) -> Handle {
+        Handle::new(self.shared.clone())
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Consumes the bulkhead, returning the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: Clone, H> Clone for Bulkhead<S, H> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            shared: self.shared.clone(),
+            _hold: PhantomData,
+        }
+    }
+}
+
+impl<S: fmt::Debug, H> fmt::Debug for Bulkhead<S, H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Bulkhead")
+            .field("name", &&*self.shared.name)
+            .field("inner", &self.inner)
+            .finish()
+    }
+}
+
+impl<S, Req, H> Service<Req> for Bulkhead<S, H>
+where
+    S: Service<Req> + Clone,
+    S::Error: Into<BoxError>,
+    Req: HasExtensions,
+    H: Hold<S::Response>,
+{
+    type Response = H::Output;
+    type Error = BoxError;
+    type Future = ResponseFuture<S, Req, H>;
+
+    /// Always ready: nothing is reserved here, neither a bulkhead slot nor inner
+    /// capacity (the response future drives the inner service once admitted).
+    #[inline]
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    #[inline]
+    fn call(&mut self, req: Req) -> Self::Future {
+        ResponseFuture::new(&self.shared, &self.inner, req)
+    }
+}

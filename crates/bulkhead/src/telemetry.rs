@@ -1,0 +1,196 @@
+//! The only place with `cfg(feature = "tracing")` and `cfg(feature = "metrics")`.
+//!
+//! Metrics (feature `metrics`), all labelled with the bulkhead's `name`:
+//!
+//! | metric | kind | meaning |
+//! |---|---|---|
+//! | `seawall_bulkhead_active` | gauge | calls holding a slot |
+//! | `seawall_bulkhead_queued` | gauge | calls waiting for a slot |
+//! | `seawall_bulkhead_max_concurrent` | gauge | the current limit |
+//! | `seawall_bulkhead_admitted_total` | counter | calls admitted |
+//! | `seawall_bulkhead_rejected_total{reason="full"}` | counter | turned away, queue full |
+//! | `seawall_bulkhead_rejected_total{reason="timeout"}` | counter | waited as long as allowed |
+//! | `seawall_bulkhead_rejected_total{reason="keys"}` | counter | keyed: new key while every key was busy |
+//! | `seawall_bulkhead_wait_seconds` | histogram | admission wait (0 for immediate admissions) |
+//!
+//! The handles are registered once, when the bulkhead is built, with the recorder
+//! installed at that time; a call then costs a few dynamic calls, no allocation.
+//! Keyed bulkheads register per key under the layer's name, so their series add up.
+//!
+//! Tracing (feature `tracing`, target `seawall::bulkhead`): a `debug` event for each
+//! rejection (full, timeout) and an `info` event for each change of limits.
+
+use std::time::Duration;
+
+use crate::config::BulkheadConfig;
+use crate::machine::Machine;
+
+/// Metric handles of one bulkhead (empty without the `metrics` feature).
+#[derive(Debug)]
+pub(crate) struct Telemetry {
+    #[cfg(feature = "metrics")]
+    m: Metrics,
+}
+
+#[cfg(feature = "metrics")]
+#[derive(Debug)]
+struct Metrics {
+    active: metrics::Gauge,
+    queued: metrics::Gauge,
+    max_concurrent: metrics::Gauge,
+    admitted: metrics::Counter,
+    rejected_full: metrics::Counter,
+    rejected_timeout: metrics::Counter,
+    wait: metrics::Histogram,
+}
+
+impl Telemetry {
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    pub(crate) fn new(name: &seawall_core::Name, config: &BulkheadConfig) -> Self {
+        #[cfg(feature = "metrics")]
+        {
+            let label = metrics::SharedString::from(name.clone());
+            let m = Metrics {
+                active: metrics::gauge!("seawall_bulkhead_active", "name" => label.clone()),
+                queued: metrics::gauge!("seawall_bulkhead_queued", "name" => label.clone()),
+                max_concurrent: metrics::gauge!("seawall_bulkhead_max_concurrent", "name" => label.clone()),
+                admitted: metrics::counter!("seawall_bulkhead_admitted_total", "name" => label.clone()),
+                rejected_full: metrics::counter!("seawall_bulkhead_rejected_total", "name" => label.clone(), "reason" => "full"),
+                rejected_timeout: metrics::counter!("seawall_bulkhead_rejected_total", "name" => label.clone(), "reason" => "timeout"),
+                wait: metrics::histogram!("seawall_bulkhead_wait_seconds", "name" => label),
+            };
+            m.max_concurrent.set(config.max_concurrent as f64);
+            Self { m }
+        }
+        #[cfg(not(feature = "metrics"))]
+        Self {}
+    }
+
+    /// A call got a slot after waiting `waited` (zero when admitted at once).
+    #[inline]
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    pub(crate) fn admitted(&self, waited: Duration) {
+        #[cfg(feature = "metrics")]
+        {
+            self.m.admitted.increment(1);
+            self.m.active.increment(1.0);
+            self.m.wait.record(waited.as_secs_f64());
+        }
+    }
+
+    /// A slot was released.
+    #[inline]
+    pub(crate) fn released(&self) {
+        #[cfg(feature = "metrics")]
+        self.m.active.decrement(1.0);
+    }
+
+    /// A call joined the queue.
+    pub(crate) fn enqueued(&self) {
+        #[cfg(feature = "metrics")]
+        self.m.queued.increment(1.0);
+    }
+
+    /// A call left the queue (admitted, timed out or abandoned).
+    pub(crate) fn dequeued(&self) {
+        #[cfg(feature = "metrics")]
+        self.m.queued.decrement(1.0);
+    }
+
+    /// A call was turned away because every slot was busy and the queue full.
+    #[cfg_attr(
+        not(any(feature = "metrics", feature = "tracing")),
+        allow(unused_variables)
+    )]
+    pub(crate) fn rejected_full(&self, name: &str, machine: &Machine) {
+        #[cfg(feature = "tracing")]
+        if tracing::enabled!(target: "seawall::bulkhead", tracing::Level::DEBUG) {
+            let counts = machine.counts();
+            tracing::debug!(
+                target: "seawall::bulkhead",
+                bulkhead = name,
+                active = counts.active,
+                queued = counts.queued,
+                "bulkhead full; call rejected"
+            );
+        }
+        #[cfg(feature = "metrics")]
+        self.m.rejected_full.increment(1);
+    }
+
+    /// A waiter left after waiting `waited` without getting a slot.
+    #[cfg_attr(
+        not(any(feature = "metrics", feature = "tracing")),
+        allow(unused_variables)
+    )]
+    pub(crate) fn rejected_timeout(&self, name: &str, waited: Duration) {
+        #[cfg(feature = "tracing")]
+        tracing::debug!(
+            target: "seawall::bulkhead",
+            bulkhead = name,
+            waited_ms = waited.as_secs_f64() * 1000.0,
+            "no bulkhead slot in time; call rejected"
+        );
+        #[cfg(feature = "metrics")]
+        self.m.rejected_timeout.increment(1);
+    }
+
+    /// The limits changed from `old` to `new`.
+    #[cfg_attr(
+        not(any(feature = "metrics", feature = "tracing")),
+        allow(unused_variables)
+    )]
+    pub(crate) fn reconfigured(&self, name: &str, old: &BulkheadConfig, new: &BulkheadConfig) {
+        #[cfg(feature = "tracing")]
+        tracing::info!(
+            target: "seawall::bulkhead",
+            bulkhead = name,
+            max_concurrent = new.max_concurrent,
+            max_queue = new.max_queue,
+            max_wait_ms = new.max_wait.as_secs_f64() * 1000.0,
+            old_max_concurrent = old.max_concurrent,
+            old_max_queue = old.max_queue,
+            "bulkhead limits changed"
+        );
+        #[cfg(feature = "metrics")]
+        self.m.max_concurrent.set(new.max_concurrent as f64);
+    }
+}
+
+/// Metric handles of a keyed bulkhead's own events (empty without `metrics`).
+#[derive(Debug)]
+pub(crate) struct KeyedTelemetry {
+    #[cfg(feature = "metrics")]
+    rejected_keys: metrics::Counter,
+}
+
+impl KeyedTelemetry {
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    pub(crate) fn new(name: &seawall_core::Name) -> Self {
+        Self {
+            #[cfg(feature = "metrics")]
+            rejected_keys: metrics::counter!(
+                "seawall_bulkhead_rejected_total",
+                "name" => metrics::SharedString::from(name.clone()),
+                "reason" => "keys"
+            ),
+        }
+    }
+
+    /// A call with a new key was rejected: `max_keys` keys were all busy.
+    #[cfg_attr(
+        not(any(feature = "metrics", feature = "tracing")),
+        allow(unused_variables)
+    )]
+    pub(crate) fn key_limit(&self, name: &str, max_keys: usize) {
+        #[cfg(feature = "tracing")]
+        tracing::debug!(
+            target: "seawall::bulkhead",
+            bulkhead = name,
+            max_keys,
+            "every key of the keyed bulkhead is busy; call with a new key rejected"
+        );
+        #[cfg(feature = "metrics")]
+        self.rejected_keys.increment(1);
+    }
+}
