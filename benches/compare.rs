@@ -471,7 +471,12 @@ enum Id {
     Failsafe,
     Recloser,
     Deadline,
-    Other,
+    SwBreaker,
+    SwBulkhead,
+    SwDegradation,
+    SwFallback,
+    SwStack,
+    SwStackDegradation,
 }
 
 struct Second {
@@ -639,6 +644,7 @@ where
 // The subjects.
 
 fn rows(rt: &Runtime) -> Vec<Row> {
+    use seawall::bulkhead::BulkheadLayer as SwBulkheadLayer;
     use seawall::core::DeadlineLayer;
     use tower_resilience::bulkhead::BulkheadLayer as TrBulkheadLayer;
     use tower_resilience::circuitbreaker::CircuitBreakerLayer as TrBreakerLayer;
@@ -817,6 +823,33 @@ fn rows(rt: &Runtime) -> Vec<Row> {
         },
     ));
 
+    rows.push(
+        Row::new(
+            Id::SwBulkhead,
+            "seawall bulkhead (100 active, queue 10)",
+            || {
+                SwBulkheadLayer::builder("bench")
+                    .max_concurrent(100)
+                    .build()
+                    .expect("valid config")
+                    .layer(ok_inner())
+            },
+        )
+        .second(
+            Path::Full,
+            false,
+            fill(
+                SwBulkheadLayer::builder("bench")
+                    .max_concurrent(1)
+                    .max_queue(0)
+                    .build()
+                    .expect("valid config")
+                    .layer(pending_inner()),
+                1,
+            ),
+        ),
+    );
+
     rows
 }
 
@@ -836,9 +869,9 @@ struct Options {
 fn options() -> Options {
     let mut o = Options {
         rounds: 400,
-        runs: 5,
-        warm: Duration::from_millis(30),
-        measure: Duration::from_millis(250),
+        runs: 9,
+        warm: Duration::from_millis(20),
+        measure: Duration::from_millis(100),
         tasks: 64,
         filter: None,
         quick: false,
@@ -851,7 +884,7 @@ fn options() -> Options {
                 o.rounds = 40;
                 o.runs = 3;
                 o.warm = Duration::from_millis(10);
-                o.measure = Duration::from_millis(60);
+                o.measure = Duration::from_millis(40);
             }
             "--rounds" => {
                 o.rounds = args
@@ -1188,13 +1221,33 @@ fn find(rows: &[Row], id: Id) -> Option<&Row> {
     rows.iter().find(|r| r.id == id)
 }
 
-/// Per-run ratio of contended throughput `a / b`: median and spread.
-fn contended_ratio(a: &Row, b: &Row) -> Option<(f64, f64, f64)> {
-    let ratios: Vec<f64> = a
-        .contended
-        .iter()
-        .zip(&b.contended)
-        .map(|(x, y)| x / y)
+/// One line of the targets table.
+struct Target {
+    what: &'static str,
+    seawall: String,
+    reference: String,
+    reached: bool,
+}
+
+fn verdict(reached: bool) -> &'static str {
+    if reached {
+        "reached"
+    } else {
+        "**missed**"
+    }
+}
+
+/// Per-run ratio of `row`'s contended throughput to the best of `peers` in the same run.
+fn ratio_to_best(row: &Row, peers: &[&Row]) -> Option<(f64, f64, f64)> {
+    let runs = row.contended.len();
+    let ratios: Vec<f64> = (0..runs)
+        .filter_map(|r| {
+            let best = peers
+                .iter()
+                .filter_map(|p| p.contended.get(r).copied())
+                .fold(f64::NEG_INFINITY, f64::max);
+            (best > 0.0).then(|| row.contended[r] / best)
+        })
         .collect();
     if ratios.is_empty() {
         return None;
@@ -1203,55 +1256,221 @@ fn contended_ratio(a: &Row, b: &Row) -> Option<(f64, f64, f64)> {
     Some((median(&ratios), lo, hi))
 }
 
+fn fmt_ratio((m, lo, hi): (f64, f64, f64)) -> String {
+    format!("{m:.2}× ({lo:.2}–{hi:.2})")
+}
+
 fn print_ratios(rows: &[Row], f: &Figures) {
-    println!();
-    println!("Peers in the same run, for reference:");
-    println!();
-    if let (Some(tr), Some(rc), Some(fs)) = (
-        find(rows, Id::TrBreaker),
-        find(rows, Id::Recloser),
-        find(rows, Id::Failsafe),
-    ) {
-        let best = [tr, rc, fs]
-            .into_iter()
-            .max_by(|a, b| median(&a.contended).total_cmp(&median(&b.contended)))
-            .expect("three breakers");
-        println!(
-            "- breakers, closed: tower-resilience {} ns, failsafe {} ns, recloser {} ns; best contended: {} ({})",
-            fmt_added(f.added(tr)),
-            fmt_added(f.added(fs)),
-            fmt_added(f.added(rc)),
-            best.label,
-            fmt_rate(median(&best.contended)),
-        );
-    }
-    if let Some(limit) = find(rows, Id::TowerLimit) {
-        println!(
-            "- tower ConcurrencyLimit(100): {} ns, {} calls/s contended",
-            fmt_added(f.added(limit)),
-            fmt_rate(median(&limit.contended))
-        );
-    }
-    if let Some(fb) = find(rows, Id::TrFallback) {
-        println!(
-            "- tower-resilience Fallback: primary ok {} ns, serving the value {} ns",
-            fmt_added(f.added(fb)),
-            f.second(fb).map(fmt_ns).unwrap_or_default()
-        );
-    }
-    if let (Some(d), Some(tr)) = (find(rows, Id::Deadline), find(rows, Id::TrBreaker)) {
-        println!(
-            "- seawall DeadlineLayer alone: {} ns ({:.2}× a tower-resilience breaker)",
-            fmt_added(f.added(d)),
-            f.added(d) / f.added(tr)
-        );
-    }
-    if let (Some(a), Some(b)) = (find(rows, Id::TowerShed), find(rows, Id::TowerLimit)) {
-        if let Some((m, lo, hi)) = contended_ratio(a, b) {
-            println!("- LoadShed+ConcurrencyLimit vs ConcurrencyLimit contended: {m:.2}× ({lo:.2}–{hi:.2}) per run");
+    let mut t: Vec<Target> = Vec::new();
+    let tr = find(rows, Id::TrBreaker);
+    let rc = find(rows, Id::Recloser);
+    let fs = find(rows, Id::Failsafe);
+    let limit = find(rows, Id::TowerLimit);
+    let trf = find(rows, Id::TrFallback);
+
+    if let Some(b) = find(rows, Id::SwBreaker) {
+        let a = f.added(b);
+        t.push(Target {
+            what: "breaker closed: added ≤ 30 ns",
+            seawall: fmt_added(a),
+            reference: "30".into(),
+            reached: a <= 30.0,
+        });
+        if let Some(rc) = rc {
+            let r = f.added(rc);
+            t.push(Target {
+                what: "breaker closed: under recloser's",
+                seawall: fmt_added(a),
+                reference: format!("recloser {} ({:.2}×)", fmt_added(r), a / r),
+                reached: a <= r,
+            });
+        }
+        if let Some(tr) = tr {
+            let r = f.added(tr);
+            t.push(Target {
+                what: "breaker closed: ≤ a tenth of tower-resilience's",
+                seawall: fmt_added(a),
+                reference: format!("tower-resilience {} ({:.2}×)", fmt_added(r), a / r),
+                reached: a <= r / 10.0,
+            });
+        }
+        let peers: Vec<&Row> = [tr, rc, fs].into_iter().flatten().collect();
+        if let Some(ratio) = ratio_to_best(b, &peers) {
+            t.push(Target {
+                what: "breaker contended: ≥ 1.5× the best peer breaker (per-run ratio)",
+                seawall: fmt_rate(median(&b.contended)),
+                reference: format!("best peer per run: {}", fmt_ratio(ratio)),
+                reached: ratio.0 >= 1.5,
+            });
+        }
+        if let Some(allocs) = b.allocs {
+            t.push(Target {
+                what: "breaker closed: zero allocations per call",
+                seawall: fmt_allocs(allocs),
+                reference: "0".into(),
+                reached: allocs == 0.0,
+            });
+        }
+        if let Some(heap) = b.heap {
+            t.push(Target {
+                what: "breaker heap with a 100-call window ≤ 512 B",
+                seawall: format!("{heap} B"),
+                reference: "512 B".into(),
+                reached: heap <= 512,
+            });
+        }
+        if let (Some(open), Some(s)) = (f.second(b), b.second.as_ref()) {
+            t.push(Target {
+                what: "breaker open: rejection ≤ 40 ns",
+                seawall: fmt_ns(open),
+                reference: format!(
+                    "40; recloser {}, failsafe {}, tower-resilience {}",
+                    rc.and_then(|r| f.second(r)).map(fmt_ns).unwrap_or_default(),
+                    fs.and_then(|r| f.second(r)).map(fmt_ns).unwrap_or_default(),
+                    tr.and_then(|r| f.second(r)).map(fmt_ns).unwrap_or_default(),
+                ),
+                reached: open <= 40.0 && !s.subject.waited(),
+            });
         }
     }
-    let _ = (Id::TrBulkhead, Id::Other);
+
+    if let Some(b) = find(rows, Id::SwBulkhead) {
+        let a = f.added(b);
+        if let Some(limit) = limit {
+            let l = f.added(limit);
+            t.push(Target {
+                what: "bulkhead admitted: no slower than tower ConcurrencyLimit (1 task)",
+                seawall: fmt_added(a),
+                reference: format!("ConcurrencyLimit {} ({:.2}×)", fmt_added(l), a / l),
+                reached: a <= l,
+            });
+            if let Some(ratio) = ratio_to_best(b, &[limit]) {
+                t.push(Target {
+                    what: "bulkhead contended: ≥ 0.9× ConcurrencyLimit (per-run ratio)",
+                    seawall: fmt_rate(median(&b.contended)),
+                    reference: format!("ConcurrencyLimit per run: {}", fmt_ratio(ratio)),
+                    reached: ratio.0 >= 0.9,
+                });
+            }
+        }
+        if let (Some(full), Some(s)) = (f.second(b), b.second.as_ref()) {
+            t.push(Target {
+                what: "bulkhead full: synchronous rejection ≤ 50 ns",
+                seawall: format!(
+                    "{}{}",
+                    fmt_ns(full),
+                    if s.subject.waited() {
+                        " (waits)"
+                    } else {
+                        " (synchronous)"
+                    }
+                ),
+                reference: format!(
+                    "50; LoadShed {}",
+                    find(rows, Id::TowerShed)
+                        .and_then(|r| f.second(r))
+                        .map(fmt_ns)
+                        .unwrap_or_default()
+                ),
+                reached: full <= 50.0 && !s.subject.waited(),
+            });
+        }
+        if let Some(allocs) = b.allocs {
+            t.push(Target {
+                what: "bulkhead admitted: zero allocations per call",
+                seawall: fmt_allocs(allocs),
+                reference: "0".into(),
+                reached: allocs == 0.0,
+            });
+        }
+    }
+
+    if let Some(b) = find(rows, Id::SwFallback) {
+        let a = f.added(b);
+        t.push(Target {
+            what: "fallback primary ok: added ≤ 20 ns",
+            seawall: fmt_added(a),
+            reference: format!(
+                "20; tower-resilience {}",
+                trf.map(|r| fmt_added(f.added(r))).unwrap_or_default()
+            ),
+            reached: a <= 20.0,
+        });
+        if let (Some(served), Some(trs)) = (f.second(b), trf.and_then(|r| f.second(r))) {
+            t.push(Target {
+                what: "fallback serving a value: ≤ half of tower-resilience's",
+                seawall: fmt_ns(served),
+                reference: format!("tower-resilience {} ({:.2}×)", fmt_ns(trs), served / trs),
+                reached: served <= trs / 2.0,
+            });
+        }
+    }
+
+    if let Some(b) = find(rows, Id::SwDegradation) {
+        let a = f.added(b);
+        t.push(Target {
+            what: "degradation at a steady level: added ≤ 30 ns",
+            seawall: fmt_added(a),
+            reference: "30".into(),
+            reached: a <= 30.0,
+        });
+    }
+
+    for (id, what) in [
+        (
+            Id::SwStack,
+            "full stack (fallback, deadline, bulkhead, breaker) < one tower-resilience breaker",
+        ),
+        (
+            Id::SwStackDegradation,
+            "full stack with degradation < one tower-resilience breaker",
+        ),
+    ] {
+        if let (Some(b), Some(tr)) = (find(rows, id), tr) {
+            let (a, r) = (f.added(b), f.added(tr));
+            t.push(Target {
+                what,
+                seawall: fmt_added(a),
+                reference: format!("tower-resilience breaker {} ({:.2}×)", fmt_added(r), a / r),
+                reached: a < r,
+            });
+        }
+    }
+
+    println!();
+    if t.is_empty() {
+        println!("No seawall policy row was measured, so no target of issue 10 is checked.");
+    } else {
+        println!("Targets of issue 10 (ratios to the peers in this run):");
+        println!();
+        println!("| target | seawall | reference in this run | verdict |");
+        println!("|---|---:|---|---|");
+        for x in &t {
+            println!(
+                "| {} | {} | {} | {} |",
+                x.what,
+                x.seawall,
+                x.reference,
+                verdict(x.reached)
+            );
+        }
+    }
+    let missing: Vec<&str> = [
+        (Id::SwBreaker, "breaker"),
+        (Id::SwBulkhead, "bulkhead"),
+        (Id::SwDegradation, "degradation"),
+        (Id::SwFallback, "fallback"),
+        (Id::SwStack, "full stack"),
+        (Id::SwStackDegradation, "full stack with degradation"),
+    ]
+    .into_iter()
+    .filter(|(id, _)| find(rows, *id).is_none())
+    .map(|(_, name)| name)
+    .collect();
+    if !missing.is_empty() {
+        println!();
+        println!("Not in this table: {}.", missing.join(", "));
+    }
 }
 
 fn main() {
