@@ -582,6 +582,65 @@ mod tests {
         assert!(!m.is_full());
     }
 
+    #[test]
+    fn threads_racing_never_exceed_the_limit_and_return_every_slot() {
+        let m = Arc::new(Machine::new(3, 4));
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let m = m.clone();
+                std::thread::spawn(move || {
+                    let (_f, waker) = flag();
+                    let mut admitted = 0u32;
+                    for i in 0..2_000u32 {
+                        let holds = if m.try_acquire() {
+                            true
+                        } else if m.is_full() {
+                            false
+                        } else {
+                            match m.enqueue() {
+                                Enqueued::Admitted => true,
+                                Enqueued::Full => false,
+                                Enqueued::Waiting(id) => {
+                                    // Spin a while, then either give up or keep waiting
+                                    // until the slot comes (it must: holders release).
+                                    let patient = (i + t) % 3 != 0;
+                                    let mut spins = 0u32;
+                                    loop {
+                                        if m.poll_waiter(id, &waker) {
+                                            break true;
+                                        }
+                                        spins += 1;
+                                        if !patient && spins > 50 {
+                                            break m.leave(id, Leave::TimedOut) == Left::HoldsSlot;
+                                        }
+                                        assert!(spins < 10_000_000, "a slot was never handed over");
+                                        std::thread::yield_now();
+                                    }
+                                }
+                            }
+                        };
+                        if holds {
+                            admitted += 1;
+                            assert!(m.counts().active <= 3);
+                            std::thread::yield_now();
+                            m.release();
+                        }
+                    }
+                    admitted
+                })
+            })
+            .collect();
+        let admitted: u32 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        assert!(admitted > 0);
+        assert_eq!(
+            m.counts(),
+            Counts {
+                active: 0,
+                queued: 0
+            }
+        );
+    }
+
     mod schedule {
         //! A random schedule of arrivals, completions, cancellations, timeouts and
         //! limit changes, checked step by step against a plain model and the invariants.

@@ -1,0 +1,554 @@
+//! The bulkhead as a Tower service, driven by hand with a paused clock.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use seawall_bulkhead::{BulkheadConfig, BulkheadLayer, Handle, PermitHandle};
+use seawall_core::{find_rejection, BoxError, BulkheadTimeout, Deadline, RejectionKind};
+use tokio::time::Instant;
+use tokio_test::{assert_pending, assert_ready, assert_ready_ok, task};
+use tower::{Layer, Service, ServiceExt};
+use tower_test::mock;
+
+type Req = http::Request<&'static str>;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn req(body: &'static str) -> Req {
+    http::Request::new(body)
+}
+
+fn layer(max_concurrent: usize, max_queue: usize) -> BulkheadLayer {
+    BulkheadLayer::builder("freight")
+        .max_concurrent(max_concurrent)
+        .max_queue(max_queue)
+        .max_wait(ms(20))
+        .build()
+        .unwrap()
+}
+
+fn kind(err: &BoxError) -> RejectionKind {
+    find_rejection(&**err).expect("a seawall rejection").kind()
+}
+
+fn counts(h: &Handle) -> (usize, usize) {
+    let s = h.snapshot();
+    (s.active, s.queued)
+}
+
+type Mock = mock::Mock<Req, &'static str>;
+type MockHandle = mock::Handle<Req, &'static str>;
+
+fn pair(l: &BulkheadLayer) -> (seawall_bulkhead::Bulkhead<Mock>, MockHandle) {
+    let (svc, handle) = mock::pair::<Req, &'static str>();
+    (l.layer(svc), handle)
+}
+
+// ---- tower's concurrency-limit cases -------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_response_future_releases_its_slot() {
+    let l = layer(1, 0);
+    let h = l.handle();
+    let (mut svc, mut inner) = pair(&l);
+    let mut r1 = task::spawn(svc.call(req("one")));
+    assert_pending!(r1.poll());
+    let (_req, _send) = inner.next_request().await.unwrap();
+    assert_eq!(counts(&h), (1, 0));
+
+    // Full now: the next call is turned away.
+    let err = svc.call(req("two")).await.unwrap_err();
+    assert_eq!(kind(&err), RejectionKind::BulkheadFull);
+
+    drop(r1);
+    assert_eq!(counts(&h), (0, 0));
+    let mut r3 = task::spawn(svc.call(req("three")));
+    assert_pending!(r3.poll());
+    let (seen, send) = inner.next_request().await.unwrap();
+    assert_eq!(*seen.body(), "three");
+    send.send_response("ok");
+    assert_eq!(assert_ready_ok!(r3.poll()), "ok");
+    assert_eq!(counts(&h), (0, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_inner_error_releases_the_slot() {
+    let l = layer(1, 0);
+    let h = l.handle();
+    let (mut svc, mut inner) = pair(&l);
+    let mut r1 = task::spawn(svc.call(req("one")));
+    assert_pending!(r1.poll());
+    let (_req, send) = inner.next_request().await.unwrap();
+    send.send_error("boom");
+    let err = assert_ready!(r1.poll()).unwrap_err();
+    assert_eq!(err.to_string(), "boom");
+    assert!(find_rejection(&*err).is_none());
+    assert_eq!(counts(&h), (0, 0));
+    assert_eq!(h.snapshot().admitted, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_inner_readiness_error_releases_the_slot() {
+    let l = layer(1, 0);
+    let h = l.handle();
+    let (mut svc, mut inner) = pair(&l);
+    inner.send_error("not ready");
+    let err = svc.call(req("one")).await.unwrap_err();
+    assert_eq!(err.to_string(), "not ready");
+    assert_eq!(counts(&h), (0, 0));
+}
+
+/// An inner service that counts how often it is asked for readiness and cloned.
+#[derive(Clone)]
+struct Counting {
+    ready_polls: Arc<AtomicUsize>,
+    clones: Arc<AtomicUsize>,
+}
+
+impl Counting {
+    fn new() -> Self {
+        Self {
+            ready_polls: Arc::new(AtomicUsize::new(0)),
+            clones: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+}
+
+#[derive(Clone)]
+struct CountingSvc(Counting);
+
+impl CountingSvc {
+    fn new(c: &Counting) -> Self {
+        Self(Counting {
+            ready_polls: c.ready_polls.clone(),
+            clones: c.clones.clone(),
+        })
+    }
+}
+
+impl Service<Req> for CountingSvc {
+    type Response = &'static str;
+    type Error = Infallible;
+    type Future = std::future::Pending<Result<&'static str, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.0.ready_polls.fetch_add(1, Ordering::SeqCst);
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _req: Req) -> Self::Future {
+        std::future::pending()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_readiness_poll_without_a_call_holds_nothing() {
+    let l = layer(1, 0);
+    let h = l.handle();
+    let c = Counting::new();
+    let mut s1 = l.layer(CountingSvc::new(&c));
+    let mut s2 = s1.clone();
+    // Readiness is answered without reserving a slot or touching the inner service.
+    for _ in 0..3 {
+        assert!(matches!(
+            task::spawn(()).enter(|cx, _| s1.poll_ready(cx)),
+            Poll::Ready(Ok(()))
+        ));
+    }
+    assert_eq!(counts(&h), (0, 0));
+    assert_eq!(c.ready_polls.load(Ordering::SeqCst), 0);
+    // s1 never calls; s2 gets the only slot.
+    let mut r2 = task::spawn(s2.ready().await.unwrap().call(req("two")));
+    assert_pending!(r2.poll());
+    assert_eq!(counts(&h), (1, 0));
+    assert_eq!(c.ready_polls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn many_waiters_are_admitted_first_in_first_out() {
+    let l = layer(1, 5);
+    let h = l.handle();
+    let (mut svc, mut inner) = pair(&l);
+    let mut first = task::spawn(svc.call(req("0")));
+    assert_pending!(first.poll());
+    let (_r, mut send) = inner.next_request().await.unwrap();
+
+    let mut waiters: Vec<_> = ["1", "2", "3", "4"]
+        .into_iter()
+        .map(|b| task::spawn(svc.call(req(b))))
+        .collect();
+    for w in &mut waiters {
+        assert_pending!(w.poll());
+    }
+    assert_eq!(counts(&h), (1, 4));
+
+    for (i, expected) in ["1", "2", "3", "4"].into_iter().enumerate() {
+        send.send_response("done");
+        if i == 0 {
+            assert_ready_ok!(first.poll());
+        } else {
+            assert_ready_ok!(waiters[i - 1].poll());
+        }
+        // Only the front of the line was woken, and it gets the slot.
+        assert!(waiters[i].is_woken());
+        if let Some(next) = waiters.get(i + 1) {
+            assert!(!next.is_woken());
+        }
+        // A newcomer arriving now does not overtake the line.
+        if i == 0 {
+            let mut late = task::spawn(svc.call(req("late")));
+            assert_pending!(late.poll());
+            assert_eq!(counts(&h), (1, 4));
+            drop(late);
+        }
+        assert_pending!(waiters[i].poll());
+        let (seen, s) = inner.next_request().await.unwrap();
+        assert_eq!(*seen.body(), expected);
+        send = s;
+    }
+    send.send_response("done");
+    assert_ready_ok!(waiters[3].poll());
+    assert_eq!(counts(&h), (0, 0));
+    let s = h.snapshot();
+    assert_eq!((s.admitted, s.abandoned, s.rejected_full), (5, 1, 0));
+}
+
+// ---- limits ----------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn exactly_max_concurrent_active_and_max_queue_waiting_then_full_at_once() {
+    let l = BulkheadLayer::builder("freight").build().unwrap(); // 8 / 10 / 20 ms
+    let h = l.handle();
+    let c = Counting::new();
+    let mut svc = l.layer(CountingSvc::new(&c));
+    let mut calls = Vec::new();
+    for _ in 0..18 {
+        let mut f = task::spawn(svc.call(req("x")));
+        assert_pending!(f.poll());
+        calls.push(f);
+    }
+    assert_eq!(counts(&h), (8, 10));
+    assert_eq!(c.ready_polls.load(Ordering::SeqCst), 8);
+    // The 19th is rejected on its first poll: no timer, no waiting.
+    let mut extra = task::spawn(svc.call(req("x")));
+    let err = assert_ready!(extra.poll()).unwrap_err();
+    assert_eq!(kind(&err), RejectionKind::BulkheadFull);
+    assert_eq!(err.to_string(), "bulkhead `freight` is full");
+    assert_eq!(h.snapshot().rejected_full, 1);
+    assert_eq!(counts(&h), (8, 10));
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_queue_rejects_at_once_when_busy() {
+    let l = layer(2, 0);
+    let c = Counting::new();
+    let mut svc = l.layer(CountingSvc::new(&c));
+    let mut a = task::spawn(svc.call(req("a")));
+    let mut b = task::spawn(svc.call(req("b")));
+    assert_pending!(a.poll());
+    assert_pending!(b.poll());
+    let err = svc.call(req("c")).await.unwrap_err();
+    assert_eq!(kind(&err), RejectionKind::BulkheadFull);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_times_out_at_max_wait() {
+    let l = layer(1, 1);
+    let h = l.handle();
+    let c = Counting::new();
+    let mut svc = l.layer(CountingSvc::new(&c));
+    let mut busy = task::spawn(svc.call(req("busy")));
+    assert_pending!(busy.poll());
+    let mut waiter = task::spawn(svc.call(req("wait")));
+    assert_pending!(waiter.poll());
+    tokio::time::advance(ms(19)).await;
+    assert_pending!(waiter.poll());
+    tokio::time::advance(ms(1)).await;
+    let err = assert_ready!(waiter.poll()).unwrap_err();
+    assert_eq!(kind(&err), RejectionKind::BulkheadTimeout);
+    let timeout = err.downcast_ref::<BulkheadTimeout>().unwrap();
+    assert_eq!(timeout.waited(), ms(20));
+    assert_eq!(timeout.name(), "freight");
+    let s = h.snapshot();
+    assert_eq!(
+        (s.active, s.queued, s.rejected_timeout, s.rejected_full),
+        (1, 0, 1, 0)
+    );
+    // It never reached the inner service.
+    assert_eq!(c.ready_polls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_times_out_at_the_remaining_deadline_when_shorter() {
+    let l = layer(1, 1);
+    let c = Counting::new();
+    let mut svc = l.layer(CountingSvc::new(&c));
+    let mut busy = task::spawn(svc.call(req("busy")));
+    assert_pending!(busy.poll());
+
+    let mut r = req("wait");
+    r.extensions_mut()
+        .insert(Deadline::after(Instant::now(), ms(5)));
+    let mut waiter = task::spawn(svc.call(r));
+    assert_pending!(waiter.poll());
+    tokio::time::advance(ms(4)).await;
+    assert_pending!(waiter.poll());
+    tokio::time::advance(ms(1)).await;
+    let err = assert_ready!(waiter.poll()).unwrap_err();
+    assert_eq!(
+        err.downcast_ref::<BulkheadTimeout>().unwrap().waited(),
+        ms(5)
+    );
+
+    // A deadline longer than max_wait does not extend the wait.
+    let mut r = req("wait");
+    r.extensions_mut()
+        .insert(Deadline::after(Instant::now(), ms(300)));
+    let mut waiter = task::spawn(svc.call(r));
+    assert_pending!(waiter.poll());
+    tokio::time::advance(ms(20)).await;
+    let err = assert_ready!(waiter.poll()).unwrap_err();
+    assert_eq!(
+        err.downcast_ref::<BulkheadTimeout>().unwrap().waited(),
+        ms(20)
+    );
+
+    // A deadline already past: no wait at all.
+    let mut r = req("late");
+    r.extensions_mut().insert(Deadline::at(Instant::now()));
+    let err = svc.call(r).await.unwrap_err();
+    assert_eq!(
+        err.downcast_ref::<BulkheadTimeout>().unwrap().waited(),
+        Duration::ZERO
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_waiter_leaves_the_queue_at_once_and_takes_no_slot() {
+    let l = layer(1, 2);
+    let h = l.handle();
+    let (mut svc, mut inner) = pair(&l);
+    let mut busy = task::spawn(svc.call(req("busy")));
+    assert_pending!(busy.poll());
+    let (_r, send) = inner.next_request().await.unwrap();
+    let mut gone = task::spawn(svc.call(req("gone")));
+    let mut next = task::spawn(svc.call(req("next")));
+    assert_pending!(gone.poll());
+    assert_pending!(next.poll());
+    assert_eq!(counts(&h), (1, 2));
+    drop(gone);
+    assert_eq!(counts(&h), (1, 1));
+    assert_eq!(h.snapshot().abandoned, 1);
+
+    send.send_response("ok");
+    assert_ready_ok!(busy.poll());
+    assert!(next.is_woken());
+    assert_pending!(next.poll());
+    let (seen, _s) = inner.next_request().await.unwrap();
+    assert_eq!(*seen.body(), "next");
+    assert_eq!(counts(&h), (1, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_handed_a_slot_but_dropped_passes_it_on() {
+    let l = layer(1, 2);
+    let h = l.handle();
+    let c = Counting::new();
+    let mut svc = l.layer(CountingSvc::new(&c));
+    let mut busy = task::spawn(svc.call(req("busy")));
+    assert_pending!(busy.poll());
+    let mut a = task::spawn(svc.call(req("a")));
+    let mut b = task::spawn(svc.call(req("b")));
+    assert_pending!(a.poll());
+    assert_pending!(b.poll());
+    drop(busy); // the slot is handed to `a`…
+    assert_eq!(counts(&h), (1, 1));
+    drop(a); // …who is gone before it notices: `b` gets it.
+    assert!(b.is_woken());
+    assert_pending!(b.poll());
+    assert_eq!(counts(&h), (1, 0));
+    assert_eq!(c.ready_polls.load(Ordering::SeqCst), 2);
+    let s = h.snapshot();
+    assert_eq!((s.admitted, s.abandoned), (2, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn nothing_downstream_is_touched_while_waiting_and_readiness_is_driven_with_the_slot() {
+    let l = layer(1, 1);
+    let h = l.handle();
+    let (mut svc, mut inner) = pair(&l);
+    let mut first = task::spawn(svc.call(req("first")));
+    assert_pending!(first.poll());
+    let (_r, send) = inner.next_request().await.unwrap();
+
+    // The inner service stops being ready; a waiter does not ask it.
+    inner.allow(0);
+    let mut second = task::spawn(svc.call(req("second")));
+    assert_pending!(second.poll());
+    send.send_response("ok");
+    assert_ready_ok!(first.poll());
+
+    // With the slot, the future waits for inner readiness — holding the slot.
+    assert_pending!(second.poll());
+    assert_eq!(counts(&h), (1, 0));
+    assert!(matches!(inner.poll_request(), Poll::Pending));
+    inner.allow(1);
+    assert!(second.is_woken());
+    assert_pending!(second.poll());
+    let (seen, send) = inner.next_request().await.unwrap();
+    assert_eq!(*seen.body(), "second");
+    send.send_response("ok");
+    assert_ready_ok!(second.poll());
+    assert_eq!(counts(&h), (0, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn services_built_from_one_layer_share_one_bulkhead() {
+    let l = layer(1, 0);
+    let c = Counting::new();
+    let mut a = l.layer(CountingSvc::new(&c));
+    let mut b = l.layer(CountingSvc::new(&c));
+    let mut held = task::spawn(a.call(req("a")));
+    assert_pending!(held.poll());
+    let err = b.call(req("b")).await.unwrap_err();
+    assert_eq!(kind(&err), RejectionKind::BulkheadFull);
+    assert_eq!(a.handle().snapshot().rejected_full, 1);
+
+    // A second layer is a separate bulkhead.
+    let other = layer(1, 0);
+    let mut o = other.layer(CountingSvc::new(&c));
+    let mut f = task::spawn(o.call(req("o")));
+    assert_pending!(f.poll());
+    assert_eq!(other.handle().snapshot().active, 1);
+}
+
+// ---- runtime limits --------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn growing_admits_waiters_at_once_shrinking_preempts_nothing_and_revert_restores() {
+    let l = layer(2, 10);
+    let h = l.handle();
+    let c = Counting::new();
+    let mut svc = l.layer(CountingSvc::new(&c));
+    let mut calls: Vec<_> = (0..6).map(|_| task::spawn(svc.call(req("x")))).collect();
+    for f in &mut calls {
+        assert_pending!(f.poll());
+    }
+    assert_eq!(counts(&h), (2, 4));
+
+    let grown = BulkheadConfig {
+        max_concurrent: 4,
+        ..h.config()
+    };
+    h.reconfigure(grown).unwrap();
+    assert_eq!(counts(&h), (4, 2));
+    assert!(calls[2].is_woken() && calls[3].is_woken());
+    assert!(!calls[4].is_woken());
+
+    h.reconfigure(BulkheadConfig {
+        max_concurrent: 1,
+        ..grown
+    })
+    .unwrap();
+    assert_eq!(counts(&h), (4, 2)); // nobody preempted
+    drop(calls.remove(0));
+    drop(calls.remove(0));
+    drop(calls.remove(0));
+    assert_eq!(counts(&h), (1, 2)); // nobody admitted above the new limit
+    drop(calls.remove(0));
+    assert_eq!(counts(&h), (1, 1));
+
+    // Invalid limits are refused and change nothing.
+    let err = h
+        .reconfigure(BulkheadConfig {
+            max_concurrent: 0,
+            ..grown
+        })
+        .unwrap_err();
+    assert_eq!(err.field(), "max_concurrent");
+    assert_eq!(h.config().max_concurrent, 1);
+
+    h.revert();
+    let built = BulkheadConfig {
+        max_concurrent: 2,
+        max_queue: 10,
+        max_wait: ms(20),
+    };
+    assert_eq!(h.config(), built);
+    assert_eq!(counts(&h), (2, 0));
+    let s = h.snapshot();
+    assert_eq!((s.max_concurrent, s.max_queue, s.max_wait), (2, 10, ms(20)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_snapshot_reports_the_admission_wait_distribution() {
+    let l = layer(1, 5);
+    let h = l.handle();
+    let c = Counting::new();
+    let mut svc = l.layer(CountingSvc::new(&c));
+    let mut first = task::spawn(svc.call(req("x")));
+    assert_pending!(first.poll());
+    let mut second = task::spawn(svc.call(req("x")));
+    assert_pending!(second.poll());
+    tokio::time::advance(ms(5)).await;
+    drop(first);
+    assert_pending!(second.poll());
+    let s = h.snapshot();
+    assert_eq!(s.admitted, 2);
+    assert_eq!(s.wait.queued_admissions, 1);
+    assert_eq!(s.wait.max, ms(5));
+    assert_eq!(s.wait.p50, Duration::ZERO);
+    assert_eq!(s.wait.p99, ms(5));
+    assert_eq!(s.name, "freight");
+}
+
+// ---- the permit handle in the request's extensions ------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn the_extension_permit_handle_keeps_the_slot_until_dropped() {
+    let l = BulkheadLayer::builder("freight")
+        .max_concurrent(1)
+        .max_queue(1)
+        .permit_in_extensions(true)
+        .build()
+        .unwrap();
+    let h = l.handle();
+    let kept: Arc<Mutex<Option<PermitHandle>>> = Arc::default();
+    let k = kept.clone();
+    let mut svc = l.layer(tower::service_fn(move |req: Req| {
+        // A handler that hands work to a task keeps the handle there.
+        let handle = req.extensions().get::<PermitHandle>().cloned();
+        *k.lock().unwrap() = handle;
+        async { Ok::<_, Infallible>("accepted") }
+    }));
+    assert_eq!(svc.call(req("a")).await.unwrap(), "accepted");
+    assert_eq!(kept.lock().unwrap().as_ref().unwrap().bulkhead(), "freight");
+    // The response is done, but the spawned work still holds the slot.
+    assert_eq!(counts(&h), (1, 0));
+    let mut next = task::spawn(svc.call(req("b")));
+    assert_pending!(next.poll());
+    assert_eq!(counts(&h), (1, 1));
+    let work = kept.lock().unwrap().take();
+    drop(work);
+    assert!(next.is_woken());
+    assert_eq!(assert_ready_ok!(next.poll()), "accepted");
+    // `next`'s handle is still kept.
+    assert_eq!(counts(&h), (1, 0));
+    kept.lock().unwrap().take();
+    assert_eq!(counts(&h), (0, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_the_option_no_handle_is_placed() {
+    let l = layer(1, 0);
+    let mut svc = l.layer(tower::service_fn(|req: Req| async move {
+        Ok::<_, Infallible>(req.extensions().get::<PermitHandle>().is_some())
+    }));
+    assert!(!svc.call(req("a")).await.unwrap());
+}
