@@ -307,6 +307,8 @@ trait Subject {
     fn once(&mut self, rt: &Runtime) -> bool;
     /// Whether some call did not complete synchronously.
     fn waited(&self) -> bool;
+    /// Size of the response future (moved at least once per call).
+    fn future_size(&self) -> usize;
     /// Calls per second with `tasks` tasks on `mt`, through clones of a fresh instance.
     fn contended(
         &self,
@@ -357,6 +359,10 @@ where
 
     fn waited(&self) -> bool {
         self.waited
+    }
+
+    fn future_size(&self) -> usize {
+        std::mem::size_of::<S::Future>()
     }
 
     fn contended(
@@ -1153,10 +1159,10 @@ fn print_table(rows: &[Row], o: &Options, load_before: &str) {
     );
     println!();
     println!(
-        "| configuration | +ns/call closed/admitted (1 task) | calls/s, {} tasks on 2 workers, one shared instance (median, min–max of {} runs) | +ns on the second path | allocs per call | heap B per instance |",
+        "| configuration | +ns/call closed/admitted (1 task) | calls/s, {} tasks on 2 workers, one shared instance (median, min–max of {} runs) | +ns on the second path | allocs per call | heap B per instance | response future B |",
         o.tasks, o.runs
     );
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     for row in rows {
         let added = if row.id == Id::Bare {
             format!("+0 ({} ns)", fmt_ns(bare))
@@ -1185,7 +1191,7 @@ fn print_table(rows: &[Row], o: &Options, load_before: &str) {
                 let v = f.second(row).unwrap_or(f64::NAN);
                 if s.subject.waited() {
                     format!(
-                        "{} ({}: waits for a timer tick)",
+                        "{} ({}, waits)",
                         fmt_time(Duration::from_nanos(v.max(0.0) as u64)),
                         s.path.label()
                     )
@@ -1204,14 +1210,24 @@ fn print_table(rows: &[Row], o: &Options, load_before: &str) {
             .map(|h| h.to_string())
             .unwrap_or_else(|| "?".to_owned());
         println!(
-            "| {} | {} | {} | {} | {} | {} |",
-            row.label, added, rate, second, allocs, heap
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            row.label,
+            added,
+            rate,
+            second,
+            allocs,
+            heap,
+            row.main.future_size()
         );
     }
     println!();
     println!(
-        "\"+ns\" is the median per-call time minus the bare service's ({} ns), futures driven by hand; \
-         allocs per call are given as closed/admitted path / second path.",
+        "\"+ns\" is the median per-call time minus the bare service's ({} ns: building the \
+         request and response and moving them), futures driven by hand with a no-op waker; \
+         allocs per call are given as closed/admitted path / second path; \"waits\": the call \
+         did not complete on its first poll and was finished by the runtime (tower-resilience's \
+         bulkhead rejects only when a zero-length `tokio::time::timeout` fires on the next \
+         timer tick). Heap per instance: live bytes after building one instance and calling it once.",
         fmt_ns(bare)
     );
     print_ratios(rows, &f);
@@ -1489,7 +1505,8 @@ fn main() {
 
     let mut rows = rows(&rt);
     if let Some(filter) = &o.filter {
-        rows.retain(|r| r.id == Id::Bare || r.label.contains(filter.as_str()));
+        let filter = filter.to_lowercase();
+        rows.retain(|r| r.id == Id::Bare || r.label.to_lowercase().contains(&filter));
     }
     let started = Instant::now();
     measure(&mut rows, &rt, &mt, &o);
