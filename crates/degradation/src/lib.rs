@@ -1,11 +1,211 @@
-//! seawall's degradation layer (under construction).
+//! Degradation levels for Tower services: fall at once, climb back slowly.
+//!
+//! When a dependency fails, a service can often still be useful at a lower level: a
+//! chat assistant answers with a smaller model, then with canned answers picked by a
+//! router, then with a polite message. [`DegradationLayer`] keeps an ordered list of
+//! such levels, best first, and serves every request at the best level that works.
+//!
+//! The design is asymmetric. **Falling is immediate**: every second at a level that
+//! does not work is a lost conversation. **Climbing is slow and verified**: a
+//! provider that has just come back is usually fragile, and sending it all the
+//! traffic at its first sign of life is the surest way to knock it over again. The
+//! failure mode to avoid is ping-pong (climb because one request worked, fall because
+//! the next ten failed, over and over). Three mechanisms prevent it, and all three are
+//! needed:
+//!
+//! - **hysteresis**: the bar to climb is stricter than the bar to fall;
+//! - **minimum dwell** at a level before any climb (default 60 s), so no decision is
+//!   reversed before it has had an observable effect;
+//! - **recovery probes**: after the dwell, a small share of requests (default 5 %)
+//!   goes to the level above; the level climbs only when those probes pass a whole
+//!   probe window. Only probe successes count: successes served at a degraded level
+//!   say nothing about the level above. Climbing is one level at a time.
+//!
+//! # Example
+//!
+//! An LLM-style chat service with four levels: the full model, a reduced model, a
+//! keyword router over canned answers, and a fixed message.
+//!
+//! ```
+//! use std::time::Duration;
+//! use seawall_core::BoxError;
+//! use seawall_degradation::{DegradationLayer, Fixed, Reason};
+//! use tower::{service_fn, Layer, Service, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), BoxError> {
+//! // The large model; its provider is overloaded right now.
+//! let full = service_fn(|_prompt: String| async move {
+//!     Err::<String, BoxError>("provider: 503 overloaded".into())
+//! });
+//! // A smaller model from another provider.
+//! let reduced = service_fn(|prompt: String| async move {
+//!     Ok::<_, BoxError>(format!("(short answer to) {prompt}"))
+//! });
+//! // No model at all: canned answers picked by keyword.
+//! let router = service_fn(|prompt: String| async move {
+//!     let answer = if prompt.contains("refund") {
+//!         "Refunds: see https://example.com/refunds"
+//!     } else {
+//!         "Help topics: https://example.com/help"
+//!     };
+//!     Ok::<_, BoxError>(answer.to_owned())
+//! });
+//! // The last resort cannot fail.
+//! let message = Fixed::new("We are having trouble. Please try again in a few minutes.".to_owned());
+//!
+//! let degradation = DegradationLayer::builder("chat")
+//!     .inner_level("full")
+//!     .level("reduced", reduced)
+//!     .level("router", router)
+//!     .level("message", message)
+//!     .consecutive_failures(5)
+//!     .min_dwell(Duration::from_secs(60))
+//!     .probe_ratio(0.05)
+//!     .probe_successes_to_recover(20)
+//!     .build()?;
+//! let handle = degradation.handle();
+//! let mut changes = handle.subscribe();
+//! let mut chat = degradation.layer(full);
+//!
+//! // The first five requests reach the full model and get its failure (a fallback
+//! // layer outside this one would answer them better)...
+//! for _ in 0..5 {
+//!     assert!(chat.ready().await?.call("hello".into()).await.is_err());
+//! }
+//! // ...and the level falls at once, one level.
+//! let change = changes.try_recv()?;
+//! assert_eq!((&*change.from.name, &*change.to.name), ("full", "reduced"));
+//! assert_eq!(change.reason, Reason::ConsecutiveFailures);
+//! let answer = chat.ready().await?.call("where is my refund?".into()).await?;
+//! assert_eq!(answer, "(short answer to) where is my refund?");
+//!
+//! // An operator pins the router during maintenance of the second provider...
+//! handle.force("router")?;
+//! let answer = chat.ready().await?.call("refund please".into()).await?;
+//! assert_eq!(answer, "Refunds: see https://example.com/refunds");
+//! // ...then hands control back: the machine starts a fresh dwell at "router" and
+//! // climbs back only through probes.
+//! handle.release();
+//! let snapshot = handle.snapshot();
+//! assert_eq!(snapshot.level_name, "router");
+//! assert!(!snapshot.state.forced);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # The level machine
+//!
+//! ```text
+//!              falls one level at once: failures_to_degrade consecutive failures
+//!              (or a failure rate over a window) at the level in force
+//!   +--------+ ----------> +---------+ ----------> +--------+ ----------> +---------+
+//!   | 0 full |             |1 reduced|             |2 router|             |3 message|
+//!   +--------+ <---------- +---------+ <---------- +--------+ <---------- +---------+
+//!              climbs one level: after min_dwell at the level, probe_ratio of the
+//!              requests go to the level above; when a whole probe_window (from its
+//!              first probe) ends with >= probe_successes_to_recover probe successes
+//!              since the last failed probe and a probe failure rate <= the bar.
+//!              Otherwise a new window starts.
+//!
+//!   floor:  the machine never climbs above it (setting it moves down at once)
+//!   force:  pins a level, no automatic change and no probes, until release
+//! ```
+//!
+//! The rules, all tested on [`DegradationMachine`] with explicit instants:
+//!
+//! - a failed probe resets probe progress but is **not** a failure of the current
+//!   level (the seed's sketch sent it through `recordFailure()`: a failed probe of
+//!   the level above says nothing about the current one);
+//! - a failure at the current level resets probe progress (things got worse);
+//! - the outcome of a request admitted before a level change is ignored (a burst of
+//!   failures in flight at the old level must not push the new one down); so is a
+//!   probe's from an earlier probe window;
+//! - the last level failing changes nothing (no loop, no panic); the failure is
+//!   returned to the caller and counted in the snapshot.
+//!
+//! # Where state lives, what `Clone` shares
+//!
+//! One state is created by [`DegradationLayerBuilder::build`]: every service the layer
+//! makes and every clone of them share one machine, one [`Handle`] and the lower
+//! levels' services (as tower's `GlobalConcurrencyLimitLayer` does). The inner
+//! service (the best level) is owned by each service value, as usual in Tower. Build
+//! one layer per thing that degrades.
+//!
+//! # Readiness
+//!
+//! [`Degradation::poll_ready`](tower_service::Service::poll_ready) always answers
+//! ready and polls no level: the level is chosen in `call`, and only the chosen level's
+//! readiness is awaited, in the response future. A level that is never ready holds
+//! only the requests sent to it; tower's `Steer`, by contrast, waits for every service
+//! to be ready. The price is that backpressure from a level does not reach the caller's
+//! `poll_ready`; put a bulkhead in each level's stack to bound waiting. The inner
+//! service is tried at once and called directly when ready; if not, it is swapped for
+//! a clone and the original (whose readiness is in progress) moves into the future.
+//! A lower level is cloned at call time and polled in the future.
+//!
+//! # Classification
+//!
+//! Outcomes are classified with seawall-core's [`Classify`](seawall_core::Classify).
+//! The default, [`DefaultClassifier`] = `AdmissionAsFailure(ErrorsAsFailures)`,
+//! counts every error as a failure, **including** admission rejections from the
+//! level's own stack (its breaker open, its bulkhead full): a circuit breaker ignores
+//! those, but here they mean the level cannot serve, which is exactly the evidence the
+//! machine needs. A request that fails is answered with that failure; it is not
+//! re-served at a lower level (that is the fallback layer's job, outside this one).
+//!
+//! # Cost
+//!
+//! At a level where no probe is possible (the best level, a floor, forced) `call`
+//! costs two atomic loads and one `Arc` clone for the response future; a success
+//! that changes nothing (no failures to reset, consecutive-failure trigger) is
+//! recorded without a lock or clock read. During the dwell at a degraded level add
+//! one clock read. Only after the dwell does a call take the machine's mutex and
+//! sample the random source. Failures take the mutex and read the clock. A lower
+//! level is a `BoxCloneSyncService`: its clone and its boxed future allocate.
+//!
+//! # Operating it
+//!
+//! [`Handle`] gives a [`Snapshot`] (level, entered-at, failures, probe progress,
+//! floor, forced), a subscription to [`LevelChange`]s, [`Handle::set_floor`] /
+//! [`Handle::clear_floor`] (a health signal bounding how high the machine may climb),
+//! [`Handle::force`] / [`Handle::release`] (operators; wins over everything),
+//! [`Handle::reconfigure`] with validation and [`Handle::revert`]. Every change emits
+//! a `tracing` event (from, to, reason; feature `tracing`) and, with feature
+//! `metrics`, `seawall_degradation_level` (gauge), `seawall_degradation_changes_total`
+//! by direction and `seawall_degradation_probes_total` by result, all labelled `name`.
+//!
+//! # HTTP servers
+//!
+//! With feature `http`, [`http::FixedResponse`] is a level that is a plain response,
+//! and [`http::RespondLayer`] answers errors with `503` (and `Retry-After`) instead of
+//! an `Err`, so hyper and axum always get a response. Opt in with
+//! [`DegradationLayerBuilder::level_extensions`] to find [`CurrentLevel`] in each
+//! request's extensions and [`ServedBy`] in each response's.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod config;
+mod fixed;
+mod future;
+mod handle;
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub mod http;
+mod layer;
 mod machine;
+mod service;
+mod telemetry;
 
 pub use config::{DegradationConfig, Trigger};
+pub use fixed::Fixed;
+pub use future::ResponseFuture;
+pub use handle::{Handle, Level, LevelChange, SelectLevel, Snapshot};
+pub use layer::{DefaultClassifier, DegradationLayer, DegradationLayerBuilder};
 pub use machine::{
     Change, DegradationMachine, Direction, MachineSnapshot, ProbeProgress, Reason, Ticket,
     MAX_LEVELS,
+};
+pub use service::{
+    Annotate, CurrentLevel, Degradation, LevelService, NoExtensions, ResponseExtensions, ServedBy,
+    WithLevelExtensions,
 };

@@ -14,6 +14,9 @@ use crate::config::{DegradationConfig, Trigger, RATE_BUCKETS};
 /// The most levels a machine may have.
 pub const MAX_LEVELS: usize = 1024;
 
+/// Epochs wrap at 48 bits (the service packs epoch and level in one atomic word).
+const EPOCH_MASK: u64 = (1 << 48) - 1;
+
 /// Why the level changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
@@ -283,7 +286,7 @@ impl DegradationMachine {
         self.level
     }
 
-    /// Counts level changes; a ticket from an older epoch is ignored.
+    /// Counts level changes (wrapping at 2^48); a ticket from another epoch is ignored.
     pub fn epoch(&self) -> u64 {
         self.epoch
     }
@@ -342,7 +345,7 @@ impl DegradationMachine {
         };
         self.level = to;
         self.entered_at = now;
-        self.epoch += 1;
+        self.epoch = (self.epoch + 1) & EPOCH_MASK;
         self.consecutive_failures = 0;
         if let Some(w) = &mut self.rate {
             w.reset();

@@ -1,0 +1,210 @@
+//! The Tower service: asks the machine which level serves each request and calls it.
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use seawall_core::{BoxError, ClassifyRequest, HasExtensions};
+use tower::util::BoxCloneSyncService;
+use tower_service::Service;
+
+use crate::future::{ResponseFuture, State};
+use crate::handle::{Level, Shared};
+
+/// A lower level's service, with its type erased.
+pub type LevelService<Req, Res> = BoxCloneSyncService<Req, Res, BoxError>;
+
+/// The level in force when a request arrived, inserted into the request's extensions
+/// when the layer was built with
+/// [`level_extensions`](crate::DegradationLayerBuilder::level_extensions).
+///
+/// During a recovery probe this is the level in force, not the level above that serves
+/// the probe (see [`ServedBy`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CurrentLevel(pub Level);
+
+/// The level that served a response, recorded on the response's extensions when the
+/// layer was built with
+/// [`level_extensions`](crate::DegradationLayerBuilder::level_extensions).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServedBy {
+    /// The level that answered.
+    pub level: Level,
+    /// Whether the request was a recovery probe of the level above the one in force.
+    pub probe: bool,
+}
+
+/// Responses that carry [`http::Extensions`], where [`ServedBy`] is recorded.
+///
+/// Implemented for [`http::Response`]. The request side uses seawall-core's
+/// [`HasExtensions`].
+pub trait ResponseExtensions {
+    /// The response's extensions, mutably, if it has any.
+    fn extensions_mut(&mut self) -> Option<&mut http::Extensions>;
+}
+
+impl<B> ResponseExtensions for http::Response<B> {
+    fn extensions_mut(&mut self) -> Option<&mut http::Extensions> {
+        Some(http::Response::extensions_mut(self))
+    }
+}
+
+/// What the service writes into request and response extensions: nothing
+/// ([`NoExtensions`], the default, so any request type works and no call allocates)
+/// or the levels ([`WithLevelExtensions`]).
+pub trait Annotate<Req, Res>: Clone {
+    /// Called with each request before it is handed to a level.
+    fn request(&self, req: &mut Req, current: impl FnOnce() -> Level);
+    /// Called with each successful response.
+    fn response(&self, res: &mut Res, served: impl FnOnce() -> ServedBy);
+}
+
+/// Writes nothing into extensions (the default).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoExtensions;
+
+impl<Req, Res> Annotate<Req, Res> for NoExtensions {
+    #[inline]
+    fn request(&self, _req: &mut Req, _current: impl FnOnce() -> Level) {}
+    #[inline]
+    fn response(&self, _res: &mut Res, _served: impl FnOnce() -> ServedBy) {}
+}
+
+/// Inserts [`CurrentLevel`] into each request's extensions and [`ServedBy`] into each
+/// response's. Each insert allocates, which is why it is opt-in.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WithLevelExtensions;
+
+impl<Req: HasExtensions, Res: ResponseExtensions> Annotate<Req, Res> for WithLevelExtensions {
+    fn request(&self, req: &mut Req, current: impl FnOnce() -> Level) {
+        if let Some(ext) = req.extensions_mut() {
+            ext.insert(CurrentLevel(current()));
+        }
+    }
+
+    fn response(&self, res: &mut Res, served: impl FnOnce() -> ServedBy) {
+        if let Some(ext) = res.extensions_mut() {
+            ext.insert(served());
+        }
+    }
+}
+
+/// Serves each request at the level in force, or as a probe at the level above.
+///
+/// Built by [`DegradationLayer`](crate::DegradationLayer); the inner service is the best
+/// level (0). Clones share the layer's state and its lower levels.
+///
+/// `poll_ready` always answers ready and polls no level: the level is chosen in `call`,
+/// and only the chosen level's readiness is waited for, in the response future. A level
+/// that is never ready therefore blocks only the requests sent to it (unlike
+/// `tower::steer::Steer`, which waits for every service). When the inner service is
+/// ready at once, it is called directly; otherwise it is swapped for a clone and the
+/// original, with its readiness in progress, moves into the future. A lower level is
+/// cloned at call time (it is shared by every clone of this service) and polled in the
+/// future.
+pub struct Degradation<S, Req, Res, C, X> {
+    pub(crate) inner: S,
+    pub(crate) lower: Arc<[LevelService<Req, Res>]>,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) classifier: C,
+    pub(crate) extensions: X,
+}
+
+impl<S: Clone, Req, Res, C: Clone, X: Clone> Clone for Degradation<S, Req, Res, C, X> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            lower: self.lower.clone(),
+            shared: self.shared.clone(),
+            classifier: self.classifier.clone(),
+            extensions: self.extensions.clone(),
+        }
+    }
+}
+
+impl<S: fmt::Debug, Req, Res, C: fmt::Debug, X> fmt::Debug for Degradation<S, Req, Res, C, X> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Degradation")
+            .field("inner", &self.inner)
+            .field("levels", &self.shared.level_names)
+            .field("classifier", &self.classifier)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, Req, Res, C, X> Degradation<S, Req, Res, C, X> {
+    /// The operator's handle on the shared state.
+    pub fn handle(&self) -> crate::Handle {
+        crate::Handle {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// The best level's service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S, Req, Res, C, X> Service<Req> for Degradation<S, Req, Res, C, X>
+where
+    S: Service<Req, Response = Res> + Clone,
+    S::Error: Into<BoxError>,
+    C: ClassifyRequest<Req, Res>,
+    X: Annotate<Req, Res>,
+{
+    type Response = Res;
+    type Error = BoxError;
+    type Future = ResponseFuture<S, Req, Res, C::Classifier, X>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // The level is chosen in `call`; its readiness is awaited in the future.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, mut req: Req) -> Self::Future {
+        let ticket = self.shared.admit();
+        let shared = &self.shared;
+        let in_force = ticket.level + usize::from(ticket.probe);
+        self.extensions
+            .request(&mut req, || shared.level_of(in_force));
+        let classifier = self.classifier.classifier_for(&req);
+        let state = if ticket.level == 0 {
+            let mut cx = Context::from_waker(Waker::noop());
+            match self.inner.poll_ready(&mut cx) {
+                Poll::Ready(Ok(())) => State::Inner {
+                    fut: self.inner.call(req),
+                },
+                Poll::Ready(Err(e)) => State::Failed {
+                    error: Some(e.into()),
+                },
+                Poll::Pending => {
+                    // Keep the instance whose readiness is in progress; leave a clone.
+                    let fresh = self.inner.clone();
+                    let ready_later = std::mem::replace(&mut self.inner, fresh);
+                    State::WaitInner {
+                        svc: ready_later,
+                        req: Some(req),
+                    }
+                }
+            }
+        } else {
+            match self.lower.get(ticket.level - 1) {
+                Some(svc) => State::WaitLower {
+                    svc: svc.clone(),
+                    req: Some(req),
+                },
+                None => State::Failed {
+                    error: Some(crate::future::internal("no service for the chosen level")),
+                },
+            }
+        };
+        ResponseFuture::new(
+            state,
+            ticket,
+            self.shared.clone(),
+            classifier,
+            self.extensions.clone(),
+        )
+    }
+}

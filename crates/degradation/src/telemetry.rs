@@ -1,0 +1,97 @@
+//! Where the degradation layer's tracing events and metrics are emitted, so call
+//! sites carry no `cfg`.
+//!
+//! Metrics (feature `metrics`), each with a `name` label (the layer's name):
+//!
+//! - `seawall_degradation_level` (gauge): the level in force, 0 being the best;
+//! - `seawall_degradation_changes_total{direction="down"|"up"}`: level changes;
+//! - `seawall_degradation_probes_total{result="success"|"failure"|"ignored"}`: recovery
+//!   probe outcomes.
+
+#![cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+
+use seawall_core::{Name, Outcome};
+
+use crate::machine::Change;
+
+/// The level in force when a layer is built.
+pub(crate) fn initial_level(name: &Name, level: usize) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!("seawall_degradation_level", "name" => name.clone()).set(level as f64);
+}
+
+/// A level change: a `tracing` event (warn going down, info going up) and metrics.
+pub(crate) fn level_changed(name: &Name, from: &str, to: &str, change: &Change) {
+    #[cfg(feature = "tracing")]
+    match change.direction() {
+        crate::machine::Direction::Down => tracing::warn!(
+            target: "seawall::degradation",
+            name = %name,
+            from,
+            to,
+            from_level = change.from,
+            to_level = change.to,
+            reason = change.reason.as_str(),
+            "degradation level went down"
+        ),
+        crate::machine::Direction::Up => tracing::info!(
+            target: "seawall::degradation",
+            name = %name,
+            from,
+            to,
+            from_level = change.from,
+            to_level = change.to,
+            reason = change.reason.as_str(),
+            "degradation level went up"
+        ),
+    }
+    #[cfg(feature = "metrics")]
+    {
+        metrics::gauge!("seawall_degradation_level", "name" => name.clone()).set(change.to as f64);
+        metrics::counter!(
+            "seawall_degradation_changes_total",
+            "name" => name.clone(),
+            "direction" => change.direction().as_str()
+        )
+        .increment(1);
+    }
+}
+
+/// The outcome of one recovery probe.
+pub(crate) fn probe(name: &Name, outcome: Outcome) {
+    #[cfg(feature = "tracing")]
+    tracing::trace!(target: "seawall::degradation", name = %name, ?outcome, "probe finished");
+    #[cfg(feature = "metrics")]
+    {
+        let result = match outcome {
+            Outcome::Success => "success",
+            Outcome::Failure => "failure",
+            Outcome::Ignore => "ignored",
+        };
+        metrics::counter!(
+            "seawall_degradation_probes_total",
+            "name" => name.clone(),
+            "result" => result
+        )
+        .increment(1);
+    }
+}
+
+/// An operator or health signal changed the floor or the forced level.
+pub(crate) fn control(name: &Name, action: &'static str, level: Option<&str>) {
+    #[cfg(feature = "tracing")]
+    tracing::info!(target: "seawall::degradation", name = %name, action, level, "degradation control");
+}
+
+/// The configuration was replaced at run time.
+pub(crate) fn reconfigured(name: &Name) {
+    #[cfg(feature = "tracing")]
+    tracing::info!(target: "seawall::degradation", name = %name, "degradation reconfigured");
+}
+
+#[cfg(feature = "http")]
+/// An error was answered with a 503 response instead of an `Err`.
+pub(crate) fn responded_to_error(error: &(dyn std::error::Error + 'static)) {
+    #[cfg(feature = "tracing")]
+    tracing::warn!(target: "seawall::degradation", error = %error, "answered an error with 503");
+}
