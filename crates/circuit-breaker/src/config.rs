@@ -1,0 +1,604 @@
+//! The breaker's configuration as plain data, its validation, and the builder.
+
+use std::time::Duration;
+
+use seawall_core::{check_fraction, check_nonzero_duration, ConfigError, MAX_BUCKETS};
+
+/// The largest count window accepted (one byte of memory per slot).
+pub const MAX_COUNT_WINDOW: u32 = 1_000_000;
+
+/// The most probes a half-open breaker may allow at once (one slot of memory each).
+pub const MAX_HALF_OPEN_PROBES: u32 = 10_000;
+
+/// The longest interval accepted for any duration setting (a year).
+pub const MAX_INTERVAL: Duration = Duration::from_secs(365 * 24 * 3600);
+
+fn check_interval(field: &'static str, value: Duration) -> Result<Duration, ConfigError> {
+    check_nonzero_duration(field, value)?;
+    if value > MAX_INTERVAL {
+        return Err(ConfigError::new(
+            field,
+            format!("must be at most a year, got {value:?}"),
+        ));
+    }
+    Ok(value)
+}
+
+/// When a closed breaker trips.
+///
+/// Trips are evaluated when a failure (or, with [`SlowCallConfig`], a slow call) is
+/// recorded: a success alone never opens the breaker.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "serde",
+    serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)
+)]
+pub enum TripPolicy {
+    /// `threshold` failures in a row (one success resets the count). Simple, but a
+    /// dependency failing 80 % of the time with scattered successes never trips it.
+    ConsecutiveFailures {
+        /// Failures in a row that open the breaker (at least 1).
+        threshold: u32,
+    },
+    /// The last `size` recorded outcomes: trips when at least `min_calls` are in the
+    /// window and `failures / calls >= failure_rate`.
+    CountWindow {
+        /// Outcomes kept (1 to [`MAX_COUNT_WINDOW`]).
+        size: u32,
+        /// Outcomes needed in the window before it may trip (1 to `size`).
+        min_calls: u32,
+        /// Failure rate that trips, in `(0.0, 1.0]`.
+        failure_rate: f64,
+    },
+    /// The outcomes of the last `window` of time, in buckets of `bucket` that expire
+    /// lazily (an outcome exactly `window` old no longer counts).
+    TimeWindow {
+        /// Length of the window (a whole number of buckets).
+        #[cfg_attr(feature = "serde", serde(with = "seawall_core::duration_format"))]
+        window: Duration,
+        /// Length of one bucket.
+        #[cfg_attr(feature = "serde", serde(with = "seawall_core::duration_format"))]
+        bucket: Duration,
+        /// Outcomes needed in the window before it may trip (at least 1).
+        min_calls: u32,
+        /// Failure rate that trips, in `(0.0, 1.0]`.
+        failure_rate: f64,
+    },
+}
+
+impl TripPolicy {
+    /// Whether two policies keep the same window (so reconfiguring between them keeps it).
+    pub(crate) fn same_window(&self, other: &TripPolicy) -> bool {
+        match (self, other) {
+            (Self::ConsecutiveFailures { .. }, Self::ConsecutiveFailures { .. }) => true,
+            (Self::CountWindow { size: a, .. }, Self::CountWindow { size: b, .. }) => a == b,
+            (
+                Self::TimeWindow {
+                    window: wa,
+                    bucket: ba,
+                    ..
+                },
+                Self::TimeWindow {
+                    window: wb,
+                    bucket: bb,
+                    ..
+                },
+            ) => wa == wb && ba == bb,
+            _ => false,
+        }
+    }
+
+    fn is_window(&self) -> bool {
+        !matches!(self, Self::ConsecutiveFailures { .. })
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        match *self {
+            Self::ConsecutiveFailures { threshold } => {
+                if threshold == 0 {
+                    return Err(ConfigError::new("policy.threshold", "must be at least 1"));
+                }
+            }
+            Self::CountWindow {
+                size,
+                min_calls,
+                failure_rate,
+            } => {
+                if size == 0 || size > MAX_COUNT_WINDOW {
+                    return Err(ConfigError::new(
+                        "policy.size",
+                        format!("must be between 1 and {MAX_COUNT_WINDOW}, got {size}"),
+                    ));
+                }
+                if min_calls == 0 || min_calls > size {
+                    return Err(ConfigError::new(
+                        "policy.min_calls",
+                        format!("must be between 1 and the window size ({size}), got {min_calls}"),
+                    ));
+                }
+                check_rate("policy.failure_rate", failure_rate)?;
+            }
+            Self::TimeWindow {
+                window,
+                bucket,
+                min_calls,
+                failure_rate,
+            } => {
+                check_nonzero_duration("policy.bucket", bucket)?;
+                if window < bucket {
+                    return Err(ConfigError::new(
+                        "policy.window",
+                        format!("must be at least one bucket ({bucket:?}), got {window:?}"),
+                    ));
+                }
+                if window.as_nanos() % bucket.as_nanos() != 0 {
+                    return Err(ConfigError::new(
+                        "policy.window",
+                        format!("must be a whole number of buckets ({bucket:?}), got {window:?}"),
+                    ));
+                }
+                if window.as_nanos() / bucket.as_nanos() > MAX_BUCKETS as u128 {
+                    return Err(ConfigError::new(
+                        "policy.bucket",
+                        format!("window / bucket must be at most {MAX_BUCKETS}"),
+                    ));
+                }
+                if min_calls == 0 {
+                    return Err(ConfigError::new("policy.min_calls", "must be at least 1"));
+                }
+                check_rate("policy.failure_rate", failure_rate)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A rate threshold: a number in `(0.0, 1.0]` (a zero rate would trip on no evidence).
+fn check_rate(field: &'static str, value: f64) -> Result<f64, ConfigError> {
+    let value = check_fraction(field, value)?;
+    if value == 0.0 {
+        return Err(ConfigError::new(field, "must be greater than 0.0"));
+    }
+    Ok(value)
+}
+
+/// Slow-call detection on a window policy: a call taking at least `threshold` is slow,
+/// and the breaker trips when at least `rate` of the window's calls were slow.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
+pub struct SlowCallConfig {
+    /// A call this long or longer is slow.
+    #[cfg_attr(feature = "serde", serde(with = "seawall_core::duration_format"))]
+    pub threshold: Duration,
+    /// Slow-call rate that trips, in `(0.0, 1.0]`.
+    pub rate: f64,
+}
+
+/// After closing, admit a growing share of calls for a while instead of all at once.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
+pub struct RampConfig {
+    /// How long the share takes to grow from `start_share` to all calls.
+    #[cfg_attr(feature = "serde", serde(with = "seawall_core::duration_format"))]
+    pub duration: Duration,
+    /// The share admitted right after closing, in `[0.0, 1.0]`.
+    pub start_share: f64,
+}
+
+/// Everything that decides how a breaker behaves, as plain data.
+///
+/// `Default` is the policy of the shipping exercise the project started from: the
+/// last 10 outcomes, at least 10 of them, 5 failures open the breaker for 10 s, then
+/// one probe; a successful probe closes it and starts a fresh window, a failed one
+/// reopens it for another 10 s. Those numbers were never calibrated against real
+/// load: treat them as a starting point.
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+pub struct CircuitBreakerConfig {
+    /// When the closed breaker trips.
+    pub policy: TripPolicy,
+    /// Optional slow-call detection (window policies only).
+    pub slow_call: Option<SlowCallConfig>,
+    /// How long the breaker stays open after a trip, before the first probe.
+    #[cfg_attr(feature = "serde", serde(with = "seawall_core::duration_format"))]
+    pub open_for: Duration,
+    /// The open interval is multiplied by this on every re-trip (a failed probe, or a
+    /// trip during the ramp); `1.0` keeps it fixed.
+    pub backoff_multiplier: f64,
+    /// The longest the open interval grows to (before jitter).
+    #[cfg_attr(feature = "serde", serde(with = "seawall_core::duration_format"))]
+    pub max_open_for: Duration,
+    /// Each open interval is stretched by a random fraction in `[0, jitter)` of itself,
+    /// so breakers that opened together do not probe together. `0.0` disables it.
+    pub jitter: f64,
+    /// Probes allowed in flight at once while half-open.
+    pub half_open_max: u32,
+    /// Successful probes needed to close.
+    pub probes_to_close: u32,
+    /// A probe neither finished nor dropped after this long counts as failed.
+    #[cfg_attr(feature = "serde", serde(with = "seawall_core::duration_format"))]
+    pub half_open_timeout: Duration,
+    /// Optional ramp after closing.
+    pub ramp: Option<RampConfig>,
+}
+
+impl Default for CircuitBreakerConfig {
+    fn default() -> Self {
+        Self {
+            policy: TripPolicy::CountWindow {
+                size: 10,
+                min_calls: 10,
+                failure_rate: 0.5,
+            },
+            slow_call: None,
+            open_for: Duration::from_secs(10),
+            backoff_multiplier: 1.0,
+            max_open_for: Duration::from_secs(300),
+            jitter: 0.0,
+            half_open_max: 1,
+            probes_to_close: 1,
+            half_open_timeout: Duration::from_secs(10),
+            ramp: None,
+        }
+    }
+}
+
+impl CircuitBreakerConfig {
+    /// Checks every field, naming the first one at fault.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.policy.validate()?;
+        if let Some(slow) = &self.slow_call {
+            if !self.policy.is_window() {
+                return Err(ConfigError::new(
+                    "slow_call",
+                    "needs a count or time window policy",
+                ));
+            }
+            check_nonzero_duration("slow_call.threshold", slow.threshold)?;
+            check_rate("slow_call.rate", slow.rate)?;
+        }
+        check_interval("open_for", self.open_for)?;
+        if !(self.backoff_multiplier.is_finite() && self.backoff_multiplier >= 1.0) {
+            return Err(ConfigError::new(
+                "backoff_multiplier",
+                format!("must be a number >= 1.0, got {}", self.backoff_multiplier),
+            ));
+        }
+        check_interval("max_open_for", self.max_open_for)?;
+        if self.max_open_for < self.open_for {
+            return Err(ConfigError::new(
+                "max_open_for",
+                format!(
+                    "must be at least open_for ({:?}), got {:?}",
+                    self.open_for, self.max_open_for
+                ),
+            ));
+        }
+        check_fraction("jitter", self.jitter)?;
+        if self.half_open_max == 0 || self.half_open_max > MAX_HALF_OPEN_PROBES {
+            return Err(ConfigError::new(
+                "half_open_max",
+                format!(
+                    "must be between 1 and {MAX_HALF_OPEN_PROBES}, got {}",
+                    self.half_open_max
+                ),
+            ));
+        }
+        if self.probes_to_close == 0 {
+            return Err(ConfigError::new("probes_to_close", "must be at least 1"));
+        }
+        check_interval("half_open_timeout", self.half_open_timeout)?;
+        if let Some(ramp) = &self.ramp {
+            check_interval("ramp.duration", ramp.duration)?;
+            check_fraction("ramp.start_share", ramp.start_share)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field(config: &CircuitBreakerConfig) -> String {
+        config.validate().unwrap_err().field().to_owned()
+    }
+
+    #[test]
+    fn default_is_the_seed_policy_and_valid() {
+        let c = CircuitBreakerConfig::default();
+        c.validate().unwrap();
+        assert_eq!(
+            c.policy,
+            TripPolicy::CountWindow {
+                size: 10,
+                min_calls: 10,
+                failure_rate: 0.5
+            }
+        );
+        assert_eq!(c.open_for, Duration::from_secs(10));
+        assert_eq!((c.half_open_max, c.probes_to_close), (1, 1));
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let base = CircuitBreakerConfig::default;
+        let s = Duration::from_secs(1);
+        let cases: Vec<(CircuitBreakerConfig, &str)> = vec![
+            (
+                CircuitBreakerConfig {
+                    policy: TripPolicy::ConsecutiveFailures { threshold: 0 },
+                    ..base()
+                },
+                "policy.threshold",
+            ),
+            (
+                CircuitBreakerConfig {
+                    policy: TripPolicy::CountWindow {
+                        size: 0,
+                        min_calls: 1,
+                        failure_rate: 0.5,
+                    },
+                    ..base()
+                },
+                "policy.size",
+            ),
+            (
+                CircuitBreakerConfig {
+                    policy: TripPolicy::CountWindow {
+                        size: 10,
+                        min_calls: 11,
+                        failure_rate: 0.5,
+                    },
+                    ..base()
+                },
+                "policy.min_calls",
+            ),
+            (
+                CircuitBreakerConfig {
+                    policy: TripPolicy::CountWindow {
+                        size: 10,
+                        min_calls: 10,
+                        failure_rate: f64::NAN,
+                    },
+                    ..base()
+                },
+                "policy.failure_rate",
+            ),
+            (
+                CircuitBreakerConfig {
+                    policy: TripPolicy::CountWindow {
+                        size: 10,
+                        min_calls: 10,
+                        failure_rate: 0.0,
+                    },
+                    ..base()
+                },
+                "policy.failure_rate",
+            ),
+            (
+                CircuitBreakerConfig {
+                    policy: TripPolicy::TimeWindow {
+                        window: s,
+                        bucket: 2 * s,
+                        min_calls: 1,
+                        failure_rate: 0.5,
+                    },
+                    ..base()
+                },
+                "policy.window",
+            ),
+            (
+                CircuitBreakerConfig {
+                    policy: TripPolicy::TimeWindow {
+                        window: Duration::from_millis(1500),
+                        bucket: s,
+                        min_calls: 1,
+                        failure_rate: 0.5,
+                    },
+                    ..base()
+                },
+                "policy.window",
+            ),
+            (
+                CircuitBreakerConfig {
+                    policy: TripPolicy::TimeWindow {
+                        window: s,
+                        bucket: Duration::ZERO,
+                        min_calls: 1,
+                        failure_rate: 0.5,
+                    },
+                    ..base()
+                },
+                "policy.bucket",
+            ),
+            (
+                CircuitBreakerConfig {
+                    policy: TripPolicy::ConsecutiveFailures { threshold: 5 },
+                    slow_call: Some(SlowCallConfig {
+                        threshold: s,
+                        rate: 0.5,
+                    }),
+                    ..base()
+                },
+                "slow_call",
+            ),
+            (
+                CircuitBreakerConfig {
+                    slow_call: Some(SlowCallConfig {
+                        threshold: s,
+                        rate: 1.5,
+                    }),
+                    ..base()
+                },
+                "slow_call.rate",
+            ),
+            (
+                CircuitBreakerConfig {
+                    open_for: Duration::ZERO,
+                    ..base()
+                },
+                "open_for",
+            ),
+            (
+                CircuitBreakerConfig {
+                    backoff_multiplier: 0.5,
+                    ..base()
+                },
+                "backoff_multiplier",
+            ),
+            (
+                CircuitBreakerConfig {
+                    max_open_for: s,
+                    ..base()
+                },
+                "max_open_for",
+            ),
+            (
+                CircuitBreakerConfig {
+                    jitter: -0.1,
+                    ..base()
+                },
+                "jitter",
+            ),
+            (
+                CircuitBreakerConfig {
+                    half_open_max: 0,
+                    ..base()
+                },
+                "half_open_max",
+            ),
+            (
+                CircuitBreakerConfig {
+                    probes_to_close: 0,
+                    ..base()
+                },
+                "probes_to_close",
+            ),
+            (
+                CircuitBreakerConfig {
+                    half_open_timeout: Duration::ZERO,
+                    ..base()
+                },
+                "half_open_timeout",
+            ),
+            (
+                CircuitBreakerConfig {
+                    ramp: Some(RampConfig {
+                        duration: s,
+                        start_share: 2.0,
+                    }),
+                    ..base()
+                },
+                "ramp.start_share",
+            ),
+        ];
+        for (config, expected) in cases {
+            assert_eq!(field(&config), expected);
+        }
+    }
+
+    /// No JSON crate is a dependency, so the tests feed serde a tiny self-describing
+    /// value tree (what a JSON or TOML deserializer would hand it).
+    #[cfg(feature = "serde")]
+    fn from_values(top: Vec<(&'static str, Value)>) -> Result<CircuitBreakerConfig, String> {
+        use serde::Deserialize;
+        let de: serde::de::value::MapDeserializer<'_, _, serde::de::value::Error> =
+            serde::de::value::MapDeserializer::new(top.into_iter());
+        CircuitBreakerConfig::deserialize(de).map_err(|e| e.to_string())
+    }
+
+    #[cfg(feature = "serde")]
+    #[test]
+    fn serde_reads_durations_and_rejects_unknown_fields() {
+        let policy = vec![
+            ("kind", Value::S("time_window")),
+            ("window", Value::S("60s")),
+            ("bucket", Value::S("1s")),
+            ("min_calls", Value::U(20)),
+            ("failure_rate", Value::F(0.5)),
+        ];
+        let slow = vec![("threshold", Value::S("300ms")), ("rate", Value::F(0.8))];
+        let c = from_values(vec![
+            ("policy", Value::M(policy)),
+            ("slow_call", Value::M(slow)),
+            ("open_for", Value::S("10s")),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.policy,
+            TripPolicy::TimeWindow {
+                window: Duration::from_secs(60),
+                bucket: Duration::from_secs(1),
+                min_calls: 20,
+                failure_rate: 0.5
+            }
+        );
+        assert_eq!(c.slow_call.unwrap().threshold, Duration::from_millis(300));
+        assert_eq!(c.open_for, Duration::from_secs(10));
+        assert_eq!(c.half_open_max, 1, "missing fields take the defaults");
+        c.validate().unwrap();
+
+        let err = from_values(vec![("open_fr", Value::S("10s"))]).unwrap_err();
+        assert!(err.contains("open_fr"), "{err}");
+        let bad_policy = vec![
+            ("kind", Value::S("consecutive_failures")),
+            ("treshold", Value::U(5)),
+        ];
+        let err = from_values(vec![("policy", Value::M(bad_policy))]).unwrap_err();
+        assert!(err.contains("treshold"), "{err}");
+    }
+
+    #[cfg(feature = "serde")]
+    #[derive(Clone)]
+    enum Value {
+        S(&'static str),
+        U(u64),
+        F(f64),
+        M(Vec<(&'static str, Value)>),
+    }
+
+    #[cfg(feature = "serde")]
+    impl<'de> serde::de::IntoDeserializer<'de, serde::de::value::Error> for Value {
+        type Deserializer = ValueDe;
+        fn into_deserializer(self) -> ValueDe {
+            ValueDe(self)
+        }
+    }
+
+    #[cfg(feature = "serde")]
+    struct ValueDe(Value);
+
+    #[cfg(feature = "serde")]
+    impl<'de> serde::Deserializer<'de> for ValueDe {
+        type Error = serde::de::value::Error;
+        fn deserialize_any<V: serde::de::Visitor<'de>>(
+            self,
+            visitor: V,
+        ) -> Result<V::Value, Self::Error> {
+            match self.0 {
+                Value::S(s) => visitor.visit_borrowed_str(s),
+                Value::U(u) => visitor.visit_u64(u),
+                Value::F(f) => visitor.visit_f64(f),
+                Value::M(m) => {
+                    visitor.visit_map(serde::de::value::MapDeserializer::new(m.into_iter()))
+                }
+            }
+        }
+        fn deserialize_option<V: serde::de::Visitor<'de>>(
+            self,
+            visitor: V,
+        ) -> Result<V::Value, Self::Error> {
+            visitor.visit_some(self)
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+            bytes byte_buf unit unit_struct newtype_struct seq tuple
+            tuple_struct map struct enum identifier ignored_any
+        }
+    }
+}
