@@ -182,12 +182,21 @@
 //! an `Err`, so hyper and axum always get a response. Opt in with
 //! [`DegradationLayerBuilder::level_extensions`] to find [`CurrentLevel`] in each
 //! request's extensions and [`ServedBy`] in each response's.
+//!
+//! # Health and feature plans
+//!
+//! [`health::HealthMonitor`] runs periodic checks per named dependency on tokio and
+//! can drive a floor; [`features::FeaturePlan`] maps features to normal / degraded /
+//! disabled from the set of healthy dependencies, and
+//! [`features::FeaturesLayer`] hands the result to handlers in request extensions.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod config;
+pub mod features;
 mod fixed;
 mod future;
 mod handle;
+pub mod health;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;

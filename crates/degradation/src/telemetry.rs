@@ -6,7 +6,8 @@
 //! - `seawall_degradation_level` (gauge): the level in force, 0 being the best;
 //! - `seawall_degradation_changes_total{direction="down"|"up"}`: level changes;
 //! - `seawall_degradation_probes_total{result="success"|"failure"|"ignored"}`: recovery
-//!   probe outcomes.
+//!   probe outcomes;
+//! - `seawall_health_changes_total{dependency, to}`: health status changes.
 
 #![cfg_attr(not(feature = "tracing"), allow(unused_variables))]
 
@@ -94,4 +95,29 @@ pub(crate) fn reconfigured(name: &Name) {
 pub(crate) fn responded_to_error(error: &(dyn std::error::Error + 'static)) {
     #[cfg(feature = "tracing")]
     tracing::warn!(target: "seawall::degradation", error = %error, "answered an error with 503");
+}
+
+/// A health check changed a dependency's status.
+pub(crate) fn health_changed(
+    dependency: &str,
+    from: &'static str,
+    to: &'static str,
+    failures: u32,
+) {
+    #[cfg(feature = "tracing")]
+    tracing::info!(
+        target: "seawall::health",
+        dependency,
+        from,
+        to,
+        consecutive_failures = failures,
+        "dependency health changed"
+    );
+    #[cfg(feature = "metrics")]
+    metrics::counter!(
+        "seawall_health_changes_total",
+        "dependency" => dependency.to_owned(),
+        "to" => to
+    )
+    .increment(1);
 }
