@@ -1,0 +1,226 @@
+//! The HTTP modes (feature `http`).
+//!
+//! A fallback or a rendered answer usually cannot produce the inner service's body
+//! type (hyper's `Incoming` cannot be constructed), so both modes answer with
+//! `http::Response<Either<B, FB>>` ([`EitherResponse`]): `Left(B)` is the primary's
+//! body, untouched; `Right(FB)` is a fallback's body or a rendered answer. The
+//! `Either` is seawall-core's (`http_body_util::Either`), a `Body` whenever both
+//! sides are bodies with the same data type; its error is a `BoxError`.
+//!
+//! - [`EitherBody`] ([`FallbackBuilder::either_body`]): errors stay errors
+//!   (`Error = BoxError`), for clients (a hyper-util client, a tonic channel).
+//! - [`HttpServer`] ([`FallbackBuilder::http_server`]): always answers with a
+//!   response, `Error = Infallible`, as axum requires and as hyper needs (an `Err`
+//!   handed to hyper closes the connection without a response):
+//!   - a seawall rejection that passed through (a kind not selected), or a chain
+//!     that failed at every step, becomes `503 Service Unavailable` with
+//!     `Retry-After` when the rejection knew one (an open breaker's), rendered by
+//!     [`seawall_core::http::rejection_response`]; an exhausted
+//!     chain keeps the `Retry-After` of the rejection that fired it;
+//!   - an explicit [`Unavailable`] answer becomes the
+//!     [`unavailable_response`](FallbackBuilder::unavailable_response) (default:
+//!     `503` with the generic body and `Retry-After` when known), with the
+//!     `Unavailable` itself in the response's extensions;
+//!   - any other error becomes the [`failure_response`](FallbackBuilder::failure_response)
+//!     (default: `500` with a generic body); an error from the inner service's
+//!     `poll_ready` is held and answers the next call the same way (or fires the
+//!     fallback, if it is a trigger).
+//!
+//!   Bodies never carry anything internal (no dependency name, no error text); the
+//!   cause goes to tracing and to the `seawall_fallback_rendered_total` counter.
+//!   `FB` must be `From<Bytes>` (as `Full<Bytes>` and axum's `Body` are) so the
+//!   rendered answers can be built.
+
+use std::convert::Infallible;
+use std::error::Error;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Response, StatusCode};
+use seawall_core::http::{rejection_response, retry_after_value, Either, UNAVAILABLE_BODY};
+use seawall_core::{find_rejection, BoxError};
+
+use crate::config::FallbackBuilder;
+use crate::error::{Mark, Served, Unavailable};
+use crate::handle::Runtime;
+use crate::mode::{sealed, ErrorOrigin, Mode, Plain};
+use crate::telemetry::Rendered;
+
+/// The response type of both HTTP modes: the primary's body on the left, a
+/// fallback's body or a rendered answer on the right.
+pub type EitherResponse<B, FB> = Response<Either<B, FB>>;
+
+/// The generic body of the default failure response.
+pub const FAILURE_BODY: &str = "internal server error\n";
+
+/// The `Either`-body mode, errors stay errors. See the [module docs](self).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EitherBody;
+
+impl sealed::Sealed for EitherBody {}
+
+impl<B, FB> Mode<Response<B>, Response<FB>> for EitherBody {
+    type Response = EitherResponse<B, FB>;
+    type Error = BoxError;
+
+    #[inline]
+    fn primary(&self, res: Response<B>) -> Self::Response {
+        res.map(Either::Left)
+    }
+
+    fn served(&self, answer: Response<FB>, served: Served) -> Self::Response {
+        let mut res = answer.map(Either::Right);
+        res.mark(served);
+        res
+    }
+
+    fn fail(
+        &self,
+        error: BoxError,
+        _origin: ErrorOrigin,
+        _primary_retry_after: Option<Duration>,
+        _rt: &Runtime,
+    ) -> Result<Self::Response, BoxError> {
+        Err(error)
+    }
+
+    fn ready_error(&self, error: BoxError) -> Result<BoxError, BoxError> {
+        Err(error)
+    }
+}
+
+/// The HTTP server mode: always a response, `Error = Infallible`. See the
+/// [module docs](self).
+#[derive(Debug, Clone)]
+pub struct HttpServer {
+    failure: Response<Bytes>,
+    unavailable: Response<Bytes>,
+}
+
+fn plain_text(status: StatusCode, body: &'static str) -> Response<Bytes> {
+    let mut res = Response::new(Bytes::from_static(body.as_bytes()));
+    *res.status_mut() = status;
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    res
+}
+
+impl Default for HttpServer {
+    fn default() -> Self {
+        Self {
+            failure: plain_text(StatusCode::INTERNAL_SERVER_ERROR, FAILURE_BODY),
+            unavailable: plain_text(StatusCode::SERVICE_UNAVAILABLE, UNAVAILABLE_BODY),
+        }
+    }
+}
+
+impl HttpServer {
+    fn from_template<B, FB: From<Bytes>>(template: &Response<Bytes>) -> EitherResponse<B, FB> {
+        template.clone().map(|body| Either::Right(FB::from(body)))
+    }
+
+    fn render<B, FB: From<Bytes>>(
+        &self,
+        error: &(dyn Error + 'static),
+        origin: ErrorOrigin,
+        primary_retry_after: Option<Duration>,
+        rt: &Runtime,
+    ) -> EitherResponse<B, FB> {
+        if let Some(answer) = Unavailable::find(error) {
+            rt.rendered(Rendered::Unavailable, error);
+            let mut res = Self::from_template(&self.unavailable);
+            if let Some(d) = answer.retry_after() {
+                res.headers_mut()
+                    .insert(header::RETRY_AFTER, retry_after_value(d));
+            }
+            res.extensions_mut().insert(answer.clone());
+            return res;
+        }
+        if let Some(rejection) = find_rejection(error) {
+            let how = match origin {
+                ErrorOrigin::Fallback => Rendered::Exhausted,
+                ErrorOrigin::PassedThrough => Rendered::Rejection,
+            };
+            rt.rendered(how, error);
+            let (mut parts, _) = rejection_response(&rejection).into_parts();
+            if rejection.retry_after().is_none() {
+                if let Some(d) = primary_retry_after {
+                    parts
+                        .headers
+                        .insert(header::RETRY_AFTER, retry_after_value(d));
+                }
+            }
+            let body = FB::from(Bytes::from_static(UNAVAILABLE_BODY.as_bytes()));
+            return Response::from_parts(parts, Either::Right(body));
+        }
+        rt.rendered(Rendered::Failure, error);
+        Self::from_template(&self.failure)
+    }
+}
+
+impl sealed::Sealed for HttpServer {}
+
+impl<B, FB: From<Bytes>> Mode<Response<B>, Response<FB>> for HttpServer {
+    type Response = EitherResponse<B, FB>;
+    type Error = Infallible;
+
+    #[inline]
+    fn primary(&self, res: Response<B>) -> Self::Response {
+        res.map(Either::Left)
+    }
+
+    fn served(&self, answer: Response<FB>, served: Served) -> Self::Response {
+        let mut res = answer.map(Either::Right);
+        res.mark(served);
+        res
+    }
+
+    fn fail(
+        &self,
+        error: BoxError,
+        origin: ErrorOrigin,
+        primary_retry_after: Option<Duration>,
+        rt: &Runtime,
+    ) -> Result<Self::Response, Infallible> {
+        Ok(self.render(&*error, origin, primary_retry_after, rt))
+    }
+
+    fn ready_error(&self, error: BoxError) -> Result<BoxError, Infallible> {
+        Ok(error)
+    }
+}
+
+impl<Cap, P, C> FallbackBuilder<Cap, P, C, Plain> {
+    /// Answers `http::Response<Either<B, FB>>` ([`EitherResponse`]) so the
+    /// fallback's body type may differ from the primary's; errors stay errors.
+    pub fn either_body(self) -> FallbackBuilder<Cap, P, C, EitherBody> {
+        self.with_mode(EitherBody)
+    }
+
+    /// The HTTP server mode: always answers with a response
+    /// (`http::Response<Either<B, FB>>`, `Error = Infallible`), see [`HttpServer`].
+    pub fn http_server(self) -> FallbackBuilder<Cap, P, C, HttpServer> {
+        self.with_mode(HttpServer::default())
+    }
+}
+
+impl<Cap, P, C> FallbackBuilder<Cap, P, C, HttpServer> {
+    /// The response for errors that are neither rejections nor an explicit
+    /// [`Unavailable`] (default: `500` with a generic body). Say nothing internal in it.
+    #[must_use]
+    pub fn failure_response(mut self, response: Response<Bytes>) -> Self {
+        self.mode_mut().failure = response;
+        self
+    }
+
+    /// The response for an explicit [`Unavailable`] answer (default: `503` with the
+    /// generic body); `Retry-After` is added when the rejection that fired the
+    /// fallback knew one.
+    #[must_use]
+    pub fn unavailable_response(mut self, response: Response<Bytes>) -> Self {
+        self.mode_mut().unavailable = response;
+        self
+    }
+}

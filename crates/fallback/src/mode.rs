@@ -1,0 +1,94 @@
+//! How the layer's response is made from the primary's answer, a fallback's
+//! answer, or an error: the generic [`Plain`] mode here, the HTTP modes in
+//! [`http`](crate::http) (feature `http`).
+
+use std::time::Duration;
+
+use seawall_core::BoxError;
+
+use crate::error::{Mark, Served};
+use crate::handle::Runtime;
+
+pub(crate) mod sealed {
+    #[allow(unreachable_pub)]
+    pub trait Sealed {}
+}
+
+/// Where an error that reaches the mode came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorOrigin {
+    /// The primary's error fired no trigger (or the fallback is disabled).
+    PassedThrough,
+    /// The fallback's final answer: [`Unavailable`](crate::Unavailable) or
+    /// [`FallbacksExhausted`](seawall_core::FallbacksExhausted).
+    Fallback,
+}
+
+/// How the layer answers: the response and error types of its service. Sealed;
+/// chosen on the builder: [`Plain`] (the default), or with the `http` feature
+/// [`EitherBody`](crate::http::EitherBody) and [`HttpServer`](crate::http::HttpServer).
+pub trait Mode<Res, Ans>: sealed::Sealed {
+    /// The service's response type.
+    type Response;
+    /// The service's error type.
+    type Error;
+
+    #[doc(hidden)]
+    fn primary(&self, res: Res) -> Self::Response;
+
+    #[doc(hidden)]
+    fn served(&self, answer: Ans, served: Served) -> Self::Response;
+
+    #[doc(hidden)]
+    fn fail(
+        &self,
+        error: BoxError,
+        origin: ErrorOrigin,
+        primary_retry_after: Option<Duration>,
+        rt: &Runtime,
+    ) -> Result<Self::Response, Self::Error>;
+
+    /// An error from the inner service's `poll_ready`: `Err` to return it from
+    /// `poll_ready`, `Ok` to hold it and answer the next call with it.
+    #[doc(hidden)]
+    fn ready_error(&self, error: BoxError) -> Result<BoxError, Self::Error>;
+}
+
+/// The generic mode: the fallback answers with the primary's response type, which
+/// records the [`Served`] marker through [`Mark`]; errors are `BoxError`s
+/// (passed-through errors untouched, [`Unavailable`](crate::Unavailable) and
+/// [`FallbacksExhausted`](seawall_core::FallbacksExhausted) from the fallback).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Plain;
+
+impl sealed::Sealed for Plain {}
+
+impl<Res: Mark> Mode<Res, Res> for Plain {
+    type Response = Res;
+    type Error = BoxError;
+
+    #[inline]
+    fn primary(&self, res: Res) -> Res {
+        res
+    }
+
+    #[inline]
+    fn served(&self, mut answer: Res, served: Served) -> Res {
+        answer.mark(served);
+        answer
+    }
+
+    fn fail(
+        &self,
+        error: BoxError,
+        _origin: ErrorOrigin,
+        _primary_retry_after: Option<Duration>,
+        _rt: &Runtime,
+    ) -> Result<Res, BoxError> {
+        Err(error)
+    }
+
+    fn ready_error(&self, error: BoxError) -> Result<BoxError, BoxError> {
+        Err(error)
+    }
+}
