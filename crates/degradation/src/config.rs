@@ -272,4 +272,26 @@ mod tests {
         .validate()
         .unwrap();
     }
+
+    #[cfg(feature = "serde")]
+    #[test]
+    fn loads_from_a_file_with_readable_durations_and_rejects_unknown_keys() {
+        let c: DegradationConfig = serde_json::from_str(
+            r#"{"trigger": "failure_rate", "min_dwell": "2m", "probe_window": "30s",
+                "failure_rate": 0.4, "probe_max_failure_rate": 0.05}"#,
+        )
+        .unwrap();
+        assert_eq!(c.trigger, Trigger::FailureRate);
+        assert_eq!(c.min_dwell, Duration::from_secs(120));
+        assert_eq!(c.probe_window, Duration::from_secs(30));
+        assert_eq!(
+            c.probe_successes_to_recover, 20,
+            "unset fields keep the defaults"
+        );
+        c.validate().unwrap();
+        let text = serde_json::to_string(&c).unwrap();
+        assert!(text.contains(r#""min_dwell":"2m""#), "{text}");
+        assert_eq!(serde_json::from_str::<DegradationConfig>(&text).unwrap(), c);
+        assert!(serde_json::from_str::<DegradationConfig>(r#"{"dwell": "1m"}"#).is_err());
+    }
 }

@@ -510,3 +510,18 @@ async fn a_polled_again_future_does_not_panic() {
     assert_ready_ok!(fut.poll());
     assert_ready!(fut.poll()).unwrap_err();
 }
+
+#[cfg(feature = "serde")]
+#[tokio::test(start_paused = true)]
+async fn the_snapshot_serializes_for_operators() {
+    let r = rig();
+    r.handle.set_floor(1).unwrap();
+    let json = serde_json::to_value(r.handle.snapshot()).unwrap();
+    assert_eq!(json["name"], "chat");
+    assert_eq!(json["level_name"], "reduced");
+    assert_eq!(json["level"], 1);
+    assert_eq!(json["floor"], 1);
+    assert_eq!(json["forced"], false);
+    assert_eq!(json["time_at_level"], "0ns");
+    assert_eq!(json["probe"]["successes"], 0);
+}

@@ -508,3 +508,181 @@ fn reconfigure_keeps_the_level_and_validates() {
     m.reconfigure(rate, t0 + S).unwrap();
     assert_eq!(m.snapshot(t0 + S).window, Some(WindowCounts::default()));
 }
+
+mod schedules {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Route,
+        Complete {
+            which: usize,
+            roll: u8,
+        },
+        Advance(u64),
+        SetFloor(usize),
+        ClearFloor,
+        Force(usize),
+        Release,
+        Reconfigure(u32),
+        /// The share of failing outcomes from now on (the dependency breaks or heals).
+        Health(u8),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            30 => Just(Op::Route),
+            30 => (any::<usize>(), 0u8..100).prop_map(|(which, roll)| Op::Complete { which, roll }),
+            15 => (0u64..4_000).prop_map(Op::Advance),
+            1 => (0usize..4).prop_map(Op::SetFloor),
+            1 => Just(Op::ClearFloor),
+            1 => (0usize..4).prop_map(Op::Force),
+            1 => Just(Op::Release),
+            1 => (1u32..6).prop_map(Op::Reconfigure),
+            2 => prop_oneof![Just(0u8), Just(5), Just(50), Just(100)].prop_map(Op::Health),
+        ]
+    }
+
+    fn config(failures: u32) -> DegradationConfig {
+        DegradationConfig {
+            failures_to_degrade: failures,
+            min_dwell: 5 * S,
+            probe_window: 5 * S,
+            probe_successes_to_recover: 3,
+            probe_ratio: 0.5,
+            ..DegradationConfig::default()
+        }
+    }
+
+    /// What any change must satisfy, given the state just before it.
+    fn check_change(
+        c: &Change,
+        before: &MachineSnapshot,
+        cfg: &DegradationConfig,
+        cause: Option<&Ticket>,
+    ) {
+        assert_eq!(c.from, before.level);
+        match c.reason {
+            Reason::ConsecutiveFailures | Reason::FailureRate => {
+                assert_eq!(c.to, c.from + 1, "falls one level at a time");
+                let t = cause.expect("a fall is caused by an outcome");
+                assert!(
+                    !t.is_probe(),
+                    "a failed probe never makes the current level fall"
+                );
+            }
+            Reason::Recovered => {
+                assert_eq!(c.to + 1, c.from, "climbs one level at a time");
+                assert!(!before.forced);
+                assert!(
+                    before.floor.is_none_or(|f| c.to >= f),
+                    "never above the floor"
+                );
+                assert!(
+                    before.time_at_level >= cfg.min_dwell + cfg.probe_window,
+                    "a climb needs the dwell and a whole window: {:?}",
+                    before.time_at_level
+                );
+                assert!(before.probe.successes + 1 >= cfg.probe_successes_to_recover);
+            }
+            Reason::Floor | Reason::Forced => assert!(cause.is_none()),
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn invariants_hold_under_any_schedule(
+            seed in any::<u64>(),
+            ops in proptest::collection::vec(op(), 0..600),
+        ) {
+            let t0 = Instant::now();
+            let mut m = DegradationMachine::new(4, config(3), Box::new(SeededRandom::new(seed)), t0).unwrap();
+            let mut now = t0;
+            let mut in_flight: Vec<Ticket> = Vec::new();
+            let mut failure_pct = 0;
+            for op in ops {
+                let before = m.snapshot(now);
+                let cfg = m.config().clone();
+                match op {
+                    Op::Route => {
+                        let (t, c) = m.route(now);
+                        if let Some(c) = &c {
+                            check_change(c, &before, &cfg, None);
+                        }
+                        let level = m.level();
+                        let entered = m.snapshot(now).entered_at;
+                        if t.is_probe() {
+                            prop_assert!(!before.forced);
+                            prop_assert_eq!(t.level() + 1, level);
+                            prop_assert!(now >= entered + cfg.min_dwell, "no probe during the dwell");
+                            prop_assert!(m.floor().is_none_or(|f| t.level() >= f));
+                        } else {
+                            prop_assert_eq!(t.level(), level);
+                        }
+                        in_flight.push(t);
+                        if in_flight.len() > 8 {
+                            // The oldest caller gave up: a dropped future records nothing.
+                            in_flight.remove(0);
+                        }
+                    }
+                    Op::Complete { which, roll } => {
+                        let outcome = match roll {
+                            r if r < failure_pct => Outcome::Failure,
+                            r if r >= 95 => Outcome::Ignore,
+                            _ => Outcome::Success,
+                        };
+                        if in_flight.is_empty() {
+                            continue;
+                        }
+                        let t = in_flight.remove(which % in_flight.len());
+                        let c = m.record(t, outcome, now);
+                        match &c {
+                            Some(c) => {
+                                check_change(c, &before, &cfg, Some(&t));
+                            }
+                            None if t.is_probe() => {
+                                prop_assert_eq!(m.snapshot(now).failures, before.failures,
+                                    "a probe's outcome never touches the current level's failures");
+                            }
+                            None => {}
+                        }
+                    }
+                    Op::Advance(ms) => now += Duration::from_millis(ms),
+                    Op::Health(pct) => failure_pct = pct,
+                    Op::SetFloor(f) => {
+                        if let Some(c) = m.set_floor(f, now).unwrap() {
+                            check_change(&c, &before, &cfg, None);
+                            prop_assert_eq!(c.to, f);
+                        }
+                    }
+                    Op::ClearFloor => m.clear_floor(),
+                    Op::Force(l) => {
+                        if let Some(c) = m.force(l, now).unwrap() {
+                            check_change(&c, &before, &cfg, None);
+                        }
+                        prop_assert_eq!(m.level(), l);
+                    }
+                    Op::Release => {
+                        if let Some(c) = m.release(now) {
+                            check_change(&c, &before, &cfg, None);
+                        }
+                    }
+                    Op::Reconfigure(n) => {
+                        m.reconfigure(config(n), now).unwrap();
+                        prop_assert_eq!(m.level(), before.level);
+                    }
+                }
+                let s = m.snapshot(now);
+                prop_assert!(s.level < 4);
+                if !s.forced {
+                    if let Some(f) = s.floor {
+                        prop_assert!(s.level >= f, "level {} above floor {}", s.level, f);
+                    }
+                }
+                prop_assert!(s.probe.successes <= s.probe.probes);
+                prop_assert!(s.probe.failures <= s.probe.probes);
+            }
+        }
+    }
+}
