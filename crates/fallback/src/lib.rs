@@ -1,4 +1,178 @@
-//! seawall's fallback layer: a declared alternative when the service below fails.
+//! seawall's fallback layer: a declared alternative when the service below fails —
+//! and an explicit "no answer" where no honest alternative exists.
+//!
+//! # Why
+//!
+//! A dependency that is down, slow or turned away by a breaker or bulkhead should
+//! not take the whole feature with it (seed 004): try progressively simpler sources
+//! — real-time, then a cache, then the last known value — each within its own
+//! time, and tell the caller which one answered so it can tell fresh from stale.
+//! But a fallback must not invent business data (seed 003): a missing freight quote
+//! never becomes free shipping; the honest answer is "no quote", and checkout waits.
+//! And a fallback's answer is not evidence that the dependency works (seed 002):
+//! placed outside the breaker, it is never seen by it.
+//!
+//! # Example: a freight quote with an explicit "no quote"
+//!
+//! ```
+//! use std::collections::HashMap;
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//!
+//! use seawall_fallback::{
+//!     BoxError, CircuitOpen, FallbackLayer, Mark, Rejections, Served, Unavailable,
+//! };
+//! use tower::{service_fn, Layer, ServiceExt};
+//!
+//! /// A quote; `source` tells the caller (and the checkout) where it came from.
+//! #[derive(Debug, Clone)]
+//! struct Quote {
+//!     cents: u32,
+//!     source: Option<Served>,
+//! }
+//!
+//! impl Mark for Quote {
+//!     fn mark(&mut self, served: Served) {
+//!         self.source = Some(served);
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), BoxError> {
+//! // The supplier's breaker is open (below the fallback, as in the recommended stack).
+//! let supplier = service_fn(|_req: http::Request<String>| async {
+//!     Err::<Quote, BoxError>(Box::new(CircuitOpen::new("freight".into(), Duration::from_secs(10))))
+//! });
+//!
+//! // Quotes cached recently enough to honour (validity agreed with the business).
+//! let cache: Arc<HashMap<String, u32>> = Arc::new(HashMap::from([("PT-1000".into(), 990)]));
+//!
+//! let fallback = FallbackLayer::builder("freight-quote")
+//!     // What the fallback needs, taken before the supplier consumes the request.
+//!     .capture(|req: &http::Request<String>| req.body().clone())
+//!     // Fire on every seawall rejection (open breaker, full bulkhead, deadline).
+//!     .on_rejections(Rejections::ALL)
+//!     .step("cache", Duration::from_millis(100), move |req| {
+//!         let hit = cache.get(req.captured()).copied();
+//!         async move {
+//!             let cents = hit.ok_or("no valid cached quote")?;
+//!             Ok::<_, BoxError>(Quote { cents, source: None })
+//!         }
+//!     })
+//!     // Nothing valid left: say so. Never a made-up (free) shipping price.
+//!     .step_unavailable("no-quote", "no valid freight quote")
+//!     .build()?;
+//! let quotes = fallback.layer(supplier);
+//!
+//! // A destination with a cached quote: served, and marked as such.
+//! let quote = quotes.clone().oneshot(http::Request::new("PT-1000".into())).await?;
+//! assert_eq!(quote.cents, 990);
+//! assert_eq!(quote.source.as_ref().map(Served::step), Some("cache"));
+//!
+//! // One without: an explicit, typed "no quote". Checkout must wait for a real one.
+//! let err = quotes.oneshot(http::Request::new("ES-28001".into())).await.unwrap_err();
+//! let no_quote = Unavailable::find(&*err).expect("an explicit no-quote");
+//! assert_eq!(no_quote.step(), Some("no-quote"));
+//! assert_eq!(no_quote.retry_after(), Some(Duration::from_secs(10))); // the breaker's
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # What fires the fallback (the trigger vocabulary)
+//!
+//! Nothing, until you say so; every [`Trigger`] is selected explicitly on the
+//! builder, and anything not selected passes through untouched (and is counted as
+//! `passed_through`). For each primary result, first match wins:
+//!
+//! | the primary … | fires when | [`Trigger`] (label) |
+//! |---|---|---|
+//! | failed with a seawall rejection ([`find_rejection`](seawall_core::find_rejection) in the chain) | its kind was selected with [`on_rejection`](FallbackBuilder::on_rejection) / [`on_rejections`](FallbackBuilder::on_rejections) — each kind on its own | `Rejected(kind)` (`circuit_open`, `bulkhead_full`, `bulkhead_timeout`, `deadline_exceeded`, `fallbacks_exhausted`) |
+//! | failed with an error of a selected type (downcast, anywhere in the chain) | [`on_error::<E>()`](FallbackBuilder::on_error) | `ErrorType` (`error_type`) |
+//! | failed with another error | the [`on_failure`](FallbackBuilder::on_failure) classifier says `Failure` | `FailedError` (`failed_error`) |
+//! | answered | the classifier says `Failure` (a `503` with [`HttpStatus`](seawall_core::HttpStatus); a `404` is a business answer and passes) | `FailedResponse` (`failed_response`) |
+//! | was not called | an operator [forced](FallbackHandle::force) the fallback | `Forced` (`forced`) |
+//!
+//! A rejection is decided by its kind alone: the classifier never sees it.
+//!
+//! # What the fallback runs
+//!
+//! One strategy — [`value`](FallbackBuilder::value), a closure
+//! ([`sync_fn`](FallbackBuilder::sync_fn), [`async_fn`](FallbackBuilder::async_fn))
+//! receiving a [`FallbackRequest`] (the captured data, the trigger, the primary's
+//! error, the deadline), any Tower [`service`](FallbackBuilder::service) over
+//! `FallbackRequest`, [`unavailable`](FallbackBuilder::unavailable), or your own
+//! [`Fallback`] — or a [`Chain`] of named [`step`](FallbackBuilder::step)s:
+//!
+//! ```text
+//!  primary failed (trigger) ──► step 1 ──answer──► served, marked Served { step 1, trigger }
+//!                                 │ error / timed out ──► on_step_failed(step 1, cause)
+//!                                 ▼
+//!                               step 2 ──Unavailable──► the explicit no-answer (chain stops)
+//!                                 │ error / timed out
+//!                                 ▼
+//!                                ...  every step failed ──► FallbacksExhausted [step: cause, …]
+//!
+//!  each step's bound = min(its timeout, what remains of the request's Deadline)
+//! ```
+//!
+//! A step's timeout never exceeds what remains of a [`Deadline`](seawall_core::Deadline)
+//! the request carried when it reached the fallback (its cause is then
+//! `DeadlineExceeded`, otherwise [`StepTimedOut`]). The fallback normally sits
+//! *outside* the dependency's `DeadlineLayer`, so it still answers once that budget
+//! is spent; a value step answers even when the overall deadline has passed.
+//!
+//! Every served answer is marked with [`Served`] (which fallback, which step, which
+//! trigger — seed 004's `source`): in an HTTP response's extensions, or through
+//! [`Mark`] for a response type of your own. An [`Unavailable`] answer is a typed
+//! outcome of its own: counted apart, never turned into data.
+//!
+//! # Response types
+//!
+//! - generic ([`Plain`], the default): the fallback answers with the primary's
+//!   response type (which implements [`Mark`]), errors are `BoxError`s.
+//! - `http` feature: `FallbackBuilder::either_body` answers
+//!   `http::Response<Either<B, FB>>` (the primary's body `B` untouched on the left,
+//!   the fallback's `FB` on the right) and keeps errors;
+//!   `FallbackBuilder::http_server` answers the same type with
+//!   `Error = Infallible` (axum-compatible): rejections become `503` with
+//!   `Retry-After`, an `Unavailable` a configurable response, other errors a
+//!   configurable `500`; nothing internal in any body. See the `http` module.
+//!
+//! # Where state lives, and what it costs
+//!
+//! The layer creates **one shared state** when it is built (counters, controls,
+//! live configuration; [`FallbackLayer::handle`]): every service built from it and
+//! every clone shares it. Build one layer per dependency.
+//!
+//! On the path where the primary answers, a call costs the capture closure, one
+//! `Arc` clone into the response future (a concrete type, no allocation), reading
+//! the request's deadline only when the strategy can wait (not for a value), and
+//! asking the classifier about the answer. No clock read, no counter, no event.
+//! Counters, events and tracing happen only when the fallback is used; a chain
+//! boxes its future and each step's.
+//!
+//! # Where to put it
+//!
+//! Outermost, as in the recommended stack:
+//!
+//! ```text
+//! FallbackLayer → DeadlineLayer(300ms) → BulkheadLayer → CircuitBreakerLayer → client
+//! ```
+//!
+//! Outside the breaker, the fallback's answer is never seen by the breaker: the
+//! breaker's future resolves with the failure, and only the caller gets the
+//! fallback's answer. (The breaker has no fallback hook of its own; this layer is it.)
+//!
+//! # Operating it
+//!
+//! [`FallbackHandle`]: [`snapshot`](FallbackHandle::snapshot) (per trigger, per step:
+//! served / failed / timed out / unavailable; exhausted; passed through),
+//! [`subscribe`](FallbackHandle::subscribe) to [`FallbackEvent`]s,
+//! [`disable`](FallbackHandle::disable) / [`force`](FallbackHandle::force), and
+//! [`reconfigure`](FallbackHandle::reconfigure) the rejection kinds and step
+//! timeouts ([`FallbackConfig`], serde under the `serde` feature) with
+//! [`revert`](FallbackHandle::revert). Metrics and tracing: see the `metrics` and
+//! `tracing` features; metric names are `seawall_fallback_*` with a `name` label.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod config;

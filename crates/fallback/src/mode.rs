@@ -26,7 +26,7 @@ pub enum ErrorOrigin {
 
 /// How the layer answers: the response and error types of its service. Sealed;
 /// chosen on the builder: [`Plain`] (the default), or with the `http` feature
-/// [`EitherBody`](crate::http::EitherBody) and [`HttpServer`](crate::http::HttpServer).
+/// `http::EitherBody` and `http::HttpServer`.
 pub trait Mode<Res, Ans>: sealed::Sealed {
     /// The service's response type.
     type Response;
