@@ -525,3 +525,58 @@ async fn the_snapshot_serializes_for_operators() {
     assert_eq!(json["time_at_level"], "0ns");
     assert_eq!(json["probe"]["successes"], 0);
 }
+
+#[cfg(feature = "http")]
+mod respond_dont_error {
+    use super::*;
+    use bytes::Bytes;
+    use http::{Request, Response, StatusCode};
+    use http_body_util::{BodyExt, Full};
+    use seawall_degradation::http::{FixedResponse, RespondLayer};
+    use std::convert::Infallible;
+
+    type Body = Full<Bytes>;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_server_stack_always_answers_with_a_response() {
+        let (full_svc, mut full) = mock::pair::<Request<()>, Response<Body>>();
+        let layer = DegradationLayer::builder("chat")
+            .level(
+                "message",
+                FixedResponse::<Body>::new(StatusCode::OK, "Please try again in a few minutes."),
+            )
+            .seed(1)
+            .build()
+            .unwrap();
+        let handle = layer.handle();
+        let mut svc = RespondLayer::new().layer(layer.layer(full_svc));
+        // The stack's error type is Infallible: what hyper and axum want.
+        fn infallible<S: Service<Request<()>, Error = Infallible>>(_: &S) {}
+        infallible(&svc);
+
+        for _ in 0..5 {
+            svc.ready().await.unwrap();
+            let mut fut = task::spawn(svc.call(Request::new(())));
+            assert_pending!(fut.poll());
+            full.next_request()
+                .await
+                .unwrap()
+                .1
+                .send_error(CircuitOpen::new("gpt".into(), Duration::from_secs(30)));
+            let res = assert_ready_ok!(fut.poll());
+            assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+            assert_eq!(res.headers()[http::header::RETRY_AFTER], "30");
+        }
+        assert_eq!(&*handle.level().name, "message");
+        let res = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(Request::new(()))
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"Please try again in a few minutes.");
+    }
+}
