@@ -9,7 +9,10 @@
 //!   probe outcomes;
 //! - `seawall_health_changes_total{dependency, to}`: health status changes.
 
-#![cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+#![cfg_attr(
+    not(all(feature = "tracing", feature = "metrics")),
+    allow(unused_variables)
+)]
 
 use seawall_core::{Name, Outcome};
 
