@@ -1,12 +1,191 @@
-//! seawall's circuit-breaker layer (under construction).
+//! A circuit breaker for Tower services: stop calling a dependency that is failing,
+//! probe it carefully, and take the load back gradually.
+//!
+//! Each call to a struggling dependency adds latency, holds a connection and may
+//! slow its recovery. While the breaker is open every call fails at once with
+//! [`CircuitOpen`] (carrying a retry-after), and the dependency receives nothing —
+//! not even a `poll_ready`. After the open interval a few probes test it; success
+//! closes the breaker, failure reopens it.
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//! use seawall_circuit_breaker::{CircuitBreakerLayer, State};
+//! use seawall_core::{find_rejection, BoxError, RejectionKind};
+//! use tower::{service_fn, Layer, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), BoxError> {
+//! // The last 10 outcomes, at least 10 of them: 5 failures open it for 10 s.
+//! let layer = CircuitBreakerLayer::builder("freight")
+//!     .count_window(10, 10, 0.5)
+//!     .open_for(Duration::from_secs(10))
+//!     .build()?;
+//! let handle = layer.handle();
+//!
+//! let supplier = service_fn(|_req: http::Request<&str>| async {
+//!     Err::<&str, BoxError>("connection refused".into())
+//! });
+//! let quotes = layer.layer(supplier);
+//!
+//! for _ in 0..10 {
+//!     let err = quotes.clone().oneshot(http::Request::new("SP -> RJ")).await.unwrap_err();
+//!     assert!(find_rejection(&*err).is_none()); // the supplier's own error
+//! }
+//! assert_eq!(handle.state(), State::Open);
+//!
+//! // Now calls fail fast, without reaching the supplier, and say when to come back.
+//! let err = quotes.clone().oneshot(http::Request::new("SP -> RJ")).await.unwrap_err();
+//! let rejection = find_rejection(&*err).unwrap();
+//! assert_eq!(rejection.kind(), RejectionKind::CircuitOpen);
+//! assert!(rejection.retry_after().unwrap() <= Duration::from_secs(10));
+//! assert_eq!(handle.snapshot().counters.short_circuited, 1);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # The state machine
+//!
+//! ```text
+//!                            (1) trip
+//!        +-------------+ ------------------------------> +-------------+
+//!   +--> |   CLOSED    |                                 |    OPEN     | <-----+
+//!   |    | (R) ramp    | <-------------+                 |             |       |
+//!   |    +-------------+               |                 +-------------+       |
+//!   |                                  |                        |              |
+//!   |                 (3) enough probes succeeded     (2) interval elapsed     |
+//!   |                                  |                    (lazy)             |
+//!   |                                  |                        v              |
+//!   |                                  |                 +-------------+       |
+//!   |                                  +---------------- |  HALF-OPEN  | ------+
+//!   |                                                    |  (probes)   |  (4) probe failed
+//!   |                                                    +-------------+  (5) probe timed out
+//!   |
+//!   |   operators, from any state:  (6) force_open   -> FORCED_OPEN
+//!   |                               (7) force_closed -> FORCED_CLOSED
+//!   |                               (8) disable      -> DISABLED
+//!   +------------------------------ (9) reset        -> CLOSED (fresh)
+//! ```
+//!
+//! Every transition increments the breaker's *epoch*. Each admitted call carries
+//! the epoch it was admitted in; an outcome from an older epoch is counted
+//! (`stale`) but never drives a transition nor enters the window, so a slow call
+//! admitted while closed that succeeds while a probe is in flight cannot close the
+//! breaker.
+//!
+//! 1. **Closed → Open (trip).** Guard, evaluated when a failure (or, with slow-call
+//!    detection, a slow call) of the current epoch is recorded — a success alone
+//!    never trips: consecutive failures `>=` threshold; or, for a count or time
+//!    window, `calls >= min_calls` and (`failure rate >= failure_rate` or
+//!    `slow rate >= slow_call.rate`). The open interval starts at the trip
+//!    (`opened_at = now`), not at the last call. The window is kept until closing.
+//! 2. **Open → Half-open (interval elapsed).** Guard: `now >= opened_at + open_for`.
+//!    Lazy: no timer; [`Handle::state`] reports it as soon as it is due, and the
+//!    next call makes it (dated when it became due) and becomes the first probe.
+//!    While open, every call is rejected with `retry_after = opened_at + open_for - now`.
+//! 3. **Half-open → Closed (probes succeeded).** Guard: `probes_to_close` probes of
+//!    this half-open period succeeded. In the same step the window is emptied and
+//!    the failed-probe count cleared, so the next N failures trip from zero; the
+//!    backoff is forgotten (after the ramp, if there is one).
+//! 4. **Half-open → Open (probe failed).** Guard: a probe of this period
+//!    classified as a failure (a deadline expiry included). The timer restarts at
+//!    `now`, with the interval grown by the backoff.
+//! 5. **Half-open → Open (probe timed out).** Guard: a probe neither finished nor
+//!    dropped within `half_open_timeout` of its start counts as failed; the open
+//!    interval counts from that instant. Lazy, like (2).
+//! 6. – 9. **Operators.** Forced open rejects everything (retry-after: `open_for`)
+//!    and nothing but an operator moves it; forced closed admits everything and
+//!    records the window but never trips; disabled admits everything and only
+//!    counts; reset empties the window, forgets the backoff and the failed probes.
+//!
+//! Inside half-open (no transition):
+//! - at most `half_open_max` probes are in flight; **a caller arriving while they
+//!   are all taken is rejected** with [`CircuitOpen`] and a positive retry-after
+//!   (what remains of the oldest probe's half-open timeout), never made to wait;
+//! - a probe classified [`Outcome::Ignore`](seawall_core::Outcome) (say, an inner
+//!   bulkhead's rejection) frees its slot, no transition;
+//! - a probe dropped before finishing (**cancelled**) frees its slot, is not recorded.
+//!
+//! Inside closed, **(R) the ramp** (optional): for `ramp.duration` after closing,
+//! only a share of calls growing linearly from `ramp.start_share` to 100 % is
+//! admitted (the first call always is); the rest are rejected with a retry-after
+//! of what remains of the ramp. A trip during the ramp counts as a re-trip for the
+//! backoff.
+//!
+//! **Open interval.** `open_for`, multiplied by `backoff_multiplier` for each
+//! re-trip (a failed or timed-out probe, a trip during the ramp) up to
+//! `max_open_for`, then stretched by a random fraction in `[0, jitter)` of itself,
+//! drawn from an injectable [`RandomSource`](seawall_core::RandomSource) (see
+//! [`CircuitBreakerBuilder::random_source`]), so a fleet whose breakers opened
+//! together does not probe in lockstep. With jitter the interval is never shorter
+//! than configured.
+//!
+//! # Classification
+//!
+//! Any seawall-core classifier or per-request factory
+//! ([`CircuitBreakerBuilder::classifier`]); the default is
+//! [`ErrorsAsFailures`](seawall_core::ErrorsAsFailures). All provided classifiers
+//! *ignore* seawall admission rejections from inner layers (a full bulkhead says
+//! nothing about the supplier) and count a deadline expiry as a failure.
+//!
+//! # Deadlines
+//!
+//! When a request carries a seawall [`Deadline`](seawall_core::Deadline) (set by
+//! [`DeadlineLayer`](seawall_core::DeadlineLayer) further out), the breaker bounds
+//! the inner call by it. Running out is recorded as a failure — a slow dependency
+//! trips the breaker instead of merely being cancelled from outside — and answered
+//! with [`DeadlineExceeded`]. The service is generic over any request implementing
+//! [`HasExtensions`](seawall_core::HasExtensions) (`http::Request` does).
+//!
+//! # Where state lives, and what `Clone` shares
+//!
+//! A [`CircuitBreakerLayer`] owns one breaker, created when it is built: every
+//! service it builds, every clone of those services and every clone of the layer
+//! share it. A service clone does not share the inner service's reserved
+//! readiness. Breakers are per process.
+//!
+//! # Cost
+//!
+//! A closed call takes no lock: admission is one atomic load; the response future
+//! (a concrete type) holds one `Arc` to the breaker; a success is one
+//! compare-and-swap that tallies it, folded into the window by whoever next takes
+//! the lock (a failure, a snapshot, an operator). No allocation, no span, and no
+//! clock read unless slow-call detection or a time window needs one. Failures,
+//! probes, the ramp and operators take a short uncontended mutex. An open
+//! rejection reads the clock once (for the retry-after) and allocates the boxed
+//! error. Memory per breaker is fixed by its configuration (one byte per slot of a
+//! count window, 12 bytes per bucket of a time window), never by traffic; the
+//! transition channel is created only when someone subscribes.
+//!
+//! # Observability
+//!
+//! [`Handle`] gives a [`Snapshot`] (state, how long, window counts, retry-after,
+//! counters, and what shows a breaker stuck open: `Open` (tripped) versus
+//! `ForcedOpen`, consecutive failed probes, time spent open), a subscription to
+//! [`Transition`]s, and the operator controls. `tracing` events (target
+//! `seawall::circuit_breaker`) are emitted on every transition (`WARN` when
+//! opening) and rejection (`DEBUG`); the `metrics` feature exports counters and a
+//! state gauge (names in the `telemetry` module source, all prefixed
+//! `seawall_breaker_`).
 #![cfg_attr(docsrs, feature(doc_cfg))]
-#![allow(dead_code)]
 
+mod breaker;
 mod config;
+mod future;
+mod handle;
+mod layer;
 mod machine;
+mod service;
+mod telemetry;
 
 pub use config::{
-    CircuitBreakerConfig, RampConfig, SlowCallConfig, TripPolicy, MAX_COUNT_WINDOW,
-    MAX_HALF_OPEN_PROBES, MAX_INTERVAL,
+    CircuitBreakerBuilder, CircuitBreakerConfig, RampConfig, SlowCallConfig, TripPolicy,
+    MAX_COUNT_WINDOW, MAX_HALF_OPEN_PROBES, MAX_INTERVAL,
 };
+pub use future::ResponseFuture;
+pub use handle::{Counters, Handle, Snapshot, TransitionCount};
+pub use layer::CircuitBreakerLayer;
 pub use machine::{Reason, State, Transition};
+pub use seawall_core::{CircuitOpen, DeadlineExceeded};
+pub use service::CircuitBreaker;

@@ -171,6 +171,16 @@ pub(crate) enum Admission {
     Rejected(Duration),
 }
 
+/// The state as reported at some instant (lazy transitions included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Reported {
+    pub(crate) state: State,
+    /// When that state began.
+    pub(crate) since: Instant,
+    /// If open: when it admits a probe.
+    pub(crate) until: Option<Instant>,
+}
+
 /// What a finished call reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Report {
@@ -182,6 +192,7 @@ pub(crate) struct Report {
 }
 
 impl Report {
+    #[cfg(test)]
     pub(crate) const fn of(outcome: Outcome) -> Self {
         Self {
             outcome,
@@ -430,20 +441,45 @@ impl Machine {
 
     /// The state at `now`, with the lazy transitions that are due reported as made.
     pub(crate) fn state(&self, now: Instant) -> State {
-        match self.phase {
-            Phase::Open { until, .. } if now >= until => State::HalfOpen,
-            Phase::HalfOpen { .. } => match self.probe_deadline() {
-                Some(due) if now >= due => {
-                    let until = later(due, self.open_interval(self.streak.saturating_add(1)));
-                    if now >= until {
-                        State::HalfOpen
-                    } else {
-                        State::Open
-                    }
+        self.reported(now).state
+    }
+
+    /// The state at `now` as [`Machine::state`] reports it, with when it began and,
+    /// if open, when it will admit a probe.
+    pub(crate) fn reported(&self, now: Instant) -> Reported {
+        let open = |since: Instant, until: Instant| {
+            if now >= until {
+                Reported {
+                    state: State::HalfOpen,
+                    since: until,
+                    until: None,
                 }
-                _ => State::HalfOpen,
+            } else {
+                Reported {
+                    state: State::Open,
+                    since,
+                    until: Some(until),
+                }
+            }
+        };
+        match self.phase {
+            Phase::Open { until, .. } => open(self.since, until),
+            Phase::HalfOpen { .. } => match self.probe_deadline() {
+                Some(due) if now >= due => open(
+                    due,
+                    later(due, self.open_interval(self.streak.saturating_add(1))),
+                ),
+                _ => Reported {
+                    state: State::HalfOpen,
+                    since: self.since,
+                    until: None,
+                },
             },
-            phase => phase.state(),
+            phase => Reported {
+                state: phase.state(),
+                since: self.since,
+                until: None,
+            },
         }
     }
 
@@ -456,6 +492,7 @@ impl Machine {
     }
 
     /// When the current state began.
+    #[cfg(test)]
     pub(crate) fn since(&self) -> Instant {
         self.since
     }
@@ -515,14 +552,6 @@ impl Machine {
     pub(crate) fn current_open_for(&self) -> Option<Duration> {
         match self.phase {
             Phase::Open { open_for, .. } => Some(open_for),
-            _ => None,
-        }
-    }
-
-    /// How long until an open breaker lets a probe through.
-    pub(crate) fn retry_after(&self, now: Instant) -> Option<Duration> {
-        match self.phase {
-            Phase::Open { until, .. } if now < until => Some(until - now),
             _ => None,
         }
     }
@@ -825,17 +854,19 @@ impl Machine {
     }
 
     /// Goes back to the configuration the breaker was built with, keeping the state.
-    pub(crate) fn revert(&mut self, now: Instant) -> Result<(), ConfigError> {
+    pub(crate) fn revert(&mut self, now: Instant) {
         if let Some(original) = self.original.take() {
             let original = *original;
-            let window = if self.config.policy.same_window(&original.policy) {
-                None
+            if self.config.policy.same_window(&original.policy) {
+                self.apply(original, None);
             } else {
-                Some(Window::new(&original.policy, now)?)
-            };
-            self.apply(original, window);
+                match Window::new(&original.policy, now) {
+                    Ok(window) => self.apply(original, Some(window)),
+                    // Unreachable: the built configuration was validated.
+                    Err(_) => self.original = Some(Box::new(original)),
+                }
+            }
         }
-        Ok(())
     }
 
     // ----- internals -------------------------------------------------------------

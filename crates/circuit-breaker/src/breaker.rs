@@ -1,0 +1,644 @@
+//! Where a breaker's state lives: the [`Machine`] behind a mutex, plus one atomic
+//! word that lets the common cases through without taking it.
+//!
+//! The word packs the lock-free mode (closed, open, forced open, or "ask the
+//! machine"), the epoch, whether successes may be batched, and a count of successes
+//! not yet folded into the machine:
+//!
+//! ```text
+//!  63            32 31   27 26    25..24   23                 0
+//! +----------------+-------+-----+--------+--------------------+
+//! |     epoch      |   0   |batch|  mode  |  pending successes |
+//! +----------------+-------+-----+--------+--------------------+
+//! ```
+//!
+//! - A closed breaker admits with one load of the word (the ticket takes its epoch).
+//! - A success of the current epoch, when the policy does not need each success's
+//!   order or instant (consecutive and count windows), is one compare-and-swap that
+//!   bumps the pending count. Anything that takes the lock first folds the pending
+//!   successes into the machine, so the machine sees them before any later failure:
+//!   the same sequence it would have seen one call at a time.
+//! - An open breaker rejects with one load of the word, one clock read and one load
+//!   of `reopen_at`; a forced-open one without the clock.
+//! - Everything else (failures, probes, half-open, the ramp, operators) takes the
+//!   mutex, asks the machine, then republishes the word. Only the holder of the
+//!   mutex changes the epoch or the mode, so a success whose compare-and-swap
+//!   succeeded was admitted in the epoch it was tallied in; successes tallied while
+//!   a transition was being made are counted as stale.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::Duration;
+
+use seawall_core::{ConfigError, Name, Outcome, RandomSource};
+use tokio::sync::broadcast;
+use tokio::time::Instant;
+
+use crate::config::CircuitBreakerConfig;
+use crate::machine::{positive, Admission, Machine, Mode, Report, Ticket, Transition};
+use crate::telemetry::Telemetry;
+
+const PENDING_MASK: u64 = (1 << 24) - 1;
+const MODE_SHIFT: u32 = 24;
+const MODE_MASK: u64 = 0b11 << MODE_SHIFT;
+const MODE_CLOSED: u64 = 0;
+const MODE_OPEN: u64 = 1 << MODE_SHIFT;
+const MODE_FORCED_OPEN: u64 = 2 << MODE_SHIFT;
+const MODE_LOCKED: u64 = 3 << MODE_SHIFT;
+const BATCH: u64 = 1 << 26;
+const EPOCH_SHIFT: u32 = 32;
+
+/// Capacity of the transition channel handed to subscribers.
+const SUBSCRIPTION_CAPACITY: usize = 64;
+
+#[inline]
+fn epoch_of(word: u64) -> u32 {
+    (word >> EPOCH_SHIFT) as u32
+}
+
+fn encode(mode: Mode, batch: bool, epoch: u32) -> u64 {
+    let mode = match mode {
+        Mode::Closed => MODE_CLOSED,
+        Mode::Open => MODE_OPEN,
+        Mode::ForcedOpen => MODE_FORCED_OPEN,
+        Mode::Locked => MODE_LOCKED,
+    };
+    (u64::from(epoch) << EPOCH_SHIFT) | mode | if batch { BATCH } else { 0 }
+}
+
+/// What `poll_ready` should do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReadyHint {
+    /// The call may reach the inner service: poll it.
+    Forward,
+    /// Forced open: the call will be rejected, do not poll the inner service.
+    SkipForced,
+    /// Open at this instant: the call will be rejected, do not poll the inner service.
+    SkipOpen(Instant),
+}
+
+/// One breaker's shared state. Hot atomics first (`repr(C)` keeps them on the
+/// cache line of the `Arc`'s counts, which every call touches anyway).
+#[repr(C)]
+#[derive(Debug)]
+pub(crate) struct Breaker {
+    word: AtomicU64,
+    /// In open mode: when it will admit a probe, in nanoseconds since `base`.
+    /// In forced-open mode: the retry-after hint, in nanoseconds.
+    reopen_at: AtomicU64,
+    /// The slow-call threshold in nanoseconds; 0 when slow calls are not detected.
+    slow_nanos: AtomicU64,
+    short_circuited: AtomicU64,
+    ignored: AtomicU64,
+    cancelled: AtomicU64,
+    base: Instant,
+    name: Name,
+    machine: Mutex<Machine>,
+    subscribers: OnceLock<broadcast::Sender<Transition>>,
+    telemetry: Telemetry,
+}
+
+/// Counters kept outside the machine by the lock-free paths.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct FastCounts {
+    pub(crate) short_circuited: u64,
+    pub(crate) ignored: u64,
+    pub(crate) cancelled: u64,
+}
+
+impl Breaker {
+    pub(crate) fn new(
+        name: Name,
+        config: CircuitBreakerConfig,
+        random: Box<dyn RandomSource>,
+        now: Instant,
+    ) -> Result<Self, ConfigError> {
+        let machine = Machine::new(config, random, now)?;
+        let word = encode(machine.mode(), machine.batches_successes(), machine.epoch());
+        let slow = slow_nanos(machine.slow_threshold());
+        let telemetry = Telemetry::new(&name, machine.state(now));
+        Ok(Self {
+            word: AtomicU64::new(word),
+            reopen_at: AtomicU64::new(0),
+            slow_nanos: AtomicU64::new(slow),
+            short_circuited: AtomicU64::new(0),
+            ignored: AtomicU64::new(0),
+            cancelled: AtomicU64::new(0),
+            base: now,
+            name,
+            machine: Mutex::new(machine),
+            subscribers: OnceLock::new(),
+            telemetry,
+        })
+    }
+
+    pub(crate) fn name(&self) -> &Name {
+        &self.name
+    }
+
+    #[inline]
+    fn nanos(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Whether a call made now would reach the inner service (reads the clock only when open).
+    #[inline]
+    pub(crate) fn ready_hint(&self, clock: impl FnOnce() -> Instant) -> ReadyHint {
+        let w = self.word.load(Ordering::Acquire);
+        match w & MODE_MASK {
+            MODE_FORCED_OPEN => ReadyHint::SkipForced,
+            MODE_OPEN => {
+                let now = clock();
+                if self.nanos(now) < self.reopen_at.load(Ordering::Acquire) {
+                    ReadyHint::SkipOpen(now)
+                } else {
+                    ReadyHint::Forward
+                }
+            }
+            _ => ReadyHint::Forward,
+        }
+    }
+
+    /// The slow-call start instant for a call admitted now, if slow calls are detected.
+    #[inline]
+    pub(crate) fn start_clock(&self, clock: impl FnOnce() -> Instant) -> Option<Instant> {
+        if self.slow_nanos.load(Ordering::Relaxed) == 0 {
+            None
+        } else {
+            Some(clock())
+        }
+    }
+
+    /// Whether a call that took `elapsed` is slow.
+    #[inline]
+    pub(crate) fn is_slow(&self, elapsed: Duration) -> bool {
+        let threshold = self.slow_nanos.load(Ordering::Relaxed);
+        threshold != 0 && elapsed.as_nanos() >= u128::from(threshold)
+    }
+
+    /// Asks to let a call through. `seen` is the instant `poll_ready` found the
+    /// breaker open at, if it did (saves a second clock read).
+    #[inline]
+    pub(crate) fn admit(&self, seen: Option<Instant>, clock: impl Fn() -> Instant) -> Admission {
+        let w = self.word.load(Ordering::Acquire);
+        match w & MODE_MASK {
+            MODE_CLOSED => Admission::Admitted(Ticket::normal(epoch_of(w))),
+            MODE_FORCED_OPEN => {
+                self.reject_fast(Duration::from_nanos(self.reopen_at.load(Ordering::Acquire)))
+            }
+            MODE_OPEN => {
+                let now = seen.unwrap_or_else(&clock);
+                let at = self.nanos(now);
+                let until = self.reopen_at.load(Ordering::Acquire);
+                if at < until {
+                    return self.reject_fast(Duration::from_nanos(until - at));
+                }
+                let now = if seen.is_some() { clock() } else { now };
+                self.admit_locked(now)
+            }
+            _ => self.admit_locked(clock()),
+        }
+    }
+
+    fn reject_fast(&self, retry_after: Duration) -> Admission {
+        self.short_circuited.fetch_add(1, Ordering::Relaxed);
+        let retry_after = positive(retry_after);
+        self.telemetry.rejected(&self.name, retry_after);
+        Admission::Rejected(retry_after)
+    }
+
+    #[cold]
+    fn admit_locked(&self, now: Instant) -> Admission {
+        let admission = self.locked(now, |m| m.acquire(now));
+        if let Admission::Rejected(retry_after) = admission {
+            self.telemetry.rejected(&self.name, retry_after);
+        }
+        admission
+    }
+
+    /// Reports how an admitted call ended. `now` is the completion instant if the
+    /// caller already read it; `clock` is read only when the lock must be taken.
+    #[inline]
+    pub(crate) fn complete(
+        &self,
+        ticket: Ticket,
+        report: Report,
+        now: Option<Instant>,
+        clock: impl FnOnce() -> Instant,
+    ) {
+        if ticket.probe.is_none() {
+            match report.outcome {
+                Outcome::Success
+                    if !report.slow
+                        && !report.timed_out
+                        && self.try_batch_success(ticket.epoch) =>
+                {
+                    self.telemetry.successes(1);
+                    return;
+                }
+                // An ordinary call's ignored outcome never changes anything.
+                Outcome::Ignore if !report.timed_out => {
+                    self.ignored.fetch_add(1, Ordering::Relaxed);
+                    self.telemetry.ignored();
+                    return;
+                }
+                _ => {}
+            }
+        }
+        self.complete_locked(ticket, report, now.unwrap_or_else(clock));
+    }
+
+    #[cold]
+    fn complete_locked(&self, ticket: Ticket, report: Report, now: Instant) {
+        let recorded = self.locked(now, |m| m.complete(ticket, report, now));
+        self.telemetry.finished(report, recorded);
+    }
+
+    #[inline]
+    fn try_batch_success(&self, epoch: u32) -> bool {
+        let mut w = self.word.load(Ordering::Relaxed);
+        loop {
+            if epoch_of(w) != epoch || w & BATCH == 0 || w & PENDING_MASK == PENDING_MASK {
+                return false;
+            }
+            match self
+                .word
+                .compare_exchange_weak(w, w + 1, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return true,
+                Err(current) => w = current,
+            }
+        }
+    }
+
+    /// Reports that an admitted call was dropped before finishing.
+    #[inline]
+    pub(crate) fn cancel(&self, ticket: Ticket, clock: impl FnOnce() -> Instant) {
+        self.telemetry.cancelled();
+        if ticket.probe.is_none() {
+            // Cancelling an ordinary call never changes anything.
+            self.cancelled.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let now = clock();
+        self.locked(now, |m| m.cancel(ticket, now));
+    }
+
+    /// Gives an admitted ticket back unused, counting the call as short-circuited
+    /// (the inner service was not ready to take it).
+    pub(crate) fn turn_away(&self, ticket: Ticket, clock: impl FnOnce() -> Instant) {
+        if ticket.probe.is_none() {
+            self.short_circuited.fetch_add(1, Ordering::Relaxed);
+        } else {
+            let now = clock();
+            self.locked(now, |m| m.give_back(ticket, now));
+        }
+        self.telemetry
+            .rejected(&self.name, crate::machine::MIN_RETRY_AFTER);
+    }
+
+    /// Runs `f` on the machine under the mutex, with the pending successes folded in
+    /// first, then republishes the word and sends the transitions made.
+    pub(crate) fn locked<R>(&self, now: Instant, f: impl FnOnce(&mut Machine) -> R) -> R {
+        let mut m = self.lock();
+        let w = self.word.fetch_and(!PENDING_MASK, Ordering::AcqRel);
+        m.record_successes(epoch_of(w), w & PENDING_MASK, now);
+        let out = f(&mut m);
+        self.publish(&mut m, now);
+        for t in m.take_transitions() {
+            self.telemetry.transition(&self.name, &t);
+            if let Some(tx) = self.subscribers.get() {
+                // No receiver left is fine.
+                let _ = tx.send(t);
+            }
+        }
+        out
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Machine> {
+        // The machine never panics while holding the lock; if a panic elsewhere
+        // poisoned it, its state is still consistent.
+        self.machine.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn publish(&self, m: &mut Machine, now: Instant) {
+        let mode = m.mode();
+        match mode {
+            Mode::Open => {
+                if let Some(until) = m.reopen_at() {
+                    self.reopen_at.store(self.nanos(until), Ordering::Release);
+                }
+            }
+            Mode::ForcedOpen => {
+                let hint = u64::try_from(m.config().open_for.as_nanos()).unwrap_or(u64::MAX);
+                self.reopen_at.store(hint, Ordering::Release);
+            }
+            Mode::Closed | Mode::Locked => {}
+        }
+        self.slow_nanos
+            .store(slow_nanos(m.slow_threshold()), Ordering::Relaxed);
+        let bits = encode(mode, m.batches_successes(), m.epoch());
+        let mut current = self.word.load(Ordering::Acquire);
+        loop {
+            let same_epoch = epoch_of(current) == m.epoch();
+            let pending = current & PENDING_MASK;
+            let new = bits | if same_epoch { pending } else { 0 };
+            match self
+                .word
+                .compare_exchange_weak(current, new, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    if !same_epoch {
+                        // Tallied while the epoch was changing: stale.
+                        m.record_successes(epoch_of(current), pending, now);
+                    }
+                    return;
+                }
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    /// A receiver of every transition from now on (the channel is created on first use).
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<Transition> {
+        self.subscribers
+            .get_or_init(|| broadcast::channel(SUBSCRIPTION_CAPACITY).0)
+            .subscribe()
+    }
+
+    pub(crate) fn fast_counts(&self) -> FastCounts {
+        FastCounts {
+            short_circuited: self.short_circuited.load(Ordering::Relaxed),
+            ignored: self.ignored.load(Ordering::Relaxed),
+            cancelled: self.cancelled.load(Ordering::Relaxed),
+        }
+    }
+}
+
+fn slow_nanos(threshold: Option<Duration>) -> u64 {
+    threshold.map_or(0, |d| {
+        u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::TripPolicy;
+    use crate::machine::{Admission, State};
+    use proptest::prelude::*;
+    use seawall_core::SeededRandom;
+
+    const S: Duration = Duration::from_secs(1);
+
+    fn breaker(config: CircuitBreakerConfig, now: Instant) -> Breaker {
+        Breaker::new("test".into(), config, Box::new(SeededRandom::new(3)), now).unwrap()
+    }
+
+    fn ok() -> Report {
+        Report::of(Outcome::Success)
+    }
+
+    fn admit(b: &Breaker, now: Instant) -> Option<Ticket> {
+        match b.admit(None, || now) {
+            Admission::Admitted(t) => Some(t),
+            Admission::Rejected(_) => None,
+        }
+    }
+
+    #[test]
+    fn the_word_round_trips() {
+        let w = encode(Mode::Open, true, 0xdead_beef) | 17;
+        assert_eq!(epoch_of(w), 0xdead_beef);
+        assert_eq!(w & MODE_MASK, MODE_OPEN);
+        assert_eq!(w & BATCH, BATCH);
+        assert_eq!(w & PENDING_MASK, 17);
+        assert_eq!(encode(Mode::Locked, false, 1) & MODE_MASK, MODE_LOCKED);
+        assert_eq!(
+            encode(Mode::ForcedOpen, false, 1) & MODE_MASK,
+            MODE_FORCED_OPEN
+        );
+        assert_eq!(encode(Mode::Closed, false, 1) & MODE_MASK, MODE_CLOSED);
+    }
+
+    #[test]
+    fn closed_successes_are_batched_without_the_lock_and_folded_before_a_failure() {
+        let t0 = Instant::now();
+        let b = breaker(CircuitBreakerConfig::default(), t0);
+        for _ in 0..1000 {
+            let t = admit(&b, t0).unwrap();
+            b.complete(t, ok(), None, || unreachable!("no clock on the fast path"));
+        }
+        assert_eq!(b.word.load(Ordering::Relaxed) & PENDING_MASK, 1000);
+        for _ in 0..5 {
+            let t = admit(&b, t0).unwrap();
+            b.complete(t, Report::of(Outcome::Failure), Some(t0), || t0);
+        }
+        b.locked(t0, |m| {
+            assert_eq!(m.state(t0), State::Open);
+            assert_eq!(m.tally().successes, 1000);
+        });
+        assert_eq!(b.word.load(Ordering::Relaxed) & MODE_MASK, MODE_OPEN);
+    }
+
+    #[test]
+    fn a_success_tallied_with_an_old_epoch_is_stale() {
+        let t0 = Instant::now();
+        let b = breaker(CircuitBreakerConfig::default(), t0);
+        let old = admit(&b, t0).unwrap();
+        b.locked(t0, |m| m.force_open(t0));
+        b.complete(old, ok(), None, || t0);
+        b.locked(t0, |m| {
+            assert_eq!(m.tally().stale, 1);
+            assert_eq!(m.tally().successes, 1);
+        });
+    }
+
+    #[test]
+    fn an_open_breaker_rejects_without_the_lock_and_counts() {
+        let t0 = Instant::now();
+        let b = breaker(CircuitBreakerConfig::default(), t0);
+        b.locked(t0, |m| {
+            for _ in 0..10 {
+                if let Admission::Admitted(t) = m.acquire(t0) {
+                    m.complete(t, Report::of(Outcome::Failure), t0);
+                }
+            }
+        });
+        let guard = b.lock();
+        // With the mutex held elsewhere, rejections still flow.
+        assert_eq!(b.admit(None, || t0 + 4 * S), Admission::Rejected(6 * S));
+        assert_eq!(b.ready_hint(|| t0 + 4 * S), ReadyHint::SkipOpen(t0 + 4 * S));
+        drop(guard);
+        assert_eq!(b.fast_counts().short_circuited, 1);
+        assert_eq!(b.ready_hint(|| t0 + 10 * S), ReadyHint::Forward);
+        assert!(admit(&b, t0 + 10 * S).unwrap().probe.is_some());
+    }
+
+    #[test]
+    fn threads_lose_no_outcome() {
+        let t0 = Instant::now();
+        let b = breaker(
+            CircuitBreakerConfig {
+                policy: TripPolicy::ConsecutiveFailures {
+                    threshold: 1_000_000,
+                },
+                ..CircuitBreakerConfig::default()
+            },
+            t0,
+        );
+        let threads = 4;
+        let per_thread = 20_000u64;
+        std::thread::scope(|s| {
+            for i in 0..threads {
+                let b = &b;
+                s.spawn(move || {
+                    for j in 0..per_thread {
+                        let Some(t) = admit(b, t0) else {
+                            panic!("a closed breaker rejected a call");
+                        };
+                        match (i + j) % 10 {
+                            0 => b.complete(t, Report::of(Outcome::Failure), Some(t0), || t0),
+                            1 => b.complete(t, Report::of(Outcome::Ignore), Some(t0), || t0),
+                            2 => b.cancel(t, || t0),
+                            _ => b.complete(t, ok(), None, || t0),
+                        }
+                    }
+                });
+            }
+        });
+        let total = threads * per_thread;
+        let fast = b.fast_counts();
+        b.locked(t0, |m| {
+            let tally = m.tally();
+            assert_eq!(tally.failures, total / 10);
+            assert_eq!(tally.ignored + fast.ignored, total / 10);
+            assert_eq!(tally.cancelled + fast.cancelled, total / 10);
+            assert_eq!(tally.successes, total * 7 / 10);
+            assert_eq!(tally.stale, 0);
+        });
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Acquire,
+        Complete(usize, Outcome),
+        Drop(usize),
+        Advance(u64),
+        Reconfigure(u32),
+        Operator(u8),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let outcome = prop_oneof![
+            3 => Just(Outcome::Success),
+            2 => Just(Outcome::Failure),
+            1 => Just(Outcome::Ignore)
+        ];
+        prop_oneof![
+            6 => Just(Op::Acquire),
+            5 => (any::<usize>(), outcome).prop_map(|(i, o)| Op::Complete(i, o)),
+            2 => any::<usize>().prop_map(Op::Drop),
+            3 => (0u64..5_000).prop_map(Op::Advance),
+            1 => (1u32..4).prop_map(Op::Reconfigure),
+            1 => (0u8..4).prop_map(Op::Operator),
+        ]
+    }
+
+    fn config(half_open_max: u32, consecutive: bool) -> CircuitBreakerConfig {
+        CircuitBreakerConfig {
+            policy: if consecutive {
+                TripPolicy::ConsecutiveFailures { threshold: 2 }
+            } else {
+                TripPolicy::CountWindow {
+                    size: 4,
+                    min_calls: 2,
+                    failure_rate: 0.5,
+                }
+            },
+            open_for: 2 * S,
+            half_open_max,
+            probes_to_close: 2,
+            half_open_timeout: 3 * S,
+            ..CircuitBreakerConfig::default()
+        }
+    }
+
+    proptest! {
+        /// Through the lock-free paths too: half-open never lets more than
+        /// `half_open_max` probes out, no slot leaks, stale outcomes change nothing,
+        /// and every call is counted exactly once.
+        #[test]
+        fn the_shared_breaker_keeps_the_machine_invariants(
+            max in 1u32..4,
+            consecutive in any::<bool>(),
+            ops in proptest::collection::vec(op(), 1..300),
+        ) {
+            let t0 = Instant::now();
+            let mut now = t0;
+            let b = breaker(config(max, consecutive), t0);
+            let mut max = max;
+            let mut held: Vec<Ticket> = Vec::new();
+            let mut ended = 0u64;
+            for op in ops {
+                match op {
+                    Op::Acquire => {
+                        let before = b.locked(now, |m| { m.advance(now); m.probes_in_flight() });
+                        match b.admit(None, || now) {
+                            Admission::Admitted(t) => {
+                                if t.probe.is_some() {
+                                    let after = b.locked(now, |m| m.probes_in_flight());
+                                    prop_assert!(before < max && after <= max, "{before} -> {after} > {max}");
+                                }
+                                held.push(t);
+                            }
+                            Admission::Rejected(r) => {
+                                prop_assert!(r > Duration::ZERO);
+                                ended += 1;
+                            }
+                        }
+                    }
+                    Op::Complete(i, outcome) if !held.is_empty() => {
+                        let t = held.swap_remove(i % held.len());
+                        let (state, epoch) = b.locked(now, |m| { m.advance(now); (m.state(now), m.epoch()) });
+                        b.complete(t, Report::of(outcome), Some(now), || now);
+                        ended += 1;
+                        if t.epoch != epoch {
+                            let after = b.locked(now, |m| (m.state(now), m.epoch()));
+                            prop_assert_eq!(after, (state, epoch));
+                        }
+                    }
+                    Op::Drop(i) if !held.is_empty() => {
+                        let t = held.swap_remove(i % held.len());
+                        let (state, epoch) = b.locked(now, |m| { m.advance(now); (m.state(now), m.epoch()) });
+                        b.cancel(t, || now);
+                        ended += 1;
+                        prop_assert_eq!(b.locked(now, |m| (m.state(now), m.epoch())), (state, epoch));
+                    }
+                    Op::Advance(d) => now += Duration::from_millis(d),
+                    Op::Reconfigure(n) => {
+                        b.locked(now, |m| m.reconfigure(config(n, consecutive), now)).unwrap();
+                        max = n;
+                    }
+                    Op::Operator(k) => b.locked(now, |m| match k {
+                        0 => m.force_open(now),
+                        1 => m.force_closed(now),
+                        2 => m.disable(now),
+                        _ => m.reset(now),
+                    }),
+                    Op::Complete(..) | Op::Drop(_) => {}
+                }
+                let fast = b.fast_counts();
+                let (in_flight, epoch, tally) = b.locked(now, |m| (m.probes_in_flight(), m.epoch(), m.tally()));
+                let probes_held = held.iter().filter(|t| t.probe.is_some() && t.epoch == epoch).count() as u32;
+                prop_assert_eq!(in_flight, probes_held);
+                let counted = tally.successes + tally.failures + tally.ignored + fast.ignored
+                    + tally.cancelled + fast.cancelled + tally.short_circuited + fast.short_circuited;
+                prop_assert_eq!(counted, ended);
+                // The word agrees with the machine.
+                let w = b.word.load(Ordering::Relaxed);
+                prop_assert_eq!(epoch_of(w), epoch);
+            }
+        }
+    }
+}

@@ -1,0 +1,179 @@
+//! The response future: owns the ticket and reports exactly once.
+
+use std::error::Error;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use pin_project_lite::pin_project;
+use seawall_core::{Bounded, BoxError, CircuitOpen, Classify, Name, Outcome};
+use tokio::time::Instant;
+
+use crate::breaker::Breaker;
+use crate::machine::{Report, Ticket};
+
+/// An admitted call's ticket. Reports the outcome once with [`Guard::finish`], or,
+/// if dropped first, reports the call as cancelled (which frees a probe slot).
+#[derive(Debug)]
+pub(crate) struct Guard {
+    breaker: Option<Arc<Breaker>>,
+    ticket: Ticket,
+    /// When the call started, if slow calls are detected.
+    started: Option<Instant>,
+}
+
+impl Guard {
+    pub(crate) fn new(breaker: Arc<Breaker>, ticket: Ticket, started: Option<Instant>) -> Self {
+        Self {
+            breaker: Some(breaker),
+            ticket,
+            started,
+        }
+    }
+
+    pub(crate) fn is_done(&self) -> bool {
+        self.breaker.is_none()
+    }
+
+    pub(crate) fn finish(&mut self, outcome: Outcome, timed_out: bool) {
+        if let Some(breaker) = self.breaker.take() {
+            let (slow, now) = match self.started {
+                Some(started) => {
+                    let now = Instant::now();
+                    (
+                        breaker.is_slow(now.saturating_duration_since(started)),
+                        Some(now),
+                    )
+                }
+                None => (false, None),
+            };
+            let report = Report {
+                outcome,
+                slow,
+                timed_out,
+            };
+            breaker.complete(self.ticket, report, now, Instant::now);
+        }
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Some(breaker) = self.breaker.take() {
+            breaker.cancel(self.ticket, Instant::now);
+        }
+    }
+}
+
+pin_project! {
+    /// The response future of [`CircuitBreaker`](crate::CircuitBreaker) (and of the
+    /// keyed variant). A concrete type: no allocation on the admitted path.
+    ///
+    /// Resolves to the inner service's result (its error boxed), to a
+    /// [`CircuitOpen`] error if the call was rejected, or to a
+    /// [`DeadlineExceeded`](crate::DeadlineExceeded) error if the request's deadline
+    /// passed while the dependency had the call.
+    pub struct ResponseFuture<F, C> {
+        #[pin]
+        kind: Kind<F, C>,
+    }
+}
+
+pin_project! {
+    #[project = KindProj]
+    enum Kind<F, C> {
+        Admitted {
+            #[pin]
+            future: Bounded<F>,
+            guard: Guard,
+            classifier: C,
+        },
+        Rejected {
+            rejection: Option<(Name, Duration)>,
+        },
+    }
+}
+
+impl<F, C> ResponseFuture<F, C> {
+    pub(crate) fn admitted(future: Bounded<F>, guard: Guard, classifier: C) -> Self {
+        Self {
+            kind: Kind::Admitted {
+                future,
+                guard,
+                classifier,
+            },
+        }
+    }
+
+    pub(crate) fn rejected(name: Name, retry_after: Duration) -> Self {
+        Self {
+            kind: Kind::Rejected {
+                rejection: Some((name, retry_after)),
+            },
+        }
+    }
+}
+
+impl<F, C> fmt::Debug for ResponseFuture<F, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match &self.kind {
+            Kind::Admitted { .. } => "admitted",
+            Kind::Rejected { .. } => "rejected",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("kind", &kind)
+            .finish()
+    }
+}
+
+fn polled_after_completion() -> BoxError {
+    "circuit breaker response future polled after completion".into()
+}
+
+impl<F, C, T, E> Future for ResponseFuture<F, C>
+where
+    F: Future<Output = Result<T, E>>,
+    E: Into<BoxError>,
+    C: Classify<T>,
+{
+    type Output = Result<T, BoxError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().kind.project() {
+            KindProj::Admitted {
+                future,
+                guard,
+                classifier,
+            } => {
+                if guard.is_done() {
+                    return Poll::Ready(Err(polled_after_completion()));
+                }
+                match ready!(future.poll(cx)) {
+                    Ok(Ok(response)) => {
+                        let outcome = classifier.classify(Ok(&response));
+                        guard.finish(outcome, false);
+                        Poll::Ready(Ok(response))
+                    }
+                    Ok(Err(error)) => {
+                        let error: BoxError = error.into();
+                        let outcome = classifier.classify(Err(&*error as &(dyn Error + 'static)));
+                        guard.finish(outcome, false);
+                        Poll::Ready(Err(error))
+                    }
+                    Err(exceeded) => {
+                        // The dependency had the call and the budget ran out: too slow.
+                        guard.finish(Outcome::Failure, true);
+                        Poll::Ready(Err(Box::new(exceeded)))
+                    }
+                }
+            }
+            KindProj::Rejected { rejection } => Poll::Ready(Err(match rejection.take() {
+                Some((name, retry_after)) => Box::new(CircuitOpen::new(name, retry_after)),
+                None => polled_after_completion(),
+            })),
+        }
+    }
+}

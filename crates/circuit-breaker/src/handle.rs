@@ -1,0 +1,254 @@
+//! The operator's handle: snapshot, subscription, controls, reconfiguration.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use seawall_core::{ConfigError, WindowCounts};
+use tokio::sync::broadcast;
+use tokio::time::Instant;
+
+use crate::breaker::Breaker;
+use crate::config::CircuitBreakerConfig;
+use crate::machine::{State, Transition};
+
+/// Watches and steers one breaker. Cheap to clone; every clone controls the same breaker.
+#[derive(Debug, Clone)]
+pub struct Handle {
+    breaker: Arc<Breaker>,
+}
+
+impl Handle {
+    pub(crate) fn new(breaker: Arc<Breaker>) -> Self {
+        Self { breaker }
+    }
+
+    /// The breaker's name.
+    pub fn name(&self) -> &str {
+        self.breaker.name()
+    }
+
+    /// The state now. Open → half-open is lazy: this reports `HalfOpen` once the open
+    /// interval has passed, but the transition itself is made by the next call.
+    pub fn state(&self) -> State {
+        let now = Instant::now();
+        self.breaker.locked(now, |m| m.state(now))
+    }
+
+    /// The state, its age, the window and every counter, at this instant.
+    pub fn snapshot(&self) -> Snapshot {
+        let now = Instant::now();
+        let fast = self.breaker.fast_counts();
+        self.breaker.locked(now, |m| {
+            let reported = m.reported(now);
+            let tally = m.tally();
+            let short_circuited = tally.short_circuited + fast.short_circuited;
+            let ignored = tally.ignored + fast.ignored;
+            let cancelled = tally.cancelled + fast.cancelled;
+            Snapshot {
+                name: self.breaker.name().to_string(),
+                state: reported.state,
+                in_state_for: now.saturating_duration_since(reported.since),
+                epoch: m.epoch(),
+                window: m.window_counts(now),
+                consecutive_failures: m.consecutive_failures(),
+                retry_after: reported.until.map(|u| u.saturating_duration_since(now)),
+                open_for: m.current_open_for(),
+                open_spell: m.open_spell(now),
+                open_total: m.open_total(now),
+                consecutive_failed_probes: m.failed_probes(),
+                probes_in_flight: m.probes_in_flight(),
+                retrips: m.streak(),
+                ramp_share: m.ramp_share(now),
+                counters: Counters {
+                    calls: tally.successes + tally.failures + ignored + cancelled + short_circuited,
+                    successes: tally.successes,
+                    failures: tally.failures,
+                    ignored,
+                    cancelled,
+                    slow: tally.slow,
+                    timeouts: tally.timeouts,
+                    short_circuited,
+                    probe_successes: tally.probe_successes,
+                    probe_failures: tally.probe_failures,
+                    probe_timeouts: tally.probe_timeouts,
+                    stale: tally.stale,
+                    transitions: m
+                        .transition_counts()
+                        .into_iter()
+                        .map(|(from, to, count)| TransitionCount { from, to, count })
+                        .collect(),
+                },
+            }
+        })
+    }
+
+    /// Every transition from now on. The channel is created at the first subscription
+    /// and holds the last 64 transitions for a slow receiver (older ones are reported
+    /// as lagged). Lazy transitions (open → half-open, a probe timing out) are sent
+    /// when the next call makes them.
+    pub fn subscribe(&self) -> broadcast::Receiver<Transition> {
+        self.breaker.subscribe()
+    }
+
+    /// Holds the breaker open: every call is rejected until [`reset`](Self::reset)
+    /// (or another override). Calls in flight finish but change nothing.
+    pub fn force_open(&self) {
+        let now = Instant::now();
+        self.breaker.locked(now, |m| m.force_open(now));
+    }
+
+    /// Holds the breaker closed: every call goes through and is recorded, but it never
+    /// trips, until [`reset`](Self::reset).
+    pub fn force_closed(&self) {
+        let now = Instant::now();
+        self.breaker.locked(now, |m| m.force_closed(now));
+    }
+
+    /// Takes the breaker out of the way: every call goes through, only the counters
+    /// move, until [`reset`](Self::reset).
+    pub fn disable(&self) {
+        let now = Instant::now();
+        self.breaker.locked(now, |m| m.disable(now));
+    }
+
+    /// A fresh closed breaker: empty window, no backoff, no failed probes; calls in
+    /// flight become stale. Counters are cumulative and are kept.
+    pub fn reset(&self) {
+        let now = Instant::now();
+        self.breaker.locked(now, |m| m.reset(now));
+    }
+
+    /// Applies a new configuration at run time, keeping the state (an open breaker
+    /// stays open until its current interval ends). The window is kept when its
+    /// shape is unchanged (same policy kind and size, or window and bucket);
+    /// otherwise a new empty window starts. Refused, changing nothing, if invalid.
+    pub fn reconfigure(&self, config: CircuitBreakerConfig) -> Result<(), ConfigError> {
+        let now = Instant::now();
+        self.breaker.locked(now, |m| m.reconfigure(config, now))
+    }
+
+    /// Goes back to the configuration the breaker was built with, keeping the state.
+    pub fn revert(&self) {
+        let now = Instant::now();
+        self.breaker.locked(now, |m| m.revert(now));
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> CircuitBreakerConfig {
+        let now = Instant::now();
+        self.breaker.locked(now, |m| m.config().clone())
+    }
+}
+
+/// A breaker's state and counters at one instant.
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct Snapshot {
+    /// The breaker's name.
+    pub name: String,
+    /// The state (lazy transitions included: see [`Handle::state`]).
+    /// `Open` is a trip; `ForcedOpen` is an operator's decision.
+    pub state: State,
+    /// How long it has been in that state.
+    #[cfg_attr(feature = "serde", serde(with = "seawall_core::duration_format"))]
+    pub in_state_for: Duration,
+    /// Incremented by every transition; outcomes of calls admitted in an older epoch
+    /// change nothing.
+    pub epoch: u32,
+    /// The window's counts (window policies).
+    pub window: Option<WindowCounts>,
+    /// The failures in a row (consecutive policy).
+    pub consecutive_failures: Option<u32>,
+    /// While open: how long until a probe is let through.
+    #[cfg_attr(
+        feature = "serde",
+        serde(with = "seawall_core::duration_format::option")
+    )]
+    pub retry_after: Option<Duration>,
+    /// While open: the length of the current open interval (backoff and jitter included).
+    #[cfg_attr(
+        feature = "serde",
+        serde(with = "seawall_core::duration_format::option")
+    )]
+    pub open_for: Option<Duration>,
+    /// How long the breaker has been out of the closed states (tripped or forced
+    /// open, probing), if it is. A long spell with failed probes is a breaker stuck
+    /// open; check whether the dependency is really still sick.
+    #[cfg_attr(
+        feature = "serde",
+        serde(with = "seawall_core::duration_format::option")
+    )]
+    pub open_spell: Option<Duration>,
+    /// Total time spent out of the closed states, the current spell included.
+    #[cfg_attr(feature = "serde", serde(with = "seawall_core::duration_format"))]
+    pub open_total: Duration,
+    /// Probes failed (or timed out) in a row since the breaker last closed.
+    pub consecutive_failed_probes: u32,
+    /// Probes in flight (half-open).
+    pub probes_in_flight: u32,
+    /// Opens since the breaker last recovered fully (drives the backoff).
+    pub retrips: u32,
+    /// While ramping up after closing: the share of calls admitted.
+    pub ramp_share: Option<f64>,
+    /// Cumulative counters.
+    pub counters: Counters,
+}
+
+/// Cumulative counters of one breaker (never reset, not even by [`Handle::reset`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct Counters {
+    /// Calls that ended: `successes + failures + ignored + cancelled + short_circuited`
+    /// (a call in flight is counted when it ends).
+    pub calls: u64,
+    /// Calls classified as successes (probes and stale outcomes included).
+    pub successes: u64,
+    /// Calls classified as failures (deadline expiries, probes and stale outcomes included).
+    pub failures: u64,
+    /// Calls classified as neither (e.g. an inner bulkhead's rejection).
+    pub ignored: u64,
+    /// Admitted calls dropped before they finished.
+    pub cancelled: u64,
+    /// Successes and failures that took at least the slow-call threshold.
+    pub slow: u64,
+    /// Failures that were the request's deadline running out.
+    pub timeouts: u64,
+    /// Calls rejected without reaching the dependency (open, forced open, probes
+    /// all taken, ramp).
+    pub short_circuited: u64,
+    /// Probes that succeeded.
+    pub probe_successes: u64,
+    /// Probes that failed or timed out.
+    pub probe_failures: u64,
+    /// Probes that timed out (also counted in `probe_failures`).
+    pub probe_timeouts: u64,
+    /// Outcomes of calls admitted before a state change: counted above, acted on never.
+    pub stale: u64,
+    /// Transitions made, by (from, to).
+    pub transitions: Vec<TransitionCount>,
+}
+
+impl Counters {
+    /// How many times the breaker went from `from` to `to`.
+    pub fn transitions_between(&self, from: State, to: State) -> u64 {
+        self.transitions
+            .iter()
+            .filter(|t| t.from == from && t.to == to)
+            .map(|t| t.count)
+            .sum()
+    }
+}
+
+/// How many times one transition was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct TransitionCount {
+    /// The state left.
+    pub from: State,
+    /// The state entered.
+    pub to: State,
+    /// How many times.
+    pub count: u64,
+}

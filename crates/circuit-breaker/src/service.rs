@@ -1,0 +1,154 @@
+//! The Tower service: reads the clock when it must, asks the breaker, calls inner.
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use seawall_core::{bounded, deadline_of, BoxError, ClassifyRequest, HasExtensions};
+use tokio::time::Instant;
+use tower_service::Service;
+
+use crate::breaker::{Breaker, ReadyHint};
+use crate::future::{Guard, ResponseFuture};
+use crate::handle::Handle;
+use crate::machine::{Admission, MIN_RETRY_AFTER};
+
+/// A service guarded by a circuit breaker; built by
+/// [`CircuitBreakerLayer`](crate::CircuitBreakerLayer).
+///
+/// - The decision is made in `call`; a rejection is a [`CircuitOpen`](crate::CircuitOpen)
+///   error from the response future, never an error from `poll_ready`.
+/// - While the breaker is open (or forced open) `poll_ready` answers ready at once
+///   without polling the inner service, and `call` never reaches it.
+/// - When the request carries a seawall [`Deadline`](seawall_core::Deadline), the
+///   inner call is bounded by it; running out is recorded as a failure and answered
+///   with [`DeadlineExceeded`](crate::DeadlineExceeded).
+///
+/// Clones share the breaker; the inner service's reserved readiness is not shared
+/// (a clone starts unpolled).
+pub struct CircuitBreaker<S, C> {
+    inner: S,
+    breaker: Arc<Breaker>,
+    classifier: C,
+    ready: Readiness,
+}
+
+/// What the last `poll_ready` found.
+#[derive(Debug, Clone, Copy)]
+enum Readiness {
+    /// Not polled since the last call.
+    Unknown,
+    /// The inner service is ready for one call.
+    Inner,
+    /// The breaker was open (at this instant, when it read the clock): the inner
+    /// service was not polled.
+    Skipped(Option<Instant>),
+}
+
+impl<S, C> CircuitBreaker<S, C> {
+    pub(crate) fn new(inner: S, breaker: Arc<Breaker>, classifier: C) -> Self {
+        Self {
+            inner,
+            breaker,
+            classifier,
+            ready: Readiness::Unknown,
+        }
+    }
+
+    /// The operator's handle on the breaker.
+    pub fn handle(&self) -> Handle {
+        Handle::new(Arc::clone(&self.breaker))
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: Clone, C: Clone> Clone for CircuitBreaker<S, C> {
+    fn clone(&self) -> Self {
+        Self::new(
+            self.inner.clone(),
+            Arc::clone(&self.breaker),
+            self.classifier.clone(),
+        )
+    }
+}
+
+impl<S: fmt::Debug, C: fmt::Debug> fmt::Debug for CircuitBreaker<S, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CircuitBreaker")
+            .field("name", &self.breaker.name())
+            .field("inner", &self.inner)
+            .field("classifier", &self.classifier)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, C, Req> Service<Req> for CircuitBreaker<S, C>
+where
+    S: Service<Req>,
+    S::Error: Into<BoxError>,
+    C: ClassifyRequest<Req, S::Response>,
+    Req: HasExtensions,
+{
+    type Response = S::Response;
+    type Error = BoxError;
+    type Future = ResponseFuture<S::Future, C::Classifier>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        if let Readiness::Inner = self.ready {
+            return Poll::Ready(Ok(()));
+        }
+        match self.breaker.ready_hint(Instant::now) {
+            ReadyHint::SkipForced => self.ready = Readiness::Skipped(None),
+            ReadyHint::SkipOpen(at) => self.ready = Readiness::Skipped(Some(at)),
+            ReadyHint::Forward => {
+                ready!(self.inner.poll_ready(cx)).map_err(Into::into)?;
+                self.ready = Readiness::Inner;
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        let readiness = std::mem::replace(&mut self.ready, Readiness::Unknown);
+        let seen = match readiness {
+            Readiness::Skipped(at) => at,
+            Readiness::Unknown | Readiness::Inner => None,
+        };
+        match self.breaker.admit(seen, Instant::now) {
+            Admission::Rejected(retry_after) => {
+                ResponseFuture::rejected(self.breaker.name().clone(), retry_after)
+            }
+            Admission::Admitted(ticket) => {
+                if let Readiness::Skipped(_) = readiness {
+                    // The breaker closed between `poll_ready` and `call`: the inner
+                    // service was not polled, so this call cannot go out.
+                    self.breaker.turn_away(ticket, Instant::now);
+                    return ResponseFuture::rejected(self.breaker.name().clone(), MIN_RETRY_AFTER);
+                }
+                let started = self.breaker.start_clock(Instant::now);
+                let classifier = self.classifier.classifier_for(&req);
+                let deadline = deadline_of(&req);
+                let future = self.inner.call(req);
+                ResponseFuture::admitted(
+                    bounded(future, deadline),
+                    Guard::new(Arc::clone(&self.breaker), ticket, started),
+                    classifier,
+                )
+            }
+        }
+    }
+}

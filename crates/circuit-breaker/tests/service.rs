@@ -1,0 +1,485 @@
+//! The Tower service, driven with tokio's paused clock.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::future::{ready, Ready};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use seawall_circuit_breaker::{
+    CircuitBreakerConfig, CircuitBreakerLayer, Handle, Reason, State, TripPolicy,
+};
+use seawall_core::{find_rejection, BoxError, BulkheadFull, Deadline, RejectionKind, WindowCounts};
+use tokio::time::{advance, Instant};
+use tokio_test::{assert_pending, assert_ready, assert_ready_ok, task};
+use tower::{Layer, Service, ServiceExt};
+use tower_test::mock;
+
+type Req = http::Request<&'static str>;
+
+const S: Duration = Duration::from_secs(1);
+
+fn req() -> Req {
+    http::Request::new("quote")
+}
+
+fn req_with_deadline(budget: Duration) -> Req {
+    let mut r = req();
+    r.extensions_mut()
+        .insert(Deadline::after(Instant::now(), budget));
+    r
+}
+
+/// An inner service that counts `poll_ready` and `call`, and fails while told to.
+#[derive(Clone, Default)]
+struct Counting {
+    polls: Arc<AtomicUsize>,
+    calls: Arc<AtomicUsize>,
+    failing: Arc<AtomicBool>,
+}
+
+impl Counting {
+    fn polls(&self) -> usize {
+        self.polls.load(Ordering::SeqCst)
+    }
+    fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+    fn fail(&self, yes: bool) {
+        self.failing.store(yes, Ordering::SeqCst);
+    }
+}
+
+impl Service<Req> for Counting {
+    type Response = &'static str;
+    type Error = BoxError;
+    type Future = Ready<Result<&'static str, BoxError>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.polls.fetch_add(1, Ordering::SeqCst);
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _req: Req) -> Self::Future {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        if self.failing.load(Ordering::SeqCst) {
+            ready(Err("supplier down".into()))
+        } else {
+            ready(Ok("quote"))
+        }
+    }
+}
+
+fn seed_layer() -> CircuitBreakerLayer {
+    CircuitBreakerLayer::builder("freight").build().unwrap()
+}
+
+async fn send<S>(svc: &mut S) -> Result<&'static str, BoxError>
+where
+    S: Service<Req, Response = &'static str, Error = BoxError>,
+{
+    svc.ready().await?.call(req()).await
+}
+
+type Spawned = tower_test::mock::Spawn<
+    seawall_circuit_breaker::CircuitBreaker<
+        mock::Mock<Req, &'static str>,
+        seawall_core::ErrorsAsFailures,
+    >,
+>;
+
+/// `poll_ready` then `call`, as a caller must.
+fn ready_call(
+    svc: &mut Spawned,
+    r: Req,
+) -> task::Spawn<impl std::future::Future<Output = Result<&'static str, BoxError>>> {
+    assert_ready_ok!(svc.poll_ready());
+    task::spawn(svc.call(r))
+}
+
+fn rejection_retry_after(err: &BoxError) -> Duration {
+    let r = find_rejection(&**err).expect("a seawall rejection");
+    assert_eq!(r.kind(), RejectionKind::CircuitOpen);
+    assert_eq!(r.name(), Some("freight"));
+    r.retry_after().expect("a retry-after")
+}
+
+/// Trips a seed-configured breaker: 10 calls, all failing.
+async fn trip<S>(svc: &mut S, inner: &Counting)
+where
+    S: Service<Req, Response = &'static str, Error = BoxError>,
+{
+    inner.fail(true);
+    for _ in 0..10 {
+        let err = send(svc).await.unwrap_err();
+        assert!(
+            find_rejection(&*err).is_none(),
+            "the supplier's own error: {err}"
+        );
+    }
+    inner.fail(false);
+}
+
+#[tokio::test(start_paused = true)]
+async fn closed_calls_go_through_and_are_recorded() {
+    let inner = Counting::default();
+    let layer = seed_layer();
+    let handle = layer.handle();
+    let mut svc = layer.layer(inner.clone());
+    for _ in 0..25 {
+        assert_eq!(send(&mut svc).await.unwrap(), "quote");
+    }
+    assert_eq!((inner.polls(), inner.calls()), (25, 25));
+    let snap = handle.snapshot();
+    assert_eq!(snap.state, State::Closed);
+    assert_eq!(snap.counters.successes, 25);
+    assert_eq!(snap.counters.calls, 25);
+    assert_eq!(
+        snap.window,
+        Some(WindowCounts {
+            calls: 10,
+            failures: 0,
+            slow: 0
+        })
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn while_open_the_inner_service_is_neither_called_nor_polled() {
+    let inner = Counting::default();
+    let layer = seed_layer();
+    let handle = layer.handle();
+    let mut svc = layer.layer(inner.clone());
+    trip(&mut svc, &inner).await;
+    assert_eq!(handle.state(), State::Open);
+    let (polls, calls) = (inner.polls(), inner.calls());
+    assert_eq!((polls, calls), (10, 10));
+    for i in 0..100u32 {
+        let err = send(&mut svc).await.unwrap_err();
+        assert!(rejection_retry_after(&err) > Duration::ZERO);
+        if i % 10 == 0 {
+            advance(Duration::from_millis(50)).await;
+        }
+    }
+    // A clone built later, and a second service from the same layer, are open too.
+    let mut other = layer.layer(inner.clone());
+    send(&mut other).await.unwrap_err();
+    let mut clone = svc.clone();
+    send(&mut clone).await.unwrap_err();
+    assert_eq!(
+        (inner.polls(), inner.calls()),
+        (polls, calls),
+        "zero reached the supplier"
+    );
+    assert_eq!(handle.snapshot().counters.short_circuited, 102);
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_is_what_remains_of_the_open_interval_from_the_trip() {
+    let inner = Counting::default();
+    let layer = seed_layer();
+    let mut svc = layer.layer(inner.clone());
+    // The failures are spread out; the interval counts from the trip, not the first one.
+    inner.fail(true);
+    for _ in 0..10 {
+        send(&mut svc).await.unwrap_err();
+        advance(S).await;
+    }
+    // Tripped by the 10th call, 1 s ago.
+    let err = send(&mut svc).await.unwrap_err();
+    assert_eq!(rejection_retry_after(&err), 9 * S);
+    advance(Duration::from_millis(8_500)).await;
+    let err = send(&mut svc).await.unwrap_err();
+    assert_eq!(rejection_retry_after(&err), Duration::from_millis(500));
+    let snap = layer.handle().snapshot();
+    assert_eq!(snap.retry_after, Some(Duration::from_millis(500)));
+    assert_eq!(snap.open_for, Some(10 * S));
+}
+
+#[tokio::test(start_paused = true)]
+async fn half_open_sends_one_probe_and_turns_the_others_away_with_a_positive_retry_after() {
+    let layer = seed_layer();
+    let handle = layer.handle();
+    let (mut svc, mut dep) = mock::spawn_layer::<Req, &'static str, _>(layer);
+    dep.allow(100);
+    // Trip it.
+    for _ in 0..10 {
+        let mut fut = ready_call(&mut svc, req());
+        let (_, send) = dep.next_request().await.unwrap();
+        send.send_error("supplier down");
+        assert_ready!(fut.poll()).unwrap_err();
+    }
+    assert_eq!(handle.state(), State::Open);
+    advance(10 * S).await;
+    assert_eq!(handle.state(), State::HalfOpen);
+
+    let mut probe = ready_call(&mut svc, req());
+    assert_pending!(probe.poll());
+    let (_, probe_reply) = dep.next_request().await.unwrap();
+    // Callers arriving while the probe is in flight are rejected, told to come back
+    // when the probe must have finished (the 10 s half-open timeout).
+    advance(3 * S).await;
+    let err = assert_ready!(ready_call(&mut svc, req()).poll()).unwrap_err();
+    assert_eq!(rejection_retry_after(&err), 7 * S);
+    assert!(dep.poll_request().is_pending(), "no second probe");
+
+    probe_reply.send_response("quote");
+    assert_eq!(assert_ready!(probe.poll()).unwrap(), "quote");
+    assert_eq!(handle.state(), State::Closed);
+    let snap = handle.snapshot();
+    assert_eq!(snap.counters.probe_successes, 1);
+    assert_eq!(
+        snap.counters
+            .transitions_between(State::HalfOpen, State::Closed),
+        1
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_probe_frees_its_slot_and_a_stale_success_does_not_close() {
+    let layer = seed_layer();
+    let handle = layer.handle();
+    let (mut svc, mut dep) = mock::spawn_layer::<Req, &'static str, _>(layer);
+    dep.allow(100);
+    // One slow call admitted while closed, still in flight when the breaker trips.
+    let mut slow = ready_call(&mut svc, req());
+    assert_pending!(slow.poll());
+    let (_, slow_reply) = dep.next_request().await.unwrap();
+    for _ in 0..10 {
+        let mut fut = ready_call(&mut svc, req());
+        let (_, send) = dep.next_request().await.unwrap();
+        send.send_error("supplier down");
+        assert_ready!(fut.poll()).unwrap_err();
+    }
+    advance(10 * S).await;
+    let mut probe = ready_call(&mut svc, req());
+    assert_pending!(probe.poll());
+    let (_, _probe_reply) = dep.next_request().await.unwrap();
+    // The old call succeeds now: stale, it must not close the breaker.
+    slow_reply.send_response("late quote");
+    assert_eq!(assert_ready!(slow.poll()).unwrap(), "late quote");
+    assert_eq!(handle.state(), State::HalfOpen);
+    assert_eq!(handle.snapshot().counters.stale, 1);
+    // The caller gives up on the probe: its slot is freed, the next call probes.
+    drop(probe);
+    assert_eq!(handle.snapshot().probes_in_flight, 0);
+    let mut probe = ready_call(&mut svc, req());
+    assert_pending!(probe.poll());
+    let (_, reply) = dep.next_request().await.unwrap();
+    reply.send_response("quote");
+    assert_ready!(probe.poll()).unwrap();
+    assert_eq!(handle.state(), State::Closed);
+    assert_eq!(handle.snapshot().counters.cancelled, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_inner_call_past_the_deadline_trips_the_breaker() {
+    let layer = CircuitBreakerLayer::builder("freight")
+        .consecutive_failures(3)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let (mut svc, mut dep) = mock::spawn_layer::<Req, &'static str, _>(layer);
+    dep.allow(100);
+    for i in 0..3 {
+        let mut fut = ready_call(&mut svc, req_with_deadline(Duration::from_millis(300)));
+        assert_pending!(fut.poll());
+        let (_, _never_answered) = dep.next_request().await.unwrap();
+        advance(Duration::from_millis(299)).await;
+        assert_pending!(fut.poll());
+        advance(Duration::from_millis(1)).await;
+        let err = assert_ready!(fut.poll()).unwrap_err();
+        let r = find_rejection(&*err).unwrap();
+        assert_eq!(r.kind(), RejectionKind::DeadlineExceeded);
+        let expected = if i < 2 { State::Closed } else { State::Open };
+        assert_eq!(handle.state(), expected);
+    }
+    let snap = handle.snapshot();
+    assert_eq!((snap.counters.failures, snap.counters.timeouts), (3, 3));
+    // Now open: the supplier gets nothing more.
+    let err = assert_ready!(ready_call(&mut svc, req()).poll()).unwrap_err();
+    assert_eq!(
+        find_rejection(&*err).unwrap().kind(),
+        RejectionKind::CircuitOpen
+    );
+    assert!(dep.poll_request().is_pending());
+}
+
+#[tokio::test(start_paused = true)]
+async fn slow_successes_trip_a_time_window_with_a_slow_call_rate() {
+    let layer = CircuitBreakerLayer::builder("freight")
+        .time_window(10 * S, S, 4, 0.5)
+        .slow_calls(Duration::from_millis(200), 0.5)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let (mut svc, mut dep) = mock::spawn_layer::<Req, &'static str, _>(layer);
+    dep.allow(100);
+    for i in 0..4 {
+        let mut fut = ready_call(&mut svc, req());
+        assert_pending!(fut.poll());
+        let (_, reply) = dep.next_request().await.unwrap();
+        let delay = if i % 2 == 1 { 250 } else { 10 };
+        advance(Duration::from_millis(delay)).await;
+        reply.send_response("quote");
+        assert_eq!(assert_ready!(fut.poll()).unwrap(), "quote");
+    }
+    assert_eq!(handle.state(), State::Open);
+    let snap = handle.snapshot();
+    assert_eq!(snap.counters.slow, 2);
+    assert_eq!(snap.counters.failures, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_ramp_takes_back_the_load_gradually() {
+    let layer = CircuitBreakerLayer::builder("freight")
+        .ramp(10 * S, 0.25)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let inner = Counting::default();
+    let mut svc = layer.layer(inner.clone());
+    trip(&mut svc, &inner).await;
+    advance(10 * S).await;
+    send(&mut svc).await.unwrap(); // the probe closes it
+    assert_eq!(handle.state(), State::Closed);
+    let before = inner.calls();
+    let mut rejected = 0;
+    for _ in 0..100 {
+        match send(&mut svc).await {
+            Ok(_) => {}
+            Err(err) => {
+                assert_eq!(rejection_retry_after(&err), 10 * S);
+                rejected += 1;
+            }
+        }
+    }
+    assert_eq!(inner.calls() - before, 25);
+    assert_eq!(rejected, 75);
+    assert_eq!(handle.snapshot().ramp_share, Some(0.25));
+    advance(10 * S).await;
+    for _ in 0..100 {
+        send(&mut svc).await.unwrap();
+    }
+    assert_eq!(handle.snapshot().ramp_share, None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn admission_rejections_from_inner_layers_are_ignored() {
+    let layer = CircuitBreakerLayer::builder("freight")
+        .consecutive_failures(1)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let (mut svc, mut dep) = mock::spawn_layer::<Req, &'static str, _>(layer);
+    dep.allow(100);
+    for _ in 0..5 {
+        let mut fut = ready_call(&mut svc, req());
+        let (_, reply) = dep.next_request().await.unwrap();
+        reply.send_error(BulkheadFull::new("freight-pool".into()));
+        assert_ready!(fut.poll()).unwrap_err();
+    }
+    assert_eq!(handle.state(), State::Closed);
+    assert_eq!(handle.snapshot().counters.ignored, 5);
+}
+
+#[tokio::test(start_paused = true)]
+async fn forced_open_rejects_without_polling_and_a_reset_between_ready_and_call_is_safe() {
+    let inner = Counting::default();
+    let layer = seed_layer();
+    let handle = layer.handle();
+    let mut svc = layer.layer(inner.clone());
+    handle.force_open();
+    let err = send(&mut svc).await.unwrap_err();
+    assert_eq!(rejection_retry_after(&err), 10 * S);
+    assert_eq!((inner.polls(), inner.calls()), (0, 0));
+    // Ready was answered without polling the inner service; if an operator closes
+    // the breaker before the call, the call still must not reach it unpolled.
+    let mut svc2 = svc.clone();
+    std::future::poll_fn(|cx| svc2.poll_ready(cx))
+        .await
+        .unwrap();
+    handle.reset();
+    let err = svc2.call(req()).await.unwrap_err();
+    assert!(rejection_retry_after(&err) > Duration::ZERO);
+    assert_eq!((inner.polls(), inner.calls()), (0, 0));
+    // And the next round trip goes through normally.
+    assert_eq!(send(&mut svc2).await.unwrap(), "quote");
+    assert_eq!(handle.snapshot().counters.short_circuited, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_handle_reports_transitions_and_operators_steer() {
+    let inner = Counting::default();
+    let layer = seed_layer();
+    let handle: Handle = layer.handle();
+    let mut events = handle.subscribe();
+    let mut svc = layer.layer(inner.clone());
+    trip(&mut svc, &inner).await;
+    let t = events.recv().await.unwrap();
+    assert_eq!(
+        (t.from, t.to, t.reason),
+        (State::Closed, State::Open, Reason::FailureRate)
+    );
+    advance(10 * S).await;
+    send(&mut svc).await.unwrap();
+    let steps: Vec<_> = [events.recv().await.unwrap(), events.recv().await.unwrap()]
+        .iter()
+        .map(|t| (t.from, t.to))
+        .collect();
+    assert_eq!(
+        steps,
+        vec![
+            (State::Open, State::HalfOpen),
+            (State::HalfOpen, State::Closed)
+        ]
+    );
+    handle.disable();
+    inner.fail(true);
+    for _ in 0..20 {
+        send(&mut svc).await.unwrap_err();
+    }
+    assert_eq!(handle.state(), State::Disabled);
+    handle.force_closed();
+    assert_eq!(events.recv().await.unwrap().to, State::Disabled);
+    assert_eq!(events.recv().await.unwrap().to, State::ForcedClosed);
+    handle.reset();
+    assert_eq!(events.recv().await.unwrap().reason, Reason::Reset);
+
+    // Reconfigure keeps the state and validates; revert restores the built config.
+    let built = handle.config();
+    let stricter = CircuitBreakerConfig {
+        policy: TripPolicy::ConsecutiveFailures { threshold: 2 },
+        ..built.clone()
+    };
+    handle.reconfigure(stricter.clone()).unwrap();
+    assert_eq!(handle.config(), stricter);
+    let bad = CircuitBreakerConfig {
+        open_for: Duration::ZERO,
+        ..built.clone()
+    };
+    assert_eq!(handle.reconfigure(bad).unwrap_err().field(), "open_for");
+    send(&mut svc).await.unwrap_err();
+    send(&mut svc).await.unwrap_err();
+    assert_eq!(handle.state(), State::Open);
+    handle.revert();
+    assert_eq!(handle.config(), built);
+    assert_eq!(handle.state(), State::Open, "state kept");
+    let snap = handle.snapshot();
+    assert_eq!(snap.counters.failures, 32);
+    assert_eq!(snap.counters.probe_successes, 1);
+    assert!(snap.open_spell.is_some());
+}
+
+#[test]
+fn services_are_clone_send_sync_and_futures_send() {
+    fn assert_send_sync<T: Clone + Send + Sync + 'static>(_: &T) {}
+    fn assert_send<T: Send + 'static>(_: &T) {}
+    let layer = seed_layer();
+    let mut svc = layer.layer(Counting::default());
+    assert_send_sync(&svc);
+    assert_send_sync(&layer);
+    let fut = svc.call(req());
+    assert_send(&fut);
+}
