@@ -4,6 +4,7 @@
 use std::borrow::Cow;
 use std::error::Error;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use seawall_core::Name;
@@ -17,38 +18,72 @@ use crate::machine::Trigger;
 /// HTTP responses carry it in their extensions
 /// (`res.extensions().get::<Served>()`); a response of your own type receives it
 /// through [`Mark`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct Served {
+    origin: Arc<Origin>,
+    trigger: Trigger,
+}
+
+/// Which fallback and step: one allocation per step, made when the layer is built,
+/// so marking an answer costs one reference count.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Origin {
     fallback: Name,
     step: Name,
-    trigger: Trigger,
+}
+
+impl Origin {
+    pub(crate) fn new(fallback: Name, step: Name) -> Arc<Self> {
+        Arc::new(Self { fallback, step })
+    }
 }
 
 impl Served {
     /// A marker: `step` of fallback `fallback` served because of `trigger`.
     pub fn new(fallback: Name, step: Name, trigger: Trigger) -> Self {
         Self {
-            fallback,
-            step,
+            origin: Origin::new(fallback, step),
             trigger,
         }
     }
 
+    pub(crate) fn from_origin(origin: Arc<Origin>, trigger: Trigger) -> Self {
+        Self { origin, trigger }
+    }
+
     /// The fallback layer's name.
     pub fn fallback(&self) -> &str {
-        &self.fallback
+        &self.origin.fallback
     }
 
     /// The step that served (a chain step's name; for a single fallback, its name:
     /// `value`, `fn`, `service`, or the one given to
     /// [`fallback`](crate::FallbackBuilder::fallback)).
     pub fn step(&self) -> &str {
-        &self.step
+        &self.origin.step
     }
 
     /// Why the primary's answer was not used.
     pub fn trigger(&self) -> Trigger {
         self.trigger
+    }
+}
+
+impl PartialEq for Served {
+    fn eq(&self, other: &Self) -> bool {
+        self.trigger == other.trigger && *self.origin == *other.origin
+    }
+}
+
+impl Eq for Served {}
+
+impl fmt::Debug for Served {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Served")
+            .field("fallback", &self.origin.fallback)
+            .field("step", &self.origin.step)
+            .field("trigger", &self.trigger)
+            .finish()
     }
 }
 

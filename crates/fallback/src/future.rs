@@ -10,7 +10,7 @@ use std::time::Duration;
 use pin_project_lite::pin_project;
 use seawall_core::{BoxError, Classify, Deadline};
 
-use crate::error::{Served, Unavailable};
+use crate::error::Unavailable;
 use crate::layer::Shared;
 use crate::machine::{Fired, Trigger};
 use crate::mode::{ErrorOrigin, Mode};
@@ -163,12 +163,7 @@ where
                     let (trigger, retry_after) = (*trigger, *retry_after);
                     let out = match ready!(fut.poll(cx)) {
                         Ok((answer, step)) => {
-                            shared.rt.served(step, trigger);
-                            let served = Served::new(
-                                shared.rt.name.clone(),
-                                shared.rt.step_name(step),
-                                trigger,
-                            );
+                            let served = shared.rt.served(step, trigger);
                             Ok(shared.mode.served(answer, served))
                         }
                         Err(e) => {

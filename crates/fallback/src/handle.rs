@@ -10,7 +10,7 @@ use seawall_core::{BoxError, ConfigError, FallbacksExhausted, Name, StepFailure}
 use tokio::sync::broadcast;
 
 use crate::config::{FallbackConfig, StepTimeout};
-use crate::error::Unavailable;
+use crate::error::{Origin, Served, Unavailable};
 use crate::machine::{Rejections, Trigger};
 use crate::telemetry::{Rendered, StepOutcome, Telemetry};
 
@@ -32,6 +32,7 @@ fn decode(nanos: u64) -> Option<Duration> {
 #[derive(Debug)]
 struct StepState {
     name: Name,
+    origin: Arc<Origin>,
     timeout: AtomicU64,
     served: AtomicU64,
     failed: AtomicU64,
@@ -121,7 +122,6 @@ impl Runtime {
         let names: Vec<Name> = steps.iter().map(|(n, _)| n.clone()).collect();
         let rt = Self {
             telemetry: Telemetry::new(&name, &names),
-            name,
             enabled: AtomicBool::new(true),
             forced: AtomicBool::new(false),
             rejections: AtomicU8::new(0),
@@ -134,6 +134,7 @@ impl Runtime {
                 .iter()
                 .map(|(n, t)| StepState {
                     name: n.clone(),
+                    origin: Origin::new(name.clone(), n.clone()),
                     timeout: AtomicU64::new(encode(*t)),
                     served: AtomicU64::new(0),
                     failed: AtomicU64::new(0),
@@ -143,6 +144,7 @@ impl Runtime {
                 .collect(),
             hook,
             events: OnceLock::new(),
+            name,
         };
         rt.apply(config)?;
         let built = rt.current_config();
@@ -243,14 +245,21 @@ impl Runtime {
         self.telemetry.passed_through(&self.name, cause);
     }
 
-    pub(crate) fn served(&self, index: usize, trigger: Trigger) {
-        let step = self.step_name(index);
-        if let Some(s) = self.steps.get(index) {
-            s.served.fetch_add(1, Ordering::Relaxed);
-        }
+    /// Records an answer served by step `index` and makes its marker.
+    #[inline]
+    pub(crate) fn served(&self, index: usize, trigger: Trigger) -> Served {
+        let Some(s) = self.steps.get(index) else {
+            // Not reached: plans report their own step indices.
+            return Served::new(self.name.clone(), self.name.clone(), trigger);
+        };
+        s.served.fetch_add(1, Ordering::Relaxed);
         self.telemetry
-            .step(&self.name, index, &step, StepOutcome::Served, None);
-        self.emit(|| FallbackEvent::Served { step, trigger });
+            .step(&self.name, index, &s.name, StepOutcome::Served, None);
+        self.emit(|| FallbackEvent::Served {
+            step: s.name.clone(),
+            trigger,
+        });
+        Served::from_origin(Arc::clone(&s.origin), trigger)
     }
 
     #[cfg_attr(not(feature = "http"), allow(dead_code))]

@@ -10,8 +10,8 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use pin_project_lite::pin_project;
-use seawall_core::{bounded, Bounded, BoxError, ConfigError, Deadline, DeadlineExceeded, Name};
-use tokio::time::Instant;
+use seawall_core::{bounded, BoxError, ConfigError, Deadline, DeadlineExceeded, Name};
+use tokio::time::{Instant, Sleep};
 
 use crate::error::{StepTimedOut, Unavailable};
 use crate::handle::Runtime;
@@ -152,11 +152,16 @@ impl<K, F: Fallback<K>> Plan<K> for Single<F> {
         } else {
             bound_now(rt.step_timeout(0), req.deadline())
         };
-        let step = matches!(bound, StepBound::Timeout { .. }).then(|| self.name.clone());
+        let timer = bound.at().map(|at| {
+            Box::pin(Timer {
+                sleep: tokio::time::sleep_until(at),
+                bound,
+                step: self.name.clone(),
+            })
+        });
         SingleFuture {
-            inner: bounded(self.fallback.call(req), bound.at().map(Deadline::at)),
-            bound,
-            step,
+            inner: self.fallback.call(req),
+            timer,
         }
     }
 
@@ -166,13 +171,25 @@ impl<K, F: Fallback<K>> Plan<K> for Single<F> {
 }
 
 pin_project! {
-    /// The future of a [`Single`] fallback: the answer, bounded.
+    /// What bounds a step that may wait (boxed: a value needs none, and the
+    /// future of a value stays small).
+    #[derive(Debug)]
+    struct Timer {
+        #[pin]
+        sleep: Sleep,
+        bound: StepBound,
+        step: Name,
+    }
+}
+
+pin_project! {
+    /// The future of a [`Single`] fallback: the answer, bounded by a timer only
+    /// when the step has a timeout or the request a deadline.
     #[derive(Debug)]
     pub struct SingleFuture<F> {
         #[pin]
-        inner: Bounded<F>,
-        bound: StepBound,
-        step: Option<Name>,
+        inner: F,
+        timer: Option<Pin<Box<Timer>>>,
     }
 }
 
@@ -185,14 +202,17 @@ where
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        Poll::Ready(match ready!(this.inner.poll(cx)) {
-            Ok(Ok(r)) => Ok((r, 0)),
-            Ok(Err(e)) => Err(e),
-            Err(_) => {
-                let name: Name = this.step.take().unwrap_or_else(|| Arc::from("fallback"));
-                Err(timeout_cause(*this.bound, &name))
+        if let Poll::Ready(out) = this.inner.poll(cx) {
+            return Poll::Ready(out.map(|r| (r, 0)));
+        }
+        match this.timer {
+            Some(timer) => {
+                let timer = timer.as_mut().project();
+                ready!(timer.sleep.poll(cx));
+                Poll::Ready(Err(timeout_cause(*timer.bound, timer.step)))
             }
-        })
+            None => Poll::Pending,
+        }
     }
 }
 
