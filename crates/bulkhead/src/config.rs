@@ -21,9 +21,10 @@ use crate::machine::MAX_LIMIT;
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
 pub struct BulkheadConfig {
-    /// Calls allowed in the inner service at once (at least 1).
+    /// Calls allowed in the inner service at once (1 to 2^20).
     pub max_concurrent: usize,
-    /// Calls allowed to wait for a slot (0: none wait, a busy bulkhead rejects at once).
+    /// Calls allowed to wait for a slot (0 to 2^20; 0: none wait, a busy bulkhead
+    /// rejects at once).
     pub max_queue: usize,
     /// The longest a call waits for a slot. A request's
     /// [`Deadline`](seawall_core::Deadline) shortens it when less remains.

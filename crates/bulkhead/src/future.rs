@@ -5,7 +5,7 @@ use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{ready, Context, Poll};
+use std::task::{ready, Context, Poll, Waker};
 use std::time::Duration;
 
 use pin_project_lite::pin_project;
@@ -27,6 +27,10 @@ pin_project! {
     /// what remains of the request's deadline, then [`BulkheadTimeout`]), drives
     /// its own clone of the inner service to readiness, calls it, and holds the
     /// slot until the inner future completes or this future is dropped.
+    ///
+    /// On the common path (a slot was free and the inner service was ready at call
+    /// time) it is just the inner future and the permit; a call that has to wait,
+    /// for a slot or for the inner service, parks its request in one allocation.
     pub struct ResponseFuture<S, Req, H>
     where
         S: Service<Req>,
@@ -41,15 +45,28 @@ pin_project! {
     #[project = PhaseProj]
     #[project_replace = PhaseOwned]
     enum Phase<S, Req, F> {
-        // Turned away at call time; the error is handed out on the first poll.
-        Rejected { error: Option<BoxError> },
-        // In line for a slot.
-        Waiting { waiter: Waiter, svc: S, req: Req },
-        // Holding a slot; driving the clone of the inner service to readiness.
-        Ready { permit: Permit, svc: S, req: Req },
         // Holding a slot; the inner service has the call.
         Calling { #[pin] future: F, permit: Permit },
+        // Waiting for a slot, or holding one and waiting for the inner service.
+        Parked { parked: Pin<Box<Parked<S, Req>>> },
+        // Turned away at call time; the error is handed out on the first poll.
+        Rejected { error: Option<BoxError> },
         Done,
+    }
+}
+
+pin_project! {
+    /// A call that could not go through at once.
+    struct Parked<S, Req> {
+        // Runs while in line: `max_wait` or the deadline, whichever is first.
+        #[pin]
+        sleep: Option<Sleep>,
+        // `Some` while in line.
+        waiter: Option<Waiter>,
+        // `Some` once admitted, until the inner service is called.
+        permit: Option<Permit>,
+        svc: S,
+        req: Option<Req>,
     }
 }
 
@@ -58,17 +75,22 @@ struct Waiter {
     id: WaiterId,
     shared: Option<Arc<Shared>>,
     enqueued_at: Instant,
-    sleep: Pin<Box<Sleep>>,
 }
 
 impl Waiter {
-    fn poll_slot(&mut self, cx: &mut Context<'_>) -> Poll<Result<Permit, BoxError>> {
+    fn poll_slot(
+        &mut self,
+        sleep: Pin<&mut Option<Sleep>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Permit, BoxError>> {
         let Some(shared) = &self.shared else {
             return Poll::Ready(Err(polled_after_completion()));
         };
         if !shared.machine.poll_waiter(self.id, cx.waker()) {
-            if self.sleep.as_mut().poll(cx).is_pending() {
-                return Poll::Pending;
+            if let Some(sleep) = sleep.as_pin_mut() {
+                if sleep.poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
             }
             // Timed out, unless a slot arrived together with the timer: then take it.
             if shared.machine.leave(self.id, Leave::TimedOut) == Left::Removed {
@@ -84,7 +106,7 @@ impl Waiter {
         Poll::Ready(match self.shared.take() {
             Some(shared) => {
                 let waited = Instant::now().saturating_duration_since(self.enqueued_at);
-                shared.machine.count_queued_admission(waited);
+                shared.machine.record_wait(waited);
                 shared.telemetry.dequeued();
                 shared.telemetry.admitted(waited);
                 Ok(Permit::new(shared))
@@ -100,7 +122,6 @@ impl Drop for Waiter {
             shared.telemetry.dequeued();
             if shared.machine.leave(self.id, Leave::Abandoned) == Left::HoldsSlot {
                 // Handed a slot, but the caller is gone: pass it on.
-                shared.machine.count_abandoned();
                 shared.machine.release();
             }
         }
@@ -114,6 +135,7 @@ fn polled_after_completion() -> BoxError {
 impl<S, Req, H> ResponseFuture<S, Req, H>
 where
     S: Service<Req> + Clone,
+    S::Error: Into<BoxError>,
     Req: HasExtensions,
 {
     /// Admission, decided at call time: a free slot is taken at once (no lock, no
@@ -122,28 +144,49 @@ where
     #[inline]
     pub(crate) fn new(shared: &Arc<Shared>, inner: &S, req: Req) -> Self {
         if shared.machine.try_acquire() {
-            return Self::admitted(shared, inner, req);
+            shared.telemetry.admitted(Duration::ZERO);
+            return Self::admitted(Permit::new(shared.clone()), inner.clone(), req);
         }
         Self::slow(shared, inner, req)
     }
 
+    /// Holding a slot: ask the clone of the inner service once, with a no-op
+    /// waker, whether it is ready. If it is, call it now; if not, park the call and
+    /// keep driving the clone (with the caller's waker) from the future.
     #[inline]
-    fn admitted(shared: &Arc<Shared>, inner: &S, req: Req) -> Self {
-        shared.telemetry.admitted(Duration::ZERO);
-        Self::from_phase(Phase::Ready {
-            permit: Permit::new(shared.clone()),
-            svc: inner.clone(),
-            req,
-        })
+    fn admitted(permit: Permit, mut svc: S, req: Req) -> Self {
+        let mut cx = Context::from_waker(Waker::noop());
+        match svc.poll_ready(&mut cx) {
+            Poll::Ready(Ok(())) => {
+                if permit.wants_handle() {
+                    return Self::call_sharing(permit, svc, req);
+                }
+                let future = svc.call(req);
+                Self::from_phase(Phase::Calling { future, permit })
+            }
+            Poll::Ready(Err(e)) => Self::rejected(e.into()),
+            Poll::Pending => Self::park(None, None, Some(permit), svc, req),
+        }
     }
 
+    #[cold]
+    fn call_sharing(permit: Permit, mut svc: S, mut req: Req) -> Self {
+        let permit = share_if_asked(permit, &mut req);
+        let future = svc.call(req);
+        Self::from_phase(Phase::Calling { future, permit })
+    }
+
+    #[cold]
     fn slow(shared: &Arc<Shared>, inner: &S, req: Req) -> Self {
         if shared.machine.is_full() {
             return Self::full(shared);
         }
         let now = Instant::now();
         match shared.machine.enqueue() {
-            Enqueued::Admitted => Self::admitted(shared, inner, req),
+            Enqueued::Admitted => {
+                shared.telemetry.admitted(Duration::ZERO);
+                Self::admitted(Permit::new(shared.clone()), inner.clone(), req)
+            }
             Enqueued::Full => Self::full(shared),
             Enqueued::Waiting(id) => {
                 shared.telemetry.enqueued();
@@ -153,18 +196,33 @@ where
                 if let Some(deadline) = deadline_of(&req) {
                     until = until.min(deadline.instant());
                 }
-                Self::from_phase(Phase::Waiting {
-                    waiter: Waiter {
-                        id,
-                        shared: Some(shared.clone()),
-                        enqueued_at: now,
-                        sleep: Box::pin(tokio::time::sleep_until(until)),
-                    },
-                    svc: inner.clone(),
-                    req,
-                })
+                let waiter = Waiter {
+                    id,
+                    shared: Some(shared.clone()),
+                    enqueued_at: now,
+                };
+                let sleep = tokio::time::sleep_until(until);
+                Self::park(Some(sleep), Some(waiter), None, inner.clone(), req)
             }
         }
+    }
+
+    fn park(
+        sleep: Option<Sleep>,
+        waiter: Option<Waiter>,
+        permit: Option<Permit>,
+        svc: S,
+        req: Req,
+    ) -> Self {
+        Self::from_phase(Phase::Parked {
+            parked: Box::pin(Parked {
+                sleep,
+                waiter,
+                permit,
+                svc,
+                req: Some(req),
+            }),
+        })
     }
 }
 
@@ -180,7 +238,8 @@ where
         }
     }
 
-    /// A call turned away because the bulkhead is full (or, keyed, out of keys).
+    /// A call turned away because the bulkhead is full.
+    #[cold]
     pub(crate) fn full(shared: &Shared) -> Self {
         shared.machine.count_full();
         shared
@@ -224,35 +283,32 @@ where
                         _ => Err(polled_after_completion()),
                     });
                 }
-                PhaseProj::Ready { svc, .. } => {
-                    if let Err(e) = ready!(svc.poll_ready(cx)) {
+                PhaseProj::Parked { parked } => {
+                    let p = parked.as_mut().project();
+                    if let Some(waiter) = p.waiter {
+                        match ready!(waiter.poll_slot(p.sleep, cx)) {
+                            Ok(permit) => {
+                                *p.permit = Some(permit);
+                                *p.waiter = None;
+                            }
+                            Err(e) => {
+                                phase.set(Phase::Done);
+                                return Poll::Ready(Err(e));
+                            }
+                        }
+                    }
+                    // Holding the slot: drive the inner service to readiness.
+                    if let Err(e) = ready!(p.svc.poll_ready(cx)) {
                         phase.set(Phase::Done);
                         return Poll::Ready(Err(e.into()));
                     }
-                    if let PhaseOwned::Ready {
-                        permit,
-                        mut svc,
-                        mut req,
-                    } = phase.as_mut().project_replace(Phase::Done)
-                    {
-                        let permit = share_if_asked(permit, &mut req);
-                        let future = svc.call(req);
-                        phase.set(Phase::Calling { future, permit });
-                    }
-                }
-                PhaseProj::Waiting { waiter, .. } => {
-                    let permit = match ready!(waiter.poll_slot(cx)) {
-                        Ok(permit) => permit,
-                        Err(e) => {
-                            phase.set(Phase::Done);
-                            return Poll::Ready(Err(e));
-                        }
+                    let (Some(permit), Some(mut req)) = (p.permit.take(), p.req.take()) else {
+                        phase.set(Phase::Done);
+                        return Poll::Ready(Err(polled_after_completion()));
                     };
-                    if let PhaseOwned::Waiting { svc, req, .. } =
-                        phase.as_mut().project_replace(Phase::Done)
-                    {
-                        phase.set(Phase::Ready { permit, svc, req });
-                    }
+                    let permit = share_if_asked(permit, &mut req);
+                    let future = p.svc.call(req);
+                    phase.set(Phase::Calling { future, permit });
                 }
                 PhaseProj::Rejected { error } => {
                     let error = error.take().unwrap_or_else(polled_after_completion);
@@ -287,10 +343,10 @@ where
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let phase = match &self.phase {
-            Phase::Rejected { .. } => "rejected",
-            Phase::Waiting { .. } => "waiting",
-            Phase::Ready { .. } => "ready",
             Phase::Calling { .. } => "calling",
+            Phase::Parked { parked } if parked.waiter.is_some() => "waiting",
+            Phase::Parked { .. } => "ready",
+            Phase::Rejected { .. } => "rejected",
             Phase::Done => "done",
         };
         f.debug_struct("ResponseFuture")

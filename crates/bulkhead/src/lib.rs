@@ -99,14 +99,21 @@
 //! ```
 //!
 //! **Where admission happens.** [`Service::poll_ready`](tower_service::Service::poll_ready)
-//! is always ready and reserves nothing. [`call`](tower_service::Service::call)
-//! decides: it takes a free slot at once when nobody waits, rejects at once when
-//! the queue is full, or puts the call in line. Everything after that happens in
-//! the [`ResponseFuture`]: it waits for its slot, then drives its own clone of the
-//! inner service (taken at call time, hence `S: Clone`, as hyper-util's client,
-//! tonic's `Channel` and axum's router are) to readiness and calls it. So a caller
-//! that polled readiness but never called holds nothing, and a waiting caller
-//! holds no downstream capacity (no pooled connection).
+//! is always ready and reserves nothing: no slot, no inner capacity.
+//! [`call`](tower_service::Service::call) decides, on a clone of the inner service
+//! taken at call time (hence `S: Clone`, as hyper-util's client, tonic's `Channel`
+//! and axum's router are):
+//!
+//! - a slot is free and nobody waits: `call` takes it (one compare-and-swap), asks
+//!   the clone once whether it is ready, and if so calls it right there; if the
+//!   clone is not ready, the [`ResponseFuture`] keeps driving it, holding the slot;
+//! - every slot is busy and the queue is full: the future fails with
+//!   [`BulkheadFull`] on its first poll;
+//! - otherwise the call joins the line, and the future waits for its slot, then
+//!   drives the clone to readiness and calls it.
+//!
+//! So a caller that polled readiness but never called holds nothing, and a waiting
+//! caller holds no downstream capacity (no pooled connection).
 //!
 //! **When the slot is freed.** When the work really ends, not when the caller
 //! stops waiting: the response future holds a [`Permit`] until the inner future
@@ -132,12 +139,16 @@
 //!
 //! # What it costs
 //!
-//! An admitted call when a slot is free: one compare-and-swap and one counter
-//! increment on the bulkhead's shared word, one `Arc` clone into the permit, a
-//! clone of the inner service, and one `fetch_sub` when the call ends. No lock,
-//! no allocation, no clock read. A rejection when full: two loads, one counter,
-//! and the boxed [`BulkheadFull`] error; no lock, no timer. Only waiting takes the
-//! queue's lock, reads the clock and allocates a timer.
+//! An admitted call when a slot is free: one compare-and-swap on the bulkhead's
+//! word (which also counts the admission), one `Arc` clone into the permit, a
+//! clone of the inner service and one readiness poll of it, and one `fetch_sub`
+//! when the call ends. No lock, no allocation, no clock read; the response future
+//! is the inner future plus a 16-byte permit. A rejection when full: a few loads,
+//! one counter, and the boxed [`BulkheadFull`]; no lock, no timer. Only a call
+//! that waits (for a slot, or for an inner service that was not ready) takes the
+//! queue's lock, reads the clock, and parks its request in one allocation.
+//!
+//! `max_concurrent` and `max_queue` are at most 2^20 (1 048 576) each.
 //!
 //! # Observing and operating
 //!

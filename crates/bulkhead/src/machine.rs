@@ -5,13 +5,17 @@
 //!
 //! # How admission works
 //!
-//! One `AtomicU64` holds both counts: the active calls in the low 32 bits and the
-//! waiting calls in the high 32 bits, so a single compare-and-swap sees both.
+//! One `AtomicU64` holds three counts, so a single compare-and-swap sees them all:
+//! the active calls (bits 0–20), the waiting calls (bits 21–41), and the calls
+//! admitted on the fast path since the last flush (bits 42–63).
 //!
 //! - **Fast path** ([`Machine::try_acquire`]): when nobody is waiting and a slot is
-//!   free, one compare-and-swap takes it. No lock, no allocation, no clock.
-//!   Nobody waiting is part of the condition, so a newcomer never overtakes a
-//!   waiter (first in, first out).
+//!   free, one compare-and-swap takes it and counts the admission in the same
+//!   word. No lock, no allocation, no clock, no second atomic. Nobody waiting is
+//!   part of the condition, so a newcomer never overtakes a waiter (first in,
+//!   first out). When the admission count in the word reaches its cap (every
+//!   four million calls), the call takes the slow path, which moves that count
+//!   into the total kept under the lock.
 //! - **Full** ([`Machine::is_full`]): one load decides that there is neither a slot
 //!   for the newcomer nor room in the queue.
 //! - **Slow path** ([`Machine::enqueue`]): under the queue lock, either take a slot
@@ -35,23 +39,34 @@ use std::time::Duration;
 
 use crate::stats::WaitHistogram;
 
-const ACTIVE_MASK: u64 = 0xFFFF_FFFF;
-const ONE_QUEUED: u64 = 1 << 32;
+const COUNT_BITS: u32 = 21;
+const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
+const ONE_QUEUED: u64 = 1 << COUNT_BITS;
+const ADMITTED_SHIFT: u32 = 2 * COUNT_BITS;
+const ONE_ADMITTED: u64 = 1 << ADMITTED_SHIFT;
+/// The most fast-path admissions the word holds before they are flushed.
+const ADMITTED_CAP: u64 = (1 << (64 - ADMITTED_SHIFT)) - 1;
 
-/// The largest `max_concurrent` or `max_queue` a bulkhead accepts (2^30).
-pub(crate) const MAX_LIMIT: usize = 1 << 30;
+/// The largest `max_concurrent` or `max_queue` a bulkhead accepts (2^20). Active
+/// and waiting counts never exceed it, so they fit their 21 bits.
+pub(crate) const MAX_LIMIT: usize = 1 << 20;
 
 /// How many waiters one pass over the queue wakes before dropping the lock.
 const WAKE_BATCH: usize = 16;
 
 #[inline]
 fn active(word: u64) -> usize {
-    (word & ACTIVE_MASK) as usize
+    (word & COUNT_MASK) as usize
 }
 
 #[inline]
 fn queued(word: u64) -> usize {
-    (word >> 32) as usize
+    ((word >> COUNT_BITS) & COUNT_MASK) as usize
+}
+
+#[inline]
+fn fresh_admitted(word: u64) -> u64 {
+    word >> ADMITTED_SHIFT
 }
 
 /// The number a waiter holds in the line (ids only grow, so the line is sorted).
@@ -104,6 +119,10 @@ struct Entry {
 struct Line {
     waiters: VecDeque<Entry>,
     next_id: u64,
+    /// Admissions counted under the lock, plus fast-path counts flushed from the word.
+    admitted: u64,
+    abandoned: u64,
+    rejected_timeout: u64,
 }
 
 impl Line {
@@ -154,12 +173,9 @@ pub(crate) struct Machine {
     // Hot fields first, together: the fast path touches only these.
     state: AtomicU64,
     max_concurrent: AtomicUsize,
-    admitted: AtomicU64,
     max_queue: AtomicUsize,
     // Colder: rejections, waits and the line.
     rejected_full: AtomicU64,
-    rejected_timeout: AtomicU64,
-    abandoned: AtomicU64,
     waits: WaitHistogram,
     line: Mutex<Line>,
 }
@@ -171,11 +187,8 @@ impl Machine {
         Self {
             state: AtomicU64::new(0),
             max_concurrent: AtomicUsize::new(max_concurrent.min(MAX_LIMIT)),
-            admitted: AtomicU64::new(0),
             max_queue: AtomicUsize::new(max_queue.min(MAX_LIMIT)),
             rejected_full: AtomicU64::new(0),
-            rejected_timeout: AtomicU64::new(0),
-            abandoned: AtomicU64::new(0),
             waits: WaitHistogram::new(),
             line: Mutex::new(Line::default()),
         }
@@ -186,24 +199,43 @@ impl Machine {
         self.line.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Takes a free slot when nobody is waiting. Counts the admission (with no wait).
+    /// Takes a free slot when nobody is waiting, counting the admission in the
+    /// same compare-and-swap. `false` sends the caller to the slow path (which
+    /// also handles the rare flush of the admission count).
     #[inline]
     pub(crate) fn try_acquire(&self) -> bool {
         let limit = self.max_concurrent.load(Ordering::Relaxed);
         let mut word = self.state.load(Ordering::Relaxed);
         loop {
-            if queued(word) != 0 || active(word) >= limit {
+            if queued(word) != 0 || active(word) >= limit || fresh_admitted(word) == ADMITTED_CAP {
                 return false;
             }
             match self.state.compare_exchange_weak(
                 word,
-                word + 1,
+                word + 1 + ONE_ADMITTED,
                 Ordering::Acquire,
                 Ordering::Relaxed,
             ) {
+                Ok(_) => return true,
+                Err(actual) => word = actual,
+            }
+        }
+    }
+
+    /// Moves the fast-path admission count out of the word into the line's total.
+    fn flush_admitted(&self, line: &mut Line) {
+        let mut word = self.state.load(Ordering::Acquire);
+        while fresh_admitted(word) != 0 {
+            let fresh = fresh_admitted(word);
+            match self.state.compare_exchange(
+                word,
+                word - fresh * ONE_ADMITTED,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
                 Ok(_) => {
-                    self.admitted.fetch_add(1, Ordering::Relaxed);
-                    return true;
+                    line.admitted += fresh;
+                    return;
                 }
                 Err(actual) => word = actual,
             }
@@ -229,6 +261,7 @@ impl Machine {
     /// the back of the line. Counts an admission, not a rejection (see [`Machine::count_full`]).
     pub(crate) fn enqueue(&self) -> Enqueued {
         let mut line = self.lock();
+        self.flush_admitted(&mut line);
         let limit = self.max_concurrent.load(Ordering::Relaxed);
         let max_queue = self.max_queue.load(Ordering::Relaxed);
         let mut word = self.state.load(Ordering::Acquire);
@@ -252,7 +285,7 @@ impl Machine {
                             waker: None,
                         });
                     } else {
-                        self.admitted.fetch_add(1, Ordering::Relaxed);
+                        line.admitted += 1;
                     }
                     return outcome;
                 }
@@ -261,8 +294,8 @@ impl Machine {
         }
     }
 
-    /// `true` once a slot has been handed to waiter `id`; otherwise stores `waker`
-    /// to be woken when it is.
+    /// `true` once a slot has been handed to waiter `id` (counting it admitted:
+    /// call it no more after that); otherwise stores `waker` to be woken when it is.
     pub(crate) fn poll_waiter(&self, id: WaiterId, waker: &Waker) -> bool {
         let mut line = self.lock();
         match line.position(id) {
@@ -275,39 +308,38 @@ impl Machine {
                 }
                 false
             }
-            None => true,
+            None => {
+                line.admitted += 1;
+                true
+            }
         }
     }
 
     /// Waiter `id` leaves the line for `why`. If a slot was handed to it meanwhile,
-    /// it keeps the slot (the caller releases it or uses it) and nothing is counted.
+    /// it holds that slot: a timed-out waiter is then admitted after all (counted
+    /// as such, the caller uses the slot), an abandoned one is counted abandoned
+    /// (the caller releases the slot).
     pub(crate) fn leave(&self, id: WaiterId, why: Leave) -> Left {
         let mut line = self.lock();
-        match line.position(id) {
+        let left = match line.position(id) {
             Some(i) => {
                 line.waiters.remove(i);
                 self.state.fetch_sub(ONE_QUEUED, Ordering::AcqRel);
-                drop(line);
-                let counter = match why {
-                    Leave::TimedOut => &self.rejected_timeout,
-                    Leave::Abandoned => &self.abandoned,
-                };
-                counter.fetch_add(1, Ordering::Relaxed);
                 Left::Removed
             }
             None => Left::HoldsSlot,
+        };
+        match (why, left) {
+            (Leave::TimedOut, Left::Removed) => line.rejected_timeout += 1,
+            (Leave::TimedOut, Left::HoldsSlot) => line.admitted += 1,
+            (Leave::Abandoned, _) => line.abandoned += 1,
         }
+        left
     }
 
-    /// Counts a waiter that got its slot after `waited`.
-    pub(crate) fn count_queued_admission(&self, waited: Duration) {
-        self.admitted.fetch_add(1, Ordering::Relaxed);
+    /// Records the wait of a waiter that got its slot.
+    pub(crate) fn record_wait(&self, waited: Duration) {
         self.waits.record(waited);
-    }
-
-    /// Counts a waiter that got its slot but whose caller had already gone.
-    pub(crate) fn count_abandoned(&self) {
-        self.abandoned.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Frees one slot, handing it to the front of the line if anyone waits.
@@ -384,9 +416,11 @@ impl Machine {
         }
     }
 
-    /// Calls admitted so far (at once or after waiting).
+    /// Calls admitted so far (at once or after waiting), exact.
     pub(crate) fn admitted(&self) -> u64 {
-        self.admitted.load(Ordering::Relaxed)
+        let line = self.lock();
+        // Under the lock, the flushed total and the word's count never overlap.
+        line.admitted + fresh_admitted(self.state.load(Ordering::Acquire))
     }
 
     /// Calls turned away because the bulkhead was full.
@@ -396,12 +430,21 @@ impl Machine {
 
     /// Waiters that left because they waited as long as they were allowed to.
     pub(crate) fn rejected_timeout(&self) -> u64 {
-        self.rejected_timeout.load(Ordering::Relaxed)
+        self.lock().rejected_timeout
     }
 
-    /// Waiters whose callers gave up.
+    /// Waiters whose callers gave up (while in line, or handed a slot too late).
     pub(crate) fn abandoned(&self) -> u64 {
-        self.abandoned.load(Ordering::Relaxed)
+        self.lock().abandoned
+    }
+
+    /// Sets the word's fast-path admission count (to test the flush at the cap).
+    #[cfg(test)]
+    fn preset_fresh_admitted(&self, n: u64) {
+        let word = self.state.load(Ordering::Acquire);
+        let cleared = word & !(ADMITTED_CAP << ADMITTED_SHIFT);
+        self.state
+            .store(cleared | (n << ADMITTED_SHIFT), Ordering::Release);
     }
 
     /// The admission-wait distribution.
@@ -583,6 +626,29 @@ mod tests {
     }
 
     #[test]
+    fn the_admission_count_is_flushed_at_its_cap_and_stays_exact() {
+        let m = Machine::new(2, 1);
+        m.preset_fresh_admitted(ADMITTED_CAP - 1);
+        assert!(m.try_acquire());
+        assert_eq!(m.admitted(), ADMITTED_CAP);
+        m.release();
+        // At the cap the fast path declines; the slow path flushes and admits.
+        assert!(!m.try_acquire());
+        assert!(!m.is_full());
+        assert_eq!(m.enqueue(), Enqueued::Admitted);
+        assert_eq!(m.admitted(), ADMITTED_CAP + 1);
+        assert!(m.try_acquire());
+        assert_eq!(m.admitted(), ADMITTED_CAP + 2);
+        assert_eq!(
+            m.counts(),
+            Counts {
+                active: 2,
+                queued: 0
+            }
+        );
+    }
+
+    #[test]
     fn threads_racing_never_exceed_the_limit_and_return_every_slot() {
         let m = Arc::new(Machine::new(3, 4));
         let threads: Vec<_> = (0..4)
@@ -708,6 +774,7 @@ mod tests {
                 let mut holders = 0usize;
                 let mut waiters: Vec<WaiterId> = Vec::new();
                 let mut admitted_in_order: Vec<u64> = Vec::new();
+                let mut admitted = 0u64;
                 let (_f, waker) = flag();
 
                 for op in ops {
@@ -716,6 +783,7 @@ mod tests {
                         Op::Arrive => {
                             let expect = if model.line.is_empty() && model.active < model.limit {
                                 model.active += 1;
+                                admitted += 1;
                                 "admitted"
                             } else if model.line.len() >= model.max_queue {
                                 "full"
@@ -764,6 +832,7 @@ mod tests {
                                 } else {
                                     // The slot arrived with the timer: the call proceeds.
                                     holders += 1;
+                                    admitted += 1;
                                     admitted_in_order.push(id.0);
                                 }
                             } else {
@@ -779,6 +848,7 @@ mod tests {
                             if granted {
                                 waiters.remove(k);
                                 holders += 1;
+                                admitted += 1;
                                 admitted_in_order.push(id.0);
                             }
                         }
@@ -792,6 +862,7 @@ mod tests {
                     }
                     let after = m.counts();
                     prop_assert_eq!(after, Counts { active: model.active, queued: model.line.len() });
+                    prop_assert_eq!(m.admitted(), admitted);
                     // Nobody is admitted above the limit, nobody queues above the bound.
                     if after.active > before.active {
                         prop_assert!(after.active <= model.limit);

@@ -409,6 +409,35 @@ async fn nothing_downstream_is_touched_while_waiting_and_readiness_is_driven_wit
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_free_slot_with_an_unready_inner_service_waits_for_it_holding_the_slot() {
+    let l = layer(1, 1);
+    let h = l.handle();
+    let (mut svc, mut inner) = pair(&l);
+    inner.allow(0);
+    // Admitted at call time; the inner service is asked once and is not ready.
+    let mut call = task::spawn(svc.call(req("one")));
+    assert_eq!(counts(&h), (1, 0));
+    assert_pending!(call.poll());
+    assert!(matches!(inner.poll_request(), Poll::Pending));
+    // The future registered the caller's waker with the inner service.
+    inner.allow(1);
+    assert!(call.is_woken());
+    assert_pending!(call.poll());
+    let (seen, send) = inner.next_request().await.unwrap();
+    assert_eq!(*seen.body(), "one");
+    send.send_response("ok");
+    assert_eq!(assert_ready_ok!(call.poll()), "ok");
+    assert_eq!(counts(&h), (0, 0));
+    // Dropped while waiting for the inner service, the call frees its slot too.
+    inner.allow(0);
+    let mut call = task::spawn(svc.call(req("two")));
+    assert_pending!(call.poll());
+    assert_eq!(counts(&h), (1, 0));
+    drop(call);
+    assert_eq!(counts(&h), (0, 0));
+}
+
+#[tokio::test(start_paused = true)]
 async fn services_built_from_one_layer_share_one_bulkhead() {
     let l = layer(1, 0);
     let c = Counting::new();
