@@ -366,6 +366,12 @@ impl Breaker {
             .subscribe()
     }
 
+    /// Whether the breaker is closed, not forced, not ramping: safe to forget.
+    pub(crate) fn is_plainly_closed(&self, now: Instant) -> bool {
+        self.word.load(Ordering::Acquire) & MODE_MASK == MODE_CLOSED
+            && self.locked(now, |m| m.state(now) == crate::machine::State::Closed)
+    }
+
     pub(crate) fn fast_counts(&self) -> FastCounts {
         FastCounts {
             short_circuited: self.short_circuited.load(Ordering::Relaxed),

@@ -1,5 +1,7 @@
 //! The breaker's configuration as plain data, its validation, and the builder.
 
+use std::fmt;
+use std::hash::Hash;
 use std::time::Duration;
 
 use seawall_core::{
@@ -7,6 +9,7 @@ use seawall_core::{
     MAX_BUCKETS,
 };
 
+use crate::keyed::KeyedCircuitBreakerLayer;
 use crate::layer::CircuitBreakerLayer;
 
 /// The largest count window accepted (one byte of memory per slot).
@@ -461,6 +464,32 @@ impl<C> CircuitBreakerBuilder<C> {
     /// Validates the configuration and creates the layer and its one shared breaker.
     pub fn build(self) -> Result<CircuitBreakerLayer<C>, ConfigError> {
         CircuitBreakerLayer::from_parts(self)
+    }
+
+    /// Validates the configuration and creates a keyed layer: one breaker per key
+    /// that `key` extracts from the request (a host, a route, a tenant), at most
+    /// `max_keys` of them (see [`KeyedCircuitBreakerLayer`] for the eviction rule).
+    ///
+    /// ```
+    /// use seawall_circuit_breaker::CircuitBreakerLayer;
+    ///
+    /// let per_host = CircuitBreakerLayer::builder("suppliers")
+    ///     .build_keyed(64, |req: &http::Request<()>| {
+    ///         req.uri().host().unwrap_or("").to_owned()
+    ///     })
+    ///     .unwrap();
+    /// # let _ = per_host;
+    /// ```
+    pub fn build_keyed<Req, K, F>(
+        self,
+        max_keys: usize,
+        key: F,
+    ) -> Result<KeyedCircuitBreakerLayer<K, F, C>, ConfigError>
+    where
+        F: Fn(&Req) -> K,
+        K: Hash + Eq + Clone + fmt::Display,
+    {
+        KeyedCircuitBreakerLayer::from_parts(self, max_keys, key)
     }
 }
 

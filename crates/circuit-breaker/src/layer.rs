@@ -17,8 +17,9 @@ use crate::service::CircuitBreaker;
 /// **Where state lives:** the layer owns *one* breaker, created by
 /// [`build`](CircuitBreakerBuilder::build). Every service it builds, and every clone
 /// of those services, shares it (like tower's `GlobalConcurrencyLimitLayer`, not
-/// `ConcurrencyLimitLayer`). For separate dependencies build separate layers.
-/// Breakers are per process: three instances of a service
+/// `ConcurrencyLimitLayer`). For separate dependencies build separate layers, or use
+/// a [`KeyedCircuitBreakerLayer`](crate::KeyedCircuitBreakerLayer) for one breaker
+/// per host, route or tenant. Breakers are per process: three instances of a service
 /// trip, probe and recover independently.
 ///
 /// Cloning the layer shares the breaker too. [`handle`](Self::handle) gives the

@@ -143,7 +143,9 @@
 //! A [`CircuitBreakerLayer`] owns one breaker, created when it is built: every
 //! service it builds, every clone of those services and every clone of the layer
 //! share it. A service clone does not share the inner service's reserved
-//! readiness. Breakers are per process.
+//! readiness. Breakers are per process. For one breaker per host, route or tenant,
+//! with a bound on the number of keys, use [`KeyedCircuitBreakerLayer`]
+//! ([`CircuitBreakerBuilder::build_keyed`]).
 //!
 //! # Cost
 //!
@@ -174,6 +176,7 @@ mod breaker;
 mod config;
 mod future;
 mod handle;
+mod keyed;
 mod layer;
 mod machine;
 mod service;
@@ -185,6 +188,7 @@ pub use config::{
 };
 pub use future::ResponseFuture;
 pub use handle::{Counters, Handle, Snapshot, TransitionCount};
+pub use keyed::{KeyedCircuitBreaker, KeyedCircuitBreakerLayer, KeyedHandle};
 pub use layer::CircuitBreakerLayer;
 pub use machine::{Reason, State, Transition};
 pub use seawall_core::{CircuitOpen, DeadlineExceeded};

@@ -1,0 +1,443 @@
+//! One breaker per key (host, route, tenant), with a bounded number of keys.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::Hash;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
+use std::task::{Context, Poll};
+
+use seawall_core::{
+    bounded, deadline_of, BoxError, ClassifyRequest, ConfigError, HasExtensions, Name,
+    RandomSource, SeededRandom,
+};
+use tokio::time::Instant;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::breaker::Breaker;
+use crate::config::{CircuitBreakerBuilder, CircuitBreakerConfig};
+use crate::future::{Guard, ResponseFuture};
+use crate::handle::{Handle, Snapshot};
+use crate::machine::{Admission, State};
+
+/// Wraps services in one circuit breaker per key extracted from the request, so one
+/// sick host (route, tenant) is cut off while the others keep working.
+///
+/// **Where state lives:** the layer owns one bounded map of breakers, created when
+/// it is built and shared by every service it builds and every clone. Each key's
+/// breaker is created on the key's first request, from the configuration in force
+/// (see [`KeyedHandle::reconfigure`]), and named `{name}/{key}` in rejections, logs
+/// and metrics.
+///
+/// **Bound and eviction.** At most `max_keys` breakers are kept. When a request
+/// brings a new key and the map is full, the least recently used key whose breaker
+/// is plainly closed (not open, half-open, ramping, forced or disabled) is evicted
+/// — a closed breaker's window is the only history lost. If no breaker is closed,
+/// nothing is evicted: the request is guarded by one shared *overflow* breaker
+/// named `{name}/overflow`, so a flood of new keys can never evict an open breaker
+/// and expose a sick dependency again. Finding the key to evict walks the map
+/// (O(`max_keys`)) and happens only when a new key meets a full map.
+///
+/// **Readiness.** The key is known only in `call`, so `poll_ready` always polls the
+/// inner service; a call rejected because its key is open does not reach it.
+pub struct KeyedCircuitBreakerLayer<K, F, C> {
+    shared: Arc<Keyed<K>>,
+    key: F,
+    classifier: C,
+}
+
+struct Keyed<K> {
+    name: Name,
+    max_keys: usize,
+    settings: Mutex<Settings>,
+    map: RwLock<HashMap<K, Entry>>,
+    overflow: OnceLock<Arc<Breaker>>,
+    tick: AtomicU64,
+}
+
+struct Settings {
+    config: CircuitBreakerConfig,
+    built: CircuitBreakerConfig,
+    /// Seeds each new key's jitter source.
+    random: Box<dyn RandomSource>,
+}
+
+struct Entry {
+    breaker: Arc<Breaker>,
+    last_used: AtomicU64,
+}
+
+impl<K> fmt::Debug for Keyed<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Keyed")
+            .field("name", &self.name)
+            .field("max_keys", &self.max_keys)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K> Keyed<K>
+where
+    K: Hash + Eq + Clone + fmt::Display,
+{
+    fn settings(&self) -> std::sync::MutexGuard<'_, Settings> {
+        self.settings.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn new_breaker(&self, name: Name, now: Instant) -> Result<Breaker, ConfigError> {
+        let mut settings = self.settings();
+        let seed = (settings.random.next_f64() * (1u64 << 53) as f64) as u64;
+        Breaker::new(
+            name,
+            settings.config.clone(),
+            Box::new(SeededRandom::new(seed)),
+            now,
+        )
+    }
+
+    fn overflow(&self, now: Instant) -> Option<Arc<Breaker>> {
+        if let Some(b) = self.overflow.get() {
+            return Some(Arc::clone(b));
+        }
+        let name: Name = format!("{}/overflow", self.name).into();
+        let breaker = Arc::new(self.new_breaker(name, now).ok()?);
+        Some(Arc::clone(self.overflow.get_or_init(|| breaker)))
+    }
+
+    /// The breaker guarding `key`, created (and another evicted) if needed.
+    fn breaker_for(&self, key: K, now: Instant) -> Option<Arc<Breaker>> {
+        let tick = self.tick.fetch_add(1, Ordering::Relaxed);
+        {
+            let map = self.map.read().unwrap_or_else(PoisonError::into_inner);
+            if let Some(entry) = map.get(&key) {
+                entry.last_used.store(tick, Ordering::Relaxed);
+                return Some(Arc::clone(&entry.breaker));
+            }
+        }
+        let mut map = self.map.write().unwrap_or_else(PoisonError::into_inner);
+        if let Some(entry) = map.get(&key) {
+            entry.last_used.store(tick, Ordering::Relaxed);
+            return Some(Arc::clone(&entry.breaker));
+        }
+        if map.len() >= self.max_keys {
+            let victim = map
+                .iter()
+                .filter(|(_, e)| e.breaker.is_plainly_closed(now))
+                .min_by_key(|(_, e)| e.last_used.load(Ordering::Relaxed))
+                .map(|(k, _)| k.clone());
+            match victim {
+                Some(k) => {
+                    map.remove(&k);
+                }
+                None => return self.overflow(now),
+            }
+        }
+        let name: Name = format!("{}/{}", self.name, key).into();
+        let breaker = Arc::new(self.new_breaker(name, now).ok()?);
+        map.insert(
+            key,
+            Entry {
+                breaker: Arc::clone(&breaker),
+                last_used: AtomicU64::new(tick),
+            },
+        );
+        Some(breaker)
+    }
+
+    fn breakers(&self) -> Vec<(K, Arc<Breaker>)> {
+        let map = self.map.read().unwrap_or_else(PoisonError::into_inner);
+        map.iter()
+            .map(|(k, e)| (k.clone(), Arc::clone(&e.breaker)))
+            .collect()
+    }
+}
+
+impl<K, F, C> KeyedCircuitBreakerLayer<K, F, C> {
+    pub(crate) fn from_parts(
+        builder: CircuitBreakerBuilder<C>,
+        max_keys: usize,
+        key: F,
+    ) -> Result<Self, ConfigError> {
+        builder.config.validate()?;
+        if max_keys == 0 {
+            return Err(ConfigError::new("max_keys", "must be at least 1"));
+        }
+        let random = builder
+            .random
+            .unwrap_or_else(|| Box::new(SeededRandom::from_entropy()));
+        Ok(Self {
+            shared: Arc::new(Keyed {
+                name: builder.name,
+                max_keys,
+                settings: Mutex::new(Settings {
+                    built: builder.config.clone(),
+                    config: builder.config,
+                    random,
+                }),
+                map: RwLock::new(HashMap::new()),
+                overflow: OnceLock::new(),
+                tick: AtomicU64::new(0),
+            }),
+            key,
+            classifier: builder.classifier,
+        })
+    }
+
+    /// The operator's handle on every key's breaker.
+    pub fn handle(&self) -> KeyedHandle<K> {
+        KeyedHandle {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<K, F: Clone, C: Clone> Clone for KeyedCircuitBreakerLayer<K, F, C> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+            key: self.key.clone(),
+            classifier: self.classifier.clone(),
+        }
+    }
+}
+
+impl<K, F, C: fmt::Debug> fmt::Debug for KeyedCircuitBreakerLayer<K, F, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedCircuitBreakerLayer")
+            .field("name", &self.shared.name)
+            .field("max_keys", &self.shared.max_keys)
+            .field("classifier", &self.classifier)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, K, F: Clone, C: Clone> Layer<S> for KeyedCircuitBreakerLayer<K, F, C> {
+    type Service = KeyedCircuitBreaker<S, K, F, C>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        KeyedCircuitBreaker {
+            inner,
+            shared: Arc::clone(&self.shared),
+            key: self.key.clone(),
+            classifier: self.classifier.clone(),
+        }
+    }
+}
+
+/// A service guarded by one breaker per key; built by [`KeyedCircuitBreakerLayer`].
+pub struct KeyedCircuitBreaker<S, K, F, C> {
+    inner: S,
+    shared: Arc<Keyed<K>>,
+    key: F,
+    classifier: C,
+}
+
+impl<S, K, F, C> KeyedCircuitBreaker<S, K, F, C> {
+    /// The operator's handle on every key's breaker.
+    pub fn handle(&self) -> KeyedHandle<K> {
+        KeyedHandle {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: Clone, K, F: Clone, C: Clone> Clone for KeyedCircuitBreaker<S, K, F, C> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            shared: Arc::clone(&self.shared),
+            key: self.key.clone(),
+            classifier: self.classifier.clone(),
+        }
+    }
+}
+
+impl<S: fmt::Debug, K, F, C: fmt::Debug> fmt::Debug for KeyedCircuitBreaker<S, K, F, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedCircuitBreaker")
+            .field("name", &self.shared.name)
+            .field("inner", &self.inner)
+            .field("classifier", &self.classifier)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, K, F, C, Req> Service<Req> for KeyedCircuitBreaker<S, K, F, C>
+where
+    S: Service<Req>,
+    S::Error: Into<BoxError>,
+    C: ClassifyRequest<Req, S::Response>,
+    Req: HasExtensions,
+    F: Fn(&Req) -> K,
+    K: Hash + Eq + Clone + fmt::Display,
+{
+    type Response = S::Response;
+    type Error = BoxError;
+    type Future = ResponseFuture<S::Future, C::Classifier>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        let key = (self.key)(&req);
+        let now = Instant::now();
+        let Some(breaker) = self.shared.breaker_for(key, now) else {
+            // Unreachable: the configuration was validated when the layer was built.
+            return ResponseFuture::rejected(
+                self.shared.name.clone(),
+                crate::machine::MIN_RETRY_AFTER,
+            );
+        };
+        match breaker.admit(None, || now) {
+            Admission::Rejected(retry_after) => {
+                ResponseFuture::rejected(breaker.name().clone(), retry_after)
+            }
+            Admission::Admitted(ticket) => {
+                let started = breaker.start_clock(|| now);
+                let classifier = self.classifier.classifier_for(&req);
+                let deadline = deadline_of(&req);
+                let future = self.inner.call(req);
+                ResponseFuture::admitted(
+                    bounded(future, deadline),
+                    Guard::new(breaker, ticket, started),
+                    classifier,
+                )
+            }
+        }
+    }
+}
+
+/// Watches and steers the breakers of a [`KeyedCircuitBreakerLayer`]. Cheap to clone.
+pub struct KeyedHandle<K> {
+    shared: Arc<Keyed<K>>,
+}
+
+impl<K> Clone for KeyedHandle<K> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<K> fmt::Debug for KeyedHandle<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedHandle")
+            .field("name", &self.shared.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K> KeyedHandle<K>
+where
+    K: Hash + Eq + Clone + fmt::Display,
+{
+    /// The layer's name (each key's breaker is named `{name}/{key}`).
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// The most keys kept.
+    pub fn max_keys(&self) -> usize {
+        self.shared.max_keys
+    }
+
+    /// How many keys have a breaker now.
+    pub fn len(&self) -> usize {
+        self.shared
+            .map
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    /// Whether no key has a breaker yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The keys that have a breaker now.
+    pub fn keys(&self) -> Vec<K> {
+        self.shared.breakers().into_iter().map(|(k, _)| k).collect()
+    }
+
+    /// The handle on `key`'s breaker, if it has one (for its snapshot, subscription
+    /// and controls).
+    pub fn get(&self, key: &K) -> Option<Handle> {
+        let map = self
+            .shared
+            .map
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        map.get(key).map(|e| Handle::new(Arc::clone(&e.breaker)))
+    }
+
+    /// The shared overflow breaker, if the map has ever been full of open breakers.
+    pub fn overflow(&self) -> Option<Handle> {
+        self.shared
+            .overflow
+            .get()
+            .map(|b| Handle::new(Arc::clone(b)))
+    }
+
+    /// Every key's snapshot.
+    pub fn snapshots(&self) -> Vec<(K, Snapshot)> {
+        self.shared
+            .breakers()
+            .into_iter()
+            .map(|(k, b)| (k, Handle::new(b).snapshot()))
+            .collect()
+    }
+
+    /// The keys whose breakers are open or half-open (tripped, not forced).
+    pub fn open_keys(&self) -> Vec<K> {
+        self.shared
+            .breakers()
+            .into_iter()
+            .filter(|(_, b)| {
+                matches!(
+                    Handle::new(Arc::clone(b)).state(),
+                    State::Open | State::HalfOpen
+                )
+            })
+            .map(|(k, _)| k)
+            .collect()
+    }
+
+    /// Applies a configuration to every key's breaker (keeping their states) and to
+    /// the breakers of keys seen from now on. Refused, changing nothing, if invalid.
+    pub fn reconfigure(&self, config: CircuitBreakerConfig) -> Result<(), ConfigError> {
+        config.validate()?;
+        self.shared.settings().config = config.clone();
+        for (_, b) in self.shared.breakers() {
+            Handle::new(b).reconfigure(config.clone())?;
+        }
+        if let Some(b) = self.shared.overflow.get() {
+            Handle::new(Arc::clone(b)).reconfigure(config)?;
+        }
+        Ok(())
+    }
+
+    /// Goes back to the configuration the layer was built with, for every key.
+    pub fn revert(&self) -> Result<(), ConfigError> {
+        let built = self.shared.settings().built.clone();
+        self.reconfigure(built)
+    }
+
+    /// The configuration new keys get.
+    pub fn config(&self) -> CircuitBreakerConfig {
+        self.shared.settings().config.clone()
+    }
+}

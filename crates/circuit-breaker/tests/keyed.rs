@@ -1,0 +1,223 @@
+//! One breaker per key, with a bounded number of keys.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::HashMap;
+use std::future::{ready, Ready};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use seawall_circuit_breaker::{CircuitBreakerConfig, CircuitBreakerLayer, State, TripPolicy};
+use seawall_core::{find_rejection, BoxError, RejectionKind};
+use tokio::time::advance;
+use tower::{Layer, Service, ServiceExt};
+
+type Req = http::Request<&'static str>;
+
+fn to(host: &str) -> Req {
+    http::Request::builder()
+        .uri(format!("http://{host}/quote"))
+        .body("quote")
+        .unwrap()
+}
+
+fn host(req: &Req) -> String {
+    req.uri().host().unwrap_or("").to_owned()
+}
+
+/// Hosts listed as down fail; every call is counted per host.
+#[derive(Clone, Default)]
+struct Suppliers {
+    down: Arc<Mutex<Vec<String>>>,
+    calls: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl Suppliers {
+    fn down(&self, h: &str) {
+        self.down.lock().unwrap().push(h.to_owned());
+    }
+    fn calls(&self, h: &str) -> usize {
+        self.calls.lock().unwrap().get(h).copied().unwrap_or(0)
+    }
+}
+
+impl Service<Req> for Suppliers {
+    type Response = &'static str;
+    type Error = BoxError;
+    type Future = Ready<Result<&'static str, BoxError>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        let h = host(&req);
+        *self.calls.lock().unwrap().entry(h.clone()).or_default() += 1;
+        if self.down.lock().unwrap().contains(&h) {
+            ready(Err("connection refused".into()))
+        } else {
+            ready(Ok("quote"))
+        }
+    }
+}
+
+async fn send<S>(svc: &mut S, h: &str) -> Result<&'static str, BoxError>
+where
+    S: Service<Req, Response = &'static str, Error = BoxError>,
+{
+    svc.ready().await?.call(to(h)).await
+}
+
+fn is_open_rejection(err: &BoxError, name: &str) -> bool {
+    find_rejection(&**err)
+        .is_some_and(|r| r.kind() == RejectionKind::CircuitOpen && r.name() == Some(name))
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_sick_host_is_cut_off_while_the_others_keep_working() {
+    let layer = CircuitBreakerLayer::builder("suppliers")
+        .consecutive_failures(3)
+        .build_keyed(8, host)
+        .unwrap();
+    let handle = layer.handle();
+    let suppliers = Suppliers::default();
+    suppliers.down("a.example");
+    let mut svc = layer.layer(suppliers.clone());
+    for _ in 0..3 {
+        send(&mut svc, "a.example").await.unwrap_err();
+        send(&mut svc, "b.example").await.unwrap();
+    }
+    for _ in 0..10 {
+        let err = send(&mut svc, "a.example").await.unwrap_err();
+        assert!(is_open_rejection(&err, "suppliers/a.example"), "{err}");
+        assert_eq!(send(&mut svc, "b.example").await.unwrap(), "quote");
+    }
+    assert_eq!(
+        suppliers.calls("a.example"),
+        3,
+        "the open host gets nothing more"
+    );
+    assert_eq!(suppliers.calls("b.example"), 13);
+    assert_eq!(
+        handle.get(&"a.example".to_owned()).unwrap().state(),
+        State::Open
+    );
+    assert_eq!(
+        handle.get(&"b.example".to_owned()).unwrap().state(),
+        State::Closed
+    );
+    assert_eq!(handle.open_keys(), vec!["a.example".to_owned()]);
+    // The open host recovers on its own schedule.
+    advance(Duration::from_secs(10)).await;
+    suppliers.down.lock().unwrap().clear();
+    send(&mut svc, "a.example").await.unwrap();
+    assert_eq!(
+        handle.get(&"a.example".to_owned()).unwrap().state(),
+        State::Closed
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_map_evicts_the_least_recently_used_closed_key() {
+    let layer = CircuitBreakerLayer::builder("suppliers")
+        .consecutive_failures(1)
+        .build_keyed(3, host)
+        .unwrap();
+    let handle = layer.handle();
+    let suppliers = Suppliers::default();
+    suppliers.down("sick.example");
+    let mut svc = layer.layer(suppliers.clone());
+    send(&mut svc, "sick.example").await.unwrap_err(); // opens, oldest
+    send(&mut svc, "b.example").await.unwrap();
+    send(&mut svc, "c.example").await.unwrap();
+    send(&mut svc, "b.example").await.unwrap(); // c is now the LRU closed key
+    send(&mut svc, "d.example").await.unwrap();
+    let mut keys = handle.keys();
+    keys.sort();
+    assert_eq!(keys, vec!["b.example", "d.example", "sick.example"]);
+    assert_eq!(handle.len(), 3);
+    // The open key was older but is never evicted: it still rejects.
+    let err = send(&mut svc, "sick.example").await.unwrap_err();
+    assert!(is_open_rejection(&err, "suppliers/sick.example"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn when_every_key_is_open_new_keys_share_the_overflow_breaker() {
+    let layer = CircuitBreakerLayer::builder("suppliers")
+        .consecutive_failures(1)
+        .build_keyed(2, host)
+        .unwrap();
+    let handle = layer.handle();
+    let suppliers = Suppliers::default();
+    for h in ["a.example", "b.example", "c.example"] {
+        suppliers.down(h);
+    }
+    let mut svc = layer.layer(suppliers.clone());
+    send(&mut svc, "a.example").await.unwrap_err();
+    send(&mut svc, "b.example").await.unwrap_err();
+    assert!(handle.overflow().is_none());
+    // c cannot evict an open breaker: it goes through the overflow breaker.
+    send(&mut svc, "c.example").await.unwrap_err();
+    let overflow = handle.overflow().unwrap();
+    assert_eq!(overflow.name(), "suppliers/overflow");
+    assert_eq!(overflow.state(), State::Open);
+    let err = send(&mut svc, "d.example").await.unwrap_err();
+    assert!(is_open_rejection(&err, "suppliers/overflow"));
+    assert_eq!(suppliers.calls("d.example"), 0);
+    let mut keys = handle.keys();
+    keys.sort();
+    assert_eq!(keys, vec!["a.example", "b.example"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn reconfiguring_applies_to_every_key_and_to_new_ones() {
+    let layer = CircuitBreakerLayer::builder("suppliers")
+        .consecutive_failures(5)
+        .build_keyed(8, host)
+        .unwrap();
+    let handle = layer.handle();
+    let suppliers = Suppliers::default();
+    suppliers.down("a.example");
+    suppliers.down("b.example");
+    let mut svc = layer.layer(suppliers.clone());
+    send(&mut svc, "a.example").await.unwrap_err();
+    let stricter = CircuitBreakerConfig {
+        policy: TripPolicy::ConsecutiveFailures { threshold: 2 },
+        ..CircuitBreakerConfig::default()
+    };
+    handle.reconfigure(stricter.clone()).unwrap();
+    assert_eq!(handle.config(), stricter);
+    send(&mut svc, "a.example").await.unwrap_err();
+    assert_eq!(
+        handle.get(&"a.example".to_owned()).unwrap().state(),
+        State::Open
+    );
+    send(&mut svc, "b.example").await.unwrap_err();
+    send(&mut svc, "b.example").await.unwrap_err();
+    assert_eq!(
+        handle.get(&"b.example".to_owned()).unwrap().state(),
+        State::Open
+    );
+    let bad = CircuitBreakerConfig {
+        half_open_max: 0,
+        ..CircuitBreakerConfig::default()
+    };
+    assert_eq!(
+        handle.reconfigure(bad).unwrap_err().field(),
+        "half_open_max"
+    );
+    handle.revert().unwrap();
+    assert_eq!(
+        handle.config().policy,
+        TripPolicy::ConsecutiveFailures { threshold: 5 }
+    );
+    assert_eq!(handle.snapshots().len(), 2);
+}
+
+#[test]
+fn zero_keys_is_a_config_error() {
+    let err = CircuitBreakerLayer::builder("suppliers")
+        .build_keyed(0, host)
+        .unwrap_err();
+    assert_eq!(err.field(), "max_keys");
+}
