@@ -12,13 +12,14 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use http_body_util::{BodyExt, Empty};
+use tokio::sync::{watch, Semaphore};
 use tonic::body::Body;
-
 use tonic::{Request, Response, Status};
 use tonic_prost::ProstCodec;
 use tower::Service;
@@ -38,7 +39,7 @@ pub struct QuoteReply {
 const GET: &str = "/freight.Quotes/Get";
 
 /// The generated-style client: works over any `GrpcService`, such as a `Channel`
-/// wrapped in seawall's layers.
+/// wrapped in seawall's layers. The bounds are the ones `tonic-build` generates.
 #[derive(Debug, Clone)]
 pub struct QuotesClient<T> {
     inner: tonic::client::Grpc<T>,
@@ -72,17 +73,51 @@ where
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Behaviour {
+    /// A quote.
     Quote = 0,
+    /// `UNAVAILABLE`, trailers-only (the status in the response headers).
     Unavailable = 1,
+    /// `NOT_FOUND`, trailers-only: a business answer.
     NotFound = 2,
+    /// A quote after 2 s.
     Slow = 3,
+    /// A quote once the test lets one through with [`QuotesServer::release`].
+    Held = 4,
+    /// `UNAVAILABLE` sent the way a streaming server sends a late failure: HTTP 200
+    /// and `content-type: application/grpc` in the headers, no `grpc-status` there,
+    /// the status only in the body's trailers.
+    TrailingUnavailable = 5,
+}
+
+impl Behaviour {
+    fn from_u8(b: u8) -> Self {
+        match b {
+            1 => Self::Unavailable,
+            2 => Self::NotFound,
+            3 => Self::Slow,
+            4 => Self::Held,
+            5 => Self::TrailingUnavailable,
+            _ => Self::Quote,
+        }
+    }
 }
 
 /// The server side: a quote service whose behaviour a test or example can switch.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct QuotesServer {
     behaviour: Arc<AtomicU8>,
-    received: Arc<AtomicUsize>,
+    received: Arc<watch::Sender<usize>>,
+    gate: Arc<Semaphore>,
+}
+
+impl Default for QuotesServer {
+    fn default() -> Self {
+        Self {
+            behaviour: Arc::new(AtomicU8::new(Behaviour::Quote as u8)),
+            received: Arc::new(watch::Sender::new(0)),
+            gate: Arc::new(Semaphore::new(0)),
+        }
+    }
 }
 
 impl QuotesServer {
@@ -92,7 +127,19 @@ impl QuotesServer {
 
     /// Requests that reached the server.
     pub fn received(&self) -> usize {
-        self.received.load(Ordering::SeqCst)
+        *self.received.borrow()
+    }
+
+    /// Waits until at least `n` requests have reached the server (no polling, no sleep).
+    pub async fn wait_received(&self, n: usize) {
+        let mut rx = self.received.subscribe();
+        // The sender lives as long as `self`, so this cannot fail.
+        let _ = rx.wait_for(|&count| count >= n).await;
+    }
+
+    /// Lets `n` held requests ([`Behaviour::Held`]) answer.
+    pub fn release(&self, n: usize) {
+        self.gate.add_permits(n);
     }
 
     /// Serves on an ephemeral loopback port; returns its address.
@@ -110,7 +157,7 @@ impl tonic::server::NamedService for QuotesServer {
     const NAME: &'static str = "freight.Quotes";
 }
 
-struct Get(QuotesServer);
+struct Get(Behaviour, Arc<Semaphore>);
 
 impl Service<Request<QuoteRequest>> for Get {
     type Response = Response<QuoteReply>;
@@ -122,21 +169,49 @@ impl Service<Request<QuoteRequest>> for Get {
     }
 
     fn call(&mut self, req: Request<QuoteRequest>) -> Self::Future {
-        self.0.received.fetch_add(1, Ordering::SeqCst);
-        let behaviour = self.0.behaviour.load(Ordering::SeqCst);
+        let behaviour = self.0;
+        let gate = Arc::clone(&self.1);
         let destination = req.into_inner().destination;
+        let quote = Response::new(QuoteReply { price_cents: 1250 });
         Box::pin(async move {
             match behaviour {
-                1 => Err(Status::unavailable("supplier overloaded")),
-                2 => Err(Status::not_found(format!("no quote for {destination}"))),
-                3 => {
-                    tokio::time::sleep(Duration::from_secs(2)).await;
-                    Ok(Response::new(QuoteReply { price_cents: 1250 }))
+                Behaviour::Unavailable => Err(Status::unavailable("supplier overloaded")),
+                Behaviour::NotFound => {
+                    Err(Status::not_found(format!("no quote for {destination}")))
                 }
-                _ => Ok(Response::new(QuoteReply { price_cents: 1250 })),
+                Behaviour::Slow => {
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    Ok(quote)
+                }
+                Behaviour::Held => match gate.acquire().await {
+                    Ok(permit) => {
+                        permit.forget();
+                        Ok(quote)
+                    }
+                    Err(_) => Err(Status::unavailable("server shutting down")),
+                },
+                Behaviour::Quote | Behaviour::TrailingUnavailable => Ok(quote),
             }
         })
     }
+}
+
+/// HTTP 200 with gRPC headers and no `grpc-status` there; `UNAVAILABLE` arrives in
+/// the trailers that end the (empty) body.
+fn trailing_unavailable() -> http::Response<Body> {
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert("grpc-status", http::HeaderValue::from_static("14"));
+    trailers.insert(
+        "grpc-message",
+        http::HeaderValue::from_static("supplier%20overloaded"),
+    );
+    let body = Empty::<bytes::Bytes>::new().with_trailers(async move { Some(Ok(trailers)) });
+    let mut res = http::Response::new(Body::new(body));
+    res.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/grpc"),
+    );
+    res
 }
 
 impl Service<http::Request<Body>> for QuotesServer {
@@ -149,14 +224,19 @@ impl Service<http::Request<Body>> for QuotesServer {
     }
 
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
-        let server = self.clone();
+        let behaviour = Behaviour::from_u8(self.behaviour.load(Ordering::SeqCst));
+        let gate = Arc::clone(&self.gate);
+        self.received.send_modify(|count| *count += 1);
         Box::pin(async move {
             if req.uri().path() != GET {
                 return Ok(Status::unimplemented("no such method").into_http());
             }
+            if behaviour == Behaviour::TrailingUnavailable {
+                return Ok(trailing_unavailable());
+            }
             let mut grpc =
                 tonic::server::Grpc::new(ProstCodec::<QuoteReply, QuoteRequest>::default());
-            Ok(grpc.unary(Get(server), req).await)
+            Ok(grpc.unary(Get(behaviour, gate), req).await)
         })
     }
 }
