@@ -533,4 +533,28 @@ mod tests {
         });
         assert!(c.validate().unwrap_err().problem().contains("twice"));
     }
+
+    #[cfg(feature = "serde")]
+    #[test]
+    fn loads_from_toml_and_round_trips_through_json() {
+        let text = r#"
+            on_rejections = ["circuit_open", "bulkhead_full", "deadline_exceeded"]
+            step_timeouts = [{ step = "cache", timeout = "100ms" }, { step = "db" }]
+        "#;
+        let c: FallbackConfig = toml::from_str(text).unwrap();
+        assert_eq!(
+            c.on_rejections,
+            Rejections::NONE
+                .with(RejectionKind::CircuitOpen)
+                .with(RejectionKind::BulkheadFull)
+                .with(RejectionKind::DeadlineExceeded)
+        );
+        assert_eq!(c.step_timeouts[0].timeout, Some(Duration::from_millis(100)));
+        assert_eq!(c.step_timeouts[1].timeout, None);
+        assert!(c.enabled);
+        let json = serde_json::to_string(&c).unwrap();
+        assert_eq!(serde_json::from_str::<FallbackConfig>(&json).unwrap(), c);
+        assert!(toml::from_str::<FallbackConfig>("on_rejection = []").is_err());
+        assert!(toml::from_str::<FallbackConfig>("on_rejections = [\"open\"]").is_err());
+    }
 }

@@ -804,3 +804,49 @@ fn services_are_clone_send_sync_and_futures_send() {
     let fut = svc.call(req("PT"));
     assert_send(&fut);
 }
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_call_mid_chain_runs_no_further_step_and_counts_no_answer() {
+    let later = Arc::new(AtomicUsize::new(0));
+    let ran = later.clone();
+    let layer = FallbackLayer::builder("pricing")
+        .on_rejections(Rejections::ALL)
+        .step("real-time", Duration::from_millis(500), |_r| {
+            std::future::pending::<Result<Quote, BoxError>>()
+        })
+        .step("cache", Duration::from_millis(100), move |_r| {
+            ran.fetch_add(1, Ordering::SeqCst);
+            async move { Ok::<_, BoxError>(Quote::priced(1)) }
+        })
+        .build()
+        .unwrap();
+    let mut fut = task::spawn(layer.layer(failing(open)).oneshot(req("PT")));
+    assert_pending!(fut.poll());
+    drop(fut);
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert_eq!(later.load(Ordering::SeqCst), 0);
+    let snap = layer.handle().snapshot();
+    assert_eq!(
+        snap.triggered(Trigger::Rejected(RejectionKind::CircuitOpen)),
+        1
+    );
+    assert_eq!((snap.served, snap.exhausted, snap.unavailable), (0, 0, 0));
+    assert_eq!(snap.step("real-time").unwrap().timed_out, 0);
+}
+
+#[cfg(feature = "serde")]
+#[tokio::test]
+async fn the_snapshot_serialises_with_stable_labels() {
+    let layer = FallbackLayer::builder("freight")
+        .on_rejections(Rejections::ALL)
+        .value(Quote::priced(1))
+        .build()
+        .unwrap();
+    layer.layer(failing(open)).oneshot(req("PT")).await.unwrap();
+    let json = serde_json::to_value(layer.handle().snapshot()).unwrap();
+    assert_eq!(json["triggered"][0]["trigger"], "circuit_open");
+    assert_eq!(json["triggered"][0]["count"], 1);
+    assert_eq!(json["on_rejections"][0], "circuit_open");
+    assert_eq!(json["steps"][0]["name"], "value");
+    assert_eq!(json["steps"][0]["served"], 1);
+}
