@@ -98,10 +98,7 @@ impl Telemetry {
     }
 
     /// A call was turned away because every slot was busy and the queue full.
-    #[cfg_attr(
-        not(any(feature = "metrics", feature = "tracing")),
-        allow(unused_variables)
-    )]
+    #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
     pub(crate) fn rejected_full(&self, name: &str, machine: &Machine) {
         #[cfg(feature = "tracing")]
         if tracing::enabled!(target: "seawall::bulkhead", tracing::Level::DEBUG) {
@@ -119,10 +116,7 @@ impl Telemetry {
     }
 
     /// A waiter left after waiting `waited` without getting a slot.
-    #[cfg_attr(
-        not(any(feature = "metrics", feature = "tracing")),
-        allow(unused_variables)
-    )]
+    #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
     pub(crate) fn rejected_timeout(&self, name: &str, waited: Duration) {
         #[cfg(feature = "tracing")]
         tracing::debug!(
@@ -136,10 +130,7 @@ impl Telemetry {
     }
 
     /// The limits changed from `old` to `new`.
-    #[cfg_attr(
-        not(any(feature = "metrics", feature = "tracing")),
-        allow(unused_variables)
-    )]
+    #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
     pub(crate) fn reconfigured(&self, name: &str, old: &BulkheadConfig, new: &BulkheadConfig) {
         #[cfg(feature = "tracing")]
         tracing::info!(
@@ -178,10 +169,7 @@ impl KeyedTelemetry {
     }
 
     /// A call with a new key was rejected: `max_keys` keys were all busy.
-    #[cfg_attr(
-        not(any(feature = "metrics", feature = "tracing")),
-        allow(unused_variables)
-    )]
+    #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
     pub(crate) fn key_limit(&self, name: &str, max_keys: usize) {
         #[cfg(feature = "tracing")]
         tracing::debug!(

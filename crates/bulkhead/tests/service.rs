@@ -581,3 +581,19 @@ async fn without_the_option_no_handle_is_placed() {
     }));
     assert!(!svc.call(req("a")).await.unwrap());
 }
+
+#[test]
+fn services_futures_layers_and_handles_are_send_sync_and_clone() {
+    fn send_sync_clone<T: Send + Sync + Clone>() {}
+    fn send<T: Send>() {}
+    send_sync_clone::<seawall_bulkhead::Bulkhead<CountingSvc>>();
+    send_sync_clone::<BulkheadLayer>();
+    send_sync_clone::<Handle>();
+    send_sync_clone::<PermitHandle>();
+    send::<seawall_bulkhead::ResponseFuture<CountingSvc, Req, seawall_bulkhead::UntilResponse>>();
+    send::<seawall_bulkhead::Permit>();
+    type Key = fn(&Req) -> &'static str;
+    send_sync_clone::<seawall_bulkhead::KeyedBulkhead<CountingSvc, &'static str, Key>>();
+    send_sync_clone::<seawall_bulkhead::KeyedBulkheadLayer<&'static str, Key>>();
+    send_sync_clone::<seawall_bulkhead::KeyedHandle<&'static str>>();
+}
