@@ -160,7 +160,6 @@ impl<Cap, P, C, M> FallbackBuilder<Cap, P, C, M> {
         }
     }
 
-    #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) fn with_mode<M2>(self, mode: M2) -> FallbackBuilder<Cap, P, C, M2> {
         FallbackBuilder {
             name: self.name,
@@ -289,6 +288,14 @@ impl<Cap, P, C, M> FallbackBuilder<Cap, P, C, M> {
             rt: Arc::new(rt),
             uses_deadline: finished.uses_deadline,
         }))
+    }
+}
+
+impl<Cap, P, C> FallbackBuilder<Cap, P, C, Plain> {
+    /// Answers unmarked ([`Unmarked`](crate::Unmarked)), for a response type with
+    /// nowhere to record the [`Served`](crate::Served) marker (a `String`, a number).
+    pub fn unmarked(self) -> FallbackBuilder<Cap, P, C, crate::mode::Unmarked> {
+        self.with_mode(crate::mode::Unmarked)
     }
 }
 

@@ -92,7 +92,13 @@ impl fmt::Debug for Served {
 /// Implemented for `http::Response<B>` (the [`Served`] marker goes into its
 /// extensions). For a response type of your own, store the marker (a `source`
 /// field, as in seed 004's `ProductPrice`) — this is how the layer keeps every
-/// served answer distinguishable from a fresh one.
+/// served answer distinguishable from a fresh one. A type with nowhere to put it
+/// (a `String`) uses the explicit [`unmarked`](crate::FallbackBuilder::unmarked) mode.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot record which fallback served it",
+    label = "the fallback's answer must be marked",
+    note = "implement `seawall_fallback::Mark` for `{Self}`, or call `.unmarked()` on the fallback builder"
+)]
 pub trait Mark {
     /// Records that `served` produced this response.
     fn mark(&mut self, served: Served);

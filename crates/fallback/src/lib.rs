@@ -129,7 +129,9 @@
 //! # Response types
 //!
 //! - generic ([`Plain`], the default): the fallback answers with the primary's
-//!   response type (which implements [`Mark`]), errors are `BoxError`s.
+//!   response type (which implements [`Mark`]), errors are `BoxError`s;
+//!   [`unmarked`](FallbackBuilder::unmarked) for a type with nowhere to record the
+//!   marker (a `String`).
 //! - `http` feature: `FallbackBuilder::either_body` answers
 //!   `http::Response<Either<B, FB>>` (the primary's body `B` untouched on the left,
 //!   the fallback's `FB` on the right) and keeps errors;
@@ -199,7 +201,7 @@ pub use handle::{
 };
 pub use layer::FallbackLayer;
 pub use machine::{NoFailures, Rejections, Trigger};
-pub use mode::{ErrorOrigin, Mode, Plain};
+pub use mode::{ErrorOrigin, Mode, Plain, Unmarked};
 pub use plan::{
     Chain, ChainFuture, ChainSteps, Finished, NoStrategy, Plan, Single, SingleFuture, Spec,
 };

@@ -25,7 +25,7 @@ pub enum ErrorOrigin {
 }
 
 /// How the layer answers: the response and error types of its service. Sealed;
-/// chosen on the builder: [`Plain`] (the default), or with the `http` feature
+/// chosen on the builder: [`Plain`] (the default), [`Unmarked`], or with the `http` feature
 /// `http::EitherBody` and `http::HttpServer`.
 pub trait Mode<Res, Ans>: sealed::Sealed {
     /// The service's response type.
@@ -54,8 +54,9 @@ pub trait Mode<Res, Ans>: sealed::Sealed {
     fn ready_error(&self, error: BoxError) -> Result<BoxError, Self::Error>;
 }
 
-/// The generic mode: the fallback answers with the primary's response type, which
-/// records the [`Served`] marker through [`Mark`]; errors are `BoxError`s
+/// The generic mode (the default): the fallback answers with the primary's response
+/// type, which records the [`Served`] marker through [`Mark`] (see [`Unmarked`] for
+/// a type that cannot); errors are `BoxError`s
 /// (passed-through errors untouched, [`Unavailable`](crate::Unavailable) and
 /// [`FallbacksExhausted`](seawall_core::FallbacksExhausted) from the fallback).
 #[derive(Debug, Clone, Copy, Default)]
@@ -75,6 +76,45 @@ impl<Res: Mark> Mode<Res, Res> for Plain {
     #[inline]
     fn served(&self, mut answer: Res, served: Served) -> Res {
         answer.mark(served);
+        answer
+    }
+
+    fn fail(
+        &self,
+        error: BoxError,
+        _origin: ErrorOrigin,
+        _primary_retry_after: Option<Duration>,
+        _rt: &Runtime,
+    ) -> Result<Res, BoxError> {
+        Err(error)
+    }
+
+    fn ready_error(&self, error: BoxError) -> Result<BoxError, BoxError> {
+        Err(error)
+    }
+}
+
+/// The generic mode for a response type that has nowhere to record the [`Served`]
+/// marker (a `String`, a number): the fallback answers with the primary's response
+/// type, unmarked. Chosen explicitly with
+/// [`unmarked`](crate::FallbackBuilder::unmarked); the handle's counters, the events,
+/// metrics and tracing still tell served answers from the primary's.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Unmarked;
+
+impl sealed::Sealed for Unmarked {}
+
+impl<Res> Mode<Res, Res> for Unmarked {
+    type Response = Res;
+    type Error = BoxError;
+
+    #[inline]
+    fn primary(&self, res: Res) -> Res {
+        res
+    }
+
+    #[inline]
+    fn served(&self, answer: Res, _served: Served) -> Res {
         answer
     }
 

@@ -850,3 +850,17 @@ async fn the_snapshot_serialises_with_stable_labels() {
     assert_eq!(json["steps"][0]["name"], "value");
     assert_eq!(json["steps"][0]["served"], 1);
 }
+
+#[tokio::test]
+async fn a_response_type_without_room_for_the_marker_is_served_unmarked_on_request() {
+    let layer = FallbackLayer::builder("freight")
+        .on_rejections(Rejections::ALL)
+        .value("no quote".to_owned())
+        .unmarked()
+        .build()
+        .unwrap();
+    let primary = service_fn(|_r: Req| async { Err::<String, BoxError>(open()) });
+    let answer = layer.layer(primary).oneshot(req("PT")).await.unwrap();
+    assert_eq!(answer, "no quote");
+    assert_eq!(layer.handle().snapshot().step("value").unwrap().served, 1);
+}
