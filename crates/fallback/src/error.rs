@@ -186,9 +186,8 @@ impl Unavailable {
         self
     }
 
-    pub(crate) fn with_retry_after(mut self, retry_after: Option<Duration>) -> Self {
+    pub(crate) fn set_retry_after(&mut self, retry_after: Option<Duration>) {
         self.retry_after = retry_after;
-        self
     }
 }
 
@@ -262,7 +261,9 @@ mod tests {
             u.to_string(),
             "fallback `freight` has no answer (step `no-quote`): no valid quote"
         );
-        let err: BoxError = Box::new(u.with_retry_after(Some(Duration::from_secs(2))));
+        let mut u = u;
+        u.set_retry_after(Some(Duration::from_secs(2)));
+        let err: BoxError = Box::new(u);
         let found = Unavailable::find(&*err).unwrap();
         assert_eq!(found.step(), Some("no-quote"));
         assert_eq!(found.retry_after(), Some(Duration::from_secs(2)));

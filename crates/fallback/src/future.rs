@@ -169,7 +169,7 @@ where
                         Err(e) => {
                             let mut e = shared.plan.conclude(e, trigger, &shared.rt);
                             if let Some(u) = e.downcast_mut::<Unavailable>() {
-                                *u = u.clone().with_retry_after(retry_after);
+                                u.set_retry_after(retry_after);
                             }
                             shared
                                 .mode
