@@ -46,6 +46,12 @@ impl Handle {
         self.shared.reconfigure(config)
     }
 
+    /// Starts new peaks (see [`Snapshot::peak_active`]) from the current counts,
+    /// e.g. at the start of an observation period or an incident.
+    pub fn reset_peaks(&self) {
+        self.shared.machine.reset_peaks();
+    }
+
     /// Goes back to the limits the bulkhead was built with.
     pub fn revert(&self) {
         // The built configuration was validated when the layer was built.
@@ -82,6 +88,11 @@ pub struct Snapshot {
     pub active: usize,
     /// Calls waiting for a slot now.
     pub queued: usize,
+    /// The most calls active at once since the bulkhead was built or
+    /// [`Handle::reset_peaks`] was called, recorded at every change (not sampled).
+    pub peak_active: usize,
+    /// The most calls waiting at once over the same period.
+    pub peak_queued: usize,
     /// Calls that got a slot, at once or after waiting.
     pub admitted: u64,
     /// Calls rejected at once because every slot was busy and the queue full.

@@ -174,7 +174,9 @@ pub(crate) struct Machine {
     state: AtomicU64,
     max_concurrent: AtomicUsize,
     max_queue: AtomicUsize,
-    // Colder: rejections, waits and the line.
+    // Colder: peaks, rejections, waits and the line.
+    peak_active: AtomicUsize,
+    peak_queued: AtomicUsize,
     rejected_full: AtomicU64,
     waits: WaitHistogram,
     line: Mutex<Line>,
@@ -188,6 +190,8 @@ impl Machine {
             state: AtomicU64::new(0),
             max_concurrent: AtomicUsize::new(max_concurrent.min(MAX_LIMIT)),
             max_queue: AtomicUsize::new(max_queue.min(MAX_LIMIT)),
+            peak_active: AtomicUsize::new(0),
+            peak_queued: AtomicUsize::new(0),
             rejected_full: AtomicU64::new(0),
             waits: WaitHistogram::new(),
             line: Mutex::new(Line::default()),
@@ -216,10 +220,40 @@ impl Machine {
                 Ordering::Acquire,
                 Ordering::Relaxed,
             ) {
-                Ok(_) => return true,
+                Ok(_) => {
+                    self.note_active(active(word) + 1);
+                    return true;
+                }
                 Err(actual) => word = actual,
             }
         }
+    }
+
+    /// Raises the active peak to `n` if it is higher. Once the peak has been
+    /// reached this is one shared read, so the fast path stays write-free.
+    #[inline]
+    fn note_active(&self, n: usize) {
+        if n > self.peak_active.load(Ordering::Relaxed) {
+            self.peak_active.fetch_max(n, Ordering::Relaxed);
+        }
+    }
+
+    /// The most calls active and waiting at once since the bulkhead was built or
+    /// the peaks were last reset, recorded at every change (not sampled).
+    pub(crate) fn peaks(&self) -> Counts {
+        Counts {
+            active: self.peak_active.load(Ordering::Relaxed),
+            queued: self.peak_queued.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Starts new peaks from the current counts (e.g. at the start of an
+    /// observation period).
+    pub(crate) fn reset_peaks(&self) {
+        let _line = self.lock();
+        let now = self.counts();
+        self.peak_active.store(now.active, Ordering::Relaxed);
+        self.peak_queued.store(now.queued, Ordering::Relaxed);
     }
 
     /// Moves the fast-path admission count out of the word into the line's total.
@@ -278,6 +312,8 @@ impl Machine {
                 .compare_exchange(word, next, Ordering::AcqRel, Ordering::Acquire)
             {
                 Ok(_) => {
+                    self.note_active(active(next));
+                    self.peak_queued.fetch_max(queued(next), Ordering::Relaxed);
                     if let Enqueued::Waiting(id) = outcome {
                         line.next_id += 1;
                         line.waiters.push_back(Entry {
@@ -385,6 +421,7 @@ impl Machine {
             {
                 Ok(_) => {
                     word = next;
+                    self.note_active(active(next));
                     let entry = line.waiters.pop_front();
                     wakers.push(entry.and_then(|e| e.waker));
                 }
@@ -506,6 +543,59 @@ mod tests {
         assert!(m.poll_waiter(w, &waker));
         assert_eq!(
             m.counts(),
+            Counts {
+                active: 2,
+                queued: 0
+            }
+        );
+    }
+
+    #[test]
+    fn peaks_are_recorded_at_every_change_and_reset_to_the_current_counts() {
+        let m = Machine::new(3, 2);
+        for _ in 0..3 {
+            assert!(m.try_acquire());
+        }
+        let w1 = id(m.enqueue());
+        let _w2 = id(m.enqueue());
+        assert_eq!(
+            m.peaks(),
+            Counts {
+                active: 3,
+                queued: 2
+            }
+        );
+        assert_eq!(m.leave(w1, Leave::Abandoned), Left::Removed);
+        m.release();
+        m.release();
+        // The peaks remember the high-water marks after the counts fell.
+        assert_eq!(
+            m.counts(),
+            Counts {
+                active: 2,
+                queued: 0
+            }
+        );
+        assert_eq!(
+            m.peaks(),
+            Counts {
+                active: 3,
+                queued: 2
+            }
+        );
+        m.reset_peaks();
+        assert_eq!(
+            m.peaks(),
+            Counts {
+                active: 2,
+                queued: 0
+            }
+        );
+        m.release();
+        m.release();
+        assert!(m.try_acquire());
+        assert_eq!(
+            m.peaks(),
             Counts {
                 active: 2,
                 queued: 0

@@ -85,6 +85,7 @@ impl Shared {
     pub(crate) fn snapshot(&self) -> Snapshot {
         let config = self.config();
         let counts = self.machine.counts();
+        let peaks = self.machine.peaks();
         let admitted = self.machine.admitted();
         let waits = self.machine.waits().summary(admitted);
         Snapshot {
@@ -94,6 +95,8 @@ impl Shared {
             max_wait: config.max_wait,
             active: counts.active,
             queued: counts.queued,
+            peak_active: peaks.active,
+            peak_queued: peaks.queued,
             admitted,
             rejected_full: self.machine.rejected_full(),
             rejected_timeout: self.machine.rejected_timeout(),
