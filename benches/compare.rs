@@ -453,6 +453,8 @@ enum Path {
     Open,
     Full,
     Served,
+    OpenServed,
+    Probing,
 }
 
 impl Path {
@@ -461,6 +463,8 @@ impl Path {
             Path::Open => "open",
             Path::Full => "full",
             Path::Served => "serving the fallback",
+            Path::OpenServed => "breaker open, fallback serves",
+            Path::Probing => "probing: 5 % of calls try the level above",
         }
     }
 }
@@ -488,8 +492,8 @@ enum Id {
 struct Second {
     path: Path,
     subject: Box<dyn Subject>,
-    /// Expected outcome of each call on this path.
-    expect_ok: bool,
+    /// Expected outcome of each call on this path (`None`: mixed).
+    expect_ok: Option<bool>,
     /// Whether the inner service must not be reached (checked with `INNER_POLLS`).
     inner_untouched: bool,
     samples: Vec<f64>,
@@ -563,7 +567,7 @@ impl Row {
     }
 
     /// Adds the second path, on an instance already put in that state.
-    fn second<S>(mut self, path: Path, expect_ok: bool, prepared: Prepared<S>) -> Row
+    fn second<S>(mut self, path: Path, expect_ok: Option<bool>, prepared: Prepared<S>) -> Row
     where
         S: Service<Req> + Clone + Send + 'static,
         S::Future: Send + 'static,
@@ -579,7 +583,7 @@ impl Row {
                 fresh: None,
             }),
             expect_ok,
-            inner_untouched: path == Path::Open,
+            inner_untouched: matches!(path, Path::Open | Path::OpenServed),
             samples: Vec::new(),
             allocs: None,
         });
@@ -649,9 +653,22 @@ where
 // ---------------------------------------------------------------------------------
 // The subjects.
 
+/// seawall's fallback answering with a value when the primary fails or is rejected.
+macro_rules! sw_fallback {
+    () => {
+        seawall::fallback::FallbackLayer::builder("bench")
+            .on_rejections(seawall::fallback::Rejections::ALL)
+            .on_failure(seawall::ErrorsAsFailures)
+            .value(Response::new(()))
+            .build()
+            .expect("valid config")
+    };
+}
+
 fn rows(rt: &Runtime) -> Vec<Row> {
     use seawall::bulkhead::BulkheadLayer as SwBulkheadLayer;
     use seawall::core::DeadlineLayer;
+    use seawall::degradation::{DegradationLayer, Fixed};
     use tower_resilience::bulkhead::BulkheadLayer as TrBulkheadLayer;
     use tower_resilience::circuitbreaker::CircuitBreakerLayer as TrBreakerLayer;
     use tower_resilience::fallback::FallbackLayer as TrFallbackLayer;
@@ -684,7 +701,7 @@ fn rows(rt: &Runtime) -> Vec<Row> {
         )
         .second(
             Path::Full,
-            false,
+            Some(false),
             fill(
                 ServiceBuilder::new()
                     .load_shed()
@@ -709,7 +726,7 @@ fn rows(rt: &Runtime) -> Vec<Row> {
         )
         .second(
             Path::Open,
-            false,
+            Some(false),
             trip(
                 rt,
                 TrBreakerLayer::builder()
@@ -738,7 +755,7 @@ fn rows(rt: &Runtime) -> Vec<Row> {
         )
         .second(
             Path::Full,
-            false,
+            Some(false),
             fill(
                 TrBulkheadLayer::builder()
                     .max_concurrent_calls(1)
@@ -759,7 +776,7 @@ fn rows(rt: &Runtime) -> Vec<Row> {
         )
         .second(
             Path::Served,
-            true,
+            Some(true),
             Prepared::plain(
                 TrFallbackLayer::<Req, Res, Fail>::value(Response::new(())).layer(fail_inner()),
             ),
@@ -777,7 +794,7 @@ fn rows(rt: &Runtime) -> Vec<Row> {
         )
         .second(
             Path::Open,
-            false,
+            Some(false),
             trip(
                 rt,
                 Failsafe {
@@ -804,7 +821,7 @@ fn rows(rt: &Runtime) -> Vec<Row> {
         )
         .second(
             Path::Open,
-            false,
+            Some(false),
             trip(
                 rt,
                 Recloser {
@@ -843,7 +860,7 @@ fn rows(rt: &Runtime) -> Vec<Row> {
         )
         .second(
             Path::Full,
-            false,
+            Some(false),
             fill(
                 SwBulkheadLayer::builder("bench")
                     .max_concurrent(1)
@@ -856,7 +873,145 @@ fn rows(rt: &Runtime) -> Vec<Row> {
         ),
     );
 
+    rows.push(
+        Row::new(Id::SwBreaker, "seawall breaker (count window 100)", || {
+            sw_breaker().layer(ok_inner())
+        })
+        .second(
+            Path::Open,
+            Some(false),
+            trip(rt, sw_breaker().layer(counted_fail_inner())),
+        ),
+    );
+
+    rows.push(
+        Row::new(Id::SwFallback, "seawall fallback (value)", || {
+            sw_fallback!().layer(ok_inner())
+        })
+        .second(
+            Path::Served,
+            Some(true),
+            Prepared::plain(sw_fallback!().layer(fail_inner())),
+        ),
+    );
+
+    rows.push(
+        Row::new(
+            Id::SwDegradation,
+            "seawall degradation (3 levels, steady at the best)",
+            || sw_degradation(Duration::from_secs(60)).layer(ok_inner()),
+        )
+        .second(Path::Probing, None, {
+            // The best level fails: the layer falls to "reduced", dwells 1 ms, then
+            // sends 5 % of the calls as probes to the (still failing) best level, so
+            // it keeps probing and never climbs.
+            let layer = sw_degradation(Duration::from_millis(1));
+            let handle = layer.handle();
+            let svc = drive_until(rt, layer.layer(fail_inner()), || {
+                handle.snapshot().level_name != "full"
+            });
+            std::thread::sleep(Duration::from_millis(5));
+            Prepared::plain(svc)
+        }),
+    );
+
+    rows.push(
+        Row::new(
+            Id::SwStack,
+            "seawall stack: fallback → deadline → bulkhead → breaker",
+            || {
+                ServiceBuilder::new()
+                    .layer(sw_fallback!())
+                    .layer(DeadlineLayer::new(Duration::from_millis(300)).expect("valid budget"))
+                    .layer(sw_bulkhead())
+                    .layer(sw_breaker())
+                    .service(ok_inner())
+            },
+        )
+        .second(
+            Path::OpenServed,
+            Some(true),
+            trip(
+                rt,
+                ServiceBuilder::new()
+                    .layer(sw_fallback!())
+                    .layer(DeadlineLayer::new(Duration::from_millis(300)).expect("valid budget"))
+                    .layer(sw_bulkhead())
+                    .layer(sw_breaker())
+                    .service(counted_fail_inner()),
+            ),
+        ),
+    );
+
+    rows.push(Row::new(
+        Id::SwStackDegradation,
+        "seawall stack with degradation: fallback → degradation → (deadline → bulkhead → breaker) per level",
+        || {
+            let level = || {
+                ServiceBuilder::new()
+                    .layer(DeadlineLayer::new(Duration::from_millis(300)).expect("valid budget"))
+                    .layer(sw_bulkhead())
+                    .layer(sw_breaker())
+                    .service(ok_inner())
+            };
+            let degradation = DegradationLayer::builder("bench")
+                .level("reduced", level())
+                .level("message", Fixed::new(Response::new(())))
+                .build()
+                .expect("valid config");
+            ServiceBuilder::new()
+                .layer(sw_fallback!())
+                .layer(degradation)
+                .service(level())
+        },
+    ));
+
     rows
+}
+
+/// seawall's breaker over a count window of 100 calls (at least 100, half failing
+/// trips it), open for an hour once tripped.
+fn sw_breaker() -> seawall::circuit_breaker::CircuitBreakerLayer {
+    seawall::circuit_breaker::CircuitBreakerLayer::builder("bench")
+        .count_window(100, 100, 0.5)
+        .open_for(Duration::from_secs(3600))
+        .build()
+        .expect("valid config")
+}
+
+/// seawall's bulkhead with 100 slots and the default queue.
+fn sw_bulkhead() -> seawall::bulkhead::BulkheadLayer {
+    seawall::bulkhead::BulkheadLayer::builder("bench")
+        .max_concurrent(100)
+        .build()
+        .expect("valid config")
+}
+
+/// Three levels: the inner service, "reduced" (a trivial service) and a fixed message.
+fn sw_degradation(min_dwell: Duration) -> seawall::degradation::DegradationLayer<Req, Res> {
+    use seawall::degradation::{DegradationLayer, Fixed};
+    DegradationLayer::builder("bench")
+        .level("reduced", ok_inner())
+        .level("message", Fixed::new(Response::new(())))
+        .min_dwell(min_dwell)
+        .build()
+        .expect("valid config")
+}
+
+/// Calls `svc` until `done()`; panics after 10 000 calls.
+fn drive_until<S>(rt: &Runtime, mut svc: S, done: impl Fn() -> bool) -> S
+where
+    S: Service<Req>,
+{
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut waited = false;
+    for _ in 0..10_000 {
+        if done() {
+            return svc;
+        }
+        drive(&mut svc, &mut cx, rt, &mut waited);
+    }
+    panic!("the state was not reached after 10000 calls");
 }
 
 // ---------------------------------------------------------------------------------
@@ -962,13 +1117,10 @@ fn measure(rows: &mut [Row], rt: &Runtime, mt: &Runtime, o: &Options) {
         if let Some(second) = row.second.as_mut() {
             second.subject.batch(rt, 16);
             let before = INNER_POLLS.load(Ordering::Relaxed);
-            assert_eq!(
-                second.subject.once(rt),
-                second.expect_ok,
-                "{}: {:?} path",
-                row.label,
-                second.path
-            );
+            let ok = second.subject.once(rt);
+            if let Some(expect) = second.expect_ok {
+                assert_eq!(ok, expect, "{}: {:?} path", row.label, second.path);
+            }
             if second.inner_untouched {
                 assert_eq!(
                     INNER_POLLS.load(Ordering::Relaxed),
