@@ -1,32 +1,25 @@
-//! HTTP servers: a level that is a plain response, and "respond, don't error".
+//! HTTP servers: a level that is a plain response.
 //!
-//! An `Err` handed to hyper closes the connection without a response, and axum wants
-//! services whose error is `Infallible`. [`RespondLayer`] turns any error that reaches
-//! it (a failed level, a level's rejection) into `503 Service Unavailable`, with
-//! `Retry-After` when the rejection knows one and a short body that reveals nothing
-//! internal; the cause goes to tracing. [`FixedResponse`] is a last level that answers
-//! with a declared response and cannot fail.
+//! [`FixedResponse`] is a last level that answers with a declared response and
+//! cannot fail. It keeps the response type `Response<B>` of the levels, for any body
+//! `B` that can be made from [`Bytes`] (axum's `Body`, `Full<Bytes>`).
 //!
-//! Both keep the response type `Response<B>` of the levels, for any body `B` that can
-//! be made from [`Bytes`] (axum's `Body`, `Full<Bytes>`), so no `Either` body is needed.
+//! To answer errors with a response instead of an `Err` ("respond, don't error": an
+//! `Err` handed to hyper closes the connection, and axum wants `Infallible`), put
+//! seawall-core's [`RespondLayer`](seawall_core::http::RespondLayer) outside the
+//! degradation layer: a level's rejection becomes `503` with `Retry-After`, nothing
+//! internal in the body.
 
 use std::convert::Infallible;
 use std::fmt;
-use std::future::{ready, Future, Ready};
+use std::future::{ready, Ready};
 use std::marker::PhantomData;
-use std::pin::Pin;
-use std::task::{ready as ready_poll, Context, Poll};
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use http::header::{HeaderName, HeaderValue};
 use http::{HeaderMap, Response, StatusCode};
-use pin_project_lite::pin_project;
-use seawall_core::http::{retry_after_value, UNAVAILABLE_BODY};
-use seawall_core::{find_rejection, BoxError};
-use tower_layer::Layer;
 use tower_service::Service;
-
-use crate::telemetry;
 
 /// A level that answers every request with the same declared response.
 ///
@@ -119,232 +112,23 @@ impl<Req, B: From<Bytes>> Service<Req> for FixedResponse<B> {
     }
 }
 
-/// Answers errors with a `503` response instead of an `Err`, so servers always respond.
-///
-/// Put it outside the [`DegradationLayer`](crate::DegradationLayer) (or outside a
-/// fallback layer wrapping it).
-#[derive(Debug, Clone)]
-pub struct RespondLayer {
-    body: Bytes,
-}
-
-impl Default for RespondLayer {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl RespondLayer {
-    /// Answers errors with a 503 and seawall-core's generic body.
-    pub fn new() -> Self {
-        Self {
-            body: Bytes::from_static(UNAVAILABLE_BODY.as_bytes()),
-        }
-    }
-
-    /// Answers errors with a 503 and `body` (keep it free of internal details).
-    pub fn with_body(body: impl Into<Bytes>) -> Self {
-        Self { body: body.into() }
-    }
-}
-
-impl<S> Layer<S> for RespondLayer {
-    type Service = Respond<S>;
-
-    fn layer(&self, inner: S) -> Respond<S> {
-        Respond {
-            inner,
-            body: self.body.clone(),
-            failed: None,
-        }
-    }
-}
-
-/// The service made by [`RespondLayer`].
-#[derive(Debug)]
-pub struct Respond<S> {
-    inner: S,
-    body: Bytes,
-    failed: Option<BoxError>,
-}
-
-impl<S: Clone> Clone for Respond<S> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-            body: self.body.clone(),
-            failed: None,
-        }
-    }
-}
-
-fn unavailable<B: From<Bytes>>(error: &BoxError, body: &Bytes) -> Response<B> {
-    telemetry::responded_to_error(&**error);
-    let mut res = Response::new(B::from(body.clone()));
-    *res.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-    res.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    if let Some(after) = find_rejection(&**error).and_then(|r| r.retry_after()) {
-        res.headers_mut()
-            .insert(RETRY_AFTER, retry_after_value(after));
-    }
-    res
-}
-
-impl<S, Req, B> Service<Req> for Respond<S>
-where
-    S: Service<Req, Response = Response<B>>,
-    S::Error: Into<BoxError>,
-    B: From<Bytes>,
-{
-    type Response = Response<B>;
-    type Error = Infallible;
-    type Future = RespondFuture<S::Future, B>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        if self.failed.is_none() {
-            if let Err(e) = ready_poll!(self.inner.poll_ready(cx)) {
-                // Answered with a 503 by the next call, without calling the inner service.
-                self.failed = Some(e.into());
-            }
-        }
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: Req) -> Self::Future {
-        match self.failed.take() {
-            Some(e) => RespondFuture {
-                state: RespondState::Failed {
-                    response: Some(unavailable(&e, &self.body)),
-                },
-            },
-            None => RespondFuture {
-                state: RespondState::Calling {
-                    fut: self.inner.call(req),
-                    body: self.body.clone(),
-                },
-            },
-        }
-    }
-}
-
-pin_project! {
-    #[project = RespondProj]
-    enum RespondState<F, B> {
-        Calling { #[pin] fut: F, body: Bytes },
-        Failed { response: Option<Response<B>> },
-    }
-}
-
-pin_project! {
-    /// The future of [`Respond`]: always a response.
-    pub struct RespondFuture<F, B> {
-        #[pin]
-        state: RespondState<F, B>,
-    }
-}
-
-impl<F, B> fmt::Debug for RespondFuture<F, B> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RespondFuture").finish_non_exhaustive()
-    }
-}
-
-impl<F, E, B> Future for RespondFuture<F, B>
-where
-    F: Future<Output = Result<Response<B>, E>>,
-    E: Into<BoxError>,
-    B: From<Bytes>,
-{
-    type Output = Result<Response<B>, Infallible>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().state.project() {
-            RespondProj::Calling { fut, body } => match ready_poll!(fut.poll(cx)) {
-                Ok(res) => Poll::Ready(Ok(res)),
-                Err(e) => Poll::Ready(Ok(unavailable(&e.into(), body))),
-            },
-            RespondProj::Failed { response } => {
-                Poll::Ready(Ok(response.take().unwrap_or_else(|| {
-                    let e: BoxError = "response already taken".into();
-                    unavailable(&e, &Bytes::from_static(UNAVAILABLE_BODY.as_bytes()))
-                })))
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::header::CONTENT_TYPE;
     use http_body_util::{BodyExt, Full};
-    use seawall_core::CircuitOpen;
-    use std::time::Duration;
-    use tower::{service_fn, ServiceExt};
+    use tower::ServiceExt;
 
     type Body = Full<Bytes>;
 
     #[tokio::test]
-    async fn errors_become_503_with_retry_after_and_nothing_internal() {
-        let failing = service_fn(|_req: http::Request<()>| async {
-            Err::<Response<Body>, BoxError>(Box::new(CircuitOpen::new(
-                "gpt-large-internal".into(),
-                Duration::from_millis(2500),
-            )))
-        });
-        let res = RespondLayer::new()
-            .layer(failing)
-            .oneshot(http::Request::new(()))
-            .await
-            .unwrap();
-        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(res.headers()[RETRY_AFTER], "3");
-        let body = res.into_body().collect().await.unwrap().to_bytes();
-        assert_eq!(&body[..], UNAVAILABLE_BODY.as_bytes());
-
-        let plain = service_fn(|_req: http::Request<()>| async {
-            Err::<Response<Body>, BoxError>("database password rejected".into())
-        });
-        let res = RespondLayer::with_body("busy")
-            .layer(plain)
-            .oneshot(http::Request::new(()))
-            .await
-            .unwrap();
-        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
-        assert!(res.headers().get(RETRY_AFTER).is_none());
-        let body = res.into_body().collect().await.unwrap().to_bytes();
-        assert_eq!(&body[..], b"busy");
-    }
-
-    #[tokio::test]
-    async fn responses_pass_through_and_fixed_responses_answer() {
+    async fn a_fixed_response_answers_its_declared_status_headers_and_body() {
         let fixed =
             FixedResponse::<Body>::new(StatusCode::OK, "canned").header(CONTENT_TYPE, "text/plain");
-        let res = RespondLayer::new()
-            .layer(fixed)
-            .oneshot(http::Request::new(()))
-            .await
-            .unwrap();
+        let res = fixed.oneshot(http::Request::new(())).await.unwrap();
         assert_eq!(res.status(), StatusCode::OK);
         assert_eq!(res.headers()[CONTENT_TYPE], "text/plain");
         let body = res.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(&body[..], b"canned");
-    }
-
-    #[tokio::test]
-    async fn a_readiness_error_is_answered_by_the_next_call() {
-        let (mock, mut handle) = tower_test::mock::pair::<http::Request<()>, Response<Body>>();
-        let mut svc = RespondLayer::new().layer(mock);
-        handle.send_error("closed");
-        let res = svc
-            .ready()
-            .await
-            .unwrap()
-            .call(http::Request::new(()))
-            .await
-            .unwrap();
-        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
     }
 }

@@ -177,9 +177,10 @@
 //!
 //! # HTTP servers
 //!
-//! With feature `http`, [`http::FixedResponse`] is a level that is a plain response,
-//! and [`http::RespondLayer`] answers errors with `503` (and `Retry-After`) instead of
-//! an `Err`, so hyper and axum always get a response. Opt in with
+//! With feature `http`, [`http::FixedResponse`] is a level that is a plain response;
+//! seawall-core's [`RespondLayer`](seawall_core::http::RespondLayer) outside the layer
+//! answers errors with `503` (and `Retry-After`) instead of an `Err`, so hyper and
+//! axum always get a response. Opt in with
 //! [`DegradationLayerBuilder::level_extensions`] to find [`CurrentLevel`] in each
 //! request's extensions and [`ServedBy`] in each response's.
 //!

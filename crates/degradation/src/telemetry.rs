@@ -93,13 +93,6 @@ pub(crate) fn reconfigured(name: &Name) {
     tracing::info!(target: "seawall::degradation", name = %name, "degradation reconfigured");
 }
 
-#[cfg(feature = "http")]
-/// An error was answered with a 503 response instead of an `Err`.
-pub(crate) fn responded_to_error(error: &(dyn std::error::Error + 'static)) {
-    #[cfg(feature = "tracing")]
-    tracing::warn!(target: "seawall::degradation", error = %error, "answered an error with 503");
-}
-
 /// A health check changed a dependency's status.
 pub(crate) fn health_changed(
     dependency: &str,

@@ -532,7 +532,8 @@ mod respond_dont_error {
     use bytes::Bytes;
     use http::{Request, Response, StatusCode};
     use http_body_util::{BodyExt, Full};
-    use seawall_degradation::http::{FixedResponse, RespondLayer};
+    use seawall_core::http::RespondLayer;
+    use seawall_degradation::http::FixedResponse;
     use std::convert::Infallible;
 
     type Body = Full<Bytes>;
@@ -549,7 +550,7 @@ mod respond_dont_error {
             .build()
             .unwrap();
         let handle = layer.handle();
-        let mut svc = RespondLayer::new().layer(layer.layer(full_svc));
+        let mut svc = RespondLayer.layer(layer.layer(full_svc));
         // The stack's error type is Infallible: what hyper and axum want.
         fn infallible<S: Service<Request<()>, Error = Infallible>>(_: &S) {}
         infallible(&svc);
