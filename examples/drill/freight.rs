@@ -1,0 +1,203 @@
+//! The controllable freight dependency: a hyper server on 127.0.0.1 whose behaviour
+//! follows the drill's schedule. It runs on its own thread and runtime, like a
+//! remote supplier would, and counts every request it receives.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// How the supplier behaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Answers a price at once.
+    Healthy,
+    /// Answers a price, but later than the shop's budget.
+    Slow,
+    /// Listener closed and live keep-alive connections dropped: connections are refused.
+    Refusing,
+    /// Answers 503.
+    ServerError,
+    /// Answers 404 "no quote for this destination": a business answer, not sickness.
+    BusinessRefusal,
+    /// Shut down for good.
+    Stopped,
+}
+
+impl Mode {
+    pub fn label(self) -> &'static str {
+        match self {
+            Mode::Healthy => "healthy",
+            Mode::Slow => "slow",
+            Mode::Refusing => "refusing",
+            Mode::ServerError => "5xx",
+            Mode::BusinessRefusal => "business 404",
+            Mode::Stopped => "stopped",
+        }
+    }
+
+    fn accepts(self) -> bool {
+        !matches!(self, Mode::Refusing | Mode::Stopped)
+    }
+}
+
+/// The price the supplier quotes, in cents. The shop must never show another.
+pub const PRICE_CENTS: u64 = 1250;
+
+/// A running supplier.
+pub struct Freight {
+    addr: SocketAddr,
+    mode: watch::Sender<Mode>,
+    arrivals: Arc<Mutex<Vec<Instant>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Freight {
+    /// Starts the supplier on an ephemeral loopback port, healthy.
+    pub fn start(slow_delay: Duration) -> std::io::Result<Self> {
+        let std_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        std_listener.set_nonblocking(true)?;
+        let addr = std_listener.local_addr()?;
+        let (mode, mode_rx) = watch::channel(Mode::Healthy);
+        let arrivals = Arc::new(Mutex::new(Vec::new()));
+        let seen = arrivals.clone();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()?;
+        let thread = std::thread::Builder::new()
+            .name("freight".into())
+            .spawn(move || {
+                runtime.block_on(serve(std_listener, addr, mode_rx, seen, slow_delay));
+            })?;
+        Ok(Self {
+            addr,
+            mode,
+            arrivals,
+            thread: Some(thread),
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn set_mode(&self, mode: Mode) {
+        self.mode.send_replace(mode);
+    }
+
+    /// Arrival instants of every request received so far.
+    pub fn arrivals(&self) -> Vec<Instant> {
+        self.arrivals.lock().map(|a| a.clone()).unwrap_or_default()
+    }
+}
+
+impl Drop for Freight {
+    fn drop(&mut self) {
+        self.mode.send_replace(Mode::Stopped);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+async fn serve(
+    first: std::net::TcpListener,
+    addr: SocketAddr,
+    mut mode_rx: watch::Receiver<Mode>,
+    arrivals: Arc<Mutex<Vec<Instant>>>,
+    slow_delay: Duration,
+) {
+    let mut initial = Some(first);
+    loop {
+        let mode = *mode_rx.borrow_and_update();
+        if mode == Mode::Stopped {
+            return;
+        }
+        if !mode.accepts() {
+            if mode_rx.changed().await.is_err() {
+                return;
+            }
+            continue;
+        }
+        let listener = match initial.take() {
+            Some(l) => TcpListener::from_std(l),
+            None => TcpListener::bind(addr).await,
+        };
+        let Ok(listener) = listener else {
+            // The port is briefly unavailable: try again shortly.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => {
+                    let Ok((stream, _)) = accepted else { continue };
+                    tokio::spawn(connection(stream, mode_rx.clone(), arrivals.clone(), slow_delay));
+                }
+                changed = mode_rx.changed() => {
+                    if changed.is_err() { return; }
+                    if !mode_rx.borrow().accepts() { break; }
+                }
+            }
+        }
+        // Dropping the listener here closes the port: new connections are refused.
+    }
+}
+
+async fn connection(
+    stream: tokio::net::TcpStream,
+    mode_rx: watch::Receiver<Mode>,
+    arrivals: Arc<Mutex<Vec<Instant>>>,
+    slow_delay: Duration,
+) {
+    let handler_mode = mode_rx.clone();
+    let svc = service_fn(move |_req: Request<Incoming>| {
+        let mode = *handler_mode.borrow();
+        if let Ok(mut a) = arrivals.lock() {
+            a.push(Instant::now());
+        }
+        async move { Ok::<_, std::convert::Infallible>(answer(mode, slow_delay).await) }
+    });
+    let conn = http1::Builder::new()
+        .keep_alive(true)
+        .serve_connection(TokioIo::new(stream), svc);
+    let mut killer = mode_rx;
+    tokio::select! {
+        _ = conn => {}
+        _ = killer.wait_for(|m| !m.accepts()) => {
+            // Dropping the connection future closes the socket under the client's pool.
+        }
+    }
+}
+
+async fn answer(mode: Mode, slow_delay: Duration) -> Response<Full<Bytes>> {
+    let (status, body) = match mode {
+        Mode::Healthy => (StatusCode::OK, format!("{{\"price_cents\":{PRICE_CENTS}}}")),
+        Mode::Slow => {
+            tokio::time::sleep(slow_delay).await;
+            (StatusCode::OK, format!("{{\"price_cents\":{PRICE_CENTS}}}"))
+        }
+        Mode::ServerError | Mode::Refusing | Mode::Stopped => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "supplier overloaded".to_owned(),
+        ),
+        Mode::BusinessRefusal => (
+            StatusCode::NOT_FOUND,
+            "no quote for this destination".to_owned(),
+        ),
+    };
+    let mut res = Response::new(Full::new(Bytes::from(body)));
+    *res.status_mut() = status;
+    res
+}

@@ -1,0 +1,172 @@
+//! A bounded load generator: fixed rates per endpoint, stops by itself at the end
+//! of the schedule. Every answer is recorded with its phase, latency and kind.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use tokio::sync::watch;
+use tokio::time::{Instant, MissedTickBehavior};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Endpoint {
+    Quote,
+    Checkout,
+    Recommendations,
+    Products,
+}
+
+impl Endpoint {
+    pub const ALL: [Endpoint; 4] = [
+        Endpoint::Quote,
+        Endpoint::Checkout,
+        Endpoint::Recommendations,
+        Endpoint::Products,
+    ];
+
+    pub fn path(self) -> &'static str {
+        match self {
+            Endpoint::Quote => "/quote",
+            Endpoint::Checkout => "/checkout",
+            Endpoint::Recommendations => "/recommendations",
+            Endpoint::Products => "/products",
+        }
+    }
+}
+
+/// One answer as the customer saw it.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub endpoint: Endpoint,
+    pub phase: usize,
+    pub sent_at: Instant,
+    pub latency: Duration,
+    pub status: u16,
+    /// The price shown to the customer, if any.
+    pub price_cents: Option<u64>,
+    /// Why there is no price (from the shop's JSON), or the level that served.
+    pub reason: Option<String>,
+}
+
+/// Requests per second for each endpoint.
+#[derive(Debug, Clone, Copy)]
+pub struct Rates {
+    pub quote: u32,
+    pub checkout: u32,
+    pub recommendations: u32,
+    pub products: u32,
+}
+
+impl Rates {
+    fn of(&self, e: Endpoint) -> u32 {
+        match e {
+            Endpoint::Quote => self.quote,
+            Endpoint::Checkout => self.checkout,
+            Endpoint::Recommendations => self.recommendations,
+            Endpoint::Products => self.products,
+        }
+    }
+}
+
+/// Drives the shop at `rates` for `duration`, tagging answers with the current phase.
+pub async fn run(
+    shop: SocketAddr,
+    rates: Rates,
+    duration: Duration,
+    phase: watch::Receiver<usize>,
+) -> Vec<Answer> {
+    let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(30))
+        .build_http();
+    let answers = Arc::new(Mutex::new(Vec::new()));
+    let mut generators = Vec::new();
+    for endpoint in Endpoint::ALL {
+        let rate = rates.of(endpoint);
+        if rate == 0 {
+            continue;
+        }
+        let client = client.clone();
+        let answers = answers.clone();
+        let phase = phase.clone();
+        generators.push(tokio::spawn(async move {
+            let mut in_flight = Vec::new();
+            let period = Duration::from_secs(1) / rate;
+            let mut tick = tokio::time::interval(period);
+            tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            let end = Instant::now() + duration;
+            loop {
+                tick.tick().await;
+                if Instant::now() >= end {
+                    break;
+                }
+                let client = client.clone();
+                let answers = answers.clone();
+                let phase = *phase.borrow();
+                in_flight.push(tokio::spawn(async move {
+                    let answer = one(&client, shop, endpoint, phase).await;
+                    if let Ok(mut a) = answers.lock() {
+                        a.push(answer);
+                    }
+                }));
+            }
+            for t in in_flight {
+                let _ = t.await;
+            }
+        }));
+    }
+    for g in generators {
+        let _ = g.await;
+    }
+    let mut all = answers.lock().map(|a| a.clone()).unwrap_or_default();
+    all.sort_by_key(|a| a.sent_at);
+    all
+}
+
+async fn one(
+    client: &Client<hyper_util::client::legacy::connect::HttpConnector, Empty<Bytes>>,
+    shop: SocketAddr,
+    endpoint: Endpoint,
+    phase: usize,
+) -> Answer {
+    let uri = format!("http://{shop}{}", endpoint.path());
+    let sent_at = Instant::now();
+    let mut answer = Answer {
+        endpoint,
+        phase,
+        sent_at,
+        latency: Duration::ZERO,
+        status: 0,
+        price_cents: None,
+        reason: None,
+    };
+    let Ok(uri) = uri.parse::<hyper::Uri>() else {
+        answer.reason = Some("bad uri".into());
+        return answer;
+    };
+    match client.get(uri).await {
+        Ok(res) => {
+            answer.status = res.status().as_u16();
+            let body = res.into_body().collect().await.map(|b| b.to_bytes());
+            answer.latency = sent_at.elapsed();
+            if let Ok(body) = body {
+                if let Ok(json) = serde_json::from_slice::<serde_json::Value>(&body) {
+                    answer.price_cents = json.get("price_cents").and_then(|v| v.as_u64());
+                    answer.reason = json
+                        .get("reason")
+                        .or_else(|| json.get("level"))
+                        .and_then(|v| v.as_str())
+                        .map(str::to_owned);
+                }
+            }
+        }
+        Err(e) => {
+            answer.latency = sent_at.elapsed();
+            answer.reason = Some(format!("shop unreachable: {e}"));
+        }
+    }
+    answer
+}

@@ -1,0 +1,165 @@
+//! The failure drill of seed 003, run for real over loopback: a freight supplier
+//! that goes slow, refuses connections, fails with 5xx, refuses a destination and
+//! recovers, while a bounded load drives the shop.
+#![allow(dead_code, unreachable_pub)] // shared by the example and its test, each using a part
+
+#[path = "freight.rs"]
+pub mod freight;
+#[path = "load.rs"]
+pub mod load;
+#[path = "report.rs"]
+pub mod report;
+#[path = "shop.rs"]
+pub mod shop;
+#[path = "tap.rs"]
+pub mod tap;
+
+use std::time::Duration;
+
+use seawall::BoxError;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use freight::{Freight, Mode};
+use load::Rates;
+use report::{Change, Gauges, Observations, Phase};
+use shop::Policy;
+
+/// The schedule of supplier behaviours, in order.
+pub const SCHEDULE: [Mode; 6] = [
+    Mode::Healthy,
+    Mode::Slow,
+    Mode::Refusing,
+    Mode::ServerError,
+    Mode::BusinessRefusal,
+    Mode::Healthy,
+];
+
+/// How the recommender behaves in each phase: it breaks with the freight supplier
+/// and comes back for the last two phases.
+fn recommender_mode(phase: usize) -> Mode {
+    match phase {
+        1..=3 => Mode::ServerError,
+        _ => Mode::Healthy,
+    }
+}
+
+/// Timings and rates of one run.
+#[derive(Debug, Clone, Copy)]
+pub struct DrillConfig {
+    pub phase: Duration,
+    pub policy: Policy,
+    pub rates: Rates,
+    /// How late the slow supplier answers (well past the budget).
+    pub slow_delay: Duration,
+}
+
+impl DrillConfig {
+    /// The seed's real durations: 300 ms budget, 8 active / 10 queued / 20 ms,
+    /// breaker open 10 s, degradation dwell 60 s; 30 s phases.
+    pub fn real() -> Self {
+        Self {
+            phase: Duration::from_secs(30),
+            policy: Policy {
+                budget: Duration::from_millis(300),
+                max_concurrent: 8,
+                max_queue: 10,
+                max_wait: Duration::from_millis(20),
+                open_for: Duration::from_secs(10),
+                dwell: Duration::from_secs(60),
+                probe_ratio: 0.05,
+                probe_window: Duration::from_secs(20),
+                probe_successes: 20,
+            },
+            rates: Rates {
+                quote: 40,
+                checkout: 5,
+                recommendations: 20,
+                products: 20,
+            },
+            slow_delay: Duration::from_secs(1),
+        }
+    }
+
+    /// The same drill in about a minute: phases of 8 s, the breaker open for 3 s,
+    /// a 5 s dwell and a quicker probe window. Budget and bulkhead limits unchanged.
+    pub fn fast() -> Self {
+        let mut c = Self::real();
+        c.phase = Duration::from_secs(8);
+        c.policy.open_for = Duration::from_secs(3);
+        c.policy.dwell = Duration::from_secs(5);
+        c.policy.probe_ratio = 0.25;
+        c.policy.probe_window = Duration::from_secs(3);
+        c.policy.probe_successes = 10;
+        c
+    }
+}
+
+/// Runs the whole drill and returns what it saw.
+pub async fn run(config: DrillConfig) -> Result<Observations, BoxError> {
+    let freight = Freight::start(config.slow_delay)?;
+    let recommender = Freight::start(config.slow_delay)?;
+    let shop = shop::start(freight.addr(), recommender.addr(), config.policy).await?;
+
+    let mut breaker_changes = shop.breaker.subscribe();
+    let mut level_changes = shop.degradation.subscribe();
+    let (phase_tx, phase_rx) = watch::channel(0usize);
+    let total = config.phase * SCHEDULE.len() as u32;
+    let load = tokio::spawn(load::run(shop.addr, config.rates, total, phase_rx));
+
+    let mut obs = Observations {
+        budget: config.policy.budget,
+        max_concurrent: config.policy.max_concurrent,
+        max_queue: config.policy.max_queue,
+        ..Observations::default()
+    };
+    let sample_every = Duration::from_millis(100);
+    for (i, mode) in SCHEDULE.iter().enumerate() {
+        freight.set_mode(*mode);
+        recommender.set_mode(recommender_mode(i));
+        phase_tx.send_replace(i);
+        let start = Instant::now();
+        let end = start + config.phase;
+        shop.bulkhead.reset_peaks();
+        while Instant::now() < end {
+            tokio::time::sleep(sample_every.min(end - Instant::now())).await;
+            let s = shop.bulkhead.snapshot();
+            obs.gauges.push(Gauges {
+                at: Instant::now(),
+                active: s.active,
+                queued: s.queued,
+            });
+        }
+        let s = shop.bulkhead.snapshot();
+        obs.high_water.push((s.peak_active, s.peak_queued));
+        obs.phases.push(Phase {
+            mode: *mode,
+            start,
+            end,
+        });
+    }
+    obs.answers = load.await?;
+    // Let the last calls finish their budget, then nothing may hold a slot.
+    tokio::time::sleep(config.policy.budget * 2).await;
+    let s = shop.bulkhead.snapshot();
+    obs.held_at_end = s.active + s.queued;
+
+    while let Ok(t) = breaker_changes.try_recv() {
+        obs.breaker_changes.push(Change {
+            at: t.at,
+            from: t.from.as_str().to_owned(),
+            to: t.to.as_str().to_owned(),
+        });
+    }
+    while let Ok(c) = level_changes.try_recv() {
+        obs.level_changes.push(Change {
+            at: c.at,
+            from: c.from.name.to_string(),
+            to: c.to.name.to_string(),
+        });
+    }
+    obs.admitted = shop.admitted.log();
+    obs.dependency_calls = shop.dependency_calls.log();
+    obs.freight_arrivals = freight.arrivals();
+    Ok(obs)
+}

@@ -1,0 +1,339 @@
+//! The shop under test: an axum server whose routes use seawall as a real service
+//! would. `/quote` and `/checkout` share one protected freight client; the
+//! recommendations degrade over their own flaky dependency; `/products` has no
+//! dependency at all.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::{Json, Router};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use seawall::bulkhead::BulkheadLayer;
+use seawall::circuit_breaker::{CircuitBreakerLayer, State as BreakerState};
+use seawall::core::{classify_fn, ClassifyInput, DeadlineLayer, ErrorsAsFailures, RejectionKind};
+use seawall::degradation::{DegradationLayer, Fixed};
+use seawall::fallback::{FallbackLayer, Mark, Rejections, Served, Trigger, Unavailable};
+use seawall::{BoxError, Classify, Outcome};
+use serde_json::{json, Value};
+use tower::util::BoxCloneSyncService;
+use tower::{Service, ServiceBuilder, ServiceExt};
+
+use super::tap::TapLayer;
+
+/// What the freight supplier said, as the shop's client understands it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QuoteAnswer {
+    Price(u64),
+    /// "No quote for this destination": a valid business answer.
+    NoQuote,
+    /// The supplier answered with an error status.
+    SupplierError(u16),
+}
+
+impl Mark for QuoteAnswer {
+    fn mark(&mut self, _served: Served) {}
+}
+
+/// A freight answer is a failure of the supplier only when it is a 5xx or 429.
+fn supplier_health(result: ClassifyInput<'_, QuoteAnswer>) -> Outcome {
+    match result {
+        Ok(QuoteAnswer::SupplierError(_)) => Outcome::Failure,
+        Ok(_) => Outcome::Success,
+        Err(e) => ErrorsAsFailures.classify(Err::<&QuoteAnswer, _>(e)),
+    }
+}
+
+type Request = http::Request<Empty<Bytes>>;
+
+/// The raw freight client: hyper-util over loopback, reading the body within the call
+/// so a slow body counts against the same budget.
+#[derive(Clone)]
+struct FreightClient {
+    client: Client<HttpConnector, Empty<Bytes>>,
+}
+
+impl Service<Request> for FreightClient {
+    type Response = QuoteAnswer;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<QuoteAnswer, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Service::poll_ready(&mut self.client, cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        let call = self.client.request(req);
+        Box::pin(async move {
+            let res = call.await?;
+            let status = res.status();
+            let body = res.into_body().collect().await?.to_bytes();
+            Ok(match status.as_u16() {
+                200 => {
+                    let json: Value = serde_json::from_slice(&body)?;
+                    let cents = json["price_cents"]
+                        .as_u64()
+                        .ok_or("quote without a price")?;
+                    QuoteAnswer::Price(cents)
+                }
+                404 => QuoteAnswer::NoQuote,
+                other => QuoteAnswer::SupplierError(other),
+            })
+        })
+    }
+}
+
+/// The drill's policy parameters (seed 003 by default).
+#[derive(Debug, Clone, Copy)]
+pub struct Policy {
+    pub budget: Duration,
+    pub max_concurrent: usize,
+    pub max_queue: usize,
+    pub max_wait: Duration,
+    pub open_for: Duration,
+    pub dwell: Duration,
+    pub probe_ratio: f64,
+    pub probe_window: Duration,
+    pub probe_successes: u32,
+}
+
+type Quotes = BoxCloneSyncService<Request, QuoteAnswer, BoxError>;
+
+/// Recommendations as the shop renders them.
+#[derive(Debug, Clone)]
+pub struct Recs {
+    level: &'static str,
+    items: Vec<&'static str>,
+}
+
+type RecsRequest = http::Request<()>;
+
+#[derive(Clone)]
+struct Shop {
+    freight: SocketAddr,
+    quotes: Quotes,
+    recs: BoxCloneSyncService<RecsRequest, Recs, BoxError>,
+}
+
+/// The shop's handles, for the drill's observations.
+pub struct Running {
+    pub addr: SocketAddr,
+    pub breaker: seawall::circuit_breaker::Handle,
+    pub bulkhead: seawall::bulkhead::Handle,
+    pub degradation: seawall::degradation::Handle,
+    pub admitted: TapLayer,
+    pub dependency_calls: TapLayer,
+}
+
+pub fn breaker_label(state: BreakerState) -> &'static str {
+    state.as_str()
+}
+
+/// Builds the shop and serves it on an ephemeral loopback port.
+pub async fn start(
+    freight: SocketAddr,
+    recommender: SocketAddr,
+    p: Policy,
+) -> Result<Running, BoxError> {
+    let client = Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(30))
+        .build_http::<Empty<Bytes>>();
+
+    let breaker = CircuitBreakerLayer::builder("freight")
+        .count_window(10, 10, 0.5)
+        .open_for(p.open_for)
+        .half_open_max(1)
+        .classifier(classify_fn(supplier_health))
+        .build()?;
+    let bulkhead = BulkheadLayer::builder("freight")
+        .max_concurrent(p.max_concurrent)
+        .max_queue(p.max_queue)
+        .max_wait(p.max_wait)
+        .build()?;
+    let breaker_handle = breaker.handle();
+    let state_probe = {
+        let h = breaker.handle();
+        Arc::new(move || breaker_label(h.state())) as Arc<dyn Fn() -> &'static str + Send + Sync>
+    };
+    let admitted = TapLayer::new(p.budget, state_probe.clone());
+    let dependency_calls = TapLayer::new(p.budget, state_probe);
+
+    let fallback = FallbackLayer::builder("freight-quote")
+        .on_rejections(Rejections::ALL)
+        .on_failure(classify_fn(supplier_health))
+        .unavailable::<QuoteAnswer>("no valid freight quote")
+        .build()?;
+
+    let quotes = ServiceBuilder::new()
+        .layer(fallback)
+        .layer(DeadlineLayer::new(p.budget)?)
+        .layer(bulkhead.clone())
+        .layer(admitted.clone())
+        .layer(breaker)
+        .layer(dependency_calls.clone())
+        .service(FreightClient {
+            client: client.clone(),
+        });
+
+    let personalized = {
+        let client = client.clone();
+        tower::service_fn(move |_req: RecsRequest| {
+            let uri = format!("http://{recommender}/recommendations");
+            let call = uri.parse::<hyper::Uri>().map(|uri| client.get(uri));
+            async move {
+                let res = tokio::time::timeout(Duration::from_millis(200), call?).await??;
+                if !res.status().is_success() {
+                    return Err::<Recs, BoxError>(
+                        format!("recommender answered {}", res.status()).into(),
+                    );
+                }
+                Ok(Recs {
+                    level: "personalized",
+                    items: vec!["for you: hiking boots", "for you: rain jacket"],
+                })
+            }
+        })
+    };
+    let degradation = DegradationLayer::builder("recommendations")
+        .inner_level("personalized")
+        .level(
+            "popular",
+            Fixed::new(Recs {
+                level: "popular",
+                items: vec!["popular: umbrella", "popular: torch"],
+            }),
+        )
+        .level(
+            "none",
+            Fixed::new(Recs {
+                level: "none",
+                items: vec![],
+            }),
+        )
+        .consecutive_failures(5)
+        .min_dwell(p.dwell)
+        .probe_ratio(p.probe_ratio)
+        .probe_window(p.probe_window)
+        .probe_successes_to_recover(p.probe_successes)
+        .seed(2026)
+        .build()?;
+    let degradation_handle = degradation.handle();
+    let recs = BoxCloneSyncService::new(
+        ServiceBuilder::new()
+            .layer(degradation)
+            .service(personalized),
+    );
+
+    let shop = Shop {
+        freight,
+        quotes: BoxCloneSyncService::new(quotes),
+        recs,
+    };
+    let app = Router::new()
+        .route("/quote", get(quote))
+        .route("/checkout", get(checkout))
+        .route("/recommendations", get(recommendations))
+        .route("/products", get(products))
+        .with_state(shop);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok(Running {
+        addr,
+        breaker: breaker_handle,
+        bulkhead: bulkhead.handle(),
+        degradation: degradation_handle,
+        admitted,
+        dependency_calls,
+    })
+}
+
+/// Why there is no quote, as the customer (and the drill's table) sees it.
+fn cause(err: &BoxError) -> &'static str {
+    let trigger = Unavailable::find(&**err).and_then(Unavailable::trigger);
+    match trigger {
+        Some(Trigger::Rejected(RejectionKind::DeadlineExceeded)) => "timeout",
+        Some(Trigger::Rejected(RejectionKind::BulkheadFull)) => "capacity_full",
+        Some(Trigger::Rejected(RejectionKind::BulkheadTimeout)) => "queue_timeout",
+        Some(Trigger::Rejected(RejectionKind::CircuitOpen)) => "breaker_open",
+        Some(Trigger::FailedResponse) => "supplier_error",
+        Some(Trigger::FailedError) => "supplier_unreachable",
+        _ => "unavailable",
+    }
+}
+
+async fn ask_for_quote(shop: &Shop) -> Result<QuoteAnswer, BoxError> {
+    let req = http::Request::get(format!("http://{}/quote?to=PT-1000", shop.freight))
+        .body(Empty::new())?;
+    shop.quotes.clone().oneshot(req).await
+}
+
+async fn quote(State(shop): State<Shop>) -> (StatusCode, Json<Value>) {
+    match ask_for_quote(&shop).await {
+        Ok(QuoteAnswer::Price(cents)) => (StatusCode::OK, Json(json!({ "price_cents": cents }))),
+        Ok(QuoteAnswer::NoQuote) => (
+            StatusCode::NOT_FOUND,
+            Json(json!({ "price_cents": null, "reason": "business_refusal" })),
+        ),
+        Ok(QuoteAnswer::SupplierError(_)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({ "price_cents": null, "reason": "supplier_error" })),
+        ),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({ "price_cents": null, "reason": cause(&e) })),
+        ),
+    }
+}
+
+/// An order is confirmed only with a price the supplier really quoted (seed 003):
+/// without one, the purchase waits rather than being priced by invention.
+async fn checkout(State(shop): State<Shop>) -> (StatusCode, Json<Value>) {
+    match ask_for_quote(&shop).await {
+        Ok(QuoteAnswer::Price(cents)) => (
+            StatusCode::OK,
+            Json(json!({ "order": "confirmed", "price_cents": cents })),
+        ),
+        Ok(QuoteAnswer::NoQuote) => (
+            StatusCode::CONFLICT,
+            Json(json!({ "order": "refused", "price_cents": null, "reason": "business_refusal" })),
+        ),
+        Ok(QuoteAnswer::SupplierError(_)) => (
+            StatusCode::CONFLICT,
+            Json(json!({ "order": "refused", "price_cents": null, "reason": "supplier_error" })),
+        ),
+        Err(e) => (
+            StatusCode::CONFLICT,
+            Json(json!({ "order": "refused", "price_cents": null, "reason": cause(&e) })),
+        ),
+    }
+}
+
+async fn recommendations(State(shop): State<Shop>) -> (StatusCode, Json<Value>) {
+    match shop.recs.clone().oneshot(http::Request::new(())).await {
+        Ok(recs) => (
+            StatusCode::OK,
+            Json(json!({ "level": recs.level, "items": recs.items })),
+        ),
+        Err(_) => (
+            StatusCode::OK,
+            Json(json!({ "level": "failed", "items": [] })),
+        ),
+    }
+}
+
+async fn products() -> Json<Value> {
+    Json(json!({ "products": ["hiking boots", "rain jacket", "umbrella", "torch"] }))
+}

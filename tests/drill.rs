@@ -1,0 +1,119 @@
+//! The failure drill over real loopback sockets, with shortened timings.
+//!
+//! Real time is the exception to the no-sleep rule here (paused time would
+//! auto-advance while the test waits on sockets), so the assertions are invariants
+//! that hold under any load: limits never exceeded, no dependency call in an open
+//! epoch but probes, no invented price, every slot released.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../examples/drill/scenario.rs"]
+mod scenario;
+
+use std::time::Duration;
+
+use scenario::freight::{Mode, PRICE_CENTS};
+use scenario::load::Endpoint;
+use scenario::DrillConfig;
+
+fn test_config() -> DrillConfig {
+    let mut c = DrillConfig::fast();
+    c.phase = Duration::from_secs(3);
+    c.policy.open_for = Duration::from_secs(1);
+    c.policy.dwell = Duration::from_secs(1);
+    c.policy.probe_ratio = 0.5;
+    c.policy.probe_window = Duration::from_secs(1);
+    c.policy.probe_successes = 3;
+    c
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_drill_keeps_its_promises() {
+    let config = test_config();
+    let obs = scenario::run(config).await.unwrap();
+    let rows = obs.rows();
+    let table = scenario::report::table(&rows);
+    assert_eq!(rows.len(), scenario::SCHEDULE.len(), "{table}");
+
+    for (row, phase) in rows.iter().zip(&obs.phases) {
+        // The bulkhead never lets more than its limits in.
+        assert!(row.max_active <= 8, "{table}");
+        assert!(row.max_queued <= 10, "{table}");
+        // Rejections happen only at those limits.
+        if row.unavailable.contains_key("capacity_full") {
+            assert_eq!((row.max_active, row.max_queued), (8, 10), "{table}");
+        }
+        if row.unavailable.contains_key("queue_timeout") {
+            assert_eq!(row.max_active, 8, "{table}");
+        }
+        // No call reaches the supplier while the breaker is open, except probes.
+        assert_eq!(row.calls_while_open, 0, "{table}");
+        // The page without a dependency is never refused.
+        assert_eq!(row.products_failed, 0, "{table}");
+        // Nothing the supplier did not quote is ever shown, and nothing is held
+        // once a phase's budget has run out.
+        assert_eq!(row.invented_prices, 0, "{table}");
+        assert_eq!(row.held_after, 0, "{table}");
+        // While the supplier cannot quote in time, nobody gets a price or an order:
+        // a late answer is a deadline rejection, never a success past the budget.
+        if matches!(
+            phase.mode,
+            Mode::Slow | Mode::Refusing | Mode::ServerError | Mode::BusinessRefusal
+        ) {
+            assert_eq!(row.quotes_served, 0, "{table}");
+            assert_eq!(row.checkouts_confirmed, 0, "{table}");
+        }
+    }
+    let slow = &rows[1];
+    assert!(
+        slow.unavailable.contains_key("timeout") || slow.unavailable.contains_key("breaker_open"),
+        "{table}"
+    );
+    let business = &rows[4];
+    assert!(
+        business.unavailable.contains_key("business_refusal"),
+        "{table}"
+    );
+
+    // Every price shown is the supplier's.
+    assert!(obs
+        .answers
+        .iter()
+        .filter(|a| matches!(a.endpoint, Endpoint::Quote | Endpoint::Checkout))
+        .all(|a| a.price_cents.is_none_or(|p| p == PRICE_CENTS)));
+
+    // The breaker opened, and closed again only through a probe.
+    let changes: Vec<(&str, &str)> = obs
+        .breaker_changes
+        .iter()
+        .map(|c| (c.from.as_str(), c.to.as_str()))
+        .collect();
+    assert!(changes.contains(&("closed", "open")), "{changes:?}");
+    assert!(!changes.contains(&("open", "closed")), "{changes:?}");
+    assert_eq!(changes.last().map(|c| c.1), Some("closed"), "{changes:?}");
+    assert_eq!(
+        changes.last().map(|c| c.0),
+        Some("half_open"),
+        "{changes:?}"
+    );
+
+    // Recommendations fell at once and climbed back.
+    let levels: Vec<(&str, &str)> = obs
+        .level_changes
+        .iter()
+        .map(|c| (c.from.as_str(), c.to.as_str()))
+        .collect();
+    assert_eq!(
+        levels.first(),
+        Some(&("personalized", "popular")),
+        "{levels:?}"
+    );
+    assert_eq!(
+        levels.last(),
+        Some(&("popular", "personalized")),
+        "{levels:?}"
+    );
+
+    // Every slot is released at the end.
+    assert_eq!(obs.held_at_end, 0);
+}
