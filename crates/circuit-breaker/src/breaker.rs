@@ -27,7 +27,7 @@
 //!   a transition was being made are counted as stale.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use seawall_core::{ConfigError, Name, Outcome, RandomSource};
@@ -94,7 +94,6 @@ pub(crate) struct Breaker {
     base: Instant,
     name: Name,
     machine: Mutex<Machine>,
-    subscribers: OnceLock<broadcast::Sender<Transition>>,
     telemetry: Telemetry,
 }
 
@@ -109,8 +108,8 @@ pub(crate) struct FastCounts {
 impl Breaker {
     pub(crate) fn new(
         name: Name,
-        config: CircuitBreakerConfig,
-        random: Box<dyn RandomSource>,
+        config: &CircuitBreakerConfig,
+        random: Option<Box<dyn RandomSource>>,
         now: Instant,
     ) -> Result<Self, ConfigError> {
         let machine = Machine::new(config, random, now)?;
@@ -127,7 +126,6 @@ impl Breaker {
             base: now,
             name,
             machine: Mutex::new(machine),
-            subscribers: OnceLock::new(),
             telemetry,
         })
     }
@@ -305,13 +303,13 @@ impl Breaker {
         m.record_successes(epoch_of(w), w & PENDING_MASK, now);
         let out = f(&mut m);
         self.publish(&mut m, now);
-        for t in m.take_transitions() {
-            self.telemetry.transition(&self.name, &t);
-            if let Some(tx) = self.subscribers.get() {
+        m.emit(|t, subscribers| {
+            self.telemetry.transition(&self.name, t);
+            if let Some(tx) = subscribers {
                 // No receiver left is fine.
-                let _ = tx.send(t);
+                let _ = tx.send(*t);
             }
-        }
+        });
         out
     }
 
@@ -330,7 +328,7 @@ impl Breaker {
                 }
             }
             Mode::ForcedOpen => {
-                let hint = u64::try_from(m.config().open_for.as_nanos()).unwrap_or(u64::MAX);
+                let hint = u64::try_from(m.base_open_for().as_nanos()).unwrap_or(u64::MAX);
                 self.reopen_at.store(hint, Ordering::Release);
             }
             Mode::Closed | Mode::Locked => {}
@@ -361,9 +359,7 @@ impl Breaker {
 
     /// A receiver of every transition from now on (the channel is created on first use).
     pub(crate) fn subscribe(&self) -> broadcast::Receiver<Transition> {
-        self.subscribers
-            .get_or_init(|| broadcast::channel(SUBSCRIPTION_CAPACITY).0)
-            .subscribe()
+        self.lock().subscribe(SUBSCRIPTION_CAPACITY)
     }
 
     /// Whether the breaker is closed, not forced, not ramping: safe to forget.
@@ -397,8 +393,14 @@ mod tests {
 
     const S: Duration = Duration::from_secs(1);
 
-    fn breaker(config: CircuitBreakerConfig, now: Instant) -> Breaker {
-        Breaker::new("test".into(), config, Box::new(SeededRandom::new(3)), now).unwrap()
+    fn breaker(config: &CircuitBreakerConfig, now: Instant) -> Breaker {
+        Breaker::new(
+            "test".into(),
+            config,
+            Some(Box::new(SeededRandom::new(3))),
+            now,
+        )
+        .unwrap()
     }
 
     fn ok() -> Report {
@@ -430,7 +432,7 @@ mod tests {
     #[test]
     fn closed_successes_are_batched_without_the_lock_and_folded_before_a_failure() {
         let t0 = Instant::now();
-        let b = breaker(CircuitBreakerConfig::default(), t0);
+        let b = breaker(&CircuitBreakerConfig::default(), t0);
         for _ in 0..1000 {
             let t = admit(&b, t0).unwrap();
             b.complete(t, ok(), None, || unreachable!("no clock on the fast path"));
@@ -450,7 +452,7 @@ mod tests {
     #[test]
     fn a_success_tallied_with_an_old_epoch_is_stale() {
         let t0 = Instant::now();
-        let b = breaker(CircuitBreakerConfig::default(), t0);
+        let b = breaker(&CircuitBreakerConfig::default(), t0);
         let old = admit(&b, t0).unwrap();
         b.locked(t0, |m| m.force_open(t0));
         b.complete(old, ok(), None, || t0);
@@ -463,7 +465,7 @@ mod tests {
     #[test]
     fn an_open_breaker_rejects_without_the_lock_and_counts() {
         let t0 = Instant::now();
-        let b = breaker(CircuitBreakerConfig::default(), t0);
+        let b = breaker(&CircuitBreakerConfig::default(), t0);
         b.locked(t0, |m| {
             for _ in 0..10 {
                 if let Admission::Admitted(t) = m.acquire(t0) {
@@ -485,7 +487,7 @@ mod tests {
     fn threads_lose_no_outcome() {
         let t0 = Instant::now();
         let b = breaker(
-            CircuitBreakerConfig {
+            &CircuitBreakerConfig {
                 policy: TripPolicy::ConsecutiveFailures {
                     threshold: 1_000_000,
                 },
@@ -582,7 +584,7 @@ mod tests {
         ) {
             let t0 = Instant::now();
             let mut now = t0;
-            let b = breaker(config(max, consecutive), t0);
+            let b = breaker(&config(max, consecutive), t0);
             let mut max = max;
             let mut held: Vec<Ticket> = Vec::new();
             let mut ended = 0u64;
@@ -623,7 +625,7 @@ mod tests {
                     }
                     Op::Advance(d) => now += Duration::from_millis(d),
                     Op::Reconfigure(n) => {
-                        b.locked(now, |m| m.reconfigure(config(n, consecutive), now)).unwrap();
+                        b.locked(now, |m| m.reconfigure(&config(n, consecutive), now)).unwrap();
                         max = n;
                     }
                     Op::Operator(k) => b.locked(now, |m| match k {

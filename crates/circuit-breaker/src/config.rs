@@ -76,27 +76,6 @@ pub enum TripPolicy {
 }
 
 impl TripPolicy {
-    /// Whether two policies keep the same window (so reconfiguring between them keeps it).
-    pub(crate) fn same_window(&self, other: &TripPolicy) -> bool {
-        match (self, other) {
-            (Self::ConsecutiveFailures { .. }, Self::ConsecutiveFailures { .. }) => true,
-            (Self::CountWindow { size: a, .. }, Self::CountWindow { size: b, .. }) => a == b,
-            (
-                Self::TimeWindow {
-                    window: wa,
-                    bucket: ba,
-                    ..
-                },
-                Self::TimeWindow {
-                    window: wb,
-                    bucket: bb,
-                    ..
-                },
-            ) => wa == wb && ba == bb,
-            _ => false,
-        }
-    }
-
     fn is_window(&self) -> bool {
         !matches!(self, Self::ConsecutiveFailures { .. })
     }
@@ -133,7 +112,8 @@ impl TripPolicy {
                 min_calls,
                 failure_rate,
             } => {
-                check_nonzero_duration("policy.bucket", bucket)?;
+                check_interval("policy.bucket", bucket)?;
+                check_interval("policy.window", window)?;
                 if window < bucket {
                     return Err(ConfigError::new(
                         "policy.window",
@@ -217,7 +197,8 @@ pub struct CircuitBreakerConfig {
     /// The open interval is multiplied by this on every re-trip (a failed probe, or a
     /// trip during the ramp); `1.0` keeps it fixed.
     pub backoff_multiplier: f64,
-    /// The longest the open interval grows to (before jitter).
+    /// The longest the open interval grows to (before jitter); never below
+    /// `open_for`. Must be at least `open_for` when the interval grows.
     #[cfg_attr(feature = "serde", serde(with = "seawall_core::duration_format"))]
     pub max_open_for: Duration,
     /// Each open interval is stretched by a random fraction in `[0, jitter)` of itself,
@@ -266,7 +247,7 @@ impl CircuitBreakerConfig {
                     "needs a count or time window policy",
                 ));
             }
-            check_nonzero_duration("slow_call.threshold", slow.threshold)?;
+            check_interval("slow_call.threshold", slow.threshold)?;
             check_rate("slow_call.rate", slow.rate)?;
         }
         check_interval("open_for", self.open_for)?;
@@ -277,7 +258,7 @@ impl CircuitBreakerConfig {
             ));
         }
         check_interval("max_open_for", self.max_open_for)?;
-        if self.max_open_for < self.open_for {
+        if self.backoff_multiplier > 1.0 && self.max_open_for < self.open_for {
             return Err(ConfigError::new(
                 "max_open_for",
                 format!(
@@ -305,6 +286,166 @@ impl CircuitBreakerConfig {
             check_fraction("ramp.start_share", ramp.start_share)?;
         }
         Ok(())
+    }
+}
+
+/// The configuration in the compact form a breaker keeps (durations in
+/// nanoseconds; every duration is validated to be at most [`MAX_INTERVAL`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Tuning {
+    pub(crate) policy: Policy,
+    /// 0: no slow-call detection.
+    pub(crate) slow_ns: u64,
+    pub(crate) slow_rate: f64,
+    pub(crate) open_for_ns: u64,
+    pub(crate) max_open_for_ns: u64,
+    pub(crate) backoff: f64,
+    pub(crate) jitter: f64,
+    pub(crate) half_open_max: u32,
+    pub(crate) probes_to_close: u32,
+    pub(crate) half_open_timeout_ns: u64,
+    /// 0: no ramp.
+    pub(crate) ramp_ns: u64,
+    pub(crate) ramp_start: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Policy {
+    Consecutive {
+        threshold: u32,
+    },
+    Count {
+        size: u32,
+        min_calls: u32,
+        failure_rate: f64,
+    },
+    Time {
+        window_ns: u64,
+        bucket_ns: u64,
+        min_calls: u32,
+        failure_rate: f64,
+    },
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl Policy {
+    /// Whether two policies keep the same window (so reconfiguring between them keeps it).
+    pub(crate) fn same_window(&self, other: &Policy) -> bool {
+        match (self, other) {
+            (Self::Consecutive { .. }, Self::Consecutive { .. }) => true,
+            (Self::Count { size: a, .. }, Self::Count { size: b, .. }) => a == b,
+            (
+                Self::Time {
+                    window_ns: wa,
+                    bucket_ns: ba,
+                    ..
+                },
+                Self::Time {
+                    window_ns: wb,
+                    bucket_ns: bb,
+                    ..
+                },
+            ) => wa == wb && ba == bb,
+            _ => false,
+        }
+    }
+}
+
+impl Tuning {
+    /// The compact form of a configuration, validated first.
+    pub(crate) fn new(config: &CircuitBreakerConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let policy = match config.policy {
+            TripPolicy::ConsecutiveFailures { threshold } => Policy::Consecutive { threshold },
+            TripPolicy::CountWindow {
+                size,
+                min_calls,
+                failure_rate,
+            } => Policy::Count {
+                size,
+                min_calls,
+                failure_rate,
+            },
+            TripPolicy::TimeWindow {
+                window,
+                bucket,
+                min_calls,
+                failure_rate,
+            } => Policy::Time {
+                window_ns: nanos(window),
+                bucket_ns: nanos(bucket),
+                min_calls,
+                failure_rate,
+            },
+        };
+        let (slow_ns, slow_rate) = config
+            .slow_call
+            .map_or((0, 0.0), |s| (nanos(s.threshold).max(1), s.rate));
+        let (ramp_ns, ramp_start) = config
+            .ramp
+            .map_or((0, 0.0), |r| (nanos(r.duration).max(1), r.start_share));
+        Ok(Self {
+            policy,
+            slow_ns,
+            slow_rate,
+            open_for_ns: nanos(config.open_for),
+            max_open_for_ns: nanos(config.max_open_for),
+            backoff: config.backoff_multiplier,
+            jitter: config.jitter,
+            half_open_max: config.half_open_max,
+            probes_to_close: config.probes_to_close,
+            half_open_timeout_ns: nanos(config.half_open_timeout),
+            ramp_ns,
+            ramp_start,
+        })
+    }
+
+    /// The configuration this came from.
+    pub(crate) fn config(&self) -> CircuitBreakerConfig {
+        let d = Duration::from_nanos;
+        CircuitBreakerConfig {
+            policy: match self.policy {
+                Policy::Consecutive { threshold } => TripPolicy::ConsecutiveFailures { threshold },
+                Policy::Count {
+                    size,
+                    min_calls,
+                    failure_rate,
+                } => TripPolicy::CountWindow {
+                    size,
+                    min_calls,
+                    failure_rate,
+                },
+                Policy::Time {
+                    window_ns,
+                    bucket_ns,
+                    min_calls,
+                    failure_rate,
+                } => TripPolicy::TimeWindow {
+                    window: d(window_ns),
+                    bucket: d(bucket_ns),
+                    min_calls,
+                    failure_rate,
+                },
+            },
+            slow_call: (self.slow_ns != 0).then(|| SlowCallConfig {
+                threshold: d(self.slow_ns),
+                rate: self.slow_rate,
+            }),
+            open_for: d(self.open_for_ns),
+            backoff_multiplier: self.backoff,
+            max_open_for: d(self.max_open_for_ns),
+            jitter: self.jitter,
+            half_open_max: self.half_open_max,
+            probes_to_close: self.probes_to_close,
+            half_open_timeout: d(self.half_open_timeout_ns),
+            ramp: (self.ramp_ns != 0).then(|| RampConfig {
+                duration: d(self.ramp_ns),
+                start_share: self.ramp_start,
+            }),
+        }
     }
 }
 
@@ -518,6 +659,40 @@ mod tests {
     }
 
     #[test]
+    fn the_compact_form_round_trips() {
+        let s = Duration::from_secs(1);
+        let configs = [
+            CircuitBreakerConfig::default(),
+            CircuitBreakerConfig {
+                policy: TripPolicy::TimeWindow {
+                    window: 60 * s,
+                    bucket: Duration::from_millis(500),
+                    min_calls: 7,
+                    failure_rate: 0.3,
+                },
+                slow_call: Some(SlowCallConfig {
+                    threshold: Duration::from_nanos(300_000_001),
+                    rate: 0.9,
+                }),
+                ramp: Some(RampConfig {
+                    duration: 30 * s,
+                    start_share: 0.0,
+                }),
+                backoff_multiplier: 1.5,
+                jitter: 0.25,
+                ..CircuitBreakerConfig::default()
+            },
+            CircuitBreakerConfig {
+                policy: TripPolicy::ConsecutiveFailures { threshold: 3 },
+                ..CircuitBreakerConfig::default()
+            },
+        ];
+        for c in configs {
+            assert_eq!(Tuning::new(&c).unwrap().config(), c);
+        }
+    }
+
+    #[test]
     fn validation_names_the_field() {
         let base = CircuitBreakerConfig::default;
         let s = Duration::from_secs(1);
@@ -647,6 +822,7 @@ mod tests {
             (
                 CircuitBreakerConfig {
                     max_open_for: s,
+                    backoff_multiplier: 2.0,
                     ..base()
                 },
                 "max_open_for",

@@ -26,6 +26,7 @@ pub(crate) struct Guard {
 }
 
 impl Guard {
+    #[inline]
     pub(crate) fn new(breaker: Arc<Breaker>, ticket: Ticket, started: Option<Instant>) -> Self {
         Self {
             breaker: Some(breaker),
@@ -38,6 +39,7 @@ impl Guard {
         self.breaker.is_none()
     }
 
+    #[inline]
     pub(crate) fn finish(&mut self, outcome: Outcome, timed_out: bool) {
         if let Some(breaker) = self.breaker.take() {
             let (slow, now) = match self.started {
@@ -98,6 +100,7 @@ pin_project! {
 }
 
 impl<F, C> ResponseFuture<F, C> {
+    #[inline]
     pub(crate) fn admitted(future: Bounded<F>, guard: Guard, classifier: C) -> Self {
         Self {
             kind: Kind::Admitted {
@@ -141,6 +144,7 @@ where
 {
     type Output = Result<T, BoxError>;
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
             KindProj::Admitted {

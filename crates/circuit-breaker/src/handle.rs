@@ -122,9 +122,11 @@ impl Handle {
     /// stays open until its current interval ends). The window is kept when its
     /// shape is unchanged (same policy kind and size, or window and bucket);
     /// otherwise a new empty window starts. Refused, changing nothing, if invalid.
+    // By value, like every seawall layer's `reconfigure`.
+    #[allow(clippy::needless_pass_by_value)]
     pub fn reconfigure(&self, config: CircuitBreakerConfig) -> Result<(), ConfigError> {
         let now = Instant::now();
-        self.breaker.locked(now, |m| m.reconfigure(config, now))
+        self.breaker.locked(now, |m| m.reconfigure(&config, now))
     }
 
     /// Goes back to the configuration the breaker was built with, keeping the state.
@@ -136,7 +138,7 @@ impl Handle {
     /// The configuration in force.
     pub fn config(&self) -> CircuitBreakerConfig {
         let now = Instant::now();
-        self.breaker.locked(now, |m| m.config().clone())
+        self.breaker.locked(now, |m| m.config())
     }
 }
 

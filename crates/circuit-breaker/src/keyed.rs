@@ -59,8 +59,8 @@ struct Keyed<K> {
 struct Settings {
     config: CircuitBreakerConfig,
     built: CircuitBreakerConfig,
-    /// Seeds each new key's jitter source.
-    random: Box<dyn RandomSource>,
+    /// Seeds each new key's jitter source, if one was supplied.
+    random: Option<Box<dyn RandomSource>>,
 }
 
 struct Entry {
@@ -87,13 +87,11 @@ where
 
     fn new_breaker(&self, name: Name, now: Instant) -> Result<Breaker, ConfigError> {
         let mut settings = self.settings();
-        let seed = (settings.random.next_f64() * (1u64 << 53) as f64) as u64;
-        Breaker::new(
-            name,
-            settings.config.clone(),
-            Box::new(SeededRandom::new(seed)),
-            now,
-        )
+        let random = settings.random.as_mut().map(|parent| {
+            let seed = (parent.next_f64() * (1u64 << 53) as f64) as u64;
+            Box::new(SeededRandom::new(seed)) as Box<dyn RandomSource>
+        });
+        Breaker::new(name, &settings.config, random, now)
     }
 
     fn overflow(&self, now: Instant) -> Option<Arc<Breaker>> {
@@ -163,9 +161,7 @@ impl<K, F, C> KeyedCircuitBreakerLayer<K, F, C> {
         if max_keys == 0 {
             return Err(ConfigError::new("max_keys", "must be at least 1"));
         }
-        let random = builder
-            .random
-            .unwrap_or_else(|| Box::new(SeededRandom::from_entropy()));
+        let random = builder.random;
         Ok(Self {
             shared: Arc::new(Keyed {
                 name: builder.name,

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use seawall_core::{ConfigError, ErrorsAsFailures, Name, SeededRandom};
+use seawall_core::{ConfigError, ErrorsAsFailures, Name};
 use tokio::time::Instant;
 use tower_layer::Layer;
 
@@ -46,10 +46,12 @@ impl CircuitBreakerLayer {
 
 impl<C> CircuitBreakerLayer<C> {
     pub(crate) fn from_parts(builder: CircuitBreakerBuilder<C>) -> Result<Self, ConfigError> {
-        let random = builder
-            .random
-            .unwrap_or_else(|| Box::new(SeededRandom::from_entropy()));
-        let breaker = Breaker::new(builder.name, builder.config, random, Instant::now())?;
+        let breaker = Breaker::new(
+            builder.name,
+            &builder.config,
+            builder.random,
+            Instant::now(),
+        )?;
         Ok(Self {
             breaker: Arc::new(breaker),
             classifier: builder.classifier,

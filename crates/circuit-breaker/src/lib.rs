@@ -152,13 +152,19 @@
 //! A closed call takes no lock: admission is one atomic load; the response future
 //! (a concrete type) holds one `Arc` to the breaker; a success is one
 //! compare-and-swap that tallies it, folded into the window by whoever next takes
-//! the lock (a failure, a snapshot, an operator). No allocation, no span, and no
-//! clock read unless slow-call detection or a time window needs one. Failures,
-//! probes, the ramp and operators take a short uncontended mutex. An open
-//! rejection reads the clock once (for the retry-after) and allocates the boxed
-//! error. Memory per breaker is fixed by its configuration (one byte per slot of a
-//! count window, 12 bytes per bucket of a time window), never by traffic; the
-//! transition channel is created only when someone subscribes.
+//! the lock (a failure, a snapshot, an operator), so the window sees the same
+//! sequence as if each success had been recorded on its own. No allocation, no
+//! span, and no clock read unless slow-call detection or a time window needs one
+//! (a time window records every outcome under the lock). Failures, probes, the
+//! ramp and operators take a short uncontended mutex. An open rejection takes no
+//! lock and reads the clock once (for the retry-after); the boxed [`CircuitOpen`]
+//! is its one allocation.
+//!
+//! Memory is fixed by the configuration, never by traffic: a breaker with a
+//! 100-call count window takes under 500 bytes (one byte per count-window slot,
+//! 12 bytes per time-window bucket). What only matters once it has tripped, been
+//! forced or reconfigured (probe slots, transition counts, the backoff state, the
+//! subscription channel) is allocated then, a few hundred bytes, and kept.
 //!
 //! # Observability
 //!

@@ -7,10 +7,13 @@
 
 use std::time::Duration;
 
-use seawall_core::{ConfigError, CountWindow, Outcome, RandomSource, TimeWindow, WindowCounts};
+use seawall_core::{
+    ConfigError, CountWindow, Outcome, RandomSource, SeededRandom, TimeWindow, WindowCounts,
+};
+use tokio::sync::broadcast;
 use tokio::time::Instant;
 
-use crate::config::{CircuitBreakerConfig, TripPolicy};
+use crate::config::{CircuitBreakerConfig, Policy, Tuning};
 
 /// The state of a breaker, as reported to operators.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -253,6 +256,15 @@ pub(crate) struct Tally {
     pub(crate) stale: u64,
 }
 
+/// The counters every closed call may touch.
+#[derive(Debug, Clone, Copy, Default)]
+struct Hot {
+    successes: u64,
+    failures: u64,
+    slow: u64,
+    timeouts: u64,
+}
+
 /// The four automatic transitions, in this order.
 const AUTOMATIC: [(State, State); 4] = [
     (State::Closed, State::Open),
@@ -262,16 +274,18 @@ const AUTOMATIC: [(State, State); 4] = [
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq)]
-struct Ramp {
-    started: Instant,
-    credit: f64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
 enum Phase {
-    Closed { ramp: Option<Ramp> },
-    Open { until: Instant, open_for: Duration },
-    HalfOpen { in_flight: u32, successes: u32 },
+    /// `ramp`: the admission credit while ramping up (the ramp started at `since`).
+    Closed {
+        ramp: Option<f64>,
+    },
+    Open {
+        until: Instant,
+    },
+    HalfOpen {
+        in_flight: u32,
+        successes: u32,
+    },
     ForcedOpen,
     ForcedClosed,
     Disabled,
@@ -298,14 +312,23 @@ enum Window {
 }
 
 impl Window {
-    fn new(policy: &TripPolicy, now: Instant) -> Result<Self, ConfigError> {
+    fn new(policy: &Policy, now: Instant) -> Result<Self, ConfigError> {
         Ok(match *policy {
-            TripPolicy::ConsecutiveFailures { .. } => Window::Consecutive(0),
-            TripPolicy::CountWindow { size, .. } => {
+            Policy::Consecutive { .. } => Window::Consecutive(0),
+            Policy::Count { size, .. } => {
                 Window::Count(CountWindow::new(size as usize).map_err(|e| e.within("policy"))?)
             }
-            TripPolicy::TimeWindow { window, bucket, .. } => Window::Time(Box::new(
-                TimeWindow::new(window, bucket, now).map_err(|e| e.within("policy"))?,
+            Policy::Time {
+                window_ns,
+                bucket_ns,
+                ..
+            } => Window::Time(Box::new(
+                TimeWindow::new(
+                    Duration::from_nanos(window_ns),
+                    Duration::from_nanos(bucket_ns),
+                    now,
+                )
+                .map_err(|e| e.within("policy"))?,
             )),
         })
     }
@@ -354,38 +377,25 @@ impl Window {
     }
 }
 
-/// The transitions made since the caller last took them; a few fit without allocating.
+/// What only matters once the breaker has left the plain closed state (tripped,
+/// probed, forced, reconfigured): allocated then, kept afterwards. A breaker that
+/// never trips never pays for it.
 #[derive(Debug, Default)]
-struct Events {
-    buf: [Option<Transition>; 3],
-}
-
-impl Events {
-    fn push(&mut self, t: Transition) {
-        if let Some(slot) = self.buf.iter_mut().find(|s| s.is_none()) {
-            *slot = Some(t);
-        } else {
-            // Nobody drained: keep the newest.
-            self.buf.rotate_left(1);
-            self.buf[2] = Some(t);
-        }
-    }
-
-    fn take(&mut self) -> [Option<Transition>; 3] {
-        std::mem::take(&mut self.buf)
-    }
-}
-
-/// The breaker's policy. See the crate docs for the state diagram.
-#[derive(Debug)]
-pub(crate) struct Machine {
-    config: CircuitBreakerConfig,
+struct Cold {
     /// The configuration before the first `reconfigure`, for `revert`.
-    original: Option<Box<CircuitBreakerConfig>>,
-    phase: Phase,
-    since: Instant,
-    epoch: u32,
-    window: Window,
+    original: Option<Tuning>,
+    /// Start instants of the probes in flight, one slot per allowed probe.
+    probes: Vec<Option<Instant>>,
+    ignored: u64,
+    cancelled: u64,
+    short_circuited: u64,
+    stale: u64,
+    probe_successes: u64,
+    probe_failures: u64,
+    probe_timeouts: u64,
+    automatic: [u64; 4],
+    /// Operator transitions by (from, to).
+    manual: [[u32; 6]; 6],
     /// Opens since the breaker last recovered fully (drives the backoff).
     streak: u32,
     /// Probes that failed (or timed out) in a row since the last close.
@@ -394,47 +404,69 @@ pub(crate) struct Machine {
     spell_since: Option<Instant>,
     /// Time spent in finished open spells.
     open_total: Duration,
-    /// Start instants of the probes in flight, one slot per allowed probe.
-    probes: Vec<Option<Instant>>,
-    tally: Tally,
-    automatic: [u64; 4],
-    /// Operator transitions by (from, to), allocated at the first one.
-    manual: Option<Box<[[u64; 6]; 6]>>,
-    events: Events,
+    /// Transitions not yet taken by the caller.
+    events: Vec<Transition>,
+    /// Where transitions are sent, once someone subscribed.
+    subscribers: Option<broadcast::Sender<Transition>>,
+    /// The jitter source, when one was supplied or jitter is used.
+    random: Option<Box<dyn RandomSource>>,
     /// The jitter sample for the next open interval (drawn ahead, so `state(now)` can
     /// report exactly what the next call will see).
-    next_u: f64,
-    random: Box<dyn RandomSource>,
+    next_u: Option<f64>,
+}
+
+/// The breaker's policy. See the crate docs for the state diagram.
+#[derive(Debug)]
+pub(crate) struct Machine {
+    tuning: Tuning,
+    phase: Phase,
+    since: Instant,
+    epoch: u32,
+    window: Window,
+    hot: Hot,
+    cold: Option<Box<Cold>>,
 }
 
 impl Machine {
     pub(crate) fn new(
-        config: CircuitBreakerConfig,
-        mut random: Box<dyn RandomSource>,
+        config: &CircuitBreakerConfig,
+        random: Option<Box<dyn RandomSource>>,
         now: Instant,
     ) -> Result<Self, ConfigError> {
-        config.validate()?;
-        let window = Window::new(&config.policy, now)?;
-        let next_u = sample(&mut *random);
+        let tuning = Tuning::new(config)?;
+        let window = Window::new(&tuning.policy, now)?;
+        let random = match random {
+            Some(r) => Some(r),
+            None if tuning.jitter > 0.0 => Some(entropy()),
+            None => None,
+        };
+        let cold = random.map(|random| {
+            Box::new(Cold {
+                random: Some(random),
+                ..Cold::default()
+            })
+        });
         Ok(Self {
-            probes: vec![None; config.half_open_max as usize],
-            config,
-            original: None,
+            tuning,
             phase: Phase::Closed { ramp: None },
             since: now,
             epoch: 0,
             window,
-            streak: 0,
-            failed_probes: 0,
-            spell_since: None,
-            open_total: Duration::ZERO,
-            tally: Tally::default(),
-            automatic: [0; 4],
-            manual: None,
-            events: Events::default(),
-            next_u,
-            random,
+            hot: Hot::default(),
+            cold,
         })
+    }
+
+    fn cold(&mut self) -> &mut Cold {
+        self.cold.get_or_insert_with(Default::default)
+    }
+
+    fn streak_of(&self) -> u32 {
+        self.cold.as_ref().map_or(0, |c| c.streak)
+    }
+
+    fn next_u(&self) -> f64 {
+        self.cold.as_ref().and_then(|c| c.next_u).unwrap_or(0.0)
     }
 
     // ----- reporting -------------------------------------------------------------
@@ -463,13 +495,22 @@ impl Machine {
             }
         };
         match self.phase {
-            Phase::Open { until, .. } => open(self.since, until),
+            Phase::Open { until } => open(self.since, until),
             Phase::HalfOpen { .. } => match self.probe_deadline() {
-                Some(due) if now >= due => open(
-                    due,
-                    later(due, self.open_interval(self.streak.saturating_add(1))),
-                ),
-                _ => Reported {
+                Some(due) => {
+                    if now >= due {
+                        let next =
+                            self.open_interval(self.streak_of().saturating_add(1), self.next_u());
+                        open(due, later(due, next))
+                    } else {
+                        Reported {
+                            state: State::HalfOpen,
+                            since: self.since,
+                            until: None,
+                        }
+                    }
+                }
+                None => Reported {
                     state: State::HalfOpen,
                     since: self.since,
                     until: None,
@@ -487,8 +528,9 @@ impl Machine {
         self.epoch
     }
 
-    pub(crate) fn config(&self) -> &CircuitBreakerConfig {
-        &self.config
+    /// The configuration in force.
+    pub(crate) fn config(&self) -> CircuitBreakerConfig {
+        self.tuning.config()
     }
 
     /// When the current state began.
@@ -498,24 +540,41 @@ impl Machine {
     }
 
     pub(crate) fn tally(&self) -> Tally {
-        self.tally
+        let mut t = Tally {
+            successes: self.hot.successes,
+            failures: self.hot.failures,
+            slow: self.hot.slow,
+            timeouts: self.hot.timeouts,
+            ..Tally::default()
+        };
+        if let Some(c) = &self.cold {
+            t.ignored = c.ignored;
+            t.cancelled = c.cancelled;
+            t.short_circuited = c.short_circuited;
+            t.stale = c.stale;
+            t.probe_successes = c.probe_successes;
+            t.probe_failures = c.probe_failures;
+            t.probe_timeouts = c.probe_timeouts;
+        }
+        t
     }
 
     /// Transition counts by (from, to), non-zero only.
     pub(crate) fn transition_counts(&self) -> Vec<(State, State, u64)> {
+        let Some(c) = &self.cold else {
+            return Vec::new();
+        };
         let mut out: Vec<(State, State, u64)> = AUTOMATIC
             .iter()
-            .zip(self.automatic)
+            .zip(c.automatic)
             .filter(|(_, n)| *n > 0)
             .map(|((from, to), n)| (*from, *to, n))
             .collect();
-        if let Some(manual) = &self.manual {
-            for from in State::ALL {
-                for to in State::ALL {
-                    let n = manual[from.index()][to.index()];
-                    if n > 0 {
-                        out.push((from, to, n));
-                    }
+        for from in State::ALL {
+            for to in State::ALL {
+                let n = c.manual[from.index()][to.index()];
+                if n > 0 {
+                    out.push((from, to, u64::from(n)));
                 }
             }
         }
@@ -541,41 +600,46 @@ impl Machine {
     }
 
     pub(crate) fn failed_probes(&self) -> u32 {
-        self.failed_probes
+        self.cold.as_ref().map_or(0, |c| c.failed_probes)
     }
 
     pub(crate) fn streak(&self) -> u32 {
-        self.streak
+        self.streak_of()
     }
 
     /// The interval of the current open state.
     pub(crate) fn current_open_for(&self) -> Option<Duration> {
         match self.phase {
-            Phase::Open { open_for, .. } => Some(open_for),
+            Phase::Open { until } => Some(until.saturating_duration_since(self.since)),
             _ => None,
         }
     }
 
     /// How long the breaker has been out of the closed states (tripped or forced), if it is.
     pub(crate) fn open_spell(&self, now: Instant) -> Option<Duration> {
-        self.spell_since.map(|s| now.saturating_duration_since(s))
+        self.cold
+            .as_ref()
+            .and_then(|c| c.spell_since)
+            .map(|s| now.saturating_duration_since(s))
     }
 
     /// Total time spent out of the closed states, the current spell included.
     pub(crate) fn open_total(&self, now: Instant) -> Duration {
-        self.open_total + self.open_spell(now).unwrap_or_default()
+        self.cold.as_ref().map_or(Duration::ZERO, |c| c.open_total)
+            + self.open_spell(now).unwrap_or_default()
     }
 
-    /// The share of calls admitted while ramping up after closing.
+    /// The share of calls to admit while ramping up after closing, if ramping at `now`.
     pub(crate) fn ramp_share(&self, now: Instant) -> Option<f64> {
-        match (self.phase, self.config.ramp) {
-            (Phase::Closed { ramp: Some(r) }, Some(cfg)) => {
-                let elapsed = now.saturating_duration_since(r.started);
-                if elapsed >= cfg.duration {
+        match self.phase {
+            Phase::Closed { ramp: Some(_) } if self.tuning.ramp_ns != 0 => {
+                let elapsed = nanos_between(self.since, now);
+                if elapsed >= self.tuning.ramp_ns {
                     None
                 } else {
-                    let progress = elapsed.as_secs_f64() / cfg.duration.as_secs_f64();
-                    Some((cfg.start_share + (1.0 - cfg.start_share) * progress).clamp(0.0, 1.0))
+                    let progress = elapsed as f64 / self.tuning.ramp_ns as f64;
+                    let start = self.tuning.ramp_start;
+                    Some((start + (1.0 - start) * progress).clamp(0.0, 1.0))
                 }
             }
             _ => None,
@@ -608,19 +672,49 @@ impl Machine {
     /// When an open breaker will let a probe through.
     pub(crate) fn reopen_at(&self) -> Option<Instant> {
         match self.phase {
-            Phase::Open { until, .. } => Some(until),
+            Phase::Open { until } => Some(until),
             _ => None,
         }
     }
 
+    /// The open interval used when forced open, as a retry-after hint.
+    pub(crate) fn base_open_for(&self) -> Duration {
+        Duration::from_nanos(self.tuning.open_for_ns)
+    }
+
     /// The slow-call threshold, if slow calls are detected.
     pub(crate) fn slow_threshold(&self) -> Option<Duration> {
-        self.config.slow_call.map(|s| s.threshold)
+        (self.tuning.slow_ns != 0).then(|| Duration::from_nanos(self.tuning.slow_ns))
     }
 
     /// The transitions made since the last call.
-    pub(crate) fn take_transitions(&mut self) -> impl Iterator<Item = Transition> {
-        self.events.take().into_iter().flatten()
+    #[cfg(test)]
+    pub(crate) fn take_transitions(&mut self) -> impl Iterator<Item = Transition> + '_ {
+        self.cold
+            .as_mut()
+            .map(|c| c.events.drain(..))
+            .into_iter()
+            .flatten()
+    }
+
+    /// Hands each transition made since the last call to `f`, with the subscribers' channel.
+    pub(crate) fn emit(
+        &mut self,
+        mut f: impl FnMut(&Transition, Option<&broadcast::Sender<Transition>>),
+    ) {
+        if let Some(c) = self.cold.as_mut() {
+            for t in c.events.drain(..) {
+                f(&t, c.subscribers.as_ref());
+            }
+        }
+    }
+
+    /// A receiver of every transition from now on (the channel is created on first use).
+    pub(crate) fn subscribe(&mut self, capacity: usize) -> broadcast::Receiver<Transition> {
+        self.cold()
+            .subscribers
+            .get_or_insert_with(|| broadcast::channel(capacity).0)
+            .subscribe()
     }
 
     // ----- the call path ---------------------------------------------------------
@@ -631,7 +725,7 @@ impl Machine {
         // its reopen interval passes, and the breaker is half-open again.
         for _ in 0..4 {
             match self.phase {
-                Phase::Open { until, .. } if now >= until => {
+                Phase::Open { until } if now >= until => {
                     self.transition(
                         Phase::HalfOpen {
                             in_flight: 0,
@@ -643,22 +737,19 @@ impl Machine {
                 }
                 Phase::HalfOpen { .. } => match self.probe_deadline() {
                     Some(due) if now >= due => {
-                        self.tally.probe_timeouts += 1;
-                        self.tally.probe_failures += 1;
-                        self.failed_probes = self.failed_probes.saturating_add(1);
-                        self.streak = self.streak.saturating_add(1);
+                        let cold = self.cold();
+                        cold.probe_timeouts += 1;
+                        cold.probe_failures += 1;
+                        cold.failed_probes = cold.failed_probes.saturating_add(1);
+                        cold.streak = cold.streak.saturating_add(1);
                         self.open_at(due, Reason::ProbeTimedOut);
                     }
                     _ => return,
                 },
-                Phase::Closed { ramp: Some(r) } => {
-                    let over = match self.config.ramp {
-                        Some(cfg) => now >= later(r.started, cfg.duration),
-                        None => true,
-                    };
-                    if over {
+                Phase::Closed { ramp: Some(_) } => {
+                    if self.ramp_share(now).is_none() {
                         self.phase = Phase::Closed { ramp: None };
-                        self.streak = 0;
+                        self.cold().streak = 0;
                     }
                     return;
                 }
@@ -671,36 +762,31 @@ impl Machine {
     pub(crate) fn acquire(&mut self, now: Instant) -> Admission {
         self.advance(now);
         let epoch = self.epoch;
+        let share = self.ramp_share(now);
         let rejected = match &mut self.phase {
             Phase::Closed { ramp: None } | Phase::ForcedClosed | Phase::Disabled => {
                 return Admission::Admitted(Ticket::normal(epoch));
             }
-            Phase::Closed { ramp: Some(ramp) } => {
-                let share = match self.config.ramp {
-                    Some(cfg) => {
-                        let progress = now.saturating_duration_since(ramp.started).as_secs_f64()
-                            / cfg.duration.as_secs_f64();
-                        cfg.start_share + (1.0 - cfg.start_share) * progress.clamp(0.0, 1.0)
-                    }
-                    None => 1.0,
-                };
-                ramp.credit += share;
-                if ramp.credit >= 1.0 {
-                    ramp.credit -= 1.0;
+            Phase::Closed { ramp: Some(credit) } => {
+                *credit += share.unwrap_or(1.0);
+                if *credit >= 1.0 {
+                    *credit -= 1.0;
                     return Admission::Admitted(Ticket::normal(epoch));
                 }
-                let end = self
-                    .config
-                    .ramp
-                    .map_or(now, |cfg| later(ramp.started, cfg.duration));
+                let end = later(self.since, Duration::from_nanos(self.tuning.ramp_ns));
                 end.saturating_duration_since(now)
             }
-            Phase::Open { until, .. } => until.saturating_duration_since(now),
-            Phase::ForcedOpen => self.config.open_for,
+            Phase::Open { until } => until.saturating_duration_since(now),
+            Phase::ForcedOpen => Duration::from_nanos(self.tuning.open_for_ns),
             Phase::HalfOpen { in_flight, .. } => {
-                if *in_flight < self.config.half_open_max {
-                    if let Some(slot) = self.probes.iter().position(Option::is_none) {
-                        self.probes[slot] = Some(now);
+                let max = self.tuning.half_open_max;
+                if *in_flight < max {
+                    let probes = &mut self.cold.get_or_insert_with(Default::default).probes;
+                    if probes.len() < max as usize {
+                        probes.resize(max as usize, None);
+                    }
+                    if let Some(slot) = probes.iter().position(Option::is_none) {
+                        probes[slot] = Some(now);
                         *in_flight += 1;
                         return Admission::Admitted(Ticket {
                             epoch,
@@ -714,7 +800,7 @@ impl Machine {
                     .map_or(MIN_RETRY_AFTER, |due| due.saturating_duration_since(now))
             }
         };
-        self.tally.short_circuited += 1;
+        self.cold().short_circuited += 1;
         Admission::Rejected(positive(rejected))
     }
 
@@ -723,19 +809,19 @@ impl Machine {
         self.advance(now);
         let recorded_outcome = report.outcome != Outcome::Ignore;
         match report.outcome {
-            Outcome::Success => self.tally.successes += 1,
-            Outcome::Failure => self.tally.failures += 1,
-            Outcome::Ignore => self.tally.ignored += 1,
+            Outcome::Success => self.hot.successes += 1,
+            Outcome::Failure => self.hot.failures += 1,
+            Outcome::Ignore => self.cold().ignored += 1,
         }
         if report.slow && recorded_outcome {
-            self.tally.slow += 1;
+            self.hot.slow += 1;
         }
         if report.timed_out {
-            self.tally.timeouts += 1;
+            self.hot.timeouts += 1;
         }
         if ticket.epoch != self.epoch {
             if recorded_outcome {
-                self.tally.stale += 1;
+                self.cold().stale += 1;
             }
             return Recorded::Stale;
         }
@@ -767,9 +853,9 @@ impl Machine {
         if n == 0 {
             return;
         }
-        self.tally.successes += n;
+        self.hot.successes += n;
         if epoch != self.epoch {
-            self.tally.stale += n;
+            self.cold().stale += n;
             return;
         }
         if let Phase::Closed { .. } | Phase::ForcedClosed = self.phase {
@@ -781,7 +867,7 @@ impl Machine {
     /// but a probe's slot is freed.
     pub(crate) fn cancel(&mut self, ticket: Ticket, now: Instant) {
         self.advance(now);
-        self.tally.cancelled += 1;
+        self.cold().cancelled += 1;
         if ticket.epoch == self.epoch {
             if let Some(slot) = ticket.probe {
                 self.free_probe(slot);
@@ -793,7 +879,7 @@ impl Machine {
     /// was not ready for it): the call counts as short-circuited, a probe's slot is freed.
     pub(crate) fn give_back(&mut self, ticket: Ticket, now: Instant) {
         self.advance(now);
-        self.tally.short_circuited += 1;
+        self.cold().short_circuited += 1;
         if ticket.epoch == self.epoch {
             if let Some(slot) = ticket.probe {
                 self.free_probe(slot);
@@ -822,8 +908,10 @@ impl Machine {
     /// flight become stale. Counters are cumulative and are kept.
     pub(crate) fn reset(&mut self, now: Instant) {
         self.window.reset();
-        self.streak = 0;
-        self.failed_probes = 0;
+        if let Some(c) = self.cold.as_mut() {
+            c.streak = 0;
+            c.failed_probes = 0;
+        }
         if let Phase::Closed { .. } = self.phase {
             self.phase = Phase::Closed { ramp: None };
             self.epoch = self.epoch.wrapping_add(1);
@@ -837,50 +925,48 @@ impl Machine {
     /// empty one starts (and the calls in flight of a closed breaker become stale).
     pub(crate) fn reconfigure(
         &mut self,
-        config: CircuitBreakerConfig,
+        config: &CircuitBreakerConfig,
         now: Instant,
     ) -> Result<(), ConfigError> {
-        config.validate()?;
-        let window = if self.config.policy.same_window(&config.policy) {
+        let tuning = Tuning::new(config)?;
+        let window = if self.tuning.policy.same_window(&tuning.policy) {
             None
         } else {
-            Some(Window::new(&config.policy, now)?)
+            Some(Window::new(&tuning.policy, now)?)
         };
-        if self.original.is_none() {
-            self.original = Some(Box::new(self.config.clone()));
-        }
-        self.apply(config, window);
+        let current = self.tuning;
+        self.cold().original.get_or_insert(current);
+        self.apply(tuning, window);
         Ok(())
     }
 
     /// Goes back to the configuration the breaker was built with, keeping the state.
     pub(crate) fn revert(&mut self, now: Instant) {
-        if let Some(original) = self.original.take() {
-            let original = *original;
-            if self.config.policy.same_window(&original.policy) {
-                self.apply(original, None);
-            } else {
-                match Window::new(&original.policy, now) {
-                    Ok(window) => self.apply(original, Some(window)),
-                    // Unreachable: the built configuration was validated.
-                    Err(_) => self.original = Some(Box::new(original)),
-                }
+        let Some(original) = self.cold.as_mut().and_then(|c| c.original.take()) else {
+            return;
+        };
+        if self.tuning.policy.same_window(&original.policy) {
+            self.apply(original, None);
+        } else {
+            match Window::new(&original.policy, now) {
+                Ok(window) => self.apply(original, Some(window)),
+                // Unreachable: the built configuration was validated.
+                Err(_) => self.cold().original = Some(original),
             }
         }
     }
 
     // ----- internals -------------------------------------------------------------
 
-    fn apply(&mut self, config: CircuitBreakerConfig, window: Option<Window>) {
-        let max = config.half_open_max as usize;
-        if self.probes.len() < max {
-            self.probes.resize(max, None);
+    fn apply(&mut self, tuning: Tuning, window: Option<Window>) {
+        self.tuning = tuning;
+        if tuning.jitter > 0.0 {
+            self.cold().random.get_or_insert_with(entropy);
         }
-        self.config = config;
         if let Some(window) = window {
             self.window = window;
-            // Outcomes of calls admitted under the old window must not land in the new
-            // one. (Half-open probes keep their epoch: no window is recorded then.)
+            // Outcomes of calls admitted under the old window must not land in the
+            // new one. (Half-open probes keep their epoch: no window is recorded then.)
             if !matches!(self.phase, Phase::HalfOpen { .. }) {
                 self.epoch = self.epoch.wrapping_add(1);
             }
@@ -895,27 +981,34 @@ impl Machine {
 
     /// When the oldest probe in flight counts as failed.
     fn probe_deadline(&self) -> Option<Instant> {
-        self.probes
+        self.cold
+            .as_ref()?
+            .probes
             .iter()
             .flatten()
             .min()
-            .map(|start| later(*start, self.config.half_open_timeout))
+            .map(|start| {
+                later(
+                    *start,
+                    Duration::from_nanos(self.tuning.half_open_timeout_ns),
+                )
+            })
     }
 
     fn should_trip(&mut self, now: Instant) -> Option<Reason> {
-        let (min_calls, failure_rate) = match self.config.policy {
-            TripPolicy::ConsecutiveFailures { threshold } => {
+        let (min_calls, failure_rate) = match self.tuning.policy {
+            Policy::Consecutive { threshold } => {
                 return match self.window {
                     Window::Consecutive(n) if n >= threshold => Some(Reason::ConsecutiveFailures),
                     _ => None,
                 };
             }
-            TripPolicy::CountWindow {
+            Policy::Count {
                 min_calls,
                 failure_rate,
                 ..
             }
-            | TripPolicy::TimeWindow {
+            | Policy::Time {
                 min_calls,
                 failure_rate,
                 ..
@@ -928,19 +1021,21 @@ impl Machine {
         if counts.failure_rate() >= failure_rate {
             return Some(Reason::FailureRate);
         }
-        match self.config.slow_call {
-            Some(slow) if counts.slow_rate() >= slow.rate => Some(Reason::SlowCallRate),
-            _ => None,
+        if self.tuning.slow_ns != 0 && counts.slow_rate() >= self.tuning.slow_rate {
+            return Some(Reason::SlowCallRate);
         }
+        None
     }
 
     fn trip(&mut self, now: Instant, reason: Reason) {
         // A trip during the ramp is a re-trip: the backoff keeps growing.
-        if matches!(self.phase, Phase::Closed { ramp: Some(_) }) {
-            self.streak = self.streak.saturating_add(1);
+        let ramping = matches!(self.phase, Phase::Closed { ramp: Some(_) });
+        let cold = self.cold();
+        cold.streak = if ramping {
+            cold.streak.saturating_add(1)
         } else {
-            self.streak = 0;
-        }
+            0
+        };
         self.open_at(now, reason);
     }
 
@@ -948,18 +1043,19 @@ impl Machine {
         self.free_probe(slot);
         match outcome {
             Outcome::Success => {
-                self.tally.probe_successes += 1;
+                self.cold().probe_successes += 1;
                 if let Phase::HalfOpen { successes, .. } = &mut self.phase {
                     *successes += 1;
-                    if *successes >= self.config.probes_to_close {
+                    if *successes >= self.tuning.probes_to_close {
                         self.close(now);
                     }
                 }
             }
             Outcome::Failure => {
-                self.tally.probe_failures += 1;
-                self.failed_probes = self.failed_probes.saturating_add(1);
-                self.streak = self.streak.saturating_add(1);
+                let cold = self.cold();
+                cold.probe_failures += 1;
+                cold.failed_probes = cold.failed_probes.saturating_add(1);
+                cold.streak = cold.streak.saturating_add(1);
                 self.open_at(now, Reason::ProbeFailed);
             }
             Outcome::Ignore => {}
@@ -967,8 +1063,8 @@ impl Machine {
     }
 
     fn free_probe(&mut self, slot: u32) {
-        if let Phase::HalfOpen { in_flight, .. } = &mut self.phase {
-            if let Some(start) = self.probes.get_mut(slot as usize) {
+        if let (Phase::HalfOpen { in_flight, .. }, Some(cold)) = (&mut self.phase, &mut self.cold) {
+            if let Some(start) = cold.probes.get_mut(slot as usize) {
                 if start.take().is_some() {
                     *in_flight -= 1;
                 }
@@ -978,42 +1074,52 @@ impl Machine {
 
     fn close(&mut self, now: Instant) {
         self.window.reset();
-        self.failed_probes = 0;
-        let ramp = self.config.ramp.map(|cfg| Ramp {
-            started: now,
-            // The first call after closing goes through.
-            credit: 1.0 - cfg.start_share,
-        });
+        // The first call after closing goes through.
+        let ramp = (self.tuning.ramp_ns != 0).then_some(1.0 - self.tuning.ramp_start);
+        let cold = self.cold();
+        cold.failed_probes = 0;
         if ramp.is_none() {
-            self.streak = 0;
+            cold.streak = 0;
         }
         self.transition(Phase::Closed { ramp }, now, Reason::ProbesSucceeded);
     }
 
-    /// The open interval for the current streak: grown by the backoff, capped, then jittered.
-    fn open_interval(&self, streak: u32) -> Duration {
-        let c = &self.config;
-        let mut secs = None;
-        if streak > 0 && c.backoff_multiplier > 1.0 {
+    /// The open interval for `streak`: grown by the backoff, capped, then jittered.
+    fn open_interval(&self, streak: u32, u: f64) -> Duration {
+        let t = &self.tuning;
+        let mut nanos = t.open_for_ns as f64;
+        let mut exact = true;
+        if streak > 0 && t.backoff > 1.0 {
             let exp = i32::try_from(streak).unwrap_or(i32::MAX);
-            let grown = c.open_for.as_secs_f64() * c.backoff_multiplier.powi(exp);
-            secs = Some(grown.min(c.max_open_for.as_secs_f64()));
+            let cap = t.max_open_for_ns.max(t.open_for_ns) as f64;
+            nanos = (nanos * t.backoff.powi(exp)).min(cap);
+            exact = false;
         }
-        if c.jitter > 0.0 {
-            let base = secs.unwrap_or(c.open_for.as_secs_f64());
-            secs = Some(base * (1.0 + c.jitter * self.next_u));
+        if t.jitter > 0.0 {
+            nanos *= 1.0 + t.jitter * u;
+            exact = false;
         }
-        secs.and_then(|s| Duration::try_from_secs_f64(s).ok())
-            .unwrap_or(c.open_for)
+        if exact {
+            Duration::from_nanos(t.open_for_ns)
+        } else {
+            // `as` saturates; the values are bounded far below anyway.
+            Duration::from_nanos(nanos as u64)
+        }
     }
 
     fn open_at(&mut self, at: Instant, reason: Reason) {
-        let open_for = self.open_interval(self.streak);
-        self.next_u = sample(&mut *self.random);
+        let cold = self.cold();
+        let mut draw = || cold.random.as_deref_mut().map_or(0.0, sample);
+        let u = match cold.next_u.take() {
+            Some(u) => u,
+            None => draw(),
+        };
+        let next = draw();
+        cold.next_u = Some(next);
+        let open_for = self.open_interval(self.streak_of(), u);
         self.transition(
             Phase::Open {
                 until: later(at, open_for),
-                open_for,
             },
             at,
             reason,
@@ -1022,38 +1128,46 @@ impl Machine {
 
     fn transition(&mut self, to: Phase, at: Instant, reason: Reason) {
         let from = self.phase.state();
-        if let Phase::HalfOpen { .. } = self.phase {
-            self.probes.iter_mut().for_each(|p| *p = None);
-            self.probes.truncate(self.config.half_open_max as usize);
-        }
+        let leaving_half_open = matches!(self.phase, Phase::HalfOpen { .. });
         let to_state = to.state();
         self.phase = to;
         self.since = at;
         self.epoch = self.epoch.wrapping_add(1);
+        let epoch = self.epoch;
+        let max = self.tuning.half_open_max as usize;
+        let cold = self.cold();
+        if leaving_half_open {
+            cold.probes.iter_mut().for_each(|p| *p = None);
+            cold.probes.truncate(max);
+        }
         match to_state {
             State::Closed | State::ForcedClosed | State::Disabled => {
-                if let Some(start) = self.spell_since.take() {
-                    self.open_total += at.saturating_duration_since(start);
+                if let Some(start) = cold.spell_since.take() {
+                    cold.open_total += at.saturating_duration_since(start);
                 }
             }
             State::Open | State::HalfOpen | State::ForcedOpen => {
-                self.spell_since.get_or_insert(at);
+                cold.spell_since.get_or_insert(at);
             }
         }
         if reason.is_operator() {
-            let manual = self.manual.get_or_insert_with(Default::default);
-            manual[from.index()][to_state.index()] += 1;
+            let n = &mut cold.manual[from.index()][to_state.index()];
+            *n = n.saturating_add(1);
         } else if let Some(i) = AUTOMATIC.iter().position(|p| *p == (from, to_state)) {
-            self.automatic[i] += 1;
+            cold.automatic[i] += 1;
         }
-        self.events.push(Transition {
+        cold.events.push(Transition {
             from,
             to: to_state,
             reason,
             at,
-            epoch: self.epoch,
+            epoch,
         });
     }
+}
+
+fn entropy() -> Box<dyn RandomSource> {
+    Box::new(SeededRandom::from_entropy())
 }
 
 /// A sample in `[0, 1)`, whatever the source returns.
@@ -1064,6 +1178,11 @@ fn sample(random: &mut dyn RandomSource) -> f64 {
     } else {
         0.0
     }
+}
+
+/// Nanoseconds from `from` to `to` (0 if `to` is earlier).
+fn nanos_between(from: Instant, to: Instant) -> u64 {
+    u64::try_from(to.saturating_duration_since(from).as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// `at + d`, saturating instead of overflowing (durations are validated far below that).

@@ -107,6 +107,7 @@ where
     type Error = BoxError;
     type Future = ResponseFuture<S::Future, C::Classifier>;
 
+    #[inline]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         if let Readiness::Inner = self.ready {
             return Poll::Ready(Ok(()));
@@ -122,6 +123,7 @@ where
         Poll::Ready(Ok(()))
     }
 
+    #[inline]
     fn call(&mut self, req: Req) -> Self::Future {
         let readiness = std::mem::replace(&mut self.ready, Readiness::Unknown);
         let seen = match readiness {
@@ -139,15 +141,16 @@ where
                     self.breaker.turn_away(ticket, Instant::now);
                     return ResponseFuture::rejected(self.breaker.name().clone(), MIN_RETRY_AFTER);
                 }
-                let started = self.breaker.start_clock(Instant::now);
+                // The one shared pointer per call, taken before the future is built.
+                let guard = Guard::new(
+                    Arc::clone(&self.breaker),
+                    ticket,
+                    self.breaker.start_clock(Instant::now),
+                );
                 let classifier = self.classifier.classifier_for(&req);
                 let deadline = deadline_of(&req);
                 let future = self.inner.call(req);
-                ResponseFuture::admitted(
-                    bounded(future, deadline),
-                    Guard::new(Arc::clone(&self.breaker), ticket, started),
-                    classifier,
-                )
+                ResponseFuture::admitted(bounded(future, deadline), guard, classifier)
             }
         }
     }

@@ -15,8 +15,9 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
+#[allow(clippy::needless_pass_by_value)] // reads better at the call sites
 fn machine_at(config: CircuitBreakerConfig, t0: Instant) -> Machine {
-    Machine::new(config, Box::new(SeededRandom::new(7)), t0).unwrap()
+    Machine::new(&config, Some(Box::new(SeededRandom::new(7))), t0).unwrap()
 }
 
 fn consecutive(threshold: u32) -> CircuitBreakerConfig {
@@ -481,17 +482,17 @@ fn jitter_stretches_the_interval_by_the_injected_sample() {
         jitter: 0.2,
         ..CircuitBreakerConfig::default()
     };
-    let mut m = Machine::new(config, Box::new(|| 0.5), t0).unwrap();
+    let mut m = Machine::new(&config, Some(Box::new(|| 0.5)), t0).unwrap();
     trip(&mut m, t0);
     assert_eq!(m.current_open_for(), Some(11 * S));
     assert_eq!(m.state(t0 + 11 * S - Duration::from_nanos(1)), State::Open);
     // A source out of range is treated as 0, never as a negative or huge stretch.
     let mut odd = Machine::new(
-        CircuitBreakerConfig {
+        &CircuitBreakerConfig {
             jitter: 1.0,
             ..CircuitBreakerConfig::default()
         },
-        Box::new(|| f64::NAN),
+        Some(Box::new(|| f64::NAN)),
         t0,
     )
     .unwrap();
@@ -501,11 +502,11 @@ fn jitter_stretches_the_interval_by_the_injected_sample() {
     let spread: Vec<_> = (0..2)
         .map(|seed| {
             let mut m = Machine::new(
-                CircuitBreakerConfig {
+                &CircuitBreakerConfig {
                     jitter: 0.5,
                     ..CircuitBreakerConfig::default()
                 },
-                Box::new(SeededRandom::new(seed)),
+                Some(Box::new(SeededRandom::new(seed))),
                 t0,
             )
             .unwrap();
@@ -726,7 +727,7 @@ fn reconfigure_keeps_the_state_and_revert_restores_the_built_configuration() {
         },
         ..CircuitBreakerConfig::default()
     };
-    m.reconfigure(lower, t0).unwrap();
+    m.reconfigure(&lower, t0).unwrap();
     assert_eq!(m.window_counts(t0).map(|c| c.failures), Some(4));
     call(&mut m, Outcome::Failure, t0);
     assert_eq!(m.state(t0), State::Open);
@@ -735,18 +736,21 @@ fn reconfigure_keeps_the_state_and_revert_restores_the_built_configuration() {
         half_open_max: 0,
         ..CircuitBreakerConfig::default()
     };
-    assert_eq!(m.reconfigure(bad, t0).unwrap_err().field(), "half_open_max");
+    assert_eq!(
+        m.reconfigure(&bad, t0).unwrap_err().field(),
+        "half_open_max"
+    );
     assert_eq!(m.state(t0), State::Open);
     // A new window shape starts a new window; the open state is kept.
-    m.reconfigure(consecutive(2), t0).unwrap();
+    m.reconfigure(&consecutive(2), t0).unwrap();
     assert_eq!(m.state(t0), State::Open);
     assert_eq!(m.consecutive_failures(), Some(0));
     m.revert(t0);
-    assert_eq!(m.config(), &built);
+    assert_eq!(m.config(), built);
     assert_eq!(m.state(t0), State::Open);
     // Reverting twice is harmless.
     m.revert(t0);
-    assert_eq!(m.config(), &built);
+    assert_eq!(m.config(), built);
 }
 
 #[test]
@@ -762,11 +766,11 @@ fn reconfiguring_half_open_max_applies_to_the_next_admissions() {
         probes_to_close: 3,
         ..CircuitBreakerConfig::default()
     };
-    m.reconfigure(wider, t1).unwrap();
+    m.reconfigure(&wider, t1).unwrap();
     let b = admit(&mut m, t1);
     let c = admit(&mut m, t1);
     rejected(&mut m, t1);
-    m.reconfigure(CircuitBreakerConfig::default(), t1).unwrap();
+    m.reconfigure(&CircuitBreakerConfig::default(), t1).unwrap();
     // Back to one probe: the three in flight finish normally, no new one is admitted.
     for t in [a, b] {
         finish(&mut m, t, Outcome::Ignore, t1);
@@ -909,7 +913,7 @@ proptest! {
                 }
                 Op::Advance(d) => now += ms(d),
                 Op::Reconfigure(n) => {
-                    m.reconfigure(schedule_config(n), now).unwrap();
+                    m.reconfigure(&schedule_config(n), now).unwrap();
                     max = n;
                 }
                 Op::Complete(..) | Op::Drop(_) => {}
