@@ -22,6 +22,23 @@
 //! client (hyper-util / tonic Channel)
 //! ```
 //!
+//! [`ServiceBuilderExt`] adds them to a `tower::ServiceBuilder` in that order
+//! (`.fallback(..).deadline(..).bulkhead(..).circuit_breaker(..)`).
+//!
+//! # For services
+//!
+//! | module | feature | what it gives |
+//! |---|---|---|
+//! | [`axum`] | `axum` | errors answered as responses (`503` + `Retry-After`), the per-route pattern with `route_layer` |
+//! | [`config`] | `serde` | named policies from a TOML file, validated with the path of the field at fault; applied at run time without losing state, and reverted |
+//! | [`admin`] | `admin` | an axum router: snapshots as JSON for anyone, changes only with a bearer token |
+//!
+//! With the `metrics` feature every layer exports counters, gauges and histograms
+//! through the `metrics` facade, named `seawall_<layer>_<what>` with a `name`
+//! label (the layer's name, i.e. the policy's); `docs/metrics.md` lists them all
+//! in one table, and `docs/operations.md` says which signals justify an
+//! intervention. The `axum_routes` example puts it all together.
+//!
 //! # Example
 //!
 //! ```
@@ -43,6 +60,21 @@
 //! # }
 //! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod builder;
+mod telemetry;
+
+#[cfg(feature = "admin")]
+#[cfg_attr(docsrs, doc(cfg(feature = "admin")))]
+pub mod admin;
+#[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+pub mod axum;
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+pub mod config;
+
+pub use builder::ServiceBuilderExt;
 
 pub use seawall_core as core;
 

@@ -1,0 +1,424 @@
+//! An admin router for axum services (feature `admin`): every policy's snapshot as
+//! JSON for anyone who can reach it; changes only with the bearer token configured
+//! at start.
+//!
+//! | method and path | what | token |
+//! |---|---|---|
+//! | `GET /policies` | [`PoliciesSnapshot`] of every policy: configuration in force, breaker state and counters, bulkhead occupancy, degradation level, fallback counters | no |
+//! | `GET /policies/{name}` | one policy's [`PolicySnapshot`](crate::config::PolicySnapshot) | no |
+//! | `POST /reload` | re-read the policy file and apply it ([`Policies::reload`]) | yes |
+//! | `POST /revert` | back to the start-up document ([`Policies::revert`]) | yes |
+//! | `POST /policies/{name}/breaker/{force-open, force-closed, reset}` | hold the breaker open or closed; `reset` ends either and starts closed with an empty window | yes |
+//! | `POST /policies/{name}/degradation/{set-floor, clear-floor, force, release}?level=L` | bound or pin the degradation level (`level` by name or index) | yes |
+//! | `POST /policies/{name}/fallback/{force, unforce, enable, disable}` | answer from the fallback without calling the primary, or let everything pass through | yes |
+//!
+//! Nest it where you like (`Router::new().nest("/admin", admin::router(..))`) and
+//! bind it to loopback or an internal interface: the snapshots are readable by
+//! anyone who can reach them.
+//!
+//! **Authorization.** Changes need `Authorization: Bearer <token>` with the
+//! [`AdminToken`] given at start (from an environment variable or a flag, never
+//! from the policy file). Without the header the answer is `401` (with
+//! `WWW-Authenticate: Bearer`); with another token, `403`; when no token was
+//! configured, every change is refused with `403`. The comparison takes the same
+//! time whatever the first wrong byte. A change answers `200` with the policy's
+//! (or all policies') new snapshot; an invalid one (an unknown level, a refused
+//! document) `422` with the reason, which names the field at fault. Every
+//! attempt, allowed or not, is logged (`tracing`, target `seawall::admin`).
+//!
+//! Changes made here act on **this instance only**: limits and breakers are per
+//! process. To change the fleet, change the file and reload every instance.
+//!
+//! ```
+//! use axum::{body::Body, http::{Request, StatusCode}, Router};
+//! use seawall::admin::{self, AdminToken};
+//! use seawall::config::Policies;
+//! use tower::ServiceExt;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let policies = Policies::from_toml("[policies.freight]\nbreaker = {}\n")?;
+//! let _breaker = policies.circuit_breaker("freight", |b| b)?;
+//! let token = AdminToken::new("correct-horse-battery-staple")?;
+//! let app: Router = Router::new().nest("/admin", admin::router(policies, Some(token)));
+//!
+//! let read = Request::get("/admin/policies").body(Body::empty())?;
+//! assert_eq!(app.clone().oneshot(read).await?.status(), StatusCode::OK);
+//!
+//! let open = |auth: Option<&str>| {
+//!     let mut req = Request::post("/admin/policies/freight/breaker/force-open");
+//!     if let Some(auth) = auth {
+//!         req = req.header("authorization", auth);
+//!     }
+//!     req.body(Body::empty()).unwrap()
+//! };
+//! assert_eq!(app.clone().oneshot(open(None)).await?.status(), StatusCode::UNAUTHORIZED);
+//! assert_eq!(app.clone().oneshot(open(Some("Bearer guess-guess-guess-guess"))).await?.status(), StatusCode::FORBIDDEN);
+//! let res = app.oneshot(open(Some("Bearer correct-horse-battery-staple"))).await?;
+//! assert_eq!(res.status(), StatusCode::OK);
+//! # Ok(())
+//! # }
+//! ```
+
+use std::fmt;
+use std::sync::Arc;
+
+use ::axum::body::Body;
+use ::axum::extract::{Path, State};
+use ::axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
+use ::axum::response::Response;
+use ::axum::routing::{get, post};
+use ::axum::Router;
+use seawall_core::ConfigError;
+
+use crate::config::{Policies, PoliciesSnapshot};
+use crate::telemetry;
+
+/// The shortest token accepted.
+pub const MIN_TOKEN_LEN: usize = 16;
+
+/// The bearer token that allows changes through the admin router.
+///
+/// Its `Debug` output never shows the token.
+#[derive(Clone)]
+pub struct AdminToken(Arc<str>);
+
+impl fmt::Debug for AdminToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("AdminToken(<redacted>)")
+    }
+}
+
+impl AdminToken {
+    /// A token of at least [`MIN_TOKEN_LEN`] visible ASCII characters (no spaces).
+    pub fn new(token: impl Into<String>) -> Result<Self, ConfigError> {
+        let token = token.into();
+        if token.len() < MIN_TOKEN_LEN {
+            return Err(ConfigError::new(
+                "admin_token",
+                format!("must be at least {MIN_TOKEN_LEN} characters long"),
+            ));
+        }
+        if !token.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(ConfigError::new(
+                "admin_token",
+                "must be visible ASCII characters, without spaces",
+            ));
+        }
+        Ok(Self(token.into()))
+    }
+
+    /// The token in the environment variable `var`: `Ok(None)` when it is unset
+    /// or empty (changes are then disabled), an error when it is set but invalid.
+    pub fn from_env(var: &str) -> Result<Option<Self>, ConfigError> {
+        match std::env::var(var) {
+            Ok(v) if !v.is_empty() => Self::new(v).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// Whether `presented` is this token, in time independent of where they differ.
+    fn matches(&self, presented: &[u8]) -> bool {
+        let expected = self.0.as_bytes();
+        let mut diff = expected.len() ^ presented.len();
+        for i in 0..expected.len().max(presented.len()) {
+            let a = expected.get(i).copied().unwrap_or(0);
+            let b = presented.get(i).copied().unwrap_or(0);
+            diff |= usize::from(a ^ b);
+        }
+        diff == 0
+    }
+}
+
+struct Admin {
+    policies: Policies,
+    token: Option<AdminToken>,
+}
+
+/// The admin routes over `policies` (see the [module docs](self)); changes need
+/// `token`, and with `None` every change is refused.
+pub fn router<S>(policies: Policies, token: Option<AdminToken>) -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+{
+    let admin = Arc::new(Admin { policies, token });
+    Router::new()
+        .route("/policies", get(all))
+        .route("/policies/{name}", get(one))
+        .route("/reload", post(reload))
+        .route("/revert", post(revert))
+        .route("/policies/{name}/{layer}/{action}", post(act))
+        .with_state(admin)
+}
+
+fn json<T: serde::Serialize>(status: StatusCode, value: &T) -> Response {
+    match serde_json::to_vec_pretty(value) {
+        Ok(bytes) => {
+            let mut res = Response::new(Body::from(bytes));
+            *res.status_mut() = status;
+            res.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            res
+        }
+        Err(_) => message(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "snapshot not serialisable",
+        ),
+    }
+}
+
+fn message(status: StatusCode, text: &str) -> Response {
+    #[derive(serde::Serialize)]
+    struct Message<'a> {
+        error: &'a str,
+    }
+    let body = serde_json::to_vec(&Message { error: text }).unwrap_or_default();
+    let mut res = Response::new(Body::from(body));
+    *res.status_mut() = status;
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    res
+}
+
+/// `None` when the request may change things; the refusal otherwise.
+fn refusal(
+    admin: &Admin,
+    headers: &HeaderMap,
+    action: &str,
+    policy: Option<&str>,
+) -> Option<Response> {
+    let refuse = |status, text: &str, outcome: &str| {
+        telemetry::admin_action(action, policy, outcome);
+        Some(message(status, text))
+    };
+    let Some(token) = &admin.token else {
+        return refuse(
+            StatusCode::FORBIDDEN,
+            "changes are disabled on this instance: no admin token was configured at start",
+            "refused: no token configured",
+        );
+    };
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            let (scheme, rest) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+        });
+    match presented {
+        None => {
+            telemetry::admin_action(action, policy, "refused: no credentials");
+            let mut res = message(
+                StatusCode::UNAUTHORIZED,
+                "changes need an `Authorization: Bearer <token>` header",
+            );
+            res.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"seawall-admin\""),
+            );
+            Some(res)
+        }
+        Some(p) if token.matches(p.as_bytes()) => None,
+        Some(_) => refuse(
+            StatusCode::FORBIDDEN,
+            "wrong admin token",
+            "refused: wrong token",
+        ),
+    }
+}
+
+async fn all(State(admin): State<Arc<Admin>>) -> Response {
+    json::<PoliciesSnapshot>(StatusCode::OK, &admin.policies.snapshot())
+}
+
+async fn one(State(admin): State<Arc<Admin>>, Path(name): Path<String>) -> Response {
+    match admin.policies.snapshot().policies.get(&name) {
+        Some(p) => json(StatusCode::OK, p),
+        None => message(StatusCode::NOT_FOUND, "no such policy"),
+    }
+}
+
+async fn reload(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Response {
+    if let Some(refused) = refusal(&admin, &headers, "reload", None) {
+        return refused;
+    }
+    match admin.policies.reload() {
+        Ok(()) => {
+            telemetry::admin_action("reload", None, "applied");
+            json(StatusCode::OK, &admin.policies.snapshot())
+        }
+        Err(e) => {
+            telemetry::admin_action("reload", None, "refused: invalid document");
+            message(StatusCode::UNPROCESSABLE_ENTITY, &e.to_string())
+        }
+    }
+}
+
+async fn revert(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Response {
+    if let Some(refused) = refusal(&admin, &headers, "revert", None) {
+        return refused;
+    }
+    admin.policies.revert();
+    telemetry::admin_action("revert", None, "applied");
+    json(StatusCode::OK, &admin.policies.snapshot())
+}
+
+/// The `level` query parameter.
+fn level(uri: &Uri) -> Option<String> {
+    uri.query()?
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .find(|(k, _)| *k == "level")
+        .map(|(_, v)| v.to_owned())
+}
+
+/// Why an action could not be carried out.
+#[cfg_attr(not(feature = "degradation"), allow(dead_code))]
+enum Refusal {
+    NotFound(&'static str),
+    Invalid(String),
+}
+
+async fn act(
+    State(admin): State<Arc<Admin>>,
+    Path((name, layer, action)): Path<(String, String, String)>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let what = format!("{layer}/{action}");
+    if let Some(refused) = refusal(&admin, &headers, &what, Some(&name)) {
+        return refused;
+    }
+    let Some(handles) = admin.policies.handles(&name) else {
+        return message(
+            StatusCode::NOT_FOUND,
+            "no such policy, or none of its layers is built",
+        );
+    };
+    let level = level(&uri);
+    let done = carry_out(&handles, &layer, &action, level.as_deref());
+    match done {
+        Ok(()) => {
+            telemetry::admin_action(&what, Some(&name), "applied");
+            match admin.policies.snapshot().policies.get(&name) {
+                Some(p) => json(StatusCode::OK, p),
+                None => message(StatusCode::NOT_FOUND, "no such policy"),
+            }
+        }
+        Err(Refusal::NotFound(why)) => message(StatusCode::NOT_FOUND, why),
+        Err(Refusal::Invalid(why)) => {
+            telemetry::admin_action(&what, Some(&name), "refused: invalid");
+            message(StatusCode::UNPROCESSABLE_ENTITY, &why)
+        }
+    }
+}
+
+#[cfg_attr(
+    not(all(
+        feature = "circuit-breaker",
+        feature = "degradation",
+        feature = "fallback"
+    )),
+    allow(unused_variables, dead_code)
+)]
+fn carry_out(
+    handles: &crate::config::PolicyHandles,
+    layer: &str,
+    action: &str,
+    level: Option<&str>,
+) -> Result<(), Refusal> {
+    const NO_LAYER: &str = "this policy has no such layer built";
+    const NO_ACTION: &str = "no such action for this layer";
+    match layer {
+        #[cfg(feature = "circuit-breaker")]
+        "breaker" => {
+            let h = handles
+                .breaker
+                .as_ref()
+                .ok_or(Refusal::NotFound(NO_LAYER))?;
+            match action {
+                "force-open" => h.force_open(),
+                "force-closed" => h.force_closed(),
+                "reset" => h.reset(),
+                _ => return Err(Refusal::NotFound(NO_ACTION)),
+            }
+            Ok(())
+        }
+        #[cfg(feature = "degradation")]
+        "degradation" => {
+            let h = handles
+                .degradation
+                .as_ref()
+                .ok_or(Refusal::NotFound(NO_LAYER))?;
+            let pick = || -> Result<usize, Refusal> {
+                let l = level
+                    .ok_or_else(|| Refusal::Invalid("needs `?level=<name or index>`".into()))?;
+                h.level_index(l)
+                    .or_else(|| l.parse::<usize>().ok().filter(|i| *i < h.levels().len()))
+                    .ok_or_else(|| Refusal::Invalid(format!("no level `{l}`")))
+            };
+            let invalid = |e: ConfigError| Refusal::Invalid(e.to_string());
+            match action {
+                "set-floor" => h.set_floor(pick()?).map_err(invalid),
+                "clear-floor" => {
+                    h.clear_floor();
+                    Ok(())
+                }
+                "force" => h.force(pick()?).map_err(invalid),
+                "release" => {
+                    h.release();
+                    Ok(())
+                }
+                _ => Err(Refusal::NotFound(NO_ACTION)),
+            }
+        }
+        #[cfg(feature = "fallback")]
+        "fallback" => {
+            let h = handles
+                .fallback
+                .as_ref()
+                .ok_or(Refusal::NotFound(NO_LAYER))?;
+            match action {
+                "force" => h.force(true),
+                "unforce" => h.force(false),
+                "enable" => h.enable(),
+                "disable" => h.disable(),
+                _ => return Err(Refusal::NotFound(NO_ACTION)),
+            }
+            Ok(())
+        }
+        _ => Err(Refusal::NotFound(
+            "no such layer: breaker, degradation or fallback",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_checked_and_never_printed() {
+        assert!(AdminToken::new("short").is_err());
+        assert!(AdminToken::new("has a space in it, too long").is_err());
+        let t = AdminToken::new("0123456789abcdef").unwrap();
+        assert!(t.matches(b"0123456789abcdef"));
+        assert!(!t.matches(b"0123456789abcdeF"));
+        assert!(!t.matches(b"0123456789abcde"));
+        assert!(!t.matches(b"0123456789abcdef0"));
+        assert!(!t.matches(b""));
+        assert!(!format!("{t:?}").contains("0123"));
+    }
+
+    #[test]
+    fn the_level_parameter_is_read_from_the_query() {
+        let uri: Uri = "/x?a=1&level=canned".parse().unwrap();
+        assert_eq!(level(&uri).as_deref(), Some("canned"));
+        let uri: Uri = "/x".parse().unwrap();
+        assert_eq!(level(&uri), None);
+    }
+}

@@ -1,0 +1,149 @@
+//! [`ServiceBuilderExt`]: seawall's layers as `ServiceBuilder` methods, so a stack
+//! reads top to bottom in the recommended order.
+
+use tower::layer::util::Stack;
+use tower::ServiceBuilder;
+
+use seawall_core::DeadlineLayer;
+
+mod sealed {
+    #[allow(unreachable_pub)]
+    pub trait Sealed<L> {}
+    impl<L> Sealed<L> for tower::ServiceBuilder<L> {}
+}
+
+/// seawall's layers as methods of tower's [`ServiceBuilder`].
+///
+/// The methods only add a layer you have built (with its builder, `from_config`,
+/// or [`Policies`](crate::config::Policies)); building is where validation
+/// happens and where the layer's shared state (and its handle) is created. Layers
+/// added first are outermost, so the recommended stack for one dependency reads
+/// top to bottom:
+///
+/// ```
+/// use std::time::Duration;
+/// use seawall::bulkhead::BulkheadLayer;
+/// use seawall::circuit_breaker::CircuitBreakerLayer;
+/// use seawall::core::{BoxError, DeadlineLayer};
+/// use seawall::fallback::{FallbackLayer, Rejections};
+/// use seawall::ServiceBuilderExt;
+/// use tower::{service_fn, ServiceBuilder, ServiceExt};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), BoxError> {
+/// let breaker = CircuitBreakerLayer::builder("freight").build()?;
+/// let handle = breaker.handle();
+/// let quotes = ServiceBuilder::new()
+///     .fallback(
+///         FallbackLayer::builder("freight")
+///             .on_rejections(Rejections::ALL)
+///             .unavailable::<http::Response<String>>("no valid freight quote")
+///             .build()?,
+///     )
+///     .deadline(DeadlineLayer::new(Duration::from_millis(300))?)
+///     .bulkhead(BulkheadLayer::builder("freight").build()?)
+///     .circuit_breaker(breaker)
+///     .service(service_fn(|_req: http::Request<()>| async {
+///         Ok::<_, BoxError>(http::Response::new("12.50 EUR".to_owned()))
+///     }));
+/// let res = quotes.oneshot(http::Request::new(())).await?;
+/// assert_eq!(res.body(), "12.50 EUR");
+/// assert_eq!(handle.snapshot().counters.successes, 1);
+/// # Ok(())
+/// # }
+/// ```
+///
+/// The trait is sealed: it is implemented for [`ServiceBuilder`] only.
+pub trait ServiceBuilderExt<L>: sealed::Sealed<L> + Sized {
+    /// Adds a [`DeadlineLayer`]: the budget of the segment below it, admission
+    /// included. Put it below the fallback and above the bulkhead and breaker.
+    fn deadline(self, layer: DeadlineLayer) -> ServiceBuilder<Stack<DeadlineLayer, L>>;
+
+    /// Adds a [`BulkheadLayer`](crate::bulkhead::BulkheadLayer). Every service the
+    /// stack builds shares the layer's one bulkhead.
+    #[cfg(feature = "bulkhead")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "bulkhead")))]
+    fn bulkhead<H>(
+        self,
+        layer: crate::bulkhead::BulkheadLayer<H>,
+    ) -> ServiceBuilder<Stack<crate::bulkhead::BulkheadLayer<H>, L>>;
+
+    /// Adds a [`CircuitBreakerLayer`](crate::circuit_breaker::CircuitBreakerLayer).
+    /// Every service the stack builds shares the layer's one breaker.
+    #[cfg(feature = "circuit-breaker")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "circuit-breaker")))]
+    fn circuit_breaker<C>(
+        self,
+        layer: crate::circuit_breaker::CircuitBreakerLayer<C>,
+    ) -> ServiceBuilder<Stack<crate::circuit_breaker::CircuitBreakerLayer<C>, L>>;
+
+    /// Adds a [`DegradationLayer`](crate::degradation::DegradationLayer): the rest
+    /// of the stack becomes its best level.
+    #[cfg(feature = "degradation")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "degradation")))]
+    fn degradation<Req, Res, C, X>(
+        self,
+        layer: crate::degradation::DegradationLayer<Req, Res, C, X>,
+    ) -> ServiceBuilder<Stack<crate::degradation::DegradationLayer<Req, Res, C, X>, L>>;
+
+    /// Adds a [`FallbackLayer`](crate::fallback::FallbackLayer), normally first
+    /// (outermost), so that its answer is never seen by a breaker below it.
+    #[cfg(feature = "fallback")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "fallback")))]
+    fn fallback<Cap, P, C, M>(
+        self,
+        layer: crate::fallback::FallbackLayer<Cap, P, C, M>,
+    ) -> ServiceBuilder<Stack<crate::fallback::FallbackLayer<Cap, P, C, M>, L>>;
+
+    /// Adds [`RespondLayer`](seawall_core::http::RespondLayer): every error below
+    /// becomes a response (a rejection `503` with `Retry-After`, anything else a
+    /// generic `500`), so the stack's error is `Infallible`, as axum's
+    /// `route_layer` and hyper's server need. Put it first (outermost) when the
+    /// stack has no fallback in HTTP server mode.
+    #[cfg(feature = "http")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+    fn respond(self) -> ServiceBuilder<Stack<seawall_core::http::RespondLayer, L>>;
+}
+
+impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
+    fn deadline(self, layer: DeadlineLayer) -> ServiceBuilder<Stack<DeadlineLayer, L>> {
+        self.layer(layer)
+    }
+
+    #[cfg(feature = "bulkhead")]
+    fn bulkhead<H>(
+        self,
+        layer: crate::bulkhead::BulkheadLayer<H>,
+    ) -> ServiceBuilder<Stack<crate::bulkhead::BulkheadLayer<H>, L>> {
+        self.layer(layer)
+    }
+
+    #[cfg(feature = "circuit-breaker")]
+    fn circuit_breaker<C>(
+        self,
+        layer: crate::circuit_breaker::CircuitBreakerLayer<C>,
+    ) -> ServiceBuilder<Stack<crate::circuit_breaker::CircuitBreakerLayer<C>, L>> {
+        self.layer(layer)
+    }
+
+    #[cfg(feature = "degradation")]
+    fn degradation<Req, Res, C, X>(
+        self,
+        layer: crate::degradation::DegradationLayer<Req, Res, C, X>,
+    ) -> ServiceBuilder<Stack<crate::degradation::DegradationLayer<Req, Res, C, X>, L>> {
+        self.layer(layer)
+    }
+
+    #[cfg(feature = "fallback")]
+    fn fallback<Cap, P, C, M>(
+        self,
+        layer: crate::fallback::FallbackLayer<Cap, P, C, M>,
+    ) -> ServiceBuilder<Stack<crate::fallback::FallbackLayer<Cap, P, C, M>, L>> {
+        self.layer(layer)
+    }
+
+    #[cfg(feature = "http")]
+    fn respond(self) -> ServiceBuilder<Stack<seawall_core::http::RespondLayer, L>> {
+        self.layer(seawall_core::http::RespondLayer)
+    }
+}

@@ -1,0 +1,319 @@
+//! The policy document: plain data, parsed from TOML and validated with the path of
+//! every field at fault.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use seawall_core::{check_nonzero_duration, ConfigError};
+
+use super::error::LoadError;
+
+/// A whole policy document: named policies, and which route or dependency uses
+/// which. See the [module docs](super) for the format.
+///
+/// `Deserialize` alone checks the shape (unknown fields, types, `"300ms"`
+/// durations); [`validate`](Self::validate) checks the values.
+/// [`from_toml`](Self::from_toml) does both and names the field at fault.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct PolicyDocument {
+    /// The policies, by name. The name labels every layer built from the policy
+    /// (rejections, metrics, logs).
+    pub policies: BTreeMap<String, PolicyConfig>,
+    /// Server routes (as given to axum's `route`, e.g. `"/quote"`) and the policy
+    /// each one uses. A route not listed is untouched.
+    pub routes: BTreeMap<String, String>,
+    /// Dependencies (clients: a supplier's HTTP client, a gRPC channel) and the
+    /// policy each one uses.
+    pub dependencies: BTreeMap<String, String>,
+}
+
+/// One named policy: which layers protect the route or dependency that uses it,
+/// and their settings. Every section is optional; a policy needs at least one.
+///
+/// The sections are each crate's own configuration type, with its defaults for
+/// the fields left out (the seed's numbers):
+///
+/// | key | type | what |
+/// |---|---|---|
+/// | `deadline` | `"300ms"` | the budget of the segment, admission included ([`DeadlineLayer`](seawall_core::DeadlineLayer)) |
+/// | `bulkhead` | table | [`BulkheadConfig`](crate::bulkhead::BulkheadConfig): `max_concurrent`, `max_queue`, `max_wait` |
+/// | `breaker` | table | [`CircuitBreakerConfig`](crate::circuit_breaker::CircuitBreakerConfig): `policy = { kind = "count_window", size, min_calls, failure_rate }`, `open_for`, … |
+/// | `degradation` | table | [`DegradationConfig`](crate::degradation::DegradationConfig): `failures_to_degrade`, `min_dwell`, `probe_ratio`, … |
+/// | `fallback` | table | [`FallbackConfig`](crate::fallback::FallbackConfig): `on_rejections`, `step_timeouts`, `enabled` |
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct PolicyConfig {
+    /// The budget of the protected segment, admission included.
+    #[serde(
+        with = "seawall_core::duration_format::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub deadline: Option<Duration>,
+    /// The bulkhead's limits.
+    #[cfg(feature = "bulkhead")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "bulkhead")))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bulkhead: Option<crate::bulkhead::BulkheadConfig>,
+    /// The circuit breaker's policy.
+    #[cfg(feature = "circuit-breaker")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "circuit-breaker")))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub breaker: Option<crate::circuit_breaker::CircuitBreakerConfig>,
+    /// The degradation machine's policy (the levels themselves are code).
+    #[cfg(feature = "degradation")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "degradation")))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub degradation: Option<crate::degradation::DegradationConfig>,
+    /// What fires the fallback and its steps' timeouts (the strategies are code).
+    #[cfg(feature = "fallback")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "fallback")))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<crate::fallback::FallbackConfig>,
+}
+
+/// The kinds of section a policy may have, in the order of the recommended stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum Section {
+    /// `fallback`
+    Fallback,
+    /// `degradation`
+    Degradation,
+    /// `deadline`
+    Deadline,
+    /// `bulkhead`
+    Bulkhead,
+    /// `breaker`
+    Breaker,
+}
+
+impl Section {
+    /// The section's key in the document.
+    pub const fn key(self) -> &'static str {
+        match self {
+            Section::Fallback => "fallback",
+            Section::Degradation => "degradation",
+            Section::Deadline => "deadline",
+            Section::Bulkhead => "bulkhead",
+            Section::Breaker => "breaker",
+        }
+    }
+}
+
+impl PolicyConfig {
+    /// The sections this policy declares, in the order of the recommended stack.
+    pub fn sections(&self) -> Vec<Section> {
+        let mut out = Vec::new();
+        #[cfg(feature = "fallback")]
+        if self.fallback.is_some() {
+            out.push(Section::Fallback);
+        }
+        #[cfg(feature = "degradation")]
+        if self.degradation.is_some() {
+            out.push(Section::Degradation);
+        }
+        if self.deadline.is_some() {
+            out.push(Section::Deadline);
+        }
+        #[cfg(feature = "bulkhead")]
+        if self.bulkhead.is_some() {
+            out.push(Section::Bulkhead);
+        }
+        #[cfg(feature = "circuit-breaker")]
+        if self.breaker.is_some() {
+            out.push(Section::Breaker);
+        }
+        out
+    }
+
+    /// Every problem of this policy, one per section at most, each naming its
+    /// field relative to the policy (`breaker.policy.failure_rate`).
+    pub fn problems(&self) -> Vec<ConfigError> {
+        let mut out = Vec::new();
+        if self.sections().is_empty() {
+            out.push(ConfigError::new(
+                "",
+                "declares no layer: add at least one of deadline, bulkhead, breaker, degradation, fallback",
+            ));
+        }
+        if let Some(d) = self.deadline {
+            if let Err(e) = check_nonzero_duration("deadline", d) {
+                out.push(e);
+            }
+        }
+        #[cfg(feature = "bulkhead")]
+        if let Some(Err(e)) = self.bulkhead.as_ref().map(|c| c.validate()) {
+            out.push(e.within("bulkhead"));
+        }
+        #[cfg(feature = "circuit-breaker")]
+        if let Some(Err(e)) = self.breaker.as_ref().map(|c| c.validate()) {
+            out.push(e.within("breaker"));
+        }
+        #[cfg(feature = "degradation")]
+        if let Some(Err(e)) = self.degradation.as_ref().map(|c| c.validate()) {
+            out.push(e.within("degradation"));
+        }
+        #[cfg(feature = "fallback")]
+        if let Some(Err(e)) = self.fallback.as_ref().map(|c| c.validate()) {
+            out.push(e.within("fallback"));
+        }
+        out
+    }
+}
+
+/// A key as it would be written in a dotted TOML path: bare when it can be,
+/// quoted otherwise (`routes."/quote"`).
+pub(crate) fn key(k: &str) -> String {
+    let bare = !k.is_empty()
+        && k.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if bare {
+        k.to_owned()
+    } else {
+        format!("{k:?}")
+    }
+}
+
+/// `section.key`, or `section` alone for an empty field (a problem of the whole table).
+pub(crate) fn within(e: ConfigError, section: &str) -> ConfigError {
+    if e.field().is_empty() {
+        ConfigError::new(section.to_owned(), e.problem().to_owned())
+    } else {
+        e.within(section)
+    }
+}
+
+impl PolicyDocument {
+    /// Parses and validates a TOML document. The error names the field at fault
+    /// (e.g. `policies.quote.breaker.policy.failure_rate`) and, for a malformed
+    /// document, the line and column.
+    pub fn from_toml(text: &str) -> Result<Self, LoadError> {
+        let doc: PolicyDocument =
+            toml::from_str(text).map_err(|e| LoadError::from_toml(None, text, &e))?;
+        doc.validate()
+            .map_err(|errors| LoadError::Invalid { path: None, errors })?;
+        Ok(doc)
+    }
+
+    /// Checks every value and every reference; returns every problem found, each
+    /// naming its field by its full path in the document.
+    pub fn validate(&self) -> Result<(), Vec<ConfigError>> {
+        let mut errors = Vec::new();
+        for (name, policy) in &self.policies {
+            let section = format!("policies.{}", key(name));
+            if name.trim().is_empty() {
+                errors.push(ConfigError::new(section.clone(), "a policy needs a name"));
+            }
+            errors.extend(policy.problems().into_iter().map(|e| within(e, &section)));
+        }
+        for (table, map) in [
+            ("routes", &self.routes),
+            ("dependencies", &self.dependencies),
+        ] {
+            for (from, policy) in map {
+                if !self.policies.contains_key(policy) {
+                    errors.push(ConfigError::new(
+                        format!("{table}.{}", key(from)),
+                        format!("names the policy `{policy}`, which [policies] does not declare"),
+                    ));
+                }
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// The policy a route uses, if any.
+    pub fn policy_for_route(&self, route: &str) -> Option<&str> {
+        self.routes.get(route).map(String::as_str)
+    }
+
+    /// The policy a dependency uses, if any.
+    pub fn policy_for_dependency(&self, dependency: &str) -> Option<&str> {
+        self.dependencies.get(dependency).map(String::as_str)
+    }
+
+    /// What in `next` cannot be applied to a running service built from `self`:
+    /// a policy or a section added or removed, a deadline changed, a route or a
+    /// dependency mapped differently. Each error names the field.
+    pub fn unchangeable_at_run_time(&self, next: &PolicyDocument) -> Vec<ConfigError> {
+        const RESTART: &str = "cannot change at run time; restart the service to apply it";
+        let mut errors = Vec::new();
+        for name in self.policies.keys() {
+            if !next.policies.contains_key(name) {
+                errors.push(ConfigError::new(
+                    format!("policies.{}", key(name)),
+                    format!("removed, but {RESTART}"),
+                ));
+            }
+        }
+        for (name, policy) in &next.policies {
+            let path = format!("policies.{}", key(name));
+            let Some(old) = self.policies.get(name) else {
+                errors.push(ConfigError::new(path, format!("added, but {RESTART}")));
+                continue;
+            };
+            let (before, after) = (old.sections(), policy.sections());
+            for s in &before {
+                if !after.contains(s) {
+                    errors.push(ConfigError::new(
+                        format!("{path}.{}", s.key()),
+                        format!("removed, but {RESTART}"),
+                    ));
+                }
+            }
+            for s in &after {
+                if !before.contains(s) {
+                    errors.push(ConfigError::new(
+                        format!("{path}.{}", s.key()),
+                        format!("added, but {RESTART}"),
+                    ));
+                }
+            }
+            if old.deadline.is_some()
+                && policy.deadline.is_some()
+                && old.deadline != policy.deadline
+            {
+                errors.push(ConfigError::new(
+                    format!("{path}.deadline"),
+                    format!("changed, but a deadline {RESTART}"),
+                ));
+            }
+        }
+        for (table, before, after) in [
+            ("routes", &self.routes, &next.routes),
+            ("dependencies", &self.dependencies, &next.dependencies),
+        ] {
+            let keys: std::collections::BTreeSet<&String> =
+                before.keys().chain(after.keys()).collect();
+            for k in keys {
+                if before.get(k) != after.get(k) {
+                    errors.push(ConfigError::new(
+                        format!("{table}.{}", key(k)),
+                        format!("changed, but the wiring of routes and dependencies {RESTART}"),
+                    ));
+                }
+            }
+        }
+        errors
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_quoted_only_when_they_must_be() {
+        assert_eq!(key("quote"), "quote");
+        assert_eq!(key("freight-eu_2"), "freight-eu_2");
+        assert_eq!(key("/quote"), "\"/quote\"");
+        assert_eq!(key(""), "\"\"");
+    }
+}

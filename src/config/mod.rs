@@ -1,0 +1,129 @@
+//! Policies from a file (feature `serde`): named policies in a TOML document,
+//! which route or dependency uses which, validated with the path of every field at
+//! fault, and applied at run time without losing state.
+//!
+//! # The document
+//!
+//! ```toml
+//! # One policy per dependency: its name labels the layers' rejections, metrics and logs.
+//! [policies.freight]
+//! deadline = "300ms"                # the segment's budget, admission included
+//!
+//! [policies.freight.bulkhead]       # seawall::bulkhead::BulkheadConfig
+//! max_concurrent = 8                # per instance: 3 instances allow 24
+//! max_queue = 10
+//! max_wait = "20ms"
+//!
+//! [policies.freight.breaker]        # seawall::circuit_breaker::CircuitBreakerConfig
+//! policy = { kind = "count_window", size = 10, min_calls = 10, failure_rate = 0.5 }
+//! open_for = "10s"
+//!
+//! [policies.freight.fallback]       # seawall::fallback::FallbackConfig
+//! on_rejections = ["circuit_open", "bulkhead_full", "bulkhead_timeout", "deadline_exceeded"]
+//!
+//! [policies.assistant.degradation]  # seawall::degradation::DegradationConfig
+//! failures_to_degrade = 5
+//! min_dwell = "60s"
+//!
+//! [routes]                          # server routes and the policy each uses
+//! "/quote" = "freight"
+//! "/assistant" = "assistant"
+//!
+//! [dependencies]                    # clients and the policy each uses
+//! freight-supplier = "freight"
+//! ```
+//!
+//! Each section is the crate's own configuration type ([`PolicyConfig`] lists
+//! them); fields left out take the crate's defaults, unknown fields are errors,
+//! durations are written `"300ms"`, `"10s"`, `"2m"`. A route or dependency not
+//! listed is untouched.
+//!
+//! # Errors name the field
+//!
+//! [`Policies::load`] reads, parses and validates everything before anything is
+//! built, and reports the file and the field at fault by its path in the
+//! document ([`LoadError::fields`]):
+//!
+//! ```text
+//! policies.toml:7:12: `policies.freight.bulkhead.max_wait`: `20` has no unit (use ns, us, ms, s, m or h)
+//! policies.toml: invalid `policies.freight.breaker.policy.failure_rate`: must be between 0.0 and 1.0, got 1.5; invalid `routes."/quote"`: names the policy `fraight`, which [policies] does not declare
+//! ```
+//!
+//! # Code gives the shape, the document the numbers
+//!
+//! ```
+//! use seawall::circuit_breaker::State;
+//! use seawall::config::Policies;
+//! use seawall::core::{BoxError, HttpStatus};
+//! use seawall::ServiceBuilderExt;
+//! use tower::{service_fn, ServiceBuilder, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), BoxError> {
+//! let policies = Policies::from_toml(r#"
+//!     [policies.freight]
+//!     deadline = "300ms"
+//!     bulkhead = { max_concurrent = 8, max_queue = 10, max_wait = "20ms" }
+//!     breaker = { open_for = "10s" }
+//!     [routes]
+//!     "/quote" = "freight"
+//! "#)?;
+//! let name = policies.policy_for_route("/quote").unwrap();
+//! let stack = ServiceBuilder::new()
+//!     .deadline(policies.deadline(&name)?)
+//!     .bulkhead(policies.bulkhead(&name)?)
+//!     .circuit_breaker(policies.circuit_breaker(&name, |b| b.classifier(HttpStatus::default()))?);
+//! let svc = stack.service(service_fn(|_req: http::Request<()>| async {
+//!     Ok::<_, BoxError>(http::Response::new("12.50 EUR"))
+//! }));
+//! svc.oneshot(http::Request::new(())).await?;
+//!
+//! // An operator opens the breaker, then a changed document arrives: the breaker
+//! // stays open, with the new interval for its next trip.
+//! let breaker = policies.handles(&name).and_then(|h| h.breaker).unwrap();
+//! breaker.force_open();
+//! policies.apply_toml(r#"
+//!     [policies.freight]
+//!     deadline = "300ms"
+//!     bulkhead = { max_concurrent = 4, max_queue = 10, max_wait = "20ms" }
+//!     breaker = { open_for = "30s" }
+//!     [routes]
+//!     "/quote" = "freight"
+//! "#)?;
+//! assert_eq!(breaker.state(), State::ForcedOpen);
+//! assert_eq!(policies.handles(&name).and_then(|h| h.bulkhead).unwrap().snapshot().max_concurrent, 4);
+//!
+//! // Back to the document the service started with.
+//! policies.revert();
+//! assert!(policies.snapshot().as_started);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Changing it at run time
+//!
+//! [`Policies::apply`] / [`Policies::reload`] hand each changed section to its
+//! layer's handle, which keeps its state; [`Policies::revert`] returns to the
+//! start-up document. **What cannot change at run time** (the document is then
+//! refused as a whole with [`LoadError::NeedsRestart`], naming each field):
+//!
+//! - adding or removing a policy, or a section of a policy (the stacks are types
+//!   built at start);
+//! - a `deadline` (a [`DeadlineLayer`](seawall_core::DeadlineLayer) holds its
+//!   budget by value);
+//! - `routes` and `dependencies` (wired into the router and clients at start);
+//! - what is code: classifiers, degradation levels, fallback strategies and steps.
+//!
+//! Everything else changes live: bulkhead limits, breaker thresholds, windows and
+//! intervals (a different window *shape* starts an empty window; the state stays),
+//! degradation triggers and probe settings, fallback triggers, step timeouts and
+//! `enabled`.
+
+mod document;
+mod error;
+mod locate;
+mod policies;
+
+pub use document::{PolicyConfig, PolicyDocument, Section};
+pub use error::LoadError;
+pub use policies::{Policies, PoliciesSnapshot, PolicyHandles, PolicySnapshot};

@@ -1,0 +1,673 @@
+//! [`Policies`]: the layers built from a policy document, and their handles.
+
+// With a policy crate left out, some helpers and bindings serve no section.
+#![cfg_attr(
+    not(all(
+        feature = "bulkhead",
+        feature = "circuit-breaker",
+        feature = "degradation",
+        feature = "fallback"
+    )),
+    allow(unused_variables, dead_code)
+)]
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use seawall_core::{ConfigError, DeadlineLayer};
+
+use super::document::{key, within, PolicyConfig, PolicyDocument};
+use super::error::LoadError;
+use crate::telemetry;
+
+/// The layers built from a policy document, the handles of their shared state, and
+/// the document in force.
+///
+/// Built from a validated [`PolicyDocument`] ([`load`](Self::load) from a file,
+/// [`from_toml`](Self::from_toml)). Code decides the *shape* of each stack (which
+/// layers, in which order, with which classifier, levels and fallback
+/// strategies); the document gives the *numbers*. Ask for each layer by policy
+/// name: [`deadline`](Self::deadline), [`bulkhead`](Self::bulkhead),
+/// [`circuit_breaker`](Self::circuit_breaker), [`degradation`](Self::degradation),
+/// [`fallback`](Self::fallback).
+///
+/// **Where state lives.** A policy has at most one bulkhead, one breaker, one
+/// degradation machine and one fallback: asking twice for the same layer of a
+/// policy is an error. To protect several routes with one bulkhead or breaker
+/// (one dependency), clone the layer you got; for separate state, declare
+/// separate policies. The state is per process: each instance of the service
+/// has its own bulkheads and breakers (three instances with `max_concurrent = 8`
+/// allow 24 concurrent calls).
+///
+/// **At run time** [`apply`](Self::apply) (or [`reload`](Self::reload) the file)
+/// reconfigures every built layer through its handle, keeping its state: an open
+/// breaker stays open, calls in a bulkhead keep their slots, the degradation
+/// level stays. [`revert`](Self::revert) goes back to the document the service
+/// started with. What cannot change at run time, and makes `apply` refuse the
+/// whole document: adding or removing a policy or one of its sections, changing
+/// a `deadline`, and changing `routes` or `dependencies` (they are wired into the
+/// router and clients at start).
+///
+/// Cloning is cheap and shares everything (hand a clone to an admin route).
+#[derive(Clone)]
+pub struct Policies {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    file: Option<PathBuf>,
+    started: PolicyDocument,
+    state: Mutex<State>,
+}
+
+struct State {
+    current: PolicyDocument,
+    generation: u64,
+    built: BTreeMap<String, PolicyHandles>,
+}
+
+impl fmt::Debug for Policies {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.lock();
+        f.debug_struct("Policies")
+            .field("file", &self.inner.file)
+            .field("generation", &state.generation)
+            .field("policies", &state.current.policies.keys())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The handles of the layers built for one policy (the ones not built yet are `None`).
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct PolicyHandles {
+    /// The bulkhead's handle.
+    #[cfg(feature = "bulkhead")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "bulkhead")))]
+    pub bulkhead: Option<crate::bulkhead::Handle>,
+    /// The breaker's handle (`force_open`, `force_closed`, `reset`, …).
+    #[cfg(feature = "circuit-breaker")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "circuit-breaker")))]
+    pub breaker: Option<crate::circuit_breaker::Handle>,
+    /// The degradation layer's handle (`set_floor`, `force`, `release`, …).
+    #[cfg(feature = "degradation")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "degradation")))]
+    pub degradation: Option<crate::degradation::Handle>,
+    /// The fallback's handle (`force`, `disable`, …).
+    #[cfg(feature = "fallback")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "fallback")))]
+    pub fallback: Option<crate::fallback::FallbackHandle>,
+}
+
+/// Everything an operator needs to see, at one moment: the document in force and
+/// each built layer's snapshot. Serialises to JSON for an admin endpoint.
+#[derive(Debug, Clone, serde::Serialize)]
+#[non_exhaustive]
+pub struct PoliciesSnapshot {
+    /// The file the policies were loaded from, if any.
+    pub file: Option<String>,
+    /// 0 at start, incremented by every document applied and every revert.
+    pub generation: u64,
+    /// Whether the document in force is the one the service started with.
+    pub as_started: bool,
+    /// Each policy, by name.
+    pub policies: BTreeMap<String, PolicySnapshot>,
+    /// Routes and the policy each uses.
+    pub routes: BTreeMap<String, String>,
+    /// Dependencies and the policy each uses.
+    pub dependencies: BTreeMap<String, String>,
+}
+
+/// One policy's configuration in force and its layers' snapshots.
+#[derive(Debug, Clone, serde::Serialize)]
+#[non_exhaustive]
+pub struct PolicySnapshot {
+    /// The configuration in force.
+    pub config: PolicyConfig,
+    /// Whether it differs from the start-up document.
+    pub changed_at_run_time: bool,
+    /// The bulkhead's counts and limits.
+    #[cfg(feature = "bulkhead")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bulkhead: Option<crate::bulkhead::Snapshot>,
+    /// The breaker's state and counters.
+    #[cfg(feature = "circuit-breaker")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub breaker: Option<crate::circuit_breaker::Snapshot>,
+    /// The degradation level and probe progress.
+    #[cfg(feature = "degradation")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub degradation: Option<crate::degradation::Snapshot>,
+    /// The fallback's counters and controls.
+    #[cfg(feature = "fallback")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<crate::fallback::FallbackSnapshot>,
+}
+
+fn section_path(name: &str, section: &str) -> String {
+    format!("policies.{}.{section}", key(name))
+}
+
+fn built_twice(name: &str, section: &str) -> ConfigError {
+    ConfigError::new(
+        section_path(name, section),
+        "already built: clone the layer built first to share its state, or declare another policy",
+    )
+}
+
+impl Policies {
+    /// Runtime policies from a document, after validating it.
+    pub fn new(document: PolicyDocument) -> Result<Self, LoadError> {
+        document
+            .validate()
+            .map_err(|errors| LoadError::Invalid { path: None, errors })?;
+        Ok(Self::from_valid(document, None))
+    }
+
+    /// Parses and validates a TOML document.
+    pub fn from_toml(text: &str) -> Result<Self, LoadError> {
+        Ok(Self::from_valid(PolicyDocument::from_toml(text)?, None))
+    }
+
+    /// Reads, parses and validates the TOML file at `path`, and remembers the
+    /// path for [`reload`](Self::reload).
+    pub fn load(path: impl AsRef<Path>) -> Result<Self, LoadError> {
+        let path = path.as_ref().to_path_buf();
+        let document = read(&path)?;
+        Ok(Self::from_valid(document, Some(path)))
+    }
+
+    fn from_valid(document: PolicyDocument, file: Option<PathBuf>) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                file,
+                started: document.clone(),
+                state: Mutex::new(State {
+                    current: document,
+                    generation: 0,
+                    built: BTreeMap::new(),
+                }),
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The file the policies were loaded from.
+    pub fn file(&self) -> Option<&Path> {
+        self.inner.file.as_deref()
+    }
+
+    /// The document in force.
+    pub fn document(&self) -> PolicyDocument {
+        self.lock().current.clone()
+    }
+
+    /// The document the service started with ([`revert`](Self::revert) returns to it).
+    pub fn started_with(&self) -> &PolicyDocument {
+        &self.inner.started
+    }
+
+    /// 0 at start, incremented by every document applied and every revert.
+    pub fn generation(&self) -> u64 {
+        self.lock().generation
+    }
+
+    /// The policy a route uses, if any.
+    pub fn policy_for_route(&self, route: &str) -> Option<String> {
+        self.inner
+            .started
+            .policy_for_route(route)
+            .map(str::to_owned)
+    }
+
+    /// The policy a dependency uses, if any.
+    pub fn policy_for_dependency(&self, dependency: &str) -> Option<String> {
+        self.inner
+            .started
+            .policy_for_dependency(dependency)
+            .map(str::to_owned)
+    }
+
+    /// The handles of the layers built so far for policy `name`.
+    pub fn handles(&self, name: &str) -> Option<PolicyHandles> {
+        self.lock().built.get(name).cloned()
+    }
+
+    /// The section a layer is built from: from the start-up document (so that a
+    /// handle's `revert` returns to it), plus what is in force now, if different.
+    fn sections<T: Clone + PartialEq>(
+        &self,
+        name: &str,
+        section: &'static str,
+        pick: impl Fn(&PolicyConfig) -> Option<&T>,
+    ) -> Result<(T, Option<T>), ConfigError> {
+        let Some(started) = self.inner.started.policies.get(name) else {
+            return Err(ConfigError::new(
+                format!("policies.{}", key(name)),
+                "no such policy in the document",
+            ));
+        };
+        let Some(first) = pick(started) else {
+            return Err(ConfigError::new(
+                section_path(name, section),
+                "missing: this stack needs it",
+            ));
+        };
+        let state = self.lock();
+        let now = state
+            .current
+            .policies
+            .get(name)
+            .and_then(&pick)
+            .filter(|c| *c != first)
+            .cloned();
+        Ok((first.clone(), now))
+    }
+
+    /// Records a handle once the layer is built; refuses a second one.
+    fn register(
+        &self,
+        name: &str,
+        section: &'static str,
+        slot: impl FnOnce(&mut PolicyHandles) -> bool,
+    ) -> Result<(), ConfigError> {
+        let mut state = self.lock();
+        let handles = state.built.entry(name.to_owned()).or_default();
+        if slot(handles) {
+            Ok(())
+        } else {
+            Err(built_twice(name, section))
+        }
+    }
+
+    /// The [`DeadlineLayer`] of policy `name` (it holds no state; call it as often as needed).
+    pub fn deadline(&self, name: &str) -> Result<DeadlineLayer, ConfigError> {
+        let (budget, _) = self.sections(name, "deadline", |p| p.deadline.as_ref())?;
+        DeadlineLayer::new(budget).map_err(|e| within(e, &section_path(name, "deadline")))
+    }
+
+    /// Builds the bulkhead of policy `name` (once; clone it to share it).
+    #[cfg(feature = "bulkhead")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "bulkhead")))]
+    pub fn bulkhead(&self, name: &str) -> Result<crate::bulkhead::BulkheadLayer, ConfigError> {
+        const S: &str = "bulkhead";
+        let (first, now) = self.sections(name, S, |p| p.bulkhead.as_ref())?;
+        if self.handles(name).is_some_and(|h| h.bulkhead.is_some()) {
+            return Err(built_twice(name, S));
+        }
+        let at = |e| within(e, &section_path(name, S));
+        let layer = crate::bulkhead::BulkheadLayer::from_config(name, first).map_err(at)?;
+        let handle = layer.handle();
+        if let Some(now) = now {
+            handle.reconfigure(now).map_err(at)?;
+        }
+        self.register(name, S, |h| fill(&mut h.bulkhead, handle))?;
+        Ok(layer)
+    }
+
+    /// Builds the circuit breaker of policy `name` (once; clone it to share it).
+    /// `customize` receives the builder and sets what is code, such as the
+    /// classifier (`|b| b.classifier(HttpStatus::default())`); the document's
+    /// section then replaces the builder's configuration.
+    #[cfg(feature = "circuit-breaker")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "circuit-breaker")))]
+    pub fn circuit_breaker<C>(
+        &self,
+        name: &str,
+        customize: impl FnOnce(
+            crate::circuit_breaker::CircuitBreakerBuilder,
+        ) -> crate::circuit_breaker::CircuitBreakerBuilder<C>,
+    ) -> Result<crate::circuit_breaker::CircuitBreakerLayer<C>, ConfigError> {
+        const S: &str = "breaker";
+        let (first, now) = self.sections(name, S, |p| p.breaker.as_ref())?;
+        if self.handles(name).is_some_and(|h| h.breaker.is_some()) {
+            return Err(built_twice(name, S));
+        }
+        let at = |e| within(e, &section_path(name, S));
+        let layer = customize(crate::circuit_breaker::CircuitBreakerLayer::builder(name))
+            .config(first)
+            .build()
+            .map_err(at)?;
+        let handle = layer.handle();
+        if let Some(now) = now {
+            handle.reconfigure(now).map_err(at)?;
+        }
+        self.register(name, S, |h| fill(&mut h.breaker, handle))?;
+        Ok(layer)
+    }
+
+    /// Builds the degradation layer of policy `name` (once; clone it to share it).
+    /// `customize` adds the levels (code); the document's section then replaces the
+    /// builder's configuration.
+    #[cfg(feature = "degradation")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "degradation")))]
+    pub fn degradation<Req, Res, C, X>(
+        &self,
+        name: &str,
+        customize: impl FnOnce(
+            crate::degradation::DegradationLayerBuilder<Req, Res>,
+        ) -> crate::degradation::DegradationLayerBuilder<Req, Res, C, X>,
+    ) -> Result<crate::degradation::DegradationLayer<Req, Res, C, X>, ConfigError> {
+        const S: &str = "degradation";
+        let (first, now) = self.sections(name, S, |p| p.degradation.as_ref())?;
+        if self.handles(name).is_some_and(|h| h.degradation.is_some()) {
+            return Err(built_twice(name, S));
+        }
+        let at = |e| within(e, &section_path(name, S));
+        let layer = customize(crate::degradation::DegradationLayer::builder(name))
+            .config(first)
+            .build()
+            .map_err(at)?;
+        let handle = layer.handle();
+        if let Some(now) = now {
+            handle.reconfigure(now).map_err(at)?;
+        }
+        self.register(name, S, |h| fill(&mut h.degradation, handle))?;
+        Ok(layer)
+    }
+
+    /// Builds the fallback of policy `name` (once; clone it to share it).
+    /// `customize` sets what is code (the capture, the strategy or chain of steps,
+    /// a failure classifier, the HTTP server mode); the document's section then
+    /// replaces the builder's configuration (which rejection kinds fire it, step
+    /// timeouts, enabled).
+    #[cfg(feature = "fallback")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "fallback")))]
+    pub fn fallback<Cap, P, C, M>(
+        &self,
+        name: &str,
+        customize: impl FnOnce(
+            crate::fallback::FallbackBuilder,
+        ) -> crate::fallback::FallbackBuilder<Cap, P, C, M>,
+    ) -> Result<crate::fallback::FallbackLayer<Cap, P::Plan, C, M>, ConfigError>
+    where
+        Cap: crate::fallback::Captures,
+        P: crate::fallback::Spec<Cap::Output>,
+    {
+        const S: &str = "fallback";
+        let (first, now) = self.sections(name, S, |p| p.fallback.as_ref())?;
+        if self.handles(name).is_some_and(|h| h.fallback.is_some()) {
+            return Err(built_twice(name, S));
+        }
+        let at = |e| within(e, &section_path(name, S));
+        let layer = customize(crate::fallback::FallbackLayer::builder(name))
+            .config(first)
+            .build()
+            .map_err(at)?;
+        let handle = layer.handle();
+        if let Some(now) = now {
+            handle.reconfigure(now).map_err(at)?;
+        }
+        self.register(name, S, |h| fill(&mut h.fallback, handle))?;
+        Ok(layer)
+    }
+
+    /// The document in force and every built layer's snapshot.
+    pub fn snapshot(&self) -> PoliciesSnapshot {
+        let state = self.lock();
+        let policies = state
+            .current
+            .policies
+            .iter()
+            .map(|(name, config)| {
+                let built = state.built.get(name).cloned().unwrap_or_default();
+                let snapshot = PolicySnapshot {
+                    config: config.clone(),
+                    changed_at_run_time: self.inner.started.policies.get(name) != Some(config),
+                    #[cfg(feature = "bulkhead")]
+                    bulkhead: built.bulkhead.as_ref().map(|h| h.snapshot()),
+                    #[cfg(feature = "circuit-breaker")]
+                    breaker: built.breaker.as_ref().map(|h| h.snapshot()),
+                    #[cfg(feature = "degradation")]
+                    degradation: built.degradation.as_ref().map(|h| h.snapshot()),
+                    #[cfg(feature = "fallback")]
+                    fallback: built.fallback.as_ref().map(|h| h.snapshot()),
+                };
+                (name.clone(), snapshot)
+            })
+            .collect();
+        PoliciesSnapshot {
+            file: self.inner.file.as_ref().map(|p| p.display().to_string()),
+            generation: state.generation,
+            as_started: state.current == self.inner.started,
+            policies,
+            routes: state.current.routes.clone(),
+            dependencies: state.current.dependencies.clone(),
+        }
+    }
+
+    /// Applies a changed document to every built layer, keeping their state; all
+    /// or nothing.
+    ///
+    /// The document is validated first; then it is refused as a whole
+    /// ([`LoadError::NeedsRestart`]) if it changes what cannot change at run time
+    /// (a policy or a section added or removed, a deadline, the routes or
+    /// dependencies). Each changed section is then handed to its layer's handle
+    /// (`reconfigure`): limits, thresholds, windows, intervals, probe settings,
+    /// fallback triggers and step timeouts. State is kept: an open breaker stays
+    /// open until its current interval ends (a changed window shape starts a new,
+    /// empty window), calls holding bulkhead slots keep them (a smaller limit
+    /// admits fewer until enough have finished), the degradation level, floor and
+    /// forced level stay. If a handle refuses its section, those already changed
+    /// are put back and nothing is applied.
+    pub fn apply(&self, next: PolicyDocument) -> Result<(), LoadError> {
+        self.apply_from(next, None)
+    }
+
+    fn apply_from(&self, next: PolicyDocument, file: Option<&Path>) -> Result<(), LoadError> {
+        let with_file = |e: LoadError| match file {
+            Some(f) => e.in_file(f.to_path_buf()),
+            None => e,
+        };
+        next.validate()
+            .map_err(|errors| with_file(LoadError::Invalid { path: None, errors }))?;
+        let mut state = self.lock();
+        let blocked = state.current.unchangeable_at_run_time(&next);
+        if !blocked.is_empty() {
+            let e = with_file(LoadError::NeedsRestart {
+                path: None,
+                errors: blocked,
+            });
+            telemetry::refused(&e);
+            return Err(e);
+        }
+        let problems = preflight(&state.built, &next);
+        if !problems.is_empty() {
+            let e = with_file(LoadError::Invalid {
+                path: None,
+                errors: problems,
+            });
+            telemetry::refused(&e);
+            return Err(e);
+        }
+        if let Err(problem) = reconfigure(&state.built, &state.current, &next) {
+            // Put back what was changed before the refusal (those sections were
+            // accepted by the same handles a moment ago).
+            let _ = reconfigure(&state.built, &next, &state.current);
+            let e = with_file(LoadError::Invalid {
+                path: None,
+                errors: vec![problem],
+            });
+            telemetry::refused(&e);
+            return Err(e);
+        }
+        let changed = changed_sections(&state.current, &next);
+        state.current = next;
+        state.generation += 1;
+        telemetry::applied(state.generation, &changed);
+        Ok(())
+    }
+
+    /// Parses, validates and [`apply`](Self::apply)s a TOML document.
+    pub fn apply_toml(&self, text: &str) -> Result<(), LoadError> {
+        self.apply(PolicyDocument::from_toml(text)?)
+    }
+
+    /// Reads the file again and [`apply`](Self::apply)s it.
+    pub fn reload(&self) -> Result<(), LoadError> {
+        let file = self.inner.file.as_deref().ok_or(LoadError::NoFile)?;
+        let next = read(file)?;
+        self.apply_from(next, Some(file))
+    }
+
+    /// Goes back to the document the service started with: every built layer's
+    /// handle reverts to the configuration it was built with, keeping its state.
+    /// Operator overrides are not configuration and stay until undone (a forced
+    /// open breaker until `reset`, a degradation floor until `clear_floor`, a
+    /// forced level until `release`, a forced fallback until `force(false)`).
+    pub fn revert(&self) {
+        let mut state = self.lock();
+        for handles in state.built.values() {
+            #[cfg(feature = "bulkhead")]
+            if let Some(h) = &handles.bulkhead {
+                h.revert();
+            }
+            #[cfg(feature = "circuit-breaker")]
+            if let Some(h) = &handles.breaker {
+                h.revert();
+            }
+            #[cfg(feature = "degradation")]
+            if let Some(h) = &handles.degradation {
+                h.revert();
+            }
+            #[cfg(feature = "fallback")]
+            if let Some(h) = &handles.fallback {
+                h.revert();
+            }
+        }
+        state.current = self.inner.started.clone();
+        state.generation += 1;
+        telemetry::reverted(state.generation);
+    }
+}
+
+/// Puts `value` in an empty `slot`; `false` if it was taken.
+fn fill<T>(slot: &mut Option<T>, value: T) -> bool {
+    if slot.is_some() {
+        return false;
+    }
+    *slot = Some(value);
+    true
+}
+
+fn read(path: &Path) -> Result<PolicyDocument, LoadError> {
+    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    PolicyDocument::from_toml(&text).map_err(|e| e.in_file(path.to_path_buf()))
+}
+
+/// What the handles would refuse, checked before anything changes: the fallback's
+/// step timeouts must name steps the built fallback has.
+fn preflight(built: &BTreeMap<String, PolicyHandles>, next: &PolicyDocument) -> Vec<ConfigError> {
+    #[allow(unused_mut)]
+    let mut problems = Vec::new();
+    #[cfg(feature = "fallback")]
+    for (name, handles) in built {
+        let (Some(handle), Some(config)) = (
+            &handles.fallback,
+            next.policies.get(name).and_then(|p| p.fallback.as_ref()),
+        ) else {
+            continue;
+        };
+        let steps = handle.snapshot().steps;
+        for (i, st) in config.step_timeouts.iter().enumerate() {
+            if !steps.iter().any(|s| s.name == st.step) {
+                problems.push(ConfigError::new(
+                    format!("{}.step_timeouts[{i}].step", section_path(name, "fallback")),
+                    format!("this fallback has no step named `{}`", st.step),
+                ));
+            }
+        }
+    }
+    problems
+}
+
+/// Hands each section that differs between `from` and `to` to its handle.
+fn reconfigure(
+    built: &BTreeMap<String, PolicyHandles>,
+    from: &PolicyDocument,
+    to: &PolicyDocument,
+) -> Result<(), ConfigError> {
+    for (name, handles) in built {
+        let (Some(old), Some(new)) = (from.policies.get(name), to.policies.get(name)) else {
+            continue;
+        };
+        #[cfg(feature = "bulkhead")]
+        if let (Some(h), Some(c)) = (&handles.bulkhead, &new.bulkhead) {
+            if old.bulkhead.as_ref() != Some(c) {
+                h.reconfigure(*c)
+                    .map_err(|e| within(e, &section_path(name, "bulkhead")))?;
+            }
+        }
+        #[cfg(feature = "circuit-breaker")]
+        if let (Some(h), Some(c)) = (&handles.breaker, &new.breaker) {
+            if old.breaker.as_ref() != Some(c) {
+                h.reconfigure(c.clone())
+                    .map_err(|e| within(e, &section_path(name, "breaker")))?;
+            }
+        }
+        #[cfg(feature = "degradation")]
+        if let (Some(h), Some(c)) = (&handles.degradation, &new.degradation) {
+            if old.degradation.as_ref() != Some(c) {
+                h.reconfigure(c.clone())
+                    .map_err(|e| within(e, &section_path(name, "degradation")))?;
+            }
+        }
+        #[cfg(feature = "fallback")]
+        if let (Some(h), Some(c)) = (&handles.fallback, &new.fallback) {
+            if old.fallback.as_ref() != Some(c) {
+                h.reconfigure(c.clone())
+                    .map_err(|e| within(e, &section_path(name, "fallback")))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The sections that differ, as `policies.<name>.<section>` paths.
+fn changed_sections(from: &PolicyDocument, to: &PolicyDocument) -> Vec<String> {
+    let mut out = Vec::new();
+    for (name, new) in &to.policies {
+        let Some(old) = from.policies.get(name) else {
+            continue;
+        };
+        if old == new {
+            continue;
+        }
+        let (o, n) = (old.sections(), new.sections());
+        for s in n.into_iter().chain(o) {
+            let path = section_path(name, s.key());
+            if !out.contains(&path) && section_differs(old, new, s) {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
+
+fn section_differs(old: &PolicyConfig, new: &PolicyConfig, s: super::Section) -> bool {
+    use super::Section;
+    match s {
+        Section::Deadline => old.deadline != new.deadline,
+        #[cfg(feature = "bulkhead")]
+        Section::Bulkhead => old.bulkhead != new.bulkhead,
+        #[cfg(feature = "circuit-breaker")]
+        Section::Breaker => old.breaker != new.breaker,
+        #[cfg(feature = "degradation")]
+        Section::Degradation => old.degradation != new.degradation,
+        #[cfg(feature = "fallback")]
+        Section::Fallback => old.fallback != new.fallback,
+        #[allow(unreachable_patterns)]
+        _ => false,
+    }
+}

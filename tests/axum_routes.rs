@@ -1,0 +1,784 @@
+//! Per-route policies on a real axum server over loopback HTTP: isolation between
+//! routes, the admin route's authorization, live reload keeping breaker state, and
+//! the metrics endpoint listing every documented metric.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, Route};
+use axum::Router;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use seawall::admin::{self, AdminToken};
+use seawall::axum::FixedResponse;
+use seawall::bulkhead::BulkheadLayer;
+use seawall::circuit_breaker::CircuitBreakerLayer;
+use seawall::config::Policies;
+use seawall::core::{AdmissionAsFailure, DeadlineLayer, HttpStatus};
+use seawall::degradation::DegradationLayer;
+use seawall::fallback::{FallbackLayer, Rejections};
+use seawall::ServiceBuilderExt;
+use serde_json::Value;
+use tokio::sync::Semaphore;
+use tower::{Layer, Service, ServiceBuilder};
+
+const TOKEN: &str = "test-admin-token-0123456789";
+
+const DOCUMENT: &str = r#"
+[policies.freight]
+deadline = "30s"
+bulkhead = { max_concurrent = 2, max_queue = 0, max_wait = "10ms" }
+breaker = { policy = { kind = "count_window", size = 4, min_calls = 4, failure_rate = 0.5 }, open_for = "60s" }
+fallback = { on_rejections = ["circuit_open", "bulkhead_full", "bulkhead_timeout", "deadline_exceeded"] }
+
+[policies.recommendations]
+deadline = "30s"
+bulkhead = { max_concurrent = 2, max_queue = 0, max_wait = "10ms" }
+breaker = { policy = { kind = "consecutive_failures", threshold = 3 }, open_for = "60s" }
+
+[policies.assistant]
+degradation = { failures_to_degrade = 2, min_dwell = "0s", probe_ratio = 1.0, probe_window = "0s", probe_successes_to_recover = 1 }
+
+[routes]
+"/quote" = "freight"
+"/recommendations" = "recommendations"
+"/assistant" = "assistant"
+"#;
+
+// ---------------------------------------------------------------------------
+// What axum's `route_layer` asks of a layer, checked at compile time.
+
+fn route_layer<L>(layer: L) -> L
+where
+    L: Layer<Route> + Clone + Send + Sync + 'static,
+    L::Service: Service<Request, Error = Infallible> + Clone + Send + Sync + 'static,
+    <L::Service as Service<Request>>::Response: IntoResponse + 'static,
+    <L::Service as Service<Request>>::Future: Send + 'static,
+{
+    layer
+}
+
+#[test]
+fn the_recommended_stacks_satisfy_route_layer() {
+    // Built with the crates' builders, no document: respond → deadline → bulkhead → breaker.
+    let respond = route_layer(
+        ServiceBuilder::new()
+            .respond()
+            .deadline(DeadlineLayer::new(Duration::from_millis(300)).unwrap())
+            .bulkhead(BulkheadLayer::builder("a").build().unwrap())
+            .circuit_breaker(
+                CircuitBreakerLayer::builder("a")
+                    .classifier(HttpStatus::default())
+                    .build()
+                    .unwrap(),
+            ),
+    );
+    // A fallback in HTTP server mode outermost instead.
+    let fallback = route_layer(
+        ServiceBuilder::new()
+            .fallback(
+                FallbackLayer::builder("b")
+                    .on_rejections(Rejections::ALL)
+                    .unavailable::<Response>("no answer")
+                    .http_server()
+                    .build()
+                    .unwrap(),
+            )
+            .deadline(DeadlineLayer::new(Duration::from_millis(300)).unwrap())
+            .bulkhead(BulkheadLayer::builder("b").build().unwrap())
+            .circuit_breaker(CircuitBreakerLayer::builder("b").build().unwrap()),
+    );
+    // Degradation with a fixed last level, answered by RespondLayer.
+    let degradation = route_layer(
+        ServiceBuilder::new().respond().degradation(
+            DegradationLayer::builder("c")
+                .level("fixed", FixedResponse::<Body>::new(StatusCode::OK, "fixed"))
+                .build()
+                .unwrap(),
+        ),
+    );
+    // And they really are accepted by axum, on one route each.
+    let _app: Router = Router::new()
+        .route("/a", get(|| async { "a" }).route_layer(respond))
+        .route("/b", get(|| async { "b" }).route_layer(fallback))
+        .route("/c", get(|| async { "c" }).route_layer(degradation));
+}
+
+// ---------------------------------------------------------------------------
+// The application under test: dependencies in process, switchable.
+
+const OK: u8 = 0;
+const FAIL: u8 = 1;
+const HANG: u8 = 2;
+
+/// A dependency whose behaviour the test switches. A hanging call enters, then
+/// waits for the gate.
+struct Dependency {
+    mode: AtomicU8,
+    entered: Semaphore,
+    gate: Semaphore,
+}
+
+impl Default for Dependency {
+    fn default() -> Self {
+        Self {
+            mode: AtomicU8::new(OK),
+            entered: Semaphore::new(0),
+            gate: Semaphore::new(0),
+        }
+    }
+}
+
+impl Dependency {
+    fn set(&self, mode: u8) {
+        self.mode.store(mode, Ordering::SeqCst);
+    }
+
+    async fn call(&self, answer: &'static str) -> Response {
+        match self.mode.load(Ordering::SeqCst) {
+            FAIL => (StatusCode::BAD_GATEWAY, "dependency failed").into_response(),
+            HANG => {
+                self.entered.add_permits(1);
+                let _permit = self.gate.acquire().await.unwrap();
+                answer.into_response()
+            }
+            _ => answer.into_response(),
+        }
+    }
+
+    /// Waits until `n` calls are hanging inside the dependency.
+    async fn hanging(&self, n: u32) {
+        self.entered.acquire_many(n).await.unwrap().forget();
+    }
+
+    fn release(&self) {
+        self.gate.add_permits(1_000);
+    }
+}
+
+#[derive(Clone, Default)]
+struct Deps {
+    freight: Arc<Dependency>,
+    recommendations: Arc<Dependency>,
+    llm: Arc<Dependency>,
+}
+
+const QUOTE: &str = "quote: 12.50 EUR";
+const RECOMMENDED: &str = "for you: boots, jacket";
+const ASSISTED: &str = "parcels take 2 days";
+const CANNED: &str = "assistant busy; see the FAQ";
+const CATALOGUE: &str = "catalogue: boots, jacket, tent";
+
+fn policy(policies: &Policies, route: &str) -> String {
+    policies.policy_for_route(route).unwrap()
+}
+
+fn app(policies: &Policies, deps: &Deps, token: Option<AdminToken>) -> Router {
+    let freight = policy(policies, "/quote");
+    let quote_stack = route_layer(
+        ServiceBuilder::new()
+            .fallback(
+                policies
+                    .fallback(&freight, |b| {
+                        b.unavailable::<Response>("no valid quote").http_server()
+                    })
+                    .unwrap(),
+            )
+            .deadline(policies.deadline(&freight).unwrap())
+            .bulkhead(policies.bulkhead(&freight).unwrap())
+            .circuit_breaker(
+                policies
+                    .circuit_breaker(&freight, |b| b.classifier(HttpStatus::default()))
+                    .unwrap(),
+            ),
+    );
+    let recs = policy(policies, "/recommendations");
+    let recs_stack = route_layer(
+        ServiceBuilder::new()
+            .respond()
+            .deadline(policies.deadline(&recs).unwrap())
+            .bulkhead(policies.bulkhead(&recs).unwrap())
+            .circuit_breaker(
+                policies
+                    .circuit_breaker(&recs, |b| b.classifier(HttpStatus::default()))
+                    .unwrap(),
+            ),
+    );
+    let assistant = policy(policies, "/assistant");
+    let assistant_stack = route_layer(
+        ServiceBuilder::new().respond().degradation(
+            policies
+                .degradation(&assistant, |b| {
+                    b.classifier(AdmissionAsFailure(HttpStatus::default()))
+                        .seed(7)
+                        .level("canned", FixedResponse::<Body>::new(StatusCode::OK, CANNED))
+                })
+                .unwrap(),
+        ),
+    );
+    Router::new()
+        .route(
+            "/quote",
+            get(|State(d): State<Deps>| async move { d.freight.call(QUOTE).await })
+                .route_layer(quote_stack),
+        )
+        .route(
+            "/recommendations",
+            get(|State(d): State<Deps>| async move { d.recommendations.call(RECOMMENDED).await })
+                .route_layer(recs_stack),
+        )
+        .route(
+            "/assistant",
+            get(|State(d): State<Deps>| async move { d.llm.call(ASSISTED).await })
+                .route_layer(assistant_stack),
+        )
+        .route("/products", get(|| async { CATALOGUE }))
+        .nest("/admin", admin::router(policies.clone(), token))
+        .with_state(deps.clone())
+}
+
+async fn serve(app: Router) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    addr
+}
+
+/// An HTTP client over loopback.
+#[derive(Clone)]
+struct Client {
+    addr: SocketAddr,
+    http: hyper_util::client::legacy::Client<HttpConnector, Empty<Bytes>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: String,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).expect(&self.body)
+    }
+
+    /// Status and body: what a caller sees.
+    fn seen(&self) -> (StatusCode, &str) {
+        (self.status, &self.body)
+    }
+}
+
+impl Client {
+    fn new(addr: SocketAddr) -> Self {
+        Self {
+            addr,
+            http: hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build_http(),
+        }
+    }
+
+    async fn send(&self, method: Method, path: &str, auth: Option<&str>) -> Answer {
+        let mut req = http::Request::builder()
+            .method(method)
+            .uri(format!("http://{}{path}", self.addr));
+        if let Some(auth) = auth {
+            req = req.header(header::AUTHORIZATION, auth);
+        }
+        let res = self
+            .http
+            .request(req.body(Empty::new()).unwrap())
+            .await
+            .unwrap();
+        let (parts, body) = res.into_parts();
+        let body = body.collect().await.unwrap().to_bytes();
+        Answer {
+            status: parts.status,
+            headers: parts.headers,
+            body: String::from_utf8(body.to_vec()).unwrap(),
+        }
+    }
+
+    async fn get(&self, path: &str) -> Answer {
+        self.send(Method::GET, path, None).await
+    }
+
+    async fn post(&self, path: &str, auth: Option<&str>) -> Answer {
+        self.send(Method::POST, path, auth).await
+    }
+
+    async fn admin(&self, path: &str) -> Answer {
+        self.post(&format!("/admin{path}"), Some(&format!("Bearer {TOKEN}")))
+            .await
+    }
+
+    async fn snapshot(&self, policy: &str) -> Value {
+        let a = self.get(&format!("/admin/policies/{policy}")).await;
+        assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+        a.json()
+    }
+}
+
+async fn start(policies: &Policies, deps: &Deps) -> Client {
+    let token = AdminToken::new(TOKEN).unwrap();
+    Client::new(serve(app(policies, deps, Some(token))).await)
+}
+
+/// What the routes that do not call the freight supplier answer.
+async fn others(client: &Client) -> Vec<Answer> {
+    let mut out = Vec::new();
+    for path in ["/products", "/recommendations", "/assistant"] {
+        out.push(client.get(path).await);
+    }
+    out
+}
+
+fn seen(answers: &[Answer]) -> Vec<(StatusCode, &str)> {
+    answers.iter().map(Answer::seen).collect()
+}
+
+// ---------------------------------------------------------------------------
+// Isolation.
+
+#[tokio::test]
+async fn a_failing_dependency_trips_its_routes_breaker_and_no_other_route_changes_its_answers() {
+    let policies = Policies::from_toml(DOCUMENT).unwrap();
+    let deps = Deps::default();
+    let client = start(&policies, &deps).await;
+
+    let healthy = others(&client).await;
+    assert_eq!(
+        seen(&healthy),
+        [
+            (StatusCode::OK, CATALOGUE),
+            (StatusCode::OK, RECOMMENDED),
+            (StatusCode::OK, ASSISTED)
+        ]
+    );
+    assert_eq!(client.get("/quote").await.seen(), (StatusCode::OK, QUOTE));
+
+    deps.freight.set(FAIL);
+    // The window holds one success: three more failures fill it at 3/4 failed.
+    for _ in 0..3 {
+        assert_eq!(client.get("/quote").await.status, StatusCode::BAD_GATEWAY);
+    }
+    let rejected = client.get("/quote").await;
+    assert_eq!(rejected.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(rejected.headers[header::RETRY_AFTER], "60");
+    assert!(!rejected.body.contains("freight"), "{}", rejected.body);
+    assert_eq!(client.snapshot("freight").await["breaker"]["state"], "open");
+
+    // Every other route answers exactly as before, interleaved with more failures.
+    for _ in 0..3 {
+        assert_eq!(seen(&others(&client).await), seen(&healthy));
+        assert_eq!(
+            client.get("/quote").await.status,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+    }
+    let recs = client.snapshot("recommendations").await;
+    assert_eq!(recs["breaker"]["state"], "closed");
+    assert_eq!(recs["breaker"]["counters"]["failures"], 0);
+    assert_eq!(recs["bulkhead"]["rejected_full"], 0);
+}
+
+#[tokio::test]
+async fn a_hanging_dependency_fills_only_its_own_bulkhead() {
+    let policies = Policies::from_toml(DOCUMENT).unwrap();
+    let deps = Deps::default();
+    let client = start(&policies, &deps).await;
+    let healthy = others(&client).await;
+
+    deps.freight.set(HANG);
+    let hung: Vec<_> = (0..2)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move { client.get("/quote").await })
+        })
+        .collect();
+    deps.freight.hanging(2).await;
+    assert_eq!(client.snapshot("freight").await["bulkhead"]["active"], 2);
+
+    // The freight bulkhead is full: the next quote is answered at once, "no quote".
+    let full = client.get("/quote").await;
+    assert_eq!(full.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        client.snapshot("freight").await["bulkhead"]["rejected_full"],
+        1
+    );
+    assert_eq!(
+        client.snapshot("freight").await["fallback"]["triggered"][1],
+        serde_json::json!({"trigger": "bulkhead_full", "count": 1})
+    );
+    // The other routes, with their own capacity, answer as before.
+    assert_eq!(seen(&others(&client).await), seen(&healthy));
+
+    deps.freight.release();
+    for h in hung {
+        assert_eq!(h.await.unwrap().seen(), (StatusCode::OK, QUOTE));
+    }
+    assert_eq!(client.snapshot("freight").await["bulkhead"]["active"], 0);
+    // The slow calls were no failures of the supplier: the breaker stayed closed.
+    assert_eq!(
+        client.snapshot("freight").await["breaker"]["state"],
+        "closed"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// The admin route.
+
+#[tokio::test]
+async fn the_admin_route_reads_for_anyone_and_changes_only_with_the_token() {
+    let policies = Policies::from_toml(DOCUMENT).unwrap();
+    let deps = Deps::default();
+    let client = start(&policies, &deps).await;
+
+    let all = client.get("/admin/policies").await;
+    assert_eq!(all.status, StatusCode::OK);
+    assert_eq!(all.headers[header::CONTENT_TYPE], "application/json");
+    let all = all.json();
+    assert_eq!(all["generation"], 0);
+    assert_eq!(all["policies"]["freight"]["breaker"]["state"], "closed");
+    assert_eq!(
+        all["policies"]["freight"]["config"]["bulkhead"]["max_concurrent"],
+        2
+    );
+    assert_eq!(
+        all["policies"]["assistant"]["degradation"]["level_name"],
+        "full"
+    );
+    assert_eq!(all["routes"]["/quote"], "freight");
+
+    let force_open = "/admin/policies/freight/breaker/force-open";
+    let none = client.post(force_open, None).await;
+    assert_eq!(none.status, StatusCode::UNAUTHORIZED);
+    assert!(none.headers[header::WWW_AUTHENTICATE]
+        .to_str()
+        .unwrap()
+        .starts_with("Bearer"));
+    let basic = client.post(force_open, Some("Basic dXNlcjpwYXNz")).await;
+    assert_eq!(basic.status, StatusCode::UNAUTHORIZED);
+    let wrong = client
+        .post(force_open, Some("Bearer test-admin-token-0123456788"))
+        .await;
+    assert_eq!(wrong.status, StatusCode::FORBIDDEN);
+    // Refused changes changed nothing.
+    assert_eq!(
+        client.snapshot("freight").await["breaker"]["state"],
+        "closed"
+    );
+    assert_eq!(client.get("/quote").await.seen(), (StatusCode::OK, QUOTE));
+
+    // With the token: applied, and the answer is the new snapshot.
+    let done = client.admin("/policies/freight/breaker/force-open").await;
+    assert_eq!(done.status, StatusCode::OK);
+    assert_eq!(done.json()["breaker"]["state"], "forced_open");
+    assert_eq!(
+        client.snapshot("freight").await["breaker"]["state"],
+        "forced_open"
+    );
+    assert_eq!(
+        client.get("/quote").await.status,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    let reset = client.admin("/policies/freight/breaker/reset").await;
+    assert_eq!(reset.json()["breaker"]["state"], "closed");
+    assert_eq!(client.get("/quote").await.seen(), (StatusCode::OK, QUOTE));
+
+    // A degradation floor: the assistant answers from the canned level.
+    let floor = "/policies/assistant/degradation/set-floor?level=canned";
+    assert_eq!(
+        client.post(&format!("/admin{floor}"), None).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    let set = client.admin(floor).await;
+    assert_eq!(set.status, StatusCode::OK);
+    assert_eq!(set.json()["degradation"]["level_name"], "canned");
+    assert_eq!(set.json()["degradation"]["floor"], 1);
+    assert_eq!(
+        client.get("/assistant").await.seen(),
+        (StatusCode::OK, CANNED)
+    );
+    let cleared = client
+        .admin("/policies/assistant/degradation/clear-floor")
+        .await;
+    assert_eq!(cleared.json()["degradation"]["floor"], Value::Null);
+
+    // Mistakes are told apart: unknown level, unknown policy, unknown action.
+    let bad_level = client
+        .admin("/policies/assistant/degradation/force?level=turbo")
+        .await;
+    assert_eq!(bad_level.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(bad_level.body.contains("turbo"), "{}", bad_level.body);
+    assert_eq!(
+        client.admin("/policies/nope/breaker/reset").await.status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        client
+            .admin("/policies/freight/breaker/explode")
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        client.get("/admin/policies/nope").await.status,
+        StatusCode::NOT_FOUND
+    );
+}
+
+#[tokio::test]
+async fn without_a_configured_token_every_change_is_forbidden() {
+    let policies = Policies::from_toml(DOCUMENT).unwrap();
+    let client = Client::new(serve(app(&policies, &Deps::default(), None)).await);
+    assert_eq!(client.get("/admin/policies").await.status, StatusCode::OK);
+    for auth in [None, Some(format!("Bearer {TOKEN}"))] {
+        let a = client
+            .post(
+                "/admin/policies/freight/breaker/force-open",
+                auth.as_deref(),
+            )
+            .await;
+        assert_eq!(a.status, StatusCode::FORBIDDEN);
+    }
+    assert_eq!(
+        client.post("/admin/revert", None).await.status,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        client.snapshot("freight").await["breaker"]["state"],
+        "closed"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Live reload.
+
+/// A unique file under the system's temporary directory, removed on drop.
+struct TempFile(PathBuf);
+
+impl TempFile {
+    fn with(text: &str) -> Self {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "seawall-axum-test-{}-{}.toml",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::write(&path, text).unwrap();
+        Self(path)
+    }
+
+    fn write(&self, text: &str) {
+        std::fs::write(&self.0, text).unwrap();
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[tokio::test]
+async fn reloading_a_changed_file_keeps_an_open_breaker_open() {
+    let file = TempFile::with(DOCUMENT);
+    let policies = Policies::load(&file.0).unwrap();
+    let deps = Deps::default();
+    let client = start(&policies, &deps).await;
+
+    deps.freight.set(FAIL);
+    for _ in 0..4 {
+        assert_eq!(client.get("/quote").await.status, StatusCode::BAD_GATEWAY);
+    }
+    let before = client.snapshot("freight").await;
+    assert_eq!(before["breaker"]["state"], "open");
+    let transitions = before["breaker"]["counters"]["transitions"].clone();
+
+    // A new window (size 4 → 8) and interval, a bigger bulkhead.
+    file.write(
+        &DOCUMENT
+            .replace("size = 4, min_calls = 4", "size = 8, min_calls = 8")
+            .replace("open_for = \"60s\" }\nfallback", "open_for = \"120s\" }\nfallback")
+            .replace(
+                "bulkhead = { max_concurrent = 2, max_queue = 0, max_wait = \"10ms\" }\nbreaker = { policy = { kind = \"count_window\"",
+                "bulkhead = { max_concurrent = 5, max_queue = 0, max_wait = \"10ms\" }\nbreaker = { policy = { kind = \"count_window\"",
+            ),
+    );
+    let reloaded = client.admin("/reload").await;
+    assert_eq!(reloaded.status, StatusCode::OK, "{}", reloaded.body);
+    let all = reloaded.json();
+    assert_eq!(all["generation"], 1);
+    assert_eq!(all["as_started"], false);
+    let freight = &all["policies"]["freight"];
+    assert_eq!(freight["changed_at_run_time"], true);
+    assert_eq!(freight["config"]["breaker"]["policy"]["size"], 8);
+    assert_eq!(freight["config"]["breaker"]["open_for"], "2m");
+    assert_eq!(freight["bulkhead"]["max_concurrent"], 5);
+    // The breaker is still open: no transition happened.
+    assert_eq!(freight["breaker"]["state"], "open");
+    assert_eq!(freight["breaker"]["counters"]["transitions"], transitions);
+    assert_eq!(
+        client.get("/quote").await.status,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+
+    // A file that changes what cannot change at run time is refused, naming it.
+    file.write(&DOCUMENT.replace(
+        "deadline = \"30s\"\nbulkhead = { max_concurrent = 2",
+        "deadline = \"1s\"\nbulkhead = { max_concurrent = 2",
+    ));
+    let refused = client.admin("/reload").await;
+    assert_eq!(refused.status, StatusCode::UNPROCESSABLE_ENTITY);
+    let why = refused.json()["error"].as_str().unwrap().to_owned();
+    assert!(why.contains("`policies.freight.deadline`"), "{why}");
+    assert!(why.contains(&file.0.display().to_string()), "{why}");
+    assert_eq!(
+        client.snapshot("freight").await["config"]["breaker"]["policy"]["size"],
+        8
+    );
+
+    // Revert: back to the start-up document, the breaker still open.
+    let reverted = client.admin("/revert").await.json();
+    assert_eq!(reverted["generation"], 2);
+    assert_eq!(reverted["as_started"], true);
+    let freight = &reverted["policies"]["freight"];
+    assert_eq!(freight["config"]["breaker"]["policy"]["size"], 4);
+    assert_eq!(freight["bulkhead"]["max_concurrent"], 2);
+    assert_eq!(freight["breaker"]["state"], "open");
+}
+
+// ---------------------------------------------------------------------------
+// Metrics.
+
+/// The process's one Prometheus recorder (a global recorder can be installed once).
+fn prometheus() -> &'static PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| PrometheusBuilder::new().install_recorder().unwrap())
+}
+
+/// Every metric name in docs/metrics.md's table.
+fn documented_names() -> Vec<String> {
+    include_str!("../docs/metrics.md")
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `seawall_"))
+        .map(|rest| {
+            let name = rest.split(['`', '{']).next().unwrap();
+            format!("seawall_{name}")
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_metrics_endpoint_lists_every_documented_metric() {
+    let names = documented_names();
+    assert!(names.len() >= 20, "{names:?}");
+
+    // The recorder first: layers register their metrics when they are built.
+    let handle = prometheus();
+    // The same policies under names of their own, and a deadline shorter than a
+    // hanging recommendations call.
+    let mut document = DOCUMENT.replace(
+        "[policies.recommendations]\ndeadline = \"30s\"",
+        "[policies.recommendations]\ndeadline = \"100ms\"",
+    );
+    for p in ["freight", "recommendations", "assistant"] {
+        document = document
+            .replace(&format!("[policies.{p}]"), &format!("[policies.m-{p}]"))
+            .replace(&format!("= \"{p}\""), &format!("= \"m-{p}\""));
+    }
+    // A segment with a deadline and no breaker below it: the DeadlineLayer itself
+    // sees the budget run out (below a breaker, the breaker sees it first).
+    document.push_str("\n[policies.m-slow]\ndeadline = \"50ms\"\n");
+    let policies = Policies::from_toml(&document).unwrap();
+    let deps = Deps::default();
+    let render = handle.clone();
+    let slow = ServiceBuilder::new()
+        .respond()
+        .deadline(policies.deadline("m-slow").unwrap());
+    let app = app(&policies, &deps, Some(AdminToken::new(TOKEN).unwrap()))
+        .route("/metrics", get(move || std::future::ready(render.render())))
+        .route(
+            "/slow",
+            get(std::future::pending::<&'static str>).route_layer(route_layer(slow)),
+        );
+    let client = Client::new(serve(app).await);
+
+    // Traffic that moves every kind of metric.
+    assert_eq!(client.get("/quote").await.status, StatusCode::OK);
+    deps.freight.set(FAIL);
+    for _ in 0..4 {
+        client.get("/quote").await; // failures, then the breaker opens: transitions, rejections
+    }
+    assert_eq!(
+        client.get("/slow").await.status,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    deps.recommendations.set(HANG); // slower than its 100 ms deadline
+    assert_eq!(
+        client.get("/recommendations").await.status,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    deps.llm.set(FAIL);
+    for _ in 0..3 {
+        client.get("/assistant").await; // falls to "canned", then probes the model
+    }
+    let health = seawall::degradation::health::HealthMonitor::builder()
+        .check("m-model", Default::default(), || async {
+            Ok::<(), Infallible>(())
+        })
+        .start()
+        .unwrap();
+    let mut report = health.subscribe();
+    report.changed().await.unwrap();
+    deps.recommendations.release();
+
+    let text = client.get("/metrics").await.body;
+    let missing: Vec<&String> = names
+        .iter()
+        .filter(|n| !text.lines().any(|l| l.starts_with(&format!("# TYPE {n} "))))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "documented but not exported: {missing:?}\n{text}"
+    );
+    // The layers' series carry the policy's name.
+    for (metric, name) in [
+        ("seawall_breaker_calls_total", "m-freight"),
+        ("seawall_bulkhead_admitted_total", "m-freight"),
+        ("seawall_fallback_triggered_total", "m-freight"),
+        ("seawall_degradation_level", "m-assistant"),
+    ] {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(metric) && l.contains(&format!("name=\"{name}\""))),
+            "{metric}{{name=\"{name}\"}} not found"
+        );
+    }
+    // Every exported seawall metric is documented.
+    let undocumented: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .filter(|n| n.starts_with("seawall_") && !names.iter().any(|d| d == n))
+        .collect();
+    assert!(
+        undocumented.is_empty(),
+        "exported but not documented: {undocumented:?}"
+    );
+}

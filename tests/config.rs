@@ -1,0 +1,548 @@
+//! Policy documents: loading (a good document; each bad field named by its path),
+//! and applying a changed document at run time without losing state.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use seawall::circuit_breaker::{State, TripPolicy};
+use seawall::config::{LoadError, Policies, PolicyDocument};
+use seawall::core::{find_rejection, BoxError, RejectionKind};
+use seawall::ServiceBuilderExt;
+use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+
+const EXAMPLE: &str = include_str!("../examples/axum_routes.toml");
+
+const GOOD: &str = r#"
+[policies.freight]
+deadline = "300ms"
+
+[policies.freight.bulkhead]
+max_concurrent = 2
+max_queue = 0
+max_wait = "20ms"
+
+[policies.freight.breaker]
+policy = { kind = "count_window", size = 4, min_calls = 4, failure_rate = 0.5 }
+open_for = "10s"
+
+[policies.freight.fallback]
+on_rejections = ["circuit_open", "bulkhead_full"]
+
+[policies.assistant.degradation]
+failures_to_degrade = 3
+
+[routes]
+"/quote" = "freight"
+
+[dependencies]
+freight-supplier = "freight"
+"#;
+
+/// A unique file under the system's temporary directory, removed on drop.
+struct TempFile(PathBuf);
+
+impl TempFile {
+    fn with(text: &str) -> Self {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "seawall-config-test-{}-{}.toml",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::write(&path, text).unwrap();
+        Self(path)
+    }
+
+    fn write(&self, text: &str) {
+        std::fs::write(&self.0, text).unwrap();
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn the_examples_document_and_a_good_one_load() {
+    let doc = PolicyDocument::from_toml(EXAMPLE).unwrap();
+    assert_eq!(
+        doc.policies.keys().collect::<Vec<_>>(),
+        ["assistant", "freight", "recommendations"]
+    );
+    assert_eq!(
+        doc.policy_for_route("/quote/{destination}"),
+        Some("freight")
+    );
+    assert_eq!(doc.policy_for_route("/products"), None);
+    let freight = &doc.policies["freight"];
+    assert_eq!(freight.deadline, Some(Duration::from_millis(300)));
+    let bulkhead = freight.bulkhead.unwrap();
+    assert_eq!(
+        (
+            bulkhead.max_concurrent,
+            bulkhead.max_queue,
+            bulkhead.max_wait
+        ),
+        (8, 10, Duration::from_millis(20))
+    );
+
+    let policies = Policies::from_toml(GOOD).unwrap();
+    assert_eq!(
+        policies.policy_for_route("/quote").as_deref(),
+        Some("freight")
+    );
+    assert_eq!(
+        policies
+            .policy_for_dependency("freight-supplier")
+            .as_deref(),
+        Some("freight")
+    );
+    let breaker = policies.document().policies["freight"]
+        .breaker
+        .clone()
+        .unwrap();
+    assert_eq!(
+        breaker.policy,
+        TripPolicy::CountWindow {
+            size: 4,
+            min_calls: 4,
+            failure_rate: 0.5
+        }
+    );
+    // Left-out fields take the crate's defaults (the seed's numbers).
+    let degradation = policies.document().policies["assistant"]
+        .degradation
+        .clone()
+        .unwrap();
+    assert_eq!(degradation.failures_to_degrade, 3);
+    assert_eq!(degradation.min_dwell, Duration::from_secs(60));
+}
+
+/// The fields `text` is refused for, and the error's message.
+fn refused(text: &str) -> (Vec<String>, String) {
+    let e = PolicyDocument::from_toml(text).unwrap_err();
+    let fields = e.fields().into_iter().map(str::to_owned).collect();
+    (fields, e.to_string())
+}
+
+#[test]
+fn each_malformed_field_is_named_with_its_line() {
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "[policies.freight.bulkhead]\nmax_concurent = 4\n",
+            "policies.freight.bulkhead.max_concurent",
+            "unknown field",
+        ),
+        (
+            "[policies.freight.bulkhead]\nmax_wait = \"20\"\n",
+            "policies.freight.bulkhead.max_wait",
+            "no unit",
+        ),
+        (
+            "[policies.freight.bulkhead]\nmax_queue = \"ten\"\n",
+            "policies.freight.bulkhead.max_queue",
+            "invalid type",
+        ),
+        (
+            "[policies.freight.bulkhed]\nmax_queue = 1\n",
+            "policies.freight.bulkhed",
+            "unknown field",
+        ),
+        (
+            "[policies.freight.breaker]\npolicy = { kind = \"count_windw\", size = 10 }\n",
+            "policies.freight.breaker.policy.kind",
+            "count_windw",
+        ),
+        (
+            "[policies.freight.fallback]\non_rejections = [\"circuit_opened\"]\n",
+            "policies.freight.fallback.on_rejections[0]",
+            "circuit_opened",
+        ),
+        (
+            "[policies.freight]\ndeadline = 300\n",
+            "policies.freight.deadline",
+            "invalid type",
+        ),
+        (
+            "[routes]\n\"/quote\" = 1\n",
+            "routes.\"/quote\"",
+            "invalid type",
+        ),
+    ];
+    for (text, field, said) in cases {
+        let e = PolicyDocument::from_toml(text).unwrap_err();
+        assert!(matches!(e, LoadError::Malformed { .. }), "{text}: {e:?}");
+        assert_eq!(e.fields(), [*field], "{text}: {e}");
+        let message = e.to_string();
+        assert!(message.contains(said), "{text}: {message}");
+        assert!(message.starts_with("policy document:"), "{message}");
+        let LoadError::Malformed { line_column, .. } = e else {
+            unreachable!()
+        };
+        assert!(line_column.is_some_and(|(line, _)| line >= 1), "{text}");
+    }
+    // A syntax error has a line and column, even when no field can be named.
+    let e = PolicyDocument::from_toml("[policies.freight\n").unwrap_err();
+    assert!(
+        matches!(
+            e,
+            LoadError::Malformed {
+                line_column: Some((1, _)),
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn each_invalid_value_is_named_by_its_path_in_the_document() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "[policies.quote.breaker]\npolicy = { kind = \"count_window\", size = 10, min_calls = 10, failure_rate = 1.5 }\n",
+            "policies.quote.breaker.policy.failure_rate",
+        ),
+        (
+            "[policies.quote.breaker]\nopen_for = \"0s\"\n",
+            "policies.quote.breaker.open_for",
+        ),
+        (
+            "[policies.quote.bulkhead]\nmax_concurrent = 0\n",
+            "policies.quote.bulkhead.max_concurrent",
+        ),
+        (
+            "[policies.quote.bulkhead]\nmax_wait = \"0ms\"\n",
+            "policies.quote.bulkhead.max_wait",
+        ),
+        (
+            "[policies.quote.degradation]\nprobe_ratio = 0.0\n",
+            "policies.quote.degradation.probe_ratio",
+        ),
+        (
+            "[policies.quote.fallback]\nstep_timeouts = [{ step = \"cache\", timeout = \"0ms\" }]\n",
+            "policies.quote.fallback.step_timeouts",
+        ),
+        ("[policies.quote]\ndeadline = \"0ms\"\n", "policies.quote.deadline"),
+        ("[policies.quote]\n", "policies.quote"),
+        (
+            "[policies.quote]\ndeadline = \"1s\"\n[routes]\n\"/quote\" = \"qoute\"\n",
+            "routes.\"/quote\"",
+        ),
+        (
+            "[policies.quote]\ndeadline = \"1s\"\n[dependencies]\nfreight-supplier = \"freight\"\n",
+            "dependencies.freight-supplier",
+        ),
+    ];
+    for (text, field) in cases {
+        let (fields, message) = refused(text);
+        assert_eq!(fields, [*field], "{text}: {message}");
+        assert!(message.contains(&format!("`{field}`")), "{message}");
+    }
+}
+
+#[test]
+fn every_invalid_value_is_reported_at_once() {
+    let text = r#"
+[policies.freight.bulkhead]
+max_concurrent = 0
+[policies.freight.breaker]
+jitter = 2.0
+[policies.assistant.degradation]
+failures_to_degrade = 0
+[routes]
+"/quote" = "fraight"
+"#;
+    let (fields, _) = refused(text);
+    assert_eq!(
+        fields,
+        [
+            "policies.assistant.degradation.failures_to_degrade",
+            "policies.freight.bulkhead.max_concurrent",
+            "policies.freight.breaker.jitter",
+            "routes.\"/quote\"",
+        ]
+    );
+}
+
+#[test]
+fn a_file_is_named_in_its_errors() {
+    let file = TempFile::with("[policies.freight.bulkhead]\nmax_wait = \"20\"\n");
+    let e = Policies::load(&file.0).unwrap_err();
+    let message = e.to_string();
+    assert!(
+        message.starts_with(&format!(
+            "{}:2:12: `policies.freight.bulkhead.max_wait`",
+            file.0.display()
+        )),
+        "{message}"
+    );
+    let missing = std::env::temp_dir().join("seawall-config-test-does-not-exist.toml");
+    assert!(matches!(
+        Policies::load(&missing),
+        Err(LoadError::Read { .. })
+    ));
+    assert!(matches!(
+        Policies::from_toml(GOOD).unwrap().reload(),
+        Err(LoadError::NoFile)
+    ));
+}
+
+#[test]
+fn layers_are_built_once_per_policy_and_must_be_declared() {
+    let policies = Policies::from_toml(GOOD).unwrap();
+    let _first = policies.bulkhead("freight").unwrap();
+    let again = policies.bulkhead("freight").unwrap_err();
+    assert_eq!(again.field(), "policies.freight.bulkhead");
+    assert!(again.problem().contains("already built"));
+    assert_eq!(
+        policies.bulkhead("assistant").unwrap_err().field(),
+        "policies.assistant.bulkhead"
+    );
+    assert_eq!(
+        policies.deadline("nope").unwrap_err().field(),
+        "policies.nope"
+    );
+    // A fallback whose document selects no trigger for a strategy without one is refused
+    // by the fallback's own builder, named in the document.
+    let policies = Policies::from_toml("[policies.quote]\nfallback = {}\n").unwrap();
+    let e = policies
+        .fallback("quote", |b| {
+            b.unavailable::<http::Response<String>>("no quote")
+        })
+        .unwrap_err();
+    assert_eq!(e.field(), "policies.quote.fallback.triggers");
+}
+
+/// A service that fails until told otherwise, behind the freight policy's stack.
+fn freight_stack(
+    policies: &Policies,
+) -> impl Service<http::Request<()>, Response = http::Response<()>, Error = BoxError>
+       + Clone
+       + Send
+       + 'static {
+    ServiceBuilder::new()
+        .deadline(policies.deadline("freight").unwrap())
+        .bulkhead(policies.bulkhead("freight").unwrap())
+        .circuit_breaker(policies.circuit_breaker("freight", |b| b).unwrap())
+        .service(service_fn(|req: http::Request<()>| async move {
+            if req.uri().path() == "/hang" {
+                std::future::pending::<()>().await;
+            }
+            if req.uri().path() == "/fail" {
+                return Err::<http::Response<()>, BoxError>("supplier: 503".into());
+            }
+            Ok(http::Response::new(()))
+        }))
+}
+
+fn request(path: &str) -> http::Request<()> {
+    http::Request::get(path).body(()).unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn applying_a_changed_document_keeps_an_open_breaker_open_and_held_slots() {
+    let policies = Policies::from_toml(GOOD).unwrap();
+    let svc = freight_stack(&policies);
+    let handles = policies.handles("freight").unwrap();
+    let (breaker, bulkhead) = (handles.breaker.unwrap(), handles.bulkhead.unwrap());
+
+    // Four failures of four: the breaker opens.
+    for _ in 0..4 {
+        svc.clone().oneshot(request("/fail")).await.unwrap_err();
+    }
+    assert_eq!(breaker.state(), State::Open);
+    let err = svc.clone().oneshot(request("/ok")).await.unwrap_err();
+    assert_eq!(
+        find_rejection(&*err).unwrap().kind(),
+        RejectionKind::CircuitOpen
+    );
+
+    // A changed document: a bigger window, a longer interval, a smaller bulkhead.
+    let changed = GOOD
+        .replace("size = 4, min_calls = 4", "size = 20, min_calls = 10")
+        .replace("open_for = \"10s\"", "open_for = \"30s\"")
+        .replace("max_concurrent = 2", "max_concurrent = 1");
+    policies.apply_toml(&changed).unwrap();
+    assert_eq!(policies.generation(), 1);
+    assert_eq!(breaker.state(), State::Open, "the open breaker stays open");
+    assert_eq!(
+        breaker.config().policy,
+        TripPolicy::CountWindow {
+            size: 20,
+            min_calls: 10,
+            failure_rate: 0.5
+        }
+    );
+    let err = svc.clone().oneshot(request("/ok")).await.unwrap_err();
+    assert_eq!(
+        find_rejection(&*err).unwrap().kind(),
+        RejectionKind::CircuitOpen
+    );
+    let snapshot = policies.snapshot();
+    assert!(!snapshot.as_started);
+    assert!(snapshot.policies["freight"].changed_at_run_time);
+    assert!(!snapshot.policies["assistant"].changed_at_run_time);
+
+    // Back to the start-up document: still open (its state is not configuration).
+    policies.revert();
+    assert_eq!(breaker.state(), State::Open);
+    assert_eq!(
+        breaker.config().policy,
+        TripPolicy::CountWindow {
+            size: 4,
+            min_calls: 4,
+            failure_rate: 0.5
+        }
+    );
+    assert!(policies.snapshot().as_started);
+
+    // Held bulkhead slots survive a change of limits.
+    breaker.force_closed();
+    let mut hung = Box::pin(svc.clone().oneshot(request("/hang")));
+    let waker = std::task::Waker::noop();
+    assert!(hung
+        .as_mut()
+        .poll(&mut std::task::Context::from_waker(waker))
+        .is_pending());
+    assert_eq!(bulkhead.snapshot().active, 1);
+    policies.apply_toml(&changed).unwrap();
+    assert_eq!(bulkhead.snapshot().active, 1);
+    assert_eq!(bulkhead.snapshot().max_concurrent, 1);
+    // The one slot is held: the next call is turned away (no queue).
+    let err = svc.clone().oneshot(request("/ok")).await.unwrap_err();
+    assert_eq!(
+        find_rejection(&*err).unwrap().kind(),
+        RejectionKind::BulkheadFull
+    );
+    drop(hung);
+    assert_eq!(bulkhead.snapshot().active, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn what_cannot_change_at_run_time_is_refused_as_a_whole_and_named() {
+    let policies = Policies::from_toml(GOOD).unwrap();
+    let _svc = freight_stack(&policies);
+    let bulkhead = policies.handles("freight").unwrap().bulkhead.unwrap();
+
+    let changed = GOOD
+        .replace("max_concurrent = 2", "max_concurrent = 5")
+        .replace("deadline = \"300ms\"", "deadline = \"1s\"")
+        .replace("\"/quote\" = \"freight\"", "\"/quote\" = \"assistant\"")
+        .replace(
+            "[policies.assistant.degradation]",
+            "[policies.extra]\ndeadline = \"1s\"\n[policies.assistant.degradation]",
+        )
+        .replace(
+            "[policies.freight.fallback]\non_rejections = [\"circuit_open\", \"bulkhead_full\"]\n",
+            "",
+        );
+    let e = policies.apply_toml(&changed).unwrap_err();
+    assert!(matches!(e, LoadError::NeedsRestart { .. }), "{e:?}");
+    assert_eq!(
+        e.fields(),
+        [
+            "policies.extra",
+            "policies.freight.fallback",
+            "policies.freight.deadline",
+            "routes.\"/quote\"",
+        ]
+    );
+    // Nothing was applied, not even the valid bulkhead change.
+    assert_eq!(bulkhead.snapshot().max_concurrent, 2);
+    assert_eq!(policies.generation(), 0);
+
+    // An invalid document is refused before anything changes.
+    let e = policies
+        .apply_toml(&GOOD.replace("max_concurrent = 2", "max_concurrent = 0"))
+        .unwrap_err();
+    assert_eq!(e.fields(), ["policies.freight.bulkhead.max_concurrent"]);
+    assert_eq!(bulkhead.snapshot().max_concurrent, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fallback_step_timeout_must_name_a_step_of_the_built_fallback() {
+    let policies = Policies::from_toml(GOOD).unwrap();
+    let fallback = policies
+        .fallback("freight", |b| {
+            b.step("cache", Duration::from_millis(100), |_req| async {
+                Err::<http::Response<()>, BoxError>("miss".into())
+            })
+            .step_unavailable("no-quote", "no quote")
+        })
+        .unwrap();
+    let handle = fallback.handle();
+    let with_timeout = |step: &str| {
+        GOOD.replace(
+            "on_rejections = [\"circuit_open\", \"bulkhead_full\"]",
+            &format!(
+                "on_rejections = [\"circuit_open\"]\nstep_timeouts = [{{ step = \"{step}\", timeout = \"50ms\" }}]"
+            ),
+        )
+    };
+    let e = policies.apply_toml(&with_timeout("cahce")).unwrap_err();
+    assert_eq!(
+        e.fields(),
+        ["policies.freight.fallback.step_timeouts[0].step"]
+    );
+    assert_eq!(
+        handle.snapshot().step("cache").unwrap().timeout,
+        Some(Duration::from_millis(100))
+    );
+
+    policies.apply_toml(&with_timeout("cache")).unwrap();
+    assert_eq!(
+        handle.snapshot().step("cache").unwrap().timeout,
+        Some(Duration::from_millis(50))
+    );
+    assert_eq!(
+        handle.config().on_rejections.iter().collect::<Vec<_>>(),
+        [RejectionKind::CircuitOpen]
+    );
+    policies.revert();
+    assert_eq!(
+        handle.snapshot().step("cache").unwrap().timeout,
+        Some(Duration::from_millis(100))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_layer_built_after_a_change_starts_with_the_document_in_force_and_reverts_to_the_first() {
+    let policies = Policies::from_toml(GOOD).unwrap();
+    policies
+        .apply_toml(&GOOD.replace("max_concurrent = 2", "max_concurrent = 6"))
+        .unwrap();
+    let _layer = policies.bulkhead("freight").unwrap();
+    let bulkhead = policies.handles("freight").unwrap().bulkhead.unwrap();
+    assert_eq!(bulkhead.snapshot().max_concurrent, 6);
+    policies.revert();
+    assert_eq!(bulkhead.snapshot().max_concurrent, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn reload_reads_the_file_again() {
+    let file = TempFile::with(GOOD);
+    let policies = Policies::load(&file.0).unwrap();
+    let _svc = freight_stack(&policies);
+    let bulkhead = policies.handles("freight").unwrap().bulkhead.unwrap();
+    file.write(&GOOD.replace("max_concurrent = 2", "max_concurrent = 3"));
+    policies.reload().unwrap();
+    assert_eq!(bulkhead.snapshot().max_concurrent, 3);
+    assert_eq!(
+        policies.snapshot().file.as_deref(),
+        Some(&*file.0.display().to_string())
+    );
+
+    file.write(&GOOD.replace("max_concurrent = 2", "max_concurrent = 0"));
+    let e = policies.reload().unwrap_err();
+    assert!(
+        e.to_string().starts_with(&file.0.display().to_string()),
+        "{e}"
+    );
+    assert_eq!(bulkhead.snapshot().max_concurrent, 3);
+}
