@@ -871,33 +871,17 @@ mod tests {
         }
     }
 
-    /// No JSON crate is a dependency, so the tests feed serde a tiny self-describing
-    /// value tree (what a JSON or TOML deserializer would hand it).
-    #[cfg(feature = "serde")]
-    fn from_values(top: Vec<(&'static str, Value)>) -> Result<CircuitBreakerConfig, String> {
-        use serde::Deserialize;
-        let de: serde::de::value::MapDeserializer<'_, _, serde::de::value::Error> =
-            serde::de::value::MapDeserializer::new(top.into_iter());
-        CircuitBreakerConfig::deserialize(de).map_err(|e| e.to_string())
-    }
-
     #[cfg(feature = "serde")]
     #[test]
     fn serde_reads_durations_and_rejects_unknown_fields() {
-        let policy = vec![
-            ("kind", Value::S("time_window")),
-            ("window", Value::S("60s")),
-            ("bucket", Value::S("1s")),
-            ("min_calls", Value::U(20)),
-            ("failure_rate", Value::F(0.5)),
-        ];
-        let slow = vec![("threshold", Value::S("300ms")), ("rate", Value::F(0.8))];
-        let c = from_values(vec![
-            ("policy", Value::M(policy)),
-            ("slow_call", Value::M(slow)),
-            ("open_for", Value::S("10s")),
-        ])
-        .unwrap();
+        let json = r#"{
+            "policy": {"kind": "time_window", "window": "60s", "bucket": "1s",
+                       "min_calls": 20, "failure_rate": 0.5},
+            "slow_call": {"threshold": "300ms", "rate": 0.8},
+            "open_for": "10s",
+            "ramp": {"duration": "30s", "start_share": 0.1}
+        }"#;
+        let c: CircuitBreakerConfig = serde_json::from_str(json).unwrap();
         assert_eq!(
             c.policy,
             TripPolicy::TimeWindow {
@@ -908,66 +892,23 @@ mod tests {
             }
         );
         assert_eq!(c.slow_call.unwrap().threshold, Duration::from_millis(300));
-        assert_eq!(c.open_for, Duration::from_secs(10));
+        assert_eq!(c.ramp.unwrap().duration, Duration::from_secs(30));
         assert_eq!(c.half_open_max, 1, "missing fields take the defaults");
         c.validate().unwrap();
+        // And back.
+        let again: CircuitBreakerConfig =
+            serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
+        assert_eq!(again, c);
 
-        let err = from_values(vec![("open_fr", Value::S("10s"))]).unwrap_err();
+        let err = serde_json::from_str::<CircuitBreakerConfig>(r#"{"open_fr": "10s"}"#)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("open_fr"), "{err}");
-        let bad_policy = vec![
-            ("kind", Value::S("consecutive_failures")),
-            ("treshold", Value::U(5)),
-        ];
-        let err = from_values(vec![("policy", Value::M(bad_policy))]).unwrap_err();
+        let err = serde_json::from_str::<CircuitBreakerConfig>(
+            r#"{"policy": {"kind": "consecutive_failures", "treshold": 5}}"#,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("treshold"), "{err}");
-    }
-
-    #[cfg(feature = "serde")]
-    #[derive(Clone)]
-    enum Value {
-        S(&'static str),
-        U(u64),
-        F(f64),
-        M(Vec<(&'static str, Value)>),
-    }
-
-    #[cfg(feature = "serde")]
-    impl<'de> serde::de::IntoDeserializer<'de, serde::de::value::Error> for Value {
-        type Deserializer = ValueDe;
-        fn into_deserializer(self) -> ValueDe {
-            ValueDe(self)
-        }
-    }
-
-    #[cfg(feature = "serde")]
-    struct ValueDe(Value);
-
-    #[cfg(feature = "serde")]
-    impl<'de> serde::Deserializer<'de> for ValueDe {
-        type Error = serde::de::value::Error;
-        fn deserialize_any<V: serde::de::Visitor<'de>>(
-            self,
-            visitor: V,
-        ) -> Result<V::Value, Self::Error> {
-            match self.0 {
-                Value::S(s) => visitor.visit_borrowed_str(s),
-                Value::U(u) => visitor.visit_u64(u),
-                Value::F(f) => visitor.visit_f64(f),
-                Value::M(m) => {
-                    visitor.visit_map(serde::de::value::MapDeserializer::new(m.into_iter()))
-                }
-            }
-        }
-        fn deserialize_option<V: serde::de::Visitor<'de>>(
-            self,
-            visitor: V,
-        ) -> Result<V::Value, Self::Error> {
-            visitor.visit_some(self)
-        }
-        serde::forward_to_deserialize_any! {
-            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
-            bytes byte_buf unit unit_struct newtype_struct seq tuple
-            tuple_struct map struct enum identifier ignored_any
-        }
     }
 }

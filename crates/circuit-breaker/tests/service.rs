@@ -483,3 +483,18 @@ fn services_are_clone_send_sync_and_futures_send() {
     let fut = svc.call(req());
     assert_send(&fut);
 }
+
+#[cfg(feature = "serde")]
+#[tokio::test(start_paused = true)]
+async fn the_snapshot_serializes_for_an_operator_endpoint() {
+    let inner = Counting::default();
+    let layer = seed_layer();
+    let mut svc = layer.layer(inner.clone());
+    trip(&mut svc, &inner).await;
+    let json = serde_json::to_value(layer.handle().snapshot()).unwrap();
+    assert_eq!(json["state"], "open");
+    assert_eq!(json["retry_after"], "10s");
+    assert_eq!(json["counters"]["failures"], 10);
+    assert_eq!(json["counters"]["transitions"][0]["from"], "closed");
+    assert_eq!(json["window"]["failures"], 10);
+}

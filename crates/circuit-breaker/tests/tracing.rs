@@ -1,0 +1,117 @@
+//! Tracing events, captured by a subscriber of our own. (Alone in its test binary:
+//! tracing caches per-callsite interest across threads.)
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![cfg(feature = "tracing")]
+
+use std::sync::{Arc, Mutex};
+
+use seawall_circuit_breaker::CircuitBreakerLayer;
+use seawall_core::BoxError;
+use tower::{service_fn, Layer, Service, ServiceExt};
+
+type Req = http::Request<()>;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+}
+
+/// 3 successes, then 14 calls to a failing supplier: the seed policy trips when the
+/// window holds 10 outcomes (3 successes, 7 failures), the last 7 are rejected.
+async fn drive<S>(svc: &mut S, failing: &Arc<Mutex<bool>>)
+where
+    S: Service<Req, Response = (), Error = BoxError>,
+{
+    for _ in 0..3 {
+        svc.ready().await.unwrap().call(Req::new(())).await.unwrap();
+    }
+    *failing.lock().unwrap() = true;
+    for _ in 0..14 {
+        let _ = svc.ready().await.unwrap().call(Req::new(())).await;
+    }
+}
+
+fn supplier(
+    failing: Arc<Mutex<bool>>,
+) -> impl Service<Req, Response = (), Error = BoxError, Future: Send> + Clone {
+    service_fn(move |_req: Req| {
+        let fail = *failing.lock().unwrap();
+        async move {
+            if fail {
+                Err::<(), BoxError>("down".into())
+            } else {
+                Ok(())
+            }
+        }
+    })
+}
+
+mod tracing_events {
+    use super::*;
+    use std::fmt::Write;
+
+    use tracing::field::{Field, Visit};
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Level, Metadata, Subscriber};
+
+    #[derive(Clone, Default)]
+    struct Capture {
+        events: Arc<Mutex<Vec<(Level, String)>>>,
+    }
+
+    struct Fields(String);
+
+    impl Visit for Fields {
+        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+            let _ = write!(self.0, "{}={:?} ", field.name(), value);
+        }
+    }
+
+    impl Subscriber for Capture {
+        fn enabled(&self, metadata: &Metadata<'_>) -> bool {
+            metadata.target().starts_with("seawall::circuit_breaker")
+        }
+        fn new_span(&self, _: &Attributes<'_>) -> Id {
+            Id::from_u64(1)
+        }
+        fn record(&self, _: &Id, _: &Record<'_>) {}
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+        fn event(&self, event: &Event<'_>) {
+            let mut fields = Fields(String::new());
+            event.record(&mut fields);
+            self.events
+                .lock()
+                .unwrap()
+                .push((*event.metadata().level(), fields.0));
+        }
+        fn enter(&self, _: &Id) {}
+        fn exit(&self, _: &Id) {}
+    }
+
+    #[test]
+    fn transitions_and_rejections_are_logged() {
+        let capture = Capture::default();
+        let failing = Arc::new(Mutex::new(false));
+        tracing::subscriber::with_default(capture.clone(), || {
+            let layer = CircuitBreakerLayer::builder("quotes").build().unwrap();
+            let mut svc = layer.layer(supplier(Arc::clone(&failing)));
+            runtime().block_on(drive(&mut svc, &failing));
+        });
+        let events = capture.events.lock().unwrap();
+        let opened: Vec<_> = events
+            .iter()
+            .filter(|(_, f)| f.contains("to=\"open\""))
+            .collect();
+        assert_eq!(opened.len(), 1, "{events:?}");
+        assert_eq!(opened[0].0, Level::WARN);
+        assert!(opened[0].1.contains("name=\"quotes\""));
+        assert!(opened[0].1.contains("reason=\"failure_rate\""));
+        let rejected = events
+            .iter()
+            .filter(|(level, f)| *level == Level::DEBUG && f.contains("call rejected"))
+            .count();
+        assert_eq!(rejected, 7, "{events:?}");
+    }
+}
