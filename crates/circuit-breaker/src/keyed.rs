@@ -103,8 +103,9 @@ where
         Some(Arc::clone(self.overflow.get_or_init(|| breaker)))
     }
 
-    /// The breaker guarding `key`, created (and another evicted) if needed.
-    fn breaker_for(&self, key: K, now: Instant) -> Option<Arc<Breaker>> {
+    /// The breaker guarding `key`, created (and another evicted) if needed. The
+    /// clock is read only then.
+    fn breaker_for(&self, key: K, clock: impl Fn() -> Instant) -> Option<Arc<Breaker>> {
         let tick = self.tick.fetch_add(1, Ordering::Relaxed);
         {
             let map = self.map.read().unwrap_or_else(PoisonError::into_inner);
@@ -118,6 +119,7 @@ where
             entry.last_used.store(tick, Ordering::Relaxed);
             return Some(Arc::clone(&entry.breaker));
         }
+        let now = clock();
         if map.len() >= self.max_keys {
             let victim = map
                 .iter()
@@ -288,20 +290,19 @@ where
 
     fn call(&mut self, req: Req) -> Self::Future {
         let key = (self.key)(&req);
-        let now = Instant::now();
-        let Some(breaker) = self.shared.breaker_for(key, now) else {
+        let Some(breaker) = self.shared.breaker_for(key, Instant::now) else {
             // Unreachable: the configuration was validated when the layer was built.
             return ResponseFuture::rejected(
                 self.shared.name.clone(),
                 crate::machine::MIN_RETRY_AFTER,
             );
         };
-        match breaker.admit(None, || now) {
+        match breaker.admit(None, Instant::now) {
             Admission::Rejected(retry_after) => {
                 ResponseFuture::rejected(breaker.name().clone(), retry_after)
             }
             Admission::Admitted(ticket) => {
-                let started = breaker.start_clock(|| now);
+                let started = breaker.start_clock(Instant::now);
                 let classifier = self.classifier.classifier_for(&req);
                 let deadline = deadline_of(&req);
                 let future = self.inner.call(req);

@@ -85,6 +85,7 @@ impl std::fmt::Display for State {
 
 /// Why a transition happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 pub enum Reason {
@@ -140,6 +141,7 @@ impl Reason {
 
 /// One change of state, as sent to subscribers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Transition {
     /// The state left.
     pub from: State,
