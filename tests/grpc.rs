@@ -47,8 +47,8 @@ fn request() -> QuoteRequest {
     }
 }
 
-/// A breaker that trips on 2 failures out of its last 4 calls and stays open for a
-/// minute (no test waits for it).
+/// A breaker that trips once 4 calls are in and half of the last 4 failed; it stays
+/// open for a minute (no test waits for it).
 fn breaker() -> CircuitBreakerLayer<GrpcStatus> {
     CircuitBreakerLayer::builder("quotes")
         .count_window(4, 4, 0.5)

@@ -115,7 +115,8 @@ fn hyper_client() -> Client<HttpConnector, Body> {
     Client::builder(TokioExecutor::new()).build_http()
 }
 
-/// Trips on 2 failures out of the last 4 calls; stays open for a minute (no test waits).
+/// Trips once 4 calls are in and half of the last 4 failed; stays open for a minute
+/// (no test waits for it).
 fn breaker() -> CircuitBreakerLayer<HttpStatus> {
     CircuitBreakerLayer::builder("supplier")
         .count_window(4, 4, 0.5)

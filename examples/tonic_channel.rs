@@ -1,0 +1,109 @@
+//! A tonic `Channel` wrapped in seawall's layers, with a generated-style gRPC client
+//! working through the stack against a real gRPC server on loopback:
+//!
+//! ```text
+//! RejectionStatusLayer   seawall rejections become UNAVAILABLE / RESOURCE_EXHAUSTED, not UNKNOWN
+//! DeadlineLayer(500ms)   the budget of the call
+//! BulkheadLayer(8)       at most 8 calls to the supplier at once
+//! CircuitBreakerLayer    gRPC status classifier: UNAVAILABLE fails, NOT_FOUND is an answer
+//! tonic Channel
+//! ```
+//!
+//! The supplier answers, then says NOT_FOUND (a business answer: the breaker stays
+//! closed), then is slow (the deadline cuts the call: UNAVAILABLE), then fails with
+//! UNAVAILABLE until the breaker opens; calls then fail fast with UNAVAILABLE from
+//! the breaker without reaching the server, until the open interval has passed and a
+//! probe finds it healthy again.
+//!
+//! Run with `cargo run --example tonic_channel` (finishes by itself in about 2 s).
+#![allow(clippy::print_stdout)]
+
+#[path = "shared/grpc_quote.rs"]
+mod grpc_quote;
+
+use std::time::Duration;
+
+use grpc_quote::{Behaviour, QuoteRequest, QuotesClient, QuotesServer};
+use seawall::bulkhead::BulkheadLayer;
+use seawall::circuit_breaker::CircuitBreakerLayer;
+use seawall::core::grpc::RejectionStatusLayer;
+use seawall::core::DeadlineLayer;
+use seawall::{find_rejection, BoxError, GrpcStatus, RejectionKind};
+use tower::ServiceBuilder;
+
+#[tokio::main]
+async fn main() -> Result<(), BoxError> {
+    let server = QuotesServer::default();
+    let addr = server.serve().await?;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?.connect_lazy();
+
+    let breaker = CircuitBreakerLayer::builder("quotes")
+        .count_window(8, 6, 0.5) // trips at 50 % failures of the last 8 calls, once 6 are in
+        .open_for(Duration::from_secs(1))
+        .classifier(GrpcStatus::default())
+        .build()?;
+    let breaker_handle = breaker.handle();
+    let stack = ServiceBuilder::new()
+        .layer(RejectionStatusLayer)
+        .layer(DeadlineLayer::new(Duration::from_millis(500))?)
+        .layer(BulkheadLayer::builder("quotes").max_concurrent(8).build()?)
+        .layer(breaker)
+        .service(channel);
+    let mut client = QuotesClient::new(stack);
+
+    let script = [
+        ("supplier healthy", Behaviour::Quote, 2),
+        ("no quote for that destination", Behaviour::NotFound, 1),
+        ("supplier slow (2 s, budget 500 ms)", Behaviour::Slow, 1),
+        (
+            "supplier failing with UNAVAILABLE",
+            Behaviour::Unavailable,
+            5,
+        ),
+        ("supplier recovered", Behaviour::Quote, 2),
+    ];
+    let mut n = 0;
+    for (phase, behaviour, calls) in script {
+        println!("-- {phase}");
+        server.set(behaviour);
+        if phase == "supplier recovered" {
+            println!(
+                "   (waiting out the breaker's 1 s open interval; the next call is its probe)"
+            );
+            tokio::time::sleep(Duration::from_millis(1100)).await;
+        }
+        for _ in 0..calls {
+            n += 1;
+            let request = QuoteRequest {
+                destination: "PT-1000".into(),
+            };
+            let what = match client.get(request).await {
+                Ok(reply) => format!("OK: {} cents", reply.into_inner().price_cents),
+                Err(status) => {
+                    let from = match find_rejection(&status).map(|r| (r.kind(), r.retry_after())) {
+                        Some((RejectionKind::CircuitOpen, Some(after))) => {
+                            format!("the breaker, retry in {} ms", after.as_millis())
+                        }
+                        Some((RejectionKind::DeadlineExceeded, _)) => "the deadline".to_owned(),
+                        Some((kind, _)) => format!("seawall ({kind})"),
+                        None => "the server".to_owned(),
+                    };
+                    format!("{:?} from {from}", status.code())
+                }
+            };
+            println!(
+                "call {n:>2}: {what:<50} breaker {:?}, server hits {}",
+                breaker_handle.state(),
+                server.received()
+            );
+        }
+    }
+
+    let c = breaker_handle.snapshot().counters;
+    println!("-- totals");
+    println!(
+        "breaker: {} successes, {} failures ({} timeouts), {} short-circuited",
+        c.successes, c.failures, c.timeouts, c.short_circuited
+    );
+    Ok(())
+}
