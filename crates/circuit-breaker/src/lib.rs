@@ -164,7 +164,7 @@
 //! 100-call count window takes under 500 bytes (one byte per count-window slot,
 //! 12 bytes per time-window bucket). What only matters once it has tripped, been
 //! forced or reconfigured (probe slots, transition counts, the backoff state, the
-//! subscription channel) is allocated then, a few hundred bytes, and kept.
+//! subscription channel) is allocated then, about 600 bytes, and kept.
 //!
 //! # Observability
 //!
