@@ -3,7 +3,9 @@
 //! Use on a `Duration` field with `#[serde(with = "seawall_core::duration_format")]`,
 //! or [`option`] for an `Option<Duration>`. Accepted units: `ns`, `us`, `ms`, `s`,
 //! `m`, `h`; the number is a whole number. Serialising picks the largest unit that
-//! represents the value exactly.
+//! represents the value exactly, down to microseconds; a value of a millisecond or
+//! more that no such unit represents (a measured time in a snapshot, say
+//! `9956450818ns`) is rounded to the nearest millisecond (`9956ms`) to stay readable.
 
 use std::time::Duration;
 
@@ -35,7 +37,7 @@ pub fn parse(text: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// Formats a duration with the largest exact unit.
+/// Formats a duration with the largest exact unit (see the module docs for rounding).
 pub fn format(d: Duration) -> String {
     let nanos = d.as_nanos();
     for (scale, unit) in [
@@ -48,6 +50,9 @@ pub fn format(d: Duration) -> String {
         if nanos != 0 && nanos % scale == 0 {
             return format!("{}{unit}", nanos / scale);
         }
+    }
+    if nanos >= 1_000_000 {
+        return format!("{}ms", (nanos + 500_000) / 1_000_000);
     }
     format!("{nanos}ns")
 }
@@ -102,6 +107,10 @@ mod tests {
         assert_eq!(format(Duration::from_secs(120)), "2m");
         assert_eq!(format(Duration::from_millis(1500)), "1500ms");
         assert_eq!(format(Duration::ZERO), "0ns");
+        // Measured times are rounded to the millisecond once they reach one.
+        assert_eq!(format(Duration::from_nanos(9_956_450_818)), "9956ms");
+        assert_eq!(format(Duration::from_nanos(43_549_182)), "44ms");
+        assert_eq!(format(Duration::from_nanos(1_234)), "1234ns");
         for d in [
             Duration::from_nanos(7),
             Duration::from_micros(20),

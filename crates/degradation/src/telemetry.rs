@@ -7,7 +7,7 @@
 //! - `seawall_degradation_changes_total{direction="down"|"up"}`: level changes;
 //! - `seawall_degradation_probes_total{result="success"|"failure"|"ignored"}`: recovery
 //!   probe outcomes;
-//! - `seawall_health_changes_total{dependency, to}`: health status changes.
+//! - `seawall_degradation_health_changes_total{name, to}` (`name` is the dependency): health status changes.
 
 #![cfg_attr(
     not(all(feature = "tracing", feature = "metrics")),
@@ -111,8 +111,8 @@ pub(crate) fn health_changed(
     );
     #[cfg(feature = "metrics")]
     metrics::counter!(
-        "seawall_health_changes_total",
-        "dependency" => dependency.to_owned(),
+        "seawall_degradation_health_changes_total",
+        "name" => dependency.to_owned(),
         "to" => to
     )
     .increment(1);
