@@ -10,23 +10,20 @@
 #[path = "../examples/shared/grpc_quote.rs"]
 mod grpc_quote;
 
-use std::convert::Infallible;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use grpc_quote::{Behaviour, QuoteRequest, QuotesClient, QuotesServer};
 use seawall::bulkhead::{Bulkhead, BulkheadLayer, UntilBodyEnd};
 use seawall::circuit_breaker::{CircuitBreaker, CircuitBreakerLayer, State};
-use seawall::core::grpc::{rejection_grpc_response, RejectionStatus, RejectionStatusLayer};
+use seawall::core::grpc::{GrpcRespondLayer, RejectionStatus, RejectionStatusLayer};
 use seawall::core::{DeadlineLayer, DeadlineService};
 use seawall::{find_rejection, BoxError, GrpcStatus, RejectionKind};
 use tonic::body::Body;
 use tonic::transport::Channel;
 use tonic::Code;
-use tower::{Service, ServiceBuilder};
+use tower::ServiceBuilder;
 
 /// The recommended client stack around a tonic channel, outermost first.
 type Stack = RejectionStatus<DeadlineService<Bulkhead<CircuitBreaker<Channel, GrpcStatus>>>>;
@@ -275,61 +272,6 @@ async fn a_bulkhead_wait_that_times_out_reaches_the_client_as_resource_exhausted
 // Trailers-only rendering on the server
 // ---------------------------------------------------------------------------------
 
-/// A small server-side adapter: answers a seawall rejection from the layers below
-/// with `rejection_grpc_response` (a trailers-only gRPC response) instead of an error
-/// (which would make the server reset the stream). Registered under the quote
-/// service's name.
-#[derive(Debug, Clone)]
-struct GrpcRejections<S> {
-    inner: S,
-    held: Option<Arc<BoxError>>,
-}
-
-impl<S> GrpcRejections<S> {
-    fn new(inner: S) -> Self {
-        Self { inner, held: None }
-    }
-}
-
-impl<S> tonic::server::NamedService for GrpcRejections<S> {
-    const NAME: &'static str = "freight.Quotes";
-}
-
-fn render(error: &BoxError) -> http::Response<Body> {
-    match find_rejection(&**error) {
-        Some(rejection) => rejection_grpc_response(&rejection),
-        None => tonic::Status::internal("internal error").into_http(),
-    }
-}
-
-impl<S> Service<http::Request<Body>> for GrpcRejections<S>
-where
-    S: Service<http::Request<Body>, Response = http::Response<Body>, Error = BoxError>,
-    S::Future: Send + 'static,
-{
-    type Response = http::Response<Body>;
-    type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<http::Response<Body>, Infallible>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        if self.held.is_none() {
-            if let Err(e) = std::task::ready!(self.inner.poll_ready(cx)) {
-                self.held = Some(Arc::new(e));
-            }
-        }
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
-        if let Some(error) = self.held.take() {
-            let res = render(&error);
-            return Box::pin(async move { Ok(res) });
-        }
-        let fut = self.inner.call(req);
-        Box::pin(async move { Ok(fut.await.unwrap_or_else(|e| render(&e))) })
-    }
-}
-
 /// What the client saw on the wire: status, headers (of the header block).
 type Seen = Arc<Mutex<Vec<(http::StatusCode, http::HeaderMap)>>>;
 
@@ -339,12 +281,11 @@ async fn a_rejection_on_the_server_is_a_trailers_only_response_the_client_unders
     let server_bulkhead = bulkhead(1, 0);
     let server_breaker = breaker();
     let breaker_handle = server_breaker.handle();
-    let protected = GrpcRejections::new(
-        ServiceBuilder::new()
-            .layer(server_bulkhead)
-            .layer(server_breaker)
-            .service(quotes.clone()),
-    );
+    let protected = ServiceBuilder::new()
+        .layer(GrpcRespondLayer::new().named::<QuotesServer>())
+        .layer(server_bulkhead)
+        .layer(server_breaker)
+        .service(quotes.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let incoming = tonic::transport::server::TcpIncoming::from(listener);

@@ -17,9 +17,13 @@
 //! The rejection stays reachable as the status's source, so [`find_rejection`] still
 //! finds it. On a server, [`rejection_grpc_response`] renders a rejection as a
 //! trailers-only response with `grpc-retry-pushback-ms` when a retry-after is known
-//! (only clients with a retry policy honour it).
+//! (only clients with a retry policy honour it), and [`GrpcRespondLayer`] does it for
+//! every error coming out of a protected tonic service.
 
+use std::convert::Infallible;
+use std::fmt;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
@@ -73,6 +77,192 @@ pub fn rejection_grpc_response<B: Default>(rejection: &Rejection<'_>) -> http::R
             .insert(GRPC_RETRY_PUSHBACK_MS, http::HeaderValue::from(ms));
     }
     res
+}
+
+/// Renders any error as a trailers-only gRPC response: a seawall rejection with
+/// [`rejection_grpc_response`], anything else as `INTERNAL` with a generic message.
+pub fn error_grpc_response<B: Default>(
+    error: &(dyn std::error::Error + 'static),
+) -> http::Response<B> {
+    match find_rejection(error) {
+        Some(rejection) => rejection_grpc_response(&rejection),
+        None => Status::internal("internal error").into_http(),
+    }
+}
+
+/// Server side: answers the protected service's errors as trailers-only gRPC
+/// responses ([`error_grpc_response`]), so the stack's error is `Infallible` as
+/// tonic's server wants and a client sees `UNAVAILABLE` / `RESOURCE_EXHAUSTED`.
+///
+/// tonic's `Server::add_service` needs the service's gRPC name; seawall's layers
+/// hide the generated server's, so give it back with [`named`](Self::named):
+///
+/// ```text
+/// let protected = ServiceBuilder::new()
+///     .layer(GrpcRespondLayer::new().named::<QuotesServer<MyQuotes>>())
+///     .layer(bulkhead)
+///     .layer(breaker)
+///     .service(QuotesServer::new(MyQuotes));
+/// Server::builder().add_service(protected)
+/// ```
+pub struct GrpcRespondLayer<N = ()> {
+    _name: PhantomData<fn() -> N>,
+}
+
+impl GrpcRespondLayer {
+    /// A layer whose services have no gRPC service name of their own.
+    pub fn new() -> Self {
+        Self { _name: PhantomData }
+    }
+}
+
+impl Default for GrpcRespondLayer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<N> GrpcRespondLayer<N> {
+    /// Gives the services the gRPC name of `M` (typically the generated server
+    /// type), so tonic's router can route to them.
+    pub fn named<M: tonic::server::NamedService>(self) -> GrpcRespondLayer<M> {
+        GrpcRespondLayer { _name: PhantomData }
+    }
+}
+
+impl<N> Clone for GrpcRespondLayer<N> {
+    fn clone(&self) -> Self {
+        Self { _name: PhantomData }
+    }
+}
+
+impl<N> fmt::Debug for GrpcRespondLayer<N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("GrpcRespondLayer")
+    }
+}
+
+impl<S, N> Layer<S> for GrpcRespondLayer<N> {
+    type Service = GrpcRespond<S, N>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        GrpcRespond {
+            inner,
+            not_ready: None,
+            _name: PhantomData,
+        }
+    }
+}
+
+/// The service built by [`GrpcRespondLayer`].
+pub struct GrpcRespond<S, N = ()> {
+    inner: S,
+    /// Why the inner service could not become ready; answered by the next `call`.
+    not_ready: Option<BoxError>,
+    _name: PhantomData<fn() -> N>,
+}
+
+impl<S: Clone, N> Clone for GrpcRespond<S, N> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            not_ready: None,
+            _name: PhantomData,
+        }
+    }
+}
+
+impl<S: fmt::Debug, N> fmt::Debug for GrpcRespond<S, N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GrpcRespond")
+            .field("inner", &self.inner)
+            .finish()
+    }
+}
+
+impl<S, N: tonic::server::NamedService> tonic::server::NamedService for GrpcRespond<S, N> {
+    const NAME: &'static str = N::NAME;
+}
+
+impl<S, N, Req, B> Service<Req> for GrpcRespond<S, N>
+where
+    S: Service<Req, Response = http::Response<B>>,
+    S::Error: Into<BoxError>,
+    B: Default,
+{
+    type Response = http::Response<B>;
+    type Error = Infallible;
+    type Future = GrpcRespondFuture<S::Future, B>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        if self.not_ready.is_none() {
+            if let Err(e) = ready!(self.inner.poll_ready(cx)) {
+                // Answer the next call with it; never call the inner service after
+                // a failed readiness.
+                self.not_ready = Some(e.into());
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        match self.not_ready.take() {
+            Some(e) => GrpcRespondFuture {
+                state: GrpcRespondState::Answered {
+                    response: Some(error_grpc_response(&*e)),
+                },
+            },
+            None => GrpcRespondFuture {
+                state: GrpcRespondState::Calling {
+                    inner: self.inner.call(req),
+                },
+            },
+        }
+    }
+}
+
+pin_project! {
+    /// The response future of [`GrpcRespond`].
+    pub struct GrpcRespondFuture<F, B> {
+        #[pin]
+        state: GrpcRespondState<F, B>,
+    }
+}
+
+pin_project! {
+    #[project = GrpcRespondStateProj]
+    enum GrpcRespondState<F, B> {
+        Calling { #[pin] inner: F },
+        Answered { response: Option<http::Response<B>> },
+    }
+}
+
+impl<F, B> fmt::Debug for GrpcRespondFuture<F, B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("GrpcRespondFuture")
+    }
+}
+
+impl<F, B, E> Future for GrpcRespondFuture<F, B>
+where
+    F: Future<Output = Result<http::Response<B>, E>>,
+    E: Into<BoxError>,
+    B: Default,
+{
+    type Output = Result<http::Response<B>, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let res = match self.project().state.project() {
+            GrpcRespondStateProj::Calling { inner } => match ready!(inner.poll(cx)) {
+                Ok(res) => res,
+                Err(e) => error_grpc_response(&*e.into()),
+            },
+            GrpcRespondStateProj::Answered { response } => response
+                .take()
+                .unwrap_or_else(|| Status::internal("internal error").into_http()),
+        };
+        Poll::Ready(Ok(res))
+    }
 }
 
 /// Maps errors coming out of the wrapped service with [`status_from_error`], so a
@@ -184,6 +374,45 @@ mod tests {
         // This is exactly what a generated client does with a transport error.
         let seen = Status::from_error(err);
         assert_eq!(seen.code(), Code::ResourceExhausted);
+    }
+
+    #[tokio::test]
+    async fn the_server_layer_answers_every_error_with_a_status() {
+        let open = service_fn(|_: ()| async {
+            Err::<http::Response<()>, BoxError>(Box::new(CircuitOpen::new(
+                "db".into(),
+                Duration::from_secs(2),
+            )))
+        });
+        let res = GrpcRespondLayer::new()
+            .layer(open)
+            .oneshot(())
+            .await
+            .unwrap();
+        assert_eq!(res.status(), http::StatusCode::OK);
+        assert_eq!(res.headers()["grpc-status"], "14");
+        assert_eq!(res.headers()[GRPC_RETRY_PUSHBACK_MS], "2000");
+
+        let broken = service_fn(|_: ()| async {
+            Err::<http::Response<()>, BoxError>("db.internal:5432 refused".into())
+        });
+        let res = GrpcRespondLayer::new()
+            .layer(broken)
+            .oneshot(())
+            .await
+            .unwrap();
+        assert_eq!(res.headers()["grpc-status"], "13");
+        assert_eq!(res.headers()["grpc-message"], "internal%20error");
+
+        struct Quotes;
+        impl tonic::server::NamedService for Quotes {
+            const NAME: &'static str = "freight.Quotes";
+        }
+        fn name_of<S: tonic::server::NamedService>(_: &S) -> &'static str {
+            S::NAME
+        }
+        let named = GrpcRespondLayer::new().named::<Quotes>().layer(open);
+        assert_eq!(name_of(&named), "freight.Quotes");
     }
 
     #[test]
