@@ -6,47 +6,10 @@
 use std::sync::{Arc, Mutex};
 
 use seawall_circuit_breaker::CircuitBreakerLayer;
-use seawall_core::BoxError;
-use tower::{service_fn, Layer, Service, ServiceExt};
+use tower::Layer;
 
-type Req = http::Request<()>;
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap()
-}
-
-/// 3 successes, then 14 calls to a failing supplier: the seed policy trips when the
-/// window holds 10 outcomes (3 successes, 7 failures), the last 7 are rejected.
-async fn drive<S>(svc: &mut S, failing: &Arc<Mutex<bool>>)
-where
-    S: Service<Req, Response = (), Error = BoxError>,
-{
-    for _ in 0..3 {
-        svc.ready().await.unwrap().call(Req::new(())).await.unwrap();
-    }
-    *failing.lock().unwrap() = true;
-    for _ in 0..14 {
-        let _ = svc.ready().await.unwrap().call(Req::new(())).await;
-    }
-}
-
-fn supplier(
-    failing: Arc<Mutex<bool>>,
-) -> impl Service<Req, Response = (), Error = BoxError, Future: Send> + Clone {
-    service_fn(move |_req: Req| {
-        let fail = *failing.lock().unwrap();
-        async move {
-            if fail {
-                Err::<(), BoxError>("down".into())
-            } else {
-                Ok(())
-            }
-        }
-    })
-}
+mod support;
+use support::{drive, runtime, supplier};
 
 mod tracing_events {
     use super::*;
