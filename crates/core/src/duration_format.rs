@@ -47,7 +47,7 @@ pub fn format(d: Duration) -> String {
         (1_000_000, "ms"),
         (1_000, "us"),
     ] {
-        if nanos != 0 && nanos % scale == 0 {
+        if nanos != 0 && nanos.is_multiple_of(scale) {
             return format!("{}{unit}", nanos / scale);
         }
     }

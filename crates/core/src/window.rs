@@ -158,7 +158,7 @@ impl TimeWindow {
             ));
         }
         let bucket_nanos = bucket.as_nanos();
-        if window.as_nanos() % bucket_nanos != 0 {
+        if !window.as_nanos().is_multiple_of(bucket_nanos) {
             return Err(ConfigError::new(
                 "window",
                 format!("must be a whole number of buckets ({bucket:?}), got {window:?}"),

@@ -442,7 +442,7 @@ fn hysteresis_the_bar_to_climb_is_stricter_than_the_bar_to_fall() {
     };
     let (mut m, t0) = machine_with(config, fixed(0.0));
     let twenty_percent = |i: u32| {
-        if i % 5 == 0 {
+        if i.is_multiple_of(5) {
             Outcome::Failure
         } else {
             Outcome::Success
