@@ -114,7 +114,11 @@ impl DegradationConfig {
         if self.rate_window.is_zero() {
             return Err(ConfigError::new("rate_window", "must be longer than zero"));
         }
-        if !self.rate_window.as_nanos().is_multiple_of(u128::from(RATE_BUCKETS)) {
+        if !self
+            .rate_window
+            .as_nanos()
+            .is_multiple_of(u128::from(RATE_BUCKETS))
+        {
             return Err(ConfigError::new(
                 "rate_window",
                 "must be a whole multiple of 10 ns (it is cut into 10 buckets)",
