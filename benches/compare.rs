@@ -1204,16 +1204,18 @@ fn options() -> Options {
     o
 }
 
-/// Calls per batch so that one batch lasts about `target`.
+/// Calls per batch so that one batch lasts about `target`: estimated from the fastest
+/// of five batches of 64 calls (one preempted batch must not shrink the batch size,
+/// or the cold start of every batch would dominate the figure), at least 16 calls
+/// per batch; a subject that waits on a timer gets one call per batch.
 fn calibrate(s: &mut dyn Subject, rt: &Runtime, target: Duration) -> u64 {
-    let mut n = 1u64;
-    loop {
-        let t = s.batch(rt, n);
-        if t >= target || n >= 1 << 16 {
-            return n;
-        }
-        n *= 2;
+    const PROBE: u64 = 64;
+    let fastest = (0..5).map(|_| s.batch(rt, PROBE)).min().unwrap_or(target);
+    if s.waited() {
+        return 1;
     }
+    let per_call = (fastest.as_nanos() as u64 / PROBE).max(1);
+    (target.as_nanos() as u64 / per_call).clamp(16, 1 << 16)
 }
 
 fn median(v: &[f64]) -> f64 {
