@@ -1,7 +1,7 @@
 //! Side-by-side cost of seawall's layers and of their peers, in one run, as one table.
 //!
 //! ```text
-//! cargo bench -p seawall-benches                      # full run (about a minute)
+//! cargo bench -p seawall-benches                      # full run (half a minute when quiet)
 //! cargo bench -p seawall-benches -- --quick           # smoke run (well under a minute)
 //! cargo bench -p seawall-benches -- --rounds 2000 --runs 7 breaker   # only rows matching "breaker"
 //! ```
