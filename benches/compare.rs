@@ -1061,6 +1061,19 @@ fn rows(rt: &Runtime) -> Vec<Row> {
         ),
     );
 
+    // Not a recommended configuration: shows what the deadline adds to the stack.
+    rows.push(Row::new(
+        Id::Reference,
+        "seawall stack without its DeadlineLayer: fallback → bulkhead → breaker",
+        || {
+            ServiceBuilder::new()
+                .layer(sw_fallback!())
+                .layer(sw_bulkhead())
+                .layer(sw_breaker())
+                .service(ok_inner())
+        },
+    ));
+
     rows.push(Row::new(
         Id::SwStackDegradation,
         "seawall stack with degradation: fallback → degradation → (deadline → bulkhead → breaker) per level",
