@@ -36,10 +36,11 @@ pub const SCHEDULE: [Mode; 6] = [
 ];
 
 /// How the recommender behaves in each phase: it breaks with the freight supplier
-/// and comes back for the last two phases.
+/// (slow, refusing) and comes back from the third phase on, so the drill shows its
+/// level climbing back slowly once the dwell and a whole probe window have passed.
 fn recommender_mode(phase: usize) -> Mode {
     match phase {
-        1..=3 => Mode::ServerError,
+        1..=2 => Mode::ServerError,
         _ => Mode::Healthy,
     }
 }
@@ -68,7 +69,7 @@ impl DrillConfig {
                 open_for: Duration::from_secs(10),
                 dwell: Duration::from_secs(60),
                 probe_ratio: 0.05,
-                probe_window: Duration::from_secs(20),
+                probe_window: Duration::from_secs(30),
                 probe_successes: 20,
             },
             rates: Rates {

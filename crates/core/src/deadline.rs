@@ -90,17 +90,21 @@ pin_project! {
     pub struct Bounded<F> {
         #[pin]
         inner: F,
+        deadline: Option<Instant>,
+        // Created the first time the inner future is pending: a call that completes
+        // at once (a cache, a rejection below) never registers a timer.
         #[pin]
         sleep: Option<Sleep>,
     }
 }
 
 /// Bounds `fut` by `deadline` (no bound when `None`). The timer is registered only
-/// when there is a deadline.
+/// when there is a deadline and the inner future does not complete at once.
 pub fn bounded<F: Future>(fut: F, deadline: Option<Deadline>) -> Bounded<F> {
     Bounded {
         inner: fut,
-        sleep: deadline.map(|d| tokio::time::sleep_until(d.instant())),
+        deadline: deadline.map(|d| d.instant()),
+        sleep: None,
     }
 }
 
@@ -108,9 +112,15 @@ impl<F: Future> Future for Bounded<F> {
     type Output = Result<F::Output, DeadlineExceeded>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
+        let mut this = self.project();
         if let Poll::Ready(out) = this.inner.poll(cx) {
             return Poll::Ready(Ok(out));
+        }
+        let Some(deadline) = *this.deadline else {
+            return Poll::Pending;
+        };
+        if this.sleep.is_none() {
+            this.sleep.set(Some(tokio::time::sleep_until(deadline)));
         }
         match this.sleep.as_pin_mut() {
             Some(sleep) => {
@@ -347,6 +357,18 @@ mod tests {
         assert_pending!(fut.poll());
         tokio::time::advance(Duration::from_millis(1)).await;
         assert!(assert_ready!(fut.poll()).is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn bounded_fails_at_once_when_the_deadline_has_already_passed() {
+        let now = Instant::now();
+        let past = Deadline::after(now, Duration::from_millis(10));
+        tokio::time::advance(Duration::from_millis(20)).await;
+        let mut fut = task::spawn(bounded(std::future::pending::<()>(), Some(past)));
+        assert!(assert_ready!(fut.poll()).is_err());
+        // A future that is ready wins even over a passed deadline: its answer is in.
+        let mut ready = task::spawn(bounded(std::future::ready(1), Some(past)));
+        assert_eq!(assert_ready!(ready.poll()).unwrap(), 1);
     }
 
     #[tokio::test(start_paused = true)]
