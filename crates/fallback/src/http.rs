@@ -141,7 +141,7 @@ impl HttpServer {
         if let Some(rejection) = find_rejection(error) {
             let how = match origin {
                 ErrorOrigin::Fallback => Rendered::Exhausted,
-                ErrorOrigin::PassedThrough => Rendered::Rejection,
+                ErrorOrigin::PassedThrough => Rendered::Rejection(rejection.kind()),
             };
             rt.rendered(how, error);
             let (mut parts, _) = rejection_response(&rejection).into_parts();

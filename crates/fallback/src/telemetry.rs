@@ -23,7 +23,7 @@
 
 use std::error::Error;
 
-use seawall_core::Name;
+use seawall_core::{Name, RejectionKind};
 
 use crate::machine::Trigger;
 
@@ -31,7 +31,8 @@ use crate::machine::Trigger;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(not(feature = "http"), allow(dead_code))]
 pub(crate) enum Rendered {
-    Rejection,
+    /// A seawall rejection of a kind not selected as a trigger, kept apart by kind.
+    Rejection(RejectionKind),
     Exhausted,
     Unavailable,
     Failure,
@@ -39,17 +40,36 @@ pub(crate) enum Rendered {
 
 impl Rendered {
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    const ALL: [Rendered; 4] = [
-        Rendered::Rejection,
+    const ALL: [Rendered; 8] = [
+        Rendered::Rejection(RejectionKind::CircuitOpen),
+        Rendered::Rejection(RejectionKind::BulkheadFull),
+        Rendered::Rejection(RejectionKind::BulkheadTimeout),
+        Rendered::Rejection(RejectionKind::DeadlineExceeded),
+        Rendered::Rejection(RejectionKind::FallbacksExhausted),
         Rendered::Exhausted,
         Rendered::Unavailable,
         Rendered::Failure,
     ];
 
+    /// The position in [`Rendered::ALL`].
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    fn index(self) -> usize {
+        match self {
+            Rendered::Rejection(RejectionKind::CircuitOpen) => 0,
+            Rendered::Rejection(RejectionKind::BulkheadFull) => 1,
+            Rendered::Rejection(RejectionKind::BulkheadTimeout) => 2,
+            Rendered::Rejection(RejectionKind::DeadlineExceeded) => 3,
+            Rendered::Rejection(RejectionKind::FallbacksExhausted) => 4,
+            Rendered::Exhausted => 5,
+            Rendered::Unavailable => 6,
+            Rendered::Failure => 7,
+        }
+    }
+
     #[cfg_attr(not(any(feature = "metrics", feature = "tracing")), allow(dead_code))]
     fn as_str(self) -> &'static str {
         match self {
-            Rendered::Rejection => "rejection",
+            Rendered::Rejection(kind) => kind.as_str(),
             Rendered::Exhausted => "exhausted",
             Rendered::Unavailable => "unavailable",
             Rendered::Failure => "failure",
@@ -223,7 +243,7 @@ impl Telemetry {
         #[cfg(feature = "tracing")]
         tracing::warn!(target: "seawall::fallback", name, rendered = how.as_str(), cause = %cause, "error answered with a rendered response");
         #[cfg(feature = "metrics")]
-        if let Some(c) = self.m.rendered.get(how as usize) {
+        if let Some(c) = self.m.rendered.get(how.index()) {
             c.increment(1);
         }
     }
