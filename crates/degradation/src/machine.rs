@@ -313,7 +313,8 @@ impl DegradationMachine {
         if self.forced || self.level <= self.floor.unwrap_or(0) {
             return None;
         }
-        Some(self.entered_at + self.config.min_dwell)
+        // A dwell too long to add to the clock never ends.
+        self.entered_at.checked_add(self.config.min_dwell)
     }
 
     /// Whether a success at the current level would change nothing (no consecutive
@@ -358,7 +359,8 @@ impl DegradationMachine {
     /// a new window.
     fn judge_window(&mut self, now: Instant) -> Option<Change> {
         let started = self.probes.progress.window_started_at?;
-        if now < started + self.config.probe_window {
+        let end = started.checked_add(self.config.probe_window);
+        if end.is_none_or(|end| now < end) {
             return None;
         }
         let p = self.probes.progress;

@@ -686,3 +686,34 @@ mod schedules {
         }
     }
 }
+
+#[test]
+fn a_dwell_or_probe_window_too_long_to_add_to_an_instant_never_panics() {
+    // "Never climb on its own" written as the longest durations: they validate, so the
+    // machine must treat them as "not yet", not overflow the clock.
+    let (mut m, t0) = machine_with(
+        DegradationConfig {
+            min_dwell: Duration::MAX,
+            ..DegradationConfig::default()
+        },
+        fixed(0.0),
+    );
+    fail_at_current(&mut m, 5, t0);
+    let (t, c) = m.route(t0 + 3600 * S);
+    assert!(!t.is_probe());
+    assert_eq!(c, None);
+    assert!(!m.snapshot(t0 + 3600 * S).probing);
+
+    let (mut m, t0) = machine_with(
+        DegradationConfig {
+            min_dwell: Duration::ZERO,
+            probe_window: Duration::MAX,
+            ..DegradationConfig::default()
+        },
+        fixed(0.0),
+    );
+    fail_at_current(&mut m, 5, t0);
+    assert_eq!(probes(&mut m, 100, Outcome::Success, t0 + 3600 * S), None);
+    assert_eq!(m.level(), 1);
+    assert_eq!(m.snapshot(t0 + 3600 * S).probe.successes, 100);
+}
