@@ -182,20 +182,33 @@ where
             return Self::full(shared);
         }
         let now = Instant::now();
-        match shared.machine.enqueue() {
+        let mut until = now
+            .checked_add(shared.max_wait())
+            .unwrap_or_else(|| far_future(now));
+        if let Some(deadline) = deadline_of(&req) {
+            until = until.min(deadline.instant());
+        }
+        // A call whose deadline has passed takes a free slot but never joins the line.
+        let enqueued = if until <= now {
+            shared.machine.enqueue_no_wait()
+        } else {
+            shared.machine.enqueue()
+        };
+        match enqueued {
             Enqueued::Admitted => {
                 shared.telemetry.admitted(Duration::ZERO);
                 Self::admitted(Permit::new(shared.clone()), inner.clone(), req)
             }
             Enqueued::Full => Self::full(shared),
+            Enqueued::Expired => {
+                shared
+                    .telemetry
+                    .rejected_timeout(&shared.name, Duration::ZERO);
+                let error = BulkheadTimeout::new(shared.name.clone(), Duration::ZERO);
+                Self::rejected(Box::new(error))
+            }
             Enqueued::Waiting(id) => {
                 shared.telemetry.enqueued();
-                let mut until = now
-                    .checked_add(shared.max_wait())
-                    .unwrap_or_else(|| far_future(now));
-                if let Some(deadline) = deadline_of(&req) {
-                    until = until.min(deadline.instant());
-                }
                 let waiter = Waiter {
                     id,
                     shared: Some(shared.clone()),

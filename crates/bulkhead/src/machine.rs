@@ -82,6 +82,9 @@ pub(crate) enum Enqueued {
     Full,
     /// In line; poll with [`Machine::poll_waiter`], leave with [`Machine::leave`].
     Waiting(WaiterId),
+    /// It would have had to wait but may not (see [`Machine::enqueue_no_wait`]):
+    /// counted as timed out, not put in line.
+    Expired,
 }
 
 /// Why a waiter leaves the line without taking its slot.
@@ -294,6 +297,16 @@ impl Machine {
     /// Takes a slot that freed meanwhile, rejects when the queue is full, or joins
     /// the back of the line. Counts an admission, not a rejection (see [`Machine::count_full`]).
     pub(crate) fn enqueue(&self) -> Enqueued {
+        self.join(true)
+    }
+
+    /// As [`Machine::enqueue`], for a call that may not wait at all (its deadline
+    /// has passed): where it would join the line it is counted as timed out instead.
+    pub(crate) fn enqueue_no_wait(&self) -> Enqueued {
+        self.join(false)
+    }
+
+    fn join(&self, may_wait: bool) -> Enqueued {
         let mut line = self.lock();
         self.flush_admitted(&mut line);
         let limit = self.max_concurrent.load(Ordering::Relaxed);
@@ -304,6 +317,9 @@ impl Machine {
                 (word + 1, Enqueued::Admitted)
             } else if queued(word) >= max_queue {
                 return Enqueued::Full;
+            } else if !may_wait {
+                line.rejected_timeout += 1;
+                return Enqueued::Expired;
             } else {
                 (word + ONE_QUEUED, Enqueued::Waiting(WaiterId(line.next_id)))
             };
@@ -716,6 +732,25 @@ mod tests {
     }
 
     #[test]
+    fn a_call_that_may_not_wait_takes_a_free_slot_or_is_counted_timed_out() {
+        let m = Machine::new(1, 1);
+        assert_eq!(m.enqueue_no_wait(), Enqueued::Admitted);
+        assert_eq!(m.enqueue_no_wait(), Enqueued::Expired);
+        assert_eq!(m.rejected_timeout(), 1);
+        assert_eq!(m.peaks().queued, 0);
+        let _w = id(m.enqueue());
+        // With the queue full, it is turned away as full, like everyone else.
+        assert_eq!(m.enqueue_no_wait(), Enqueued::Full);
+        assert_eq!(
+            m.counts(),
+            Counts {
+                active: 1,
+                queued: 1
+            }
+        );
+    }
+
+    #[test]
     fn the_admission_count_is_flushed_at_its_cap_and_stays_exact() {
         let m = Machine::new(2, 1);
         m.preset_fresh_admitted(ADMITTED_CAP - 1);
@@ -755,7 +790,7 @@ mod tests {
                         } else {
                             match m.enqueue() {
                                 Enqueued::Admitted => true,
-                                Enqueued::Full => false,
+                                Enqueued::Full | Enqueued::Expired => false,
                                 Enqueued::Waiting(id) => {
                                     // Spin a while, then either give up or keep waiting
                                     // until the slot comes (it must: holders release).
@@ -891,6 +926,7 @@ mod tests {
                                 match m.enqueue() {
                                     Enqueued::Admitted => { holders += 1; "admitted" }
                                     Enqueued::Full => "full",
+                                    Enqueued::Expired => "expired",
                                     Enqueued::Waiting(id) => {
                                         prop_assert!(!m.poll_waiter(id, &waker));
                                         waiters.push(id);

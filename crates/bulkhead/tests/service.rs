@@ -330,6 +330,33 @@ async fn a_waiter_times_out_at_the_remaining_deadline_when_shorter() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_call_whose_deadline_has_passed_never_waits_even_if_a_slot_frees_before_its_first_poll() {
+    let l = layer(1, 1);
+    let h = l.handle();
+    let c = Counting::new();
+    let mut svc = l.layer(CountingSvc::new(&c));
+    let mut busy = task::spawn(svc.call(req("busy")));
+    assert_pending!(busy.poll());
+
+    // No free slot and a deadline already past: rejected, not put in line.
+    let mut r = req("late");
+    r.extensions_mut().insert(Deadline::at(Instant::now()));
+    let mut late = task::spawn(svc.call(r));
+    assert_eq!(counts(&h), (1, 0));
+    // The slot frees before the late call is first polled: it must not take it.
+    drop(busy);
+    let err = assert_ready!(late.poll()).unwrap_err();
+    assert_eq!(
+        err.downcast_ref::<BulkheadTimeout>().unwrap().waited(),
+        Duration::ZERO
+    );
+    assert_eq!(counts(&h), (0, 0));
+    let s = h.snapshot();
+    assert_eq!((s.admitted, s.rejected_timeout, s.peak_queued), (1, 1, 0));
+    assert_eq!(c.ready_polls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_dropped_waiter_leaves_the_queue_at_once_and_takes_no_slot() {
     let l = layer(1, 2);
     let h = l.handle();
