@@ -60,7 +60,10 @@ pub struct DegradationConfig {
     /// passed (default 0.05).
     pub probe_ratio: f64,
     /// How long probe outcomes are gathered before the level is judged, counted from the
-    /// first probe after the dwell (default 60 s). Zero judges at every probe outcome.
+    /// first probe after the dwell (default 60 s). Zero judges at every probe outcome,
+    /// with no window to restart: the level climbs once `probe_successes_to_recover`
+    /// probes in a row succeeded and the probe failure rate so far is within
+    /// `probe_max_failure_rate` (the seed's sketch).
     ///
     /// Recovery needs `probe_successes_to_recover` probe successes within one window:
     /// with the defaults that is at least 400 requests a minute (about 7 per second).

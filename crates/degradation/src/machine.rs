@@ -374,6 +374,9 @@ impl DegradationMachine {
         if passed && self.probing_allowed(now) {
             let to = self.level - 1;
             Some(self.move_to(to, Reason::Recovered, now))
+        } else if self.config.probe_window.is_zero() {
+            // No window to end: the probes gather until the bar is met (the seed's sketch).
+            None
         } else {
             self.probes.restart();
             None

@@ -717,3 +717,26 @@ fn a_dwell_or_probe_window_too_long_to_add_to_an_instant_never_panics() {
     assert_eq!(m.level(), 1);
     assert_eq!(m.snapshot(t0 + 3600 * S).probe.successes, 100);
 }
+
+#[test]
+fn a_zero_probe_window_climbs_once_enough_probes_in_a_row_succeeded() {
+    // Zero judges at every probe outcome; that must not throw away the successes
+    // gathered so far, or more than one needed success could never be reached.
+    let (mut m, t0) = machine_with(
+        DegradationConfig {
+            probe_window: Duration::ZERO,
+            ..DegradationConfig::default()
+        },
+        fixed(0.0),
+    );
+    fail_at_current(&mut m, 5, t0);
+    let now = t0 + 60 * S;
+    assert_eq!(probes(&mut m, 19, Outcome::Success, now), None);
+    assert_eq!(m.snapshot(now).probe.successes, 19);
+    // A failed probe still resets the progress.
+    assert_eq!(probes(&mut m, 1, Outcome::Failure, now), None);
+    assert_eq!(m.snapshot(now).probe.successes, 0);
+    assert_eq!(probes(&mut m, 19, Outcome::Success, now + S), None);
+    let c = probes(&mut m, 1, Outcome::Success, now + S).unwrap();
+    assert_eq!((c.from, c.to, c.reason), (1, 0, Reason::Recovered));
+}
