@@ -85,8 +85,9 @@ impl<K: Hash + Eq> KeyedShared<K> {
 /// layer's name) and counted in [`KeyedSnapshot::rejected_key_limit`]; calls for
 /// known keys are unaffected.
 ///
-/// A call costs a read lock and a hash of the key on top of the bulkhead itself;
-/// the first call of a key takes the write lock and allocates its bulkhead.
+/// A call costs a read lock, a hash of the key and an `Arc` clone on top of the
+/// bulkhead itself; the first call of a key takes the write lock and allocates its
+/// bulkhead. No lock is held while the inner service is polled or called.
 pub struct KeyedBulkheadLayer<K, F, H = UntilResponse> {
     shared: Arc<KeyedShared<K>>,
     key_fn: F,
@@ -314,11 +315,15 @@ where
     fn call(&mut self, req: Req) -> Self::Future {
         let key = (self.key_fn)(&req);
         let ks = &*self.shared;
-        {
-            let map = ks.map.read().unwrap_or_else(PoisonError::into_inner);
-            if let Some(b) = map.get(&key) {
-                return ResponseFuture::new(b, &self.inner, req);
-            }
+        // The map is not locked while the inner service is polled or called.
+        let known = ks
+            .map
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&key)
+            .cloned();
+        if let Some(b) = known {
+            return ResponseFuture::new(&b, &self.inner, req);
         }
         match ks.insert(key) {
             Some(b) => ResponseFuture::new(&b, &self.inner, req),
@@ -453,4 +458,61 @@ pub struct KeyedSnapshot {
     pub rejected_key_limit: u64,
     /// Idle keys forgotten to make room for new ones.
     pub evicted: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::convert::Infallible;
+    use std::sync::atomic::AtomicBool;
+
+    type Req = http::Request<&'static str>;
+
+    /// An inner service that checks, in `poll_ready` and `call`, that the key map
+    /// is not locked (so it could call the keyed bulkhead again, with a new key).
+    #[derive(Clone)]
+    struct Reentrant {
+        keyed: Arc<KeyedShared<&'static str>>,
+        locked_seen: Arc<AtomicBool>,
+    }
+
+    impl Reentrant {
+        fn check(&self) {
+            if self.keyed.map.try_write().is_err() {
+                self.locked_seen.store(true, Ordering::SeqCst);
+            }
+        }
+    }
+
+    impl Service<Req> for Reentrant {
+        type Response = ();
+        type Error = Infallible;
+        type Future = std::future::Ready<Result<(), Infallible>>;
+
+        fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+            self.check();
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _req: Req) -> Self::Future {
+            self.check();
+            std::future::ready(Ok(()))
+        }
+    }
+
+    #[test]
+    fn the_key_map_is_not_locked_while_the_inner_service_is_polled_or_called() {
+        let l = KeyedBulkheadLayer::builder("suppliers", |r: &Req| *r.body())
+            .build()
+            .unwrap();
+        let locked_seen = Arc::new(AtomicBool::new(false));
+        let mut svc = l.layer(Reentrant {
+            keyed: l.shared.clone(),
+            locked_seen: locked_seen.clone(),
+        });
+        // The first call of a key, then a call of a known key.
+        drop(svc.call(http::Request::new("a.example")));
+        drop(svc.call(http::Request::new("a.example")));
+        assert!(!locked_seen.load(Ordering::SeqCst));
+    }
 }
