@@ -252,11 +252,18 @@ impl Machine {
 
     /// Starts new peaks from the current counts (e.g. at the start of an
     /// observation period).
+    ///
+    /// The queue changes only under the lock held here; a fast-path admission
+    /// may race the reset, so the counts are read again after the store and the
+    /// peak raised to them: a peak is never left below the count it saw.
     pub(crate) fn reset_peaks(&self) {
         let _line = self.lock();
         let now = self.counts();
-        self.peak_active.store(now.active, Ordering::Relaxed);
-        self.peak_queued.store(now.queued, Ordering::Relaxed);
+        self.peak_active.store(now.active, Ordering::SeqCst);
+        self.peak_queued.store(now.queued, Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        let after = self.counts();
+        self.peak_active.fetch_max(after.active, Ordering::SeqCst);
     }
 
     /// Moves the fast-path admission count out of the word into the line's total.
