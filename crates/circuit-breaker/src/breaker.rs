@@ -73,7 +73,8 @@ pub(crate) enum ReadyHint {
     Forward,
     /// Forced open: the call will be rejected, do not poll the inner service.
     SkipForced,
-    /// Open at this instant: the call will be rejected, do not poll the inner service.
+    /// Open (or half-open with every probe slot taken, or ramping without credit) at
+    /// this instant: the call will be rejected, do not poll the inner service.
     SkipOpen(Instant),
 }
 
@@ -139,7 +140,8 @@ impl Breaker {
         u64::try_from(at.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX)
     }
 
-    /// Whether a call made now would reach the inner service (reads the clock only when open).
+    /// Whether a call made now would reach the inner service (reads the clock only
+    /// when open, half-open or ramping).
     #[inline]
     pub(crate) fn ready_hint(&self, clock: impl FnOnce() -> Instant) -> ReadyHint {
         let w = self.word.load(Ordering::Acquire);
@@ -148,6 +150,16 @@ impl Breaker {
             MODE_OPEN => {
                 let now = clock();
                 if self.nanos(now) < self.reopen_at.load(Ordering::Acquire) {
+                    ReadyHint::SkipOpen(now)
+                } else {
+                    ReadyHint::Forward
+                }
+            }
+            // Half-open or ramping: a call would take the lock anyway; ask whether
+            // it would be turned away (every probe slot taken, no ramp credit).
+            MODE_LOCKED => {
+                let now = clock();
+                if self.locked(now, |m| m.would_reject(now)) {
                     ReadyHint::SkipOpen(now)
                 } else {
                     ReadyHint::Forward

@@ -760,6 +760,20 @@ impl Machine {
         }
     }
 
+    /// Whether a call asking at `now` would be turned away ([`Machine::acquire`]
+    /// would reject it), taking nothing: no probe slot, no ramp credit.
+    pub(crate) fn would_reject(&mut self, now: Instant) -> bool {
+        self.advance(now);
+        match self.phase {
+            Phase::Open { .. } | Phase::ForcedOpen => true,
+            Phase::HalfOpen { in_flight, .. } => in_flight >= self.tuning.half_open_max,
+            Phase::Closed { ramp: Some(credit) } => {
+                credit + self.ramp_share(now).unwrap_or(1.0) < 1.0
+            }
+            Phase::Closed { ramp: None } | Phase::ForcedClosed | Phase::Disabled => false,
+        }
+    }
+
     /// Asks to let one call through at `now`.
     pub(crate) fn acquire(&mut self, now: Instant) -> Admission {
         self.advance(now);

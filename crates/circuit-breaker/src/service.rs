@@ -18,8 +18,9 @@ use crate::machine::{Admission, MIN_RETRY_AFTER};
 ///
 /// - The decision is made in `call`; a rejection is a [`CircuitOpen`](crate::CircuitOpen)
 ///   error from the response future, never an error from `poll_ready`.
-/// - While the breaker is open (or forced open) `poll_ready` answers ready at once
-///   without polling the inner service, and `call` never reaches it.
+/// - While the breaker is open (or forced open), or half-open with every probe slot
+///   taken, `poll_ready` answers ready at once without polling the inner service,
+///   and `call` never reaches it.
 /// - When the request carries a seawall [`Deadline`](seawall_core::Deadline), the
 ///   inner call is bounded by it; running out is recorded as a failure and answered
 ///   with [`DeadlineExceeded`](crate::DeadlineExceeded).

@@ -498,3 +498,34 @@ async fn the_snapshot_serializes_for_an_operator_endpoint() {
     assert_eq!(json["counters"]["transitions"][0]["from"], "closed");
     assert_eq!(json["window"]["failures"], 10);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_caller_turned_away_during_half_open_is_not_made_to_wait_for_the_inner_service() {
+    let layer = CircuitBreakerLayer::builder("freight")
+        .consecutive_failures(1)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let (mut svc, mut dep) = mock::spawn_layer::<Req, &'static str, _>(layer);
+    dep.allow(1);
+    let mut fut = ready_call(&mut svc, req());
+    let (_, send) = dep.next_request().await.unwrap();
+    send.send_error("supplier down");
+    assert_ready!(fut.poll()).unwrap_err();
+    assert_eq!(handle.state(), State::Open);
+    advance(10 * S).await;
+    // The probe takes the dependency's last unit of capacity.
+    dep.allow(1);
+    let mut probe = ready_call(&mut svc, req());
+    assert_pending!(probe.poll());
+    let (_, reply) = dep.next_request().await.unwrap();
+    // Another caller: the probe slot is taken, so its call cannot reach the
+    // dependency. It is answered at once, not parked on the dependency's readiness.
+    advance(S).await;
+    let err = assert_ready!(ready_call(&mut svc, req()).poll()).unwrap_err();
+    assert_eq!(rejection_retry_after(&err), 9 * S);
+    reply.send_response("quote");
+    assert_eq!(assert_ready!(probe.poll()).unwrap(), "quote");
+    assert_eq!(handle.state(), State::Closed);
+    assert_eq!(handle.snapshot().counters.short_circuited, 1);
+}
