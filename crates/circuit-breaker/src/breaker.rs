@@ -73,9 +73,9 @@ pub(crate) enum ReadyHint {
     Forward,
     /// Forced open: the call will be rejected, do not poll the inner service.
     SkipForced,
-    /// Open (or half-open with every probe slot taken, or ramping without credit) at
-    /// this instant: the call will be rejected, do not poll the inner service.
-    SkipOpen(Instant),
+    /// Open (or half-open with every probe slot taken, or ramping without credit):
+    /// the call will be rejected, do not poll the inner service.
+    SkipOpen,
 }
 
 /// One breaker's shared state. Hot atomics first (`repr(C)` keeps them on the
@@ -150,7 +150,7 @@ impl Breaker {
             MODE_OPEN => {
                 let now = clock();
                 if self.nanos(now) < self.reopen_at.load(Ordering::Acquire) {
-                    ReadyHint::SkipOpen(now)
+                    ReadyHint::SkipOpen
                 } else {
                     ReadyHint::Forward
                 }
@@ -160,7 +160,7 @@ impl Breaker {
             MODE_LOCKED => {
                 let now = clock();
                 if self.locked(now, |m| m.would_reject(now)) {
-                    ReadyHint::SkipOpen(now)
+                    ReadyHint::SkipOpen
                 } else {
                     ReadyHint::Forward
                 }
@@ -186,10 +186,12 @@ impl Breaker {
         threshold != 0 && elapsed.as_nanos() >= u128::from(threshold)
     }
 
-    /// Asks to let a call through. `seen` is the instant `poll_ready` found the
-    /// breaker open at, if it did (saves a second clock read).
+    /// Asks to let a call through, reading `clock` only when the decision needs the
+    /// time. The clock is read here even when `poll_ready` read it moments before:
+    /// `call` may come much later, and a stale instant would turn away a call that
+    /// is due to probe, with a retry-after that has already passed.
     #[inline]
-    pub(crate) fn admit(&self, seen: Option<Instant>, clock: impl Fn() -> Instant) -> Admission {
+    pub(crate) fn admit(&self, clock: impl Fn() -> Instant) -> Admission {
         let w = self.word.load(Ordering::Acquire);
         match w & MODE_MASK {
             MODE_CLOSED => Admission::Admitted(Ticket::normal(epoch_of(w))),
@@ -197,13 +199,12 @@ impl Breaker {
                 self.reject_fast(Duration::from_nanos(self.reopen_at.load(Ordering::Acquire)))
             }
             MODE_OPEN => {
-                let now = seen.unwrap_or_else(&clock);
+                let now = clock();
                 let at = self.nanos(now);
                 let until = self.reopen_at.load(Ordering::Acquire);
                 if at < until {
                     return self.reject_fast(Duration::from_nanos(until - at));
                 }
-                let now = if seen.is_some() { clock() } else { now };
                 self.admit_locked(now)
             }
             _ => self.admit_locked(clock()),
@@ -420,7 +421,7 @@ mod tests {
     }
 
     fn admit(b: &Breaker, now: Instant) -> Option<Ticket> {
-        match b.admit(None, || now) {
+        match b.admit(|| now) {
             Admission::Admitted(t) => Some(t),
             Admission::Rejected(_) => None,
         }
@@ -487,8 +488,8 @@ mod tests {
         });
         let guard = b.lock();
         // With the mutex held elsewhere, rejections still flow.
-        assert_eq!(b.admit(None, || t0 + 4 * S), Admission::Rejected(6 * S));
-        assert_eq!(b.ready_hint(|| t0 + 4 * S), ReadyHint::SkipOpen(t0 + 4 * S));
+        assert_eq!(b.admit(|| t0 + 4 * S), Admission::Rejected(6 * S));
+        assert_eq!(b.ready_hint(|| t0 + 4 * S), ReadyHint::SkipOpen);
         drop(guard);
         assert_eq!(b.fast_counts().short_circuited, 1);
         assert_eq!(b.ready_hint(|| t0 + 10 * S), ReadyHint::Forward);
@@ -604,7 +605,7 @@ mod tests {
                 match op {
                     Op::Acquire => {
                         let before = b.locked(now, |m| { m.advance(now); m.probes_in_flight() });
-                        match b.admit(None, || now) {
+                        match b.admit(|| now) {
                             Admission::Admitted(t) => {
                                 if t.probe.is_some() {
                                     let after = b.locked(now, |m| m.probes_in_flight());

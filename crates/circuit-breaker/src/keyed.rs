@@ -297,7 +297,7 @@ where
                 crate::machine::MIN_RETRY_AFTER,
             );
         };
-        match breaker.admit(None, Instant::now) {
+        match breaker.admit(Instant::now) {
             Admission::Rejected(retry_after) => {
                 ResponseFuture::rejected(breaker.name().clone(), retry_after)
             }

@@ -41,9 +41,8 @@ enum Readiness {
     Unknown,
     /// The inner service is ready for one call.
     Inner,
-    /// The breaker was open (at this instant, when it read the clock): the inner
-    /// service was not polled.
-    Skipped(Option<Instant>),
+    /// The breaker was open: the inner service was not polled.
+    Skipped,
 }
 
 impl<S, C> CircuitBreaker<S, C> {
@@ -114,8 +113,7 @@ where
             return Poll::Ready(Ok(()));
         }
         match self.breaker.ready_hint(Instant::now) {
-            ReadyHint::SkipForced => self.ready = Readiness::Skipped(None),
-            ReadyHint::SkipOpen(at) => self.ready = Readiness::Skipped(Some(at)),
+            ReadyHint::SkipForced | ReadyHint::SkipOpen => self.ready = Readiness::Skipped,
             ReadyHint::Forward => {
                 ready!(self.inner.poll_ready(cx)).map_err(Into::into)?;
                 self.ready = Readiness::Inner;
@@ -127,16 +125,12 @@ where
     #[inline]
     fn call(&mut self, req: Req) -> Self::Future {
         let readiness = std::mem::replace(&mut self.ready, Readiness::Unknown);
-        let seen = match readiness {
-            Readiness::Skipped(at) => at,
-            Readiness::Unknown | Readiness::Inner => None,
-        };
-        match self.breaker.admit(seen, Instant::now) {
+        match self.breaker.admit(Instant::now) {
             Admission::Rejected(retry_after) => {
                 ResponseFuture::rejected(self.breaker.name().clone(), retry_after)
             }
             Admission::Admitted(ticket) => {
-                if let Readiness::Skipped(_) = readiness {
+                if let Readiness::Skipped = readiness {
                     // The breaker closed between `poll_ready` and `call`: the inner
                     // service was not polled, so this call cannot go out.
                     self.breaker.turn_away(ticket, Instant::now);

@@ -198,6 +198,34 @@ async fn retry_after_is_what_remains_of_the_open_interval_from_the_trip() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_call_long_after_its_poll_ready_is_decided_at_call_time_not_with_a_stale_clock() {
+    let inner = Counting::default();
+    let layer = seed_layer();
+    let mut svc = layer.layer(inner.clone());
+    inner.fail(true);
+    for _ in 0..10 {
+        send(&mut svc).await.unwrap_err();
+    }
+    // Open for 10 s. `poll_ready` 1 s after the trip, `call` 20 s after that: the
+    // probe has been due for 11 s by the time of the call.
+    advance(S).await;
+    svc.ready().await.unwrap();
+    advance(20 * S).await;
+    let err = svc.call(req()).await.unwrap_err();
+    // The inner service was not polled for this call, so it cannot be the probe;
+    // it is told to come back at once, not in the 9 s its `poll_ready` saw.
+    assert!(
+        rejection_retry_after(&err) < S,
+        "{:?}",
+        rejection_retry_after(&err)
+    );
+    // The next caller is the probe.
+    inner.fail(false);
+    assert_eq!(send(&mut svc).await.unwrap(), "quote");
+    assert_eq!(layer.handle().state(), State::Closed);
+}
+
+#[tokio::test(start_paused = true)]
 async fn half_open_sends_one_probe_and_turns_the_others_away_with_a_positive_retry_after() {
     let layer = seed_layer();
     let handle = layer.handle();
