@@ -6,10 +6,12 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+
+mod support;
+use support::TempFile;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -568,32 +570,6 @@ async fn without_a_configured_token_every_change_is_forbidden() {
 
 // ---------------------------------------------------------------------------
 // Live reload.
-
-/// A unique file under the system's temporary directory, removed on drop.
-struct TempFile(PathBuf);
-
-impl TempFile {
-    fn with(text: &str) -> Self {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let path = std::env::temp_dir().join(format!(
-            "seawall-axum-test-{}-{}.toml",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::write(&path, text).unwrap();
-        Self(path)
-    }
-
-    fn write(&self, text: &str) {
-        std::fs::write(&self.0, text).unwrap();
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
 
 #[tokio::test]
 async fn reloading_a_changed_file_keeps_an_open_breaker_open() {

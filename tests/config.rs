@@ -4,9 +4,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::future::Future;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+
+mod support;
+use support::TempFile;
 
 use seawall::circuit_breaker::{State, TripPolicy};
 use seawall::config::{LoadError, Policies, PolicyDocument};
@@ -41,32 +42,6 @@ failures_to_degrade = 3
 [dependencies]
 freight-supplier = "freight"
 "#;
-
-/// A unique file under the system's temporary directory, removed on drop.
-struct TempFile(PathBuf);
-
-impl TempFile {
-    fn with(text: &str) -> Self {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let path = std::env::temp_dir().join(format!(
-            "seawall-config-test-{}-{}.toml",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::write(&path, text).unwrap();
-        Self(path)
-    }
-
-    fn write(&self, text: &str) {
-        std::fs::write(&self.0, text).unwrap();
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
 
 #[test]
 fn the_examples_document_and_a_good_one_load() {

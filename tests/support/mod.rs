@@ -1,0 +1,31 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code, unreachable_pub)]
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// A unique file under the system's temporary directory, removed on drop.
+pub struct TempFile(pub PathBuf);
+
+impl TempFile {
+    pub fn with(text: &str) -> Self {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "seawall-test-{}-{}.toml",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::write(&path, text).unwrap();
+        Self(path)
+    }
+
+    pub fn write(&self, text: &str) {
+        std::fs::write(&self.0, text).unwrap();
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
