@@ -309,20 +309,33 @@ impl Breaker {
     }
 
     /// Runs `f` on the machine under the mutex, with the pending successes folded in
-    /// first, then republishes the word and sends the transitions made.
+    /// first, then republishes the word and sends the transitions made: counted and
+    /// sent to subscribers under the lock (in order), logged after it is released
+    /// (a tracing subscriber is user code and may read the breaker's snapshot).
     pub(crate) fn locked<R>(&self, now: Instant, f: impl FnOnce(&mut Machine) -> R) -> R {
-        let mut m = self.lock();
-        let w = self.word.fetch_and(!PENDING_MASK, Ordering::AcqRel);
-        m.record_successes(epoch_of(w), w & PENDING_MASK, now);
-        let out = f(&mut m);
-        self.publish(&mut m, now);
-        m.emit(|t, subscribers| {
-            self.telemetry.transition(&self.name, t);
-            if let Some(tx) = subscribers {
-                // No receiver left is fine.
-                let _ = tx.send(*t);
-            }
-        });
+        let mut to_log = Vec::new();
+        let out = {
+            let mut m = self.lock();
+            let w = self.word.fetch_and(!PENDING_MASK, Ordering::AcqRel);
+            m.record_successes(epoch_of(w), w & PENDING_MASK, now);
+            let out = f(&mut m);
+            self.publish(&mut m, now);
+            m.emit(|t, subscribers| {
+                self.telemetry.count_transition(&self.name, t);
+                if let Some(tx) = subscribers {
+                    // No receiver left is fine.
+                    let _ = tx.send(*t);
+                }
+                if Telemetry::LOGS_TRANSITIONS {
+                    // Transitions are rare: this allocates only when one happens.
+                    to_log.push(*t);
+                }
+            });
+            out
+        };
+        for t in &to_log {
+            Telemetry::log_transition(&self.name, t);
+        }
         out
     }
 

@@ -147,8 +147,14 @@ impl Telemetry {
         );
     }
 
-    /// A change of state.
-    pub(crate) fn transition(&self, name: &Name, t: &Transition) {
+    /// Whether transitions are logged (so the breaker keeps them to log after
+    /// releasing its lock).
+    pub(crate) const LOGS_TRANSITIONS: bool = cfg!(feature = "tracing");
+
+    /// Counts a change of state. Called under the breaker's lock, so the state
+    /// gauge follows the transitions in order.
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    pub(crate) fn count_transition(&self, name: &Name, t: &Transition) {
         #[cfg(feature = "metrics")]
         {
             let m = &self.metrics;
@@ -166,6 +172,12 @@ impl Telemetry {
                 m.probe_failure.increment(1);
             }
         }
+    }
+
+    /// Logs a change of state. Called after the breaker's lock is released: a
+    /// subscriber may do anything, including reading the breaker's snapshot.
+    #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+    pub(crate) fn log_transition(name: &Name, t: &Transition) {
         #[cfg(feature = "tracing")]
         {
             macro_rules! event {

@@ -5,7 +5,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use seawall_circuit_breaker::CircuitBreakerLayer;
+use seawall_circuit_breaker::{CircuitBreakerLayer, Handle, State};
 use tower::Layer;
 
 mod support;
@@ -22,6 +22,10 @@ mod tracing_events {
     #[derive(Clone, Default)]
     struct Capture {
         events: Arc<Mutex<Vec<(Level, String)>>>,
+        /// When set, every event also reads this breaker's snapshot, as a
+        /// subscriber of a user's might.
+        reads: Option<Handle>,
+        states_read: Arc<Mutex<Vec<State>>>,
     }
 
     struct Fields(String);
@@ -48,9 +52,39 @@ mod tracing_events {
                 .lock()
                 .unwrap()
                 .push((*event.metadata().level(), fields.0));
+            if let Some(handle) = &self.reads {
+                let state = handle.snapshot().state;
+                self.states_read.lock().unwrap().push(state);
+            }
         }
         fn enter(&self, _: &Id) {}
         fn exit(&self, _: &Id) {}
+    }
+
+    #[test]
+    fn a_subscriber_may_read_the_breaker_while_a_transition_is_logged() {
+        let layer = CircuitBreakerLayer::builder("quotes").build().unwrap();
+        let capture = Capture {
+            reads: Some(layer.handle()),
+            ..Capture::default()
+        };
+        let subscriber = capture.clone();
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let failing = Arc::new(Mutex::new(false));
+            tracing::subscriber::with_default(subscriber, || {
+                let mut svc = layer.layer(supplier(Arc::clone(&failing)));
+                runtime().block_on(drive(&mut svc, &failing));
+            });
+            let _ = done.send(());
+        });
+        // A watchdog, not a timing check: logging under the breaker's lock would
+        // deadlock the driving thread here.
+        finished
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the breaker logged a transition while holding its lock");
+        // The read made while the trip was logged saw the breaker open.
+        assert!(capture.states_read.lock().unwrap().contains(&State::Open));
     }
 
     #[test]
