@@ -580,22 +580,11 @@ mod tests {
     }
 
     fn config(half_open_max: u32, consecutive: bool) -> CircuitBreakerConfig {
-        CircuitBreakerConfig {
-            policy: if consecutive {
-                TripPolicy::ConsecutiveFailures { threshold: 2 }
-            } else {
-                TripPolicy::CountWindow {
-                    size: 4,
-                    min_calls: 2,
-                    failure_rate: 0.5,
-                }
-            },
-            open_for: 2 * S,
-            half_open_max,
-            probes_to_close: 2,
-            half_open_timeout: 3 * S,
-            ..CircuitBreakerConfig::default()
+        let mut config = crate::machine::tests::schedule_config(half_open_max);
+        if consecutive {
+            config.policy = TripPolicy::ConsecutiveFailures { threshold: 2 };
         }
+        config
     }
 
     proptest! {

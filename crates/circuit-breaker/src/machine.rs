@@ -1207,4 +1207,4 @@ fn later(at: Instant, d: Duration) -> Instant {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -853,7 +853,8 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn schedule_config(half_open_max: u32) -> CircuitBreakerConfig {
+/// A small breaker for randomized schedules (also used by the shared breaker's).
+pub(crate) fn schedule_config(half_open_max: u32) -> CircuitBreakerConfig {
     CircuitBreakerConfig {
         policy: TripPolicy::CountWindow {
             size: 4,
