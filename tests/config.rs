@@ -204,6 +204,27 @@ fn each_invalid_value_is_named_by_its_path_in_the_document() {
             "policies.quote.fallback.step_timeouts",
         ),
         ("[policies.quote]\ndeadline = \"0ms\"\n", "policies.quote.deadline"),
+        // Past the one-year maximum: refused when loaded, not a panic on the first call.
+        (
+            "[policies.quote]\ndeadline = \"18446744073709551615s\"\n",
+            "policies.quote.deadline",
+        ),
+        (
+            "[policies.quote.bulkhead]\nmax_wait = \"18446744073709551615s\"\n",
+            "policies.quote.bulkhead.max_wait",
+        ),
+        (
+            "[policies.quote.breaker]\nopen_for = \"9000h\"\n",
+            "policies.quote.breaker.open_for",
+        ),
+        (
+            "[policies.quote.degradation]\nrate_window = \"18446744073709551610s\"\n",
+            "policies.quote.degradation.rate_window",
+        ),
+        (
+            "[policies.quote.fallback]\nstep_timeouts = [{ step = \"cache\", timeout = \"18446744073709551615s\" }]\n",
+            "policies.quote.fallback.step_timeouts",
+        ),
         ("[policies.quote]\n", "policies.quote"),
         (
             "[policies.quote]\ndeadline = \"1s\"\n[routes]\n\"/quote\" = \"qoute\"\n",

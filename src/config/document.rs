@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use seawall_core::{check_nonzero_duration, ConfigError};
+use seawall_core::{check_duration, ConfigError};
 
 use super::error::LoadError;
 
@@ -140,7 +140,7 @@ impl PolicyConfig {
             ));
         }
         if let Some(d) = self.deadline {
-            if let Err(e) = check_nonzero_duration("deadline", d) {
+            if let Err(e) = check_duration("deadline", d) {
                 out.push(e);
             }
         }

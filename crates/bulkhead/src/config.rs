@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use seawall_core::{check_nonzero_duration, check_positive, ConfigError, Name};
+use seawall_core::{check_duration, check_positive, ConfigError, Name};
 
 use crate::layer::BulkheadLayer;
 use crate::machine::MAX_LIMIT;
@@ -58,7 +58,7 @@ impl BulkheadConfig {
                 format!("must be at most {MAX_LIMIT}"),
             ));
         }
-        check_nonzero_duration("max_wait", self.max_wait)?;
+        check_duration("max_wait", self.max_wait)?;
         Ok(())
     }
 }

@@ -269,7 +269,7 @@ where
 
 fn far_future(now: Instant) -> Instant {
     // About 30 years, as tokio uses for "never".
-    now + Duration::from_secs(86_400 * 365 * 30)
+    seawall_core::later(now, Duration::from_secs(86_400 * 365 * 30))
 }
 
 impl<S, Req, H> Future for ResponseFuture<S, Req, H>

@@ -5,8 +5,7 @@ use std::hash::Hash;
 use std::time::Duration;
 
 use seawall_core::{
-    check_fraction, check_nonzero_duration, ConfigError, ErrorsAsFailures, Name, RandomSource,
-    MAX_BUCKETS,
+    check_duration, check_fraction, ConfigError, ErrorsAsFailures, Name, RandomSource, MAX_BUCKETS,
 };
 
 use crate::keyed::KeyedCircuitBreakerLayer;
@@ -17,20 +16,6 @@ pub const MAX_COUNT_WINDOW: u32 = 1_000_000;
 
 /// The most probes a half-open breaker may allow at once (one slot of memory each).
 pub const MAX_HALF_OPEN_PROBES: u32 = 10_000;
-
-/// The longest interval accepted for any duration setting (a year).
-pub const MAX_INTERVAL: Duration = Duration::from_secs(365 * 24 * 3600);
-
-fn check_interval(field: &'static str, value: Duration) -> Result<Duration, ConfigError> {
-    check_nonzero_duration(field, value)?;
-    if value > MAX_INTERVAL {
-        return Err(ConfigError::new(
-            field,
-            format!("must be at most a year, got {value:?}"),
-        ));
-    }
-    Ok(value)
-}
 
 /// When a closed breaker trips.
 ///
@@ -112,8 +97,8 @@ impl TripPolicy {
                 min_calls,
                 failure_rate,
             } => {
-                check_interval("policy.bucket", bucket)?;
-                check_interval("policy.window", window)?;
+                check_duration("policy.bucket", bucket)?;
+                check_duration("policy.window", window)?;
                 if window < bucket {
                     return Err(ConfigError::new(
                         "policy.window",
@@ -247,17 +232,17 @@ impl CircuitBreakerConfig {
                     "needs a count or time window policy",
                 ));
             }
-            check_interval("slow_call.threshold", slow.threshold)?;
+            check_duration("slow_call.threshold", slow.threshold)?;
             check_rate("slow_call.rate", slow.rate)?;
         }
-        check_interval("open_for", self.open_for)?;
+        check_duration("open_for", self.open_for)?;
         if !(self.backoff_multiplier.is_finite() && self.backoff_multiplier >= 1.0) {
             return Err(ConfigError::new(
                 "backoff_multiplier",
                 format!("must be a number >= 1.0, got {}", self.backoff_multiplier),
             ));
         }
-        check_interval("max_open_for", self.max_open_for)?;
+        check_duration("max_open_for", self.max_open_for)?;
         if self.backoff_multiplier > 1.0 && self.max_open_for < self.open_for {
             return Err(ConfigError::new(
                 "max_open_for",
@@ -280,9 +265,9 @@ impl CircuitBreakerConfig {
         if self.probes_to_close == 0 {
             return Err(ConfigError::new("probes_to_close", "must be at least 1"));
         }
-        check_interval("half_open_timeout", self.half_open_timeout)?;
+        check_duration("half_open_timeout", self.half_open_timeout)?;
         if let Some(ramp) = &self.ramp {
-            check_interval("ramp.duration", ramp.duration)?;
+            check_duration("ramp.duration", ramp.duration)?;
             check_fraction("ramp.start_share", ramp.start_share)?;
         }
         Ok(())
@@ -290,7 +275,7 @@ impl CircuitBreakerConfig {
 }
 
 /// The configuration in the compact form a breaker keeps (durations in
-/// nanoseconds; every duration is validated to be at most [`MAX_INTERVAL`]).
+/// nanoseconds; every duration is validated to be at most [`MAX_DURATION`](seawall_core::MAX_DURATION)).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Tuning {
     pub(crate) policy: Policy,

@@ -192,7 +192,7 @@ mod telemetry;
 
 pub use config::{
     CircuitBreakerBuilder, CircuitBreakerConfig, RampConfig, SlowCallConfig, TripPolicy,
-    MAX_COUNT_WINDOW, MAX_HALF_OPEN_PROBES, MAX_INTERVAL,
+    MAX_COUNT_WINDOW, MAX_HALF_OPEN_PROBES,
 };
 pub use future::ResponseFuture;
 pub use handle::{Counters, Handle, Snapshot, TransitionCount};

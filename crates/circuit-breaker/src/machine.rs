@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use seawall_core::{
-    ConfigError, CountWindow, Outcome, RandomSource, SeededRandom, TimeWindow, WindowCounts,
+    later, ConfigError, CountWindow, Outcome, RandomSource, SeededRandom, TimeWindow, WindowCounts,
 };
 use tokio::sync::broadcast;
 use tokio::time::Instant;
@@ -1199,11 +1199,6 @@ fn sample(random: &mut dyn RandomSource) -> f64 {
 /// Nanoseconds from `from` to `to` (0 if `to` is earlier).
 fn nanos_between(from: Instant, to: Instant) -> u64 {
     u64::try_from(to.saturating_duration_since(from).as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// `at + d`, saturating instead of overflowing (durations are validated far below that).
-fn later(at: Instant, d: Duration) -> Instant {
-    at.checked_add(d).unwrap_or(at)
 }
 
 #[cfg(test)]

@@ -73,13 +73,20 @@ pub fn check_positive(field: &'static str, value: usize) -> Result<usize, Config
     }
 }
 
-/// Checks that a duration is not zero.
-pub fn check_nonzero_duration(
+/// Checks that a duration is longer than zero and at most
+/// [`MAX_DURATION`](crate::MAX_DURATION) (a year): zero would disable the setting
+/// silently, and a larger value is a unit slip that would overflow the clock.
+pub fn check_duration(
     field: &'static str,
     value: std::time::Duration,
 ) -> Result<std::time::Duration, ConfigError> {
     if value.is_zero() {
         Err(ConfigError::new(field, "must be longer than zero"))
+    } else if value > crate::MAX_DURATION {
+        Err(ConfigError::new(
+            field,
+            format!("must be at most a year, got {value:?}"),
+        ))
     } else {
         Ok(value)
     }
@@ -109,5 +116,25 @@ mod tests {
         assert_eq!(check_fraction("rate", 1.0), Ok(1.0));
         assert_eq!(check_fraction("rate", 0.0), Ok(0.0));
         assert_eq!(check_positive("n", 0).unwrap_err().field(), "n");
+    }
+
+    #[test]
+    fn durations_are_longer_than_zero_and_at_most_a_year() {
+        use std::time::Duration;
+        let year = Duration::from_secs(365 * 24 * 3600);
+        assert_eq!(check_duration("budget", year), Ok(year));
+        let too_long = check_duration("budget", year + Duration::from_nanos(1)).unwrap_err();
+        assert_eq!(too_long.field(), "budget");
+        assert!(too_long.problem().contains("at most a year"), "{too_long}");
+        assert_eq!(
+            check_duration("budget", Duration::MAX).unwrap_err().field(),
+            "budget"
+        );
+        assert_eq!(
+            check_duration("budget", Duration::ZERO)
+                .unwrap_err()
+                .field(),
+            "budget"
+        );
     }
 }

@@ -16,7 +16,7 @@ use tokio::time::{Instant, Sleep};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::config::{check_nonzero_duration, ConfigError};
+use crate::config::{check_duration, ConfigError};
 use crate::rejection::{BoxError, DeadlineExceeded};
 
 /// The instant by which a request must be answered. Lives in the request's extensions.
@@ -29,9 +29,10 @@ impl Deadline {
         Self(at)
     }
 
-    /// A deadline `budget` after `now`.
+    /// A deadline `budget` after `now` (saturating: a budget too large for the clock
+    /// is a deadline about thirty years away, never a panic).
     pub fn after(now: Instant, budget: Duration) -> Self {
-        Self(now + budget)
+        Self(crate::later(now, budget))
     }
 
     /// The instant itself.
@@ -195,10 +196,11 @@ pub struct DeadlineLayer {
 }
 
 impl DeadlineLayer {
-    /// A layer giving each request `budget` (must be longer than zero).
+    /// A layer giving each request `budget`: longer than zero and at most
+    /// [`MAX_DURATION`](crate::MAX_DURATION) (a year), or a [`ConfigError`] naming `budget`.
     pub fn new(budget: Duration) -> Result<Self, ConfigError> {
         Ok(Self {
-            budget: check_nonzero_duration("budget", budget)?,
+            budget: check_duration("budget", budget)?,
             honor_grpc_timeout: false,
             propagate_grpc_timeout: false,
         })
@@ -337,6 +339,51 @@ mod tests {
         let d = Duration::from_nanos(123_456_789_123);
         let back = parse_grpc_timeout(&format_grpc_timeout(d)).unwrap();
         assert!(back >= d && back - d < Duration::from_millis(1));
+    }
+
+    #[test]
+    fn a_budget_past_a_year_is_a_config_error_naming_the_field() {
+        for budget in [
+            Duration::MAX,
+            Duration::from_secs(u64::MAX),
+            crate::MAX_DURATION + Duration::from_nanos(1),
+        ] {
+            let e = DeadlineLayer::new(budget).unwrap_err();
+            assert_eq!(e.field(), "budget", "{budget:?}");
+        }
+        assert_eq!(
+            DeadlineLayer::new(crate::MAX_DURATION).unwrap().budget(),
+            crate::MAX_DURATION
+        );
+    }
+
+    #[test]
+    fn a_deadline_after_any_duration_is_computed_without_panicking() {
+        let now = Instant::now();
+        let d = Deadline::after(now, Duration::MAX);
+        assert!(d.remaining(now) > Duration::from_secs(86_400 * 365 * 29));
+        assert!(!d.is_expired(now));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_huge_incoming_grpc_timeout_is_no_panic_and_the_budget_still_wins() {
+        let (svc, mut handle) = mock::pair::<http::Request<()>, ()>();
+        let mut svc = DeadlineLayer::new(Duration::from_millis(300))
+            .unwrap()
+            .honor_grpc_timeout(true)
+            .layer(svc);
+        handle.allow(1);
+        let start = Instant::now();
+        let req = http::Request::builder()
+            .header(GRPC_TIMEOUT, "99999999H")
+            .body(())
+            .unwrap();
+        let _f = svc.ready().await.unwrap().call(req);
+        let (seen, _s) = handle.next_request().await.unwrap();
+        assert_eq!(
+            remaining_budget(&seen, start),
+            Some(Duration::from_millis(300))
+        );
     }
 
     #[test]

@@ -21,7 +21,9 @@
 //! - **gRPC glue** (feature `tonic`, module [`grpc`]): rejections as
 //!   `UNAVAILABLE` / `RESOURCE_EXHAUSTED` statuses for tonic clients, and as
 //!   trailers-only responses for servers.
-//! - **Configuration errors** ([`ConfigError`]) naming the field at fault.
+//! - **Configuration errors** ([`ConfigError`]) naming the field at fault, and the
+//!   longest duration any setting accepts ([`MAX_DURATION`], a year) with
+//!   instant arithmetic that cannot panic ([`later`]).
 //!
 //! # Example
 //!
@@ -62,13 +64,14 @@ mod random;
 mod rejection;
 mod retry;
 mod telemetry;
+mod time;
 mod window;
 
 pub use classify::{
     classify_fn, grpc_code, AdmissionAsFailure, Classify, ClassifyFn, ClassifyInput,
     ClassifyRequest, ErrorsAsFailures, GrpcStatus, HttpStatus, Outcome, PerRequest, StatusSet,
 };
-pub use config::{check_fraction, check_nonzero_duration, check_positive, ConfigError};
+pub use config::{check_duration, check_fraction, check_positive, ConfigError};
 pub use deadline::{
     bounded, deadline_of, format_grpc_timeout, parse_grpc_timeout, remaining_budget, Bounded,
     Deadline, DeadlineFuture, DeadlineLayer, DeadlineService, HasExtensions, GRPC_TIMEOUT,
@@ -79,4 +82,5 @@ pub use rejection::{
     DeadlineExceeded, FallbacksExhausted, Name, Rejection, RejectionKind, StepFailure,
 };
 pub use retry::{DeadlineRetry, RetryableRequest};
+pub use time::{later, MAX_DURATION};
 pub use window::{CountWindow, TimeWindow, WindowCounts, MAX_BUCKETS};

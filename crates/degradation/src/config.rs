@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use seawall_core::{check_fraction, ConfigError};
+use seawall_core::{check_duration, check_fraction, ConfigError};
 
 /// What evidence moves the machine one level down.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -114,9 +114,7 @@ impl DegradationConfig {
                 "must be above 0.0 (a rate of 0 would degrade on the first call)",
             ));
         }
-        if self.rate_window.is_zero() {
-            return Err(ConfigError::new("rate_window", "must be longer than zero"));
-        }
+        check_duration("rate_window", self.rate_window)?;
         if !self
             .rate_window
             .as_nanos()

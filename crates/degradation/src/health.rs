@@ -40,7 +40,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use seawall_core::{check_nonzero_duration, BoxError, ConfigError, Name};
+use seawall_core::{check_duration, BoxError, ConfigError, Name};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
@@ -113,8 +113,8 @@ impl Default for CheckConfig {
 impl CheckConfig {
     /// Checks every field, naming the first one at fault.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        check_nonzero_duration("interval", self.interval)?;
-        check_nonzero_duration("timeout", self.timeout)?;
+        check_duration("interval", self.interval)?;
+        check_duration("timeout", self.timeout)?;
         if self.degraded_after == 0 {
             return Err(ConfigError::new("degraded_after", "must be at least 1"));
         }

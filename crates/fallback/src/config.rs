@@ -8,7 +8,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use seawall_core::{check_nonzero_duration, BoxError, ConfigError, Name, RejectionKind};
+use seawall_core::{check_duration, BoxError, ConfigError, Name, RejectionKind};
 
 use crate::handle::{Runtime, StepHook};
 use crate::layer::{FallbackLayer, Shared};
@@ -78,7 +78,7 @@ impl FallbackConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         for (i, st) in self.step_timeouts.iter().enumerate() {
             if let Some(t) = st.timeout {
-                check_nonzero_duration("step_timeouts", t)?;
+                check_duration("step_timeouts", t)?;
             }
             if self.step_timeouts[..i].iter().any(|o| o.step == st.step) {
                 return Err(ConfigError::new(
@@ -437,7 +437,7 @@ impl<Cap, F, C, M> FallbackBuilder<Cap, Single<F>, C, M> {
     /// request's deadline); an immediate fallback (a value) sets no timer.
     #[must_use]
     pub fn timeout(mut self, timeout: Duration) -> Self {
-        match check_nonzero_duration("timeout", timeout) {
+        match check_duration("timeout", timeout) {
             Ok(t) => self.plan.set_timeout(t),
             Err(e) => self.problem(e),
         }
@@ -487,7 +487,7 @@ where
             ));
         }
         if let Some(t) = timeout {
-            if let Err(e) = check_nonzero_duration("steps", t) {
+            if let Err(e) = check_duration("steps", t) {
                 self.problem(ConfigError::new(
                     "steps",
                     format!("step `{name}`: timeout {}", e.problem()),

@@ -5,7 +5,7 @@ use std::error::Error;
 use std::fmt;
 use std::time::Duration;
 
-use seawall_core::{find_rejection, Classify, Deadline, Outcome, RejectionKind};
+use seawall_core::{find_rejection, later, Classify, Deadline, Outcome, RejectionKind};
 use tokio::time::Instant;
 
 /// Why the primary's answer was not used: the trigger that fired the fallback.
@@ -311,11 +311,11 @@ pub(crate) fn step_bound(
         (None, None) => StepBound::Unbounded,
         (None, Some(d)) => StepBound::Deadline { at: d.instant() },
         (Some(timeout), None) => StepBound::Timeout {
-            at: now + timeout,
+            at: later(now, timeout),
             timeout,
         },
         (Some(timeout), Some(d)) => {
-            let own = now + timeout;
+            let own = later(now, timeout);
             if d.instant() <= own {
                 StepBound::Deadline { at: d.instant() }
             } else {
