@@ -9,7 +9,7 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use pin_project_lite::pin_project;
-use seawall_core::{Bounded, BoxError, CircuitOpen, Classify, Name, Outcome};
+use seawall_core::{on_unwind, Bounded, BoxError, CircuitOpen, Classify, Name, Outcome};
 use tokio::time::Instant;
 
 use crate::breaker::Breaker;
@@ -33,6 +33,22 @@ impl Guard {
             ticket,
             started,
         }
+    }
+
+    /// Runs `call` (the inner service's `call`); if it panics, the call is recorded
+    /// as a failure while the panic unwinds through this frame.
+    #[inline]
+    pub(crate) fn call<F>(mut self, call: impl FnOnce() -> F) -> (F, Self) {
+        let future = on_unwind(call, || self.finish_panicked());
+        (future, self)
+    }
+
+    /// Records a panic in the dependency (its `call` or its future's `poll`): a
+    /// failure, as every peer records it. A panic seen only when the future is
+    /// dropped would look like a cancellation under `catch_unwind`.
+    #[cold]
+    fn finish_panicked(&mut self) {
+        self.finish(Outcome::Failure, false);
     }
 
     pub(crate) fn is_done(&self) -> bool {
@@ -155,7 +171,8 @@ where
                 if guard.is_done() {
                     return Poll::Ready(Err(polled_after_completion()));
                 }
-                match ready!(future.poll(cx)) {
+                let polled = on_unwind(|| future.poll(cx), || guard.finish_panicked());
+                match ready!(polled) {
                     Ok(Ok(response)) => {
                         let outcome = classifier.classify(Ok(&response));
                         guard.finish(outcome, false);

@@ -302,15 +302,14 @@ where
                 ResponseFuture::rejected(breaker.name().clone(), retry_after)
             }
             Admission::Admitted(ticket) => {
+                // The guard exists before anything that may panic, so every path
+                // (a panicking `call` included) reports the ticket.
                 let started = breaker.start_clock(Instant::now);
+                let guard = Guard::new(breaker, ticket, started);
                 let classifier = self.classifier.classifier_for(&req);
                 let deadline = deadline_of(&req);
-                let future = self.inner.call(req);
-                ResponseFuture::admitted(
-                    bounded(future, deadline),
-                    Guard::new(breaker, ticket, started),
-                    classifier,
-                )
+                let (future, guard) = guard.call(|| self.inner.call(req));
+                ResponseFuture::admitted(bounded(future, deadline), guard, classifier)
             }
         }
     }

@@ -107,6 +107,13 @@
 //!   bulkhead's rejection) frees its slot, no transition;
 //! - a probe dropped before finishing (**cancelled**) frees its slot, is not recorded.
 //!
+//! In every state, **a call whose dependency panics** (in `call` or while its future
+//! is polled) is recorded as a **failure**, as a probe's too, and frees any slot it
+//! held: the mark is made while the panic unwinds through the breaker, so it counts
+//! even when the panic is caught further out (`catch_unwind`, tower-http's
+//! `CatchPanicLayer`, a spawned task's `JoinError`), where the future is dropped
+//! only after unwinding has ended and would otherwise look cancelled.
+//!
 //! Inside closed, **(R) the ramp** (optional): for `ramp.duration` after closing,
 //! only a share of calls growing linearly from `ramp.start_share` to 100 % is
 //! admitted (the first call always is); the rest are rejected with a retry-after

@@ -144,7 +144,7 @@ where
                 );
                 let classifier = self.classifier.classifier_for(&req);
                 let deadline = deadline_of(&req);
-                let future = self.inner.call(req);
+                let (future, guard) = guard.call(|| self.inner.call(req));
                 ResponseFuture::admitted(bounded(future, deadline), guard, classifier)
             }
         }

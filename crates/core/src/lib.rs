@@ -24,6 +24,8 @@
 //! - **Configuration errors** ([`ConfigError`]) naming the field at fault, and the
 //!   longest duration any setting accepts ([`MAX_DURATION`], a year) with
 //!   instant arithmetic that cannot panic ([`later`]).
+//! - **Panics as failures** ([`on_unwind`]): how a layer records a panicking
+//!   dependency while the panic unwinds, even when it is caught further out.
 //!
 //! # Example
 //!
@@ -65,6 +67,7 @@ mod rejection;
 mod retry;
 mod telemetry;
 mod time;
+mod unwind;
 mod window;
 
 pub use classify::{
@@ -83,4 +86,5 @@ pub use rejection::{
 };
 pub use retry::{DeadlineRetry, RetryableRequest};
 pub use time::{later, MAX_DURATION};
+pub use unwind::on_unwind;
 pub use window::{CountWindow, TimeWindow, WindowCounts, MAX_BUCKETS};

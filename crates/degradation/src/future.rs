@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use pin_project_lite::pin_project;
-use seawall_core::{BoxError, Classify};
+use seawall_core::{on_unwind, BoxError, Classify, Outcome};
 use tower_service::Service;
 
 use crate::handle::Shared;
@@ -40,7 +40,10 @@ pin_project! {
     /// The future returned by [`Degradation`](crate::Degradation).
     ///
     /// Records the classified outcome once, when it completes: a dropped future
-    /// records nothing (a degradation level holds no slot to give back).
+    /// records nothing (a degradation level holds no slot to give back). A panic in
+    /// the level's service (its `poll_ready`, `call` or future) is recorded as a
+    /// failure of that level while it unwinds, and the future then answers an error
+    /// if polled again.
     pub struct ResponseFuture<S, Req, Res, K, X>
     where
         S: Service<Req>,
@@ -51,6 +54,7 @@ pin_project! {
         shared: Arc<Shared>,
         classifier: K,
         extensions: X,
+        panicked: bool,
     }
 }
 
@@ -82,6 +86,7 @@ where
             shared,
             classifier,
             extensions,
+            panicked: false,
         }
     }
 }
@@ -102,6 +107,49 @@ pub(crate) fn internal(what: &'static str) -> BoxError {
     Box::new(Internal(what))
 }
 
+/// Drives the chosen level: its readiness, its call, its future.
+fn drive<S, Req, Res>(
+    mut state: Pin<&mut State<S, Req, Res>>,
+    cx: &mut Context<'_>,
+) -> Poll<Result<Res, BoxError>>
+where
+    S: Service<Req, Response = Res>,
+    S::Error: Into<BoxError>,
+{
+    loop {
+        match state.as_mut().project() {
+            StateProj::WaitInner { svc, req } => {
+                if let Err(e) = ready!(svc.poll_ready(cx)) {
+                    return Poll::Ready(Err(e.into()));
+                }
+                let Some(req) = req.take() else {
+                    return Poll::Ready(Err(internal("request already sent")));
+                };
+                let fut = svc.call(req);
+                state.set(State::Inner { fut });
+            }
+            StateProj::WaitLower { svc, req } => {
+                if let Err(e) = ready!(svc.poll_ready(cx)) {
+                    return Poll::Ready(Err(e));
+                }
+                let Some(req) = req.take() else {
+                    return Poll::Ready(Err(internal("request already sent")));
+                };
+                let fut = svc.call(req);
+                state.set(State::Lower { fut });
+            }
+            StateProj::Inner { fut } => return fut.poll(cx).map_err(Into::into),
+            StateProj::Lower { fut } => return fut.as_mut().poll(cx),
+            StateProj::Failed { error } => {
+                return Poll::Ready(Err(error
+                    .take()
+                    .unwrap_or_else(|| internal("polled after completion"))));
+            }
+            StateProj::Done => return Poll::Ready(Err(internal("polled after completion"))),
+        }
+    }
+}
+
 impl<S, Req, Res, K, X> Future for ResponseFuture<S, Req, Res, K, X>
 where
     S: Service<Req, Response = Res>,
@@ -113,38 +161,21 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
-        let result = loop {
-            match this.state.as_mut().project() {
-                StateProj::WaitInner { svc, req } => {
-                    if let Err(e) = ready!(svc.poll_ready(cx)) {
-                        break Err(e.into());
-                    }
-                    let Some(req) = req.take() else {
-                        break Err(internal("request already sent"));
-                    };
-                    let fut = svc.call(req);
-                    this.state.set(State::Inner { fut });
-                }
-                StateProj::WaitLower { svc, req } => {
-                    if let Err(e) = ready!(svc.poll_ready(cx)) {
-                        break Err(e);
-                    }
-                    let Some(req) = req.take() else {
-                        break Err(internal("request already sent"));
-                    };
-                    let fut = svc.call(req);
-                    this.state.set(State::Lower { fut });
-                }
-                StateProj::Inner { fut } => break ready!(fut.poll(cx)).map_err(Into::into),
-                StateProj::Lower { fut } => break ready!(fut.as_mut().poll(cx)),
-                StateProj::Failed { error } => {
-                    break Err(error
-                        .take()
-                        .unwrap_or_else(|| internal("polled after completion")));
-                }
-                StateProj::Done => return Poll::Ready(Err(internal("polled after completion"))),
-            }
-        };
+        if *this.panicked {
+            return Poll::Ready(Err(internal("polled after the level panicked")));
+        }
+        let shared = &**this.shared;
+        let ticket = *this.ticket;
+        let panicked = &mut *this.panicked;
+        let state = this.state.as_mut();
+        let polled = on_unwind(
+            || drive(state, cx),
+            || {
+                *panicked = true;
+                shared.record(ticket, Outcome::Failure);
+            },
+        );
+        let result = ready!(polled);
         this.state.set(State::Done);
         let outcome = this
             .classifier

@@ -115,14 +115,19 @@
 //! The rules, all tested on [`DegradationMachine`] with explicit instants:
 //!
 //! - a failed probe resets probe progress but is **not** a failure of the current
-//!   level (the seed's sketch sent it through `recordFailure()`: a failed probe of
-//!   the level above says nothing about the current one);
+//!   level: a failed probe of the level above says nothing about the current one,
+//!   and counting it would push a working level down while it tries to recover;
 //! - a failure at the current level resets probe progress (things got worse);
 //! - the outcome of a request admitted before a level change is ignored (a burst of
 //!   failures in flight at the old level must not push the new one down); so is a
 //!   probe's from an earlier probe window;
 //! - the last level failing changes nothing (no loop, no panic); the failure is
-//!   returned to the caller and counted in the snapshot.
+//!   returned to the caller and counted in the snapshot;
+//! - a level whose service panics (in `poll_ready`, `call` or its future) has
+//!   **failed** that request: the failure is recorded while the panic unwinds
+//!   through the layer, so it counts even when the panic is caught further out
+//!   (`catch_unwind`, tower-http's `CatchPanicLayer`, a spawned task's `JoinError`).
+//!   A dropped future records nothing.
 //!
 //! # Where state lives, what `Clone` shares
 //!

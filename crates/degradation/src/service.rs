@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
-use seawall_core::{BoxError, ClassifyRequest, HasExtensions};
+use seawall_core::{on_unwind, BoxError, ClassifyRequest, HasExtensions, Outcome};
 use tower::util::BoxCloneSyncService;
 use tower_service::Service;
 
@@ -170,24 +170,32 @@ where
             .request(&mut req, || shared.level_of(in_force));
         let classifier = self.classifier.classifier_for(&req);
         let state = if ticket.level == 0 {
-            let mut cx = Context::from_waker(Waker::noop());
-            match self.inner.poll_ready(&mut cx) {
-                Poll::Ready(Ok(())) => State::Inner {
-                    fut: self.inner.call(req),
-                },
-                Poll::Ready(Err(e)) => State::Failed {
-                    error: Some(e.into()),
-                },
-                Poll::Pending => {
-                    // Keep the instance whose readiness is in progress; leave a clone.
-                    let fresh = self.inner.clone();
-                    let ready_later = std::mem::replace(&mut self.inner, fresh);
-                    State::WaitInner {
-                        svc: ready_later,
-                        req: Some(req),
+            let inner = &mut self.inner;
+            let shared = &self.shared;
+            // A panic in the best level's `poll_ready` or `call` is its failure.
+            on_unwind(
+                || {
+                    let mut cx = Context::from_waker(Waker::noop());
+                    match inner.poll_ready(&mut cx) {
+                        Poll::Ready(Ok(())) => State::Inner {
+                            fut: inner.call(req),
+                        },
+                        Poll::Ready(Err(e)) => State::Failed {
+                            error: Some(e.into()),
+                        },
+                        Poll::Pending => {
+                            // Keep the instance whose readiness is in progress; leave a clone.
+                            let fresh = inner.clone();
+                            let ready_later = std::mem::replace(inner, fresh);
+                            State::WaitInner {
+                                svc: ready_later,
+                                req: Some(req),
+                            }
+                        }
                     }
-                }
-            }
+                },
+                || shared.record(ticket, Outcome::Failure),
+            )
         } else {
             match self.lower.get(ticket.level - 1) {
                 Some(svc) => State::WaitLower {
