@@ -59,6 +59,11 @@ pub struct Policies {
 struct Inner {
     file: Option<PathBuf>,
     started: PolicyDocument,
+    /// Serialises changes (apply, reload, revert). Held while the handles are
+    /// reconfigured and events are emitted; `state` is not, so a subscriber that
+    /// reads [`Policies::snapshot`] from inside one of those events never waits on
+    /// the change that emitted it.
+    changes: Mutex<()>,
     state: Mutex<State>,
 }
 
@@ -184,6 +189,7 @@ impl Policies {
             inner: Arc::new(Inner {
                 file,
                 started: document.clone(),
+                changes: Mutex::new(()),
                 state: Mutex::new(State {
                     current: document,
                     generation: 0,
@@ -198,6 +204,29 @@ impl Policies {
             .state
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The right to change the policies, one change at a time.
+    fn changing(&self) -> MutexGuard<'_, ()> {
+        self.inner
+            .changes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The document in force and the handles built so far, copied out so that no
+    /// lock on the state is held while handles are reconfigured.
+    fn current_and_built(&self) -> (PolicyDocument, BTreeMap<String, PolicyHandles>) {
+        let state = self.lock();
+        (state.current.clone(), state.built.clone())
+    }
+
+    /// Makes `next` the document in force; the new generation.
+    fn install(&self, next: PolicyDocument) -> u64 {
+        let mut state = self.lock();
+        state.current = next;
+        state.generation += 1;
+        state.generation
     }
 
     /// The file the policies were loaded from.
@@ -469,8 +498,9 @@ impl Policies {
         };
         next.validate()
             .map_err(|errors| with_file(LoadError::Invalid { path: None, errors }))?;
-        let mut state = self.lock();
-        let blocked = state.current.unchangeable_at_run_time(&next);
+        let _changing = self.changing();
+        let (current, built) = self.current_and_built();
+        let blocked = current.unchangeable_at_run_time(&next);
         if !blocked.is_empty() {
             let e = with_file(LoadError::NeedsRestart {
                 path: None,
@@ -479,7 +509,7 @@ impl Policies {
             telemetry::refused(&e);
             return Err(e);
         }
-        let problems = preflight(&state.built, &next);
+        let problems = preflight(&built, &next);
         if !problems.is_empty() {
             let e = with_file(LoadError::Invalid {
                 path: None,
@@ -488,10 +518,10 @@ impl Policies {
             telemetry::refused(&e);
             return Err(e);
         }
-        if let Err(problem) = reconfigure(&state.built, &state.current, &next) {
+        if let Err(problem) = reconfigure(&built, &current, &next) {
             // Put back what was changed before the refusal (those sections were
             // accepted by the same handles a moment ago).
-            let _ = reconfigure(&state.built, &next, &state.current);
+            let _ = reconfigure(&built, &next, &current);
             let e = with_file(LoadError::Invalid {
                 path: None,
                 errors: vec![problem],
@@ -499,10 +529,9 @@ impl Policies {
             telemetry::refused(&e);
             return Err(e);
         }
-        let changed = changed_sections(&state.current, &next);
-        state.current = next;
-        state.generation += 1;
-        telemetry::applied(state.generation, &changed);
+        let changed = changed_sections(&current, &next);
+        let generation = self.install(next);
+        telemetry::applied(generation, &changed);
         Ok(())
     }
 
@@ -524,8 +553,9 @@ impl Policies {
     /// open breaker until `reset`, a degradation floor until `clear_floor`, a
     /// forced level until `release`, a forced fallback until `force(false)`).
     pub fn revert(&self) {
-        let mut state = self.lock();
-        for handles in state.built.values() {
+        let _changing = self.changing();
+        let (_, built) = self.current_and_built();
+        for handles in built.values() {
             #[cfg(feature = "bulkhead")]
             if let Some(h) = &handles.bulkhead {
                 h.revert();
@@ -543,9 +573,8 @@ impl Policies {
                 h.revert();
             }
         }
-        state.current = self.inner.started.clone();
-        state.generation += 1;
-        telemetry::reverted(state.generation);
+        let generation = self.install(self.inner.started.clone());
+        telemetry::reverted(generation);
     }
 }
 

@@ -421,12 +421,17 @@ impl<K: Hash + Eq + Clone> KeyedHandle<K> {
             .config
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = config;
-        let map = self
+        // Copied out first: each bulkhead logs its change, and a subscriber may read
+        // this map (a snapshot) from inside that event.
+        let bulkheads: Vec<_> = self
             .shared
             .map
             .read()
-            .unwrap_or_else(PoisonError::into_inner);
-        for b in map.values() {
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect();
+        for b in bulkheads {
             b.reconfigure(config)?;
         }
         Ok(())

@@ -191,10 +191,7 @@ impl Shared {
         if self.nanos_since_origin(now) < from {
             return steady;
         }
-        let mut m = self.lock();
-        let (ticket, change) = m.route(now);
-        self.after(&m, change);
-        ticket
+        self.mutate(|m| m.route(now))
     }
 
     /// Records the outcome of a request admitted with `ticket`. A success at the
@@ -209,27 +206,35 @@ impl Shared {
             _ => {}
         }
         let now = Instant::now();
-        let mut m = self.lock();
-        let change = m.record(ticket, outcome, now);
-        self.after(&m, change);
+        self.mutate(|m| ((), m.record(ticket, outcome, now)));
     }
 
-    /// Publishes the machine's state after a mutation, and the change if there was one.
-    fn after(&self, m: &DegradationMachine, change: Option<Change>) {
-        self.sync(m);
-        let Some(change) = change else { return };
-        let from = self.level_of(change.from);
-        let to = self.level_of(change.to);
-        telemetry::level_changed(&self.name, &from.name, &to.name, &change);
-        if let Some(tx) = self.changes.get() {
-            // No receiver is not an error: subscribers come and go.
-            let _ = tx.send(LevelChange {
-                from,
-                to,
-                reason: change.reason,
-                at: change.at,
-            });
+    /// Runs `f` on the machine under the lock, mirrors the result for the hot path
+    /// and hands the change to subscribers (under the lock, so they see changes in
+    /// order), then logs it after releasing the lock: a tracing subscriber or a
+    /// metrics recorder is user code, and may read this layer's snapshot.
+    fn mutate<R>(&self, f: impl FnOnce(&mut DegradationMachine) -> (R, Option<Change>)) -> R {
+        let (out, change) = {
+            let mut m = self.lock();
+            let (out, change) = f(&mut m);
+            self.sync(&m);
+            if let (Some(change), Some(tx)) = (&change, self.changes.get()) {
+                // No receiver is not an error: subscribers come and go.
+                let _ = tx.send(LevelChange {
+                    from: self.level_of(change.from),
+                    to: self.level_of(change.to),
+                    reason: change.reason,
+                    at: change.at,
+                });
+            }
+            (out, change)
+        };
+        if let Some(change) = change {
+            let from = self.level_of(change.from);
+            let to = self.level_of(change.to);
+            telemetry::level_changed(&self.name, &from.name, &to.name, &change, self.current());
         }
+        out
     }
 
     fn select(&self, level: impl SelectLevel) -> Result<usize, ConfigError> {
@@ -296,23 +301,24 @@ impl Handle {
     pub fn set_floor(&self, level: impl SelectLevel) -> Result<(), ConfigError> {
         let index = self.shared.select(level)?;
         let now = Instant::now();
-        let mut m = self.shared.lock();
-        let change = m.set_floor(index, now)?;
-        telemetry::control(
-            &self.shared.name,
-            "set_floor",
-            Some(&self.shared.level_of(index).name),
-        );
-        self.shared.after(&m, change);
-        Ok(())
+        let set = self.shared.mutate(|m| match m.set_floor(index, now) {
+            Ok(change) => (Ok(()), change),
+            Err(e) => (Err(e), None),
+        });
+        if set.is_ok() {
+            telemetry::control(
+                &self.shared.name,
+                "set_floor",
+                Some(&self.shared.level_of(index).name),
+            );
+        }
+        set
     }
 
     /// Removes the floor. The machine climbs back through its probes as usual.
     pub fn clear_floor(&self) {
-        let mut m = self.shared.lock();
-        m.clear_floor();
+        self.shared.mutate(|m| (m.clear_floor(), None));
         telemetry::control(&self.shared.name, "clear_floor", None);
-        self.shared.after(&m, None);
     }
 
     /// Pins `level` until [`release`](Self::release): no automatic change, no probes.
@@ -320,24 +326,25 @@ impl Handle {
     pub fn force(&self, level: impl SelectLevel) -> Result<(), ConfigError> {
         let index = self.shared.select(level)?;
         let now = Instant::now();
-        let mut m = self.shared.lock();
-        let change = m.force(index, now)?;
-        telemetry::control(
-            &self.shared.name,
-            "force",
-            Some(&self.shared.level_of(index).name),
-        );
-        self.shared.after(&m, change);
-        Ok(())
+        let forced = self.shared.mutate(|m| match m.force(index, now) {
+            Ok(change) => (Ok(()), change),
+            Err(e) => (Err(e), None),
+        });
+        if forced.is_ok() {
+            telemetry::control(
+                &self.shared.name,
+                "force",
+                Some(&self.shared.level_of(index).name),
+            );
+        }
+        forced
     }
 
     /// Hands the level back to the machine, with a fresh dwell (or down to the floor).
     pub fn release(&self) {
         let now = Instant::now();
-        let mut m = self.shared.lock();
-        let change = m.release(now);
+        self.shared.mutate(|m| ((), m.release(now)));
         telemetry::control(&self.shared.name, "release", None);
-        self.shared.after(&m, change);
     }
 
     /// The configuration in force.
@@ -349,10 +356,8 @@ impl Handle {
     /// forced state (probe progress restarts).
     pub fn reconfigure(&self, config: DegradationConfig) -> Result<(), ConfigError> {
         let now = Instant::now();
-        let mut m = self.shared.lock();
-        m.reconfigure(config, now)?;
+        self.shared.mutate(|m| (m.reconfigure(config, now), None))?;
         telemetry::reconfigured(&self.shared.name);
-        self.shared.after(&m, None);
         Ok(())
     }
 

@@ -25,7 +25,10 @@ pub(crate) fn initial_level(name: &Name, level: usize) {
 }
 
 /// A level change: a `tracing` event (warn going down, info going up) and metrics.
-pub(crate) fn level_changed(name: &Name, from: &str, to: &str, change: &Change) {
+/// Called after the lock is released, so the level gauge is set to `in_force` (read
+/// then) rather than to `change.to`: two changes logged out of order still leave the
+/// gauge at the level really in force.
+pub(crate) fn level_changed(name: &Name, from: &str, to: &str, change: &Change, in_force: usize) {
     #[cfg(feature = "tracing")]
     match change.direction() {
         crate::machine::Direction::Down => tracing::warn!(
@@ -51,7 +54,7 @@ pub(crate) fn level_changed(name: &Name, from: &str, to: &str, change: &Change) 
     }
     #[cfg(feature = "metrics")]
     {
-        metrics::gauge!("seawall_degradation_level", "name" => name.clone()).set(change.to as f64);
+        metrics::gauge!("seawall_degradation_level", "name" => name.clone()).set(in_force as f64);
         metrics::counter!(
             "seawall_degradation_changes_total",
             "name" => name.clone(),

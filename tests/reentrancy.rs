@@ -1,0 +1,308 @@
+//! A tracing subscriber is user code: from inside any seawall event it may read back
+//! the layer that emitted it (its handle's snapshot, or the policies' snapshot)
+//! without deadlocking the request or the operator action that emitted the event.
+//! One scenario per crate, each with a subscriber that reads on every event.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{channel, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::Duration;
+
+use seawall::bulkhead::{BulkheadLayer, KeyedBulkheadLayer};
+use seawall::circuit_breaker::{CircuitBreakerLayer, State};
+use seawall::config::Policies;
+use seawall::core::BoxError;
+use seawall::degradation::{DegradationLayer, Fixed};
+use seawall::fallback::{FallbackLayer, Rejections};
+use seawall::ServiceBuilderExt;
+use tower::{service_fn, Layer, Service, ServiceBuilder, ServiceExt};
+use tracing::span::{Attributes, Id, Record};
+use tracing::{Event, Metadata, Subscriber};
+
+/// Counts seawall events, and runs `read` inside each one.
+#[derive(Clone)]
+struct Reading {
+    read: Arc<dyn Fn() + Send + Sync>,
+    events: Arc<AtomicUsize>,
+}
+
+impl Subscriber for Reading {
+    fn enabled(&self, metadata: &Metadata<'_>) -> bool {
+        metadata.target().starts_with("seawall")
+    }
+    fn new_span(&self, _: &Attributes<'_>) -> Id {
+        Id::from_u64(1)
+    }
+    fn record(&self, _: &Id, _: &Record<'_>) {}
+    fn record_follows_from(&self, _: &Id, _: &Id) {}
+    fn event(&self, _: &Event<'_>) {
+        self.events.fetch_add(1, Ordering::Relaxed);
+        (self.read)();
+    }
+    fn enter(&self, _: &Id) {}
+    fn exit(&self, _: &Id) {}
+}
+
+/// Runs `scenario` on its own thread with a subscriber that calls `read` in every
+/// event; the number of events seen. The wait is a watchdog, not a timing check:
+/// an event emitted under a lock that `read` needs deadlocks the scenario.
+fn with_reader(
+    read: impl Fn() + Send + Sync + 'static,
+    scenario: impl FnOnce() + Send + 'static,
+) -> usize {
+    let events = Arc::new(AtomicUsize::new(0));
+    let subscriber = Reading {
+        read: Arc::new(read),
+        events: Arc::clone(&events),
+    };
+    let (done, finished) = channel();
+    std::thread::spawn(move || {
+        tracing::subscriber::with_default(subscriber, scenario);
+        let _ = done.send(());
+    });
+    match finished.recv_timeout(Duration::from_secs(60)) {
+        Ok(()) => events.load(Ordering::Relaxed),
+        Err(RecvTimeoutError::Timeout) => {
+            panic!("deadlock: an event was emitted under a lock its subscriber needed")
+        }
+        Err(RecvTimeoutError::Disconnected) => panic!("the scenario panicked"),
+    }
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+type Req = http::Request<()>;
+type Res = http::Response<()>;
+
+fn req() -> Req {
+    http::Request::new(())
+}
+
+fn failing() -> impl Service<Req, Response = Res, Error = BoxError, Future: Send> + Clone + Send {
+    service_fn(|_: Req| async { Err::<Res, BoxError>("supplier: 503".into()) })
+}
+
+#[test]
+fn breaker_operator_actions_while_a_subscriber_reads_the_breaker() {
+    let layer = CircuitBreakerLayer::builder("quotes")
+        .consecutive_failures(2)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let reader = handle.clone();
+    let events = with_reader(
+        move || drop(reader.snapshot()),
+        move || {
+            let svc = layer.layer(failing());
+            block_on(async {
+                for _ in 0..3 {
+                    let _ = svc.clone().oneshot(req()).await;
+                }
+            });
+            assert_eq!(handle.state(), State::Open);
+            handle.force_closed();
+            handle.force_open();
+            handle.disable();
+            handle.reset();
+            handle.reconfigure(handle.config()).unwrap();
+            handle.revert();
+        },
+    );
+    assert!(events >= 5, "{events} events");
+}
+
+#[test]
+fn keyed_breaker_reconfigured_while_a_subscriber_reads_every_key() {
+    let layer = CircuitBreakerLayer::builder("hosts")
+        .consecutive_failures(1)
+        .build_keyed(8, |r: &Req| r.uri().path().to_owned())
+        .unwrap();
+    let handle = layer.handle();
+    let reader = handle.clone();
+    let events = with_reader(
+        move || drop(reader.snapshots()),
+        move || {
+            let svc = layer.layer(failing());
+            block_on(async {
+                for _ in 0..2 {
+                    let _ = svc.clone().oneshot(req()).await;
+                }
+            });
+            handle.reconfigure(handle.config()).unwrap();
+            handle.revert().unwrap();
+        },
+    );
+    assert!(events >= 2, "{events} events");
+}
+
+#[test]
+fn bulkhead_rejections_and_changes_while_a_subscriber_reads_the_bulkhead() {
+    let layer = BulkheadLayer::builder("freight")
+        .max_concurrent(1)
+        .max_queue(0)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let reader = handle.clone();
+    let events = with_reader(
+        move || drop(reader.snapshot()),
+        move || {
+            let hang = service_fn(|_: Req| std::future::pending::<Result<Res, BoxError>>());
+            let svc = layer.layer(hang);
+            block_on(async {
+                let mut held = Box::pin(svc.clone().oneshot(req()));
+                let waker = std::task::Waker::noop();
+                let mut cx = std::task::Context::from_waker(waker);
+                assert!(std::future::Future::poll(held.as_mut(), &mut cx).is_pending());
+                assert!(svc.clone().oneshot(req()).await.is_err());
+            });
+            let mut wider = handle.config();
+            wider.max_concurrent = 2;
+            handle.reconfigure(wider).unwrap();
+            handle.revert();
+        },
+    );
+    assert!(events >= 2, "{events} events");
+}
+
+#[test]
+fn keyed_bulkhead_reconfigured_while_a_subscriber_reads_every_key() {
+    let layer = KeyedBulkheadLayer::builder("hosts", |r: &Req| r.uri().path().to_owned())
+        .max_concurrent(1)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let reader = handle.clone();
+    let events = with_reader(
+        move || drop(reader.snapshot()),
+        move || {
+            let ok = service_fn(|_: Req| async { Ok::<Res, BoxError>(http::Response::new(())) });
+            let svc = layer.layer(ok);
+            block_on(async { svc.clone().oneshot(req()).await.unwrap() });
+            let mut wider = handle.config();
+            wider.max_concurrent = 3;
+            handle.reconfigure(wider).unwrap();
+            handle.revert();
+        },
+    );
+    assert!(events >= 1, "{events} events");
+}
+
+#[test]
+fn degradation_changes_and_controls_while_a_subscriber_reads_the_layer() {
+    let layer = DegradationLayer::builder("quotes")
+        .consecutive_failures(2)
+        .level("canned", Fixed::new(http::Response::new(())))
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let reader = handle.clone();
+    let events = with_reader(
+        move || drop(reader.snapshot()),
+        move || {
+            let svc = layer.layer(failing());
+            block_on(async {
+                for _ in 0..2 {
+                    let _ = svc.clone().oneshot(req()).await;
+                }
+            });
+            assert_eq!(handle.level().index, 1);
+            handle.force(0).unwrap();
+            handle.release();
+            handle.set_floor("canned").unwrap();
+            handle.clear_floor();
+            handle.reconfigure(handle.config()).unwrap();
+            handle.revert();
+        },
+    );
+    // The level change, then one event per control at least.
+    assert!(events >= 7, "{events} events");
+}
+
+#[test]
+fn fallback_serving_and_controls_while_a_subscriber_reads_the_fallback() {
+    let layer = FallbackLayer::builder("freight")
+        .on_rejections(Rejections::ALL)
+        .on_error::<seawall::core::CircuitOpen>()
+        .value("no quote".to_owned())
+        .unmarked()
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let reader = handle.clone();
+    let events = with_reader(
+        move || drop(reader.snapshot()),
+        move || {
+            let open = service_fn(|_: Req| async {
+                Err::<String, BoxError>(Box::new(seawall::core::CircuitOpen::new(
+                    "supplier".into(),
+                    Duration::from_secs(1),
+                )))
+            });
+            let svc = layer.layer(open);
+            block_on(async {
+                assert_eq!(svc.clone().oneshot(req()).await.unwrap(), "no quote");
+            });
+            handle.force(true);
+            handle.force(false);
+            handle.disable();
+            handle.enable();
+            handle.reconfigure(handle.config()).unwrap();
+            handle.revert();
+        },
+    );
+    assert!(events >= 1, "{events} events");
+}
+
+const POLICIES: &str = r#"
+[policies.freight]
+deadline = "300ms"
+
+[policies.freight.bulkhead]
+max_concurrent = 2
+max_queue = 0
+max_wait = "20ms"
+
+[policies.freight.breaker]
+policy = { kind = "count_window", size = 4, min_calls = 4, failure_rate = 0.5 }
+open_for = "10s"
+"#;
+
+#[test]
+fn policies_apply_refuse_and_revert_while_a_subscriber_reads_the_policies() {
+    let policies = Policies::from_toml(POLICIES).unwrap();
+    let reader = policies.clone();
+    let reads = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&reads);
+    let events = with_reader(
+        move || {
+            let snapshot = reader.snapshot();
+            assert!(snapshot.policies.contains_key("freight"));
+            counted.fetch_add(1, Ordering::Relaxed);
+        },
+        move || {
+            let _svc = ServiceBuilder::new()
+                .bulkhead(policies.bulkhead("freight").unwrap())
+                .circuit_breaker(policies.circuit_breaker("freight", |b| b).unwrap())
+                .service(failing());
+            let changed = POLICIES.replace("open_for = \"10s\"", "open_for = \"30s\"");
+            policies.apply_toml(&changed).unwrap();
+            // Adding a policy cannot be done at run time: refused, with an event.
+            let grown = format!("{changed}\n[policies.other]\ndeadline = \"1s\"\n");
+            assert!(policies.apply_toml(&grown).is_err());
+            policies.revert();
+            assert_eq!(policies.generation(), 2);
+        },
+    );
+    // Applied, refused, reverted, and the handles' own reconfiguration events.
+    assert!(events >= 3, "{events} events");
+    assert_eq!(reads.load(Ordering::Relaxed), events);
+}
