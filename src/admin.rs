@@ -79,9 +79,12 @@ pub const MIN_TOKEN_LEN: usize = 16;
 
 /// The bearer token that allows changes through the admin router.
 ///
+/// Only a SHA-256 digest of the token is kept, and a presented token is checked by
+/// comparing its digest with that one: the comparison always covers 32 bytes, so
+/// its time says nothing about the token's length or where a guess goes wrong.
 /// Its `Debug` output never shows the token.
 #[derive(Clone)]
-pub struct AdminToken(Arc<str>);
+pub struct AdminToken(Arc<[u8; 32]>);
 
 impl fmt::Debug for AdminToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -105,7 +108,7 @@ impl AdminToken {
                 "must be visible ASCII characters, without spaces",
             ));
         }
-        Ok(Self(token.into()))
+        Ok(Self(Arc::new(digest(token.as_bytes()))))
     }
 
     /// The token in the environment variable `var`: `Ok(None)` when it is unset
@@ -117,17 +120,22 @@ impl AdminToken {
         }
     }
 
-    /// Whether `presented` is this token, in time independent of where they differ.
+    /// Whether `presented` is this token, in time independent of its length and of
+    /// where it differs.
     fn matches(&self, presented: &[u8]) -> bool {
-        let expected = self.0.as_bytes();
-        let mut diff = expected.len() ^ presented.len();
-        for i in 0..expected.len().max(presented.len()) {
-            let a = expected.get(i).copied().unwrap_or(0);
-            let b = presented.get(i).copied().unwrap_or(0);
-            diff |= usize::from(a ^ b);
-        }
-        diff == 0
+        same_digest(&self.0, &digest(presented))
     }
+}
+
+fn digest(bytes: &[u8]) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes).into()
+}
+
+/// Compares every byte whatever the first difference (no early exit).
+fn same_digest(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(diff) == 0
 }
 
 struct Admin {
@@ -412,6 +420,25 @@ mod tests {
         assert!(!t.matches(b"0123456789abcdef0"));
         assert!(!t.matches(b""));
         assert!(!format!("{t:?}").contains("0123"));
+    }
+
+    #[test]
+    fn the_token_is_kept_and_compared_only_as_a_fixed_size_digest() {
+        // SHA-256 of "0123456789abcdef", from a reference implementation.
+        let known = "9f9f5111f7b27a781f1f1ddde5ebc2dd2b796bfc7365c9c28b548e564176929f";
+        let t = AdminToken::new("0123456789abcdef").unwrap();
+        let hex: String = t.0.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex, known);
+        // Whatever the lengths, the comparison is between two 32-byte digests.
+        let long = "x".repeat(10_000);
+        let t = AdminToken::new(long.clone()).unwrap();
+        assert!(t.matches(long.as_bytes()));
+        assert!(!t.matches(&long.as_bytes()[..9_999]));
+        assert!(!t.matches(b"x"));
+        assert!(same_digest(&[7; 32], &[7; 32]));
+        let mut last_differs = [7; 32];
+        last_differs[31] = 8;
+        assert!(!same_digest(&[7; 32], &last_differs));
     }
 
     #[test]
