@@ -13,8 +13,12 @@
 //!   default), [`HttpStatus`] (5xx and 429 fail, a 404 is a business answer) and
 //!   [`GrpcStatus`].
 //! - **Sliding windows** ([`CountWindow`], [`TimeWindow`]) with `now` passed in.
-//! - **Deadlines** ([`Deadline`], [`DeadlineLayer`], [`bounded`]) and a
-//!   deadline-aware retry policy ([`DeadlineRetry`]).
+//! - **Deadlines** ([`Deadline`], [`DeadlineLayer`], [`bounded`]).
+//! - **Retries that respect the budget** ([`DeadlineRetry`], a `tower::retry`
+//!   policy): attempts counted from the first, jittered exponential waits that must
+//!   fit in the remaining deadline, a retry budget shared by the policy's clones, and
+//!   never a seawall rejection or a business answer. Placed inside the deadline and
+//!   outside the bulkhead and the breaker (see its docs for why).
 //! - **HTTP glue** (feature `http`, module [`http`]): a rejection
 //!   rendered as `503` with `Retry-After`, the [`Guarded`](crate::http::Guarded)
 //!   body that holds a permit until a response body ends, and the `Either` body.
@@ -84,7 +88,10 @@ pub use rejection::{
     find_rejection, BoxError, BulkheadFull, BulkheadTimeout, Category, CircuitOpen,
     DeadlineExceeded, FallbacksExhausted, Name, Rejection, RejectionKind, StepFailure,
 };
-pub use retry::{DeadlineRetry, RetryableRequest};
+pub use retry::{
+    DeadlineRetry, DeadlineRetryBuilder, IdempotentFailures, Jitter, RetryConfig, RetryDelay,
+    RetryHandle, RetryIf, RetrySnapshot, RetryableRequest,
+};
 pub use time::{later, MAX_DURATION};
 pub use unwind::on_unwind;
 pub use window::{CountWindow, TimeWindow, WindowCounts, MAX_BUCKETS};

@@ -14,3 +14,87 @@ pub(crate) fn rendered_error(error: &(dyn std::error::Error + 'static)) {
     #[cfg(not(feature = "tracing"))]
     let _ = error;
 }
+
+/// Why a retry was not made although the result was worth retrying.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// The retry budget had no retry left.
+    Budget,
+    /// The wait plus the minimum attempt time did not fit in the remaining budget.
+    Deadline,
+    /// Every attempt was used.
+    Attempts,
+}
+
+impl Refusal {
+    #[cfg_attr(not(any(feature = "metrics", feature = "tracing")), allow(dead_code))]
+    pub(crate) const fn as_str(self) -> &'static str {
+        match self {
+            Self::Budget => "budget",
+            Self::Deadline => "deadline",
+            Self::Attempts => "attempts",
+        }
+    }
+}
+
+/// Metric handles of one retry policy, registered when it is built (nothing
+/// without the `metrics` feature).
+///
+/// - `seawall_retry_attempts_total{name}`: attempts, the first ones included;
+/// - `seawall_retry_retries_total{name}`: retries made;
+/// - `seawall_retry_refused_total{name, reason}`: retries not made, `reason` =
+///   `budget` | `deadline` | `attempts`.
+#[derive(Debug)]
+pub(crate) struct RetryTelemetry {
+    #[cfg(feature = "metrics")]
+    m: RetryMetrics,
+}
+
+#[cfg(feature = "metrics")]
+#[derive(Debug)]
+struct RetryMetrics {
+    attempts: metrics::Counter,
+    retries: metrics::Counter,
+    refused: [metrics::Counter; 3],
+}
+
+impl RetryTelemetry {
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    pub(crate) fn new(name: &crate::Name) -> Self {
+        #[cfg(feature = "metrics")]
+        {
+            let refused = |reason: Refusal| metrics::counter!("seawall_retry_refused_total", "name" => name.clone(), "reason" => reason.as_str());
+            Self {
+                m: RetryMetrics {
+                    attempts: metrics::counter!("seawall_retry_attempts_total", "name" => name.clone()),
+                    retries: metrics::counter!("seawall_retry_retries_total", "name" => name.clone()),
+                    refused: [Refusal::Budget, Refusal::Deadline, Refusal::Attempts].map(refused),
+                },
+            }
+        }
+        #[cfg(not(feature = "metrics"))]
+        Self {}
+    }
+
+    #[inline]
+    pub(crate) fn attempt(&self) {
+        #[cfg(feature = "metrics")]
+        self.m.attempts.increment(1);
+    }
+
+    pub(crate) fn retried(&self) {
+        #[cfg(feature = "metrics")]
+        self.m.retries.increment(1);
+    }
+
+    #[cfg_attr(
+        not(all(feature = "metrics", feature = "tracing")),
+        allow(unused_variables)
+    )]
+    pub(crate) fn refused(&self, name: &str, reason: Refusal) {
+        #[cfg(feature = "tracing")]
+        tracing::debug!(target: "seawall::retry", retry = name, reason = reason.as_str(), "retry not made");
+        #[cfg(feature = "metrics")]
+        self.m.refused[reason as usize].increment(1);
+    }
+}
