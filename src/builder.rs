@@ -2,9 +2,10 @@
 //! reads top to bottom in the recommended order.
 
 use tower::layer::util::Stack;
+use tower::retry::RetryLayer;
 use tower::ServiceBuilder;
 
-use seawall_core::DeadlineLayer;
+use seawall_core::{DeadlineLayer, DeadlineRetry};
 
 mod sealed {
     #[allow(unreachable_pub)]
@@ -24,7 +25,7 @@ mod sealed {
 /// use std::time::Duration;
 /// use seawall::bulkhead::BulkheadLayer;
 /// use seawall::circuit_breaker::CircuitBreakerLayer;
-/// use seawall::core::{BoxError, DeadlineLayer};
+/// use seawall::core::{BoxError, DeadlineLayer, DeadlineRetry};
 /// use seawall::fallback::{FallbackLayer, Rejections};
 /// use seawall::ServiceBuilderExt;
 /// use tower::{service_fn, ServiceBuilder, ServiceExt};
@@ -41,6 +42,7 @@ mod sealed {
 ///             .build()?,
 ///     )
 ///     .deadline(DeadlineLayer::new(Duration::from_millis(300))?)
+///     .deadline_retry(DeadlineRetry::builder("freight").build()?) // optional: the one retrying layer
 ///     .bulkhead(BulkheadLayer::builder("freight").build()?)
 ///     .circuit_breaker(breaker)
 ///     .service(service_fn(|_req: http::Request<()>| async {
@@ -58,6 +60,16 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed<L> + Sized {
     /// Adds a [`DeadlineLayer`]: the budget of the segment below it, admission
     /// included. Put it below the fallback and above the bulkhead and breaker.
     fn deadline(self, layer: DeadlineLayer) -> ServiceBuilder<Stack<DeadlineLayer, L>>;
+
+    /// Adds tower's `RetryLayer` with a [`DeadlineRetry`] policy: the one layer of
+    /// the stack that retries. Put it below the deadline, so that every attempt
+    /// shares the one budget, and above the bulkhead and the breaker, so that no slot
+    /// is held between attempts and an open breaker ends the retries at once. Every
+    /// service the stack builds shares the policy's retry budget and counters.
+    fn deadline_retry<C, F>(
+        self,
+        policy: DeadlineRetry<C, F>,
+    ) -> ServiceBuilder<Stack<RetryLayer<DeadlineRetry<C, F>>, L>>;
 
     /// Adds a [`BulkheadLayer`](crate::bulkhead::BulkheadLayer). Every service the
     /// stack builds shares the layer's one bulkhead.
@@ -108,6 +120,13 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed<L> + Sized {
 impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
     fn deadline(self, layer: DeadlineLayer) -> ServiceBuilder<Stack<DeadlineLayer, L>> {
         self.layer(layer)
+    }
+
+    fn deadline_retry<C, F>(
+        self,
+        policy: DeadlineRetry<C, F>,
+    ) -> ServiceBuilder<Stack<RetryLayer<DeadlineRetry<C, F>>, L>> {
+        self.layer(RetryLayer::new(policy))
     }
 
     #[cfg(feature = "bulkhead")]

@@ -17,13 +17,18 @@
 //! ```text
 //! FallbackLayer         a declared alternative when everything below fails; never invents data
 //! DeadlineLayer(300ms)  the budget of the dependency segment, admission included
+//! (DeadlineRetry)       optional, the one layer that retries: within the same budget
 //! BulkheadLayer         caps active calls and the queue; never waits past the remaining budget
 //! CircuitBreakerLayer   fails fast while the dependency is sick; overruns count as failures
 //! client (hyper-util / tonic Channel)
 //! ```
 //!
 //! [`ServiceBuilderExt`] adds them to a `tower::ServiceBuilder` in that order
-//! (`.fallback(..).deadline(..).bulkhead(..).circuit_breaker(..)`).
+//! (`.fallback(..).deadline(..).deadline_retry(..).bulkhead(..).circuit_breaker(..)`).
+//! Retries are off unless added: where a fast transient failure deserves another
+//! try, [`DeadlineRetry`](seawall_core::DeadlineRetry) retries inside the deadline
+//! (attempts share the budget) and outside the breaker (an open breaker ends them at
+//! once), with jittered backoff and a retry budget.
 //!
 //! # For services
 //!

@@ -29,13 +29,13 @@ use seawall::axum::FixedResponse;
 use seawall::bulkhead::BulkheadLayer;
 use seawall::circuit_breaker::CircuitBreakerLayer;
 use seawall::config::Policies;
-use seawall::core::{AdmissionAsFailure, DeadlineLayer, HttpStatus};
+use seawall::core::{AdmissionAsFailure, DeadlineLayer, DeadlineRetry, HttpStatus, Jitter};
 use seawall::degradation::DegradationLayer;
 use seawall::fallback::{FallbackLayer, Rejections};
 use seawall::ServiceBuilderExt;
 use serde_json::Value;
 use tokio::sync::Semaphore;
-use tower::{Layer, Service, ServiceBuilder};
+use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
 const TOKEN: &str = "test-admin-token-0123456789";
 
@@ -723,6 +723,19 @@ async fn the_metrics_endpoint_lists_every_documented_metric() {
     let mut report = health.subscribe();
     report.changed().await.unwrap();
     deps.recommendations.release();
+    // A segment that retries (retries are added in code, not by the policy file): a
+    // supplier refusing every connection uses the attempts.
+    let retry = DeadlineRetry::builder("m-retry")
+        .backoff(Duration::ZERO, Duration::ZERO, Jitter::Full)
+        .build()
+        .unwrap();
+    let refusing = ServiceBuilder::new()
+        .deadline(DeadlineLayer::new(Duration::from_secs(1)).unwrap())
+        .deadline_retry(retry)
+        .service(tower::service_fn(|_req: http::Request<()>| async {
+            Err::<(), seawall::BoxError>("connection refused".into())
+        }));
+    assert!(refusing.oneshot(http::Request::new(())).await.is_err());
 
     let text = client.get("/metrics").await.body;
     let missing: Vec<&String> = names
@@ -739,6 +752,7 @@ async fn the_metrics_endpoint_lists_every_documented_metric() {
         ("seawall_bulkhead_admitted_total", "m-freight"),
         ("seawall_fallback_triggered_total", "m-freight"),
         ("seawall_degradation_level", "m-assistant"),
+        ("seawall_retry_retries_total", "m-retry"),
     ] {
         assert!(
             text.lines()
