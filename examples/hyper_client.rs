@@ -3,15 +3,21 @@
 //!
 //! ```text
 //! FallbackLayer        a clearly marked stale quote when the supplier cannot answer
-//! DeadlineLayer(300ms) the budget of the call
+//! DeadlineLayer(300ms) the budget of the call, retries included
+//! DeadlineRetry        the one layer that retries: 3 attempts, jittered waits, a budget
 //! BulkheadLayer(4)     at most 4 calls to the supplier at once
 //! CircuitBreakerLayer  HTTP status classifier: 5xx, 429 and transport errors fail
 //! hyper-util Client
 //! ```
 //!
 //! Each line shows what the caller got (the supplier's answer, or the fallback and
-//! why), the breaker's state after the call, and how many requests reached the
-//! supplier: while the breaker is open, none do.
+//! why), the breaker's state after the call, how many requests reached the
+//! supplier (while the breaker is open, none do) and what the retry layer did.
+//! While the supplier fails, the first failing call is retried twice; the retry
+//! budget (one retry in reserve, plus one per five first attempts) then refuses
+//! further retries, so the supplier sees each later call once, until the breaker
+//! opens and its rejection, which is never retried, answers at once. The slow call
+//! spends the whole budget and is not retried.
 //!
 //! Run with `cargo run --example hyper_client` (finishes by itself in about 2 s).
 #![allow(clippy::print_stdout)]
@@ -31,9 +37,9 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use seawall::bulkhead::BulkheadLayer;
 use seawall::circuit_breaker::CircuitBreakerLayer;
 use seawall::core::http::Either;
-use seawall::core::DeadlineLayer;
+use seawall::core::{DeadlineLayer, DeadlineRetry, Jitter, RetrySnapshot};
 use seawall::fallback::{FallbackLayer, FallbackRequest, Rejections, Served, Trigger};
-use seawall::{BoxError, HttpStatus, RejectionKind};
+use seawall::{BoxError, HttpStatus, RejectionKind, ServiceBuilderExt};
 use tower::{ServiceBuilder, ServiceExt};
 
 /// The supplier: answers `status` after `delay_ms`, counting the requests it gets.
@@ -112,6 +118,39 @@ async fn describe(result: Result<Response<Either<Incoming, Full<Bytes>>>, BoxErr
     }
 }
 
+/// What the retry layer did for one call, from its counters before and after.
+fn retries_of(before: &RetrySnapshot, after: &RetrySnapshot) -> String {
+    let mut parts = Vec::new();
+    match after.retries - before.retries {
+        0 => {}
+        1 => parts.push("1 retry".to_owned()),
+        n => parts.push(format!("{n} retries")),
+    }
+    for (refused, why) in [
+        (
+            after.refused_budget - before.refused_budget,
+            "retry refused by the budget",
+        ),
+        (
+            after.refused_deadline - before.refused_deadline,
+            "retry refused: no time left",
+        ),
+        (
+            after.refused_attempts - before.refused_attempts,
+            "attempts used up",
+        ),
+    ] {
+        if refused > 0 {
+            parts.push(why.to_owned());
+        }
+    }
+    if parts.is_empty() {
+        "no retry".to_owned()
+    } else {
+        parts.join(", ")
+    }
+}
+
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
     let supplier = Supplier::default();
@@ -119,9 +158,22 @@ async fn main() -> Result<(), BoxError> {
     let addr = supplier.serve().await?;
 
     let breaker = CircuitBreakerLayer::builder("freight-supplier")
-        .count_window(6, 4, 0.5) // trips at 50 % failures of the last 6 calls, once 4 are in
+        .count_window(10, 10, 0.5) // trips at 50 % failures of the last 10 attempts
         .open_for(Duration::from_secs(1))
         .classifier(HttpStatus::default())
+        .build()?;
+    let retry = DeadlineRetry::builder("freight-supplier")
+        .classifier(HttpStatus::default()) // a 503 is retried, a 404 would not be
+        .max_attempts(3) // the first included
+        .min_attempt_time(Duration::from_millis(50))
+        .backoff(
+            Duration::from_millis(10),
+            Duration::from_millis(100),
+            Jitter::Full,
+        )
+        // A small budget, so that it shows within a few calls: 20 % of the first
+        // attempts of the last 10 s, plus 1.
+        .budget(0.2, 1, Duration::from_secs(10))
         .build()?;
     let bulkhead = BulkheadLayer::builder("freight-supplier")
         .max_concurrent(4)
@@ -139,13 +191,15 @@ async fn main() -> Result<(), BoxError> {
         .either_body()
         .build()?;
     let (breaker_handle, bulkhead_handle) = (breaker.handle(), bulkhead.handle());
+    let retry_handle = retry.handle();
 
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     let quotes = ServiceBuilder::new()
-        .layer(fallback)
-        .layer(DeadlineLayer::new(Duration::from_millis(300))?)
-        .layer(bulkhead)
-        .layer(breaker)
+        .fallback(fallback)
+        .deadline(DeadlineLayer::new(Duration::from_millis(300))?)
+        .deadline_retry(retry)
+        .bulkhead(bulkhead)
+        .circuit_breaker(breaker)
         .service(client);
 
     let script: [(&str, u16, Duration, usize); 4] = [
@@ -171,11 +225,13 @@ async fn main() -> Result<(), BoxError> {
         }
         for _ in 0..calls {
             n += 1;
+            let before = retry_handle.snapshot();
             let what = describe(quotes.clone().oneshot(quote_request(addr)?).await).await;
             println!(
-                "call {n:>2}: {what:<58} breaker {:?}, supplier hits {}",
+                "call {n:>2}: {what:<58} breaker {:?}, supplier hits {}, {}",
                 breaker_handle.state(),
-                supplier.received.load(Ordering::SeqCst)
+                supplier.received.load(Ordering::SeqCst),
+                retries_of(&before, &retry_handle.snapshot())
             );
         }
     }
@@ -204,6 +260,16 @@ async fn main() -> Result<(), BoxError> {
     println!(
         "bulkhead: {} admitted, {} rejected, {} active",
         k.admitted, k.rejected_full, k.active
+    );
+    let r = retry_handle.snapshot();
+    println!(
+        "retry: {} attempts ({} first), {} retries; refused by the budget {}, by the deadline {}; attempts used up {}",
+        r.attempts,
+        r.attempts - r.retries,
+        r.retries,
+        r.refused_budget,
+        r.refused_deadline,
+        r.refused_attempts
     );
     Ok(())
 }

@@ -174,6 +174,9 @@ pub async fn start(
         .unavailable::<QuoteAnswer>("no valid freight quote")
         .build()?;
 
+    // No retry layer, on purpose: the drill's policy is not to try again once the
+    // budget is spent, and to answer "unavailable" at once. Retries, where a fast
+    // transient failure deserves them, would go between the deadline and the bulkhead.
     let quotes = ServiceBuilder::new()
         .layer(fallback)
         .layer(DeadlineLayer::new(p.budget)?)
