@@ -59,7 +59,7 @@ mod sealed {
 pub trait ServiceBuilderExt<L>: sealed::Sealed<L> + Sized {
     /// Adds a [`DeadlineLayer`]: the budget of the segment below it, admission
     /// included. Put it below the fallback and above the bulkhead and breaker.
-    fn deadline(self, layer: DeadlineLayer) -> ServiceBuilder<Stack<DeadlineLayer, L>>;
+    fn deadline<H>(self, layer: DeadlineLayer<H>) -> ServiceBuilder<Stack<DeadlineLayer<H>, L>>;
 
     /// Adds tower's `RetryLayer` with a [`DeadlineRetry`] policy: the one layer of
     /// the stack that retries. Put it below the deadline, so that every attempt
@@ -118,7 +118,7 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed<L> + Sized {
 }
 
 impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
-    fn deadline(self, layer: DeadlineLayer) -> ServiceBuilder<Stack<DeadlineLayer, L>> {
+    fn deadline<H>(self, layer: DeadlineLayer<H>) -> ServiceBuilder<Stack<DeadlineLayer<H>, L>> {
         self.layer(layer)
     }
 

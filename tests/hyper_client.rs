@@ -20,7 +20,7 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use seawall::bulkhead::{BulkheadLayer, Hold};
+use seawall::bulkhead::{BulkheadLayer, Hold, Lend};
 use seawall::circuit_breaker::{CircuitBreakerLayer, State};
 use seawall::core::http::Either;
 use seawall::core::DeadlineLayer;
@@ -149,7 +149,7 @@ fn stack<H, B>(
        + Send
        + 'static
 where
-    H: Hold<Response<Incoming>, Output = Response<B>> + Send + Sync + 'static,
+    H: Hold<Response<Incoming>, Output = Response<B>> + Lend<Request<Body>> + Send + Sync + 'static,
     B: Send + 'static,
 {
     let fallback = FallbackLayer::builder("supplier")

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use seawall::core::deadline_of;
+use seawall::core::Deadline;
 use tokio::time::Instant;
 use tower::{Layer, Service};
 
@@ -79,7 +79,7 @@ where
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let now = Instant::now();
-        let admission_wait = deadline_of(&req)
+        let admission_wait = Deadline::current()
             .map(|d| (now + self.tap.budget).saturating_duration_since(d.instant()))
             .unwrap_or_default();
         let index = {

@@ -68,7 +68,6 @@ impl BulkheadConfig {
 pub struct BulkheadBuilder {
     pub(crate) name: Name,
     pub(crate) config: BulkheadConfig,
-    pub(crate) permit_in_extensions: bool,
 }
 
 impl BulkheadBuilder {
@@ -76,7 +75,6 @@ impl BulkheadBuilder {
         Self {
             name,
             config: BulkheadConfig::default(),
-            permit_in_extensions: false,
         }
     }
 
@@ -106,16 +104,6 @@ impl BulkheadBuilder {
     #[must_use]
     pub fn config(mut self, config: BulkheadConfig) -> Self {
         self.config = config;
-        self
-    }
-
-    /// Puts a [`PermitHandle`](crate::PermitHandle) in each admitted request's
-    /// extensions, so a handler that moves work into a spawned task can keep the
-    /// slot until that work ends (off by default; when on, each admitted call
-    /// allocates one shared permit).
-    #[must_use]
-    pub fn permit_in_extensions(mut self, yes: bool) -> Self {
-        self.permit_in_extensions = yes;
         self
     }
 

@@ -9,11 +9,11 @@ use std::task::{ready, Context, Poll, Waker};
 use std::time::Duration;
 
 use pin_project_lite::pin_project;
-use seawall_core::{deadline_of, BoxError, BulkheadFull, BulkheadTimeout, HasExtensions};
+use seawall_core::{BoxError, BulkheadFull, BulkheadTimeout, Deadline};
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
-use crate::hold::Hold;
+use crate::hold::{Hold, Lend};
 use crate::machine::{Enqueued, Leave, Left, WaiterId};
 use crate::permit::Permit;
 use crate::state::Shared;
@@ -61,6 +61,9 @@ pin_project! {
         // Runs while in line: `max_wait` or the deadline, whichever is first.
         #[pin]
         sleep: Option<Sleep>,
+        // No deadline was current at call time: look again at the first poll (the
+        // call may have been made in another task, as tower's `Buffer` does).
+        look: bool,
         // `Some` while in line.
         waiter: Option<Waiter>,
         // `Some` once admitted, until the inner service is called.
@@ -136,7 +139,7 @@ impl<S, Req, H> ResponseFuture<S, Req, H>
 where
     S: Service<Req> + Clone,
     S::Error: Into<BoxError>,
-    Req: HasExtensions,
+    H: Lend<Req>,
 {
     /// Admission, decided at call time: a free slot is taken at once (no lock, no
     /// allocation, no clock read); a full bulkhead rejects at once; otherwise the
@@ -157,21 +160,15 @@ where
     fn admitted(permit: Permit, mut svc: S, req: Req) -> Self {
         let mut cx = Context::from_waker(Waker::noop());
         match svc.poll_ready(&mut cx) {
-            Poll::Ready(Ok(())) => {
-                if permit.wants_handle() {
-                    return Self::call_sharing(permit, svc, req);
-                }
-                let future = svc.call(req);
-                Self::from_phase(Phase::Calling { future, permit })
-            }
+            Poll::Ready(Ok(())) => Self::call(permit, svc, req),
             Poll::Ready(Err(e)) => Self::rejected(e.into()),
-            Poll::Pending => Self::park(None, None, Some(permit), svc, req),
+            Poll::Pending => Self::park(None, false, None, Some(permit), svc, req),
         }
     }
 
-    #[cold]
-    fn call_sharing(permit: Permit, mut svc: S, mut req: Req) -> Self {
-        let permit = share_if_asked(permit, &mut req);
+    #[inline]
+    fn call(permit: Permit, mut svc: S, mut req: Req) -> Self {
+        let permit = H::lend(permit, &mut req);
         let future = svc.call(req);
         Self::from_phase(Phase::Calling { future, permit })
     }
@@ -185,9 +182,11 @@ where
         let mut until = now
             .checked_add(shared.max_wait())
             .unwrap_or_else(|| far_future(now));
-        if let Some(deadline) = deadline_of(&req) {
+        let deadline = Deadline::current();
+        if let Some(deadline) = deadline {
             until = until.min(deadline.instant());
         }
+        let look = deadline.is_none();
         // A call whose deadline has passed takes a free slot but never joins the line.
         let enqueued = if until <= now {
             shared.machine.enqueue_no_wait()
@@ -215,13 +214,14 @@ where
                     enqueued_at: now,
                 };
                 let sleep = tokio::time::sleep_until(until);
-                Self::park(Some(sleep), Some(waiter), None, inner.clone(), req)
+                Self::park(Some(sleep), look, Some(waiter), None, inner.clone(), req)
             }
         }
     }
 
     fn park(
         sleep: Option<Sleep>,
+        look: bool,
         waiter: Option<Waiter>,
         permit: Option<Permit>,
         svc: S,
@@ -230,6 +230,7 @@ where
         Self::from_phase(Phase::Parked {
             parked: Box::pin(Parked {
                 sleep,
+                look,
                 waiter,
                 permit,
                 svc,
@@ -276,8 +277,7 @@ impl<S, Req, H> Future for ResponseFuture<S, Req, H>
 where
     S: Service<Req>,
     S::Error: Into<BoxError>,
-    Req: HasExtensions,
-    H: Hold<S::Response>,
+    H: Hold<S::Response> + Lend<Req>,
 {
     type Output = Result<H::Output, BoxError>;
 
@@ -297,7 +297,17 @@ where
                     });
                 }
                 PhaseProj::Parked { parked } => {
-                    let p = parked.as_mut().project();
+                    let mut p = parked.as_mut().project();
+                    if std::mem::take(p.look) {
+                        // The caller's deadline, if the call was made in another task.
+                        if let (Some(d), Some(sleep)) =
+                            (Deadline::current(), p.sleep.as_mut().as_pin_mut())
+                        {
+                            if d.instant() < sleep.deadline() {
+                                sleep.reset(d.instant());
+                            }
+                        }
+                    }
                     if let Some(waiter) = p.waiter {
                         match ready!(waiter.poll_slot(p.sleep, cx)) {
                             Ok(permit) => {
@@ -319,7 +329,7 @@ where
                         phase.set(Phase::Done);
                         return Poll::Ready(Err(polled_after_completion()));
                     };
-                    let permit = share_if_asked(permit, &mut req);
+                    let permit = H::lend(permit, &mut req);
                     let future = p.svc.call(req);
                     phase.set(Phase::Calling { future, permit });
                 }
@@ -331,22 +341,6 @@ where
                 PhaseProj::Done => return Poll::Ready(Err(polled_after_completion())),
             }
         }
-    }
-}
-
-/// With `permit_in_extensions`, shares the slot with a handle in the request.
-#[inline]
-fn share_if_asked<Req: HasExtensions>(permit: Permit, req: &mut Req) -> Permit {
-    if !permit.wants_handle() {
-        return permit;
-    }
-    match req.extensions_mut() {
-        Some(extensions) => {
-            let (permit, handle) = permit.into_shared();
-            extensions.insert(handle);
-            permit
-        }
-        None => permit,
     }
 }
 

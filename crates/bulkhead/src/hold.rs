@@ -1,5 +1,9 @@
 //! How long a call keeps its slot once the inner service has answered.
 
+use std::marker::PhantomData;
+
+use seawall_core::HasExtensions;
+
 use crate::permit::Permit;
 
 mod sealed {
@@ -19,6 +23,16 @@ pub trait Hold<Res>: sealed::Sealed {
     fn hold(response: Res, permit: Permit) -> Self::Output;
 }
 
+/// Decides what an admitted request is given before it goes to the inner service.
+///
+/// Sealed: nothing (every mode, for any request type) or, with
+/// [`WithPermitHandle`], a [`PermitHandle`](crate::PermitHandle) in the request's
+/// extensions (requests with extensions only, such as `http::Request`).
+pub trait Lend<Req>: sealed::Sealed {
+    /// Gives `req` what this mode lends it; the permit the call keeps.
+    fn lend(permit: Permit, req: &mut Req) -> Permit;
+}
+
 /// The default: the slot is freed when the inner future completes (or is dropped).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct UntilResponse {
@@ -26,6 +40,13 @@ pub struct UntilResponse {
 }
 
 impl sealed::Sealed for UntilResponse {}
+
+impl<Req> Lend<Req> for UntilResponse {
+    #[inline]
+    fn lend(permit: Permit, _req: &mut Req) -> Permit {
+        permit
+    }
+}
 
 impl<Res> Hold<Res> for UntilResponse {
     type Output = Res;
@@ -54,10 +75,53 @@ pub struct UntilBodyEnd {
 impl sealed::Sealed for UntilBodyEnd {}
 
 #[cfg(feature = "http")]
+impl<Req> Lend<Req> for UntilBodyEnd {
+    #[inline]
+    fn lend(permit: Permit, _req: &mut Req) -> Permit {
+        permit
+    }
+}
+
+#[cfg(feature = "http")]
 impl<B: http_body::Body> Hold<http::Response<B>> for UntilBodyEnd {
     type Output = http::Response<seawall_core::http::Guarded<B, Permit>>;
 
     fn hold(response: http::Response<B>, permit: Permit) -> Self::Output {
         seawall_core::http::guard_response(response, permit)
+    }
+}
+
+/// Hold mode `H`, and a [`PermitHandle`](crate::PermitHandle) in each admitted
+/// request's extensions, so a handler that moves work into a spawned task can keep
+/// the slot until that work ends. For requests with extensions (`http::Request`);
+/// each admitted call allocates one shared permit.
+///
+/// Chosen with [`BulkheadLayer::permit_in_extensions`](crate::BulkheadLayer::permit_in_extensions).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WithPermitHandle<H> {
+    _hold: PhantomData<fn() -> H>,
+}
+
+impl<H> sealed::Sealed for WithPermitHandle<H> {}
+
+impl<H: Hold<Res>, Res> Hold<Res> for WithPermitHandle<H> {
+    type Output = H::Output;
+
+    #[inline]
+    fn hold(response: Res, permit: Permit) -> Self::Output {
+        H::hold(response, permit)
+    }
+}
+
+impl<H, Req: HasExtensions> Lend<Req> for WithPermitHandle<H> {
+    fn lend(permit: Permit, req: &mut Req) -> Permit {
+        match req.extensions_mut() {
+            Some(extensions) => {
+                let (permit, handle) = permit.into_shared();
+                extensions.insert(handle);
+                permit
+            }
+            None => permit,
+        }
     }
 }

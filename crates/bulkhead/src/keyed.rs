@@ -9,14 +9,14 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use seawall_core::{BoxError, BulkheadFull, ConfigError, HasExtensions, Name};
+use seawall_core::{BoxError, BulkheadFull, ConfigError, Name};
 use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::config::{BulkheadBuilder, BulkheadConfig};
 use crate::future::ResponseFuture;
 use crate::handle::Snapshot;
-use crate::hold::{Hold, UntilResponse};
+use crate::hold::{Hold, Lend, UntilResponse};
 use crate::state::Shared;
 use crate::telemetry::KeyedTelemetry;
 
@@ -25,7 +25,6 @@ pub const DEFAULT_MAX_KEYS: usize = 1024;
 
 struct KeyedShared<K> {
     name: Name,
-    permit_in_extensions: bool,
     max_keys: usize,
     built: BulkheadConfig,
     config: Mutex<BulkheadConfig>,
@@ -59,11 +58,7 @@ impl<K: Hash + Eq> KeyedShared<K> {
             }
         }
         let config = self.config();
-        let b = Arc::new(Shared::new(
-            self.name.clone(),
-            config,
-            self.permit_in_extensions,
-        ));
+        let b = Arc::new(Shared::new(self.name.clone(), config));
         map.insert(key, b.clone());
         Some(b)
     }
@@ -154,13 +149,6 @@ where
         self
     }
 
-    /// See [`BulkheadBuilder::permit_in_extensions`].
-    #[must_use]
-    pub fn permit_in_extensions(mut self, yes: bool) -> Self {
-        self.inner = self.inner.permit_in_extensions(yes);
-        self
-    }
-
     /// The most keys with a bulkhead at once (default [`DEFAULT_MAX_KEYS`], at least 1).
     #[must_use]
     pub fn max_keys(mut self, n: usize) -> Self {
@@ -177,7 +165,6 @@ where
         Ok(KeyedBulkheadLayer {
             shared: Arc::new(KeyedShared {
                 name,
-                permit_in_extensions: self.inner.permit_in_extensions,
                 max_keys: self.max_keys,
                 built: self.inner.config,
                 config: Mutex::new(self.inner.config),
@@ -200,6 +187,19 @@ impl<K, F, H> KeyedBulkheadLayer<K, F, H> {
         }
     }
 
+    /// See [`BulkheadLayer::permit_in_extensions`](crate::BulkheadLayer::permit_in_extensions).
+    pub fn permit_in_extensions(
+        self,
+    ) -> KeyedBulkheadLayer<K, F, crate::hold::WithPermitHandle<H>> {
+        KeyedBulkheadLayer {
+            shared: self.shared,
+            key_fn: self.key_fn,
+            _hold: PhantomData,
+        }
+    }
+}
+
+impl<K, F> KeyedBulkheadLayer<K, F> {
     /// The same keyed bulkhead, holding each slot until the response body ends or
     /// is dropped. See [`UntilBodyEnd`](crate::UntilBodyEnd).
     #[cfg(feature = "http")]
@@ -298,8 +298,7 @@ impl<S, K, F, H, Req> Service<Req> for KeyedBulkhead<S, K, F, H>
 where
     S: Service<Req> + Clone,
     S::Error: Into<BoxError>,
-    Req: HasExtensions,
-    H: Hold<S::Response>,
+    H: Hold<S::Response> + Lend<Req>,
     K: Hash + Eq,
     F: Fn(&Req) -> K,
 {

@@ -40,7 +40,7 @@ impl BulkheadLayer {
 
     pub(crate) fn from_builder(b: BulkheadBuilder) -> Self {
         Self {
-            shared: Arc::new(Shared::new(b.name, b.config, b.permit_in_extensions)),
+            shared: Arc::new(Shared::new(b.name, b.config)),
             _hold: PhantomData,
         }
     }
@@ -52,6 +52,20 @@ impl<H> BulkheadLayer<H> {
         Handle::new(self.shared.clone())
     }
 
+    /// The same bulkhead, also putting a [`PermitHandle`](crate::PermitHandle) in
+    /// each admitted request's extensions (`http::Request` and other requests with
+    /// extensions), so a handler that moves work into a spawned task can keep the
+    /// slot until that work ends. Each admitted call then allocates one shared
+    /// permit. See [`WithPermitHandle`](crate::WithPermitHandle).
+    pub fn permit_in_extensions(self) -> BulkheadLayer<crate::hold::WithPermitHandle<H>> {
+        BulkheadLayer {
+            shared: self.shared,
+            _hold: PhantomData,
+        }
+    }
+}
+
+impl BulkheadLayer {
     /// The same bulkhead, but its services keep the slot until the response body
     /// ends or is dropped; they return `http::Response<Guarded<B, Permit>>`.
     /// See [`UntilBodyEnd`](crate::UntilBodyEnd).

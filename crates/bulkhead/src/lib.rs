@@ -125,13 +125,19 @@
 //!   the body has been read to its end, has failed, or is dropped — the connection
 //!   to the dependency is busy until then. The response type becomes
 //!   `http::Response<Guarded<B, Permit>>`.
-//! - [`BulkheadBuilder::permit_in_extensions`]: a [`PermitHandle`] is placed in each
-//!   admitted request's extensions; a handler that moves work into a spawned task
-//!   keeps a clone there, and the slot stays taken until that work ends too.
+//! - [`BulkheadLayer::permit_in_extensions`] (requests with extensions, such as
+//!   `http::Request`): a [`PermitHandle`] is placed in each admitted request's
+//!   extensions; a handler that moves work into a spawned task keeps a clone there,
+//!   and the slot stays taken until that work ends too.
+//!
+//! **Any request type.** Without those opt-ins the bulkhead takes any request
+//! (`String`, a database query, `http::Request`), with no trait to implement.
 //!
 //! **Fairness and timing.** Waiters are admitted first in, first out; a newcomer
 //! never overtakes them. A waiter leaves with [`BulkheadTimeout`] after `max_wait`
-//! or when the request's [`Deadline`] passes, whichever is first (a request whose
+//! or when the current [`Deadline`] passes (it travels with the task; read in `call`,
+//! or at the first poll when `call` ran in another task, as in tower's `Buffer`),
+//! whichever is first (a request whose
 //! deadline has already passed and finds no free slot is rejected on its first
 //! poll). The bulkhead does not enforce the deadline on admitted calls: that is
 //! [`DeadlineLayer`](seawall_core::DeadlineLayer)'s and the breaker's job. Waiting
@@ -206,7 +212,7 @@ pub use handle::{Handle, Snapshot, WaitStats};
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use hold::UntilBodyEnd;
-pub use hold::{Hold, UntilResponse};
+pub use hold::{Hold, Lend, UntilResponse, WithPermitHandle};
 pub use keyed::{
     KeyedBulkhead, KeyedBulkheadBuilder, KeyedBulkheadLayer, KeyedHandle, KeyedSnapshot,
     DEFAULT_MAX_KEYS,

@@ -66,12 +66,6 @@ impl Permit {
     pub fn bulkhead(&self) -> &str {
         &self.slot().shared.name
     }
-
-    /// Whether the bulkhead puts a [`PermitHandle`] in each admitted request.
-    #[inline]
-    pub(crate) fn wants_handle(&self) -> bool {
-        self.slot().shared.permit_in_extensions
-    }
 }
 
 impl fmt::Debug for Permit {
@@ -90,8 +84,8 @@ impl seawall_core::http::OnBodyEnd for Permit {
 }
 
 /// A share of an admitted call's slot, found in the request's extensions when the
-/// bulkhead was built with
-/// [`permit_in_extensions(true)`](crate::BulkheadBuilder::permit_in_extensions).
+/// layer is made with
+/// [`permit_in_extensions`](crate::BulkheadLayer::permit_in_extensions).
 ///
 /// A handler that hands work to a spawned task clones this handle into the task;
 /// the slot stays occupied until the call's response is done *and* every clone of

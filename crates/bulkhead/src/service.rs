@@ -5,12 +5,12 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use seawall_core::{BoxError, HasExtensions};
+use seawall_core::BoxError;
 use tower_service::Service;
 
 use crate::future::ResponseFuture;
 use crate::handle::Handle;
-use crate::hold::{Hold, UntilResponse};
+use crate::hold::{Hold, Lend, UntilResponse};
 use crate::state::Shared;
 
 /// A service whose calls go through a bulkhead; built by [`BulkheadLayer`](crate::BulkheadLayer).
@@ -83,8 +83,7 @@ impl<S, Req, H> Service<Req> for Bulkhead<S, H>
 where
     S: Service<Req> + Clone,
     S::Error: Into<BoxError>,
-    Req: HasExtensions,
-    H: Hold<S::Response>,
+    H: Hold<S::Response> + Lend<Req>,
 {
     type Response = H::Output;
     type Error = BoxError;

@@ -17,7 +17,6 @@ use crate::telemetry::Telemetry;
 pub(crate) struct Shared {
     pub(crate) machine: Machine,
     pub(crate) name: Name,
-    pub(crate) permit_in_extensions: bool,
     max_wait_nanos: AtomicU64,
     config: Mutex<BulkheadConfig>,
     built: BulkheadConfig,
@@ -30,12 +29,11 @@ fn nanos(d: Duration) -> u64 {
 
 impl Shared {
     /// A bulkhead with a validated `config`.
-    pub(crate) fn new(name: Name, config: BulkheadConfig, permit_in_extensions: bool) -> Self {
+    pub(crate) fn new(name: Name, config: BulkheadConfig) -> Self {
         let telemetry = Telemetry::new(&name, &config);
         Self {
             machine: Machine::new(config.max_concurrent, config.max_queue),
             name,
-            permit_in_extensions,
             max_wait_nanos: AtomicU64::new(nanos(config.max_wait)),
             config: Mutex::new(config),
             built: config,

@@ -292,10 +292,8 @@ async fn a_waiter_times_out_at_the_remaining_deadline_when_shorter() {
     let mut busy = task::spawn(svc.call(req("busy")));
     assert_pending!(busy.poll());
 
-    let mut r = req("wait");
-    r.extensions_mut()
-        .insert(Deadline::after(Instant::now(), ms(5)));
-    let mut waiter = task::spawn(svc.call(r));
+    let five = Deadline::after(Instant::now(), ms(5));
+    let mut waiter = task::spawn(five.sync_scope(|| svc.call(req("wait"))));
     assert_pending!(waiter.poll());
     tokio::time::advance(ms(4)).await;
     assert_pending!(waiter.poll());
@@ -307,10 +305,8 @@ async fn a_waiter_times_out_at_the_remaining_deadline_when_shorter() {
     );
 
     // A deadline longer than max_wait does not extend the wait.
-    let mut r = req("wait");
-    r.extensions_mut()
-        .insert(Deadline::after(Instant::now(), ms(300)));
-    let mut waiter = task::spawn(svc.call(r));
+    let long = Deadline::after(Instant::now(), ms(300));
+    let mut waiter = task::spawn(long.sync_scope(|| svc.call(req("wait"))));
     assert_pending!(waiter.poll());
     tokio::time::advance(ms(20)).await;
     let err = assert_ready!(waiter.poll()).unwrap_err();
@@ -320,9 +316,8 @@ async fn a_waiter_times_out_at_the_remaining_deadline_when_shorter() {
     );
 
     // A deadline already past: no wait at all.
-    let mut r = req("late");
-    r.extensions_mut().insert(Deadline::at(Instant::now()));
-    let err = svc.call(r).await.unwrap_err();
+    let past = Deadline::at(Instant::now());
+    let err = past.sync_scope(|| svc.call(req("late"))).await.unwrap_err();
     assert_eq!(
         err.downcast_ref::<BulkheadTimeout>().unwrap().waited(),
         Duration::ZERO
@@ -339,9 +334,8 @@ async fn a_call_whose_deadline_has_passed_never_waits_even_if_a_slot_frees_befor
     assert_pending!(busy.poll());
 
     // No free slot and a deadline already past: rejected, not put in line.
-    let mut r = req("late");
-    r.extensions_mut().insert(Deadline::at(Instant::now()));
-    let mut late = task::spawn(svc.call(r));
+    let past = Deadline::at(Instant::now());
+    let mut late = task::spawn(past.sync_scope(|| svc.call(req("late"))));
     assert_eq!(counts(&h), (1, 0));
     // The slot frees before the late call is first polled: it must not take it.
     drop(busy);
@@ -571,9 +565,9 @@ async fn the_extension_permit_handle_keeps_the_slot_until_dropped() {
     let l = BulkheadLayer::builder("freight")
         .max_concurrent(1)
         .max_queue(1)
-        .permit_in_extensions(true)
         .build()
-        .unwrap();
+        .unwrap()
+        .permit_in_extensions();
     let h = l.handle();
     let kept: Arc<Mutex<Option<PermitHandle>>> = Arc::default();
     let k = kept.clone();

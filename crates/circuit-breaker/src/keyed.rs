@@ -8,8 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::task::{Context, Poll};
 
 use seawall_core::{
-    bounded, deadline_of, BoxError, ClassifyRequest, ConfigError, HasExtensions, Name,
-    RandomSource, SeededRandom,
+    bounded_by_current, BoxError, ClassifyRequest, ConfigError, Name, RandomSource, SeededRandom,
 };
 use tokio::time::Instant;
 use tower_layer::Layer;
@@ -276,7 +275,6 @@ where
     S: Service<Req>,
     S::Error: Into<BoxError>,
     C: ClassifyRequest<Req, S::Response>,
-    Req: HasExtensions,
     F: Fn(&Req) -> K,
     K: Hash + Eq + Clone + fmt::Display,
 {
@@ -307,9 +305,8 @@ where
                 let started = breaker.start_clock(Instant::now);
                 let guard = Guard::new(breaker, ticket, started);
                 let classifier = self.classifier.classifier_for(&req);
-                let deadline = deadline_of(&req);
                 let (future, guard) = guard.call(|| self.inner.call(req));
-                ResponseFuture::admitted(bounded(future, deadline), guard, classifier)
+                ResponseFuture::admitted(bounded_by_current(future), guard, classifier)
             }
         }
     }

@@ -138,12 +138,31 @@
 //!
 //! # Deadlines
 //!
-//! When a request carries a seawall [`Deadline`](seawall_core::Deadline) (set by
-//! [`DeadlineLayer`](seawall_core::DeadlineLayer) further out), the breaker bounds
-//! the inner call by it. Running out is recorded as a failure — a slow dependency
-//! trips the breaker instead of merely being cancelled from outside — and answered
-//! with [`DeadlineExceeded`]. The service is generic over any request implementing
-//! [`HasExtensions`](seawall_core::HasExtensions) (`http::Request` does).
+//! When a seawall [`Deadline`](seawall_core::Deadline) is current (set by a
+//! [`DeadlineLayer`](seawall_core::DeadlineLayer) further out; it travels with the
+//! task, not the request), the breaker bounds the inner call by it. Running out is
+//! recorded as a failure — a slow dependency trips the breaker instead of merely
+//! being cancelled from outside — and answered with [`DeadlineExceeded`]. The
+//! deadline is read in `call`, or at the response future's first poll when `call`
+//! ran in another task (tower's `Buffer`).
+//!
+//! # Any request type
+//!
+//! The service accepts any request type, with no trait to implement:
+//!
+//! ```
+//! use seawall_circuit_breaker::CircuitBreakerLayer;
+//! use seawall_core::BoxError;
+//! use tower::{service_fn, Layer, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), BoxError> {
+//! let redis = service_fn(|key: String| async move { Ok::<_, BoxError>(format!("value of {key}")) });
+//! let guarded = CircuitBreakerLayer::builder("redis").build()?.layer(redis);
+//! assert_eq!(guarded.oneshot("user:1".to_owned()).await?, "value of user:1");
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! # Where state lives, and what `Clone` shares
 //!

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
-use seawall_core::{bounded, deadline_of, BoxError, ClassifyRequest, HasExtensions};
+use seawall_core::{bounded_by_current, BoxError, ClassifyRequest};
 use tokio::time::Instant;
 use tower_service::Service;
 
@@ -21,9 +21,11 @@ use crate::machine::{Admission, MIN_RETRY_AFTER};
 /// - While the breaker is open (or forced open), or half-open with every probe slot
 ///   taken, `poll_ready` answers ready at once without polling the inner service,
 ///   and `call` never reaches it.
-/// - When the request carries a seawall [`Deadline`](seawall_core::Deadline), the
+/// - When a seawall [`Deadline`](seawall_core::Deadline) is current (set by a
+///   `DeadlineLayer` further out, read in `call` or at the future's first poll), the
 ///   inner call is bounded by it; running out is recorded as a failure and answered
 ///   with [`DeadlineExceeded`](crate::DeadlineExceeded).
+/// - Any request type: `String`, a database query, `http::Request`.
 ///
 /// Clones share the breaker; the inner service's reserved readiness is not shared
 /// (a clone starts unpolled).
@@ -101,7 +103,6 @@ where
     S: Service<Req>,
     S::Error: Into<BoxError>,
     C: ClassifyRequest<Req, S::Response>,
-    Req: HasExtensions,
 {
     type Response = S::Response;
     type Error = BoxError;
@@ -143,9 +144,8 @@ where
                     self.breaker.start_clock(Instant::now),
                 );
                 let classifier = self.classifier.classifier_for(&req);
-                let deadline = deadline_of(&req);
                 let (future, guard) = guard.call(|| self.inner.call(req));
-                ResponseFuture::admitted(bounded(future, deadline), guard, classifier)
+                ResponseFuture::admitted(bounded_by_current(future), guard, classifier)
             }
         }
     }

@@ -24,13 +24,6 @@ fn req() -> Req {
     http::Request::new("quote")
 }
 
-fn req_with_deadline(budget: Duration) -> Req {
-    let mut r = req();
-    r.extensions_mut()
-        .insert(Deadline::after(Instant::now(), budget));
-    r
-}
-
 /// An inner service that counts `poll_ready` and `call`, and fails while told to.
 #[derive(Clone, Default)]
 struct Counting {
@@ -96,6 +89,17 @@ fn ready_call(
 ) -> task::Spawn<impl std::future::Future<Output = Result<&'static str, BoxError>>> {
     assert_ready_ok!(svc.poll_ready());
     task::spawn(svc.call(r))
+}
+
+/// Calls the ready service with a deadline `budget` from now current, as a
+/// `DeadlineLayer` further out would make it.
+fn ready_call_within(
+    svc: &mut Spawned,
+    budget: Duration,
+) -> task::Spawn<impl std::future::Future<Output = Result<&'static str, BoxError>>> {
+    assert_ready_ok!(svc.poll_ready());
+    let deadline = Deadline::after(Instant::now(), budget);
+    task::spawn(deadline.scope(deadline.sync_scope(|| svc.call(req()))))
 }
 
 fn rejection_retry_after(err: &BoxError) -> Duration {
@@ -311,7 +315,7 @@ async fn a_slow_inner_call_past_the_deadline_trips_the_breaker() {
     let (mut svc, mut dep) = mock::spawn_layer::<Req, &'static str, _>(layer);
     dep.allow(100);
     for i in 0..3 {
-        let mut fut = ready_call(&mut svc, req_with_deadline(Duration::from_millis(300)));
+        let mut fut = ready_call_within(&mut svc, Duration::from_millis(300));
         assert_pending!(fut.poll());
         let (_, _never_answered) = dep.next_request().await.unwrap();
         advance(Duration::from_millis(299)).await;

@@ -35,8 +35,24 @@ pub type ClassifyInput<'a, Res> = Result<&'a Res, &'a (dyn Error + 'static)>;
 
 /// Decides the [`Outcome`] of one call from the inner service's result.
 ///
-/// Implemented for every `Fn(ClassifyInput<'_, Res>) -> Outcome`; use [`classify_fn`]
-/// to help type inference with closures.
+/// Implemented for every `Fn(ClassifyInput<'_, Res>) -> Outcome`, so a plain closure
+/// is a classifier; [`classify_fn`] helps type inference when the closure's
+/// parameter is not annotated.
+///
+/// A closure of another shape is refused with a message naming the one expected:
+///
+/// ```compile_fail
+/// use seawall_core::{Classify, Outcome};
+///
+/// fn takes<C: Classify<u32>>(_: C) {}
+/// // Wrong: takes the response by value and returns a bool.
+/// takes(|r: Result<u32, ()>| r.is_ok());
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a seawall classifier for responses of type `{Res}`",
+    label = "expected a classifier here",
+    note = "a classifier is a closure `Fn(Result<&{Res}, &(dyn std::error::Error + 'static)>) -> Outcome` (the alias `ClassifyInput<'_, {Res}>`), or a type implementing `Classify<{Res}>` such as `ErrorsAsFailures`, `HttpStatus` or `GrpcStatus`"
+)]
 pub trait Classify<Res> {
     /// Classifies one result.
     fn classify(&self, result: ClassifyInput<'_, Res>) -> Outcome;
@@ -93,10 +109,15 @@ where
 
 /// Chooses a classifier for each request, so one route can count what another ignores.
 ///
-/// Every provided classifier (and a closure wrapped by [`classify_fn`]) is a factory
-/// that returns a copy of itself; wrap a closure over the request in [`PerRequest`]
-/// to decide by method or route. A classifier type of your own implements this
-/// trait by returning a clone of itself.
+/// Every provided classifier, and every closure classifier (plain or wrapped by
+/// [`classify_fn`]), is a factory that returns a copy of itself; wrap a closure over
+/// the request in [`PerRequest`] to decide by method or route. A classifier type of
+/// your own implements this trait by returning a clone of itself.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot classify responses of type `{Res}` to requests of type `{Req}`",
+    label = "expected a classifier here",
+    note = "pass a closure `Fn(ClassifyInput<'_, {Res}>) -> Outcome` (it must be `Clone`), a provided classifier (`ErrorsAsFailures`, `HttpStatus`, `GrpcStatus`), or `PerRequest::new(|req: &{Req}| ...)` returning one"
+)]
 pub trait ClassifyRequest<Req, Res> {
     /// The classifier used for one request.
     type Classifier: Classify<Res>;
@@ -128,6 +149,18 @@ same_for_every_request! {
     GrpcStatus => [] where [];
     AdmissionAsFailure<C> => [C,] where [];
     ClassifyFn<F> => [F,] where [];
+}
+
+/// A plain closure classifier serves every request with a copy of itself.
+impl<F, Req, Res> ClassifyRequest<Req, Res> for F
+where
+    F: Fn(ClassifyInput<'_, Res>) -> Outcome + Clone,
+{
+    type Classifier = F;
+
+    fn classifier_for(&self, _req: &Req) -> F {
+        self.clone()
+    }
 }
 
 /// A classifier factory from a closure over the request.

@@ -1,10 +1,47 @@
-//! Request deadlines: a budget set once, honoured by every layer below.
+//! Request deadlines: a budget set once, honoured by every layer below, whatever the
+//! request type.
 //!
-//! [`DeadlineLayer`] stamps each request with a [`Deadline`] (the budget of the
-//! dependency segment, admission included, such as 300 ms) and enforces it as a
-//! backstop. Inner layers read it with [`deadline_of`]: the bulkhead stops waiting
-//! for a slot at it, the breaker bounds the dependency call by it with [`bounded`]
-//! and records an overrun as a failure.
+//! [`DeadlineLayer`] gives each request a [`Deadline`] (the budget of the dependency
+//! segment, admission included, such as 300 ms) and enforces it as a backstop. The
+//! deadline travels **ambiently**: while the inner service's `call` runs and while
+//! its response future is polled, it is the task's *current deadline* (a tokio
+//! task-local), read with [`Deadline::current`]. It needs nothing from the request
+//! (no extensions, no trait to implement, no allocation), so a `String`, a database
+//! query or an `http::Request` all carry it the same way. Inner layers read it: the
+//! bulkhead stops waiting for a slot at it, the breaker bounds the dependency call
+//! by it and records an overrun as a failure, a fallback caps its steps by it.
+//!
+//! **Where it is read.** In `call`, and again at the response future's first poll
+//! when `call` saw none: tower's `Buffer` runs the inner `call` in its worker task,
+//! but the caller polls the returned future in its own task, inside the deadline's
+//! scope. [`bounded_by_current`] does exactly that for a future.
+//!
+//! **What loses it.** A future moved to another task (`tokio::spawn`) runs outside
+//! the scope: wrap it with [`with_current_deadline`] before spawning it. Work started
+//! by a background task (a health check, a cache refresh) has no deadline.
+//!
+//! **HTTP and gRPC.** A server can turn an incoming `grpc-timeout` header into the
+//! deadline ([`DeadlineLayer::honor_grpc_timeout`]), and a client can write what
+//! remains of it into the outgoing header ([`DeadlineLayer::propagate_grpc_timeout`]),
+//! so the server stops working when the caller has stopped waiting.
+//!
+//! ```
+//! use std::time::Duration;
+//! use seawall_core::{Deadline, DeadlineLayer};
+//! use tower::{service_fn, Layer, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! // Any request type: here a plain `String`.
+//! let inner = service_fn(|query: String| async move {
+//!     let left = Deadline::current().map(|d| d.remaining(tokio::time::Instant::now()));
+//!     Ok::<_, std::convert::Infallible>((query, left))
+//! });
+//! let svc = DeadlineLayer::new(Duration::from_millis(300)).unwrap().layer(inner);
+//! let (_, left) = svc.oneshot("SELECT 1".to_owned()).await.unwrap();
+//! assert!(left.unwrap() <= Duration::from_millis(300));
+//! # }
+//! ```
 
 use std::future::Future;
 use std::pin::Pin;
@@ -19,7 +56,12 @@ use tower_service::Service;
 use crate::config::{check_duration, ConfigError};
 use crate::rejection::{BoxError, DeadlineExceeded};
 
-/// The instant by which a request must be answered. Lives in the request's extensions.
+tokio::task_local! {
+    /// The deadline of the request whose work is running on this task, if any.
+    static CURRENT: Deadline;
+}
+
+/// The instant by which a request must be answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Deadline(Instant);
 
@@ -49,14 +91,74 @@ impl Deadline {
     pub fn is_expired(&self, now: Instant) -> bool {
         now >= self.0
     }
+
+    /// The deadline of the request being served on this task, if any: set by a
+    /// [`DeadlineLayer`] further out, or by [`scope`](Self::scope).
+    #[inline]
+    pub fn current() -> Option<Deadline> {
+        CURRENT.try_with(|d| *d).ok()
+    }
+
+    /// Runs `f` with this deadline as the current one, or the current one if it is
+    /// earlier (an inner budget never extends an outer one).
+    pub fn sync_scope<R>(self, f: impl FnOnce() -> R) -> R {
+        CURRENT.sync_scope(self.or_earlier_current(), f)
+    }
+
+    /// `fut`, polled with this deadline as the current one (or the current one at
+    /// each poll, if that is earlier). For tests, and for work that starts its own
+    /// budget outside a [`DeadlineLayer`].
+    pub fn scope<F: Future>(self, fut: F) -> WithDeadline<F> {
+        WithDeadline {
+            inner: fut,
+            deadline: Some(self),
+        }
+    }
+
+    fn or_earlier_current(self) -> Self {
+        match Self::current() {
+            Some(outer) => self.min(outer),
+            None => self,
+        }
+    }
 }
 
-/// Requests that carry [`http::Extensions`], where seawall keeps per-request data
-/// (a [`Deadline`], an opt-in bulkhead permit or degradation level).
-///
-/// Implemented for [`http::Request`], which is what axum, hyper-util and tonic
-/// channels see. For a request type of your own, implement it to return your
-/// extensions, or `None`: seawall then treats the request as having no deadline.
+/// Carries the current deadline (if any) into `fut`, so it survives a move to another
+/// task: `tokio::spawn(with_current_deadline(fut))`.
+pub fn with_current_deadline<F: Future>(fut: F) -> WithDeadline<F> {
+    WithDeadline {
+        inner: fut,
+        deadline: Deadline::current(),
+    }
+}
+
+pin_project! {
+    /// A future polled with a deadline as the current one; see [`Deadline::scope`] and
+    /// [`with_current_deadline`].
+    #[derive(Debug)]
+    pub struct WithDeadline<F> {
+        #[pin]
+        inner: F,
+        deadline: Option<Deadline>,
+    }
+}
+
+impl<F: Future> Future for WithDeadline<F> {
+    type Output = F::Output;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        match *this.deadline {
+            Some(d) => d.sync_scope(|| this.inner.poll(cx)),
+            None => this.inner.poll(cx),
+        }
+    }
+}
+
+/// Requests that carry [`http::Extensions`], where seawall's opt-in request data
+/// lives (a bulkhead's `PermitHandle`, a degradation level). Implemented for
+/// [`http::Request`]. Nothing else needs it: deadlines travel without it.
 pub trait HasExtensions {
     /// The request's extensions, if it has any.
     fn extensions(&self) -> Option<&http::Extensions>;
@@ -74,16 +176,6 @@ impl<B> HasExtensions for http::Request<B> {
     }
 }
 
-/// The deadline a request carries, if any.
-pub fn deadline_of<R: HasExtensions + ?Sized>(req: &R) -> Option<Deadline> {
-    req.extensions()?.get::<Deadline>().copied()
-}
-
-/// What remains of a request's budget at `now`; `None` when it has no deadline.
-pub fn remaining_budget<R: HasExtensions + ?Sized>(req: &R, now: Instant) -> Option<Duration> {
-    deadline_of(req).map(|d| d.remaining(now))
-}
-
 pin_project! {
     /// A future bounded by a deadline: it resolves to `Err(DeadlineExceeded)` if the
     /// deadline passes first. Without a deadline it is the inner future, with no timer.
@@ -92,6 +184,9 @@ pin_project! {
         #[pin]
         inner: F,
         deadline: Option<Instant>,
+        // Whether the first poll should look for the current deadline (none was
+        // known when the future was made).
+        look: bool,
         // Created the first time the inner future is pending: a call that completes
         // at once (a cache, a rejection below) never registers a timer.
         #[pin]
@@ -105,6 +200,21 @@ pub fn bounded<F: Future>(fut: F, deadline: Option<Deadline>) -> Bounded<F> {
     Bounded {
         inner: fut,
         deadline: deadline.map(|d| d.instant()),
+        look: false,
+        sleep: None,
+    }
+}
+
+/// Bounds `fut` by the current deadline: the one in force now or, if there is none
+/// now, the one in force at the first poll (the case of a `call` run in another
+/// task, as tower's `Buffer` does).
+#[inline]
+pub fn bounded_by_current<F: Future>(fut: F) -> Bounded<F> {
+    let deadline = Deadline::current();
+    Bounded {
+        inner: fut,
+        look: deadline.is_none(),
+        deadline: deadline.map(|d| d.instant()),
         sleep: None,
     }
 }
@@ -114,6 +224,10 @@ impl<F: Future> Future for Bounded<F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
+        if *this.look {
+            *this.look = false;
+            *this.deadline = Deadline::current().map(|d| d.instant());
+        }
         if let Poll::Ready(out) = this.inner.poll(cx) {
             return Poll::Ready(Ok(out));
         }
@@ -179,20 +293,72 @@ pub fn format_grpc_timeout(d: Duration) -> String {
     format!("{}H", LIMIT - 1)
 }
 
-/// Sets a [`Deadline`] on each request and enforces it as a backstop.
+/// Gives each request a [`Deadline`] and enforces it as a backstop; works for any
+/// request type.
 ///
-/// The deadline is `now + budget`, or an earlier one the request already carries
-/// (an overall budget set further out), or — with
-/// [`honor_grpc_timeout`](DeadlineLayer::honor_grpc_timeout) — the incoming
-/// `grpc-timeout` when it is shorter. When the deadline passes, the call fails with
+/// The deadline is `now + budget`, or an earlier one already current (an overall
+/// budget set further out), or — with [`honor_grpc_timeout`](DeadlineLayer::honor_grpc_timeout),
+/// for `http::Request` — the incoming `grpc-timeout` when it is shorter. It is the
+/// current deadline ([`Deadline::current`]) while the inner service's `call` runs
+/// and while its future is polled. When it passes, the call fails with
 /// [`DeadlineExceeded`] and the inner future is dropped.
 ///
-/// The layer holds no shared state; every service it builds is independent.
+/// The layer holds no shared state; every service it builds is independent. The type
+/// parameter records the `grpc-timeout` handling chosen ([`NoHeaders`] by default).
 #[derive(Debug, Clone, Copy)]
-pub struct DeadlineLayer {
+pub struct DeadlineLayer<H = NoHeaders> {
     budget: Duration,
-    honor_grpc_timeout: bool,
-    propagate_grpc_timeout: bool,
+    headers: H,
+}
+
+/// Reads and writes no header: the default of [`DeadlineLayer`], for any request type.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoHeaders;
+
+/// `grpc-timeout` handling for `http::Request`s, chosen with
+/// [`DeadlineLayer::honor_grpc_timeout`] and [`DeadlineLayer::propagate_grpc_timeout`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GrpcTimeout {
+    honor: bool,
+    propagate: bool,
+}
+
+/// How a [`DeadlineLayer`] reads a deadline from, and writes one into, a request.
+pub trait DeadlineHeaders<Req> {
+    /// A budget the request itself asks for (an incoming `grpc-timeout`), if any.
+    fn incoming(&self, req: &Req) -> Option<Duration>;
+    /// Tells the next hop what remains, if the request can say so.
+    fn outgoing(&self, req: &mut Req, remaining: Duration);
+}
+
+impl<Req> DeadlineHeaders<Req> for NoHeaders {
+    #[inline]
+    fn incoming(&self, _req: &Req) -> Option<Duration> {
+        None
+    }
+    #[inline]
+    fn outgoing(&self, _req: &mut Req, _remaining: Duration) {}
+}
+
+impl<B> DeadlineHeaders<http::Request<B>> for GrpcTimeout {
+    fn incoming(&self, req: &http::Request<B>) -> Option<Duration> {
+        if !self.honor {
+            return None;
+        }
+        req.headers()
+            .get(GRPC_TIMEOUT)
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_grpc_timeout)
+    }
+
+    fn outgoing(&self, req: &mut http::Request<B>, remaining: Duration) {
+        if self.propagate {
+            let value = format_grpc_timeout(remaining);
+            if let Ok(v) = http::HeaderValue::from_str(&value) {
+                req.headers_mut().insert(GRPC_TIMEOUT, v);
+            }
+        }
+    }
 }
 
 impl DeadlineLayer {
@@ -201,54 +367,81 @@ impl DeadlineLayer {
     pub fn new(budget: Duration) -> Result<Self, ConfigError> {
         Ok(Self {
             budget: check_duration("budget", budget)?,
-            honor_grpc_timeout: false,
-            propagate_grpc_timeout: false,
+            headers: NoHeaders,
         })
     }
+}
 
-    /// Also honour an incoming `grpc-timeout` header when it is shorter than the budget.
-    #[must_use]
-    pub fn honor_grpc_timeout(mut self, yes: bool) -> Self {
-        self.honor_grpc_timeout = yes;
-        self
-    }
-
-    /// Write the remaining budget into the outgoing `grpc-timeout` header, so the
-    /// server stops working when the caller has stopped waiting.
-    #[must_use]
-    pub fn propagate_grpc_timeout(mut self, yes: bool) -> Self {
-        self.propagate_grpc_timeout = yes;
-        self
-    }
-
+impl<H> DeadlineLayer<H> {
     /// The configured budget.
     pub fn budget(&self) -> Duration {
         self.budget
     }
+
+    fn grpc(self) -> (Duration, GrpcTimeout)
+    where
+        H: Into<GrpcTimeout>,
+    {
+        (self.budget, self.headers.into())
+    }
+
+    /// For `http::Request`s: also honour an incoming `grpc-timeout` header when it is
+    /// shorter than the budget (a server's layer).
+    #[must_use]
+    pub fn honor_grpc_timeout(self, yes: bool) -> DeadlineLayer<GrpcTimeout>
+    where
+        H: Into<GrpcTimeout>,
+    {
+        let (budget, mut headers) = self.grpc();
+        headers.honor = yes;
+        DeadlineLayer { budget, headers }
+    }
+
+    /// For `http::Request`s: write the remaining budget into the outgoing
+    /// `grpc-timeout` header, so the server stops working when the caller has
+    /// stopped waiting (a client's layer).
+    #[must_use]
+    pub fn propagate_grpc_timeout(self, yes: bool) -> DeadlineLayer<GrpcTimeout>
+    where
+        H: Into<GrpcTimeout>,
+    {
+        let (budget, mut headers) = self.grpc();
+        headers.propagate = yes;
+        DeadlineLayer { budget, headers }
+    }
 }
 
-impl<S> Layer<S> for DeadlineLayer {
-    type Service = DeadlineService<S>;
+impl From<NoHeaders> for GrpcTimeout {
+    fn from(_: NoHeaders) -> Self {
+        Self::default()
+    }
+}
+
+impl<S, H: Clone> Layer<S> for DeadlineLayer<H> {
+    type Service = DeadlineService<S, H>;
 
     fn layer(&self, inner: S) -> Self::Service {
         DeadlineService {
             inner,
-            config: *self,
+            budget: self.budget,
+            headers: self.headers.clone(),
         }
     }
 }
 
 /// The service built by [`DeadlineLayer`].
 #[derive(Debug, Clone)]
-pub struct DeadlineService<S> {
+pub struct DeadlineService<S, H = NoHeaders> {
     inner: S,
-    config: DeadlineLayer,
+    budget: Duration,
+    headers: H,
 }
 
-impl<S, B> Service<http::Request<B>> for DeadlineService<S>
+impl<S, H, Req> Service<Req> for DeadlineService<S, H>
 where
-    S: Service<http::Request<B>>,
+    S: Service<Req>,
     S::Error: Into<BoxError>,
+    H: DeadlineHeaders<Req>,
 {
     type Response = S::Response;
     type Error = BoxError;
@@ -258,41 +451,30 @@ where
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
-    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
+    fn call(&mut self, mut req: Req) -> Self::Future {
         let now = Instant::now();
-        let mut deadline = Deadline::after(now, self.config.budget);
-        if let Some(outer) = req.extensions().get::<Deadline>() {
-            deadline = deadline.min(*outer);
+        let mut deadline = Deadline::after(now, self.budget).or_earlier_current();
+        if let Some(asked) = self.headers.incoming(&req) {
+            deadline = deadline.min(Deadline::after(now, asked));
         }
-        if self.config.honor_grpc_timeout {
-            let incoming = req
-                .headers()
-                .get(GRPC_TIMEOUT)
-                .and_then(|v| v.to_str().ok())
-                .and_then(parse_grpc_timeout);
-            if let Some(t) = incoming {
-                deadline = deadline.min(Deadline::after(now, t));
-            }
-        }
-        if self.config.propagate_grpc_timeout {
-            let value = format_grpc_timeout(deadline.remaining(now));
-            if let Ok(v) = http::HeaderValue::from_str(&value) {
-                req.headers_mut().insert(GRPC_TIMEOUT, v);
-            }
-        }
-        req.extensions_mut().insert(deadline);
+        self.headers.outgoing(&mut req, deadline.remaining(now));
+        let inner = &mut self.inner;
+        let future = CURRENT.sync_scope(deadline, || inner.call(req));
         DeadlineFuture {
-            inner: bounded(self.inner.call(req), Some(deadline)),
+            inner: bounded(future, Some(deadline)),
+            deadline,
         }
     }
 }
 
 pin_project! {
-    /// The response future of [`DeadlineService`].
+    /// The response future of [`DeadlineService`]: polls the inner future with the
+    /// deadline current, and fails with [`DeadlineExceeded`] when it passes.
     #[derive(Debug)]
     pub struct DeadlineFuture<F> {
         #[pin]
         inner: Bounded<F>,
+        deadline: Deadline,
     }
 }
 
@@ -304,7 +486,9 @@ where
     type Output = Result<T, BoxError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match ready!(self.project().inner.poll(cx)) {
+        let this = self.project();
+        let polled = CURRENT.sync_scope(*this.deadline, || this.inner.poll(cx));
+        match ready!(polled) {
             Ok(result) => Poll::Ready(result.map_err(Into::into)),
             Err(exceeded) => {
                 crate::telemetry::deadline_exceeded();
@@ -365,25 +549,113 @@ mod tests {
         assert!(!d.is_expired(now));
     }
 
+    /// An inner service that answers with the deadline current when it was called
+    /// and when its future ran, and the `grpc-timeout` it was sent.
+    #[allow(clippy::type_complexity)]
+    fn seeing<Req: SentHeader + 'static>() -> impl Service<
+        Req,
+        Response = (Option<Deadline>, Option<Deadline>, Option<String>),
+        Error = BoxError,
+        Future: Send,
+    > + Clone {
+        tower::service_fn(|req: Req| {
+            let in_call = Deadline::current();
+            let header = req.grpc_timeout();
+            async move { Ok((in_call, Deadline::current(), header)) }
+        })
+    }
+
+    trait SentHeader {
+        fn grpc_timeout(&self) -> Option<String>;
+    }
+
+    impl SentHeader for http::Request<()> {
+        fn grpc_timeout(&self) -> Option<String> {
+            self.headers()
+                .get(GRPC_TIMEOUT)
+                .map(|v| v.to_str().unwrap().to_owned())
+        }
+    }
+
+    impl SentHeader for String {
+        fn grpc_timeout(&self) -> Option<String> {
+            None
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_huge_incoming_grpc_timeout_is_no_panic_and_the_budget_still_wins() {
-        let (svc, mut handle) = mock::pair::<http::Request<()>, ()>();
-        let mut svc = DeadlineLayer::new(Duration::from_millis(300))
+        let svc = DeadlineLayer::new(Duration::from_millis(300))
             .unwrap()
             .honor_grpc_timeout(true)
-            .layer(svc);
-        handle.allow(1);
+            .layer(seeing::<http::Request<()>>());
         let start = Instant::now();
         let req = http::Request::builder()
             .header(GRPC_TIMEOUT, "99999999H")
             .body(())
             .unwrap();
-        let _f = svc.ready().await.unwrap().call(req);
-        let (seen, _s) = handle.next_request().await.unwrap();
+        let (in_call, _, _) = svc.oneshot(req).await.unwrap();
         assert_eq!(
-            remaining_budget(&seen, start),
-            Some(Duration::from_millis(300))
+            in_call.unwrap().remaining(start),
+            Duration::from_millis(300)
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn any_request_type_gets_the_deadline_in_call_and_in_its_future() {
+        let svc = DeadlineLayer::new(Duration::from_millis(300))
+            .unwrap()
+            .layer(seeing::<String>());
+        let start = Instant::now();
+        let expected = Some(Deadline::after(start, Duration::from_millis(300)));
+        let (in_call, in_future, _) = svc.oneshot("SELECT 1".to_owned()).await.unwrap();
+        assert_eq!(in_call, expected);
+        assert_eq!(in_future, expected);
+        // Outside the layer's call and future there is none.
+        assert_eq!(Deadline::current(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_spawned_future_loses_the_deadline_unless_it_is_carried() {
+        let start = Instant::now();
+        let d = Deadline::after(start, Duration::from_millis(100));
+        let (lost, carried) = d
+            .scope(async {
+                let lost = tokio::spawn(async { Deadline::current() }).await.unwrap();
+                let carried = tokio::spawn(with_current_deadline(async { Deadline::current() }))
+                    .await
+                    .unwrap();
+                (lost, carried)
+            })
+            .await;
+        assert_eq!(lost, None);
+        assert_eq!(carried, Some(d));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_inner_scope_never_extends_an_outer_deadline() {
+        let start = Instant::now();
+        let outer = Deadline::after(start, Duration::from_millis(100));
+        let longer = Deadline::after(start, Duration::from_millis(500));
+        let shorter = Deadline::after(start, Duration::from_millis(50));
+        outer.sync_scope(|| {
+            assert_eq!(longer.sync_scope(Deadline::current), Some(outer));
+            assert_eq!(shorter.sync_scope(Deadline::current), Some(shorter));
+            assert_eq!(Deadline::current(), Some(outer));
+        });
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn bounded_by_current_looks_again_at_the_first_poll() {
+        let start = Instant::now();
+        let d = Deadline::after(start, Duration::from_millis(100));
+        // Made where no deadline is current (as in tower's Buffer worker), polled
+        // inside the caller's scope: the bound is the caller's deadline.
+        let fut = bounded_by_current(std::future::pending::<()>());
+        let mut fut = task::spawn(d.scope(fut));
+        assert_pending!(fut.poll());
+        tokio::time::advance(Duration::from_millis(100)).await;
+        assert!(assert_ready!(fut.poll()).is_err());
     }
 
     #[test]
@@ -434,14 +706,9 @@ mod tests {
             .unwrap()
             .layer(svc);
         handle.allow(1);
-        let start = Instant::now();
         let mut fut = task::spawn(svc.ready().await.unwrap().call(http::Request::new(())));
         assert_pending!(fut.poll());
-        let (req, _send) = handle.next_request().await.unwrap();
-        assert_eq!(
-            deadline_of(&req),
-            Some(Deadline::after(start, Duration::from_millis(300)))
-        );
+        let (_req, _send) = handle.next_request().await.unwrap();
         tokio::time::advance(Duration::from_millis(300)).await;
         let err = assert_ready!(fut.poll()).unwrap_err();
         assert_eq!(
@@ -452,36 +719,28 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_earlier_outer_deadline_and_a_shorter_grpc_timeout_win() {
-        let (svc, mut handle) = mock::pair::<http::Request<()>, ()>();
         let mut svc = DeadlineLayer::new(Duration::from_millis(300))
             .unwrap()
             .honor_grpc_timeout(true)
             .propagate_grpc_timeout(true)
-            .layer(svc);
-        handle.allow(2);
+            .layer(seeing::<http::Request<()>>());
         let start = Instant::now();
 
-        let mut req = http::Request::new(());
-        req.extensions_mut()
-            .insert(Deadline::after(start, Duration::from_millis(100)));
-        let _f1 = svc.ready().await.unwrap().call(req);
-        let (seen, _s) = handle.next_request().await.unwrap();
-        assert_eq!(
-            deadline_of(&seen).unwrap().remaining(start),
-            Duration::from_millis(100)
-        );
-        assert_eq!(seen.headers()[GRPC_TIMEOUT], "100000u");
+        let outer = Deadline::after(start, Duration::from_millis(100));
+        svc.ready().await.unwrap();
+        let fut = outer.sync_scope(|| svc.call(http::Request::new(())));
+        let (in_call, in_future, header) = outer.scope(fut).await.unwrap();
+        assert_eq!(in_call, Some(outer));
+        assert_eq!(in_future, Some(outer));
+        assert_eq!(header.as_deref(), Some("100000u"));
 
         let req = http::Request::builder()
             .header(GRPC_TIMEOUT, "50m")
             .body(())
             .unwrap();
-        let _f2 = svc.ready().await.unwrap().call(req);
-        let (seen, _s) = handle.next_request().await.unwrap();
-        assert_eq!(
-            remaining_budget(&seen, start),
-            Some(Duration::from_millis(50))
-        );
+        let (in_call, _, header) = svc.ready().await.unwrap().call(req).await.unwrap();
+        assert_eq!(in_call.unwrap().remaining(start), Duration::from_millis(50));
+        assert_eq!(header.as_deref(), Some("50000000n"));
     }
 
     #[tokio::test(start_paused = true)]

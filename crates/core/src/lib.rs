@@ -13,7 +13,9 @@
 //!   default), [`HttpStatus`] (5xx and 429 fail, a 404 is a business answer) and
 //!   [`GrpcStatus`].
 //! - **Sliding windows** ([`CountWindow`], [`TimeWindow`]) with `now` passed in.
-//! - **Deadlines** ([`Deadline`], [`DeadlineLayer`], [`bounded`]).
+//! - **Deadlines** ([`Deadline`], [`DeadlineLayer`], [`bounded`]) for any request
+//!   type: the deadline travels with the task, not the request
+//!   ([`Deadline::current`], [`with_current_deadline`]).
 //! - **Retries that respect the budget** ([`DeadlineRetry`], a `tower::retry`
 //!   policy): attempts counted from the first, jittered exponential waits that must
 //!   fit in the remaining deadline, a retry budget shared by the policy's clones, and
@@ -80,8 +82,9 @@ pub use classify::{
 };
 pub use config::{check_duration, check_fraction, check_positive, ConfigError};
 pub use deadline::{
-    bounded, deadline_of, format_grpc_timeout, parse_grpc_timeout, remaining_budget, Bounded,
-    Deadline, DeadlineFuture, DeadlineLayer, DeadlineService, HasExtensions, GRPC_TIMEOUT,
+    bounded, bounded_by_current, format_grpc_timeout, parse_grpc_timeout, with_current_deadline,
+    Bounded, Deadline, DeadlineFuture, DeadlineHeaders, DeadlineLayer, DeadlineService,
+    GrpcTimeout, HasExtensions, NoHeaders, WithDeadline, GRPC_TIMEOUT,
 };
 pub use random::{RandomSource, SeededRandom};
 pub use rejection::{

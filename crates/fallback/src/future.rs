@@ -240,6 +240,14 @@ where
                             StateOwned::Fallback { .. } | StateOwned::Done => return Poll::Pending,
                         };
                     shared.rt.triggered(fired.trigger);
+                    // `call` may have run in another task (tower's `Buffer`): the
+                    // caller's deadline is current here.
+                    let deadline = deadline.or_else(|| {
+                        shared
+                            .uses_deadline
+                            .then(seawall_core::Deadline::current)
+                            .flatten()
+                    });
                     let req = FallbackRequest::new(captured, fired.trigger, parts.error, deadline);
                     let fut = shared.plan.run(req, &shared.rt);
                     this.state.set(State::Fallback {

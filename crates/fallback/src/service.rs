@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use seawall_core::{deadline_of, BoxError, Classify, HasExtensions};
+use seawall_core::{BoxError, Classify, Deadline};
 use tower_service::Service;
 
 use crate::future::ResponseFuture;
@@ -20,9 +20,9 @@ use crate::request::Capture;
 /// must be polled ready before it is called, as with any Tower service). It is
 /// `Send + Sync` when the inner service and the strategy are.
 ///
-/// Requests must implement [`HasExtensions`] (as `http::Request` does) so that the
-/// fallback can honour a [`Deadline`](seawall_core::Deadline) the request carries;
-/// for a request type of your own, implement it and return `None` if it has none.
+/// Any request type. A [`Deadline`] current when the request arrives (an overall
+/// budget set further out) caps the fallback's steps; it is read in `call`, or when
+/// the fallback fires if `call` ran in another task (tower's `Buffer`).
 pub struct FallbackService<S, Cap, P, C, M> {
     inner: S,
     shared: Arc<Shared<Cap, P, C, M>>,
@@ -82,7 +82,6 @@ impl<S, Req, Cap, P, C, M> Service<Req> for FallbackService<S, Cap, P, C, M>
 where
     S: Service<Req>,
     S::Error: Into<BoxError>,
-    Req: HasExtensions,
     Cap: Capture<Req>,
     P: Plan<Cap::Output>,
     C: Classify<S::Response>,
@@ -119,7 +118,7 @@ where
         let shared = &self.shared;
         let captured = shared.capture.capture(&req);
         let deadline = if shared.uses_deadline {
-            deadline_of(&req)
+            Deadline::current()
         } else {
             None
         };

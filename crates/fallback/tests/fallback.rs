@@ -464,11 +464,8 @@ async fn step_timeouts_never_exceed_what_remains_of_the_request_deadline() {
         Err::<Quote, BoxError>("supplier 500".into())
     });
     let start = Instant::now();
-    let mut request = req("PT");
-    request
-        .extensions_mut()
-        .insert(Deadline::after(start, Duration::from_millis(300)));
-    let mut fut = task::spawn(layer.layer(primary).oneshot(request));
+    let overall = Deadline::after(start, Duration::from_millis(300));
+    let mut fut = task::spawn(overall.scope(layer.layer(primary).oneshot(req("PT"))));
     assert_pending!(fut.poll());
     tokio::time::advance(Duration::from_millis(100)).await;
     assert_pending!(fut.poll()); // the chain starts with 200 ms left

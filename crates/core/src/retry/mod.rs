@@ -22,7 +22,7 @@ use self::budget::RetryBudget;
 pub use self::config::RetryConfig;
 use crate::classify::{Classify, ClassifyInput, ErrorsAsFailures, Outcome};
 use crate::config::ConfigError;
-use crate::deadline::{deadline_of, HasExtensions};
+use crate::deadline::Deadline;
 use crate::random::{RandomSource, SeededRandom};
 use crate::rejection::{find_rejection, BoxError, Name};
 use crate::telemetry::{Refusal, RetryTelemetry};
@@ -246,7 +246,9 @@ where
             shared.sample(),
         );
         let now = Instant::now();
-        if let Some(deadline) = deadline_of(req) {
+        // The current deadline: tower's `Retry` asks this policy from its response
+        // future, which the deadline layer further out polls inside its scope.
+        if let Some(deadline) = Deadline::current() {
             let fits = wait
                 .checked_add(config.min_attempt_time)
                 .is_some_and(|needed| needed <= deadline.remaining(now));
@@ -570,7 +572,7 @@ impl<Req: RetryableRequest, Res> RetryIf<Req, Res> for IdempotentFailures {
 ///
 /// `http::Request` is not `Clone` (its body usually cannot be replayed); it is
 /// retryable when its body is `Clone`, such as `Full<Bytes>` or `()`.
-pub trait RetryableRequest: HasExtensions + Sized {
+pub trait RetryableRequest: Sized {
     /// A copy to send again, or `None` when this request cannot be resent.
     fn try_clone(&self) -> Option<Self>;
 

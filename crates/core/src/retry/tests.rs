@@ -498,7 +498,7 @@ fn a_copy_keeps_method_uri_headers_and_deadline() {
     assert_eq!(copy.method(), http::Method::POST);
     assert_eq!(copy.uri(), "http://freight/quote");
     assert_eq!(copy.headers()["x-destination"], "lisbon");
-    assert_eq!(crate::deadline_of(&copy), Some(d));
+    assert_eq!(copy.extensions().get::<Deadline>(), Some(&d));
     assert!(!copy.is_idempotent());
     assert!(http::Request::get("/").body(()).unwrap().is_idempotent());
 }
