@@ -701,14 +701,15 @@ async fn the_metrics_endpoint_lists_every_documented_metric() {
     for _ in 0..4 {
         client.get("/quote").await; // failures, then the breaker opens: transitions, rejections
     }
+    // A spent deadline is a gateway timeout, not "unavailable".
     assert_eq!(
         client.get("/slow").await.status,
-        StatusCode::SERVICE_UNAVAILABLE
+        StatusCode::GATEWAY_TIMEOUT
     );
     deps.recommendations.set(HANG); // slower than its 100 ms deadline
     assert_eq!(
         client.get("/recommendations").await.status,
-        StatusCode::SERVICE_UNAVAILABLE
+        StatusCode::GATEWAY_TIMEOUT
     );
     deps.llm.set(FAIL);
     for _ in 0..3 {

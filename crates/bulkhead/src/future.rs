@@ -259,7 +259,9 @@ where
         shared
             .telemetry
             .rejected_full(&shared.name, &shared.machine);
-        Self::rejected(Box::new(BulkheadFull::new(shared.name.clone())))
+        let now = shared.machine.counts();
+        let full = BulkheadFull::new(shared.name.clone()).with_load(now.active, now.queued);
+        Self::rejected(Box::new(full))
     }
 
     /// A call turned away with `error`, delivered on the first poll.

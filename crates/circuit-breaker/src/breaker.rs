@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use seawall_core::{ConfigError, Name, Outcome, RandomSource};
+use seawall_core::{ConfigError, Name, OpenCause, Outcome, RandomSource};
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
@@ -195,15 +195,16 @@ impl Breaker {
         let w = self.word.load(Ordering::Acquire);
         match w & MODE_MASK {
             MODE_CLOSED => Admission::Admitted(Ticket::normal(epoch_of(w))),
-            MODE_FORCED_OPEN => {
-                self.reject_fast(Duration::from_nanos(self.reopen_at.load(Ordering::Acquire)))
-            }
+            MODE_FORCED_OPEN => self.reject_fast(
+                Duration::from_nanos(self.reopen_at.load(Ordering::Acquire)),
+                OpenCause::ForcedOpen,
+            ),
             MODE_OPEN => {
                 let now = clock();
                 let at = self.nanos(now);
                 let until = self.reopen_at.load(Ordering::Acquire);
                 if at < until {
-                    return self.reject_fast(Duration::from_nanos(until - at));
+                    return self.reject_fast(Duration::from_nanos(until - at), OpenCause::Open);
                 }
                 self.admit_locked(now)
             }
@@ -211,17 +212,17 @@ impl Breaker {
         }
     }
 
-    fn reject_fast(&self, retry_after: Duration) -> Admission {
+    fn reject_fast(&self, retry_after: Duration, cause: OpenCause) -> Admission {
         self.short_circuited.fetch_add(1, Ordering::Relaxed);
         let retry_after = positive(retry_after);
         self.telemetry.rejected(&self.name, retry_after);
-        Admission::Rejected(retry_after)
+        Admission::Rejected(retry_after, cause)
     }
 
     #[cold]
     fn admit_locked(&self, now: Instant) -> Admission {
         let admission = self.locked(now, |m| m.acquire(now));
-        if let Admission::Rejected(retry_after) = admission {
+        if let Admission::Rejected(retry_after, _) = admission {
             self.telemetry.rejected(&self.name, retry_after);
         }
         admission
@@ -436,7 +437,7 @@ mod tests {
     fn admit(b: &Breaker, now: Instant) -> Option<Ticket> {
         match b.admit(|| now) {
             Admission::Admitted(t) => Some(t),
-            Admission::Rejected(_) => None,
+            Admission::Rejected(..) => None,
         }
     }
 
@@ -501,7 +502,10 @@ mod tests {
         });
         let guard = b.lock();
         // With the mutex held elsewhere, rejections still flow.
-        assert_eq!(b.admit(|| t0 + 4 * S), Admission::Rejected(6 * S));
+        assert_eq!(
+            b.admit(|| t0 + 4 * S),
+            Admission::Rejected(6 * S, OpenCause::Open)
+        );
         assert_eq!(b.ready_hint(|| t0 + 4 * S), ReadyHint::SkipOpen);
         drop(guard);
         assert_eq!(b.fast_counts().short_circuited, 1);
@@ -615,7 +619,7 @@ mod tests {
                                 }
                                 held.push(t);
                             }
-                            Admission::Rejected(r) => {
+                            Admission::Rejected(r, _) => {
                                 prop_assert!(r > Duration::ZERO);
                                 ended += 1;
                             }

@@ -9,7 +9,7 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use pin_project_lite::pin_project;
-use seawall_core::{on_unwind, Bounded, BoxError, CircuitOpen, Classify, Name, Outcome};
+use seawall_core::{on_unwind, Bounded, BoxError, CircuitOpen, Classify, Name, OpenCause, Outcome};
 use tokio::time::Instant;
 
 use crate::breaker::Breaker;
@@ -110,7 +110,7 @@ pin_project! {
             classifier: C,
         },
         Rejected {
-            rejection: Option<(Name, Duration)>,
+            rejection: Option<(Name, Duration, OpenCause)>,
         },
     }
 }
@@ -127,10 +127,10 @@ impl<F, C> ResponseFuture<F, C> {
         }
     }
 
-    pub(crate) fn rejected(name: Name, retry_after: Duration) -> Self {
+    pub(crate) fn rejected(name: Name, retry_after: Duration, cause: OpenCause) -> Self {
         Self {
             kind: Kind::Rejected {
-                rejection: Some((name, retry_after)),
+                rejection: Some((name, retry_after, cause)),
             },
         }
     }
@@ -192,7 +192,9 @@ where
                 }
             }
             KindProj::Rejected { rejection } => Poll::Ready(Err(match rejection.take() {
-                Some((name, retry_after)) => Box::new(CircuitOpen::new(name, retry_after)),
+                Some((name, retry_after, cause)) => {
+                    Box::new(CircuitOpen::because(name, cause, Some(retry_after)))
+                }
                 None => polled_after_completion(),
             })),
         }

@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::task::{Context, Poll};
 
 use seawall_core::{
-    bounded_by_current, BoxError, ClassifyRequest, ConfigError, Name, RandomSource, SeededRandom,
+    bounded_by_current, BoxError, ClassifyRequest, ConfigError, Name, OpenCause, RandomSource,
+    SeededRandom,
 };
 use tokio::time::Instant;
 use tower_layer::Layer;
@@ -293,11 +294,12 @@ where
             return ResponseFuture::rejected(
                 self.shared.name.clone(),
                 crate::machine::MIN_RETRY_AFTER,
+                OpenCause::Open,
             );
         };
         match breaker.admit(Instant::now) {
-            Admission::Rejected(retry_after) => {
-                ResponseFuture::rejected(breaker.name().clone(), retry_after)
+            Admission::Rejected(retry_after, cause) => {
+                ResponseFuture::rejected(breaker.name().clone(), retry_after, cause)
             }
             Admission::Admitted(ticket) => {
                 // The guard exists before anything that may panic, so every path

@@ -8,7 +8,8 @@
 use std::time::Duration;
 
 use seawall_core::{
-    later, ConfigError, CountWindow, Outcome, RandomSource, SeededRandom, TimeWindow, WindowCounts,
+    later, ConfigError, CountWindow, OpenCause, Outcome, RandomSource, SeededRandom, TimeWindow,
+    WindowCounts,
 };
 use tokio::sync::broadcast;
 use tokio::time::Instant;
@@ -172,8 +173,8 @@ impl Ticket {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Admission {
     Admitted(Ticket),
-    /// Rejected; the caller may retry after this (never zero).
-    Rejected(Duration),
+    /// Rejected for this cause; the caller may retry after this (never zero).
+    Rejected(Duration, OpenCause),
 }
 
 /// The state as reported at some instant (lazy transitions included).
@@ -779,7 +780,7 @@ impl Machine {
         self.advance(now);
         let epoch = self.epoch;
         let share = self.ramp_share(now);
-        let rejected = match &mut self.phase {
+        let (rejected, cause) = match &mut self.phase {
             Phase::Closed { ramp: None } | Phase::ForcedClosed | Phase::Disabled => {
                 return Admission::Admitted(Ticket::normal(epoch));
             }
@@ -790,10 +791,13 @@ impl Machine {
                     return Admission::Admitted(Ticket::normal(epoch));
                 }
                 let end = later(self.since, Duration::from_nanos(self.tuning.ramp_ns));
-                end.saturating_duration_since(now)
+                (end.saturating_duration_since(now), OpenCause::Ramping)
             }
-            Phase::Open { until } => until.saturating_duration_since(now),
-            Phase::ForcedOpen => Duration::from_nanos(self.tuning.open_for_ns),
+            Phase::Open { until } => (until.saturating_duration_since(now), OpenCause::Open),
+            Phase::ForcedOpen => (
+                Duration::from_nanos(self.tuning.open_for_ns),
+                OpenCause::ForcedOpen,
+            ),
             Phase::HalfOpen { in_flight, .. } => {
                 let max = self.tuning.half_open_max;
                 if *in_flight < max {
@@ -812,12 +816,14 @@ impl Machine {
                 }
                 // Turned away while the probes are in flight: wait at most until the
                 // oldest probe must have finished (or counts as failed).
-                self.probe_deadline()
-                    .map_or(MIN_RETRY_AFTER, |due| due.saturating_duration_since(now))
+                let after = self
+                    .probe_deadline()
+                    .map_or(MIN_RETRY_AFTER, |due| due.saturating_duration_since(now));
+                (after, OpenCause::ProbeSlotsFull)
             }
         };
         self.cold().short_circuited += 1;
-        Admission::Rejected(positive(rejected))
+        Admission::Rejected(positive(rejected), cause)
     }
 
     /// Reports how an admitted call ended.

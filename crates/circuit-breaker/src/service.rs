@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
-use seawall_core::{bounded_by_current, BoxError, ClassifyRequest};
+use seawall_core::{bounded_by_current, BoxError, ClassifyRequest, OpenCause};
 use tokio::time::Instant;
 use tower_service::Service;
 
@@ -127,15 +127,19 @@ where
     fn call(&mut self, req: Req) -> Self::Future {
         let readiness = std::mem::replace(&mut self.ready, Readiness::Unknown);
         match self.breaker.admit(Instant::now) {
-            Admission::Rejected(retry_after) => {
-                ResponseFuture::rejected(self.breaker.name().clone(), retry_after)
+            Admission::Rejected(retry_after, cause) => {
+                ResponseFuture::rejected(self.breaker.name().clone(), retry_after, cause)
             }
             Admission::Admitted(ticket) => {
                 if let Readiness::Skipped = readiness {
                     // The breaker closed between `poll_ready` and `call`: the inner
                     // service was not polled, so this call cannot go out.
                     self.breaker.turn_away(ticket, Instant::now);
-                    return ResponseFuture::rejected(self.breaker.name().clone(), MIN_RETRY_AFTER);
+                    return ResponseFuture::rejected(
+                        self.breaker.name().clone(),
+                        MIN_RETRY_AFTER,
+                        OpenCause::Open,
+                    );
                 }
                 // The one shared pointer per call, taken before the future is built.
                 let guard = Guard::new(

@@ -424,7 +424,13 @@ async fn forced_open_rejects_without_polling_and_a_reset_between_ready_and_call_
     let mut svc = layer.layer(inner.clone());
     handle.force_open();
     let err = send(&mut svc).await.unwrap_err();
-    assert_eq!(rejection_retry_after(&err), 10 * S);
+    // Only an operator ends a forced open: no retry time is promised.
+    let rejection = find_rejection(&*err).unwrap();
+    assert_eq!(
+        rejection.open_cause(),
+        Some(seawall_core::OpenCause::ForcedOpen)
+    );
+    assert_eq!(rejection.retry_after(), None);
     assert_eq!((inner.polls(), inner.calls()), (0, 0));
     // Ready was answered without polling the inner service; if an operator closes
     // the breaker before the call, the call still must not reach it unpolled.

@@ -36,12 +36,15 @@ use tower_service::Service;
 use crate::rejection::{find_rejection, BoxError, Rejection, RejectionKind};
 
 /// The gRPC code for a rejection of `kind`.
+///
+/// See the table in the `http` module's docs: a spent deadline is
+/// `DEADLINE_EXCEEDED` (clients do not retry it), a full bulkhead
+/// `RESOURCE_EXHAUSTED`, the rest `UNAVAILABLE`.
 pub fn rejection_code(kind: RejectionKind) -> Code {
     match kind {
         RejectionKind::BulkheadFull | RejectionKind::BulkheadTimeout => Code::ResourceExhausted,
-        RejectionKind::CircuitOpen
-        | RejectionKind::DeadlineExceeded
-        | RejectionKind::FallbacksExhausted => Code::Unavailable,
+        RejectionKind::DeadlineExceeded => Code::DeadlineExceeded,
+        RejectionKind::CircuitOpen | RejectionKind::FallbacksExhausted => Code::Unavailable,
     }
 }
 
@@ -343,7 +346,7 @@ mod tests {
                 Box::new(CircuitOpen::new("q".into(), Duration::from_secs(3))),
                 Code::Unavailable,
             ),
-            (Box::new(DeadlineExceeded::new()), Code::Unavailable),
+            (Box::new(DeadlineExceeded::new()), Code::DeadlineExceeded),
             (
                 Box::new(BulkheadFull::new("q".into())),
                 Code::ResourceExhausted,

@@ -1,10 +1,23 @@
 //! HTTP glue: rejections rendered as responses, and the bodies layers share.
 //!
 //! An `Err` handed to hyper closes the connection without a response, and axum
-//! wants `Infallible`; servers therefore render a rejection as `503 Service
-//! Unavailable` with `Retry-After` (whole seconds, rounded up) when the rejection
-//! knows one. The body is short and generic: it never names a dependency, a
-//! breaker or an internal error. The cause belongs in traces and metrics.
+//! wants `Infallible`; servers therefore render a rejection as a response. The body
+//! is short and generic: it never names a dependency, a breaker or an internal
+//! error. The cause belongs in traces and metrics. One table decides the answer
+//! (the gRPC column is the `grpc` module's, feature `tonic`):
+//!
+//! | rejection | HTTP | `Retry-After` | gRPC | `grpc-retry-pushback-ms` |
+//! |---|---|---|---|---|
+//! | circuit open | 503 | what remains of the open interval, whole seconds rounded up | `UNAVAILABLE` | the same, in ms |
+//! | probe slots full | 503 | what remains of the oldest probe's half-open timeout | `UNAVAILABLE` | the same |
+//! | ramping after closing | 503 | what remains of the ramp | `UNAVAILABLE` | the same |
+//! | forced open | 503 | none: only an operator ends it | `UNAVAILABLE` | none |
+//! | bulkhead full, wait timed out | 503 | none: capacity frees when calls end, not at a known time | `RESOURCE_EXHAUSTED` | none |
+//! | deadline exceeded | 504 | none: the budget is spent | `DEADLINE_EXCEEDED` | none |
+//! | fallbacks exhausted | 503 | the steps' first rejection's, if any | `UNAVAILABLE` | the same |
+//!
+//! A retrying client reads `UNAVAILABLE` as "try again" and `DEADLINE_EXCEEDED` as
+//! "too late": that is why a spent budget is never rendered as unavailable.
 
 use std::convert::Infallible;
 use std::error::Error;
@@ -36,15 +49,16 @@ pub fn retry_after_value(d: Duration) -> HeaderValue {
     HeaderValue::from(secs)
 }
 
-/// Renders `rejection` as a 503 with `Retry-After` (when known) and the generic body.
+/// Renders `rejection` by the table in the module docs (503, or 504 for a spent
+/// deadline; `Retry-After` when known) with the generic body.
 pub fn rejection_response(rejection: &Rejection<'_>) -> Response<RenderedBody> {
     rejection_response_with(rejection, Bytes::from_static(UNAVAILABLE_BODY.as_bytes()))
 }
 
-/// Renders `rejection` as a 503 with `Retry-After` (when known) and your `body`.
+/// Renders `rejection` by the table in the module docs, with your `body`.
 pub fn rejection_response_with(rejection: &Rejection<'_>, body: Bytes) -> Response<RenderedBody> {
     let mut res = Response::new(Full::new(body));
-    *res.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    *res.status_mut() = rejection_status(rejection.kind());
     res.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
@@ -54,6 +68,15 @@ pub fn rejection_response_with(rejection: &Rejection<'_>, body: Bytes) -> Respon
             .insert(header::RETRY_AFTER, retry_after_value(d));
     }
     res
+}
+
+/// The HTTP status for a rejection of `kind`: `504 Gateway Timeout` for a spent
+/// deadline, `503 Service Unavailable` for the rest.
+pub fn rejection_status(kind: crate::RejectionKind) -> StatusCode {
+    match kind {
+        crate::RejectionKind::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
+        _ => StatusCode::SERVICE_UNAVAILABLE,
+    }
 }
 
 /// Renders `error` when a seawall rejection is in its chain; `None` for other errors.

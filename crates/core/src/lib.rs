@@ -22,10 +22,12 @@
 //!   never a seawall rejection or a business answer. Placed inside the deadline and
 //!   outside the bulkhead and the breaker (see its docs for why).
 //! - **HTTP glue** (feature `http`, module [`http`]): a rejection
-//!   rendered as `503` with `Retry-After`, the [`Guarded`](crate::http::Guarded)
+//!   rendered by one answers table (503 with `Retry-After` when known, 504 for a
+//!   spent deadline), the [`Guarded`](crate::http::Guarded)
 //!   body that holds a permit until a response body ends, and the `Either` body.
 //! - **gRPC glue** (feature `tonic`, module [`grpc`]): rejections as
-//!   `UNAVAILABLE` / `RESOURCE_EXHAUSTED` statuses for tonic clients, and as
+//!   `UNAVAILABLE` / `RESOURCE_EXHAUSTED` / `DEADLINE_EXCEEDED` statuses for tonic
+//!   clients, and as
 //!   trailers-only responses for servers.
 //! - **Configuration errors** ([`ConfigError`]) naming the field at fault, and the
 //!   longest duration any setting accepts ([`MAX_DURATION`], a year) with
@@ -89,7 +91,7 @@ pub use deadline::{
 pub use random::{RandomSource, SeededRandom};
 pub use rejection::{
     find_rejection, BoxError, BulkheadFull, BulkheadTimeout, Category, CircuitOpen,
-    DeadlineExceeded, FallbacksExhausted, Name, Rejection, RejectionKind, StepFailure,
+    DeadlineExceeded, FallbacksExhausted, Name, OpenCause, Rejection, RejectionKind, StepFailure,
 };
 pub use retry::{
     DeadlineRetry, DeadlineRetryBuilder, IdempotentFailures, Jitter, RetryConfig, RetryDelay,

@@ -77,17 +77,62 @@ pub enum Category {
     Exhausted,
 }
 
+/// Why a circuit breaker turned a call away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+#[non_exhaustive]
+pub enum OpenCause {
+    /// Tripped: open until its interval ends.
+    Open,
+    /// Half-open with every probe slot taken: the probes in flight decide.
+    ProbeSlotsFull,
+    /// Closed again but ramping up: this call was not in the share admitted yet.
+    Ramping,
+    /// Forced open by an operator: it stays open until an operator changes it, so
+    /// no retry time can be promised.
+    ForcedOpen,
+}
+
+impl OpenCause {
+    /// A short, stable, lower-case label (for metrics and logs).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Open => "open",
+            Self::ProbeSlotsFull => "probe_slots_full",
+            Self::Ramping => "ramping",
+            Self::ForcedOpen => "forced_open",
+        }
+    }
+}
+
 /// A circuit breaker turned the call away without calling the dependency.
 #[derive(Debug, Clone)]
 pub struct CircuitOpen {
     name: Name,
-    retry_after: Duration,
+    retry_after: Option<Duration>,
+    cause: OpenCause,
 }
 
 impl CircuitOpen {
-    /// A rejection by the breaker `name`, which expects to admit a call again after `retry_after`.
+    /// A rejection by the tripped breaker `name`, which expects to admit a call again
+    /// after `retry_after` (what remains of its open interval).
     pub fn new(name: Name, retry_after: Duration) -> Self {
-        Self { name, retry_after }
+        Self::because(name, OpenCause::Open, Some(retry_after))
+    }
+
+    /// A rejection by the breaker `name` for `cause`, with the retry-after it can
+    /// promise (`None` when forced open).
+    pub fn because(name: Name, cause: OpenCause, retry_after: Option<Duration>) -> Self {
+        let retry_after = match cause {
+            OpenCause::ForcedOpen => None,
+            _ => retry_after,
+        };
+        Self {
+            name,
+            retry_after,
+            cause,
+        }
     }
 
     /// The breaker's name.
@@ -95,19 +140,31 @@ impl CircuitOpen {
         &self.name
     }
 
-    /// How long until the breaker expects to admit a call (never zero).
-    pub fn retry_after(&self) -> Duration {
+    /// Why the call was turned away.
+    pub fn cause(&self) -> OpenCause {
+        self.cause
+    }
+
+    /// How long until the breaker expects to admit a call (never zero); `None` when
+    /// it was forced open, since only an operator ends that.
+    pub fn retry_after(&self) -> Option<Duration> {
         self.retry_after
     }
 }
 
 impl fmt::Display for CircuitOpen {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "circuit `{}` is open; retry after {:?}",
-            self.name, self.retry_after
-        )
+        let why = match self.cause {
+            OpenCause::Open => "is open",
+            OpenCause::ProbeSlotsFull => "is half-open with every probe slot taken",
+            OpenCause::Ramping => "is ramping up after closing",
+            OpenCause::ForcedOpen => "is forced open",
+        };
+        write!(f, "circuit `{}` {why}", self.name)?;
+        match self.retry_after {
+            Some(after) => write!(f, "; retry after {after:?}"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -117,17 +174,30 @@ impl Error for CircuitOpen {}
 #[derive(Debug, Clone)]
 pub struct BulkheadFull {
     name: Name,
+    load: Option<(usize, usize)>,
 }
 
 impl BulkheadFull {
     /// A rejection by the bulkhead `name`.
     pub fn new(name: Name) -> Self {
-        Self { name }
+        Self { name, load: None }
+    }
+
+    /// The same rejection, recording the calls `active` and `queued` when it was made.
+    #[must_use]
+    pub fn with_load(mut self, active: usize, queued: usize) -> Self {
+        self.load = Some((active, queued));
+        self
     }
 
     /// The bulkhead's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The calls active and queued when the call was turned away, when recorded.
+    pub fn load(&self) -> Option<(usize, usize)> {
+        self.load
     }
 }
 
@@ -264,12 +334,16 @@ impl Error for FallbacksExhausted {
     }
 }
 
-/// A seawall rejection found in an error chain by [`find_rejection`].
+/// A seawall rejection found in an error chain by [`find_rejection`], with every
+/// detail its concrete type knows, so no caller needs to downcast.
 #[derive(Debug, Clone, Copy)]
 pub struct Rejection<'a> {
     kind: RejectionKind,
     name: Option<&'a str>,
     retry_after: Option<Duration>,
+    open_cause: Option<OpenCause>,
+    waited: Option<Duration>,
+    load: Option<(usize, usize)>,
     error: &'a (dyn Error + 'static),
 }
 
@@ -289,9 +363,30 @@ impl<'a> Rejection<'a> {
         self.name
     }
 
-    /// How long until a retry may succeed, when the policy knows (an open breaker).
+    /// How long until a retry may succeed, when the policy knows (a tripped breaker;
+    /// for an exhausted fallback chain, the first step rejection that knows one).
     pub fn retry_after(&self) -> Option<Duration> {
         self.retry_after
+    }
+
+    /// Why a breaker turned the call away (circuit-open rejections only).
+    pub fn open_cause(&self) -> Option<OpenCause> {
+        self.open_cause
+    }
+
+    /// How long the call waited in a bulkhead's queue (bulkhead timeouts only).
+    pub fn waited(&self) -> Option<Duration> {
+        self.waited
+    }
+
+    /// The calls active in the bulkhead when it turned the call away, when recorded.
+    pub fn active(&self) -> Option<usize> {
+        self.load.map(|(active, _)| active)
+    }
+
+    /// The calls queued in the bulkhead when it turned the call away, when recorded.
+    pub fn queued(&self) -> Option<usize> {
+        self.load.map(|(_, queued)| queued)
     }
 
     /// The rejection error itself, for downcasting to its concrete type.
@@ -325,29 +420,46 @@ pub fn find_rejection<'a>(error: &'a (dyn Error + 'static)) -> Option<Rejection<
 }
 
 fn recognise<'a>(e: &'a (dyn Error + 'static)) -> Option<Rejection<'a>> {
-    let (kind, name, retry_after) = if let Some(r) = e.downcast_ref::<CircuitOpen>() {
-        (
-            RejectionKind::CircuitOpen,
-            Some(r.name()),
-            Some(r.retry_after),
-        )
-    } else if let Some(r) = e.downcast_ref::<BulkheadFull>() {
-        (RejectionKind::BulkheadFull, Some(r.name()), None)
-    } else if let Some(r) = e.downcast_ref::<BulkheadTimeout>() {
-        (RejectionKind::BulkheadTimeout, Some(r.name()), None)
-    } else if e.is::<DeadlineExceeded>() {
-        (RejectionKind::DeadlineExceeded, None, None)
-    } else if let Some(r) = e.downcast_ref::<FallbacksExhausted>() {
-        (RejectionKind::FallbacksExhausted, Some(r.name()), None)
-    } else {
-        return None;
-    };
-    Some(Rejection {
+    let bare = |kind, name| Rejection {
         kind,
         name,
-        retry_after,
+        retry_after: None,
+        open_cause: None,
+        waited: None,
+        load: None,
         error: e,
-    })
+    };
+    if let Some(r) = e.downcast_ref::<CircuitOpen>() {
+        Some(Rejection {
+            retry_after: r.retry_after,
+            open_cause: Some(r.cause),
+            ..bare(RejectionKind::CircuitOpen, Some(r.name()))
+        })
+    } else if let Some(r) = e.downcast_ref::<BulkheadFull>() {
+        Some(Rejection {
+            load: r.load,
+            ..bare(RejectionKind::BulkheadFull, Some(r.name()))
+        })
+    } else if let Some(r) = e.downcast_ref::<BulkheadTimeout>() {
+        Some(Rejection {
+            waited: Some(r.waited),
+            ..bare(RejectionKind::BulkheadTimeout, Some(r.name()))
+        })
+    } else if e.is::<DeadlineExceeded>() {
+        Some(bare(RejectionKind::DeadlineExceeded, None))
+    } else if let Some(r) = e.downcast_ref::<FallbacksExhausted>() {
+        // The steps' own rejections say when trying again may help.
+        let retry_after = r
+            .steps
+            .iter()
+            .find_map(|s| find_rejection(s.cause()).and_then(|found| found.retry_after));
+        Some(Rejection {
+            retry_after,
+            ..bare(RejectionKind::FallbacksExhausted, Some(r.name()))
+        })
+    } else {
+        None
+    }
 }
 
 #[cfg(test)]

@@ -136,8 +136,9 @@
 //!   `http::Response<Either<B, FB>>` (the primary's body `B` untouched on the left,
 //!   the fallback's `FB` on the right) and keeps errors;
 //!   `FallbackBuilder::http_server` answers the same type with
-//!   `Error = Infallible` (axum-compatible): rejections become `503` with
-//!   `Retry-After`, an `Unavailable` a configurable response, other errors a
+//!   `Error = Infallible` (axum-compatible): rejections are answered by
+//!   seawall-core's answers table (`503`, `504` for a spent deadline, `Retry-After`
+//!   when known), an `Unavailable` a configurable response, other errors a
 //!   configurable `500`; nothing internal in any body. See the `http` module.
 //!
 //! # Where state lives, and what it costs

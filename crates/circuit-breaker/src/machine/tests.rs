@@ -30,13 +30,13 @@ fn consecutive(threshold: u32) -> CircuitBreakerConfig {
 fn admit(m: &mut Machine, now: Instant) -> Ticket {
     match m.acquire(now) {
         Admission::Admitted(t) => t,
-        Admission::Rejected(r) => panic!("rejected, retry after {r:?}"),
+        Admission::Rejected(r, _) => panic!("rejected, retry after {r:?}"),
     }
 }
 
 fn rejected(m: &mut Machine, now: Instant) -> Duration {
     match m.acquire(now) {
-        Admission::Rejected(r) => r,
+        Admission::Rejected(r, _) => r,
         Admission::Admitted(t) => panic!("admitted {t:?}"),
     }
 }
@@ -554,7 +554,7 @@ fn the_ramp_admits_a_growing_share_and_a_trip_during_it_reopens_with_backoff() {
     assert_eq!(admitted_of_100(&mut m, t1 + 5 * S), 60);
     // A caller turned away by the ramp is told when the ramp ends.
     let retry_after = (0..3).find_map(|_| match m.acquire(t1 + 5 * S) {
-        Admission::Rejected(r) => Some(r),
+        Admission::Rejected(r, _) => Some(r),
         Admission::Admitted(t) => {
             finish(&mut m, t, Outcome::Success, t1 + 5 * S);
             None
