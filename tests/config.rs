@@ -177,6 +177,25 @@ fn each_malformed_field_is_named_with_its_line() {
 }
 
 #[test]
+fn durations_are_read_as_humantime_users_write_them() {
+    let doc = PolicyDocument::from_toml(
+        "[policies.q]\ndeadline = \"1.5s\"\n[policies.q.bulkhead]\nmax_wait = \"250ms\"\n\
+         [policies.q.breaker]\nopen_for = \"1m30s\"\n",
+    )
+    .unwrap();
+    let q = &doc.policies["q"];
+    assert_eq!(q.deadline, Some(Duration::from_millis(1500)));
+    assert_eq!(q.bulkhead.unwrap().max_wait, Duration::from_millis(250));
+    assert_eq!(
+        q.breaker.as_ref().unwrap().open_for,
+        Duration::from_secs(90)
+    );
+    let (fields, message) = refused("[policies.q]\ndeadline = \"3 fortnights\"\n");
+    assert_eq!(fields, ["policies.q.deadline"], "{message}");
+    assert!(message.contains("unknown unit"), "{message}");
+}
+
+#[test]
 fn each_invalid_value_is_named_by_its_path_in_the_document() {
     let cases: &[(&str, &str)] = &[
         (

@@ -1,40 +1,33 @@
-//! Human-readable durations for configuration files: `"300ms"`, `"10s"`, `"2m"`.
+//! Human-readable durations for configuration files: `"300ms"`, `"1.5s"`, `"1m30s"`.
 //!
 //! Use on a `Duration` field with `#[serde(with = "seawall_core::duration_format")]`,
-//! or [`option`] for an `Option<Duration>`. Accepted units: `ns`, `us`, `ms`, `s`,
-//! `m`, `h`; the number is a whole number. Serialising picks the largest unit that
-//! represents the value exactly, down to microseconds; a value of a millisecond or
-//! more that no such unit represents (a measured time in a snapshot, say
-//! `9956450818ns`) is rounded to the nearest millisecond (`9956ms`) to stay readable.
+//! or [`option`] for an `Option<Duration>`. Parsing accepts what `humantime` users
+//! write (it is `humantime::parse_duration`): units `ns`, `us`, `ms`, `s`, `m`, `h`,
+//! `d` and their long forms, fractions (`1.5s`), and several spans (`1m30s`,
+//! `1h 30m`). A number without a unit is refused: `"20"` could be seconds or
+//! milliseconds. Serialising picks the largest unit that represents the value
+//! exactly, down to microseconds; a value of a millisecond or more that no such unit
+//! represents (a measured time in a snapshot, say `9956450818ns`) is rounded to the
+//! nearest millisecond (`9956ms`) to stay readable.
 
 use std::time::Duration;
 
 use serde::{de, Deserialize, Deserializer, Serializer};
 
+const UNITS: &str = "use ns, us, ms, s, m or h, as in `250ms`, `1.5s` or `1m30s`";
+
 /// Parses `"300ms"`-style durations.
 pub fn parse(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .ok_or_else(|| format!("`{text}` has no unit (use ns, us, ms, s, m or h)"))?;
-    let (digits, unit) = text.split_at(split);
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("`{text}` does not start with a whole number"))?;
-    let d = match unit.trim() {
-        "ns" => Duration::from_nanos(n),
-        "us" | "µs" => Duration::from_micros(n),
-        "ms" => Duration::from_millis(n),
-        "s" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n.saturating_mul(60)),
-        "h" => Duration::from_secs(n.saturating_mul(3600)),
-        other => {
-            return Err(format!(
-                "unknown unit `{other}` in `{text}` (use ns, us, ms, s, m or h)"
-            ))
+    humantime::parse_duration(text).map_err(|e| match e {
+        humantime::DurationError::UnknownUnit { unit, .. } if unit.is_empty() => {
+            format!("`{text}` has no unit ({UNITS})")
         }
-    };
-    Ok(d)
+        humantime::DurationError::UnknownUnit { unit, .. } => {
+            format!("unknown unit `{unit}` in `{text}` ({UNITS})")
+        }
+        other => format!("`{text}` is not a duration: {other} ({UNITS})"),
+    })
 }
 
 /// Formats a duration with the largest exact unit (see the module docs for rounding).
@@ -101,8 +94,14 @@ mod tests {
         assert_eq!(parse("20 ms"), Ok(Duration::from_millis(20)));
         assert!(parse("10").unwrap_err().contains("no unit"));
         assert!(parse("ms").is_err());
-        assert!(parse("1.5s").is_err());
-        assert!(parse("3d").unwrap_err().contains("unknown unit"));
+        assert!(parse("").is_err());
+        // What humantime users write.
+        assert_eq!(parse("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse("1h 30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse("2d"), Ok(Duration::from_secs(2 * 86_400)));
+        assert!(parse("3x").unwrap_err().contains("unknown unit `x`"));
         assert_eq!(format(Duration::from_millis(300)), "300ms");
         assert_eq!(format(Duration::from_secs(120)), "2m");
         assert_eq!(format(Duration::from_millis(1500)), "1500ms");
