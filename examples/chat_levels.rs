@@ -1,4 +1,4 @@
-//! An LLM-style chat service with the four levels of the degradation seed —
+//! An LLM-style chat service with four degradation levels —
 //! full model → reduced model → keyword router → fixed message — through a provider
 //! outage, in simulated time (ten simulated minutes run in a moment).
 //!

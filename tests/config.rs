@@ -90,7 +90,7 @@ fn the_examples_document_and_a_good_one_load() {
             failure_rate: 0.5
         }
     );
-    // Left-out fields take the crate's defaults (the seed's numbers).
+    // Left-out fields take the crate's defaults (documented in each crate).
     let degradation = policies.document().policies["assistant"]
         .degradation
         .clone()

@@ -1,6 +1,6 @@
 //! Across crates: a fallback placed outside a circuit breaker answers the caller,
 //! but the breaker only ever sees the dependency's failures. A fallback's answer is
-//! never evidence that the dependency works (seed 002), so it cannot reset the
+//! never evidence that the dependency works, so it cannot reset the
 //! failure count or close the breaker.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]

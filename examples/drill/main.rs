@@ -1,7 +1,7 @@
-//! The failure drill: seed 003's rehearsal, run for real on 127.0.0.1.
+//! The failure drill: an outage rehearsal, run for real on 127.0.0.1.
 //!
 //! ```text
-//! cargo run --release --example drill            # the seed's real durations (about 3 minutes)
+//! cargo run --release --example drill            # the real durations (about 3 minutes)
 //! cargo run --release --example drill -- --fast  # the same drill in about a minute
 //! ```
 //!

@@ -1,4 +1,4 @@
-//! The failure drill of seed 003, run for real over loopback: a freight supplier
+//! The failure drill, run for real over loopback: a freight supplier
 //! that goes slow, refuses connections, fails with 5xx, refuses a destination and
 //! recovers, while a bounded load drives the shop.
 #![allow(dead_code, unreachable_pub)] // shared by the example and its test, each using a part
@@ -56,7 +56,7 @@ pub struct DrillConfig {
 }
 
 impl DrillConfig {
-    /// The seed's real durations: 300 ms budget, 8 active / 10 queued / 20 ms,
+    /// The real durations: 300 ms budget, 8 active / 10 queued / 20 ms,
     /// breaker open 10 s, degradation dwell 60 s; 30 s phases.
     pub fn real() -> Self {
         Self {

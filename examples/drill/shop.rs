@@ -93,7 +93,7 @@ impl Service<Request> for FreightClient {
     }
 }
 
-/// The drill's policy parameters (seed 003 by default).
+/// The drill's policy parameters (the documented defaults).
 #[derive(Debug, Clone, Copy)]
 pub struct Policy {
     pub budget: Duration,
@@ -301,7 +301,7 @@ async fn quote(State(shop): State<Shop>) -> (StatusCode, Json<Value>) {
     }
 }
 
-/// An order is confirmed only with a price the supplier really quoted (seed 003):
+/// An order is confirmed only with a price the supplier really quoted:
 /// without one, the purchase waits rather than being priced by invention.
 async fn checkout(State(shop): State<Shop>) -> (StatusCode, Json<Value>) {
     match ask_for_quote(&shop).await {

@@ -33,7 +33,7 @@ pub struct PolicyDocument {
 /// and their settings. Every section is optional; a policy needs at least one.
 ///
 /// The sections are each crate's own configuration type, with its defaults for
-/// the fields left out (the seed's numbers):
+/// the fields left out (the crates' defaults):
 ///
 /// | key | type | what |
 /// |---|---|---|

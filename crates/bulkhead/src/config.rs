@@ -7,7 +7,7 @@ use seawall_core::{check_duration, check_positive, ConfigError, Name};
 use crate::layer::BulkheadLayer;
 use crate::machine::MAX_LIMIT;
 
-/// The limits of one bulkhead. `Default` is the seed's proposal: 8 active calls,
+/// The limits of one bulkhead. `Default` is a starting point to calibrate, not a measured limit: 8 active calls,
 /// 10 waiting, 20 ms in the queue at most.
 ///
 /// **The limits are per instance.** A bulkhead counts the calls of one process:

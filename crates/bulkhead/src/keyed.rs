@@ -102,7 +102,7 @@ where
     K: Hash + Eq + Clone + Send + Sync + 'static,
 {
     /// Starts building a keyed bulkhead named `name`, with `key_fn` extracting the
-    /// key from each request. Each key gets the seed's defaults (8 active, 10
+    /// key from each request. Each key gets the defaults (8 active, 10
     /// waiting, 20 ms) unless set otherwise.
     pub fn builder<Req>(name: impl Into<Name>, key_fn: F) -> KeyedBulkheadBuilder<K, F>
     where

@@ -28,7 +28,7 @@ pub struct BulkheadLayer<H = UntilResponse> {
 
 impl BulkheadLayer {
     /// Starts building a bulkhead named `name` (used in rejections, metrics and
-    /// logs), with the seed's defaults: 8 active, 10 waiting, 20 ms.
+    /// logs), with the defaults: 8 active, 10 waiting, 20 ms.
     pub fn builder(name: impl Into<Name>) -> BulkheadBuilder {
         BulkheadBuilder::new(name.into())
     }

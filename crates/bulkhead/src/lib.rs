@@ -41,7 +41,7 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), seawall_core::BoxError> {
-//! // The seed's proposal, one bulkhead per dependency.
+//! // One bulkhead per dependency, with the defaults spelled out.
 //! let freight = BulkheadLayer::builder("freight")
 //!     .max_concurrent(8)
 //!     .max_queue(10)

@@ -109,7 +109,7 @@ fn rejection_retry_after(err: &BoxError) -> Duration {
     r.retry_after().expect("a retry-after")
 }
 
-/// Trips a seed-configured breaker: 10 calls, all failing.
+/// Trips a breaker with the default policy: 10 calls, all failing.
 async fn trip<S>(svc: &mut S, inner: &Counting)
 where
     S: Service<Req, Response = &'static str, Error = BoxError>,

@@ -1,4 +1,4 @@
-//! The degradation policy as plain data, with the seed's numbers as defaults.
+//! The degradation policy as plain data, with its defaults.
 
 use std::time::Duration;
 
@@ -9,7 +9,7 @@ use seawall_core::{check_duration, check_fraction, ConfigError};
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 pub enum Trigger {
-    /// `failures_to_degrade` failures in a row at the current level (the seed's rule).
+    /// `failures_to_degrade` failures in a row at the current level .
     #[default]
     ConsecutiveFailures,
     /// A failure rate of at least `failure_rate` over the last `rate_window`, once
@@ -20,7 +20,7 @@ pub enum Trigger {
 
 /// A degradation machine's configuration.
 ///
-/// `Default` holds the seed's numbers: 5 consecutive failures to fall one level, 60 s
+/// `Default` holds: 5 consecutive failures to fall one level, 60 s
 /// minimum dwell before any climb, 5 % of traffic probing the level above, and 20
 /// probe successes within a whole probe window to climb back one level.
 ///
@@ -52,7 +52,7 @@ pub struct DegradationConfig {
     /// Outcomes needed in the window before the rate is judged
     /// ([`Trigger::FailureRate`]; default 20).
     pub min_calls: u32,
-    /// Minimum time at a level before it may climb (default 60 s; the seed suggests one
+    /// Minimum time at a level before it may climb (default 60 s; one
     /// to five minutes). Zero disables the dwell.
     #[cfg_attr(feature = "serde", serde(with = "seawall_core::duration_format"))]
     pub min_dwell: Duration,
@@ -63,7 +63,7 @@ pub struct DegradationConfig {
     /// first probe after the dwell (default 60 s). Zero judges at every probe outcome,
     /// with no window to restart: the level climbs once `probe_successes_to_recover`
     /// probes in a row succeeded and the probe failure rate so far is within
-    /// `probe_max_failure_rate` (the seed's sketch).
+    /// `probe_max_failure_rate`.
     ///
     /// Recovery needs `probe_successes_to_recover` probe successes within one window:
     /// with the defaults that is at least 400 requests a minute (about 7 per second).

@@ -5,7 +5,7 @@
 //! [`Healthy`](HealthStatus::Healthy) after a passing check,
 //! [`Degraded`](HealthStatus::Degraded) after `degraded_after` consecutive failures
 //! (default 1) and [`Unhealthy`](HealthStatus::Unhealthy) after `unhealthy_after`
-//! (default 3). As in the seed, a degraded dependency still counts as healthy for a
+//! (default 3). A degraded dependency still counts as healthy for a
 //! [`FeaturePlan`]; an unhealthy or not-yet-checked one does not.
 //!
 //! The monitor can drive a degradation machine's floor
@@ -90,12 +90,12 @@ pub struct CheckConfig {
     /// Time between checks (default 10 s). The first check runs at start.
     #[cfg_attr(feature = "serde", serde(with = "seawall_core::duration_format"))]
     pub interval: Duration,
-    /// Longest a check may take before it counts as failed (default 5 s, the seed's).
+    /// Longest a check may take before it counts as failed (default 5 s).
     #[cfg_attr(feature = "serde", serde(with = "seawall_core::duration_format"))]
     pub timeout: Duration,
     /// Consecutive failures that make the dependency degraded (default 1).
     pub degraded_after: u32,
-    /// Consecutive failures that make it unhealthy (default 3, the seed's).
+    /// Consecutive failures that make it unhealthy (default 3).
     pub unhealthy_after: u32,
 }
 
@@ -173,7 +173,7 @@ impl HealthReport {
         self.dependencies.get(dependency)
     }
 
-    /// Whether `dependency` is healthy or degraded (the seed's "healthy set").
+    /// Whether `dependency` is healthy or degraded (the "healthy set").
     pub fn is_usable(&self, dependency: &str) -> bool {
         self.status(dependency).is_some_and(HealthStatus::is_usable)
     }

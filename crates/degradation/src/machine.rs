@@ -375,7 +375,7 @@ impl DegradationMachine {
             let to = self.level - 1;
             Some(self.move_to(to, Reason::Recovered, now))
         } else if self.config.probe_window.is_zero() {
-            // No window to end: the probes gather until the bar is met (the seed's sketch).
+            // No window to end: the probes gather until the bar is met .
             None
         } else {
             self.probes.restart();

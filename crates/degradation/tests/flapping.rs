@@ -57,7 +57,7 @@ fn a_flapping_provider_does_not_make_the_levels_ping_pong() {
     assert!(steady <= bound, "{steady} changes, bound {bound}");
 
     // The same probes without dwell or hysteresis: climb on one probe success, fall on
-    // five failures — the seed's ping-pong.
+    // five failures — the ping-pong to avoid.
     let naive = simulate(DegradationConfig {
         min_dwell: Duration::ZERO,
         probe_window: Duration::ZERO,

@@ -85,7 +85,7 @@ async fn statuses_follow_the_consecutive_failure_thresholds() {
         assert_eq!(dep.status, status, "after {} failures", i + 1);
         assert_eq!(dep.consecutive_failures as usize, i + 1);
         assert_eq!(dep.last_error.as_deref(), Some("connection refused"));
-        // Degraded still counts as usable, as in the seed; unhealthy does not.
+        // Degraded still counts as usable; unhealthy does not.
         assert_eq!(
             report.is_usable("provider"),
             status != HealthStatus::Unhealthy

@@ -47,7 +47,7 @@ struct Rig {
     dice: Dice,
 }
 
-/// full (mock) → reduced (mock) → message (fixed answer); seed defaults.
+/// full (mock) → reduced (mock) → message (fixed answer); the defaults.
 fn rig() -> Rig {
     let (full_svc, full) = mock::pair::<Req, Res>();
     let (reduced_svc, reduced) = mock::pair::<Req, Res>();

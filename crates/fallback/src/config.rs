@@ -232,7 +232,7 @@ impl<Cap, P, C, M> FallbackBuilder<Cap, P, C, M> {
 
     /// Tells `hook` of each failed step, with the step's name and cause (a timed-out
     /// step's cause is [`StepTimedOut`](crate::StepTimedOut) or
-    /// [`DeadlineExceeded`](seawall_core::DeadlineExceeded)) — seed 004's `onStepFailed`.
+    /// [`DeadlineExceeded`](seawall_core::DeadlineExceeded)).
     #[must_use]
     pub fn on_step_failed<H>(mut self, hook: H) -> Self
     where

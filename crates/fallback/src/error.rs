@@ -12,7 +12,7 @@ use seawall_core::Name;
 use crate::machine::Trigger;
 
 /// Marks a response served by a fallback: which fallback and step served it, and
-/// why the primary's answer was not used (seed 004's `source` field, which tells
+/// why the primary's answer was not used (the `source` field, which tells
 /// callers and metrics fresh from stale).
 ///
 /// HTTP responses carry it in their extensions
@@ -91,7 +91,7 @@ impl fmt::Debug for Served {
 ///
 /// Implemented for `http::Response<B>` (the [`Served`] marker goes into its
 /// extensions). For a response type of your own, store the marker (a `source`
-/// field, as in seed 004's `ProductPrice`) — this is how the layer keeps every
+/// field, as a product price does) — this is how the layer keeps every
 /// served answer distinguishable from a fresh one. A type with nowhere to put it
 /// (a `String`) uses the explicit [`unmarked`](crate::FallbackBuilder::unmarked) mode.
 #[diagnostic::on_unimplemented(
@@ -112,7 +112,7 @@ impl<B> Mark for http::Response<B> {
 
 /// An explicit "no answer": a fallback declined to invent one.
 ///
-/// A missing freight quote must not become free shipping (seed 003): a step that
+/// A missing freight quote must not become free shipping: a step that
 /// has nothing valid to offer answers `Err(Unavailable::new("no valid quote").into())`
 /// (or is [`unavailable`](crate::unavailable)). This is a decision, not a failure:
 /// a chain stops at it, later steps are not tried, and the caller receives this

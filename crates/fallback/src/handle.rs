@@ -14,7 +14,7 @@ use crate::error::{Origin, Served, Unavailable};
 use crate::machine::{Rejections, Trigger};
 use crate::telemetry::{Rendered, StepOutcome, Telemetry};
 
-/// The hook told of each failed step: `(step name, cause)` (seed 004's `onStepFailed`).
+/// The hook told of each failed step: `(step name, cause)`.
 pub(crate) type StepHook = Arc<dyn Fn(&str, &(dyn Error + 'static)) + Send + Sync>;
 
 const NO_TIMEOUT: u64 = u64::MAX;

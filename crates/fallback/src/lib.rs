@@ -4,12 +4,12 @@
 //! # Why
 //!
 //! A dependency that is down, slow or turned away by a breaker or bulkhead should
-//! not take the whole feature with it (seed 004): try progressively simpler sources
+//! not take the whole feature with it: try progressively simpler sources
 //! — real-time, then a cache, then the last known value — each within its own
 //! time, and tell the caller which one answered so it can tell fresh from stale.
-//! But a fallback must not invent business data (seed 003): a missing freight quote
+//! But a fallback must not invent business data: a missing freight quote
 //! never becomes free shipping; the honest answer is "no quote", and checkout waits.
-//! And a fallback's answer is not evidence that the dependency works (seed 002):
+//! And a fallback's answer is not evidence that the dependency works:
 //! placed outside the breaker, it is never seen by it.
 //!
 //! # Example: a freight quote with an explicit "no quote"
@@ -122,7 +122,7 @@
 //! is spent; a value step answers even when the overall deadline has passed.
 //!
 //! Every served answer is marked with [`Served`] (which fallback, which step, which
-//! trigger — seed 004's `source`): in an HTTP response's extensions, or through
+//! trigger): in an HTTP response's extensions, or through
 //! [`Mark`] for a response type of your own. An [`Unavailable`] answer is a typed
 //! outcome of its own: counted apart, never turned into data.
 //!

@@ -226,7 +226,7 @@ struct ChainStep<K, R> {
     call: StepCall<K, R>,
 }
 
-/// Named steps tried in order (seed 004: real-time → cache → last known), each
+/// Named steps tried in order (real-time → cache → last known), each
 /// bounded by its own timeout and by what remains of the request's deadline. The
 /// first answer is served; a step answering [`Unavailable`] stops the chain; when
 /// every step fails the error is

@@ -16,7 +16,7 @@ use crate::error::Unavailable;
 use crate::request::FallbackRequest;
 
 /// An alternative answer for a request whose primary answer was not used
-/// (seed 002's `Fallback` interface).
+/// (one small trait, as a fallback is one small decision).
 ///
 /// `K` is what the layer's capture closure took from the request. An
 /// `Err(Unavailable)` is an explicit no-answer (a chain stops at it); any other
@@ -184,7 +184,7 @@ impl<R> fmt::Debug for Decline<R> {
 
 /// A fallback that never invents an answer: it answers [`Unavailable`] with
 /// `reason`. The last step of a chain whose earlier steps may legitimately have
-/// nothing (seed 003: no quote, so no checkout — never free shipping).
+/// nothing (no quote, so no checkout — never free shipping).
 pub fn unavailable<R>(reason: impl Into<Cow<'static, str>>) -> Decline<R> {
     Decline {
         reason: reason.into(),

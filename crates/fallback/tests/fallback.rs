@@ -328,7 +328,7 @@ type PricingChain<G> = FallbackLayer<
     seawall_fallback::NoFailures,
 >;
 
-/// The seed 004 chain: real-time → cache → last known, with per-step timeouts.
+/// The price chain: real-time → cache → last known, with per-step timeouts.
 fn pricing_chain(log: &Log) -> PricingChain<impl Fn(&Req) -> String> {
     let hook_log = log.clone();
     let l1 = log.clone();

@@ -15,7 +15,7 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// 3 successes, then 14 calls to a failing supplier: the seed policy trips when the
+/// 3 successes, then 14 calls to a failing supplier: the default policy trips when the
 /// window holds 10 outcomes (3 successes, 7 failures), the last 7 are rejected.
 pub async fn drive<S>(svc: &mut S, failing: &Arc<Mutex<bool>>)
 where

@@ -31,7 +31,7 @@ fn machine_with(
     (DegradationMachine::new(4, config, random, t0).unwrap(), t0)
 }
 
-/// Four levels, the seed's defaults, every request a probe candidate that probes.
+/// Four levels, the defaults, every request a probe candidate that probes.
 fn machine() -> (DegradationMachine, Instant) {
     machine_with(DegradationConfig::default(), fixed(0.0))
 }
@@ -231,7 +231,7 @@ fn a_failed_probe_resets_probe_progress_but_not_the_current_levels_failures() {
     let now = t0 + 60 * S;
     probes(&mut m, 10, Outcome::Success, now);
     assert_eq!(m.snapshot(now).probe.successes, 10);
-    // Unlike the seed's sketch, the failed probe is not a failure of the current level.
+    // The failed probe is not a failure of the current level.
     for _ in 0..10 {
         assert_eq!(probes(&mut m, 1, Outcome::Failure, now), None);
     }
