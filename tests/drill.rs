@@ -117,3 +117,22 @@ async fn the_drill_keeps_its_promises() {
     // Every slot is released at the end.
     assert_eq!(obs.held_at_end, 0);
 }
+
+#[test]
+fn the_load_report_counts_requests_in_flight_together() {
+    use scenario::load::{Answer, Endpoint};
+    let t0 = tokio::time::Instant::now();
+    let answer = |sent_ms: u64, took_ms: u64| Answer {
+        endpoint: Endpoint::ALL[0],
+        phase: 0,
+        sent_at: t0 + Duration::from_millis(sent_ms),
+        latency: Duration::from_millis(took_ms),
+        status: 200,
+        price_cents: None,
+        reason: None,
+    };
+    // 0–100 and 50–80 overlap; 100–150 starts as the first ends: two at most.
+    let answers = [answer(0, 100), answer(50, 30), answer(100, 50)];
+    assert_eq!(scenario::report::peak_in_flight(&answers), 2);
+    assert_eq!(scenario::report::peak_in_flight(&[]), 0);
+}

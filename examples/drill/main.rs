@@ -38,8 +38,22 @@ async fn main() -> Result<(), seawall::BoxError> {
         config.policy.max_wait,
         config.policy.open_for,
     );
+    let r = config.rates;
+    println!(
+        "load: open loop, each request on its own task at a fixed rate (requests/s): \
+         /quote {}, /checkout {}, /recommendations {}, /products {} ({} in all)",
+        r.quote,
+        r.checkout,
+        r.recommendations,
+        r.products,
+        r.quote + r.checkout + r.recommendations + r.products,
+    );
     let obs = scenario::run(config).await?;
     let rows = obs.rows();
+    println!(
+        "concurrency: at most {} requests in flight at once",
+        report::peak_in_flight(&obs.answers)
+    );
     println!();
     print!("{}", report::table(&rows));
     println!();

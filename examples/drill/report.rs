@@ -439,3 +439,21 @@ fn level_depth(name: &str) -> f64 {
         _ => 0.0,
     }
 }
+
+/// The most requests the load had in flight at once (open loop: every request is
+/// sent at its scheduled time on its own task, whatever the shop's answers).
+pub fn peak_in_flight(answers: &[Answer]) -> usize {
+    let mut edges: Vec<(Instant, i32)> = answers
+        .iter()
+        .flat_map(|a| [(a.sent_at, 1), (a.sent_at + a.latency, -1)])
+        .collect();
+    // An answer ending at the instant another is sent is not in flight with it.
+    edges.sort_by_key(|&(at, step)| (at, step));
+    let mut now = 0i32;
+    let mut peak = 0i32;
+    for (_, step) in edges {
+        now += step;
+        peak = peak.max(now);
+    }
+    usize::try_from(peak).unwrap_or(0)
+}
