@@ -561,3 +561,39 @@ async fn reload_reads_the_file_again() {
     );
     assert_eq!(bulkhead.snapshot().max_concurrent, 3);
 }
+
+#[test]
+fn an_error_inside_an_inline_policy_table_names_the_inner_field() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "[policies.freight.breaker]\npolicy = { kind = \"count_window\", size = \"ten\", min_calls = 4, failure_rate = 0.5 }\n",
+            "policies.freight.breaker.policy.size",
+        ),
+        (
+            "[policies.freight.breaker]\npolicy = { kind = \"count_window\", size = 10, failure_rate = 0.5 }\n",
+            "policies.freight.breaker.policy.min_calls",
+        ),
+        (
+            "[policies.freight.breaker]\npolicy = { kind = \"count_window\", sise = 10, min_calls = 4, failure_rate = 0.5 }\n",
+            "policies.freight.breaker.policy.sise",
+        ),
+    ];
+    for (text, field) in cases {
+        let e = PolicyDocument::from_toml(text).unwrap_err();
+        assert_eq!(e.fields(), [*field], "{text}: {e}");
+    }
+}
+
+#[test]
+fn a_document_nested_too_deep_names_its_position() {
+    let text = format!(
+        "[policies.q]\ndeadline = \"1s\"\n{} = 1\n",
+        vec!["a"; 20_000].join(".")
+    );
+    let e = PolicyDocument::from_toml(&text).unwrap_err();
+    let LoadError::Malformed { line_column, .. } = &e else {
+        panic!("{e:?}")
+    };
+    assert_eq!(*line_column, Some((3, 1)), "{e}");
+    assert!(e.to_string().contains("nested deeper"), "{e}");
+}

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use seawall_core::ConfigError;
 
-use super::locate::field_at;
+use super::locate::{field_at, inner_field};
 
 /// Why a policy document was not loaded or applied. Every variant says which
 /// file, and every problem names its field by its path in the document.
@@ -56,11 +56,33 @@ pub enum LoadError {
 impl LoadError {
     pub(crate) fn from_toml(path: Option<PathBuf>, text: &str, e: &toml::de::Error) -> Self {
         let span = e.span();
+        let message = e.message().trim().to_owned();
+        let field = span.as_ref().and_then(|s| {
+            let outer = field_at(text, s.start)?;
+            Some(match inner_field(text, s.start, &message) {
+                Some(inner) if !outer.ends_with(&format!(".{inner}")) => format!("{outer}.{inner}"),
+                _ => outer,
+            })
+        });
+        let line_column = match &span {
+            Some(s) => Some(line_column(text, s.start)),
+            // The parser gives no position when a document nests deeper than it
+            // allows: point at the most deeply nested line instead.
+            None if message.contains("recursion limit") => deepest_line(text),
+            None => None,
+        };
+        let message = if span.is_none() && message.contains("recursion limit") {
+            "keys or tables nested deeper than the parser allows (a policy document \
+             needs a handful of levels)"
+                .to_owned()
+        } else {
+            message
+        };
         LoadError::Malformed {
             path,
-            field: span.as_ref().and_then(|s| field_at(text, s.start)),
-            line_column: span.map(|s| line_column(text, s.start)),
-            message: e.message().trim().to_owned(),
+            field,
+            line_column,
+            message,
         }
     }
 
@@ -85,6 +107,15 @@ impl LoadError {
             LoadError::Read { .. } | LoadError::NoFile => Vec::new(),
         }
     }
+}
+
+/// The line with the most nesting (dots in a key, brackets, braces), column 1.
+fn deepest_line(text: &str) -> Option<(usize, usize)> {
+    text.lines()
+        .enumerate()
+        .map(|(i, line)| (line.matches(['.', '[', '{']).count(), i))
+        .max_by_key(|&(depth, i)| (depth, std::cmp::Reverse(i)))
+        .map(|(_, i)| (i + 1, 1))
 }
 
 fn line_column(text: &str, at: usize) -> (usize, usize) {

@@ -65,6 +65,52 @@ fn walk_value(
     }
 }
 
+/// The field an error inside an inline table is about, when the parser could only
+/// point at the whole table (serde buffers internally tagged tables such as a
+/// breaker's `policy = { kind = ... }`, losing the inner position): the key a
+/// `missing field`/`unknown field` message names, or the one key whose written value
+/// the message quotes. `None` when nothing names one key for sure.
+pub(crate) fn inner_field(text: &str, at: usize, message: &str) -> Option<String> {
+    let doc = DeTable::parse(text).ok()?;
+    let table = table_at(doc.get_ref(), at)?;
+    if let Some(name) = backticked_after(message, "unknown field ")
+        .or_else(|| backticked_after(message, "missing field "))
+    {
+        return Some(key(name));
+    }
+    let mut quoted = table.iter().filter(|(_, v)| {
+        let written = text.get(v.span()).unwrap_or("").trim();
+        !written.is_empty() && message.contains(written)
+    });
+    match (quoted.next(), quoted.next()) {
+        (Some((k, _)), None) => Some(key(k.get_ref())),
+        _ => None,
+    }
+}
+
+fn backticked_after<'m>(message: &'m str, prefix: &str) -> Option<&'m str> {
+    let rest = &message[message.find(prefix)? + prefix.len()..];
+    let rest = rest.strip_prefix('`')?;
+    Some(&rest[..rest.find('`')?])
+}
+
+/// The innermost table value whose span contains `at` (header tables have no
+/// useful span, so every table is searched).
+fn table_at<'t>(table: &'t DeTable<'t>, at: usize) -> Option<&'t DeTable<'t>> {
+    let mut found = None;
+    for (_, v) in table.iter() {
+        if let DeValue::Table(inner) = v.get_ref() {
+            if let Some(deeper) = table_at(inner, at) {
+                return Some(deeper);
+            }
+            if contains(&v.span(), at) && !v.span().is_empty() {
+                found = Some(inner);
+            }
+        }
+    }
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
