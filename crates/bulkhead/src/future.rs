@@ -252,6 +252,18 @@ where
         }
     }
 
+    /// A call with the slot its service reserved in `poll_ready`, to an inner
+    /// service that said it was ready (backpressure mode): no line, no clone.
+    #[inline]
+    pub(crate) fn reserved(permit: Permit, svc: &mut S, mut req: Req) -> Self
+    where
+        H: Lend<Req>,
+    {
+        let permit = H::lend(permit, &mut req);
+        let future = svc.call(req);
+        Self::from_phase(Phase::Calling { future, permit })
+    }
+
     /// A call turned away because the bulkhead is full.
     #[cold]
     pub(crate) fn full(shared: &Shared) -> Self {

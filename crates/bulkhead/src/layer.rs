@@ -63,6 +63,16 @@ impl<H> BulkheadLayer<H> {
             _hold: PhantomData,
         }
     }
+
+    /// The same bulkhead in backpressure mode: its services reserve the slot in
+    /// `poll_ready`, which is pending while the bulkhead is full, so `tower::balance`
+    /// routes to another endpoint and `tower::buffer::Buffer` stops taking requests
+    /// (no queue of its own: `max_queue` and `max_wait` do not apply to them). See
+    /// [`Backpressure`](crate::Backpressure). Choose the hold mode first
+    /// (`.hold_until_body_end().backpressure()`).
+    pub fn backpressure(self) -> crate::BackpressureLayer<H> {
+        crate::BackpressureLayer::new(self.shared)
+    }
 }
 
 impl BulkheadLayer {

@@ -98,8 +98,10 @@
 //!                           slot freed ─► handed to the front of the line, if anyone waits
 //! ```
 //!
-//! **Where admission happens.** [`Service::poll_ready`](tower_service::Service::poll_ready)
-//! is always ready and reserves nothing: no slot, no inner capacity.
+//! **Where admission happens.** In the default mode,
+//! [`Service::poll_ready`](tower_service::Service::poll_ready)
+//! is always ready and reserves nothing: no slot, no inner capacity (for the
+//! opposite, see [backpressure mode](#backpressure-mode)).
 //! [`call`](tower_service::Service::call) decides, on a clone of the inner service
 //! taken at call time (hence `S: Clone`, as hyper-util's client, tonic's `Channel`
 //! and axum's router are):
@@ -142,6 +144,61 @@
 //! poll). The bulkhead does not enforce the deadline on admitted calls: that is
 //! [`DeadlineLayer`](seawall_core::DeadlineLayer)'s and the breaker's job. Waiting
 //! needs a Tokio runtime with the time driver, as tower's `Timeout` does.
+//!
+//! # Backpressure mode
+//!
+//! [`BulkheadLayer::backpressure`] gives the same bulkhead with the opposite
+//! readiness ([`Backpressure`], as tower's `ConcurrencyLimit`): `poll_ready`
+//! reserves the slot, and is **pending while the bulkhead is full**, woken when a
+//! slot is handed to it; `call` uses the reserved slot.
+//!
+//! **When to use it:** when something in front of the bulkhead reads readiness and
+//! can do better than a rejection — `tower::balance::p2c::Balance` and `ReadyCache`
+//! choose only ready endpoints, so a replica whose bulkhead is full is skipped and
+//! its traffic goes to the others; `tower::buffer::Buffer` stops taking requests
+//! and its callers wait in `poll_ready`. Keep the default mode for a server route
+//! or a single dependency, where a busy bulkhead should answer at once.
+//!
+//! What changes:
+//! - **No queue:** `max_queue` and `max_wait` do not apply to these services (the
+//!   waiting is done in `poll_ready`, by whoever polls: the balancer picks another
+//!   endpoint; a `tower::load_shed` or timeout in front bounds it). A service
+//!   waiting for readiness is counted in [`Snapshot::queued`] and served first in,
+//!   first out with every other waiter of the bulkhead.
+//! - **Reservation per service value:** a clone starts with no slot (principle: a
+//!   `Clone` shares the bulkhead, not the reservation); dropping a service frees the
+//!   slot it reserved but did not use, or leaves the line; an error from the inner
+//!   `poll_ready` frees it too. The slot is held while the inner service is polled
+//!   to readiness, and counts as admitted when it is reserved.
+//! - The inner service is called directly, so it need not be `Clone`.
+//!
+//! Services of both modes built from one layer share its bulkhead. The default mode
+//! pays nothing for this one: it is a different service type.
+//!
+//! ```
+//! use std::convert::Infallible;
+//! use std::task::{Context, Poll, Waker};
+//! use seawall_bulkhead::BulkheadLayer;
+//! use tower::{service_fn, Layer, Service, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), seawall_core::BoxError> {
+//! let layer = BulkheadLayer::builder("freight").max_concurrent(1).build()?.backpressure();
+//! let handle = layer.handle();
+//! let mut a = layer.layer(service_fn(|cep: String| async move { Ok::<_, Infallible>(cep.len()) }));
+//! let mut b = a.clone(); // the same bulkhead, no reservation of its own
+//!
+//! a.ready().await?; // reserves the only slot
+//! assert_eq!(handle.snapshot().active, 1);
+//! // So `b` is not ready: a balancer would choose another endpoint.
+//! let mut cx = Context::from_waker(Waker::noop());
+//! assert!(Service::<String>::poll_ready(&mut b, &mut cx).is_pending());
+//!
+//! assert_eq!(a.call("01310-100".to_owned()).await?, 9);
+//! b.ready().await?; // the freed slot was handed to `b`
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! # What it costs
 //!
@@ -191,8 +248,10 @@
 //!   `"20ms"`), `Serialize` for snapshots.
 //!
 //! [`Deadline`]: seawall_core::Deadline
+//! [`Snapshot::queued`]: crate::Snapshot::queued
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod backpressure;
 mod config;
 mod future;
 mod handle;
@@ -206,6 +265,7 @@ mod state;
 mod stats;
 mod telemetry;
 
+pub use backpressure::{Backpressure, BackpressureLayer};
 pub use config::{BulkheadBuilder, BulkheadConfig};
 pub use future::ResponseFuture;
 pub use handle::{Handle, Snapshot, WaitStats};

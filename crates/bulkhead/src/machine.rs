@@ -304,20 +304,27 @@ impl Machine {
     /// Takes a slot that freed meanwhile, rejects when the queue is full, or joins
     /// the back of the line. Counts an admission, not a rejection (see [`Machine::count_full`]).
     pub(crate) fn enqueue(&self) -> Enqueued {
-        self.join(true)
+        self.join(true, None)
+    }
+
+    /// As [`Machine::enqueue`], for a service waiting in `poll_ready` (backpressure
+    /// mode): `max_queue` does not apply, since a service waits for readiness
+    /// instead of a call waiting in line; only [`MAX_LIMIT`] waiters fit the word.
+    pub(crate) fn enqueue_ready(&self) -> Enqueued {
+        self.join(true, Some(MAX_LIMIT))
     }
 
     /// As [`Machine::enqueue`], for a call that may not wait at all (its deadline
     /// has passed): where it would join the line it is counted as timed out instead.
     pub(crate) fn enqueue_no_wait(&self) -> Enqueued {
-        self.join(false)
+        self.join(false, None)
     }
 
-    fn join(&self, may_wait: bool) -> Enqueued {
+    fn join(&self, may_wait: bool, max_queue: Option<usize>) -> Enqueued {
         let mut line = self.lock();
         self.flush_admitted(&mut line);
         let limit = self.max_concurrent.load(Ordering::Relaxed);
-        let max_queue = self.max_queue.load(Ordering::Relaxed);
+        let max_queue = max_queue.unwrap_or_else(|| self.max_queue.load(Ordering::Relaxed));
         let mut word = self.state.load(Ordering::Acquire);
         loop {
             let (next, outcome) = if queued(word) == 0 && active(word) < limit {

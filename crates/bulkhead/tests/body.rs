@@ -106,3 +106,28 @@ async fn by_default_the_slot_is_freed_with_the_response() {
     let _: &http::Response<Full<Bytes>> = &res;
     assert_eq!(counts(&h), (0, 0));
 }
+
+#[tokio::test(start_paused = true)]
+async fn in_backpressure_mode_a_held_body_keeps_the_next_service_unready() {
+    let (l, h) = body_layer();
+    let l = l.backpressure();
+    let mut a = l.layer(service_fn(quote));
+    let mut b = tower_test::mock::Spawn::new(a.clone());
+    let res = a
+        .ready()
+        .await
+        .unwrap()
+        .call(http::Request::new(()))
+        .await
+        .unwrap();
+    assert!(res.body().is_holding());
+    // The body still holds the only slot: the other service is not ready.
+    assert_pending!(b.poll_ready::<http::Request<()>>());
+    assert_eq!(counts(&h), (1, 1));
+
+    let bytes = res.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&bytes[..], b"quote: 12.50");
+    assert!(b.is_woken());
+    assert_ready_ok!(b.poll_ready::<http::Request<()>>());
+    assert_eq!(counts(&h), (1, 0));
+}

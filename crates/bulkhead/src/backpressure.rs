@@ -1,0 +1,327 @@
+//! Backpressure mode: the slot is reserved in `poll_ready`, which is pending while
+//! the bulkhead is full, so a balancer or a buffer in front sees the bulkhead's
+//! capacity as readiness.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll, Waker};
+use std::time::Duration;
+
+use seawall_core::BoxError;
+use tokio::time::Instant;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::future::ResponseFuture;
+use crate::handle::Handle;
+use crate::hold::{Hold, Lend, UntilResponse};
+use crate::machine::{Enqueued, Leave, Left, WaiterId};
+use crate::permit::Permit;
+use crate::state::Shared;
+
+/// Applies a bulkhead in backpressure mode; made by
+/// [`BulkheadLayer::backpressure`](crate::BulkheadLayer::backpressure).
+///
+/// It keeps the bulkhead of the layer it was made from: every service it builds,
+/// every clone of them, and every service built by that [`BulkheadLayer`](crate::BulkheadLayer)
+/// (in either mode) count against the same slots. See [`Backpressure`].
+pub struct BackpressureLayer<H = UntilResponse> {
+    shared: Arc<Shared>,
+    _hold: PhantomData<fn() -> H>,
+}
+
+impl<H> BackpressureLayer<H> {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        Self {
+            shared,
+            _hold: PhantomData,
+        }
+    }
+
+    /// The bulkhead's handle (snapshot, runtime limits).
+    pub fn handle(&self) -> Handle {
+        Handle::new(self.shared.clone())
+    }
+}
+
+impl<H> Clone for BackpressureLayer<H> {
+    fn clone(&self) -> Self {
+        Self::new(self.shared.clone())
+    }
+}
+
+impl<H> fmt::Debug for BackpressureLayer<H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BackpressureLayer")
+            .field("name", &&*self.shared.name)
+            .field("config", &self.shared.config())
+            .finish()
+    }
+}
+
+impl<S, H> Layer<S> for BackpressureLayer<H> {
+    type Service = Backpressure<S, H>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Backpressure {
+            inner,
+            shared: self.shared.clone(),
+            slot: Slot::Empty,
+            _hold: PhantomData,
+        }
+    }
+}
+
+/// A bulkhead whose capacity is the service's readiness, as tower's
+/// `ConcurrencyLimit`: what `tower::balance`, `ReadyCache` and `tower::buffer::Buffer`
+/// need to route around, or wait for, a busy dependency.
+///
+/// - `poll_ready` reserves a slot, then polls the inner service. While every slot
+///   is taken it is `Pending`, and the task is woken when a slot is handed to this
+///   service (first come, first served with every other waiter of the bulkhead).
+///   It has no timeout of its own: whoever polls decides how long to wait (a
+///   balancer picks another endpoint; wrap the stack in `tower::load_shed` to fail
+///   at once instead, or in a timeout).
+/// - `call` uses the reserved slot and calls the inner service directly: no line,
+///   no clone of the inner service (no `S: Clone` needed), no [`BulkheadFull`](crate::BulkheadFull)
+///   in the normal course.
+/// - **No queue in this mode:** `max_queue` and `max_wait` do not apply to these
+///   services (they still apply to default-mode services of the same bulkhead).
+///   A service waiting in `poll_ready` shows in [`Snapshot::queued`](crate::Snapshot::queued);
+///   one that gives up (is dropped) counts as abandoned.
+/// - The slot is held from `poll_ready` on, also while the inner service is not
+///   ready yet, and counts as admitted when it is reserved.
+///
+/// **Where the reservation lives.** In this service value, never shared: a clone
+/// starts with no slot (as tower's `ConcurrencyLimit`), and dropping the service
+/// frees a slot it reserved but did not use, or leaves the line. An error from the
+/// inner `poll_ready` frees the slot too; a call's slot is freed as in the default
+/// mode (when its future completes or is dropped, or as the hold mode says).
+///
+/// A `call` without a ready `poll_ready` breaks Tower's contract; it is not made to
+/// wait: it goes out only if a slot is free and the inner service is ready at once,
+/// and otherwise fails (`BulkheadFull` when no slot is free).
+pub struct Backpressure<S, H = UntilResponse> {
+    inner: S,
+    shared: Arc<Shared>,
+    slot: Slot,
+    _hold: PhantomData<fn() -> H>,
+}
+
+/// What this service holds of the bulkhead between `poll_ready` and `call`.
+#[derive(Debug)]
+enum Slot {
+    /// Nothing.
+    Empty,
+    /// A place in the line.
+    Waiting(Waiter),
+    /// A reserved slot.
+    Held(Permit),
+    /// The line holds as many waiters as the bulkhead can count (2^20): ready
+    /// without a slot, and `call` decides as when called without `poll_ready`.
+    Overflow,
+}
+
+/// A place in the line; dropping it leaves the line, or frees the slot it was given.
+#[derive(Debug)]
+struct Waiter {
+    id: WaiterId,
+    // `None` once the slot has been taken as a permit.
+    shared: Option<Arc<Shared>>,
+    enqueued_at: Instant,
+}
+
+impl Waiter {
+    /// The slot, once the line has handed it over; `None` if already taken.
+    fn poll_slot(&mut self, cx: &mut Context<'_>) -> Poll<Option<Permit>> {
+        let Some(shared) = &self.shared else {
+            return Poll::Ready(None);
+        };
+        if !shared.machine.poll_waiter(self.id, cx.waker()) {
+            return Poll::Pending;
+        }
+        let waited = Instant::now().saturating_duration_since(self.enqueued_at);
+        shared.machine.record_wait(waited);
+        shared.telemetry.dequeued();
+        shared.telemetry.admitted(waited);
+        Poll::Ready(self.shared.take().map(Permit::new))
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        if let Some(shared) = self.shared.take() {
+            shared.telemetry.dequeued();
+            if shared.machine.leave(self.id, Leave::Abandoned) == Left::HoldsSlot {
+                // Handed a slot, but the service is gone: pass it on.
+                shared.machine.release();
+            }
+        }
+    }
+}
+
+impl<S, H> Backpressure<S, H> {
+    /// The handle of the bulkhead this service uses.
+    pub fn handle(&self) -> Handle {
+        Handle::new(self.shared.clone())
+    }
+
+    /// Whether this service holds a reserved slot (reserved by `poll_ready`, not yet
+    /// used by `call`).
+    pub fn is_reserved(&self) -> bool {
+        matches!(self.slot, Slot::Held(_))
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Consumes the service, returning the inner one (a reserved slot is freed).
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    /// Reserves a slot: at once when one is free, else from the line.
+    fn reserve(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            match &mut self.slot {
+                Slot::Held(_) => return Poll::Ready(()),
+                Slot::Empty | Slot::Overflow => {
+                    if self.shared.machine.try_acquire() {
+                        self.shared.telemetry.admitted(Duration::ZERO);
+                        self.slot = Slot::Held(Permit::new(self.shared.clone()));
+                        return Poll::Ready(());
+                    }
+                    self.slot = self.join();
+                    if let Slot::Overflow = self.slot {
+                        return Poll::Ready(());
+                    }
+                }
+                Slot::Waiting(waiter) => {
+                    let permit = ready!(waiter.poll_slot(cx));
+                    self.slot = permit.map_or(Slot::Empty, Slot::Held);
+                }
+            }
+        }
+    }
+
+    #[cold]
+    fn join(&self) -> Slot {
+        let shared = &self.shared;
+        match shared.machine.enqueue_ready() {
+            Enqueued::Admitted => {
+                shared.telemetry.admitted(Duration::ZERO);
+                Slot::Held(Permit::new(shared.clone()))
+            }
+            Enqueued::Waiting(id) => {
+                shared.telemetry.enqueued();
+                Slot::Waiting(Waiter {
+                    id,
+                    shared: Some(shared.clone()),
+                    enqueued_at: Instant::now(),
+                })
+            }
+            Enqueued::Full | Enqueued::Expired => Slot::Overflow,
+        }
+    }
+}
+
+impl<S: Clone, H> Clone for Backpressure<S, H> {
+    /// A service on the same bulkhead, with no reservation of its own yet.
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            shared: self.shared.clone(),
+            slot: Slot::Empty,
+            _hold: PhantomData,
+        }
+    }
+}
+
+impl<S: fmt::Debug, H> fmt::Debug for Backpressure<S, H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let slot = match self.slot {
+            Slot::Empty => "none",
+            Slot::Waiting(_) => "waiting",
+            Slot::Held(_) => "reserved",
+            Slot::Overflow => "overflow",
+        };
+        f.debug_struct("Backpressure")
+            .field("name", &&*self.shared.name)
+            .field("slot", &slot)
+            .field("inner", &self.inner)
+            .finish()
+    }
+}
+
+impl<S, Req, H> Service<Req> for Backpressure<S, H>
+where
+    S: Service<Req>,
+    S::Error: Into<BoxError>,
+    H: Hold<S::Response> + Lend<Req>,
+{
+    type Response = H::Output;
+    type Error = BoxError;
+    type Future = ResponseFuture<S, Req, H>;
+
+    /// Pending while the bulkhead is full; then holds a slot and polls the inner
+    /// service (keeping the slot while it is not ready, freeing it if it fails).
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        ready!(self.reserve(cx));
+        match self.inner.poll_ready(cx) {
+            Poll::Ready(Ok(())) => Poll::Ready(Ok(())),
+            Poll::Ready(Err(e)) => {
+                self.slot = Slot::Empty;
+                Poll::Ready(Err(e.into()))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        match std::mem::replace(&mut self.slot, Slot::Empty) {
+            Slot::Held(permit) => ResponseFuture::reserved(permit, &mut self.inner, req),
+            other => {
+                // Leave the line first: a waiter of our own would keep the slot from us.
+                drop(other);
+                self.unreserved(req)
+            }
+        }
+    }
+}
+
+impl<S, H> Backpressure<S, H> {
+    /// A call made without a reserved slot is never made to wait: it takes a free
+    /// slot and goes out if the inner service says it is ready at once; otherwise
+    /// it fails (`BulkheadFull`, or the inner service's readiness error).
+    #[cold]
+    fn unreserved<Req>(&mut self, req: Req) -> ResponseFuture<S, Req, H>
+    where
+        S: Service<Req>,
+        S::Error: Into<BoxError>,
+        H: Lend<Req>,
+    {
+        if !self.shared.machine.try_acquire() {
+            return ResponseFuture::full(&self.shared);
+        }
+        self.shared.telemetry.admitted(Duration::ZERO);
+        let permit = Permit::new(self.shared.clone());
+        match self
+            .inner
+            .poll_ready(&mut Context::from_waker(Waker::noop()))
+        {
+            Poll::Ready(Ok(())) => ResponseFuture::reserved(permit, &mut self.inner, req),
+            Poll::Ready(Err(e)) => ResponseFuture::rejected(e.into()),
+            Poll::Pending => ResponseFuture::rejected(NOT_POLLED.into()),
+        }
+    }
+}
+
+const NOT_POLLED: &str = "bulkhead called without poll_ready, and its inner service was not ready";
