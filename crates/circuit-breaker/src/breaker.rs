@@ -27,11 +27,11 @@
 //!   a transition was being made are counted as stale.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
 use seawall_core::{ConfigError, Name, OpenCause, Outcome, RandomSource};
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, Notify};
 use tokio::time::Instant;
 
 use crate::config::CircuitBreakerConfig;
@@ -96,6 +96,9 @@ pub(crate) struct Breaker {
     name: Name,
     machine: Mutex<Machine>,
     telemetry: Telemetry,
+    /// Services in readiness mode waiting for the breaker to let calls through;
+    /// created by the first one, so other breakers never notify anyone.
+    ready_waiters: OnceLock<Arc<Notify>>,
 }
 
 /// Counters kept outside the machine by the lock-free paths.
@@ -128,6 +131,7 @@ impl Breaker {
             name,
             machine: Mutex::new(machine),
             telemetry,
+            ready_waiters: OnceLock::new(),
         })
     }
 
@@ -315,8 +319,9 @@ impl Breaker {
     /// (a tracing subscriber is user code and may read the breaker's snapshot).
     pub(crate) fn locked<R>(&self, now: Instant, f: impl FnOnce(&mut Machine) -> R) -> R {
         let mut to_log = Vec::new();
-        let out = {
+        let (out, freed) = {
             let mut m = self.lock();
+            let before = (m.epoch(), m.probes_in_flight());
             let w = self.word.fetch_and(!PENDING_MASK, Ordering::AcqRel);
             m.record_successes(epoch_of(w), w & PENDING_MASK, now);
             let out = f(&mut m);
@@ -332,12 +337,26 @@ impl Breaker {
                     to_log.push(*t);
                 }
             });
-            out
+            // A transition, or a probe slot freed: a waiting service may be let through.
+            (
+                out,
+                m.epoch() != before.0 || m.probes_in_flight() < before.1,
+            )
         };
+        if freed {
+            if let Some(waiters) = self.ready_waiters.get() {
+                waiters.notify_waiters();
+            }
+        }
         for t in &to_log {
             Telemetry::log_transition(&self.name, t);
         }
         out
+    }
+
+    /// Where services in readiness mode wait for a transition or a freed probe slot.
+    pub(crate) fn ready_waiters(&self) -> Arc<Notify> {
+        Arc::clone(self.ready_waiters.get_or_init(Default::default))
     }
 
     fn lock(&self) -> MutexGuard<'_, Machine> {

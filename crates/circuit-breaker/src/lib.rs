@@ -164,11 +164,65 @@
 //! # }
 //! ```
 //!
+//! # Readiness mode, for balancers
+//!
+//! By default an open breaker answers `poll_ready` with ready and rejects in the
+//! response future: right for a single dependency (the caller gets
+//! [`CircuitOpen`] at once, with a retry-after), wrong under a load balancer —
+//! `tower::balance::p2c::Balance` and `ReadyCache` choose among *ready*
+//! endpoints, so they keep sending a share of the traffic to the replica whose
+//! breaker is open, only to collect rejections.
+//!
+//! [`CircuitBreakerLayer::pending_while_open`] gives the same breaker in readiness
+//! mode ([`PendingWhileOpen`]): `poll_ready` is **pending while the breaker would
+//! turn a call away**, so the balancer stops choosing that endpoint, and is woken
+//! when that ends — at the end of the open interval (a timer set in `poll_ready`),
+//! when a probe ends (a transition, or a probe slot freed), or on any operator
+//! change. Half-open admits its probes as usual: the first service polled after the
+//! interval sends one. Forced open never ends by itself: a waiting service is woken
+//! by the operator's change at once, and looks again every `open_for` meanwhile.
+//! The ramp after closing is no wait (its share is of the calls that ask).
+//!
+//! Use it for each endpoint under a balancer (one breaker per replica), or under
+//! `tower::buffer::Buffer` when callers should wait for the breaker rather than be
+//! rejected. If every endpoint may be open at once, bound the wait in front
+//! (`tower::load_shed`, a timeout). The default mode pays nothing for it: it is a
+//! different service type, and a breaker notifies waiters only once a service in
+//! readiness mode has waited on it (a transition then costs one more lock).
+//!
+//! ```
+//! use std::task::{Context, Poll, Waker};
+//! use std::time::Duration;
+//! use seawall_circuit_breaker::{CircuitBreakerLayer, State};
+//! use seawall_core::BoxError;
+//! use tower::{service_fn, Layer, Service, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), BoxError> {
+//! let layer = CircuitBreakerLayer::builder("replica-a")
+//!     .consecutive_failures(1)
+//!     .open_for(Duration::from_secs(10))
+//!     .build()?
+//!     .pending_while_open();
+//! let handle = layer.handle();
+//! let mut replica = layer.layer(service_fn(|_key: String| async {
+//!     Err::<String, BoxError>("connection refused".into())
+//! }));
+//!
+//! assert!(replica.ready().await?.call("user:1".to_owned()).await.is_err());
+//! assert_eq!(handle.state(), State::Open);
+//! // Open: not ready, so a balancer picks another replica.
+//! let mut cx = Context::from_waker(Waker::noop());
+//! assert!(Service::<String>::poll_ready(&mut replica, &mut cx).is_pending());
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Where state lives, and what `Clone` shares
 //!
 //! A [`CircuitBreakerLayer`] owns one breaker, created when it is built: every
-//! service it builds, every clone of those services and every clone of the layer
-//! share it. A service clone does not share the inner service's reserved
+//! service it builds (in either mode), every clone of those services and every
+//! clone of the layer share it; a readiness-mode service's wait is its own. A service clone does not share the inner service's reserved
 //! readiness. Breakers are per process. For one breaker per host, route or tenant,
 //! with a bound on the number of keys, use [`KeyedCircuitBreakerLayer`]
 //! ([`CircuitBreakerBuilder::build_keyed`]).
@@ -213,6 +267,7 @@ mod handle;
 mod keyed;
 mod layer;
 mod machine;
+mod readiness;
 mod service;
 mod telemetry;
 
@@ -225,5 +280,6 @@ pub use handle::{Counters, Handle, Snapshot, TransitionCount};
 pub use keyed::{KeyedCircuitBreaker, KeyedCircuitBreakerLayer, KeyedHandle};
 pub use layer::CircuitBreakerLayer;
 pub use machine::{Reason, State, Transition};
+pub use readiness::{PendingWhileOpen, PendingWhileOpenLayer};
 pub use seawall_core::{CircuitOpen, DeadlineExceeded};
 pub use service::CircuitBreaker;

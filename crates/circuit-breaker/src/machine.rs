@@ -1002,7 +1002,7 @@ impl Machine {
     }
 
     /// When the oldest probe in flight counts as failed.
-    fn probe_deadline(&self) -> Option<Instant> {
+    pub(crate) fn probe_deadline(&self) -> Option<Instant> {
         self.cold
             .as_ref()?
             .probes

@@ -20,7 +20,8 @@ use crate::machine::{Admission, MIN_RETRY_AFTER};
 ///   error from the response future, never an error from `poll_ready`.
 /// - While the breaker is open (or forced open), or half-open with every probe slot
 ///   taken, `poll_ready` answers ready at once without polling the inner service,
-///   and `call` never reaches it.
+///   and `call` never reaches it. Under a balancer, use the readiness mode
+///   ([`PendingWhileOpen`](crate::PendingWhileOpen)) instead: pending while open.
 /// - When a seawall [`Deadline`](seawall_core::Deadline) is current (set by a
 ///   `DeadlineLayer` further out, read in `call` or at the future's first poll), the
 ///   inner call is bounded by it; running out is recorded as a failure and answered
@@ -60,6 +61,11 @@ impl<S, C> CircuitBreaker<S, C> {
     /// The operator's handle on the breaker.
     pub fn handle(&self) -> Handle {
         Handle::new(Arc::clone(&self.breaker))
+    }
+
+    /// The shared breaker (for the readiness mode).
+    pub(crate) fn breaker(&self) -> &Breaker {
+        &self.breaker
     }
 
     /// The inner service.
