@@ -22,9 +22,18 @@
 //!
 //! Options: `--serve`, `--addr 127.0.0.1:3000`, `--config <file>`, `--admin-token
 //! <token>` (or the `SEAWALL_ADMIN_TOKEN` environment variable, which keeps it out
-//! of the process list). Without a token, `--serve` refuses every change (403);
-//! the self-driving run makes up a token for itself.
+//! of the process list), `--metrics-out <file>` (the self-driving run writes its last
+//! scrape there). Without a token, `--serve` refuses every change (403); the
+//! self-driving run makes up a token for itself.
+//!
+//! Logs go to stderr, filtered by `RUST_LOG` (default `info`): breaker transitions,
+//! degradation changes, admin actions and reloads appear as they happen.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
+
+#[path = "shared/logs.rs"]
+mod logs;
+#[path = "shared/prometheus.rs"]
+mod prometheus;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -43,11 +52,14 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::PrometheusHandle;
 use seawall::admin::{self, AdminToken};
 use seawall::axum::FixedResponse;
 use seawall::config::Policies;
-use seawall::core::{AdmissionAsFailure, BoxError, HttpStatus, RandomSource, SeededRandom};
+use seawall::core::{
+    with_reason, AdmissionAsFailure, BoxError, ClassifyInput, HttpStatus, Outcome, RandomSource,
+    SeededRandom,
+};
 use seawall::ServiceBuilderExt;
 use tokio::net::TcpListener;
 use tower::ServiceBuilder;
@@ -200,6 +212,17 @@ async fn products() -> &'static str {
     "catalogue: hiking boots, rain jacket, tent\n"
 }
 
+/// Why a freight answer was not a failure: a 404 "no rate for that destination" is the
+/// supplier's business answer. The breaker still counts it as a success (it says
+/// nothing bad about the supplier's health), and counts it apart under this reason in
+/// `seawall_breaker_outcome_reasons_total`.
+fn business_refusal(result: ClassifyInput<'_, Response>, _outcome: Outcome) -> Option<&'static str> {
+    match result {
+        Ok(res) if res.status() == StatusCode::NOT_FOUND => Some("business_refusal"),
+        _ => None,
+    }
+}
+
 /// The policy `route` uses in the document.
 fn policy_of(policies: &Policies, route: &str) -> Result<String, BoxError> {
     policies
@@ -224,9 +247,9 @@ fn shop(
         })?)
         .deadline(policies.deadline(&freight)?)
         .bulkhead(policies.bulkhead(&freight)?)
-        .circuit_breaker(
-            policies.circuit_breaker(&freight, |b| b.classifier(HttpStatus::default()))?,
-        );
+        .circuit_breaker(policies.circuit_breaker(&freight, |b| {
+            b.classifier(with_reason(HttpStatus::default(), business_refusal))
+        })?);
 
     // GET /recommendations: the declared alternative is the editors' list.
     let recs = policy_of(policies, "/recommendations")?;
@@ -288,6 +311,7 @@ struct Args {
     addr: Option<SocketAddr>,
     config: PathBuf,
     token: Option<String>,
+    metrics_out: Option<PathBuf>,
 }
 
 fn args() -> Result<Args, BoxError> {
@@ -299,6 +323,7 @@ fn args() -> Result<Args, BoxError> {
             "/examples/axum_routes.toml"
         )),
         token: None,
+        metrics_out: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -308,10 +333,11 @@ fn args() -> Result<Args, BoxError> {
             "--addr" => out.addr = Some(value("--addr")?.parse()?),
             "--config" => out.config = value("--config")?.into(),
             "--admin-token" => out.token = Some(value("--admin-token")?),
+            "--metrics-out" => out.metrics_out = Some(value("--metrics-out")?.into()),
             "-h" | "--help" => {
                 println!(
-                    "usage: axum_routes [--serve] [--addr 127.0.0.1:3000] [--config FILE] [--admin-token TOKEN]\n\
-                     The admin token may also come from {TOKEN_VAR}."
+                    "usage: axum_routes [--serve] [--addr 127.0.0.1:3000] [--config FILE] [--admin-token TOKEN] [--metrics-out FILE]\n\
+                     The admin token may also come from {TOKEN_VAR}. Logs: RUST_LOG (default info)."
                 );
                 std::process::exit(0);
             }
@@ -345,8 +371,16 @@ async fn main() {
 
 async fn run() -> Result<(), BoxError> {
     let args = args()?;
-    // Install the recorder before building layers: they register their metrics when built.
-    let prometheus = PrometheusBuilder::new().install_recorder()?;
+    logs::install();
+    // Install the recorder before building layers: they register their metrics when
+    // built. It also describes every metric and runs the recorder's upkeep.
+    let prometheus = prometheus::install()?;
+    // The application describes its own metrics too (after the recorder, like seawall's).
+    metrics::describe_counter!(
+        "shop_quote_answers_total",
+        metrics::Unit::Count,
+        "Answers of GET /quote, by result: quoted, no_rate, supplier_error."
+    );
     let policies = Policies::load(&args.config)?;
 
     let token = match (&args.token, AdminToken::from_env(TOKEN_VAR)?) {
@@ -406,7 +440,13 @@ async fn run() -> Result<(), BoxError> {
     let addr = bind(addr, app).await?;
     println!("shop on http://{addr}, dependencies on http://{suppliers}");
     println!("admin token: made up for this run (set {TOKEN_VAR} to choose one)\n");
-    drive(addr, suppliers, demo.as_deref().unwrap_or_default()).await
+    let scrape = drive(addr, suppliers, demo.as_deref().unwrap_or_default()).await?;
+    if let Some(path) = &args.metrics_out {
+        // The tour trims bodies; the text format ends with a line feed.
+        std::fs::write(path, format!("{scrape}\n"))?;
+        println!("  (the last scrape is in {})", path.display());
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------
@@ -444,7 +484,8 @@ fn line(what: &str, a: &Answer) {
     println!("  {what:<48} {status}  {first}");
 }
 
-async fn drive(shop: SocketAddr, suppliers: SocketAddr, token: &str) -> Result<(), BoxError> {
+/// The tour; returns the last scrape of `/metrics`.
+async fn drive(shop: SocketAddr, suppliers: SocketAddr, token: &str) -> Result<String, BoxError> {
     let client: Client =
         hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build_http();
     let get = |path: &str| call(&client, Method::GET, format!("http://{shop}{path}"), None);
@@ -606,5 +647,5 @@ async fn drive(shop: SocketAddr, suppliers: SocketAddr, token: &str) -> Result<(
         .filter(|l| l.starts_with("seawall_"))
         .count();
     println!("  ({series} seawall series in all; `--serve` keeps the shop running)");
-    Ok(())
+    Ok(metrics)
 }

@@ -7,6 +7,9 @@
 //! probe window of successful probes (5 % of requests) — one level at a time.
 #![allow(clippy::print_stdout)]
 
+#[path = "shared/logs.rs"]
+mod logs;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,6 +21,7 @@ use tower::{service_fn, Layer, Service, ServiceExt};
 
 #[tokio::main(flavor = "current_thread", start_paused = true)]
 async fn main() -> Result<(), BoxError> {
+    logs::install();
     // The large model's provider: down between 0:30 and 3:30.
     let provider_down = Arc::new(AtomicBool::new(false));
     let full = {

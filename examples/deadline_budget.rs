@@ -5,6 +5,9 @@
 //! Run with `cargo run --example deadline_budget`.
 #![allow(clippy::print_stdout)]
 
+#[path = "shared/logs.rs"]
+mod logs;
+
 use std::time::Duration;
 
 use seawall::core::{find_rejection, BoxError, DeadlineLayer};
@@ -12,6 +15,7 @@ use tower::{service_fn, ServiceBuilder, ServiceExt};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), BoxError> {
+    logs::install();
     let budget = Duration::from_millis(300);
     for supplier_takes in [Duration::from_millis(20), Duration::from_millis(900)] {
         let supplier = service_fn(move |_req: http::Request<()>| async move {

@@ -22,6 +22,9 @@
 //! Run with `cargo run --example hyper_client` (finishes by itself in about 2 s).
 #![allow(clippy::print_stdout)]
 
+#[path = "shared/logs.rs"]
+mod logs;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering};
@@ -153,6 +156,7 @@ fn retries_of(before: &RetrySnapshot, after: &RetrySnapshot) -> String {
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
+    logs::install();
     let supplier = Supplier::default();
     supplier.set(200, Duration::ZERO);
     let addr = supplier.serve().await?;

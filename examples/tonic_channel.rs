@@ -18,6 +18,9 @@
 //! Run with `cargo run --example tonic_channel` (finishes by itself in about 2 s).
 #![allow(clippy::print_stdout)]
 
+#[path = "shared/logs.rs"]
+mod logs;
+
 #[path = "shared/grpc_quote.rs"]
 mod grpc_quote;
 
@@ -33,6 +36,7 @@ use tower::ServiceBuilder;
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
+    logs::install();
     let server = QuotesServer::default();
     let addr = server.serve().await?;
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?.connect_lazy();

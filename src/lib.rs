@@ -40,9 +40,11 @@
 //!
 //! With the `metrics` feature every layer exports counters, gauges and histograms
 //! through the `metrics` facade, named `seawall_<layer>_<what>` with a `name`
-//! label (the layer's name, i.e. the policy's); `docs/metrics.md` lists them all
-//! in one table, and `docs/operations.md` says which signals justify an
-//! intervention. The `axum_routes` example puts it all together.
+//! label (the layer's name, i.e. the policy's); call [`metrics::describe`] after
+//! installing the recorder, so every series has its help text. `docs/metrics.md`
+//! lists them all in one table with the identities the counters satisfy, and
+//! `docs/operations.md` says which signals justify an intervention and how to tune.
+//! The `axum_routes` example puts it all together.
 //!
 //! # Example
 //!
@@ -78,6 +80,9 @@ pub mod axum;
 #[cfg(feature = "serde")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub mod config;
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub mod metrics;
 
 pub use builder::ServiceBuilderExt;
 

@@ -12,6 +12,9 @@
 //! phase and writes an SVG timeline.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+#[path = "../shared/logs.rs"]
+mod logs;
+
 mod scenario;
 
 use std::path::PathBuf;
@@ -21,6 +24,7 @@ use scenario::DrillConfig;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), seawall::BoxError> {
+    logs::install();
     let fast = std::env::args().any(|a| a == "--fast");
     let config = if fast {
         DrillConfig::fast()

@@ -122,7 +122,7 @@ impl Waiter {
 impl Drop for Waiter {
     fn drop(&mut self) {
         if let Some(shared) = self.shared.take() {
-            shared.telemetry.dequeued();
+            shared.telemetry.abandoned();
             if shared.machine.leave(self.id, Leave::Abandoned) == Left::HoldsSlot {
                 // Handed a slot, but the caller is gone: pass it on.
                 shared.machine.release();

@@ -282,3 +282,14 @@ pub use permit::{Permit, PermitHandle};
 pub use service::Bulkhead;
 
 pub use seawall_core::{BoxError, BulkheadFull, BulkheadTimeout};
+pub use telemetry::WAIT_SECONDS_BUCKETS;
+
+/// Gives the bulkhead's metrics their help text and unit.
+///
+/// A description given before a recorder is installed is lost, so call this (or the
+/// facade's `seawall::metrics::describe()`) after installing the recorder.
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub fn describe_metrics() {
+    telemetry::describe();
+}

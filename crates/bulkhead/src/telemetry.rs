@@ -11,7 +11,11 @@
 //! | `seawall_bulkhead_rejected_total{reason="full"}` | counter | turned away, queue full |
 //! | `seawall_bulkhead_rejected_total{reason="timeout"}` | counter | waited as long as allowed |
 //! | `seawall_bulkhead_rejected_total{reason="keys"}` | counter | keyed: new key while every key was busy |
+//! | `seawall_bulkhead_abandoned_total` | counter | callers that gave up while waiting in line |
 //! | `seawall_bulkhead_wait_seconds` | histogram | admission wait (0 for immediate admissions) |
+//!
+//! Every call handed to a bulkhead ends in exactly one of admitted, rejected (by
+//! reason) or abandoned, or is still queued; each admitted call records one wait.
 //!
 //! The handles are registered once, when the bulkhead is built, with the recorder
 //! installed at that time; a call then costs a few dynamic calls, no allocation.
@@ -41,7 +45,55 @@ struct Metrics {
     admitted: metrics::Counter,
     rejected_full: metrics::Counter,
     rejected_timeout: metrics::Counter,
+    abandoned: metrics::Counter,
     wait: metrics::Histogram,
+}
+
+/// Upper bounds of the `seawall_bulkhead_wait_seconds` buckets, for an exporter that
+/// needs them to export a histogram (`le="0"` counts the immediate admissions).
+pub const WAIT_SECONDS_BUCKETS: &[f64] = &[
+    0.0, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// Gives the bulkhead's metrics their help text and unit.
+#[cfg(feature = "metrics")]
+pub(crate) fn describe() {
+    use metrics::Unit;
+    metrics::describe_gauge!(
+        "seawall_bulkhead_active",
+        Unit::Count,
+        "Calls holding a bulkhead slot now."
+    );
+    metrics::describe_gauge!(
+        "seawall_bulkhead_queued",
+        Unit::Count,
+        "Calls waiting in line for a bulkhead slot now."
+    );
+    metrics::describe_gauge!(
+        "seawall_bulkhead_max_concurrent",
+        Unit::Count,
+        "The limit of active calls in force."
+    );
+    metrics::describe_counter!(
+        "seawall_bulkhead_admitted_total",
+        Unit::Count,
+        "Calls given a slot, at once or after waiting."
+    );
+    metrics::describe_counter!(
+        "seawall_bulkhead_rejected_total",
+        Unit::Count,
+        "Capacity rejections by reason: full (every slot busy, the queue full), timeout (waited max_wait or until the deadline), keys (a keyed bulkhead had no room for a new key)."
+    );
+    metrics::describe_counter!(
+        "seawall_bulkhead_abandoned_total",
+        Unit::Count,
+        "Calls whose caller gave up while they waited in line (the future was dropped)."
+    );
+    metrics::describe_histogram!(
+        "seawall_bulkhead_wait_seconds",
+        Unit::Seconds,
+        "Time admitted calls waited for a slot (0 for immediate admissions)."
+    );
 }
 
 impl Telemetry {
@@ -57,6 +109,7 @@ impl Telemetry {
                 admitted: metrics::counter!("seawall_bulkhead_admitted_total", "name" => label.clone()),
                 rejected_full: metrics::counter!("seawall_bulkhead_rejected_total", "name" => label.clone(), "reason" => "full"),
                 rejected_timeout: metrics::counter!("seawall_bulkhead_rejected_total", "name" => label.clone(), "reason" => "timeout"),
+                abandoned: metrics::counter!("seawall_bulkhead_abandoned_total", "name" => label.clone()),
                 wait: metrics::histogram!("seawall_bulkhead_wait_seconds", "name" => label),
             };
             m.max_concurrent.set(config.max_concurrent as f64);
@@ -95,6 +148,15 @@ impl Telemetry {
     pub(crate) fn dequeued(&self) {
         #[cfg(feature = "metrics")]
         self.m.queued.decrement(1.0);
+    }
+
+    /// A caller gave up while in line (its future was dropped before it got a slot).
+    pub(crate) fn abandoned(&self) {
+        #[cfg(feature = "metrics")]
+        {
+            self.m.queued.decrement(1.0);
+            self.m.abandoned.increment(1);
+        }
     }
 
     /// A call was turned away because every slot was busy and the queue full.

@@ -287,6 +287,12 @@ impl Breaker {
         }
     }
 
+    /// Counts the reason the classifier gave for a call's outcome, if any.
+    #[inline]
+    pub(crate) fn reason(&self, outcome: Outcome, reason: Option<&'static str>) {
+        self.telemetry.reason(outcome, reason);
+    }
+
     /// Reports that an admitted call was dropped before finishing.
     #[inline]
     pub(crate) fn cancel(&self, ticket: Ticket, clock: impl FnOnce() -> Instant) {
@@ -395,6 +401,9 @@ impl Breaker {
                     if !same_epoch {
                         // Tallied while the epoch was changing: stale.
                         m.record_successes(epoch_of(current), pending, now);
+                        if pending != 0 {
+                            self.telemetry.stale(pending);
+                        }
                     }
                     return;
                 }

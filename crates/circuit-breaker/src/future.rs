@@ -51,6 +51,14 @@ impl Guard {
         self.finish(Outcome::Failure, false);
     }
 
+    /// Counts the reason the classifier gave for `outcome` (before [`Guard::finish`]).
+    #[inline]
+    pub(crate) fn reason(&self, outcome: Outcome, reason: Option<&'static str>) {
+        if let (Some(breaker), Some(_)) = (&self.breaker, reason) {
+            breaker.reason(outcome, reason);
+        }
+    }
+
     pub(crate) fn is_done(&self) -> bool {
         self.breaker.is_none()
     }
@@ -175,12 +183,15 @@ where
                 match ready!(polled) {
                     Ok(Ok(response)) => {
                         let outcome = classifier.classify(Ok(&response));
+                        guard.reason(outcome, classifier.reason(Ok(&response), outcome));
                         guard.finish(outcome, false);
                         Poll::Ready(Ok(response))
                     }
                     Ok(Err(error)) => {
                         let error: BoxError = error.into();
-                        let outcome = classifier.classify(Err(&*error as &(dyn Error + 'static)));
+                        let failed: &(dyn Error + 'static) = &*error;
+                        let outcome = classifier.classify(Err(failed));
+                        guard.reason(outcome, classifier.reason(Err(failed), outcome));
                         guard.finish(outcome, false);
                         Poll::Ready(Err(error))
                     }

@@ -224,7 +224,8 @@ pub struct Counters {
     pub probe_successes: u64,
     /// Probes that failed or timed out.
     pub probe_failures: u64,
-    /// Probes that timed out (also counted in `probe_failures`).
+    /// Probes that ran out of time, the request's deadline or the half-open timeout
+    /// (also counted in `probe_failures`).
     pub probe_timeouts: u64,
     /// Outcomes of calls admitted before a state change: counted above, acted on never.
     pub stale: u64,

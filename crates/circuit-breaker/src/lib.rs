@@ -283,3 +283,13 @@ pub use machine::{Reason, State, Transition};
 pub use readiness::{PendingWhileOpen, PendingWhileOpenLayer};
 pub use seawall_core::{CircuitOpen, DeadlineExceeded};
 pub use service::CircuitBreaker;
+
+/// Gives the breaker's metrics their help text and unit.
+///
+/// A description given before a recorder is installed is lost, so call this (or the
+/// facade's `seawall::metrics::describe()`) after installing the recorder.
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub fn describe_metrics() {
+    telemetry::describe();
+}

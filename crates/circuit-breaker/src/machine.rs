@@ -849,6 +849,11 @@ impl Machine {
         }
         match (ticket.probe, self.phase) {
             (Some(slot), Phase::HalfOpen { .. }) => {
+                if report.timed_out {
+                    // The deadline cut the probe off: a probe timeout, like one that
+                    // outlived the half-open timeout (and a probe failure too).
+                    self.cold().probe_timeouts += 1;
+                }
                 self.finish_probe(slot, report.outcome, now);
                 Recorded::Probe
             }

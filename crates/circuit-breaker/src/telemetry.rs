@@ -1,17 +1,27 @@
 //! The only place with `cfg(feature = "tracing")` and `cfg(feature = "metrics")`:
 //! call sites stay free of them.
 //!
-//! Metrics (feature `metrics`), all labelled with the breaker's `name`:
-//! - `seawall_breaker_calls_total{outcome}`: `success`, `failure`, `ignored`,
-//!   `cancelled`, `rejected` (short-circuited while open);
-//! - `seawall_breaker_slow_calls_total`, `seawall_breaker_timeouts_total`;
-//! - `seawall_breaker_probes_total{result}`: `success`, `failure`, `timeout`;
-//! - `seawall_breaker_stale_outcomes_total`: outcomes of calls admitted before a
-//!   state change (counted, never acted on);
-//! - `seawall_breaker_transitions_total{from, to}`;
-//! - `seawall_breaker_state{state}`: a gauge, 1 for the current state, 0 for the others.
+//! Metrics (feature `metrics`), all labelled with the breaker's `name`. Every call
+//! that reaches the breaker is counted exactly once, when it ends, in
+//! `seawall_breaker_calls_total{outcome}`:
+//! `success`, `failure` (not a timeout), `timeout` (the request's deadline ran out
+//! while the dependency had the call), `ignored`, `cancelled`, `rejected`
+//! (short-circuited). The other counters are subsets of those, never second counts:
+//! - `seawall_breaker_slow_calls_total`: successes, failures and timeouts slower than
+//!   the slow-call threshold;
+//! - `seawall_breaker_stale_outcomes_total`: successes, failures and timeouts of calls
+//!   admitted before a state change (counted, never acted on);
+//! - `seawall_breaker_probes_total{result}`: each half-open probe's verdict, once:
+//!   `success`, `failure` (not a timeout) or `timeout` (the deadline or the half-open
+//!   timeout ran out), so `half_open -> open` transitions = `failure` + `timeout`;
+//! - `seawall_breaker_outcome_reasons_total{outcome, reason}`: calls whose classifier
+//!   gave a reason (see `Classify::reason`), per reason.
 //!
-//! The handles are registered when the breaker is built, so install the metrics
+//! Also `seawall_breaker_transitions_total{from, to}` and the gauge
+//! `seawall_breaker_state{state}` (1 for the current state, 0 for the others).
+//!
+//! Every series but the operator transitions and the reasons is registered when the
+//! breaker is built, so it is exported at zero from the start: install the metrics
 //! recorder before building layers.
 
 // Without both features some arguments only serve the missing one.
@@ -22,7 +32,7 @@
 
 use std::time::Duration;
 
-use seawall_core::Name;
+use seawall_core::{Name, Outcome};
 
 use crate::machine::{Recorded, Report, State, Transition};
 
@@ -38,17 +48,29 @@ pub(crate) struct Telemetry {
 struct Metrics {
     success: metrics::Counter,
     failure: metrics::Counter,
+    timeout: metrics::Counter,
     ignored: metrics::Counter,
     cancelled: metrics::Counter,
     rejected: metrics::Counter,
     slow: metrics::Counter,
-    timeouts: metrics::Counter,
     stale: metrics::Counter,
     probe_success: metrics::Counter,
     probe_failure: metrics::Counter,
     probe_timeout: metrics::Counter,
+    /// The automatic transitions, in [`AUTOMATIC`] order.
+    automatic: [metrics::Counter; 4],
     state: [metrics::Gauge; 6],
+    reasons: seawall_core::ReasonCounters,
 }
+
+/// The transitions the breaker makes by itself (operators' appear with their first use).
+#[cfg(feature = "metrics")]
+const AUTOMATIC: [(State, State); 4] = [
+    (State::Closed, State::Open),
+    (State::Open, State::HalfOpen),
+    (State::HalfOpen, State::Closed),
+    (State::HalfOpen, State::Open),
+];
 
 #[cfg(feature = "metrics")]
 impl Metrics {
@@ -64,18 +86,73 @@ impl Metrics {
         Self {
             success: calls("success"),
             failure: calls("failure"),
+            timeout: calls("timeout"),
             ignored: calls("ignored"),
             cancelled: calls("cancelled"),
             rejected: calls("rejected"),
             slow: metrics::counter!("seawall_breaker_slow_calls_total", "name" => name.clone()),
-            timeouts: metrics::counter!("seawall_breaker_timeouts_total", "name" => name.clone()),
             stale: metrics::counter!("seawall_breaker_stale_outcomes_total", "name" => name.clone()),
             probe_success: probes("success"),
             probe_failure: probes("failure"),
             probe_timeout: probes("timeout"),
+            automatic: AUTOMATIC.map(|(from, to)| transition(name, from, to)),
             state,
+            reasons: seawall_core::ReasonCounters::new(
+                "seawall_breaker_outcome_reasons_total",
+                name.clone(),
+            ),
         }
     }
+}
+
+#[cfg(feature = "metrics")]
+fn transition(name: &Name, from: State, to: State) -> metrics::Counter {
+    metrics::counter!(
+        "seawall_breaker_transitions_total",
+        "name" => name.clone(),
+        "from" => from.as_str(),
+        "to" => to.as_str()
+    )
+}
+
+/// Gives the breaker's metrics their help text and unit.
+#[cfg(feature = "metrics")]
+pub(crate) fn describe() {
+    use metrics::Unit;
+    metrics::describe_counter!(
+        "seawall_breaker_calls_total",
+        Unit::Count,
+        "Calls that reached the breaker, counted once when they end, by outcome: success, failure (not a timeout), timeout (the deadline ran out while the dependency had the call), ignored, cancelled, rejected (short-circuited)."
+    );
+    metrics::describe_counter!(
+        "seawall_breaker_slow_calls_total",
+        Unit::Count,
+        "Successes, failures and timeouts that took at least the slow-call threshold (a subset of calls_total)."
+    );
+    metrics::describe_counter!(
+        "seawall_breaker_stale_outcomes_total",
+        Unit::Count,
+        "Successes, failures and timeouts of calls admitted before a state change: counted in calls_total, never acted on."
+    );
+    metrics::describe_counter!(
+        "seawall_breaker_probes_total",
+        Unit::Count,
+        "Half-open probe verdicts: success, failure (not a timeout), timeout (the deadline or the half-open timeout ran out)."
+    );
+    metrics::describe_counter!(
+        "seawall_breaker_outcome_reasons_total",
+        Unit::Count,
+        "Calls whose classifier gave a reason (a business refusal, say), by classified outcome and reason."
+    );
+    metrics::describe_counter!(
+        "seawall_breaker_transitions_total",
+        Unit::Count,
+        "State changes by from and to: trips, probes, operator overrides."
+    );
+    metrics::describe_gauge!(
+        "seawall_breaker_state",
+        "1 for the breaker's current state, 0 for the others."
+    );
 }
 
 impl Telemetry {
@@ -100,29 +177,48 @@ impl Telemetry {
         self.metrics.ignored.increment(1);
     }
 
-    /// A finished call that went through the machine.
+    /// A finished call that went through the machine: one `calls_total` outcome, and
+    /// the subsets it belongs to.
     pub(crate) fn finished(&self, report: Report, recorded: Recorded) {
         #[cfg(feature = "metrics")]
         {
-            use seawall_core::Outcome;
             let m = &self.metrics;
-            match report.outcome {
-                Outcome::Success => m.success.increment(1),
-                Outcome::Failure => m.failure.increment(1),
-                Outcome::Ignore => m.ignored.increment(1),
+            let counted = report.outcome != Outcome::Ignore;
+            match (report.timed_out, report.outcome) {
+                (true, _) => m.timeout.increment(1),
+                (false, Outcome::Success) => m.success.increment(1),
+                (false, Outcome::Failure) => m.failure.increment(1),
+                (false, Outcome::Ignore) => m.ignored.increment(1),
             }
-            if report.slow && report.outcome != Outcome::Ignore {
+            if report.slow && counted {
                 m.slow.increment(1);
             }
-            if report.timed_out {
-                m.timeouts.increment(1);
+            match recorded {
+                Recorded::Probe if report.timed_out => m.probe_timeout.increment(1),
+                Recorded::Probe => match report.outcome {
+                    Outcome::Success => m.probe_success.increment(1),
+                    Outcome::Failure => m.probe_failure.increment(1),
+                    Outcome::Ignore => {}
+                },
+                Recorded::Stale if counted => m.stale.increment(1),
+                Recorded::Stale | Recorded::Current => {}
             }
-            match (recorded, report.outcome) {
-                (Recorded::Probe, Outcome::Success) => m.probe_success.increment(1),
-                (Recorded::Probe, Outcome::Failure) => m.probe_failure.increment(1),
-                (Recorded::Stale, Outcome::Success | Outcome::Failure) => m.stale.increment(1),
-                _ => {}
-            }
+        }
+    }
+
+    /// Successes tallied on the lock-free path (already counted as successes) that
+    /// turned out to be stale: a state change was being made when they were tallied.
+    pub(crate) fn stale(&self, n: u64) {
+        #[cfg(feature = "metrics")]
+        self.metrics.stale.increment(n);
+    }
+
+    /// The classifier gave `reason` for `outcome`.
+    #[inline]
+    pub(crate) fn reason(&self, outcome: Outcome, reason: Option<&'static str>) {
+        #[cfg(feature = "metrics")]
+        if let Some(reason) = reason {
+            self.metrics.reasons.count(outcome, reason);
         }
     }
 
@@ -160,16 +256,14 @@ impl Telemetry {
             let m = &self.metrics;
             m.state[t.from.index()].set(0.0);
             m.state[t.to.index()].set(1.0);
-            metrics::counter!(
-                "seawall_breaker_transitions_total",
-                "name" => name.clone(),
-                "from" => t.from.as_str(),
-                "to" => t.to.as_str()
-            )
-            .increment(1);
+            match AUTOMATIC.iter().position(|&(f, to)| f == t.from && to == t.to) {
+                Some(i) => m.automatic[i].increment(1),
+                None => transition(name, t.from, t.to).increment(1),
+            }
+            // A probe that outlived the half-open timeout: its verdict is given here,
+            // its call is counted in `calls_total` when it ends (as stale).
             if t.reason == crate::machine::Reason::ProbeTimedOut {
                 m.probe_timeout.increment(1);
-                m.probe_failure.increment(1);
             }
         }
     }

@@ -30,6 +30,18 @@ pub enum Outcome {
     Ignore,
 }
 
+impl Outcome {
+    /// A short, stable, lower-case label (for metrics and logs): `success`,
+    /// `failure`, `ignored`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Success => "success",
+            Outcome::Failure => "failure",
+            Outcome::Ignore => "ignored",
+        }
+    }
+}
+
 /// The result shape a classifier sees.
 pub type ClassifyInput<'a, Res> = Result<&'a Res, &'a (dyn Error + 'static)>;
 
@@ -48,6 +60,19 @@ pub type ClassifyInput<'a, Res> = Result<&'a Res, &'a (dyn Error + 'static)>;
 /// // Wrong: takes the response by value and returns a bool.
 /// takes(|r: Result<u32, ()>| r.is_ok());
 /// ```
+///
+/// # Reasons
+///
+/// A classifier may also say *why* with [`reason`](Classify::reason): a short
+/// `&'static str` such as `"business_refusal"` for a 404 "no rate for that
+/// destination", which a breaker counts per reason (with the `metrics` feature,
+/// `seawall_breaker_outcome_reasons_total{outcome, reason}`). The reason is a second
+/// method rather than a field of [`Outcome`], so every `match` on an outcome and
+/// every classifier written before keeps compiling, and a classifier that gives no
+/// reason costs nothing: the default answers `None` and is inlined away. A
+/// `&'static str` needs no allocation on the call path, and keeps the set of label
+/// values bounded by the program's text. [`with_reason`] adds reasons to any
+/// classifier.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a seawall classifier for responses of type `{Res}`",
     label = "expected a classifier here",
@@ -56,6 +81,71 @@ pub type ClassifyInput<'a, Res> = Result<&'a Res, &'a (dyn Error + 'static)>;
 pub trait Classify<Res> {
     /// Classifies one result.
     fn classify(&self, result: ClassifyInput<'_, Res>) -> Outcome;
+
+    /// Why `result` was classified as `outcome`, if this classifier says: a short,
+    /// stable, lower-case label (`"business_refusal"`). `None` by default.
+    #[inline]
+    fn reason(&self, result: ClassifyInput<'_, Res>, outcome: Outcome) -> Option<&'static str> {
+        let _ = (result, outcome);
+        None
+    }
+}
+
+/// Adds a reason to `classifier`'s outcomes: `reason` sees the result and the
+/// outcome `classifier` gave it, and may name why (the outcome itself is unchanged).
+///
+/// ```
+/// use seawall_core::{with_reason, Classify, HttpStatus, Outcome};
+///
+/// // A 404 "no rate for that destination" is a business answer, not a sick supplier:
+/// // still a success, but counted apart.
+/// let classifier = with_reason(HttpStatus::default(), |r: Result<&http::Response<()>, _>, _outcome| {
+///     match r {
+///         Ok(res) if res.status() == http::StatusCode::NOT_FOUND => Some("business_refusal"),
+///         _ => None,
+///     }
+/// });
+/// let not_found = http::Response::builder().status(404).body(()).unwrap();
+/// assert_eq!(classifier.classify(Ok(&not_found)), Outcome::Success);
+/// assert_eq!(classifier.reason(Ok(&not_found), Outcome::Success), Some("business_refusal"));
+/// ```
+pub fn with_reason<C, F, Res>(classifier: C, reason: F) -> WithReason<C, F>
+where
+    C: Classify<Res>,
+    F: Fn(ClassifyInput<'_, Res>, Outcome) -> Option<&'static str>,
+{
+    WithReason { classifier, reason }
+}
+
+/// A classifier with reasons, made by [`with_reason`].
+#[derive(Clone, Copy)]
+pub struct WithReason<C, F> {
+    classifier: C,
+    reason: F,
+}
+
+impl<C: std::fmt::Debug, F> std::fmt::Debug for WithReason<C, F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WithReason")
+            .field("classifier", &self.classifier)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C, F, Res> Classify<Res> for WithReason<C, F>
+where
+    C: Classify<Res>,
+    F: Fn(ClassifyInput<'_, Res>, Outcome) -> Option<&'static str>,
+{
+    #[inline]
+    fn classify(&self, result: ClassifyInput<'_, Res>) -> Outcome {
+        self.classifier.classify(result)
+    }
+
+    #[inline]
+    fn reason(&self, result: ClassifyInput<'_, Res>, outcome: Outcome) -> Option<&'static str> {
+        (self.reason)(result, outcome).or_else(|| self.classifier.reason(result, outcome))
+    }
 }
 
 impl<Res, F> Classify<Res> for F
@@ -149,6 +239,7 @@ same_for_every_request! {
     GrpcStatus => [] where [];
     AdmissionAsFailure<C> => [C,] where [];
     ClassifyFn<F> => [F,] where [];
+    WithReason<C, F> => [C, F,] where [];
 }
 
 /// A plain closure classifier serves every request with a copy of itself.
@@ -244,6 +335,11 @@ where
             }
         }
         self.0.classify(result)
+    }
+
+    #[inline]
+    fn reason(&self, result: ClassifyInput<'_, Res>, outcome: Outcome) -> Option<&'static str> {
+        self.0.reason(result, outcome)
     }
 }
 
@@ -647,6 +743,46 @@ mod tests {
         // A closure is also a per-request factory (it is Clone).
         let per = ClassifyRequest::<(), u8>::classifier_for(&c, &());
         assert_eq!(per.classify(Ok(&0)), Outcome::Failure);
+    }
+
+    #[test]
+    fn a_reason_is_added_without_changing_the_outcome() {
+        let c = with_reason(
+            HttpStatus::default(),
+            |r: ClassifyInput<'_, http::Response<()>>, o| match (r, o) {
+                (Ok(res), Outcome::Success) if res.status() == StatusCode::NOT_FOUND => {
+                    Some("business_refusal")
+                }
+                _ => None,
+            },
+        );
+        let not_found = response(404);
+        let ok = response(200);
+        let down = response(503);
+        assert_eq!(c.classify(Ok(&not_found)), Outcome::Success);
+        assert_eq!(
+            c.reason(Ok(&not_found), Outcome::Success),
+            Some("business_refusal")
+        );
+        assert_eq!(c.reason(Ok(&ok), Outcome::Success), None);
+        assert_eq!(c.classify(Ok(&down)), Outcome::Failure);
+        assert_eq!(c.reason(Ok(&down), Outcome::Failure), None);
+        // Wrapping keeps the reason; the provided classifiers give none of their own.
+        let wrapped = AdmissionAsFailure(c);
+        assert_eq!(
+            wrapped.reason(Ok(&not_found), Outcome::Success),
+            Some("business_refusal")
+        );
+        assert_eq!(
+            HttpStatus::default().reason(Ok(&not_found), Outcome::Success),
+            None
+        );
+        // A classifier with reasons is its own per-request factory.
+        let per = ClassifyRequest::<(), http::Response<()>>::classifier_for(&c, &());
+        assert_eq!(
+            per.reason(Ok(&not_found), Outcome::Success),
+            Some("business_refusal")
+        );
     }
 
     #[test]

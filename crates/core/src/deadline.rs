@@ -365,8 +365,10 @@ impl DeadlineLayer {
     /// A layer giving each request `budget`: longer than zero and at most
     /// [`MAX_DURATION`](crate::MAX_DURATION) (a year), or a [`ConfigError`] naming `budget`.
     pub fn new(budget: Duration) -> Result<Self, ConfigError> {
+        let budget = check_duration("budget", budget)?;
+        crate::telemetry::deadline_layer_built();
         Ok(Self {
-            budget: check_duration("budget", budget)?,
+            budget,
             headers: NoHeaders,
         })
     }

@@ -71,6 +71,8 @@ pub mod grpc;
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
 mod random;
+#[cfg(feature = "metrics")]
+mod reasons;
 mod rejection;
 mod retry;
 mod telemetry;
@@ -79,8 +81,9 @@ mod unwind;
 mod window;
 
 pub use classify::{
-    classify_fn, grpc_code, AdmissionAsFailure, Classify, ClassifyFn, ClassifyInput,
+    classify_fn, grpc_code, with_reason, AdmissionAsFailure, Classify, ClassifyFn, ClassifyInput,
     ClassifyRequest, ErrorsAsFailures, GrpcStatus, HttpStatus, Outcome, PerRequest, StatusSet,
+    WithReason,
 };
 pub use config::{check_duration, check_fraction, check_positive, ConfigError};
 pub use deadline::{
@@ -89,6 +92,9 @@ pub use deadline::{
     GrpcTimeout, HasExtensions, NoHeaders, WithDeadline, GRPC_TIMEOUT,
 };
 pub use random::{RandomSource, SeededRandom};
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub use reasons::{ReasonCounters, MAX_REASONS};
 pub use rejection::{
     find_rejection, BoxError, BulkheadFull, BulkheadTimeout, Category, CircuitOpen,
     DeadlineExceeded, FallbacksExhausted, Name, OpenCause, Rejection, RejectionKind, StepFailure,
@@ -99,4 +105,15 @@ pub use retry::{
 };
 pub use time::{later, MAX_DURATION};
 pub use unwind::on_unwind;
+
+/// Gives core's metrics (the deadline's and the retry policy's) their help text and unit.
+///
+/// A description given before a recorder is installed is lost, so call this (or the
+/// facade's `seawall::metrics::describe()`, which calls every crate's) after
+/// installing the recorder.
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub fn describe_metrics() {
+    telemetry::describe();
+}
 pub use window::{CountWindow, TimeWindow, WindowCounts, MAX_BUCKETS};

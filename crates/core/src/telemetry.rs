@@ -1,10 +1,24 @@
 //! Where core's tracing events and metrics are emitted, so call sites carry no `cfg`.
+//!
+//! Metrics (feature `metrics`): `seawall_deadline_exceeded_total`, registered at zero
+//! when a [`DeadlineLayer`](crate::DeadlineLayer) is built, and the retry policy's
+//! (below), registered when it is built.
+
+/// The counter of deadlines the `DeadlineLayer` saw run out itself.
+#[cfg(feature = "metrics")]
+const DEADLINE_EXCEEDED: &str = "seawall_deadline_exceeded_total";
+
+/// Registers the deadline's counter, so it is exported (at zero) before its first event.
+pub(crate) fn deadline_layer_built() {
+    #[cfg(feature = "metrics")]
+    let _ = metrics::counter!(DEADLINE_EXCEEDED);
+}
 
 pub(crate) fn deadline_exceeded() {
     #[cfg(feature = "tracing")]
     tracing::debug!(target: "seawall::deadline", "deadline exceeded");
     #[cfg(feature = "metrics")]
-    metrics::counter!("seawall_deadline_exceeded_total").increment(1);
+    metrics::counter!(DEADLINE_EXCEEDED).increment(1);
 }
 
 #[cfg(feature = "http")]
@@ -97,4 +111,30 @@ impl RetryTelemetry {
         #[cfg(feature = "metrics")]
         self.m.refused[reason as usize].increment(1);
     }
+}
+
+/// Gives core's metrics (the deadline's and the retry policy's) their help text and unit.
+#[cfg(feature = "metrics")]
+pub(crate) fn describe() {
+    use metrics::Unit;
+    metrics::describe_counter!(
+        DEADLINE_EXCEEDED,
+        Unit::Count,
+        "Requests whose deadline passed while the DeadlineLayer itself waited (segments without a breaker below it)."
+    );
+    metrics::describe_counter!(
+        "seawall_retry_attempts_total",
+        Unit::Count,
+        "Attempts made by a retry policy, the first ones included."
+    );
+    metrics::describe_counter!(
+        "seawall_retry_retries_total",
+        Unit::Count,
+        "Retries made by a retry policy."
+    );
+    metrics::describe_counter!(
+        "seawall_retry_refused_total",
+        Unit::Count,
+        "Results worth retrying that were not retried, by reason: budget, deadline, attempts."
+    );
 }

@@ -99,6 +99,7 @@ pub(crate) struct Shared {
     machine: Mutex<DegradationMachine>,
     built: DegradationConfig,
     changes: OnceLock<broadcast::Sender<LevelChange>>,
+    telemetry: telemetry::Telemetry,
 }
 
 impl fmt::Debug for Shared {
@@ -119,6 +120,7 @@ impl Shared {
         now: Instant,
     ) -> Self {
         let built = machine.config().clone();
+        let telemetry = telemetry::Telemetry::new(&name, 0);
         let shared = Self {
             name,
             level_names,
@@ -129,9 +131,9 @@ impl Shared {
             machine: Mutex::new(machine),
             built,
             changes: OnceLock::new(),
+            telemetry,
         };
         shared.sync(&shared.lock());
-        telemetry::initial_level(&shared.name, 0);
         shared
     }
 
@@ -198,7 +200,7 @@ impl Shared {
     /// current level that changes nothing takes no lock and reads no clock.
     pub(crate) fn record(&self, ticket: Ticket, outcome: Outcome) {
         if ticket.probe {
-            telemetry::probe(&self.name, outcome);
+            self.telemetry.probe(&self.name, outcome);
         }
         match outcome {
             Outcome::Ignore => return,
@@ -232,7 +234,8 @@ impl Shared {
         if let Some(change) = change {
             let from = self.level_of(change.from);
             let to = self.level_of(change.to);
-            telemetry::level_changed(&self.name, &from.name, &to.name, &change, self.current());
+            self.telemetry
+                .level_changed(&self.name, &from.name, &to.name, &change, self.current());
         }
         out
     }

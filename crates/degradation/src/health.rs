@@ -308,6 +308,7 @@ impl HealthMonitorBuilder {
         }));
         let mut tasks = JoinSet::new();
         for (name, config, check) in self.checks {
+            telemetry::health_checked(&name);
             tasks.spawn_on(run_check(name, config, check, shared.clone()), &runtime);
         }
         Ok(HealthMonitor {

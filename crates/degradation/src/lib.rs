@@ -224,3 +224,13 @@ pub use service::{
     Annotate, CurrentLevel, Degradation, LevelService, NoExtensions, ResponseExtensions, ServedBy,
     WithLevelExtensions,
 };
+
+/// Gives the degradation layer's and the health monitor's metrics their help text.
+///
+/// A description given before a recorder is installed is lost, so call this (or the
+/// facade's `seawall::metrics::describe()`) after installing the recorder.
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub fn describe_metrics() {
+    telemetry::describe();
+}

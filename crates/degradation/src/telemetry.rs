@@ -8,6 +8,9 @@
 //! - `seawall_degradation_probes_total{result="success"|"failure"|"ignored"}`: recovery
 //!   probe outcomes;
 //! - `seawall_degradation_health_changes_total{name, to}` (`name` is the dependency): health status changes.
+//!
+//! A layer's series are registered when it is built, a health monitor's when it
+//! starts (for each checked dependency), so all are exported at zero from the start.
 
 #![cfg_attr(
     not(all(feature = "tracing", feature = "metrics")),
@@ -18,69 +21,148 @@ use seawall_core::{Name, Outcome};
 
 use crate::machine::Change;
 
-/// The level in force when a layer is built.
-pub(crate) fn initial_level(name: &Name, level: usize) {
+/// Pre-registered metric handles of one layer (nothing without the `metrics` feature).
+#[derive(Debug)]
+pub(crate) struct Telemetry {
     #[cfg(feature = "metrics")]
-    metrics::gauge!("seawall_degradation_level", "name" => name.clone()).set(level as f64);
+    m: Metrics,
 }
 
-/// A level change: a `tracing` event (warn going down, info going up) and metrics.
-/// Called after the lock is released, so the level gauge is set to `in_force` (read
-/// then) rather than to `change.to`: two changes logged out of order still leave the
-/// gauge at the level really in force.
-pub(crate) fn level_changed(name: &Name, from: &str, to: &str, change: &Change, in_force: usize) {
-    #[cfg(feature = "tracing")]
-    match change.direction() {
-        crate::machine::Direction::Down => tracing::warn!(
-            target: "seawall::degradation",
-            name = %name,
-            from,
-            to,
-            from_level = change.from,
-            to_level = change.to,
-            reason = change.reason.as_str(),
-            "degradation level went down"
-        ),
-        crate::machine::Direction::Up => tracing::info!(
-            target: "seawall::degradation",
-            name = %name,
-            from,
-            to,
-            from_level = change.from,
-            to_level = change.to,
-            reason = change.reason.as_str(),
-            "degradation level went up"
-        ),
+#[cfg(feature = "metrics")]
+#[derive(Debug)]
+struct Metrics {
+    level: metrics::Gauge,
+    down: metrics::Counter,
+    up: metrics::Counter,
+    /// By outcome: success, failure, ignored.
+    probes: [metrics::Counter; 3],
+}
+
+impl Telemetry {
+    /// Registers the layer's series, the level gauge at `level`.
+    pub(crate) fn new(name: &Name, level: usize) -> Self {
+        #[cfg(feature = "metrics")]
+        {
+            let changes = |direction: &'static str| {
+                metrics::counter!("seawall_degradation_changes_total", "name" => name.clone(), "direction" => direction)
+            };
+            let m = Metrics {
+                level: metrics::gauge!("seawall_degradation_level", "name" => name.clone()),
+                down: changes("down"),
+                up: changes("up"),
+                probes: [Outcome::Success, Outcome::Failure, Outcome::Ignore].map(|o| {
+                    metrics::counter!("seawall_degradation_probes_total", "name" => name.clone(), "result" => o.as_str())
+                }),
+            };
+            m.level.set(level as f64);
+            Self { m }
+        }
+        #[cfg(not(feature = "metrics"))]
+        Self {}
     }
-    #[cfg(feature = "metrics")]
-    {
-        metrics::gauge!("seawall_degradation_level", "name" => name.clone()).set(in_force as f64);
-        metrics::counter!(
-            "seawall_degradation_changes_total",
-            "name" => name.clone(),
-            "direction" => change.direction().as_str()
-        )
-        .increment(1);
+
+    /// A level change: a `tracing` event (warn going down, info going up) and metrics.
+    /// Called after the lock is released, so the level gauge is set to `in_force` (read
+    /// then) rather than to `change.to`: two changes logged out of order still leave the
+    /// gauge at the level really in force.
+    pub(crate) fn level_changed(
+        &self,
+        name: &Name,
+        from: &str,
+        to: &str,
+        change: &Change,
+        in_force: usize,
+    ) {
+        let down = change.direction() == crate::machine::Direction::Down;
+        #[cfg(feature = "tracing")]
+        if down {
+            tracing::warn!(
+                target: "seawall::degradation",
+                name = %name,
+                from,
+                to,
+                from_level = change.from,
+                to_level = change.to,
+                reason = change.reason.as_str(),
+                "degradation level went down"
+            );
+        } else {
+            tracing::info!(
+                target: "seawall::degradation",
+                name = %name,
+                from,
+                to,
+                from_level = change.from,
+                to_level = change.to,
+                reason = change.reason.as_str(),
+                "degradation level went up"
+            );
+        }
+        #[cfg(feature = "metrics")]
+        {
+            self.m.level.set(in_force as f64);
+            if down {
+                self.m.down.increment(1);
+            } else {
+                self.m.up.increment(1);
+            }
+        }
+    }
+
+    /// The outcome of one recovery probe.
+    pub(crate) fn probe(&self, name: &Name, outcome: Outcome) {
+        #[cfg(feature = "tracing")]
+        tracing::trace!(target: "seawall::degradation", name = %name, ?outcome, "probe finished");
+        #[cfg(feature = "metrics")]
+        {
+            let i = match outcome {
+                Outcome::Success => 0,
+                Outcome::Failure => 1,
+                Outcome::Ignore => 2,
+            };
+            self.m.probes[i].increment(1);
+        }
     }
 }
 
-/// The outcome of one recovery probe.
-pub(crate) fn probe(name: &Name, outcome: Outcome) {
-    #[cfg(feature = "tracing")]
-    tracing::trace!(target: "seawall::degradation", name = %name, ?outcome, "probe finished");
+/// Gives the degradation layer's and the health monitor's metrics their help text.
+#[cfg(feature = "metrics")]
+pub(crate) fn describe() {
+    use metrics::Unit;
+    metrics::describe_gauge!(
+        "seawall_degradation_level",
+        "The degradation level in force (0 is the best)."
+    );
+    metrics::describe_counter!(
+        "seawall_degradation_changes_total",
+        Unit::Count,
+        "Degradation level changes by direction (down, up)."
+    );
+    metrics::describe_counter!(
+        "seawall_degradation_probes_total",
+        Unit::Count,
+        "Recovery probes to the level above, by result (success, failure, ignored)."
+    );
+    metrics::describe_counter!(
+        "seawall_degradation_health_changes_total",
+        Unit::Count,
+        "Health status changes of a checked dependency (name), by the status entered."
+    );
+}
+
+/// The statuses a checked dependency can enter after a check.
+#[cfg(feature = "metrics")]
+const HEALTH_TO: [&str; 3] = ["healthy", "degraded", "unhealthy"];
+
+/// A health monitor started checking `dependency`: its series exist from now on.
+pub(crate) fn health_checked(dependency: &str) {
     #[cfg(feature = "metrics")]
-    {
-        let result = match outcome {
-            Outcome::Success => "success",
-            Outcome::Failure => "failure",
-            Outcome::Ignore => "ignored",
-        };
-        metrics::counter!(
-            "seawall_degradation_probes_total",
-            "name" => name.clone(),
-            "result" => result
-        )
-        .increment(1);
+    for to in HEALTH_TO {
+        let _ = metrics::counter!(
+            "seawall_degradation_health_changes_total",
+            "name" => dependency.to_owned(),
+            "to" => to
+        );
     }
 }
 

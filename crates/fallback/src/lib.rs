@@ -217,3 +217,13 @@ pub use seawall_core::{
     BoxError, BulkheadFull, BulkheadTimeout, CircuitOpen, DeadlineExceeded, FallbacksExhausted,
     RejectionKind, StepFailure,
 };
+
+/// Gives the fallback's metrics their help text and unit.
+///
+/// A description given before a recorder is installed is lost, so call this (or the
+/// facade's `seawall::metrics::describe()`) after installing the recorder.
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub fn describe_metrics() {
+    telemetry::describe();
+}

@@ -27,6 +27,37 @@ use seawall_core::{Name, RejectionKind};
 
 use crate::machine::Trigger;
 
+/// Gives the fallback's metrics their help text and unit.
+#[cfg(feature = "metrics")]
+pub(crate) fn describe() {
+    use metrics::Unit;
+    metrics::describe_counter!(
+        "seawall_fallback_triggered_total",
+        Unit::Count,
+        "Fallbacks started, by the one cause that triggered each (trigger)."
+    );
+    metrics::describe_counter!(
+        "seawall_fallback_steps_total",
+        Unit::Count,
+        "Each fallback step's result: served, failed, timed_out, unavailable (declined to invent an answer)."
+    );
+    metrics::describe_counter!(
+        "seawall_fallback_exhausted_total",
+        Unit::Count,
+        "Triggered fallbacks whose every step failed."
+    );
+    metrics::describe_counter!(
+        "seawall_fallback_passed_through_total",
+        Unit::Count,
+        "Primary errors that fired no trigger and went to the caller as they were."
+    );
+    metrics::describe_counter!(
+        "seawall_fallback_rendered_total",
+        Unit::Count,
+        "Errors answered as a response in the HTTP server mode, by reason."
+    );
+}
+
 /// How an error was rendered in the HTTP server mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(not(feature = "http"), allow(dead_code))]
