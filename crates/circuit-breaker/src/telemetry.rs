@@ -256,7 +256,10 @@ impl Telemetry {
             let m = &self.metrics;
             m.state[t.from.index()].set(0.0);
             m.state[t.to.index()].set(1.0);
-            match AUTOMATIC.iter().position(|&(f, to)| f == t.from && to == t.to) {
+            match AUTOMATIC
+                .iter()
+                .position(|&(f, to)| f == t.from && to == t.to)
+            {
                 Some(i) => m.automatic[i].increment(1),
                 None => transition(name, t.from, t.to).increment(1),
             }

@@ -43,9 +43,7 @@ impl Telemetry {
     pub(crate) fn new(name: &Name, level: usize) -> Self {
         #[cfg(feature = "metrics")]
         {
-            let changes = |direction: &'static str| {
-                metrics::counter!("seawall_degradation_changes_total", "name" => name.clone(), "direction" => direction)
-            };
+            let changes = |direction: &'static str| metrics::counter!("seawall_degradation_changes_total", "name" => name.clone(), "direction" => direction);
             let m = Metrics {
                 level: metrics::gauge!("seawall_degradation_level", "name" => name.clone()),
                 down: changes("down"),
