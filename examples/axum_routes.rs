@@ -216,7 +216,10 @@ async fn products() -> &'static str {
 /// supplier's business answer. The breaker still counts it as a success (it says
 /// nothing bad about the supplier's health), and counts it apart under this reason in
 /// `seawall_breaker_outcome_reasons_total`.
-fn business_refusal(result: ClassifyInput<'_, Response>, _outcome: Outcome) -> Option<&'static str> {
+fn business_refusal(
+    result: ClassifyInput<'_, Response>,
+    _outcome: Outcome,
+) -> Option<&'static str> {
     match result {
         Ok(res) if res.status() == StatusCode::NOT_FOUND => Some("business_refusal"),
         _ => None,
