@@ -539,3 +539,120 @@ fn every_call_handed_to_a_bulkhead_ends_once() {
     assert_eq!(v("seawall_bulkhead_wait_seconds", &[]), admitted);
     assert_eq!(v("seawall_bulkhead_active", &[]), 0.0);
 }
+
+#[test]
+fn every_triggered_fallback_ends_once_and_every_rendered_error_has_one_cause() {
+    use std::sync::atomic::{AtomicU8, Ordering};
+
+    use bytes::Bytes;
+    use http_body_util::Full;
+    use seawall::core::DeadlineExceeded;
+    use seawall::fallback::{FallbackRequest, Unavailable};
+
+    /// What the primary answers, and what the fallback step does, for one request.
+    #[derive(Clone, Copy)]
+    enum Primary {
+        Ok,
+        Status503,
+        Full,
+        IoError,
+        LateDeadline,
+    }
+    const SERVES: u8 = 0;
+    const DECLINES: u8 = 1;
+    const FAILS: u8 = 2;
+
+    let recorder = prometheus::builder().unwrap().build_recorder();
+    let step = Arc::new(AtomicU8::new(SERVES));
+    let families = with_recorder(&recorder, || async {
+        let primary = service_fn(|req: Request<Primary>| async move {
+            let status = match *req.body() {
+                Primary::Ok => StatusCode::OK,
+                Primary::Status503 => StatusCode::SERVICE_UNAVAILABLE,
+                Primary::Full => return Err(BulkheadFull::new("inner".into()).into()),
+                Primary::IoError => {
+                    return Err(std::io::Error::from(std::io::ErrorKind::ConnectionReset).into())
+                }
+                Primary::LateDeadline => return Err(DeadlineExceeded::new().into()),
+            };
+            Ok::<_, BoxError>(
+                Response::builder()
+                    .status(status)
+                    .body(Full::new(Bytes::from_static(b"primary")))
+                    .unwrap(),
+            )
+        });
+        let fallback = {
+            let step = step.clone();
+            FallbackLayer::builder("f")
+                .on_rejections(Rejections::ADMISSION) // not deadline_exceeded
+                .on_failure(HttpStatus::default())
+                .sync_fn(
+                    move |_req: FallbackRequest<()>| match step.load(Ordering::SeqCst) {
+                        SERVES => Ok(Response::new(Full::new(Bytes::from_static(b"cached")))),
+                        DECLINES => Err(BoxError::from(Unavailable::new("no quote"))),
+                        _ => Err(BoxError::from("cache down")),
+                    },
+                )
+                .http_server()
+                .build()
+                .unwrap()
+        };
+        let svc = fallback.layer(primary);
+        for (answer, then) in [
+            (Primary::Ok, SERVES),           // no fallback
+            (Primary::Status503, SERVES),    // failed_response, served
+            (Primary::Full, SERVES),         // bulkhead_full, served
+            (Primary::Status503, DECLINES),  // failed_response, unavailable (rendered)
+            (Primary::IoError, FAILS),       // failed_error, failed then exhausted (rendered)
+            (Primary::LateDeadline, SERVES), // no trigger: passed through (rendered)
+        ] {
+            step.store(then, Ordering::SeqCst);
+            let _response = svc.clone().oneshot(Request::new(answer)).await.unwrap();
+        }
+        scrape(&recorder).0
+    });
+    let v = |family: &str, labels: &[(&str, &str)]| {
+        value(&families, family, &[&[("name", "f")], labels].concat())
+    };
+    let steps = |outcome| v("seawall_fallback_steps_total", &[("outcome", outcome)]);
+    let rendered = |reason| v("seawall_fallback_rendered_total", &[("reason", reason)]);
+    let triggered = v("seawall_fallback_triggered_total", &[]);
+    let exhausted = v("seawall_fallback_exhausted_total", &[]);
+    let passed_through = v("seawall_fallback_passed_through_total", &[]);
+    assert_eq!(
+        [
+            v(
+                "seawall_fallback_triggered_total",
+                &[("trigger", "failed_response")]
+            ),
+            v(
+                "seawall_fallback_triggered_total",
+                &[("trigger", "bulkhead_full")]
+            ),
+            v(
+                "seawall_fallback_triggered_total",
+                &[("trigger", "failed_error")]
+            ),
+        ],
+        [2.0, 1.0, 1.0]
+    );
+    assert_eq!(
+        ["served", "unavailable", "failed", "timed_out"].map(steps),
+        [2.0, 1.0, 1.0, 0.0]
+    );
+    assert_eq!([triggered, exhausted, passed_through], [4.0, 1.0, 1.0]);
+    // Each triggered fallback ended once: served, declined or exhausted.
+    assert_eq!(
+        triggered,
+        steps("served") + steps("unavailable") + exhausted
+    );
+    // Each rendered error once, by its cause.
+    assert_eq!(rendered("exhausted"), exhausted);
+    assert_eq!(rendered("unavailable"), steps("unavailable"));
+    assert_eq!(
+        v("seawall_fallback_rendered_total", &[]) - rendered("exhausted") - rendered("unavailable"),
+        passed_through
+    );
+    assert_eq!(rendered("deadline_exceeded"), 1.0);
+}
