@@ -4,12 +4,12 @@
 //!
 //! | method and path | what | token |
 //! |---|---|---|
-//! | `GET /policies` | [`PoliciesSnapshot`] of every policy: configuration in force, breaker state and counters, bulkhead occupancy, degradation level, fallback counters | no |
+//! | `GET /policies` | [`PoliciesSnapshot`] of every policy: configuration in force, breaker state and counters, bulkhead occupancy, degradation level, fallback counters (the policy file by name only; its full path with the token) | no |
 //! | `GET /policies/{name}` | one policy's [`PolicySnapshot`](crate::config::PolicySnapshot) | no |
 //! | `POST /reload` | re-read the policy file and apply it ([`Policies::reload`]) | yes |
 //! | `POST /revert` | back to the start-up document ([`Policies::revert`]) | yes |
 //! | `POST /policies/{name}/breaker/{force-open, force-closed, reset}` | hold the breaker open or closed; `reset` ends either and starts closed with an empty window | yes |
-//! | `POST /policies/{name}/degradation/{set-floor, clear-floor, force, release}?level=L` | bound or pin the degradation level (`level` by name or index) | yes |
+//! | `POST /policies/{name}/degradation/{set-floor, clear-floor, force, release}?level=L` | bound or pin the degradation level (`level` by name or index, percent-encoded as any query) | yes |
 //! | `POST /policies/{name}/fallback/{force, unforce, enable, disable}` | answer from the fallback without calling the primary, or let everything pass through | yes |
 //!
 //! Nest it where you like (`Router::new().nest("/admin", admin::router(..))`) and
@@ -23,7 +23,9 @@
 //! configured, every change is refused with `403`. The comparison takes the same
 //! time whatever the first wrong byte. A change answers `200` with the policy's
 //! (or all policies') new snapshot; an invalid one (an unknown level, a refused
-//! document) `422` with the reason, which names the field at fault. Every
+//! document) `422` with the reason, which names the field at fault. Changes take
+//! no body: one sent with a body is refused with `415` and changes nothing, so
+//! parameters put there by mistake are never silently ignored. Every
 //! attempt, allowed or not, is logged (`tracing`, target `seawall::admin`).
 //!
 //! Changes made here act on **this instance only**: limits and breakers are per
@@ -63,9 +65,10 @@
 use std::fmt;
 use std::sync::Arc;
 
-use ::axum::body::Body;
-use ::axum::extract::{Path, State};
-use ::axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
+use ::axum::body::{Body, HttpBody};
+use ::axum::extract::rejection::QueryRejection;
+use ::axum::extract::{Path, Query, State};
+use ::axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use ::axum::response::Response;
 use ::axum::routing::{get, post};
 use ::axum::Router;
@@ -143,6 +146,28 @@ struct Admin {
     token: Option<AdminToken>,
 }
 
+impl Admin {
+    /// Whether `headers` carry the configured token (for reads that show more to
+    /// operators; changes go through [`refusal`], which also says why not).
+    fn authorized(&self, headers: &HeaderMap) -> bool {
+        match (&self.token, bearer(headers)) {
+            (Some(token), Some(presented)) => token.matches(presented.as_bytes()),
+            _ => false,
+        }
+    }
+}
+
+/// The credentials of an `Authorization: Bearer <token>` header.
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            let (scheme, rest) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+        })
+}
+
 /// The admin routes over `policies` (see the [module docs](self)); changes need
 /// `token`, and with `None` every change is refused.
 pub fn router<S>(policies: Policies, token: Option<AdminToken>) -> Router<S>
@@ -210,14 +235,7 @@ fn refusal(
             "refused: no token configured",
         );
     };
-    let presented = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            let (scheme, rest) = v.split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
-        });
-    match presented {
+    match bearer(headers) {
         None => {
             telemetry::admin_action(action, policy, "refused: no credentials");
             let mut res = message(
@@ -239,8 +257,20 @@ fn refusal(
     }
 }
 
-async fn all(State(admin): State<Arc<Admin>>) -> Response {
-    json::<PoliciesSnapshot>(StatusCode::OK, &admin.policies.snapshot())
+async fn all(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Response {
+    let mut snapshot = admin.policies.snapshot();
+    if !admin.authorized(&headers) {
+        snapshot.file = snapshot.file.as_deref().map(file_name);
+    }
+    json::<PoliciesSnapshot>(StatusCode::OK, &snapshot)
+}
+
+/// The last component of `path`: where the policy file lives on the host is for
+/// operators, not for whoever can reach the snapshots.
+fn file_name(path: &str) -> String {
+    std::path::Path::new(path)
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
 }
 
 async fn one(State(admin): State<Arc<Admin>>, Path(name): Path<String>) -> Response {
@@ -250,8 +280,24 @@ async fn one(State(admin): State<Arc<Admin>>, Path(name): Path<String>) -> Respo
     }
 }
 
-async fn reload(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Response {
+/// A refusal of a change sent with a body: no change reads one, and a caller who
+/// sent parameters there must not be told `200` for a change made without them.
+fn with_body(body: &Body, action: &str, policy: Option<&str>) -> Option<Response> {
+    if body.is_end_stream() {
+        return None;
+    }
+    telemetry::admin_action(action, policy, "refused: unexpected body");
+    Some(message(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "changes take no body: send `level` in the query string (`?level=<name or index>`)",
+    ))
+}
+
+async fn reload(State(admin): State<Arc<Admin>>, headers: HeaderMap, body: Body) -> Response {
     if let Some(refused) = refusal(&admin, &headers, "reload", None) {
+        return refused;
+    }
+    if let Some(refused) = with_body(&body, "reload", None) {
         return refused;
     }
     match admin.policies.reload() {
@@ -266,8 +312,11 @@ async fn reload(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Response
     }
 }
 
-async fn revert(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Response {
+async fn revert(State(admin): State<Arc<Admin>>, headers: HeaderMap, body: Body) -> Response {
     if let Some(refused) = refusal(&admin, &headers, "revert", None) {
+        return refused;
+    }
+    if let Some(refused) = with_body(&body, "revert", None) {
         return refused;
     }
     admin.policies.revert();
@@ -275,13 +324,11 @@ async fn revert(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Response
     json(StatusCode::OK, &admin.policies.snapshot())
 }
 
-/// The `level` query parameter.
-fn level(uri: &Uri) -> Option<String> {
-    uri.query()?
-        .split('&')
-        .filter_map(|kv| kv.split_once('='))
-        .find(|(k, _)| *k == "level")
-        .map(|(_, v)| v.to_owned())
+/// The query parameters of a change, percent-decoded by axum's [`Query`].
+#[derive(Debug, Default, serde::Deserialize)]
+struct Params {
+    /// A degradation level, by name or index.
+    level: Option<String>,
 }
 
 /// Why an action could not be carried out.
@@ -294,21 +341,31 @@ enum Refusal {
 async fn act(
     State(admin): State<Arc<Admin>>,
     Path((name, layer, action)): Path<(String, String, String)>,
-    uri: Uri,
+    params: Result<Query<Params>, QueryRejection>,
     headers: HeaderMap,
+    body: Body,
 ) -> Response {
     let what = format!("{layer}/{action}");
     if let Some(refused) = refusal(&admin, &headers, &what, Some(&name)) {
         return refused;
     }
+    if let Some(refused) = with_body(&body, &what, Some(&name)) {
+        return refused;
+    }
+    let params = match params {
+        Ok(Query(params)) => params,
+        Err(e) => {
+            telemetry::admin_action(&what, Some(&name), "refused: malformed query");
+            return message(StatusCode::BAD_REQUEST, &e.body_text());
+        }
+    };
     let Some(handles) = admin.policies.handles(&name) else {
         return message(
             StatusCode::NOT_FOUND,
             "no such policy, or none of its layers is built",
         );
     };
-    let level = level(&uri);
-    let done = carry_out(&handles, &layer, &action, level.as_deref());
+    let done = carry_out(&handles, &layer, &action, params.level.as_deref());
     match done {
         Ok(()) => {
             telemetry::admin_action(&what, Some(&name), "applied");
@@ -442,10 +499,8 @@ mod tests {
     }
 
     #[test]
-    fn the_level_parameter_is_read_from_the_query() {
-        let uri: Uri = "/x?a=1&level=canned".parse().unwrap();
-        assert_eq!(level(&uri).as_deref(), Some("canned"));
-        let uri: Uri = "/x".parse().unwrap();
-        assert_eq!(level(&uri), None);
+    fn only_the_file_name_of_the_policy_file_is_shown() {
+        assert_eq!(file_name("/etc/shop/policies.toml"), "policies.toml");
+        assert_eq!(file_name("policies.toml"), "policies.toml");
     }
 }

@@ -315,6 +315,27 @@ impl Client {
         }
     }
 
+    /// A POST with a body, on a client of its own (the shared one sends no body).
+    async fn post_with_body(&self, path: &str, auth: &str, body: &'static str) -> Answer {
+        let http = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+            .build_http::<http_body_util::Full<Bytes>>();
+        let req = http::Request::post(format!("http://{}{path}", self.addr))
+            .header(header::AUTHORIZATION, auth)
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(http_body_util::Full::new(Bytes::from_static(
+                body.as_bytes(),
+            )))
+            .unwrap();
+        let res = http.request(req).await.unwrap();
+        let (parts, body) = res.into_parts();
+        let body = body.collect().await.unwrap().to_bytes();
+        Answer {
+            status: parts.status,
+            headers: parts.headers,
+            body: String::from_utf8(body.to_vec()).unwrap(),
+        }
+    }
+
     async fn get(&self, path: &str) -> Answer {
         self.send(Method::GET, path, None).await
     }
@@ -566,6 +587,82 @@ async fn without_a_configured_token_every_change_is_forbidden() {
         client.snapshot("freight").await["breaker"]["state"],
         "closed"
     );
+}
+
+#[tokio::test]
+async fn the_level_parameter_is_percent_decoded() {
+    let policies = Policies::from_toml(DOCUMENT).unwrap();
+    let client = start(&policies, &Deps::default()).await;
+    let set = client
+        .admin("/policies/assistant/degradation/set-floor?level=can%6Eed")
+        .await;
+    assert_eq!(set.status, StatusCode::OK, "{}", set.body);
+    assert_eq!(set.json()["degradation"]["level_name"], "canned");
+    // An unknown level is named decoded, as the operator meant it.
+    let bad = client
+        .admin("/policies/assistant/degradation/force?level=tur%62o")
+        .await;
+    assert_eq!(bad.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(bad.body.contains("`turbo`"), "{}", bad.body);
+    // Two levels are no level: the query is refused as malformed.
+    let twice = client
+        .admin("/policies/assistant/degradation/force?level=canned&level=full")
+        .await;
+    assert_eq!(twice.status, StatusCode::BAD_REQUEST, "{}", twice.body);
+}
+
+#[tokio::test]
+async fn a_change_sent_with_a_body_is_refused_and_changes_nothing() {
+    let policies = Policies::from_toml(DOCUMENT).unwrap();
+    let client = start(&policies, &Deps::default()).await;
+    let auth = format!("Bearer {TOKEN}");
+    for (path, body) in [
+        ("/admin/policies/freight/breaker/force-open", "{}"),
+        (
+            "/admin/policies/assistant/degradation/set-floor",
+            "level=canned",
+        ),
+        ("/admin/revert", "please"),
+    ] {
+        let a = client.post_with_body(path, &auth, body).await;
+        assert_eq!(a.status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{path}");
+        assert!(a.json()["error"].as_str().unwrap().contains("no body"));
+    }
+    let freight = client.snapshot("freight").await;
+    assert_eq!(freight["breaker"]["state"], "closed");
+    let assistant = client.snapshot("assistant").await;
+    assert_eq!(assistant["degradation"]["floor"], Value::Null);
+    assert_eq!(client.get("/admin/policies").await.json()["generation"], 0);
+}
+
+#[tokio::test]
+async fn anonymous_reads_name_the_policy_file_without_its_path() {
+    let file = TempFile::with(DOCUMENT);
+    let policies = Policies::load(&file.0).unwrap();
+    let client = start(&policies, &Deps::default()).await;
+    let name = file.0.file_name().unwrap().to_str().unwrap().to_owned();
+    let full = file.0.display().to_string();
+
+    let anonymous = client.get("/admin/policies").await;
+    assert_eq!(anonymous.json()["file"], name.as_str());
+    assert!(!anonymous.body.contains(&full), "{}", anonymous.body);
+    let wrong = client
+        .send(
+            Method::GET,
+            "/admin/policies",
+            Some("Bearer test-admin-token-0123456788"),
+        )
+        .await;
+    assert_eq!(wrong.json()["file"], name.as_str());
+    // The operator, with the token, sees where the file is.
+    let operator = client
+        .send(
+            Method::GET,
+            "/admin/policies",
+            Some(&format!("Bearer {TOKEN}")),
+        )
+        .await;
+    assert_eq!(operator.json()["file"], full.as_str());
 }
 
 // ---------------------------------------------------------------------------
