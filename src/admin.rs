@@ -4,6 +4,7 @@
 //!
 //! | method and path | what | token |
 //! |---|---|---|
+//! | `GET /` (and `/dashboard.js`, `/dashboard.css`, `/events`) | the incident dashboard: every policy live in a browser, with controls once the operator enters the token ([below](#the-dashboard)) | no |
 //! | `GET /policies` | [`PoliciesSnapshot`] of every policy: configuration in force, breaker state and counters, bulkhead occupancy, degradation level, fallback counters (the policy file by name only; its full path with the token) | no |
 //! | `GET /policies/{name}` | one policy's [`PolicySnapshot`](crate::config::PolicySnapshot) | no |
 //! | `POST /reload` | re-read the policy file and apply it ([`Policies::reload`]) | yes |
@@ -30,6 +31,21 @@
 //!
 //! Changes made here act on **this instance only**: limits and breakers are per
 //! process. To change the fleet, change the file and reload every instance.
+//!
+//! # The dashboard
+//!
+//! `GET /` serves one page (HTML, CSS and script embedded in the crate) that shows
+//! one card per policy, grouped by dependency: the breaker's state with a minute of
+//! failure rate and short-circuits per second, the time to its next probe, its last
+//! transition and why; the bulkhead's active and queued calls against their limits;
+//! the degradation level, its floor and the time at it; the fallback's answers per
+//! second by step. It follows a Server-Sent Events stream (`GET /events`: a frame a
+//! second and at every transition), reconnects by itself, and says when its data is
+//! stale. Without a token it is read-only; once the operator types the token (kept
+//! in the page's memory, never in the URL or storage), it offers force open, force
+//! closed, reset, floors and revert, each after a confirmation, as the same `POST`s
+//! as above. The page is served with a strict Content-Security-Policy (no inline
+//! script or style). Nested at `/admin`, it is at `/admin`.
 //!
 //! ```
 //! use axum::{body::Body, http::{Request, StatusCode}, Router};
@@ -141,9 +157,12 @@ fn same_digest(a: &[u8; 32], b: &[u8; 32]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
+mod dashboard;
+
 struct Admin {
     policies: Policies,
     token: Option<AdminToken>,
+    dashboard: dashboard::Hub,
 }
 
 impl Admin {
@@ -174,8 +193,17 @@ pub fn router<S>(policies: Policies, token: Option<AdminToken>) -> Router<S>
 where
     S: Clone + Send + Sync + 'static,
 {
-    let admin = Arc::new(Admin { policies, token });
+    let dashboard = dashboard::Hub::new(&policies);
+    let admin = Arc::new(Admin {
+        policies,
+        token,
+        dashboard,
+    });
     Router::new()
+        .route("/", get(dashboard::page))
+        .route("/dashboard.js", get(dashboard::script))
+        .route("/dashboard.css", get(dashboard::style))
+        .route("/events", get(dashboard::events))
         .route("/policies", get(all))
         .route("/policies/{name}", get(one))
         .route("/reload", post(reload))

@@ -1,0 +1,805 @@
+// seawall's incident dashboard. Served by the admin router under a strict
+// Content-Security-Policy: no inline script or style, no eval, no storage. The
+// admin token lives in one variable of this closure, never in the URL or storage.
+"use strict";
+
+(() => {
+  // ---------------------------------------------------------------------------
+  // What the page reads. Every field of the stream (and of the answers to
+  // changes) that the page uses is listed here by path, "[]" walking into an
+  // array's items; the tests in src/admin/dashboard.rs resolve each path in
+  // frames built from real layers, and check that nothing else is read, so the
+  // page and the API cannot drift apart.
+  const FRAME = {
+    instance: "instance",
+    intervalMs: "interval_ms",
+    changesAllowed: "changes_allowed",
+    generation: "generation",
+    asStarted: "as_started",
+    file: "file",
+    policies: "policies",
+  };
+  const POLICY = {
+    name: "name",
+    routes: "routes",
+    dependencies: "dependencies",
+    levels: "levels",
+    changed: "snapshot.changed_at_run_time",
+    breaker: "snapshot.breaker",
+    breakerState: "snapshot.breaker.state",
+    breakerInState: "snapshot.breaker.in_state_for",
+    breakerRetryAfter: "snapshot.breaker.retry_after",
+    breakerOpenSpell: "snapshot.breaker.open_spell",
+    breakerWindowCalls: "snapshot.breaker.window.calls",
+    breakerWindowFailures: "snapshot.breaker.window.failures",
+    breakerConsecutive: "snapshot.breaker.consecutive_failures",
+    breakerFailedProbes: "snapshot.breaker.consecutive_failed_probes",
+    breakerProbesInFlight: "snapshot.breaker.probes_in_flight",
+    breakerCalls: "snapshot.breaker.counters.calls",
+    breakerFailures: "snapshot.breaker.counters.failures",
+    breakerShortCircuited: "snapshot.breaker.counters.short_circuited",
+    lastBreakerFrom: "last.breaker.from",
+    lastBreakerTo: "last.breaker.to",
+    lastBreakerReason: "last.breaker.reason",
+    lastBreakerAgo: "last.breaker.ago_ms",
+    bulkhead: "snapshot.bulkhead",
+    bulkheadActive: "snapshot.bulkhead.active",
+    bulkheadMaxConcurrent: "snapshot.bulkhead.max_concurrent",
+    bulkheadQueued: "snapshot.bulkhead.queued",
+    bulkheadMaxQueue: "snapshot.bulkhead.max_queue",
+    bulkheadRejectedFull: "snapshot.bulkhead.rejected_full",
+    bulkheadRejectedTimeout: "snapshot.bulkhead.rejected_timeout",
+    bulkheadWaitP99: "snapshot.bulkhead.wait.p99",
+    degradation: "snapshot.degradation",
+    level: "snapshot.degradation.level",
+    levelName: "snapshot.degradation.level_name",
+    levelFloor: "snapshot.degradation.floor",
+    levelForced: "snapshot.degradation.forced",
+    levelTime: "snapshot.degradation.time_at_level",
+    levelProbing: "snapshot.degradation.probing",
+    levelProbeSuccesses: "snapshot.degradation.probe.successes",
+    levelProbeTarget: "snapshot.config.degradation.probe_successes_to_recover",
+    lastLevelFrom: "last.degradation.from",
+    lastLevelTo: "last.degradation.to",
+    lastLevelReason: "last.degradation.reason",
+    lastLevelAgo: "last.degradation.ago_ms",
+    fallback: "snapshot.fallback",
+    fallbackEnabled: "snapshot.fallback.enabled",
+    fallbackForced: "snapshot.fallback.forced",
+    fallbackExhausted: "snapshot.fallback.exhausted",
+    fallbackSteps: "snapshot.fallback.steps",
+    stepName: "snapshot.fallback.steps[].name",
+    fallbackTriggered: "snapshot.fallback.triggered",
+    triggerName: "snapshot.fallback.triggered[].trigger",
+    triggerCount: "snapshot.fallback.triggered[].count",
+    historyFailureRate: "history.failure_rate",
+    historyCalls: "history.calls",
+    historyShortCircuits: "history.short_circuits",
+    historyRejected: "history.rejected",
+    historyAnswers: "history.answers",
+  };
+  // The answer to a change: one policy's snapshot, or every policy's (revert).
+  const ANSWER = {
+    breakerState: "breaker.state",
+    levelName: "degradation.level_name",
+    floor: "degradation.floor",
+    generation: "generation",
+  };
+  // A text for every breaker state: colour is never the only signal.
+  const BREAKER_LABELS = {
+    closed: "closed",
+    open: "open",
+    half_open: "half-open",
+    forced_open: "forced open",
+    forced_closed: "forced closed",
+    disabled: "disabled",
+  };
+
+  /** The value at `path` in `obj`; undefined where a step is missing. */
+  function at(obj, path) {
+    let v = obj;
+    for (const step of path.split(".")) {
+      if (v === null || v === undefined || typeof v !== "object") {
+        return undefined;
+      }
+      v = v[step];
+    }
+    return v;
+  }
+  const readFrame = (frame, key) => at(frame, FRAME[key]);
+  const read = (policy, key) => at(policy, POLICY[key]);
+  /** A field of one item of an array listed in POLICY with "[]". */
+  const readItem = (item, key) => {
+    const path = POLICY[key];
+    return at(item, path.slice(path.lastIndexOf("[].") + 3));
+  };
+  const readAnswer = (answer, key) => at(answer, ANSWER[key]);
+
+  // ---------------------------------------------------------------------------
+  // Formatting.
+
+  const UNIT_MS = { ns: 1e-6, us: 1e-3, "µs": 1e-3, ms: 1, s: 1000, m: 60000, h: 3600000 };
+
+  /** Milliseconds of an API duration ("300ms", "10s", "2m"); null if none. */
+  function ms(text) {
+    if (typeof text !== "string") {
+      return null;
+    }
+    const m = /^(\d+)\s*(ns|us|µs|ms|s|m|h)$/.exec(text.trim());
+    return m ? Number(m[1]) * UNIT_MS[m[2]] : null;
+  }
+
+  /** "850 ms", "12 s", "3 m 05 s", "2 h 10 m". */
+  function human(millis) {
+    if (millis === null || millis === undefined || !isFinite(millis)) {
+      return "–";
+    }
+    if (millis < 1000) {
+      return `${Math.round(millis)} ms`;
+    }
+    const s = Math.floor(millis / 1000);
+    if (s < 60) {
+      return `${s} s`;
+    }
+    const m = Math.floor(s / 60);
+    if (m < 60) {
+      return `${m} m ${String(s % 60).padStart(2, "0")} s`;
+    }
+    return `${Math.floor(m / 60)} h ${String(m % 60).padStart(2, "0")} m`;
+  }
+
+  const words = (label) => String(label).replaceAll("_", " ");
+  const rate = (n) => (n >= 10 ? n.toFixed(0) : n.toFixed(1));
+  const percent = (x) => `${Math.round(x * 100)}%`;
+  const last = (values) => (values && values.length ? values[values.length - 1] : null);
+  const clock = (date) => date.toLocaleTimeString([], { hour12: false });
+
+  // ---------------------------------------------------------------------------
+  // DOM helpers: text is set as text, never parsed as markup (names come from the
+  // policy file).
+
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (k === "class") {
+        node.className = v;
+      } else if (k === "text") {
+        node.textContent = v;
+      } else if (k.startsWith("data-")) {
+        node.dataset[k.slice(5).replace(/-([a-z])/g, (_, c) => c.toUpperCase())] = v;
+      } else {
+        node.setAttribute(k, v);
+      }
+    }
+    for (const c of children) {
+      node.append(c);
+    }
+    return node;
+  }
+
+  const field = (card, name) => card.querySelector(`[data-field="${name}"]`);
+  function setText(card, name, text) {
+    const node = field(card, name);
+    if (node && node.textContent !== text) {
+      node.textContent = text;
+    }
+  }
+
+  const SVG = "http://www.w3.org/2000/svg";
+  const SPAN = 60; // samples across a sparkline: one minute
+
+  function sparkline(name, label) {
+    const svg = document.createElementNS(SVG, "svg");
+    svg.setAttribute("viewBox", `0 0 ${SPAN - 1} 20`);
+    svg.setAttribute("preserveAspectRatio", "none");
+    svg.setAttribute("class", `spark ${name}`);
+    svg.setAttribute("role", "img");
+    svg.setAttribute("aria-label", label);
+    svg.dataset.field = name;
+    const base = document.createElementNS(SVG, "line");
+    base.setAttribute("x1", "0");
+    base.setAttribute("x2", String(SPAN - 1));
+    base.setAttribute("y1", "19.5");
+    base.setAttribute("y2", "19.5");
+    base.setAttribute("class", "base");
+    svg.append(base);
+    return svg;
+  }
+
+  /** Draws `values` (oldest first, null for "no data") scaled to `max`. */
+  function draw(svg, values, max) {
+    for (const old of svg.querySelectorAll("polyline")) {
+      old.remove();
+    }
+    const offset = SPAN - values.length;
+    let run = [];
+    const flush = () => {
+      if (run.length) {
+        const line = document.createElementNS(SVG, "polyline");
+        line.setAttribute("points", (run.length === 1 ? [run[0], run[0]] : run).join(" "));
+        line.setAttribute("vector-effect", "non-scaling-stroke");
+        svg.append(line);
+      }
+      run = [];
+    };
+    values.forEach((v, i) => {
+      if (v === null || v === undefined) {
+        flush();
+        return;
+      }
+      const y = 19 - (Math.min(v, max) / max) * 18;
+      run.push(`${offset + i},${y.toFixed(2)}`);
+    });
+    flush();
+  }
+
+  // ---------------------------------------------------------------------------
+  // State of the page.
+
+  let token = null; // the admin token, in memory only
+  let changesAllowed = false;
+  let instance = null;
+  let restartedAt = null;
+  let intervalMs = 1000;
+  let lastFrameAt = 0;
+  let pending = null; // the change waiting for confirmation
+  const groups = document.getElementById("groups");
+  const cards = new Map(); // policy name -> card element
+
+  // ---------------------------------------------------------------------------
+  // Cards.
+
+  function panel(kind, title, ...body) {
+    return el("section", { class: `panel ${kind}`, "data-panel": kind },
+      el("h4", { text: title }), ...body);
+  }
+
+  function line(name, label) {
+    return el("p", { class: "line" }, el("span", { class: "label", text: label }), " ",
+      el("span", { "data-field": name }));
+  }
+
+  function makeCard(name) {
+    const card = el("article", { class: "card", "data-policy": name, "data-health": "ok" },
+      el("header", {},
+        el("h3", { text: name }),
+        el("span", { class: "health", "data-field": "health" }),
+        el("p", { class: "routes", "data-field": "routes" }),
+        el("p", { class: "changed", "data-field": "changed" })),
+      panel("breaker", "Circuit breaker",
+        el("p", { class: "state" },
+          el("span", { class: "badge", "data-field": "breaker-state" }), " ",
+          el("span", { class: "since", "data-field": "breaker-since" })),
+        el("p", { class: "probe", "data-field": "breaker-probe" }),
+        el("p", { class: "transition", "data-field": "breaker-transition" }),
+        el("p", { class: "window", "data-field": "breaker-window" }),
+        el("div", { class: "charts" },
+          el("figure", {},
+            sparkline("failure-rate", "failure rate, one sample a second over the last minute"),
+            el("figcaption", {}, "failure rate ", el("b", { "data-field": "failure-rate-now" }))),
+          el("figure", {},
+            sparkline("short-circuits", "short-circuited calls per second over the last minute"),
+            el("figcaption", {}, "short-circuited ", el("b", { "data-field": "short-circuits-now" })))),
+        el("p", { class: "totals", "data-field": "breaker-totals" })),
+      panel("bulkhead", "Bulkhead",
+        el("p", { class: "meter-line" }, el("span", { class: "label", text: "active" }),
+          el("meter", { min: "0", "data-field": "active-meter" }),
+          el("span", { "data-field": "active" })),
+        el("p", { class: "meter-line" }, el("span", { class: "label", text: "queued" }),
+          el("meter", { min: "0", "data-field": "queued-meter" }),
+          el("span", { "data-field": "queued" })),
+        line("rejected", "rejected"),
+        line("wait", "wait p99")),
+      panel("degradation", "Degradation",
+        el("p", { class: "state" },
+          el("span", { class: "badge", "data-field": "level" }), " ",
+          el("span", { class: "since", "data-field": "level-since" })),
+        line("floor", "floor"),
+        el("p", { class: "probe", "data-field": "level-probe" }),
+        el("p", { class: "transition", "data-field": "level-transition" })),
+      panel("fallback", "Fallback",
+        el("p", { class: "state", "data-field": "fallback-state" }),
+        el("figure", {},
+          sparkline("answers", "fallback answers per second over the last minute"),
+          el("figcaption", {}, "answers ", el("b", { "data-field": "answers-now" }))),
+        el("ul", { class: "sources", "data-field": "sources" }),
+        el("p", { class: "totals", "data-field": "triggers" })));
+    if (token !== null) {
+      addControls(card);
+    }
+    return card;
+  }
+
+  function health(p) {
+    const state = read(p, "breakerState");
+    const level = read(p, "level");
+    if (state === "open" || state === "forced_open") {
+      return ["down", state === "open" ? "short-circuiting" : "held open"];
+    }
+    if (state === "half_open") {
+      return ["warn", "probing"];
+    }
+    if (typeof level === "number" && level > 0) {
+      return ["warn", "degraded"];
+    }
+    if (state === "forced_closed" || state === "disabled") {
+      return ["warn", "overridden"];
+    }
+    return ["ok", "healthy"];
+  }
+
+  function updateCard(card, p) {
+    const [h, label] = health(p);
+    card.dataset.health = h;
+    setText(card, "health", label);
+    const routes = read(p, "routes") || [];
+    setText(card, "routes", routes.length ? `routes: ${routes.join(", ")}` : "no route declared");
+    setText(card, "changed", read(p, "changed") ? "configuration changed at run time" : "");
+
+    const hist = {
+      failureRate: read(p, "historyFailureRate") || [],
+      calls: read(p, "historyCalls") || [],
+      shortCircuits: read(p, "historyShortCircuits") || [],
+      rejected: read(p, "historyRejected") || [],
+      answers: read(p, "historyAnswers") || {},
+    };
+
+    const breaker = card.querySelector("[data-panel=breaker]");
+    breaker.hidden = !read(p, "breaker");
+    if (read(p, "breaker")) {
+      const state = read(p, "breakerState");
+      const badge = field(card, "breaker-state");
+      badge.dataset.state = state;
+      setText(card, "breaker-state", BREAKER_LABELS[state] || words(state));
+      setText(card, "breaker-since", `for ${human(ms(read(p, "breakerInState")))}`);
+      const probe = field(card, "breaker-probe");
+      const retry = ms(read(p, "breakerRetryAfter"));
+      if (state === "open" && retry !== null) {
+        probe.dataset.until = String(performance.now() + retry);
+        probe.dataset.prefix = "next probe in ";
+        probe.textContent = `next probe in ${human(retry)}`;
+      } else {
+        delete probe.dataset.until;
+        let text = "";
+        if (state === "half_open") {
+          text = `probing: ${read(p, "breakerProbesInFlight")} probe(s) in flight`;
+        } else if (state === "forced_open" || state === "forced_closed" || state === "disabled") {
+          text = "held by an operator until reset";
+        }
+        const failed = read(p, "breakerFailedProbes");
+        if (failed) {
+          text += `${text ? "; " : ""}${failed} failed probe(s) in a row`;
+        }
+        const spell = ms(read(p, "breakerOpenSpell"));
+        if (spell !== null && state !== "closed") {
+          text += `${text ? "; " : ""}out of closed for ${human(spell)}`;
+        }
+        probe.textContent = text;
+      }
+      if (read(p, "lastBreakerTo") !== undefined && read(p, "lastBreakerTo") !== null) {
+        setText(card, "breaker-transition",
+          `last transition: ${BREAKER_LABELS[read(p, "lastBreakerFrom")] || words(read(p, "lastBreakerFrom"))} → ` +
+          `${BREAKER_LABELS[read(p, "lastBreakerTo")] || words(read(p, "lastBreakerTo"))} ` +
+          `(${words(read(p, "lastBreakerReason"))}), ${human(read(p, "lastBreakerAgo"))} ago`);
+      } else {
+        setText(card, "breaker-transition", "no transition since this dashboard's server started");
+      }
+      const calls = read(p, "breakerWindowCalls");
+      const consecutive = read(p, "breakerConsecutive");
+      if (typeof calls === "number") {
+        const failures = read(p, "breakerWindowFailures");
+        setText(card, "breaker-window",
+          `window: ${failures} of ${calls} failed${calls ? ` (${percent(failures / calls)})` : ""}`);
+      } else if (typeof consecutive === "number") {
+        setText(card, "breaker-window", `${consecutive} failure(s) in a row`);
+      } else {
+        setText(card, "breaker-window", "");
+      }
+      draw(field(card, "failure-rate"), hist.failureRate, 1);
+      const fr = last(hist.failureRate);
+      setText(card, "failure-rate-now", fr === null ? "no calls" : percent(fr));
+      draw(field(card, "short-circuits"), hist.shortCircuits, Math.max(1, ...hist.shortCircuits, ...hist.calls));
+      setText(card, "short-circuits-now", `${rate(last(hist.shortCircuits) || 0)}/s`);
+      setText(card, "breaker-totals",
+        `totals: ${read(p, "breakerCalls")} calls, ${read(p, "breakerFailures")} failed, ` +
+        `${read(p, "breakerShortCircuited")} short-circuited; ${rate(last(hist.calls) || 0)} calls/s now`);
+    }
+
+    const bulkhead = card.querySelector("[data-panel=bulkhead]");
+    bulkhead.hidden = !read(p, "bulkhead");
+    if (read(p, "bulkhead")) {
+      const active = read(p, "bulkheadActive");
+      const maxActive = read(p, "bulkheadMaxConcurrent");
+      const queued = read(p, "bulkheadQueued");
+      const maxQueue = read(p, "bulkheadMaxQueue");
+      const am = field(card, "active-meter");
+      am.max = maxActive;
+      am.high = Math.max(1, maxActive - 1);
+      am.value = active;
+      setText(card, "active", `${active} / ${maxActive}${active >= maxActive ? " (full)" : ""}`);
+      const qm = field(card, "queued-meter");
+      qm.max = Math.max(1, maxQueue);
+      qm.value = queued;
+      setText(card, "queued", `${queued} / ${maxQueue}${maxQueue > 0 && queued >= maxQueue ? " (full)" : ""}`);
+      setText(card, "rejected",
+        `${rate(last(hist.rejected) || 0)}/s now; ${read(p, "bulkheadRejectedFull")} full, ` +
+        `${read(p, "bulkheadRejectedTimeout")} timed out in all`);
+      setText(card, "wait", human(ms(read(p, "bulkheadWaitP99"))));
+    }
+
+    const degradation = card.querySelector("[data-panel=degradation]");
+    degradation.hidden = !read(p, "degradation");
+    if (read(p, "degradation")) {
+      const levels = read(p, "levels") || [];
+      const level = read(p, "level");
+      const badge = field(card, "level");
+      badge.dataset.level = level === 0 ? "best" : "degraded";
+      setText(card, "level", `${read(p, "levelName")} (level ${level + 1} of ${levels.length})`);
+      setText(card, "level-since", `for ${human(ms(read(p, "levelTime")))}`);
+      const floor = read(p, "levelFloor");
+      setText(card, "floor",
+        (floor === null || floor === undefined ? "none" : `${levels[floor] || floor} (set by an operator or a health signal)`) +
+        (read(p, "levelForced") ? "; level pinned by an operator" : ""));
+      setText(card, "level-probe", read(p, "levelProbing")
+        ? `probing the level above: ${read(p, "levelProbeSuccesses")} of ${read(p, "levelProbeTarget")} successes`
+        : "");
+      if (read(p, "lastLevelTo") !== undefined && read(p, "lastLevelTo") !== null) {
+        setText(card, "level-transition",
+          `last change: ${read(p, "lastLevelFrom")} → ${read(p, "lastLevelTo")} ` +
+          `(${words(read(p, "lastLevelReason"))}), ${human(read(p, "lastLevelAgo"))} ago`);
+      } else {
+        setText(card, "level-transition", "no level change since this dashboard's server started");
+      }
+      card.dataset.levels = JSON.stringify(levels);
+      const select = card.querySelector("select[data-field=floor-level]");
+      if (select && select.options.length !== levels.length) {
+        fillLevels(select, levels);
+      }
+    }
+
+    const fallback = card.querySelector("[data-panel=fallback]");
+    fallback.hidden = !read(p, "fallback");
+    if (read(p, "fallback")) {
+      const flags = [read(p, "fallbackEnabled") ? "enabled" : "disabled"];
+      if (read(p, "fallbackForced")) {
+        flags.push("forced: the primary is not called");
+      }
+      setText(card, "fallback-state", flags.join("; "));
+      // Every step is a source, answering or not yet.
+      const sources = (read(p, "fallbackSteps") || [])
+        .map((step) => readItem(step, "stepName"))
+        .map((name) => [name, hist.answers[name] || []]);
+      const total = [];
+      for (const [, values] of sources) {
+        values.forEach((v, i) => {
+          total[i] = (total[i] || 0) + v;
+        });
+      }
+      draw(field(card, "answers"), total, Math.max(1, ...total));
+      setText(card, "answers-now", `${rate(last(total) || 0)}/s`);
+      const list = field(card, "sources");
+      const items = sources.map(([source, values]) =>
+        el("li", {}, el("span", { class: "label", text: source }), ` ${rate(last(values) || 0)}/s`));
+      list.replaceChildren(...(items.length ? items : [el("li", { text: "no steps" })]));
+      const fired = (read(p, "fallbackTriggered") || [])
+        .filter((t) => readItem(t, "triggerCount") > 0)
+        .map((t) => `${words(readItem(t, "triggerName"))} ${readItem(t, "triggerCount")}`);
+      const exhausted = read(p, "fallbackExhausted");
+      setText(card, "triggers",
+        `fired by: ${fired.length ? fired.join(", ") : "nothing yet"}${exhausted ? `; exhausted ${exhausted}` : ""}`);
+    }
+  }
+
+  // ---------------------------------------------------------------------------
+  // Controls: only with a token, each after a confirmation.
+
+  function control(policy, action, label, question) {
+    const button = el("button", {
+      type: "button", class: "control", "data-policy": policy, "data-action": action, text: label,
+    });
+    button.addEventListener("click", () => ask(question(), label, () =>
+      send(`policies/${encodeURIComponent(policy)}/${action}`, `${policy}: ${label.toLowerCase()}`)));
+    return button;
+  }
+
+  function fillLevels(select, levels) {
+    select.replaceChildren(...levels.map((l) => el("option", { value: l, text: l })));
+  }
+
+  function addControls(card) {
+    const name = card.dataset.policy;
+    const breaker = card.querySelector("[data-panel=breaker]");
+    breaker.append(el("div", { class: "controls" },
+      control(name, "breaker/force-open", "Force open",
+        () => `Hold the breaker of “${name}” open? Every call is rejected until it is reset.`),
+      control(name, "breaker/force-closed", "Force closed",
+        () => `Hold the breaker of “${name}” closed? Every call goes through and it never trips, until it is reset.`),
+      control(name, "breaker/reset", "Reset",
+        () => `Reset the breaker of “${name}”? It starts closed with an empty window; an operator's hold ends.`)));
+    const degradation = card.querySelector("[data-panel=degradation]");
+    const select = el("select", { "data-field": "floor-level", "aria-label": `floor level of ${name}` });
+    fillLevels(select, JSON.parse(card.dataset.levels || "[]"));
+    const setFloor = el("button", {
+      type: "button", class: "control", "data-policy": name, "data-action": "degradation/set-floor", text: "Set floor",
+    });
+    setFloor.addEventListener("click", () => {
+      const level = select.value;
+      ask(`Set the floor of “${name}” to “${level}”? The level will not climb above it until the floor is cleared.`,
+        "Set floor",
+        () => send(`policies/${encodeURIComponent(name)}/degradation/set-floor?level=${encodeURIComponent(level)}`,
+          `${name}: floor ${level}`));
+    });
+    degradation.append(el("div", { class: "controls" }, select, setFloor,
+      control(name, "degradation/clear-floor", "Clear floor",
+        () => `Clear the floor of “${name}”? The level may climb back through probes.`)));
+  }
+
+  function applyAccess() {
+    const readOnly = document.getElementById("read-only");
+    const unlock = document.getElementById("unlock");
+    const unlocked = document.getElementById("unlocked");
+    const on = changesAllowed && token !== null;
+    if (!changesAllowed) {
+      token = null;
+      readOnly.textContent = "Read-only: changes are disabled on this instance (no admin token was configured).";
+    } else {
+      readOnly.textContent = "Read-only. Enter the admin token to steer the policies.";
+    }
+    readOnly.hidden = on;
+    unlock.hidden = !changesAllowed || on;
+    unlocked.hidden = !on;
+    const hasControls = document.getElementById("revert") !== null;
+    if (on && !hasControls) {
+      for (const card of cards.values()) {
+        addControls(card);
+      }
+      const revert = el("button", {
+        type: "button", id: "revert", class: "control", "data-action": "revert",
+        text: "Revert to the start-up document",
+      });
+      revert.addEventListener("click", () => ask(
+        "Revert every policy to the document this instance started with? Operator holds (forced breakers, floors) stay.",
+        "Revert", () => send("revert", "revert")));
+      unlocked.querySelector(".controls-slot").append(revert);
+    } else if (!on) {
+      for (const node of document.querySelectorAll(".controls, #revert")) {
+        node.remove();
+      }
+    }
+  }
+
+  const dialog = document.getElementById("confirm");
+  function ask(question, label, run) {
+    pending = run;
+    document.getElementById("confirm-text").textContent = question;
+    document.getElementById("confirm-yes").textContent = label;
+    dialog.showModal();
+    document.getElementById("confirm-no").focus();
+  }
+  document.getElementById("confirm-yes").addEventListener("click", () => {
+    const run = pending;
+    pending = null;
+    dialog.close();
+    if (run) {
+      run();
+    }
+  });
+  document.getElementById("confirm-no").addEventListener("click", () => {
+    pending = null;
+    dialog.close();
+  });
+
+  function showResult(text, ok) {
+    const result = document.getElementById("result");
+    result.hidden = false;
+    result.dataset.ok = ok === null ? "pending" : String(ok);
+    result.textContent = text;
+  }
+
+  function describe(answer) {
+    if (!answer || typeof answer !== "object") {
+      return "";
+    }
+    const parts = [];
+    if (readAnswer(answer, "breakerState") !== undefined) {
+      parts.push(`breaker now ${BREAKER_LABELS[readAnswer(answer, "breakerState")] || readAnswer(answer, "breakerState")}`);
+    }
+    if (readAnswer(answer, "levelName") !== undefined) {
+      const floor = readAnswer(answer, "floor");
+      parts.push(`level now ${readAnswer(answer, "levelName")}, floor ${floor === null ? "none" : floor}`);
+    }
+    if (readAnswer(answer, "generation") !== undefined) {
+      parts.push(`document generation ${readAnswer(answer, "generation")}`);
+    }
+    return parts.join("; ");
+  }
+
+  /** Sends a change exactly as the JSON routes take it: a POST with no body. */
+  async function send(path, what) {
+    if (token === null) {
+      return;
+    }
+    showResult(`${what}: sending…`, null);
+    let res;
+    try {
+      res = await fetch(path, {
+        method: "POST",
+        headers: { Authorization: `Bearer ${token}` },
+        cache: "no-store",
+        credentials: "omit",
+        redirect: "error",
+      });
+    } catch (e) {
+      showResult(`${what}: not sent (${e.message}); is the server up?`, false);
+      return;
+    }
+    let answer = null;
+    try {
+      answer = await res.json();
+    } catch (_) {
+      answer = null;
+    }
+    if (res.ok) {
+      showResult(`${what}: done (${res.status}). ${describe(answer)}`, true);
+      return;
+    }
+    const why = answer && typeof answer.error === "string" ? answer.error : res.statusText;
+    showResult(`${what}: refused (${res.status}): ${why}`, false);
+    if (res.status === 401 || res.status === 403) {
+      token = null;
+      applyAccess();
+    }
+  }
+
+  document.getElementById("unlock").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const input = document.getElementById("token");
+    const value = input.value.trim();
+    input.value = "";
+    if (value.length < 16) {
+      showResult("An admin token has at least 16 characters.", false);
+      return;
+    }
+    token = value;
+    applyAccess();
+  });
+  document.getElementById("lock").addEventListener("click", () => {
+    token = null;
+    applyAccess();
+  });
+
+  // ---------------------------------------------------------------------------
+  // Frames.
+
+  function render(frame) {
+    const id = readFrame(frame, "instance");
+    if (instance !== null && id !== instance) {
+      restartedAt = new Date();
+      cards.clear();
+      groups.replaceChildren();
+    }
+    instance = id;
+    intervalMs = readFrame(frame, "intervalMs") || 1000;
+    if (changesAllowed !== readFrame(frame, "changesAllowed")) {
+      changesAllowed = readFrame(frame, "changesAllowed");
+      applyAccess();
+    }
+    const file = readFrame(frame, "file");
+    document.getElementById("meta").textContent =
+      `${file ? `policies from ${file}, ` : ""}document generation ${readFrame(frame, "generation")}` +
+      `${readFrame(frame, "asStarted") ? " (as started)" : " (changed since start)"}` +
+      (restartedAt ? ` · server restarted at ${clock(restartedAt)}: history starts again` : "");
+
+    const seen = new Set();
+    const byGroup = new Map();
+    for (const p of readFrame(frame, "policies") || []) {
+      const deps = read(p, "dependencies") || [];
+      const key = deps.length ? deps.join(", ") : `policy ${read(p, "name")}`;
+      if (!byGroup.has(key)) {
+        byGroup.set(key, []);
+      }
+      byGroup.get(key).push(p);
+    }
+    const wanted = [];
+    for (const [key, policies] of byGroup) {
+      let group = groups.querySelector(`section.group[data-group="${CSS.escape(key)}"]`);
+      if (!group) {
+        group = el("section", { class: "group", "data-group": key },
+          el("h2", {}, el("span", { class: "label", text: "dependency " }), key));
+      }
+      wanted.push(group);
+      for (const p of policies) {
+        const name = read(p, "name");
+        seen.add(name);
+        let card = cards.get(name);
+        if (!card) {
+          card = makeCard(name);
+          cards.set(name, card);
+        }
+        if (card.parentElement !== group) {
+          group.append(card);
+        }
+        updateCard(card, p);
+      }
+    }
+    wanted.forEach((g, i) => {
+      if (groups.children[i] !== g) {
+        groups.insertBefore(g, groups.children[i] || null);
+      }
+    });
+    for (const g of [...groups.children]) {
+      if (!wanted.includes(g)) {
+        g.remove();
+      }
+    }
+    for (const [name, card] of cards) {
+      if (!seen.has(name)) {
+        card.remove();
+        cards.delete(name);
+      }
+    }
+  }
+
+  // ---------------------------------------------------------------------------
+  // The stream: reconnects by itself, says when its data is stale.
+
+  const connection = document.getElementById("connection");
+  function setConnection(state, text) {
+    connection.dataset.state = state;
+    connection.textContent = text;
+    document.body.dataset.connection = state;
+  }
+
+  let source = null;
+  let backoff = 1000;
+  function connect() {
+    if (source) {
+      source.close();
+    }
+    setConnection(lastFrameAt ? "reconnecting" : "connecting", lastFrameAt ? "reconnecting…" : "connecting…");
+    source = new EventSource("events");
+    source.addEventListener("open", () => {
+      backoff = 1000;
+    });
+    source.addEventListener("message", (e) => {
+      let frame;
+      try {
+        frame = JSON.parse(e.data);
+      } catch (_) {
+        return;
+      }
+      lastFrameAt = performance.now();
+      setConnection("live", "live");
+      document.getElementById("stale").hidden = true;
+      render(frame);
+    });
+    source.addEventListener("error", () => {
+      if (source.readyState === EventSource.CLOSED) {
+        // The browser gave up (an error status, say): try again ourselves.
+        setTimeout(connect, backoff);
+        backoff = Math.min(backoff * 2, 15000);
+      }
+    });
+  }
+
+  function tick() {
+    const now = performance.now();
+    const age = lastFrameAt ? now - lastFrameAt : null;
+    const stale = document.getElementById("stale");
+    if (age !== null && age > 3 * intervalMs) {
+      setConnection("stale", `stale: no update for ${human(age)}`);
+      stale.hidden = false;
+      stale.textContent =
+        `Stale data: no update from the server for ${human(age)} (last at ` +
+        `${clock(new Date(Date.now() - age))}). What follows is what it said then; reconnecting…`;
+    }
+    for (const node of document.querySelectorAll("[data-until]")) {
+      const left = Number(node.dataset.until) - now;
+      node.textContent = left > 0 ? `${node.dataset.prefix}${human(left)}` : "probe due: the next call tests the dependency";
+    }
+  }
+
+  applyAccess();
+  connect();
+  setInterval(tick, 250);
+})();
