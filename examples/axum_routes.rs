@@ -3,7 +3,7 @@
 //!
 //! ```sh
 //! cargo run --example axum_routes            # drives a few requests against itself, prints them, exits
-//! cargo run --example axum_routes -- --serve # keeps serving on 127.0.0.1:3000 (try the printed curl lines)
+//! cargo run --example axum_routes -- --serve # keeps serving on 127.0.0.1:3000: open the printed dashboard URL
 //! ```
 //!
 //! Routes (policies from `examples/axum_routes.toml`):
@@ -15,6 +15,7 @@
 //! | `GET /assistant` | language model | respond → degradation (full → canned answers) → deadline |
 //! | `GET /products` | none | untouched |
 //! | `GET /metrics` | | Prometheus text |
+//! | `/admin` | | the incident dashboard (live, in a browser); controls with the admin token |
 //! | `/admin/...` | | snapshots for anyone; changes with the admin token |
 //!
 //! The dependencies are a second loopback server whose behaviour can be switched:
@@ -364,6 +365,29 @@ async fn bind(addr: SocketAddr, app: Router) -> Result<SocketAddr, BoxError> {
     Ok(local)
 }
 
+/// The shop and its dependencies, serving on loopback.
+pub(crate) struct Running {
+    pub(crate) shop: SocketAddr,
+    pub(crate) suppliers: SocketAddr,
+}
+
+/// Starts the dependencies (on an ephemeral loopback port) and the shop on
+/// `listener`, both served until the runtime ends. The dashboard's browser tests
+/// start the example this way.
+pub(crate) async fn start(
+    policies: &Policies,
+    listener: TcpListener,
+    prometheus: PrometheusHandle,
+    token: Option<AdminToken>,
+) -> Result<Running, BoxError> {
+    let modes = Arc::new(Modes::default());
+    let suppliers = bind(SocketAddr::from(([127, 0, 0, 1], 0)), suppliers(modes)).await?;
+    let app = shop(policies, suppliers, prometheus, token)?;
+    let shop = listener.local_addr()?;
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok(Running { shop, suppliers })
+}
+
 #[tokio::main]
 async fn main() {
     if let Err(e) = run().await {
@@ -400,8 +424,6 @@ async fn run() -> Result<(), BoxError> {
         }
     };
 
-    let modes = Arc::new(Modes::default());
-    let suppliers = bind(SocketAddr::from(([127, 0, 0, 1], 0)), suppliers(modes)).await?;
     let default_port = if args.serve { 3000 } else { 0 };
     let addr = args
         .addr
@@ -409,7 +431,9 @@ async fn run() -> Result<(), BoxError> {
     if !addr.ip().is_loopback() {
         println!("warning: serving on {addr}: the admin snapshots are readable by anyone who can reach it");
     }
-    let app = shop(&policies, suppliers, prometheus, token.clone())?;
+    let has_token = token.is_some();
+    let Running { shop, suppliers } =
+        start(&policies, TcpListener::bind(addr).await?, prometheus, token).await?;
 
     println!("seawall axum_routes example");
     println!("policies: {}", args.config.display());
@@ -418,32 +442,31 @@ async fn run() -> Result<(), BoxError> {
     }
 
     if args.serve {
-        let listener = TcpListener::bind(addr).await?;
-        let addr = listener.local_addr()?;
-        println!("shop on http://{addr}, dependencies on http://{suppliers}");
+        println!("shop on http://{shop}, dependencies on http://{suppliers}");
+        println!("dashboard: http://{shop}/admin");
         println!("try:");
-        println!("  curl http://{addr}/quote/lisbon");
+        println!("  curl http://{shop}/quote/lisbon");
         println!(
             "  curl -X POST http://{suppliers}/control/freight/failing   # then repeat the quote"
         );
-        println!("  curl http://{addr}/admin/policies");
-        match token {
-            Some(_) => println!(
-                "  curl -X POST -H \"Authorization: Bearer ${TOKEN_VAR}\" http://{addr}/admin/policies/freight/breaker/reset"
-            ),
-            None => println!(
+        println!("  curl http://{shop}/admin/policies");
+        if has_token {
+            println!(
+                "  curl -X POST -H \"Authorization: Bearer ${TOKEN_VAR}\" http://{shop}/admin/policies/freight/breaker/reset"
+            );
+        } else {
+            println!(
                 "  (changes are disabled: no admin token; set {TOKEN_VAR} or pass --admin-token)"
-            ),
+            );
         }
-        println!("  curl http://{addr}/metrics");
-        axum::serve(listener, app).await?;
+        println!("  curl http://{shop}/metrics");
+        std::future::pending::<()>().await;
         return Ok(());
     }
 
-    let addr = bind(addr, app).await?;
-    println!("shop on http://{addr}, dependencies on http://{suppliers}");
+    println!("shop on http://{shop}, dependencies on http://{suppliers}");
     println!("admin token: made up for this run (set {TOKEN_VAR} to choose one)\n");
-    let scrape = drive(addr, suppliers, demo.as_deref().unwrap_or_default()).await?;
+    let scrape = drive(shop, suppliers, demo.as_deref().unwrap_or_default()).await?;
     if let Some(path) = &args.metrics_out {
         // The tour trims bodies; the text format ends with a line feed.
         std::fs::write(path, format!("{scrape}\n"))?;
