@@ -266,6 +266,7 @@
         el("span", { class: "health", "data-field": "health" }),
         el("p", { class: "routes", "data-field": "routes" }),
         el("p", { class: "changed", "data-field": "changed" })),
+      el("div", { class: "panels" },
       panel("breaker", "Circuit breaker",
         el("p", { class: "state" },
           el("span", { class: "badge", "data-field": "breaker-state" }), " ",
@@ -303,7 +304,7 @@
           sparkline("answers", "fallback answers per second over the last minute"),
           el("figcaption", {}, "answers ", el("b", { "data-field": "answers-now" }))),
         el("ul", { class: "sources", "data-field": "sources" }),
-        el("p", { class: "totals", "data-field": "triggers" })));
+        el("p", { class: "totals", "data-field": "triggers" }))));
     if (token !== null) {
       addControls(card);
     }
