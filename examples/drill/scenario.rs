@@ -98,9 +98,20 @@ impl DrillConfig {
 
 /// Runs the whole drill and returns what it saw.
 pub async fn run(config: DrillConfig) -> Result<Observations, BoxError> {
+    run_serving(config, shop::Serve::default(), |_| {}).await
+}
+
+/// [`run`], with the shop on `serve`'s address; `started` is told it once the shop
+/// is up (the drill prints its dashboard's address then).
+pub async fn run_serving(
+    config: DrillConfig,
+    serve: shop::Serve,
+    started: impl FnOnce(std::net::SocketAddr),
+) -> Result<Observations, BoxError> {
     let freight = Freight::start(config.slow_delay)?;
     let recommender = Freight::start(config.slow_delay)?;
-    let shop = shop::start(freight.addr(), recommender.addr(), config.policy).await?;
+    let shop = shop::start(freight.addr(), recommender.addr(), config.policy, serve).await?;
+    started(shop.addr);
 
     let mut breaker_changes = shop.breaker.subscribe();
     let mut level_changes = shop.degradation.subscribe();

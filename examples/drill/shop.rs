@@ -19,11 +19,13 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use seawall::bulkhead::BulkheadLayer;
-use seawall::circuit_breaker::{CircuitBreakerLayer, State as BreakerState};
-use seawall::core::{classify_fn, ClassifyInput, DeadlineLayer, ErrorsAsFailures, RejectionKind};
-use seawall::degradation::{DegradationLayer, Fixed};
-use seawall::fallback::{FallbackLayer, Mark, Rejections, Served, Trigger, Unavailable};
+use seawall::admin::{self, AdminToken};
+use seawall::circuit_breaker::State as BreakerState;
+use seawall::config::Policies;
+use seawall::core::duration_format;
+use seawall::core::{classify_fn, ClassifyInput, ErrorsAsFailures, RejectionKind};
+use seawall::degradation::Fixed;
+use seawall::fallback::{Mark, Served, Trigger, Unavailable};
 use seawall::{BoxError, Classify, Outcome};
 use serde_json::{json, Value};
 use tower::util::BoxCloneSyncService;
@@ -125,6 +127,59 @@ struct Shop {
     recs: BoxCloneSyncService<RecsRequest, Recs, BoxError>,
 }
 
+/// The drill's policies as a document, as a service loads them from its file: the
+/// numbers here, the shape of each stack in code (in [`start`]).
+pub fn document(p: &Policy) -> String {
+    let d = duration_format::format;
+    format!(
+        r#"
+[policies.freight]
+deadline = "{budget}"
+bulkhead = {{ max_concurrent = {max_concurrent}, max_queue = {max_queue}, max_wait = "{max_wait}" }}
+breaker = {{ policy = {{ kind = "count_window", size = 10, min_calls = 10, failure_rate = 0.5 }}, open_for = "{open_for}", half_open_max = 1 }}
+fallback = {{ on_rejections = ["circuit_open", "bulkhead_full", "bulkhead_timeout", "deadline_exceeded", "fallbacks_exhausted"] }}
+
+[policies.recommendations]
+degradation = {{ failures_to_degrade = 5, min_dwell = "{dwell}", probe_ratio = {probe_ratio}, probe_window = "{probe_window}", probe_successes_to_recover = {probe_successes} }}
+
+[routes]
+"/quote" = "freight"
+"/checkout" = "freight"
+"/recommendations" = "recommendations"
+
+[dependencies]
+freight-supplier = "freight"
+recommender = "recommendations"
+"#,
+        budget = d(p.budget),
+        max_concurrent = p.max_concurrent,
+        max_queue = p.max_queue,
+        max_wait = d(p.max_wait),
+        open_for = d(p.open_for),
+        dwell = d(p.dwell),
+        probe_ratio = p.probe_ratio,
+        probe_window = d(p.probe_window),
+        probe_successes = p.probe_successes,
+    )
+}
+
+/// Where the shop listens, and the admin token its dashboard's controls need.
+#[derive(Debug, Clone)]
+pub struct Serve {
+    pub addr: SocketAddr,
+    pub token: Option<AdminToken>,
+}
+
+impl Default for Serve {
+    /// An ephemeral loopback port, the dashboard read-only.
+    fn default() -> Self {
+        Self {
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            token: None,
+        }
+    }
+}
+
 /// The shop's handles, for the drill's observations.
 pub struct Running {
     pub addr: SocketAddr,
@@ -139,27 +194,22 @@ pub fn breaker_label(state: BreakerState) -> &'static str {
     state.as_str()
 }
 
-/// Builds the shop and serves it on an ephemeral loopback port.
+/// Builds the shop from [`document`] and serves it, with the admin routes and the
+/// dashboard under `/admin`.
 pub async fn start(
     freight: SocketAddr,
     recommender: SocketAddr,
     p: Policy,
+    serve: Serve,
 ) -> Result<Running, BoxError> {
     let client = Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(30))
         .build_http::<Empty<Bytes>>();
+    let policies = Policies::from_toml(&document(&p))?;
 
-    let breaker = CircuitBreakerLayer::builder("freight")
-        .count_window(10, 10, 0.5)
-        .open_for(p.open_for)
-        .half_open_max(1)
-        .classifier(classify_fn(supplier_health))
-        .build()?;
-    let bulkhead = BulkheadLayer::builder("freight")
-        .max_concurrent(p.max_concurrent)
-        .max_queue(p.max_queue)
-        .max_wait(p.max_wait)
-        .build()?;
+    let breaker =
+        policies.circuit_breaker("freight", |b| b.classifier(classify_fn(supplier_health)))?;
+    let bulkhead = policies.bulkhead("freight")?;
     let breaker_handle = breaker.handle();
     let state_probe = {
         let h = breaker.handle();
@@ -168,18 +218,17 @@ pub async fn start(
     let admitted = TapLayer::new(p.budget, state_probe.clone());
     let dependency_calls = TapLayer::new(p.budget, state_probe);
 
-    let fallback = FallbackLayer::builder("freight-quote")
-        .on_rejections(Rejections::ALL)
-        .on_failure(classify_fn(supplier_health))
-        .unavailable::<QuoteAnswer>("no valid freight quote")
-        .build()?;
+    let fallback = policies.fallback("freight", |b| {
+        b.on_failure(classify_fn(supplier_health))
+            .unavailable::<QuoteAnswer>("no valid freight quote")
+    })?;
 
     // No retry layer, on purpose: the drill's policy is not to try again once the
     // budget is spent, and to answer "unavailable" at once. Retries, where a fast
     // transient failure deserves them, would go between the deadline and the bulkhead.
     let quotes = ServiceBuilder::new()
         .layer(fallback)
-        .layer(DeadlineLayer::new(p.budget)?)
+        .layer(policies.deadline("freight")?)
         .layer(bulkhead.clone())
         .layer(admitted.clone())
         .layer(breaker)
@@ -207,29 +256,24 @@ pub async fn start(
             }
         })
     };
-    let degradation = DegradationLayer::builder("recommendations")
-        .inner_level("personalized")
-        .level(
-            "popular",
-            Fixed::new(Recs {
-                level: "popular",
-                items: vec!["popular: umbrella", "popular: torch"],
-            }),
-        )
-        .level(
-            "none",
-            Fixed::new(Recs {
-                level: "none",
-                items: vec![],
-            }),
-        )
-        .consecutive_failures(5)
-        .min_dwell(p.dwell)
-        .probe_ratio(p.probe_ratio)
-        .probe_window(p.probe_window)
-        .probe_successes_to_recover(p.probe_successes)
-        .seed(2026)
-        .build()?;
+    let degradation = policies.degradation("recommendations", |b| {
+        b.inner_level("personalized")
+            .level(
+                "popular",
+                Fixed::new(Recs {
+                    level: "popular",
+                    items: vec!["popular: umbrella", "popular: torch"],
+                }),
+            )
+            .level(
+                "none",
+                Fixed::new(Recs {
+                    level: "none",
+                    items: vec![],
+                }),
+            )
+            .seed(2026)
+    })?;
     let degradation_handle = degradation.handle();
     let recs = BoxCloneSyncService::new(
         ServiceBuilder::new()
@@ -247,8 +291,9 @@ pub async fn start(
         .route("/checkout", get(checkout))
         .route("/recommendations", get(recommendations))
         .route("/products", get(products))
+        .nest("/admin", admin::router(policies, serve.token))
         .with_state(shop);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let listener = tokio::net::TcpListener::bind(serve.addr).await?;
     let addr = listener.local_addr()?;
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
