@@ -525,7 +525,9 @@ impl Book {
         let snapshot = policies.snapshot();
         if now >= self.next_sample {
             self.sample(&snapshot, now);
-            self.next_sample = (self.next_sample + INTERVAL).max(now);
+            // After a stall, a full second from now: never a burst of tiny samples.
+            let next = self.next_sample + INTERVAL;
+            self.next_sample = if next > now { next } else { now + INTERVAL };
         }
         let levels = level_names(policies);
         let frame = self.frame(snapshot, &levels, watched, now);
@@ -832,8 +834,22 @@ language-model = "assistant"
             serde_json::json!([2.0, 0.0, 1.5])
         );
 
+        // A late sampler takes one sample, then waits a full second: no burst of
+        // samples over a few milliseconds, whose rates would be meaningless.
+        let late = start + INTERVAL * 5 + INTERVAL * 5 / 2;
+        book.next_frame(&shop.policies, late, &mut watched);
+        assert_eq!(book.next_sample, late + INTERVAL);
+        let frame = parse(&book.next_frame(&shop.policies, late + INTERVAL / 100, &mut watched));
+        assert_eq!(
+            policy(&frame, "freight")["history"]["calls"]
+                .as_array()
+                .unwrap()
+                .len(),
+            4
+        );
+
         // A minute is kept, no more.
-        for s in 6..100 {
+        for s in 8..100 {
             book.next_frame(&shop.policies, start + INTERVAL * s, &mut watched);
         }
         let frame = parse(&book.next_frame(&shop.policies, start + INTERVAL * 100, &mut watched));

@@ -398,8 +398,8 @@
       }
       draw(field(card, "failure-rate"), hist.failureRate, 1);
       const fr = last(hist.failureRate);
-      setText(card, "failure-rate-now", fr === null ? "no calls" : percent(fr));
-      draw(field(card, "short-circuits"), hist.shortCircuits, Math.max(1, ...hist.shortCircuits, ...hist.calls));
+      setText(card, "failure-rate-now", fr === null ? "– (no call ended)" : percent(fr));
+      draw(field(card, "short-circuits"), hist.shortCircuits, Math.max(1, ...hist.shortCircuits));
       setText(card, "short-circuits-now", `${rate(last(hist.shortCircuits) || 0)}/s`);
       setText(card, "breaker-totals",
         `totals: ${read(p, "breakerCalls")} calls, ${read(p, "breakerFailures")} failed, ` +
@@ -499,7 +499,7 @@
       type: "button", class: "control", "data-policy": policy, "data-action": action, text: label,
     });
     button.addEventListener("click", () => ask(question(), label, () =>
-      send(`policies/${encodeURIComponent(policy)}/${action}`, `${policy}: ${label.toLowerCase()}`)));
+      send(`policies/${encodeURIComponent(policy)}/${action}`, `${policy}: ${label.toLowerCase()}`, policy)));
     return button;
   }
 
@@ -528,7 +528,7 @@
       ask(`Set the floor of “${name}” to “${level}”? The level will not climb above it until the floor is cleared.`,
         "Set floor",
         () => send(`policies/${encodeURIComponent(name)}/degradation/set-floor?level=${encodeURIComponent(level)}`,
-          `${name}: floor ${level}`));
+          `${name}: floor ${level}`, name));
     });
     degradation.append(el("div", { class: "controls" }, select, setFloor,
       control(name, "degradation/clear-floor", "Clear floor",
@@ -597,17 +597,19 @@
     result.textContent = text;
   }
 
-  function describe(answer) {
+  function describe(answer, policy) {
     if (!answer || typeof answer !== "object") {
       return "";
     }
+    const card = policy ? cards.get(policy) : null;
+    const levels = card ? JSON.parse(card.dataset.levels || "[]") : [];
     const parts = [];
     if (readAnswer(answer, "breakerState") !== undefined) {
       parts.push(`breaker now ${BREAKER_LABELS[readAnswer(answer, "breakerState")] || readAnswer(answer, "breakerState")}`);
     }
     if (readAnswer(answer, "levelName") !== undefined) {
       const floor = readAnswer(answer, "floor");
-      parts.push(`level now ${readAnswer(answer, "levelName")}, floor ${floor === null ? "none" : floor}`);
+      parts.push(`level now ${readAnswer(answer, "levelName")}, floor ${floor === null ? "none" : levels[floor] || floor}`);
     }
     if (readAnswer(answer, "generation") !== undefined) {
       parts.push(`document generation ${readAnswer(answer, "generation")}`);
@@ -616,7 +618,7 @@
   }
 
   /** Sends a change exactly as the JSON routes take it: a POST with no body. */
-  async function send(path, what) {
+  async function send(path, what, policy) {
     if (token === null) {
       return;
     }
@@ -641,7 +643,7 @@
       answer = null;
     }
     if (res.ok) {
-      showResult(`${what}: done (${res.status}). ${describe(answer)}`, true);
+      showResult(`${what}: done (${res.status}). ${describe(answer, policy)}`, true);
       return;
     }
     const why = answer && typeof answer.error === "string" ? answer.error : res.statusText;
