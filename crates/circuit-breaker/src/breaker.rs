@@ -154,13 +154,19 @@ impl Breaker {
             MODE_OPEN => {
                 let now = clock();
                 if self.nanos(now) < self.reopen_at.load(Ordering::Acquire) {
+                    return ReadyHint::SkipOpen;
+                }
+                // A probe is due: the call will take the lock anyway; ask whether
+                // the probe gate would hold it off before polling the inner service.
+                if self.locked(now, |m| m.would_reject(now)) {
                     ReadyHint::SkipOpen
                 } else {
                     ReadyHint::Forward
                 }
             }
             // Half-open or ramping: a call would take the lock anyway; ask whether
-            // it would be turned away (every probe slot taken, no ramp credit).
+            // it would be turned away (every probe slot taken, no ramp credit, the
+            // probe gate holding it off).
             MODE_LOCKED => {
                 let now = clock();
                 if self.locked(now, |m| m.would_reject(now)) {

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 
 use crate::breaker::Breaker;
 use crate::config::CircuitBreakerConfig;
+use crate::hooks::{ProbeGate, Verdict, VerdictOutcome};
 use crate::machine::{State, Transition};
 
 /// Watches and steers one breaker. Cheap to clone; every clone controls the same breaker.
@@ -49,6 +50,7 @@ impl Handle {
                 state: reported.state,
                 in_state_for: now.saturating_duration_since(reported.since),
                 epoch: m.epoch(),
+                trip_epoch: m.trip_epoch(),
                 window: m.window_counts(now),
                 consecutive_failures: m.consecutive_failures(),
                 retry_after: reported.until.map(|u| u.saturating_duration_since(now)),
@@ -140,6 +142,34 @@ impl Handle {
         let now = Instant::now();
         self.breaker.locked(now, |m| m.config())
     }
+
+    /// Installs a [`ProbeGate`], asked before each half-open probe is admitted, or
+    /// removes it with `None`. Returns the gate it replaces. Any hold the previous
+    /// gate asked for is forgotten.
+    pub fn set_probe_gate(&self, gate: Option<Arc<dyn ProbeGate>>) -> Option<Arc<dyn ProbeGate>> {
+        let now = Instant::now();
+        self.breaker.locked(now, |m| m.set_gate(gate))
+    }
+
+    /// Tells the breaker its gate's answer may have changed (say, the coordinator
+    /// has just taken the probe lease): a hold the gate asked for is forgotten, and
+    /// the next call asks the gate again. No transition, no change of epoch.
+    pub fn recheck_probe_gate(&self) {
+        let now = Instant::now();
+        self.breaker.locked(now, |m| m.recheck_gate());
+    }
+
+    /// Applies what an outside coordinator learned from a probe elsewhere, if the
+    /// breaker is still in the trip that began at `trip_epoch` (see [`Verdict`]):
+    /// [`Verdict::Close`] leaves open now and takes the load back through the ramp;
+    /// [`Verdict::Reopen`] restarts the open interval from now, with the backoff.
+    /// Operators win: a forced or disabled breaker answers
+    /// [`VerdictOutcome::Overridden`] and does not change.
+    pub fn apply_verdict(&self, verdict: Verdict, trip_epoch: u32) -> VerdictOutcome {
+        let now = Instant::now();
+        self.breaker
+            .locked(now, |m| m.apply_verdict(verdict, trip_epoch, now))
+    }
 }
 
 /// A breaker's state and counters at one instant.
@@ -158,11 +188,15 @@ pub struct Snapshot {
     /// Incremented by every transition; outcomes of calls admitted in an older epoch
     /// change nothing.
     pub epoch: u32,
+    /// While open or half-open: the epoch at which the current trip began (the
+    /// `epoch` of its closed → open [`Transition`]). Verdicts name the trip by it.
+    pub trip_epoch: Option<u32>,
     /// The window's counts (window policies).
     pub window: Option<WindowCounts>,
     /// The failures in a row (consecutive policy).
     pub consecutive_failures: Option<u32>,
-    /// While open: how long until a probe is let through.
+    /// While open: how long until a probe is let through. While half-open with the
+    /// probe held off by the [`ProbeGate`]: how long the hold lasts.
     #[cfg_attr(
         feature = "serde",
         serde(with = "seawall_core::duration_format::option")

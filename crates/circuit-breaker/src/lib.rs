@@ -60,7 +60,12 @@
 //!   |                                  |                 +-------------+       |
 //!   |                                  +---------------- |  HALF-OPEN  | ------+
 //!   |                                                    |  (probes)   |  (4) probe failed
-//!   |                                                    +-------------+  (5) probe timed out
+//!   |                                                    | (G) gate    |  (5) probe timed out
+//!   |                                                    +-------------+
+//!   |
+//!   |   verdicts, from open or half-open, about the current trip only:
+//!   |                               (V1) close   -> CLOSED (through the ramp)
+//!   |                               (V2) reopen  -> OPEN   (interval from now, backoff)
 //!   |
 //!   |   operators, from any state:  (6) force_open   -> FORCED_OPEN
 //!   |                               (7) force_closed -> FORCED_CLOSED
@@ -113,6 +118,30 @@
 //! even when the panic is caught further out (`catch_unwind`, tower-http's
 //! `CatchPanicLayer`, a spawned task's `JoinError`), where the future is dropped
 //! only after unwinding has ended and would otherwise look cancelled.
+//!
+//! **(G) The probe gate** (optional, [`ProbeGate`], installed with
+//! [`Handle::set_probe_gate`]): asked, synchronously and under the breaker's lock,
+//! just before a half-open breaker would admit a probe — never on the closed path,
+//! never while the open interval runs. [`ProbeDecision::Allow`] admits the probe;
+//! [`ProbeDecision::HoldOff`] rejects the call as [`CircuitOpen`] with the gate's
+//! retry-after and nothing reaches the dependency (not even `poll_ready`). While no
+//! probe is in flight the hold is remembered: calls are rejected without the lock
+//! until it ends, or until [`Handle::recheck_probe_gate`]. Holding is no
+//! transition: the breaker stays half-open, its epoch unchanged. A fleet
+//! coordinator uses it so that only the holder of a fleet-wide lease probes.
+//!
+//! **(V1), (V2) Verdicts** ([`Handle::apply_verdict`]): what an outside
+//! coordinator learned from a probe elsewhere. Each names the trip it is about by
+//! the breaker's own epoch ([`Snapshot::trip_epoch`], the epoch of the closed →
+//! open transition), and is applied only while the breaker is still open or
+//! half-open in that trip: a verdict about an older trip is [`VerdictOutcome::Stale`]
+//! and changes nothing, so the coordinator decides what "newer" means in its own
+//! terms (a fleet epoch) and the breaker needs no clock from another host.
+//! [`Verdict::Close`] leaves open at once and takes the load back through the
+//! ramp (reason [`Reason::VerdictClosed`]); [`Verdict::Reopen`] restarts the open
+//! interval from now, grown by the backoff (reason [`Reason::VerdictReopened`]),
+//! making probes in flight stale. Forced and disabled breakers ignore verdicts
+//! ([`VerdictOutcome::Overridden`]).
 //!
 //! Inside closed, **(R) the ramp** (optional): for `ramp.duration` after closing,
 //! only a share of calls growing linearly from `ramp.start_share` to 100 % is
@@ -264,6 +293,7 @@ mod breaker;
 mod config;
 mod future;
 mod handle;
+mod hooks;
 mod keyed;
 mod layer;
 mod machine;
@@ -277,6 +307,7 @@ pub use config::{
 };
 pub use future::ResponseFuture;
 pub use handle::{Counters, Handle, Snapshot, TransitionCount};
+pub use hooks::{ProbeDecision, ProbeGate, ProbeRequest, Verdict, VerdictOutcome};
 pub use keyed::{KeyedCircuitBreaker, KeyedCircuitBreakerLayer, KeyedHandle};
 pub use layer::CircuitBreakerLayer;
 pub use machine::{Reason, State, Transition};

@@ -5,16 +5,18 @@
 //! applied by [`Machine::advance`], which every call-path method runs first;
 //! [`Machine::state`] reports them without applying them.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use seawall_core::{
     later, ConfigError, CountWindow, OpenCause, Outcome, RandomSource, SeededRandom, TimeWindow,
-    WindowCounts,
+    WindowCounts, MAX_DURATION,
 };
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 use crate::config::{CircuitBreakerConfig, Policy, Tuning};
+use crate::hooks::{Gate, ProbeDecision, ProbeGate, ProbeRequest, Verdict, VerdictOutcome};
 
 /// The state of a breaker, as reported to operators.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -112,6 +114,12 @@ pub enum Reason {
     Disabled,
     /// An operator reset the breaker to a fresh closed state.
     Reset,
+    /// Open or half-open → closed: a verdict from outside (a probe elsewhere
+    /// succeeded), see [`Verdict::Close`](crate::Verdict::Close).
+    VerdictClosed,
+    /// Open or half-open → open: a verdict from outside (a probe elsewhere failed)
+    /// restarted the open interval, see [`Verdict::Reopen`](crate::Verdict::Reopen).
+    VerdictReopened,
 }
 
 impl Reason {
@@ -129,6 +137,8 @@ impl Reason {
             Reason::ForcedClosed => "forced_closed",
             Reason::Disabled => "disabled",
             Reason::Reset => "reset",
+            Reason::VerdictClosed => "verdict_closed",
+            Reason::VerdictReopened => "verdict_reopened",
         }
     }
 
@@ -268,12 +278,15 @@ struct Hot {
     timeouts: u64,
 }
 
-/// The four automatic transitions, in this order.
-const AUTOMATIC: [(State, State); 4] = [
+/// The automatic transitions (made by the breaker or by a verdict), in this order.
+const AUTOMATIC: [(State, State); 6] = [
     (State::Closed, State::Open),
     (State::Open, State::HalfOpen),
     (State::HalfOpen, State::Closed),
     (State::HalfOpen, State::Open),
+    // Only verdicts make these two.
+    (State::Open, State::Closed),
+    (State::Open, State::Open),
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -285,9 +298,11 @@ enum Phase {
     Open {
         until: Instant,
     },
+    /// `held`: the probe gate held probes off until then (only while none is in flight).
     HalfOpen {
         in_flight: u32,
         successes: u32,
+        held: Option<Instant>,
     },
     ForcedOpen,
     ForcedClosed,
@@ -396,7 +411,7 @@ struct Cold {
     probe_successes: u64,
     probe_failures: u64,
     probe_timeouts: u64,
-    automatic: [u64; 4],
+    automatic: [u64; 6],
     /// Operator transitions by (from, to).
     manual: [[u32; 6]; 6],
     /// Opens since the breaker last recovered fully (drives the backoff).
@@ -416,6 +431,10 @@ struct Cold {
     /// The jitter sample for the next open interval (drawn ahead, so `state(now)` can
     /// report exactly what the next call will see).
     next_u: Option<f64>,
+    /// The epoch at which the last trip began (the current one while open or half-open).
+    trip_epoch: u32,
+    /// Asked before a probe is admitted, when installed.
+    gate: Option<Gate>,
 }
 
 /// The breaker's policy. See the crate docs for the state diagram.
@@ -499,6 +518,13 @@ impl Machine {
         };
         match self.phase {
             Phase::Open { until } => open(self.since, until),
+            Phase::HalfOpen {
+                held: Some(until), ..
+            } if now < until => Reported {
+                state: State::HalfOpen,
+                since: self.since,
+                until: Some(until),
+            },
             Phase::HalfOpen { .. } => match self.probe_deadline() {
                 Some(due) => {
                     if now >= due {
@@ -653,7 +679,13 @@ impl Machine {
     pub(crate) fn mode(&self) -> Mode {
         match self.phase {
             Phase::Closed { ramp: None } | Phase::ForcedClosed | Phase::Disabled => Mode::Closed,
-            Phase::Open { .. } => Mode::Open,
+            // Held off by the probe gate, nothing in flight: reject until the hold ends.
+            Phase::Open { .. }
+            | Phase::HalfOpen {
+                in_flight: 0,
+                held: Some(_),
+                ..
+            } => Mode::Open,
             Phase::ForcedOpen => Mode::ForcedOpen,
             Phase::Closed { ramp: Some(_) } | Phase::HalfOpen { .. } => Mode::Locked,
         }
@@ -672,10 +704,16 @@ impl Machine {
         }
     }
 
-    /// When an open breaker will let a probe through.
+    /// When an open breaker (or a half-open one whose probe the gate held off) will
+    /// next consider a probe.
     pub(crate) fn reopen_at(&self) -> Option<Instant> {
         match self.phase {
             Phase::Open { until } => Some(until),
+            Phase::HalfOpen {
+                in_flight: 0,
+                held: Some(until),
+                ..
+            } => Some(until),
             _ => None,
         }
     }
@@ -733,6 +771,7 @@ impl Machine {
                         Phase::HalfOpen {
                             in_flight: 0,
                             successes: 0,
+                            held: None,
                         },
                         until,
                         Reason::OpenIntervalElapsed,
@@ -767,7 +806,25 @@ impl Machine {
         self.advance(now);
         match self.phase {
             Phase::Open { .. } | Phase::ForcedOpen => true,
-            Phase::HalfOpen { in_flight, .. } => in_flight >= self.tuning.half_open_max,
+            Phase::HalfOpen {
+                in_flight, held, ..
+            } => {
+                if in_flight >= self.tuning.half_open_max || held.is_some_and(|until| now < until) {
+                    return true;
+                }
+                match self.ask_gate(now, in_flight) {
+                    Some(ProbeDecision::HoldOff(wait)) => {
+                        // Remembered as `acquire` would, so the call that follows
+                        // gets the same answer without asking again.
+                        if let Phase::HalfOpen { held, .. } = &mut self.phase {
+                            *held = (in_flight == 0)
+                                .then(|| later(now, positive(wait.min(MAX_DURATION))));
+                        }
+                        true
+                    }
+                    Some(ProbeDecision::Allow) | None => false,
+                }
+            }
             Phase::Closed { ramp: Some(credit) } => {
                 credit + self.ramp_share(now).unwrap_or(1.0) < 1.0
             }
@@ -780,6 +837,14 @@ impl Machine {
         self.advance(now);
         let epoch = self.epoch;
         let share = self.ramp_share(now);
+        let gate = match self.phase {
+            Phase::HalfOpen {
+                in_flight, held, ..
+            } if in_flight < self.tuning.half_open_max && held.is_none_or(|until| now >= until) => {
+                self.ask_gate(now, in_flight)
+            }
+            _ => None,
+        };
         let (rejected, cause) = match &mut self.phase {
             Phase::Closed { ramp: None } | Phase::ForcedClosed | Phase::Disabled => {
                 return Admission::Admitted(Ticket::normal(epoch));
@@ -798,8 +863,23 @@ impl Machine {
                 Duration::from_nanos(self.tuning.open_for_ns),
                 OpenCause::ForcedOpen,
             ),
-            Phase::HalfOpen { in_flight, .. } => {
+            // Held off by the probe gate: as open until the hold ends.
+            Phase::HalfOpen {
+                held: Some(until), ..
+            } if now < *until => (until.saturating_duration_since(now), OpenCause::Open),
+            Phase::HalfOpen {
+                in_flight, held, ..
+            } => {
                 let max = self.tuning.half_open_max;
+                if let Some(ProbeDecision::HoldOff(wait)) = gate {
+                    let wait = positive(wait.min(MAX_DURATION));
+                    // Remembered only while nothing is in flight, so probes in
+                    // flight still finish (and time out) through the lock.
+                    *held = (*in_flight == 0).then(|| later(now, wait));
+                    self.cold().short_circuited += 1;
+                    return Admission::Rejected(wait, OpenCause::Open);
+                }
+                *held = None;
                 if *in_flight < max {
                     let probes = &mut self.cold.get_or_insert_with(Default::default).probes;
                     if probes.len() < max as usize {
@@ -983,6 +1063,80 @@ impl Machine {
         }
     }
 
+    // ----- hooks for an outside coordinator ----------------------------------------
+
+    /// Installs (or, with `None`, removes) the probe gate; returns the one it replaces.
+    pub(crate) fn set_gate(
+        &mut self,
+        gate: Option<Arc<dyn ProbeGate>>,
+    ) -> Option<Arc<dyn ProbeGate>> {
+        let previous = match gate {
+            Some(gate) => self.cold().gate.replace(Gate(gate)),
+            None => self.cold.as_mut().and_then(|c| c.gate.take()),
+        };
+        self.recheck_gate();
+        previous.map(|g| g.0)
+    }
+
+    /// Forgets a hold the gate asked for, so the next call asks it again.
+    pub(crate) fn recheck_gate(&mut self) {
+        if let Phase::HalfOpen { held, .. } = &mut self.phase {
+            *held = None;
+        }
+    }
+
+    /// The epoch at which the current trip began, while open or half-open after it.
+    pub(crate) fn trip_epoch(&self) -> Option<u32> {
+        match self.phase {
+            Phase::Open { .. } | Phase::HalfOpen { .. } => {
+                Some(self.cold.as_ref().map_or(0, |c| c.trip_epoch))
+            }
+            _ => None,
+        }
+    }
+
+    /// Applies a verdict about the trip that began at `trip_epoch` (see [`Verdict`]).
+    pub(crate) fn apply_verdict(
+        &mut self,
+        verdict: Verdict,
+        trip_epoch: u32,
+        now: Instant,
+    ) -> VerdictOutcome {
+        self.advance(now);
+        match self.phase {
+            Phase::ForcedOpen | Phase::ForcedClosed | Phase::Disabled => {
+                return VerdictOutcome::Overridden
+            }
+            Phase::Closed { .. } => return VerdictOutcome::Stale,
+            Phase::Open { .. } | Phase::HalfOpen { .. } => {}
+        }
+        if self.trip_epoch() != Some(trip_epoch) {
+            return VerdictOutcome::Stale;
+        }
+        match verdict {
+            Verdict::Close => self.close(now, Reason::VerdictClosed),
+            Verdict::Reopen => {
+                let cold = self.cold();
+                cold.failed_probes = cold.failed_probes.saturating_add(1);
+                cold.streak = cold.streak.saturating_add(1);
+                self.open_at(now, Reason::VerdictReopened);
+            }
+        }
+        VerdictOutcome::Applied
+    }
+
+    /// What the gate says about a probe now, if a gate is installed.
+    fn ask_gate(&self, now: Instant, in_flight: u32) -> Option<ProbeDecision> {
+        let cold = self.cold.as_ref()?;
+        let gate = cold.gate.as_ref()?;
+        Some(gate.0.check(&ProbeRequest {
+            now,
+            epoch: self.epoch,
+            trip_epoch: cold.trip_epoch,
+            probes_in_flight: in_flight,
+        }))
+    }
+
     // ----- internals -------------------------------------------------------------
 
     fn apply(&mut self, tuning: Tuning, window: Option<Window>) {
@@ -1064,6 +1218,8 @@ impl Machine {
             0
         };
         self.open_at(now, reason);
+        let epoch = self.epoch;
+        self.cold().trip_epoch = epoch;
     }
 
     fn finish_probe(&mut self, slot: u32, outcome: Outcome, now: Instant) {
@@ -1074,7 +1230,7 @@ impl Machine {
                 if let Phase::HalfOpen { successes, .. } = &mut self.phase {
                     *successes += 1;
                     if *successes >= self.tuning.probes_to_close {
-                        self.close(now);
+                        self.close(now, Reason::ProbesSucceeded);
                     }
                 }
             }
@@ -1099,7 +1255,7 @@ impl Machine {
         }
     }
 
-    fn close(&mut self, now: Instant) {
+    fn close(&mut self, now: Instant, reason: Reason) {
         self.window.reset();
         // The first call after closing goes through.
         let ramp = (self.tuning.ramp_ns != 0).then_some(1.0 - self.tuning.ramp_start);
@@ -1108,7 +1264,7 @@ impl Machine {
         if ramp.is_none() {
             cold.streak = 0;
         }
-        self.transition(Phase::Closed { ramp }, now, Reason::ProbesSucceeded);
+        self.transition(Phase::Closed { ramp }, now, reason);
     }
 
     /// The open interval for `streak`: grown by the backoff, capped, then jittered.
@@ -1214,3 +1370,6 @@ fn nanos_between(from: Instant, to: Instant) -> u64 {
 
 #[cfg(test)]
 pub(crate) mod tests;
+
+#[cfg(test)]
+mod hook_tests;
