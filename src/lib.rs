@@ -11,6 +11,7 @@
 //! | [`bulkhead`] | `bulkhead` | caps concurrent calls and a bounded, timed queue per dependency |
 //! | [`degradation`] | `degradation` | steps down through service levels fast, climbs back slowly |
 //! | [`fallback`] | `fallback` | declared alternatives and honest "unavailable" answers |
+//! | [`fleet`] | `fleet` | one probe per open interval across a fleet's breakers, verdicts shared through a store |
 //!
 //! The recommended stack for one dependency, outermost first:
 //!
@@ -103,6 +104,10 @@ pub use seawall_degradation as degradation;
 #[cfg(feature = "fallback")]
 #[cfg_attr(docsrs, doc(cfg(feature = "fallback")))]
 pub use seawall_fallback as fallback;
+
+#[cfg(feature = "fleet")]
+#[cfg_attr(docsrs, doc(cfg(feature = "fleet")))]
+pub use seawall_fleet as fleet;
 
 pub use seawall_core::{
     find_rejection, BoxError, Category, Classify, ConfigError, Deadline, DeadlineLayer,

@@ -1,0 +1,279 @@
+//! The fleet's settings and their validation.
+
+use std::time::Duration;
+
+use seawall_circuit_breaker::RampConfig;
+use seawall_core::ConfigError;
+
+use crate::store::check_prefix;
+
+/// The longest duration any fleet setting accepts.
+pub const MAX_SETTING: Duration = Duration::from_secs(24 * 3600);
+
+/// How a [`Fleet`](crate::Fleet) coordinates its breakers, as plain data.
+///
+/// The defaults suit a store one network hop away (Redis in the same region):
+/// operations answered in a few milliseconds, a 200 ms timeout.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct FleetConfig {
+    /// The first part of every key, before the schema version (`seawall` by
+    /// default). Fleets that must not coordinate with each other on one store
+    /// use different prefixes.
+    pub prefix: String,
+    /// Every store operation is abandoned after this long (and counted as a store
+    /// error). A write abandoned may still be applied later.
+    pub store_timeout: Duration,
+    /// How long after taking the lease its holder may start a probe. The lease's
+    /// TTL is the breaker's `half_open_timeout` plus this, so a probe started in
+    /// the window has finished, or counts as failed, before the store can hand the
+    /// lease to another instance.
+    pub probe_window: Duration,
+    /// Store operations failing in a row before the instance falls back to its
+    /// local breaker (below that, a failed operation is retried after a short,
+    /// jittered pause while probes wait). One is the most eager.
+    pub disconnect_after: u32,
+    /// First pause before trying to rejoin after falling back; doubled on each
+    /// failed attempt, jittered.
+    pub reconnect_min: Duration,
+    /// Longest pause between attempts to rejoin.
+    pub reconnect_max: Duration,
+    /// The ramp given to a coordinated breaker configured without one, so the
+    /// fleet does not take its whole load back the instant one probe succeeded.
+    /// `None` leaves the breaker's configuration as it is.
+    pub ramp: Option<RampConfig>,
+    /// The jitter given to a coordinated breaker configured with none, so
+    /// instances that fall back to local mode together do not probe in lockstep,
+    /// and take the lease at spread instants. `0.0` leaves the breaker as it is.
+    pub jitter: f64,
+}
+
+impl Default for FleetConfig {
+    fn default() -> Self {
+        Self {
+            prefix: "seawall".to_owned(),
+            store_timeout: Duration::from_millis(200),
+            probe_window: Duration::from_secs(1),
+            disconnect_after: 3,
+            reconnect_min: Duration::from_millis(500),
+            reconnect_max: Duration::from_secs(30),
+            ramp: Some(RampConfig {
+                duration: Duration::from_secs(10),
+                start_share: 0.1,
+            }),
+            jitter: 0.2,
+        }
+    }
+}
+
+fn check_duration(field: &'static str, d: Duration) -> Result<(), ConfigError> {
+    if d.is_zero() {
+        return Err(ConfigError::new(field, "must be positive"));
+    }
+    if d > MAX_SETTING {
+        return Err(ConfigError::new(
+            field,
+            format!("must be at most {MAX_SETTING:?}, got {d:?}"),
+        ));
+    }
+    Ok(())
+}
+
+impl FleetConfig {
+    /// Checks every field, naming the first one at fault.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        check_prefix(&self.prefix)?;
+        check_duration("store_timeout", self.store_timeout)?;
+        check_duration("probe_window", self.probe_window)?;
+        if self.disconnect_after == 0 {
+            return Err(ConfigError::new("disconnect_after", "must be at least 1"));
+        }
+        check_duration("reconnect_min", self.reconnect_min)?;
+        check_duration("reconnect_max", self.reconnect_max)?;
+        if self.reconnect_max < self.reconnect_min {
+            return Err(ConfigError::new(
+                "reconnect_max",
+                format!(
+                    "must be at least reconnect_min ({:?}), got {:?}",
+                    self.reconnect_min, self.reconnect_max
+                ),
+            ));
+        }
+        if let Some(ramp) = &self.ramp {
+            check_duration("ramp.duration", ramp.duration)?;
+            if !(0.0..=1.0).contains(&ramp.start_share) {
+                return Err(ConfigError::new(
+                    "ramp.start_share",
+                    format!("must be in [0, 1], got {}", ramp.start_share),
+                ));
+            }
+        }
+        if !(0.0..1.0).contains(&self.jitter) {
+            return Err(ConfigError::new(
+                "jitter",
+                format!("must be in [0, 1), got {}", self.jitter),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The lease TTL for a breaker whose half-open timeout is `half_open_timeout`:
+    /// their sum, rounded up to whole milliseconds (the unit stores keep TTLs in).
+    pub fn lease_ttl(&self, half_open_timeout: Duration) -> Result<Duration, ConfigError> {
+        let ttl = half_open_timeout
+            .checked_add(self.probe_window)
+            .filter(|ttl| *ttl <= MAX_SETTING.saturating_mul(2))
+            .ok_or_else(|| {
+                ConfigError::new(
+                    "probe_window",
+                    "with the breaker's half_open_timeout, the lease TTL is too long",
+                )
+            })?;
+        let ms = ttl.as_nanos().div_ceil(1_000_000);
+        Ok(Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field(c: &FleetConfig) -> String {
+        c.validate().unwrap_err().field().to_owned()
+    }
+
+    #[test]
+    fn the_default_is_valid() {
+        FleetConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let base = FleetConfig::default;
+        let cases: Vec<(FleetConfig, &str)> = vec![
+            (
+                FleetConfig {
+                    prefix: String::new(),
+                    ..base()
+                },
+                "prefix",
+            ),
+            (
+                FleetConfig {
+                    prefix: "a b".into(),
+                    ..base()
+                },
+                "prefix",
+            ),
+            (
+                FleetConfig {
+                    prefix: "{x}".into(),
+                    ..base()
+                },
+                "prefix",
+            ),
+            (
+                FleetConfig {
+                    prefix: "x".repeat(65),
+                    ..base()
+                },
+                "prefix",
+            ),
+            (
+                FleetConfig {
+                    store_timeout: Duration::ZERO,
+                    ..base()
+                },
+                "store_timeout",
+            ),
+            (
+                FleetConfig {
+                    store_timeout: Duration::MAX,
+                    ..base()
+                },
+                "store_timeout",
+            ),
+            (
+                FleetConfig {
+                    probe_window: Duration::ZERO,
+                    ..base()
+                },
+                "probe_window",
+            ),
+            (
+                FleetConfig {
+                    disconnect_after: 0,
+                    ..base()
+                },
+                "disconnect_after",
+            ),
+            (
+                FleetConfig {
+                    reconnect_min: Duration::ZERO,
+                    ..base()
+                },
+                "reconnect_min",
+            ),
+            (
+                FleetConfig {
+                    reconnect_max: Duration::from_millis(100),
+                    ..base()
+                },
+                "reconnect_max",
+            ),
+            (
+                FleetConfig {
+                    ramp: Some(RampConfig {
+                        duration: Duration::ZERO,
+                        start_share: 0.1,
+                    }),
+                    ..base()
+                },
+                "ramp.duration",
+            ),
+            (
+                FleetConfig {
+                    ramp: Some(RampConfig {
+                        duration: Duration::from_secs(1),
+                        start_share: f64::NAN,
+                    }),
+                    ..base()
+                },
+                "ramp.start_share",
+            ),
+            (
+                FleetConfig {
+                    jitter: 1.0,
+                    ..base()
+                },
+                "jitter",
+            ),
+            (
+                FleetConfig {
+                    jitter: f64::NAN,
+                    ..base()
+                },
+                "jitter",
+            ),
+        ];
+        for (config, expected) in cases {
+            assert_eq!(field(&config), expected, "{config:?}");
+        }
+    }
+
+    #[test]
+    fn the_lease_outlives_the_half_open_timeout_by_the_probe_window_in_whole_ms() {
+        let c = FleetConfig {
+            probe_window: Duration::from_micros(1500),
+            ..FleetConfig::default()
+        };
+        assert_eq!(
+            c.lease_ttl(Duration::from_secs(2)).unwrap(),
+            Duration::from_millis(2002)
+        );
+        assert_eq!(
+            c.lease_ttl(Duration::MAX).unwrap_err().field(),
+            "probe_window"
+        );
+    }
+}

@@ -1,0 +1,1068 @@
+//! The coordinator: a [`Fleet`] hands each coordinated breaker a probe gate and a
+//! background task; calls only ever read the gate's local state.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use seawall_circuit_breaker::{
+    Handle, ProbeDecision, ProbeGate, ProbeRequest, Reason, State, Transition, Verdict,
+    VerdictOutcome,
+};
+use seawall_core::{later, ConfigError};
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::{broadcast, Notify};
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
+
+use crate::config::FleetConfig;
+use crate::store::{
+    FleetEpoch, FleetVerdict, Keys, LeaseReply, LeaseRequest, ProbeResult, Store, StoreError,
+    Subscription, Token,
+};
+use crate::telemetry::Telemetry;
+
+/// Coordinates circuit breakers across every instance sharing one store.
+///
+/// Build one per process with [`Fleet::builder`], then call
+/// [`coordinate`](Self::coordinate) with the [`Handle`] of each breaker to
+/// coordinate. Breakers are matched across instances by name: every instance's
+/// breaker called `freight` shares one probe lease and one verdict. Cloning a
+/// `Fleet` shares its store and settings.
+pub struct Fleet<S> {
+    inner: Arc<FleetInner<S>>,
+}
+
+struct FleetInner<S> {
+    store: Arc<S>,
+    config: FleetConfig,
+    rng: Mutex<fastrand::Rng>,
+}
+
+impl<S> Clone for Fleet<S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<S> fmt::Debug for Fleet<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Fleet")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`Fleet`]; [`build`](Self::build) validates the settings and names the
+/// field at fault.
+pub struct FleetBuilder<S> {
+    store: S,
+    config: FleetConfig,
+    seed: Option<u64>,
+}
+
+impl<S> fmt::Debug for FleetBuilder<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FleetBuilder")
+            .field("config", &self.config)
+            .field("seed", &self.seed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Store> Fleet<S> {
+    /// Starts a builder over `store`, with the default settings.
+    pub fn builder(store: S) -> FleetBuilder<S> {
+        FleetBuilder {
+            store,
+            config: FleetConfig::default(),
+            seed: None,
+        }
+    }
+
+    /// The settings in force.
+    pub fn config(&self) -> &FleetConfig {
+        &self.inner.config
+    }
+
+    /// The store.
+    pub fn store(&self) -> &S {
+        &self.inner.store
+    }
+
+    /// Coordinates the breaker behind `handle` with every other instance's breaker
+    /// of the same name, until the returned [`Coordinated`] is dropped.
+    ///
+    /// Installs the fleet's probe gate on the breaker and spawns its background
+    /// task on the current Tokio runtime. If the breaker has no ramp (no jitter),
+    /// it is reconfigured with the fleet's `ramp` (`jitter`); `Handle::revert`
+    /// would take them off again.
+    ///
+    /// Errors, changing nothing: no Tokio runtime (`runtime`), a lease TTL out of
+    /// range (`probe_window`), a breaker that already has a probe gate
+    /// (`probe_gate`), or a breaker configuration refused with the fleet's
+    /// defaults (`breaker.…`).
+    pub fn coordinate(&self, handle: &Handle) -> Result<Coordinated, ConfigError> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+            ConfigError::new(
+                "runtime",
+                "coordinate must be called within a Tokio runtime",
+            )
+        })?;
+        let config = &self.inner.config;
+        let keys = Keys::new(&config.prefix, handle.name())?;
+        let mut breaker = handle.config();
+        let ttl = config.lease_ttl(breaker.half_open_timeout)?;
+
+        let shared = Arc::new(Shared {
+            name: handle.name().to_owned(),
+            view: Mutex::new(View {
+                lease: LeaseView::Unknown,
+                connected: false,
+            }),
+            wake: Notify::new(),
+            pending_hint: config.store_timeout.saturating_mul(2),
+            connected: AtomicBool::new(false),
+            fleet_epoch: AtomicU64::new(0),
+            ops: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            leases_taken: AtomicU64::new(0),
+            published: AtomicU64::new(0),
+            applied: AtomicU64::new(0),
+            held_off: AtomicU64::new(0),
+            telemetry: Telemetry::new(handle.name()),
+        });
+        let gate: Arc<dyn ProbeGate> = Arc::new(FleetGate {
+            shared: Arc::clone(&shared),
+        });
+        if let Some(previous) = handle.set_probe_gate(Some(Arc::clone(&gate))) {
+            handle.set_probe_gate(Some(previous));
+            return Err(ConfigError::new(
+                "probe_gate",
+                "the breaker already has a probe gate (is it coordinated twice?)",
+            ));
+        }
+        let mut changed = false;
+        if breaker.ramp.is_none() && config.ramp.is_some() {
+            breaker.ramp = config.ramp;
+            changed = true;
+        }
+        if breaker.jitter == 0.0 && config.jitter > 0.0 {
+            breaker.jitter = config.jitter;
+            changed = true;
+        }
+        if changed {
+            if let Err(e) = handle.reconfigure(breaker) {
+                handle.set_probe_gate(None);
+                return Err(e.within("breaker"));
+            }
+        }
+        let seed = self
+            .inner
+            .rng
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .u64(..);
+        let task = Task {
+            shared: Arc::clone(&shared),
+            store: Arc::clone(&self.inner.store),
+            keys,
+            handle: handle.clone(),
+            config: config.clone(),
+            ttl,
+            rng: fastrand::Rng::with_seed(seed),
+            transitions: handle.subscribe(),
+            feed: None,
+            connected: false,
+            announced_local: false,
+            failures: 0,
+            reconnect_at: Some(Instant::now()),
+            reconnect_delay: config.reconnect_min,
+            due: None,
+            want_probe: false,
+            trip: None,
+            baseline_due: false,
+            last_verdict: FleetEpoch::ZERO,
+            applied: FleetEpoch::ZERO,
+            seen: FleetEpoch::ZERO,
+        };
+        let join = runtime.spawn(task.run());
+        Ok(Coordinated {
+            shared,
+            handle: handle.clone(),
+            gate,
+            task: join.abort_handle(),
+        })
+    }
+}
+
+impl<S: Store> FleetBuilder<S> {
+    /// Replaces every setting (e.g. with ones loaded from a file).
+    #[must_use]
+    pub fn config(mut self, config: FleetConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// The key prefix (default `seawall`): fleets with different prefixes on one
+    /// store do not coordinate.
+    #[must_use]
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.config.prefix = prefix.into();
+        self
+    }
+
+    /// Every store operation is abandoned after this long (default 200 ms).
+    #[must_use]
+    pub fn store_timeout(mut self, timeout: Duration) -> Self {
+        self.config.store_timeout = timeout;
+        self
+    }
+
+    /// How long after taking the lease its holder may start a probe (default 1 s);
+    /// the lease lives the breaker's half-open timeout plus this.
+    #[must_use]
+    pub fn probe_window(mut self, window: Duration) -> Self {
+        self.config.probe_window = window;
+        self
+    }
+
+    /// Store operations failing in a row before falling back to local mode (default 3).
+    #[must_use]
+    pub fn disconnect_after(mut self, failures: u32) -> Self {
+        self.config.disconnect_after = failures;
+        self
+    }
+
+    /// The pauses between attempts to rejoin: from `min`, doubling, up to `max`
+    /// (default 500 ms to 30 s), jittered.
+    #[must_use]
+    pub fn reconnect(mut self, min: Duration, max: Duration) -> Self {
+        self.config.reconnect_min = min;
+        self.config.reconnect_max = max;
+        self
+    }
+
+    /// The ramp given to coordinated breakers that have none (default 10 s from
+    /// 10 %); `None` leaves them as they are.
+    #[must_use]
+    pub fn ramp(mut self, ramp: Option<seawall_circuit_breaker::RampConfig>) -> Self {
+        self.config.ramp = ramp;
+        self
+    }
+
+    /// The jitter given to coordinated breakers that have none (default 0.2);
+    /// `0.0` leaves them as they are.
+    #[must_use]
+    pub fn jitter(mut self, jitter: f64) -> Self {
+        self.config.jitter = jitter;
+        self
+    }
+
+    /// Seeds the generator of lease tokens and backoff jitter (default: from
+    /// entropy), so a simulation repeats. Instances of one fleet must not share a
+    /// seed: their tokens would collide.
+    #[must_use]
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Validates the settings and creates the fleet.
+    pub fn build(self) -> Result<Fleet<S>, ConfigError> {
+        self.config.validate()?;
+        let rng = match self.seed {
+            Some(seed) => fastrand::Rng::with_seed(seed),
+            None => fastrand::Rng::new(),
+        };
+        Ok(Fleet {
+            inner: Arc::new(FleetInner {
+                store: Arc::new(self.store),
+                config: self.config,
+                rng: Mutex::new(rng),
+            }),
+        })
+    }
+}
+
+/// One breaker under coordination. Dropping it stops the background task and
+/// takes the probe gate off the breaker, which goes back to deciding alone (a
+/// lease it held expires by its TTL).
+pub struct Coordinated {
+    shared: Arc<Shared>,
+    handle: Handle,
+    gate: Arc<dyn ProbeGate>,
+    task: AbortHandle,
+}
+
+impl fmt::Debug for Coordinated {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Coordinated")
+            .field("name", &self.shared.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Coordinated {
+    /// The coordinated breaker's name.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// The coordinated breaker's handle.
+    pub fn handle(&self) -> &Handle {
+        &self.handle
+    }
+
+    /// The coordination's state and counters now.
+    pub fn snapshot(&self) -> FleetSnapshot {
+        let now = Instant::now();
+        let lease = match self.shared.view().lease {
+            LeaseView::Holding { epoch, until, .. } if now < until => LeaseStatus::Holding {
+                epoch,
+                remaining: until - now,
+            },
+            LeaseView::Elsewhere { epoch, until } if now < until => LeaseStatus::Elsewhere {
+                epoch,
+                remaining: until - now,
+            },
+            LeaseView::Maybe { until } if now < until => LeaseStatus::MaybeHeld {
+                remaining: until - now,
+            },
+            _ => LeaseStatus::None,
+        };
+        let s = &self.shared;
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        FleetSnapshot {
+            name: s.name.clone(),
+            connected: s.connected.load(Ordering::Relaxed),
+            lease,
+            fleet_epoch: FleetEpoch(load(&s.fleet_epoch)),
+            store_ops: load(&s.ops),
+            store_errors: load(&s.errors),
+            leases_taken: load(&s.leases_taken),
+            verdicts_published: load(&s.published),
+            verdicts_applied: load(&s.applied),
+            probes_held_off: load(&s.held_off),
+        }
+    }
+}
+
+impl Drop for Coordinated {
+    fn drop(&mut self) {
+        self.task.abort();
+        if let Some(previous) = self.handle.set_probe_gate(None) {
+            if !Arc::ptr_eq(&previous, &self.gate) {
+                self.handle.set_probe_gate(Some(previous));
+            }
+        }
+    }
+}
+
+/// A coordination's state and counters at one instant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FleetSnapshot {
+    /// The breaker's name.
+    pub name: String,
+    /// Whether the instance coordinates through the store now (`false`: its
+    /// breaker decides alone, and the coordinator tries to rejoin).
+    pub connected: bool,
+    /// The probe lease as this instance last saw it.
+    pub lease: LeaseStatus,
+    /// The highest fleet epoch this instance has seen.
+    pub fleet_epoch: FleetEpoch,
+    /// Store operations issued (none is ever issued by a call).
+    pub store_ops: u64,
+    /// Store operations that failed or timed out.
+    pub store_errors: u64,
+    /// Probe leases this instance took.
+    pub leases_taken: u64,
+    /// Verdicts this instance published (as lease holder).
+    pub verdicts_published: u64,
+    /// Verdicts from other instances that changed this instance's breaker.
+    pub verdicts_applied: u64,
+    /// Times the gate held a due probe off (the lease was elsewhere, maybe held,
+    /// or not yet known).
+    pub probes_held_off: u64,
+}
+
+/// The probe lease as one instance last saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseStatus {
+    /// None known.
+    None,
+    /// This instance holds it.
+    Holding {
+        /// The lease's epoch.
+        epoch: FleetEpoch,
+        /// What remains of it, by this instance's clock, measured from when the
+        /// take was sent (so never more than the store's).
+        remaining: Duration,
+    },
+    /// Another instance holds it.
+    Elsewhere {
+        /// The lease's epoch.
+        epoch: FleetEpoch,
+        /// What remained of it when last seen, counted down since.
+        remaining: Duration,
+    },
+    /// A take of this instance's timed out: it may have been applied, so the
+    /// instance waits out its TTL without probing.
+    MaybeHeld {
+        /// What remains of the wait.
+        remaining: Duration,
+    },
+}
+
+// ----- state shared by the gate and the task ------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LeaseView {
+    Unknown,
+    Holding {
+        token: Token,
+        epoch: FleetEpoch,
+        /// A probe may start until then.
+        probe_until: Instant,
+        /// The lease ends then (measured from the take's sending).
+        until: Instant,
+        /// The window has passed and was dealt with.
+        window_over: bool,
+    },
+    Elsewhere {
+        epoch: FleetEpoch,
+        until: Instant,
+    },
+    Maybe {
+        until: Instant,
+    },
+}
+
+impl LeaseView {
+    fn until(&self) -> Option<Instant> {
+        match *self {
+            LeaseView::Unknown => None,
+            LeaseView::Holding { until, .. }
+            | LeaseView::Elsewhere { until, .. }
+            | LeaseView::Maybe { until } => Some(until),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct View {
+    lease: LeaseView,
+    connected: bool,
+}
+
+struct Shared {
+    name: String,
+    view: Mutex<View>,
+    wake: Notify,
+    /// The hold given while the coordinator finds out who holds the lease.
+    pending_hint: Duration,
+    connected: AtomicBool,
+    fleet_epoch: AtomicU64,
+    ops: AtomicU64,
+    errors: AtomicU64,
+    leases_taken: AtomicU64,
+    published: AtomicU64,
+    applied: AtomicU64,
+    held_off: AtomicU64,
+    telemetry: Telemetry,
+}
+
+impl Shared {
+    fn view(&self) -> MutexGuard<'_, View> {
+        // Nothing panics while holding it; a poisoned lock is still consistent.
+        self.view.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The probe gate installed on a coordinated breaker. Runs under the breaker's
+/// lock: reads the view, maybe wakes the task, answers.
+struct FleetGate {
+    shared: Arc<Shared>,
+}
+
+impl ProbeGate for FleetGate {
+    fn check(&self, probe: &ProbeRequest) -> ProbeDecision {
+        let now = probe.now;
+        let view = self.shared.view();
+        let hold = match view.lease {
+            LeaseView::Holding {
+                probe_until, until, ..
+            } if now < until => {
+                if now < probe_until {
+                    return ProbeDecision::Allow;
+                }
+                until - now
+            }
+            LeaseView::Elsewhere { until, .. } | LeaseView::Maybe { until } if now < until => {
+                until - now
+            }
+            _ if !view.connected => return ProbeDecision::Allow,
+            _ => {
+                self.shared.wake.notify_one();
+                self.shared.pending_hint
+            }
+        };
+        drop(view);
+        self.shared.held_off.fetch_add(1, Ordering::Relaxed);
+        ProbeDecision::HoldOff(hold)
+    }
+}
+
+// ----- the background task --------------------------------------------------------
+
+#[derive(Debug, Clone, Copy)]
+struct Trip {
+    /// The breaker's epoch at the trip.
+    epoch: u32,
+    /// Verdicts up to this fleet epoch are not newer than the trip.
+    baseline: FleetEpoch,
+}
+
+struct Task<S> {
+    shared: Arc<Shared>,
+    store: Arc<S>,
+    keys: Keys,
+    handle: Handle,
+    config: FleetConfig,
+    ttl: Duration,
+    rng: fastrand::Rng,
+    transitions: broadcast::Receiver<Transition>,
+    feed: Option<Subscription>,
+    connected: bool,
+    announced_local: bool,
+    /// Store operations failed in a row.
+    failures: u32,
+    reconnect_at: Option<Instant>,
+    reconnect_delay: Duration,
+    /// When to reconcile (and take the lease if a probe is wanted).
+    due: Option<Instant>,
+    /// The breaker wants to probe: its interval ended, or its gate was asked.
+    want_probe: bool,
+    trip: Option<Trip>,
+    /// The read that fixes the trip's baseline is due.
+    baseline_due: bool,
+    /// The highest verdict epoch seen.
+    last_verdict: FleetEpoch,
+    /// The highest verdict epoch acted on (or published by this instance).
+    applied: FleetEpoch,
+    /// The highest fleet epoch seen (sent with every take).
+    seen: FleetEpoch,
+}
+
+async fn next_push(feed: &mut Option<Subscription>) -> Option<FleetVerdict> {
+    match feed {
+        Some(feed) => feed.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+impl<S: Store> Task<S> {
+    async fn run(mut self) {
+        self.resync();
+        loop {
+            self.step().await;
+            let wake = self.next_wake();
+            tokio::select! {
+                biased;
+                t = self.transitions.recv() => match t {
+                    Ok(t) => self.on_transition(Some(t)).await,
+                    Err(RecvError::Lagged(_)) => self.on_transition(None).await,
+                    // The breaker is gone.
+                    Err(RecvError::Closed) => return,
+                },
+                pushed = next_push(&mut self.feed) => match pushed {
+                    Some(verdict) => {
+                        self.consider(verdict);
+                    }
+                    None => {
+                        self.feed = None;
+                        let e = StoreError::Unavailable("the subscription ended".into());
+                        self.count_error("subscription", &e);
+                        if self.connected {
+                            self.go_local(&e);
+                        }
+                    }
+                },
+                () = self.shared.wake.notified() => self.on_asked(),
+                () = sleep_until(wake) => {}
+            }
+        }
+    }
+
+    /// Does whatever is due now: rejoin, the trip's baseline read, the window's end,
+    /// a reconcile (and lease take).
+    async fn step(&mut self) {
+        for _ in 0..8 {
+            let now = Instant::now();
+            self.expire_view(now);
+            if !self.connected {
+                if self.reconnect_at.is_some_and(|at| at <= now) {
+                    self.reconnect().await;
+                    continue;
+                }
+                return;
+            }
+            if self.baseline_due {
+                self.baseline_due = false;
+                self.read_baseline().await;
+                continue;
+            }
+            if let LeaseView::Holding {
+                token,
+                probe_until,
+                window_over: false,
+                ..
+            } = self.lease()
+            {
+                if now >= probe_until {
+                    self.window_ended(token).await;
+                    continue;
+                }
+            }
+            if self.due.is_some_and(|at| at <= now) {
+                self.due = None;
+                self.attempt().await;
+                continue;
+            }
+            return;
+        }
+    }
+
+    fn next_wake(&self) -> Option<Instant> {
+        let mut wake: Option<Instant> = None;
+        let mut at = |t: Option<Instant>| {
+            if let Some(t) = t {
+                wake = Some(wake.map_or(t, |w| w.min(t)));
+            }
+        };
+        if self.connected {
+            at(self.due);
+            if self.baseline_due {
+                at(Some(Instant::now()));
+            }
+        } else {
+            at(self.reconnect_at);
+        }
+        let lease = self.lease();
+        at(lease.until());
+        if let LeaseView::Holding {
+            probe_until,
+            window_over: false,
+            ..
+        } = lease
+        {
+            at(Some(probe_until));
+        }
+        wake
+    }
+
+    // ----- events ----------------------------------------------------------------
+
+    async fn on_transition(&mut self, t: Option<Transition>) {
+        if let LeaseView::Holding { token, .. } = self.lease() {
+            let finished = match t {
+                Some(t) if t.from == State::HalfOpen => match (t.to, t.reason) {
+                    (State::Closed, Reason::ProbesSucceeded) => Some(Some(ProbeResult::Succeeded)),
+                    (State::Open, Reason::ProbeFailed | Reason::ProbeTimedOut) => {
+                        Some(Some(ProbeResult::Failed))
+                    }
+                    (State::ForcedOpen | State::ForcedClosed | State::Disabled, _)
+                    | (_, Reason::Reset) => Some(None),
+                    _ => None,
+                },
+                Some(t) if t.to.is_forced() || t.reason == Reason::Reset => Some(None),
+                Some(_) => None,
+                // Missed transitions: judge by the state the probe left behind.
+                None => match self.handle.state() {
+                    State::Closed => Some(Some(ProbeResult::Succeeded)),
+                    State::Open => Some(Some(ProbeResult::Failed)),
+                    State::HalfOpen => None,
+                    State::ForcedOpen | State::ForcedClosed | State::Disabled => Some(None),
+                },
+            };
+            if let Some(result) = finished {
+                self.finish_lease(token, result).await;
+            }
+        }
+        self.resync();
+    }
+
+    fn on_asked(&mut self) {
+        self.want_probe = true;
+        if self.connected && self.due.is_none() && self.trip.is_some() {
+            self.due = Some(Instant::now());
+        }
+    }
+
+    /// Applies `verdict` if it is newer than the trip and than anything acted on.
+    /// Returns whether it changed the breaker.
+    fn consider(&mut self, verdict: FleetVerdict) -> bool {
+        self.see(verdict.epoch);
+        self.last_verdict = self.last_verdict.max(verdict.epoch);
+        let Some(trip) = self.trip else {
+            return false;
+        };
+        if verdict.epoch <= trip.baseline.max(self.applied) {
+            return false;
+        }
+        self.applied = verdict.epoch;
+        match self.lease() {
+            LeaseView::Elsewhere { epoch, .. } if epoch <= verdict.epoch => {
+                self.set_lease(LeaseView::Unknown);
+            }
+            LeaseView::Holding { epoch, .. } if epoch < verdict.epoch => {
+                // Only after the store lost our lease: it ends by its TTL.
+                self.set_lease(LeaseView::Unknown);
+            }
+            _ => {}
+        }
+        let outcome = self.handle.apply_verdict(
+            match verdict.result {
+                ProbeResult::Succeeded => Verdict::Close,
+                ProbeResult::Failed => Verdict::Reopen,
+            },
+            trip.epoch,
+        );
+        let applied = outcome == VerdictOutcome::Applied;
+        if applied {
+            self.shared.applied.fetch_add(1, Ordering::Relaxed);
+        }
+        self.resync();
+        applied
+    }
+
+    /// Follows the breaker: its trip, and when its open interval ends.
+    fn resync(&mut self) {
+        let snap = self.handle.snapshot();
+        let now = Instant::now();
+        match snap.trip_epoch {
+            Some(epoch) => {
+                if self.trip.map(|t| t.epoch) != Some(epoch) {
+                    self.trip = Some(Trip {
+                        epoch,
+                        baseline: self.last_verdict,
+                    });
+                    self.baseline_due = true;
+                }
+                match snap.state {
+                    State::Open => {
+                        let end = later(now, snap.retry_after.unwrap_or_default());
+                        self.due = Some(end);
+                        self.want_probe = true;
+                    }
+                    State::HalfOpen if self.due.is_none() && self.lease() == LeaseView::Unknown => {
+                        self.due = Some(now);
+                        self.want_probe = true;
+                    }
+                    _ => {}
+                }
+            }
+            None => {
+                self.trip = None;
+                self.due = None;
+                self.want_probe = false;
+                self.baseline_due = false;
+                if !matches!(self.lease(), LeaseView::Holding { .. }) {
+                    self.set_lease(LeaseView::Unknown);
+                }
+            }
+        }
+    }
+
+    // ----- protocol steps --------------------------------------------------------
+
+    /// At the end of the local interval (or when asked): reconcile by a read, then
+    /// take the lease if a probe is wanted.
+    async fn attempt(&mut self) {
+        let read = self.op(self.store.read_verdict(&self.keys)).await;
+        match read {
+            Ok(verdict) => {
+                // Not counted as the store working again: a store that answers
+                // reads but never a take must still end in local mode.
+                if let Some(verdict) = verdict {
+                    if self.consider(verdict) {
+                        return;
+                    }
+                }
+            }
+            Err(e) => return self.failed("read_verdict", &e),
+        }
+        let now = Instant::now();
+        if self.trip.is_none()
+            || !self.want_probe
+            || self.lease().until().is_some_and(|until| now < until)
+        {
+            return;
+        }
+        if self.handle.state() != State::HalfOpen {
+            // Not due yet (or no longer tripped).
+            return self.resync();
+        }
+        let token = Token::random(&mut self.rng);
+        let sent = Instant::now();
+        let request = LeaseRequest::new(token, self.ttl, self.seen);
+        match self.op(self.store.take_lease(&self.keys, request)).await {
+            Ok(LeaseReply::Taken { epoch }) => {
+                self.ok();
+                self.see(epoch);
+                self.want_probe = false;
+                self.shared.leases_taken.fetch_add(1, Ordering::Relaxed);
+                self.set_lease(LeaseView::Holding {
+                    token,
+                    epoch,
+                    probe_until: later(sent, self.config.probe_window),
+                    until: later(sent, self.ttl),
+                    window_over: false,
+                });
+            }
+            Ok(LeaseReply::Held { epoch, remaining }) => {
+                self.ok();
+                self.see(epoch);
+                self.want_probe = false;
+                self.set_lease(LeaseView::Elsewhere {
+                    epoch,
+                    until: Instant::now() + remaining,
+                });
+            }
+            Err(StoreError::TimedOut) => {
+                // Maybe applied: maybe ours. Do not probe; let its TTL run out.
+                self.set_lease(LeaseView::Maybe {
+                    until: later(sent, self.ttl),
+                });
+                self.failed("take_lease", &StoreError::TimedOut);
+            }
+            Err(e) => self.failed("take_lease", &e),
+        }
+        self.handle.recheck_probe_gate();
+    }
+
+    /// The holder's probe finished: publish what it found, then release the lease.
+    async fn finish_lease(&mut self, token: Token, result: Option<ProbeResult>) {
+        let epoch = match self.lease() {
+            LeaseView::Holding { epoch, .. } => epoch,
+            _ => return,
+        };
+        self.set_lease(LeaseView::Unknown);
+        // Our own verdict, pushed back to us, must not act twice.
+        self.applied = self.applied.max(epoch);
+        self.last_verdict = self.last_verdict.max(epoch);
+        if let Some(result) = result {
+            match self
+                .op(self.store.publish_verdict(&self.keys, token, result))
+                .await
+            {
+                Ok(published) => {
+                    self.ok();
+                    if published.is_some() {
+                        self.shared.published.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                Err(e) => self.failed("publish_verdict", &e),
+            }
+        }
+        match self.op(self.store.release_lease(&self.keys, token)).await {
+            Ok(_) => self.ok(),
+            Err(e) => self.failed("release_lease", &e),
+        }
+    }
+
+    /// The holder's probe window passed: if no probe went out (no call came), give
+    /// the lease back so another instance can probe.
+    async fn window_ended(&mut self, token: Token) {
+        if let LeaseView::Holding {
+            token,
+            epoch,
+            probe_until,
+            until,
+            ..
+        } = self.lease()
+        {
+            self.set_lease(LeaseView::Holding {
+                token,
+                epoch,
+                probe_until,
+                until,
+                window_over: true,
+            });
+        }
+        let snap = self.handle.snapshot();
+        if snap.probes_in_flight > 0 || snap.state != State::HalfOpen {
+            return;
+        }
+        self.set_lease(LeaseView::Unknown);
+        match self.op(self.store.release_lease(&self.keys, token)).await {
+            Ok(_) => self.ok(),
+            Err(e) => self.failed("release_lease", &e),
+        }
+        self.handle.recheck_probe_gate();
+    }
+
+    /// After a trip: verdicts already stored are not newer than it.
+    async fn read_baseline(&mut self) {
+        match self.op(self.store.read_verdict(&self.keys)).await {
+            Ok(verdict) => {
+                if let Some(v) = verdict {
+                    self.see(v.epoch);
+                    self.last_verdict = self.last_verdict.max(v.epoch);
+                    if let Some(trip) = &mut self.trip {
+                        trip.baseline = trip.baseline.max(v.epoch);
+                    }
+                }
+            }
+            Err(e) => self.failed("read_verdict", &e),
+        }
+    }
+
+    /// Subscribes (if the subscription is gone) and reconciles by a read; on
+    /// success the instance coordinates again.
+    async fn reconnect(&mut self) {
+        self.reconnect_at = None;
+        if self.feed.is_none() {
+            match self.op(self.store.subscribe(&self.keys)).await {
+                Ok(feed) => self.feed = Some(feed),
+                Err(e) => return self.rejoin_failed("subscribe", &e),
+            }
+        }
+        match self.op(self.store.read_verdict(&self.keys)).await {
+            Ok(verdict) => {
+                self.connected = true;
+                self.announced_local = false;
+                self.failures = 0;
+                self.reconnect_delay = self.config.reconnect_min;
+                self.shared.view().connected = true;
+                self.shared.connected.store(true, Ordering::Relaxed);
+                self.shared.telemetry.joined(&self.shared.name);
+                if let Some(verdict) = verdict {
+                    self.consider(verdict);
+                }
+                self.resync();
+                if self.lease() == LeaseView::Unknown && self.trip.is_some() {
+                    self.due = Some(Instant::now());
+                }
+                self.handle.recheck_probe_gate();
+            }
+            Err(e) => self.rejoin_failed("read_verdict", &e),
+        }
+    }
+
+    fn rejoin_failed(&mut self, op: &'static str, e: &StoreError) {
+        self.count_error(op, e);
+        if !self.announced_local {
+            self.announced_local = true;
+            self.shared.telemetry.went_local(&self.shared.name, e);
+        }
+        let delay = self.reconnect_delay;
+        self.reconnect_delay = delay.saturating_mul(2).min(self.config.reconnect_max);
+        self.reconnect_at = Some(later(Instant::now(), self.jittered(delay)));
+    }
+
+    // ----- store trouble ---------------------------------------------------------
+
+    fn ok(&mut self) {
+        self.failures = 0;
+    }
+
+    fn count_error(&self, op: &'static str, e: &StoreError) {
+        self.shared.errors.fetch_add(1, Ordering::Relaxed);
+        self.shared.telemetry.store_error(&self.shared.name, op, e);
+    }
+
+    fn failed(&mut self, op: &'static str, e: &StoreError) {
+        self.count_error(op, e);
+        self.failures = self.failures.saturating_add(1);
+        if !self.connected {
+            return;
+        }
+        if self.failures >= self.config.disconnect_after {
+            self.go_local(e);
+        } else if self.trip.is_some() {
+            let pause = self.jittered(self.config.store_timeout);
+            self.due = Some(later(Instant::now(), pause));
+        }
+    }
+
+    /// Falls back to the local breaker: its own interval, its own probe, with jitter.
+    fn go_local(&mut self, e: &StoreError) {
+        self.connected = false;
+        self.shared.view().connected = false;
+        self.shared.connected.store(false, Ordering::Relaxed);
+        if !self.announced_local {
+            self.announced_local = true;
+            self.shared.telemetry.went_local(&self.shared.name, e);
+        }
+        self.due = None;
+        self.reconnect_delay = self.config.reconnect_min;
+        let pause = self.jittered(self.config.reconnect_min);
+        self.reconnect_at = Some(later(Instant::now(), pause));
+        // Another instance may have taken the lease where we can no longer see it:
+        // wait out one TTL before probing alone.
+        if self.trip.is_some() && self.lease() == LeaseView::Unknown {
+            self.set_lease(LeaseView::Maybe {
+                until: later(Instant::now(), self.ttl),
+            });
+        }
+        self.handle.recheck_probe_gate();
+    }
+
+    // ----- small helpers ---------------------------------------------------------
+
+    async fn op<T>(
+        &self,
+        op: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        self.shared.ops.fetch_add(1, Ordering::Relaxed);
+        match tokio::time::timeout(self.config.store_timeout, op).await {
+            Ok(result) => result,
+            Err(_) => Err(StoreError::TimedOut),
+        }
+    }
+
+    fn see(&mut self, epoch: FleetEpoch) {
+        self.seen = self.seen.max(epoch);
+        self.shared
+            .fleet_epoch
+            .fetch_max(epoch.0, Ordering::Relaxed);
+    }
+
+    /// `d` stretched or shrunk by up to half, at random.
+    fn jittered(&mut self, d: Duration) -> Duration {
+        d.mul_f64(0.5 + self.rng.f64())
+    }
+
+    fn lease(&self) -> LeaseView {
+        self.shared.view().lease
+    }
+
+    fn set_lease(&self, lease: LeaseView) {
+        self.shared.view().lease = lease;
+    }
+
+    /// A lease view that has run out is forgotten; a reconcile follows.
+    fn expire_view(&mut self, now: Instant) {
+        if let Some(until) = self.lease().until() {
+            if now >= until {
+                self.set_lease(LeaseView::Unknown);
+                if self.trip.is_some() {
+                    self.due = Some(now);
+                }
+            }
+        }
+    }
+}

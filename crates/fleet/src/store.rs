@@ -1,0 +1,338 @@
+//! The store interface: what a coordinator asks of the shared store, and nothing more.
+//!
+//! Five operations per coordinated breaker, all keyed by [`Keys`]: take the probe
+//! lease, release it, publish a probe's verdict, read the latest verdict, and
+//! subscribe to verdicts. Each is awaited by the coordinator's background task
+//! under its own timeout (`store_timeout`), never by a call.
+//!
+//! # Contract for implementations
+//!
+//! - **Every write is idempotent and fenced by the token.** A write may be applied
+//!   after the caller gave up on it (a paused server replays its queue), so
+//!   applying one twice must change nothing more than applying it once, and
+//!   release and publish must compare the caller's token with the lease's holder:
+//!   a stale holder can never release or speak for a newer lease.
+//! - **TTLs are the store's.** A lease expires by the store's own clock; no time
+//!   from a caller's clock is stored or compared (durations travel, instants do not).
+//! - **The fleet epoch never goes backwards for a caller that saw it.** The epoch
+//!   of a new lease is one more than the larger of the store's counter and the
+//!   epoch the taker has seen ([`LeaseRequest::seen`]), so it stays ahead of every
+//!   verdict the taker knows even after the store lost its counter (a wipe, a
+//!   failover to an empty replica).
+//!
+//! A Redis implementation maps them to one Lua script per write (take: `SET NX PX`
+//! plus the counter; release and publish: compare the token, then `DEL` or `SET` +
+//! `PUBLISH`), a `GET` and a `SUBSCRIBE`. A fleet-wide concurrency cap will add its
+//! own small trait beside this one (allotment claims), implemented by the same
+//! stores, rather than widening this one.
+
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+use seawall_core::{BoxError, ConfigError};
+use tokio::sync::mpsc;
+
+/// The version of the key layout and of the values stored under it. Instances of
+/// two releases that disagree on it use disjoint keys, so they never misread each
+/// other's leases (they coordinate separately until the fleet is upgraded).
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The longest prefix [`Keys`] accepts, in bytes.
+pub const MAX_PREFIX_LEN: usize = 64;
+
+/// A counter kept by the store, one more for every lease taken: it orders leases,
+/// and the verdicts made under them, without comparing clocks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FleetEpoch(pub u64);
+
+impl FleetEpoch {
+    /// No lease ever seen.
+    pub const ZERO: FleetEpoch = FleetEpoch(0);
+}
+
+impl fmt::Display for FleetEpoch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// The random value a lease holder proves itself with. Drawn anew for every lease
+/// taken; compared by the store on release and publish.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Token(pub u128);
+
+impl Token {
+    /// A token drawn from `rng`.
+    pub fn random(rng: &mut fastrand::Rng) -> Self {
+        Token(rng.u128(..))
+    }
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Token({:032x})", self.0)
+    }
+}
+
+impl fmt::Display for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+/// What a probe found, as published by the lease holder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ProbeResult {
+    /// The probe succeeded: the dependency answers again.
+    Succeeded,
+    /// The probe failed (or timed out): still sick, as of the verdict.
+    Failed,
+}
+
+/// A probe's verdict as the store keeps and pushes it: what was found, under which lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FleetVerdict {
+    /// The epoch of the lease the probe ran under (set by the store, from the lease).
+    pub epoch: FleetEpoch,
+    /// What the probe found.
+    pub result: ProbeResult,
+}
+
+/// A request to take the probe lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaseRequest {
+    /// The taker's token for this lease.
+    pub token: Token,
+    /// How long the lease lives, by the store's clock, from when the store applies it.
+    pub ttl: Duration,
+    /// The highest fleet epoch the taker has seen; a new lease's epoch is above it.
+    pub seen: FleetEpoch,
+}
+
+impl LeaseRequest {
+    /// A request for a lease of `ttl` with `token`, by a taker that has seen `seen`.
+    pub fn new(token: Token, ttl: Duration, seen: FleetEpoch) -> Self {
+        Self { token, ttl, seen }
+    }
+}
+
+/// The answer to [`Store::take_lease`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseReply {
+    /// The lease is the caller's (taken now, or already held with the same token):
+    /// its epoch.
+    Taken {
+        /// The lease's fleet epoch.
+        epoch: FleetEpoch,
+    },
+    /// Another token holds the lease.
+    Held {
+        /// The holder's lease epoch.
+        epoch: FleetEpoch,
+        /// What remains of its TTL, by the store's clock.
+        remaining: Duration,
+    },
+}
+
+/// Why a store operation did not answer.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// No answer within the coordinator's `store_timeout`. A write that timed out
+    /// may still be applied later.
+    TimedOut,
+    /// The store refused or could not be reached (connection refused, down).
+    Unavailable(String),
+    /// Anything else the store's client reported.
+    Other(BoxError),
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreError::TimedOut => f.write_str("store operation timed out"),
+            StoreError::Unavailable(why) => write!(f, "store unavailable: {why}"),
+            StoreError::Other(e) => write!(f, "store error: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            StoreError::Other(e) => Some(&**e),
+            _ => None,
+        }
+    }
+}
+
+/// A stream of verdicts pushed by the store for one breaker.
+///
+/// Built by a store from the receiving half of a Tokio channel it feeds. `None`
+/// from [`next`](Self::next) means the subscription is gone (a dropped
+/// connection): the coordinator treats it as store trouble, resubscribes and
+/// reconciles with a read.
+#[derive(Debug)]
+pub struct Subscription {
+    rx: mpsc::Receiver<FleetVerdict>,
+}
+
+impl Subscription {
+    /// A subscription fed through `rx`.
+    pub fn new(rx: mpsc::Receiver<FleetVerdict>) -> Self {
+        Self { rx }
+    }
+
+    /// The next pushed verdict; `None` once the subscription is gone.
+    pub async fn next(&mut self) -> Option<FleetVerdict> {
+        self.rx.recv().await
+    }
+}
+
+/// The store's key names for one coordinated breaker: a prefix, the schema
+/// version, and the breaker's name in a hash tag (so a Redis cluster keeps all of
+/// one breaker's keys in one slot, as a script over several keys needs).
+///
+/// ```
+/// use seawall_fleet::Keys;
+///
+/// let keys = Keys::new("shop", "freight").unwrap();
+/// assert_eq!(keys.lease(), "shop:v1:breaker:{freight}:lease");
+/// assert_eq!(keys.channel(), "shop:v1:breaker:{freight}:verdicts");
+/// assert!(Keys::new("", "freight").is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Keys {
+    lease: String,
+    epoch: String,
+    verdict: String,
+    channel: String,
+}
+
+impl Keys {
+    /// The keys of breaker `name` under `prefix`. The prefix must be 1 to
+    /// [`MAX_PREFIX_LEN`] bytes of printable ASCII without spaces or braces; the
+    /// name is escaped (`%`, braces, spaces and control characters as `%XX`), so
+    /// any two names give distinct keys.
+    pub fn new(prefix: &str, name: &str) -> Result<Self, ConfigError> {
+        check_prefix(prefix)?;
+        let mut tag = String::with_capacity(name.len());
+        for c in name.chars() {
+            match c {
+                '%' | '{' | '}' => push_escaped(&mut tag, c),
+                c if c.is_whitespace() || c.is_control() => push_escaped(&mut tag, c),
+                c => tag.push(c),
+            }
+        }
+        let base = format!("{prefix}:v{SCHEMA_VERSION}:breaker:{{{tag}}}");
+        Ok(Self {
+            lease: format!("{base}:lease"),
+            epoch: format!("{base}:epoch"),
+            verdict: format!("{base}:verdict"),
+            channel: format!("{base}:verdicts"),
+        })
+    }
+
+    /// Holds the lease: token and epoch, with the lease's TTL.
+    pub fn lease(&self) -> &str {
+        &self.lease
+    }
+
+    /// Holds the fleet epoch counter.
+    pub fn epoch(&self) -> &str {
+        &self.epoch
+    }
+
+    /// Holds the latest verdict.
+    pub fn verdict(&self) -> &str {
+        &self.verdict
+    }
+
+    /// The channel verdicts are pushed on.
+    pub fn channel(&self) -> &str {
+        &self.channel
+    }
+}
+
+fn push_escaped(out: &mut String, c: char) {
+    let mut buf = [0u8; 4];
+    for b in c.encode_utf8(&mut buf).bytes() {
+        out.push_str(&format!("%{b:02X}"));
+    }
+}
+
+pub(crate) fn check_prefix(prefix: &str) -> Result<(), ConfigError> {
+    if prefix.is_empty() {
+        return Err(ConfigError::new("prefix", "must not be empty"));
+    }
+    if prefix.len() > MAX_PREFIX_LEN {
+        return Err(ConfigError::new(
+            "prefix",
+            format!(
+                "must be at most {MAX_PREFIX_LEN} bytes, got {}",
+                prefix.len()
+            ),
+        ));
+    }
+    if let Some(c) = prefix
+        .chars()
+        .find(|c| !c.is_ascii_graphic() || *c == '{' || *c == '}')
+    {
+        return Err(ConfigError::new(
+            "prefix",
+            format!("must be printable ASCII without spaces or braces, found {c:?}"),
+        ));
+    }
+    Ok(())
+}
+
+/// The operations a coordinator needs from the shared store (see the module docs
+/// for the contract). Implementations: [`LocalStore`](crate::LocalStore)
+/// in-process; a Redis store in production.
+///
+/// The coordinator bounds every operation with its own timeout, so an
+/// implementation may simply await its client; it must not block the thread.
+pub trait Store: Send + Sync + 'static {
+    /// Takes the probe lease for `request.ttl` unless another token holds it.
+    /// Taken anew, the lease gets epoch `max(counter, request.seen) + 1`, which
+    /// becomes the counter. Held with the same token: answered as taken, unchanged.
+    fn take_lease(
+        &self,
+        keys: &Keys,
+        request: LeaseRequest,
+    ) -> impl Future<Output = Result<LeaseReply, StoreError>> + Send;
+
+    /// Releases the lease if `token` holds it. `Ok(false)`: it did not (expired,
+    /// released already, or another's), and nothing changed.
+    fn release_lease(
+        &self,
+        keys: &Keys,
+        token: Token,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// If `token` holds the lease, stores `result` as the latest verdict with the
+    /// lease's epoch (unless a verdict with a higher epoch is stored already) and
+    /// pushes it to subscribers; answers the verdict stored. `Ok(None)`: the token
+    /// does not hold the lease, and nothing changed.
+    fn publish_verdict(
+        &self,
+        keys: &Keys,
+        token: Token,
+        result: ProbeResult,
+    ) -> impl Future<Output = Result<Option<FleetVerdict>, StoreError>> + Send;
+
+    /// The latest verdict stored, if any.
+    fn read_verdict(
+        &self,
+        keys: &Keys,
+    ) -> impl Future<Output = Result<Option<FleetVerdict>, StoreError>> + Send;
+
+    /// Verdicts published from now on. Pushes are best effort: a verdict may be
+    /// lost (the coordinator reconciles by reading).
+    fn subscribe(
+        &self,
+        keys: &Keys,
+    ) -> impl Future<Output = Result<Subscription, StoreError>> + Send;
+}
