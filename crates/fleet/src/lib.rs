@@ -141,7 +141,8 @@
 //! - **Delivery.** Verdicts are pushed, and every instance also reconciles by a
 //!   read at its own interval end, when a lease it saw elsewhere runs out, and
 //!   after every reconnect, so a lost push delays an instance by at most one open
-//!   interval (or one lease TTL, whichever ends first), never for good.
+//!   interval (one lease TTL for an instance already waiting on the lease, if
+//!   that is longer), never for good.
 //! - **Store trouble never fails a call.** A failed or timed-out operation is
 //!   retried after a short jittered pause while probes wait; after
 //!   `disconnect_after` failures in a row (or the subscription ending) the

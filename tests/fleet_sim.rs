@@ -1,0 +1,87 @@
+//! The fleet simulation's invariants, on the example's own model with a smaller
+//! fleet (the runs are deterministic, so the figures are exact, not statistics).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../examples/fleet_sim/model.rs"]
+mod model;
+
+use std::time::Duration;
+
+use model::{Figures, Mode, SimConfig};
+
+const N: usize = 60;
+
+fn figures(mode: Mode) -> (Figures, model::Observations) {
+    let mut config = SimConfig::new(N, mode);
+    config.rps = 5;
+    config.store_latency = Duration::from_millis(2);
+    let obs = model::run(&config).unwrap();
+    (obs.figures(), obs)
+}
+
+const FLEET: Mode = Mode::Fleet {
+    loss: 0.0,
+    push_loss: 0.0,
+};
+
+#[test]
+fn without_coordination_every_instance_probes_in_every_interval() {
+    let (f, obs) = figures(Mode::Local);
+    // Tripped together, without jitter: every open interval ends for all at once.
+    assert_eq!(f.probes_per_interval, N, "{f:?}");
+    assert!(f.probes_per_100ms >= N / 2, "{f:?}");
+    assert_eq!(obs.other_errors, 0);
+    let (jittered, _) = figures(Mode::LocalJitter);
+    // Jitter spreads the probes out, but each instance still sends its own.
+    assert!(
+        jittered.probes_per_100ms < f.probes_per_100ms,
+        "{jittered:?}"
+    );
+    assert!(jittered.probes_per_interval >= N / 2, "{jittered:?}");
+}
+
+#[test]
+fn the_fleet_lease_sends_one_probe_per_interval_and_the_verdict_closes_everyone_within_a_second() {
+    let (f, obs) = figures(FLEET);
+    assert_eq!(f.probes_per_interval, 1, "{f:?}");
+    // Six failed intervals in the 60 s outage at most, then the good probe.
+    assert!(f.total_probes <= 7, "{f:?}");
+    let closed = f.first_good_probe_to_all_closed.expect("everyone closed");
+    assert!(closed <= Duration::from_secs(1), "{f:?}");
+    // The first good probe comes at most one interval (jitter included) plus a
+    // probe window after the recovery.
+    assert!(
+        f.recovery_to_first_good_probe.unwrap() <= Duration::from_secs(13),
+        "{f:?}"
+    );
+    // Through the ramp: far less than the whole fleet's load in the first second.
+    assert!(f.load_first_second * 2 < f.steady_load, "{f:?}");
+    assert_eq!(obs.other_errors, 0);
+    assert_eq!(obs.closed_at_end, N);
+}
+
+#[test]
+fn with_every_push_lost_everyone_still_closes_within_one_open_interval() {
+    let (f, obs) = figures(Mode::Fleet {
+        loss: 0.0,
+        push_loss: 1.0,
+    });
+    assert_eq!(f.probes_per_interval, 1, "{f:?}");
+    let closed = f.first_good_probe_to_all_closed.expect("everyone closed");
+    // One open interval: 10 s, jittered by up to 20 %.
+    assert!(closed <= Duration::from_secs(12), "{f:?}");
+    assert_eq!(obs.other_errors, 0);
+}
+
+#[test]
+fn with_a_tenth_of_store_operations_lost_at_most_two_probes_per_interval() {
+    let (f, obs) = figures(Mode::Fleet {
+        loss: 0.1,
+        push_loss: 0.1,
+    });
+    assert!(f.probes_per_interval <= 2, "{f:?}");
+    assert!(f.first_good_probe_to_all_closed.is_some(), "{f:?}");
+    assert!(obs.store_errors > 0, "the loss never hit");
+    assert_eq!(obs.other_errors, 0);
+    assert_eq!(obs.closed_at_end, N);
+}
