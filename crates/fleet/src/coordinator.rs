@@ -836,9 +836,12 @@ impl<S: Store> Task<S> {
                 self.ok();
                 self.see(epoch);
                 self.want_probe = false;
+                // A store (or an instance of another release) may answer any
+                // remaining time: never wait longer than a lease of ours lives.
+                let now = Instant::now();
                 self.set_lease(LeaseView::Elsewhere {
                     epoch,
-                    until: Instant::now() + remaining,
+                    until: later(now, remaining.min(self.ttl)),
                 });
             }
             Err(StoreError::TimedOut) => {

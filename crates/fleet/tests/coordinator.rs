@@ -464,3 +464,71 @@ fn coordinating_outside_a_runtime_is_an_error_not_a_panic() {
     // Nothing was installed.
     assert!(layer.handle().set_probe_gate(None).is_none());
 }
+
+/// A store that answers every take with an absurd holder: the largest epoch, a
+/// lease that never ends.
+struct Absurd(LocalStore);
+
+impl Store for Absurd {
+    async fn take_lease(&self, _: &Keys, _: LeaseRequest) -> Result<LeaseReply, StoreError> {
+        Ok(LeaseReply::Held {
+            epoch: seawall_fleet::FleetEpoch(u64::MAX),
+            remaining: Duration::MAX,
+        })
+    }
+    async fn release_lease(&self, keys: &Keys, token: Token) -> Result<bool, StoreError> {
+        self.0.release_lease(keys, token).await
+    }
+    async fn publish_verdict(
+        &self,
+        keys: &Keys,
+        token: Token,
+        result: ProbeResult,
+    ) -> Result<Option<seawall_fleet::FleetVerdict>, StoreError> {
+        self.0.publish_verdict(keys, token, result).await
+    }
+    async fn read_verdict(
+        &self,
+        keys: &Keys,
+    ) -> Result<Option<seawall_fleet::FleetVerdict>, StoreError> {
+        self.0.read_verdict(keys).await
+    }
+    async fn subscribe(&self, keys: &Keys) -> Result<Subscription, StoreError> {
+        self.0.subscribe(keys).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_absurd_answer_from_the_store_is_bounded_not_a_panic() {
+    let fleet = Fleet::builder(Absurd(LocalStore::new()))
+        .seed(10)
+        .build()
+        .unwrap();
+    let layer = CircuitBreakerLayer::builder("freight")
+        .config(breaker_config())
+        .random_source(seawall_core::SeededRandom::new(10))
+        .build()
+        .unwrap();
+    let coordinated = fleet.coordinate(&layer.handle()).unwrap();
+    let failing = tower::service_fn(|_: http::Request<()>| async {
+        Err::<&str, seawall_core::BoxError>("supplier down".into())
+    });
+    let mut svc = tower::Layer::layer(&layer, failing);
+    for _ in 0..3 {
+        let _ = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(http::Request::new(()))
+            .await;
+    }
+    run_for(13 * S).await;
+    let snap = coordinated.snapshot();
+    let LeaseStatus::Elsewhere { epoch, remaining } = snap.lease else {
+        panic!("{snap:?}");
+    };
+    assert_eq!(epoch.0, u64::MAX);
+    // Never waits longer than a lease of its own lives (2 s half-open + 1 s window).
+    assert!(remaining <= 3 * S, "{remaining:?}");
+    assert_eq!(snap.fleet_epoch.0, u64::MAX);
+}
