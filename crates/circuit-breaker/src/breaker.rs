@@ -366,6 +366,14 @@ impl Breaker {
         out
     }
 
+    /// Wakes the services in readiness mode, if any wait: something they cannot see
+    /// as a transition changed (the probe gate's answer).
+    pub(crate) fn wake_ready_waiters(&self) {
+        if let Some(waiters) = self.ready_waiters.get() {
+            waiters.notify_waiters();
+        }
+    }
+
     /// Where services in readiness mode wait for a transition or a freed probe slot.
     pub(crate) fn ready_waiters(&self) -> Arc<Notify> {
         Arc::clone(self.ready_waiters.get_or_init(Default::default))

@@ -148,15 +148,19 @@ impl Handle {
     /// gate asked for is forgotten.
     pub fn set_probe_gate(&self, gate: Option<Arc<dyn ProbeGate>>) -> Option<Arc<dyn ProbeGate>> {
         let now = Instant::now();
-        self.breaker.locked(now, |m| m.set_gate(gate))
+        let previous = self.breaker.locked(now, |m| m.set_gate(gate));
+        self.breaker.wake_ready_waiters();
+        previous
     }
 
     /// Tells the breaker its gate's answer may have changed (say, the coordinator
     /// has just taken the probe lease): a hold the gate asked for is forgotten, and
-    /// the next call asks the gate again. No transition, no change of epoch.
+    /// the next call asks the gate again (services in readiness mode waiting on
+    /// the hold are woken to ask). No transition, no change of epoch.
     pub fn recheck_probe_gate(&self) {
         let now = Instant::now();
         self.breaker.locked(now, |m| m.recheck_gate());
+        self.breaker.wake_ready_waiters();
     }
 
     /// Applies what an outside coordinator learned from a probe elsewhere, if the

@@ -138,7 +138,14 @@ fn gate(breaker: &Breaker, now: Instant) -> Gate {
             let reported = m.reported(now);
             match reported.state {
                 State::Open => Gate::Wait(reported.until.unwrap_or(recheck)),
-                State::HalfOpen => Gate::Wait(m.probe_deadline().unwrap_or(recheck)),
+                // Every probe slot taken, or the probe gate holding the probe off
+                // (`until`: when the hold ends).
+                State::HalfOpen => Gate::Wait(
+                    reported
+                        .until
+                        .or_else(|| m.probe_deadline())
+                        .unwrap_or(recheck),
+                ),
                 State::ForcedOpen => Gate::Wait(recheck),
                 // The ramp: it admits a share of the calls that ask.
                 State::Closed | State::ForcedClosed | State::Disabled => Gate::Pass,

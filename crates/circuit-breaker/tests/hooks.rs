@@ -237,3 +237,47 @@ async fn a_reopen_verdict_restarts_the_interval_and_an_operator_overrides_verdic
     );
     assert_eq!(handle.state(), State::ForcedOpen);
 }
+
+#[tokio::test(start_paused = true)]
+async fn in_readiness_mode_a_held_probe_is_pending_until_the_hold_ends_or_a_recheck() {
+    let inner = Counting::default();
+    let l = CircuitBreakerLayer::builder("freight")
+        .consecutive_failures(3)
+        .open_for(10 * S)
+        .build()
+        .unwrap()
+        .pending_while_open();
+    let handle = l.handle();
+    let switch = install(&handle, 4 * S);
+    let mut svc = tower_test::mock::Spawn::new(l.layer(inner.clone()));
+    inner.fail(true);
+    for _ in 0..3 {
+        tokio_test::assert_ready_ok!(svc.poll_ready());
+        svc.call(http::Request::new("quote")).await.unwrap_err();
+    }
+    inner.fail(false);
+    advance(10 * S).await;
+
+    // The probe is due, but held off: pending, the dependency untouched.
+    let before = inner.seen();
+    tokio_test::assert_pending!(svc.poll_ready());
+    assert_eq!(inner.seen(), before);
+    advance(S).await;
+    assert!(!svc.is_woken());
+    // Woken when the hold ends; the gate holds again.
+    advance(3 * S).await;
+    assert!(svc.is_woken());
+    tokio_test::assert_pending!(svc.poll_ready());
+    assert_eq!(switch.asked.load(Ordering::SeqCst), 2);
+    // The gate's answer changed: the recheck wakes the waiting task at once.
+    switch.hold_ms.store(0, Ordering::SeqCst);
+    handle.recheck_probe_gate();
+    assert!(svc.is_woken());
+    tokio_test::assert_ready_ok!(svc.poll_ready());
+    assert_eq!(
+        svc.call(http::Request::new("quote")).await.unwrap(),
+        "quote"
+    );
+    assert_eq!(handle.state(), State::Closed);
+    assert_eq!(inner.seen().1, before.1 + 1);
+}
