@@ -4,6 +4,7 @@
 //! Every single-task figure is net of the bare row measured in the same round and
 //! mode, and is given as its median with the quartiles over rounds.
 
+mod composition;
 mod fmt;
 mod targets;
 
@@ -240,5 +241,6 @@ pub(crate) fn print(rows: &[Row], o: &Options, load_before: &str) {
         println!();
         print_contended(rows, o);
     }
+    composition::print(rows, &net);
     targets::print(rows, &net, o);
 }

@@ -68,6 +68,8 @@ pub(crate) enum Id {
     SwFallback,
     /// The recommended stack: deadline → bulkhead → breaker.
     SwStack,
+    SwDeadlineBreaker,
+    SwDeadlineBulkhead,
     SwBulkheadBreaker,
     SwStackFallback,
     SwStackDegradation,
@@ -90,6 +92,8 @@ impl Id {
             Id::SwDegradation => "degradation",
             Id::SwFallback => "fallback",
             Id::SwStack => "stack",
+            Id::SwDeadlineBreaker => "deadline → breaker",
+            Id::SwDeadlineBulkhead => "deadline → bulkhead",
             Id::SwBulkheadBreaker => "bulkhead → breaker",
             Id::SwStackFallback => "stack with fallback",
             Id::SwStackDegradation => "stack with degradation",

@@ -4,12 +4,15 @@
 
 use std::future::Future;
 use std::hint::black_box;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use pin_project_lite::pin_project;
+use seawall::core::{BoxError, CircuitOpen, Name};
 use tower::Service;
 
 use super::{inner, Id, Row};
@@ -20,65 +23,83 @@ use crate::harness::Req;
 pub(crate) enum Ingredient {
     /// One `fetch_add` on a counter shared by all clones.
     FetchAdd,
+    /// One compare-and-swap loop on a word shared by all clones.
+    CompareSwap,
     /// One `Arc` clone moved into the response future (dropped when it completes).
     ArcInFuture,
     /// One read of tokio's clock.
     Clock,
     /// One small value inserted into the request's extensions.
     Extension,
+    /// One boxed `CircuitOpen` (with a clone of its name) built and dropped.
+    BoxedRejection,
+    /// A response future 256 bytes larger than its inner one.
+    LargeFuture,
 }
 
 impl Ingredient {
-    pub(crate) const ALL: [Ingredient; 4] = [
+    pub(crate) const ALL: [Ingredient; 7] = [
         Ingredient::FetchAdd,
+        Ingredient::CompareSwap,
         Ingredient::ArcInFuture,
         Ingredient::Clock,
         Ingredient::Extension,
+        Ingredient::BoxedRejection,
+        Ingredient::LargeFuture,
     ];
 
     pub(crate) fn label(self) -> &'static str {
         match self {
             Ingredient::FetchAdd => "reference: one shared `fetch_add` per call",
+            Ingredient::CompareSwap => "reference: one shared compare-and-swap per call",
             Ingredient::ArcInFuture => "reference: one `Arc` clone into the response future",
             Ingredient::Clock => "reference: one `tokio::time::Instant::now()` per call",
             Ingredient::Extension => "reference: one request-extension insert per call",
+            Ingredient::BoxedRejection => {
+                "reference: one boxed `CircuitOpen` (name clone + `Box`) per call"
+            }
+            Ingredient::LargeFuture => "reference: a response future 256 B larger",
         }
     }
 }
 
-/// Adds one [`Ingredient`] to `inner`.
+/// Adds one [`Ingredient`] to `inner`; a `P` in its future makes it larger.
 #[derive(Clone)]
-struct Reference<S> {
+struct Reference<S, P> {
     inner: S,
     ingredient: Ingredient,
     shared: Arc<AtomicU64>,
+    name: Name,
+    _pad: PhantomData<fn() -> P>,
 }
 
 #[derive(Clone, Copy)]
 struct Marker(#[allow(dead_code)] u64);
 
 pin_project! {
-    struct RefFuture<F> {
+    struct RefFuture<F, P> {
         #[pin]
         inner: F,
         _arc: Option<Arc<AtomicU64>>,
+        _pad: P,
     }
 }
 
-impl<F: Future> Future for RefFuture<F> {
+impl<F: Future, P> Future for RefFuture<F, P> {
     type Output = F::Output;
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         self.project().inner.poll(cx)
     }
 }
 
-impl<S> Service<Req> for Reference<S>
+impl<S, P> Service<Req> for Reference<S, P>
 where
     S: Service<Req>,
+    P: Default,
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = RefFuture<S::Future>;
+    type Future = RefFuture<S::Future, P>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
@@ -90,6 +111,17 @@ where
             Ingredient::FetchAdd => {
                 self.shared.fetch_add(1, Ordering::Relaxed);
             }
+            Ingredient::CompareSwap => {
+                let mut w = self.shared.load(Ordering::Relaxed);
+                while let Err(now) = self.shared.compare_exchange_weak(
+                    w,
+                    w + 1,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
+                    w = now;
+                }
+            }
             Ingredient::ArcInFuture => arc = Some(Arc::clone(&self.shared)),
             Ingredient::Clock => {
                 black_box(tokio::time::Instant::now());
@@ -97,25 +129,41 @@ where
             Ingredient::Extension => {
                 req.extensions_mut().insert(Marker(1));
             }
+            Ingredient::BoxedRejection => {
+                let e: BoxError = Box::new(CircuitOpen::new(
+                    Arc::clone(&self.name),
+                    Duration::from_secs(1),
+                ));
+                drop(black_box(e));
+            }
+            Ingredient::LargeFuture => {}
         }
         RefFuture {
             inner: self.inner.call(req),
             _arc: arc,
+            _pad: black_box(P::default()),
         }
     }
+}
+
+fn reference<P: Default + Clone + Send + 'static>(ingredient: Ingredient) -> Row {
+    Row::new(Id::Reference(ingredient), ingredient.label(), move || {
+        Reference::<_, P> {
+            inner: inner::ok(),
+            ingredient,
+            shared: Arc::new(AtomicU64::new(0)),
+            name: Name::from("bench"),
+            _pad: PhantomData,
+        }
+    })
 }
 
 pub(super) fn rows() -> Vec<Row> {
     Ingredient::ALL
         .into_iter()
-        .map(|ingredient| {
-            Row::new(Id::Reference(ingredient), ingredient.label(), move || {
-                Reference {
-                    inner: inner::ok(),
-                    ingredient,
-                    shared: Arc::new(AtomicU64::new(0)),
-                }
-            })
+        .map(|i| match i {
+            Ingredient::LargeFuture => reference::<[u64; 32]>(i),
+            _ => reference::<()>(i),
         })
         .collect()
 }

@@ -49,7 +49,28 @@ pub(super) fn rows(rt: &Runtime) -> Vec<Row> {
         )
         .open(rt, recommended().layer(inner::counted_failing()),
         ),
-        // Not a recommended configuration: shows what the deadline adds to the stack.
+        // Not recommended configurations: pairs of the stack's layers, which show
+        // what each layer adds in company that it does not add alone.
+        Row::new(
+            Id::SwDeadlineBreaker,
+            "seawall deadline → breaker",
+            || {
+                ServiceBuilder::new()
+                    .layer(deadline())
+                    .layer(sw_breaker())
+                    .service(inner::ok())
+            },
+        ),
+        Row::new(
+            Id::SwDeadlineBulkhead,
+            "seawall deadline → bulkhead",
+            || {
+                ServiceBuilder::new()
+                    .layer(deadline())
+                    .layer(sw_bulkhead(100, 10))
+                    .service(inner::ok())
+            },
+        ),
         Row::new(
             Id::SwBulkheadBreaker,
             "seawall bulkhead → breaker",
