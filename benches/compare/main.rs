@@ -4,7 +4,7 @@
 //! cargo bench -p seawall-benches                      # full run
 //! cargo bench -p seawall-benches -- --quick           # smoke run (well under a minute)
 //! cargo bench -p seawall-benches -- --rounds 2000 --runs 7 breaker   # only rows matching "breaker"
-//! cargo bench -p seawall-benches -- --spin 5 --awaited "seawall breaker"   # for `perf record`
+//! cargo bench -p seawall-benches -- --spin 5 --awaited --second "seawall breaker"   # for `perf`
 //! ```
 //!
 //! # Layout
@@ -72,13 +72,24 @@ fn main() {
         rows.retain(|r| r.id == subjects::Id::Bare || r.label.to_lowercase().contains(filter));
     }
 
-    if let Some((length, mode)) = o.spin {
-        for row in &mut rows {
+    if let Some(spin) = o.spin {
+        // With a filter, the bare row (always kept for the tables) runs only if it matches.
+        let wanted = |r: &subjects::Row| match &o.filter {
+            Some(f) if r.id == subjects::Id::Bare => r.label.to_lowercase().contains(f),
+            _ => true,
+        };
+        for row in rows.iter_mut().filter(|r| wanted(r)) {
             let label = row.label.clone();
             for (i, probe) in row.probes_mut().enumerate() {
-                let ns = harness::spin(probe, mode, &rt, length);
+                if spin.second.is_some_and(|second| second != (i > 0)) {
+                    continue;
+                }
+                let (ns, calls) = harness::spin(probe, spin.mode, &rt, spin.length);
                 let path = if i == 0 { "admitted" } else { "second path" };
-                println!("{label}, {path}, {mode}: {ns:.1} ns/call");
+                println!(
+                    "{label}, {path}, {}: {ns:.1} ns/call, {calls} calls",
+                    spin.mode
+                );
             }
         }
         return;

@@ -10,9 +10,17 @@ pub(crate) struct Options {
     /// Only rows whose label contains this (lowercase); the bare row always stays.
     pub(crate) filter: Option<String>,
     pub(crate) quick: bool,
-    /// Run the matching rows' paths for this long each, in this mode, instead of
-    /// measuring (for `perf`).
-    pub(crate) spin: Option<(Duration, Mode)>,
+    /// Run the matching rows' paths instead of measuring them (for `perf`).
+    pub(crate) spin: Option<Spin>,
+}
+
+/// Running paths for a profiler: each matching path for `length`, in `mode`;
+/// with `second`, only the second paths (`Some(true)`) or only the admitted ones.
+#[derive(Clone, Copy)]
+pub(crate) struct Spin {
+    pub(crate) length: Duration,
+    pub(crate) mode: Mode,
+    pub(crate) second: Option<bool>,
 }
 
 /// The single-task rounds.
@@ -37,7 +45,7 @@ pub(crate) struct Runs {
 
 const USAGE: &str =
     "options: [--quick] [--rounds N] [--processes N] [--runs N] [--measure-ms N] [--warm-ms N] \
-                     [--tasks 1,2,64|none] [--spin SECONDS [--awaited]] [FILTER]";
+                     [--tasks 1,2,64|none] [--spin SECONDS [--awaited] [--admitted|--second]] [FILTER]";
 
 fn value<T: std::str::FromStr>(args: &mut impl Iterator<Item = String>, flag: &str) -> T {
     args.next()
@@ -63,7 +71,9 @@ impl Options {
             quick: false,
             spin: None,
         };
-        let (mut spin, mut spin_mode) = (None, Mode::Hand);
+        let mut spin: Option<Spin> = None;
+        let mut spin_mode = Mode::Hand;
+        let mut spin_second = None;
         let mut args = std::env::args().skip(1);
         while let Some(a) = args.next() {
             match a.as_str() {
@@ -94,8 +104,16 @@ impl Options {
                         .map(|t| t.trim().parse().expect("--tasks 1,2,64 or none"))
                         .collect();
                 }
-                "--spin" => spin = Some(Duration::from_secs_f64(value(&mut args, &a))),
+                "--spin" => {
+                    spin = Some(Spin {
+                        length: Duration::from_secs_f64(value(&mut args, &a)),
+                        mode: Mode::Hand,
+                        second: None,
+                    });
+                }
                 "--awaited" => spin_mode = Mode::Awaited,
+                "--admitted" => spin_second = Some(false),
+                "--second" => spin_second = Some(true),
                 "--help" | "-h" => {
                     eprintln!("{USAGE}");
                     std::process::exit(0);
@@ -108,7 +126,11 @@ impl Options {
         o.single.rounds = o.single.rounds.max(3);
         o.single.processes = o.single.processes.max(1);
         o.contended.runs = o.contended.runs.max(1);
-        o.spin = spin.map(|length| (length, spin_mode));
+        o.spin = spin.map(|s| Spin {
+            mode: spin_mode,
+            second: spin_second,
+            ..s
+        });
         o
     }
 }

@@ -282,8 +282,9 @@ pub(crate) fn single_task(probes: &mut [&mut Probe], rt: &Runtime, rounds: usize
     }
 }
 
-/// Runs one probe in `mode` for about `length`; nanoseconds per call (for `perf`).
-pub(crate) fn spin(probe: &mut Probe, mode: Mode, rt: &Runtime, length: Duration) -> f64 {
+/// Runs one probe in `mode` for about `length` (for `perf`); wall-clock nanoseconds
+/// per call (preemption included) and the calls made.
+pub(crate) fn spin(probe: &mut Probe, mode: Mode, rt: &Runtime, length: Duration) -> (f64, u64) {
     probe.check(mode, rt);
     let n = probe.calibrate(mode, rt, Duration::from_millis(1));
     let (start, mut calls) = (Instant::now(), 0);
@@ -291,7 +292,7 @@ pub(crate) fn spin(probe: &mut Probe, mode: Mode, rt: &Runtime, length: Duration
         probe.subject.batch(mode, rt, n);
         calls += n;
     }
-    start.elapsed().as_nanos() as f64 / calls as f64
+    (start.elapsed().as_nanos() as f64 / calls as f64, calls)
 }
 
 /// Builds one instance of a subject.

@@ -35,10 +35,16 @@ pub(crate) enum Ingredient {
     BoxedRejection,
     /// A response future 256 bytes larger than its inner one.
     LargeFuture,
+    /// The breaker's closed-path ingredients together: an `Arc` clone into a
+    /// response future as large as the breaker's (280 B), one compare-and-swap.
+    BreakerClosed,
+    /// The breaker's open-path ingredients together: two clock reads, one
+    /// `fetch_add`, one boxed `CircuitOpen`.
+    BreakerOpen,
 }
 
 impl Ingredient {
-    pub(crate) const ALL: [Ingredient; 7] = [
+    pub(crate) const ALL: [Ingredient; 9] = [
         Ingredient::FetchAdd,
         Ingredient::CompareSwap,
         Ingredient::ArcInFuture,
@@ -46,6 +52,8 @@ impl Ingredient {
         Ingredient::Extension,
         Ingredient::BoxedRejection,
         Ingredient::LargeFuture,
+        Ingredient::BreakerClosed,
+        Ingredient::BreakerOpen,
     ];
 
     pub(crate) fn label(self) -> &'static str {
@@ -59,6 +67,12 @@ impl Ingredient {
                 "reference: one boxed `CircuitOpen` (name clone + `Box`) per call"
             }
             Ingredient::LargeFuture => "reference: a response future 256 B larger",
+            Ingredient::BreakerClosed => {
+                "reference: `Arc` clone into a 280 B future + compare-and-swap (the breaker's closed path)"
+            }
+            Ingredient::BreakerOpen => {
+                "reference: two clock reads + `fetch_add` + boxed `CircuitOpen` (the breaker's open path)"
+            }
         }
     }
 }
@@ -111,17 +125,7 @@ where
             Ingredient::FetchAdd => {
                 self.shared.fetch_add(1, Ordering::Relaxed);
             }
-            Ingredient::CompareSwap => {
-                let mut w = self.shared.load(Ordering::Relaxed);
-                while let Err(now) = self.shared.compare_exchange_weak(
-                    w,
-                    w + 1,
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                ) {
-                    w = now;
-                }
-            }
+            Ingredient::CompareSwap => compare_swap(&self.shared),
             Ingredient::ArcInFuture => arc = Some(Arc::clone(&self.shared)),
             Ingredient::Clock => {
                 black_box(tokio::time::Instant::now());
@@ -129,14 +133,18 @@ where
             Ingredient::Extension => {
                 req.extensions_mut().insert(Marker(1));
             }
-            Ingredient::BoxedRejection => {
-                let e: BoxError = Box::new(CircuitOpen::new(
-                    Arc::clone(&self.name),
-                    Duration::from_secs(1),
-                ));
-                drop(black_box(e));
-            }
+            Ingredient::BoxedRejection => boxed_rejection(&self.name),
             Ingredient::LargeFuture => {}
+            Ingredient::BreakerClosed => {
+                arc = Some(Arc::clone(&self.shared));
+                compare_swap(&self.shared);
+            }
+            Ingredient::BreakerOpen => {
+                black_box(tokio::time::Instant::now());
+                black_box(tokio::time::Instant::now());
+                self.shared.fetch_add(1, Ordering::Relaxed);
+                boxed_rejection(&self.name);
+            }
         }
         RefFuture {
             inner: self.inner.call(req),
@@ -144,6 +152,21 @@ where
             _pad: black_box(P::default()),
         }
     }
+}
+
+/// One compare-and-swap loop incrementing `word`.
+fn compare_swap(word: &AtomicU64) {
+    let mut w = word.load(Ordering::Relaxed);
+    while let Err(now) = word.compare_exchange_weak(w, w + 1, Ordering::Relaxed, Ordering::Relaxed)
+    {
+        w = now;
+    }
+}
+
+/// A rejection's error: a boxed `CircuitOpen` with a clone of the name, dropped.
+fn boxed_rejection(name: &Name) {
+    let e: BoxError = Box::new(CircuitOpen::new(Arc::clone(name), Duration::from_secs(1)));
+    drop(black_box(e));
 }
 
 fn reference<P: Default + Clone + Send + 'static>(ingredient: Ingredient) -> Row {
@@ -163,6 +186,8 @@ pub(super) fn rows() -> Vec<Row> {
         .into_iter()
         .map(|i| match i {
             Ingredient::LargeFuture => reference::<[u64; 32]>(i),
+            // 112 B of inner future, 8 of `Arc`, 160 of padding: the breaker's 280.
+            Ingredient::BreakerClosed => reference::<[u64; 20]>(i),
             _ => reference::<()>(i),
         })
         .collect()
