@@ -143,11 +143,12 @@ fn print_contended(rows: &[Row], o: &Options) {
     let tasks = |t: usize| format!("{t} task{}", if t == 1 { "" } else { "s" });
     let head: Vec<String> = o.contended.tasks.iter().map(|&t| tasks(t)).collect();
     println!(
-        "| configuration | {} | {} ÷ 1 task |",
+        "| configuration | {} | {} ÷ 1 task | cores the process had at {} |",
         head.join(" | "),
+        tasks(most),
         tasks(most)
     );
-    println!("|---|{}---:|", "---:|".repeat(o.contended.tasks.len()));
+    println!("|---|{}---:|---:|", "---:|".repeat(o.contended.tasks.len()));
     for row in rows {
         let cells: Vec<String> = row
             .contender
@@ -161,13 +162,22 @@ fn print_contended(rows: &[Row], o: &Options) {
                 .iter()
                 .position(|&t| t == n)
                 .and_then(|i| row.contender.by_tasks.get(i))
-                .map(|t| median(&t.rates))
         };
         let growth = match (at(most), at(1)) {
-            (Some(m), Some(one)) if one > 0.0 => format!("{:.2}×", m / one),
+            (Some(m), Some(one)) if median(&one.rates) > 0.0 => {
+                format!("{:.2}×", median(&m.rates) / median(&one.rates))
+            }
             _ => "–".to_owned(),
         };
-        println!("| {} | {} | {growth} |", row.label, cells.join(" | "));
+        let cores = at(most).and_then(|t| Spread::of(&t.cores)).map_or_else(
+            || "–".to_owned(),
+            |c| format!("{:.2} ({:.2}–{:.2})", c.median, c.p25, c.p75),
+        );
+        println!(
+            "| {} | {} | {growth} | {cores} |",
+            row.label,
+            cells.join(" | ")
+        );
     }
     let mut short = 0;
     let mut total = 0;
@@ -183,7 +193,8 @@ fn print_contended(rows: &[Row], o: &Options) {
         "Calls per second through clones of one shared instance on a {WORKERS}-worker runtime, \
          median (p25–p75) of {} runs of {} ms; {short} of {total} measurements had fewer \
          cores than their tasks could use even after three tries (another process held a \
-         core), so compare rows of one run, not across runs.",
+         core: such a figure is closer to one core without cache-line bouncing), so compare \
+         rows of one run, not across runs.",
         o.contended.runs,
         o.contended.measure.as_millis()
     );

@@ -7,7 +7,7 @@
 //! are counts and need no spread.
 
 use crate::harness::stats::{median, Spread};
-use crate::harness::{Mode, Probe};
+use crate::harness::{Mode, Probe, WORKERS};
 use crate::options::Options;
 use crate::subjects::{Id, Row};
 
@@ -19,14 +19,19 @@ enum Verdict {
     Missed,
     /// The spread straddles the threshold.
     Unclear,
+    /// The contended runs had fewer cores than their tasks could use (median).
+    Starved(f64),
 }
 
 impl Verdict {
-    fn text(self) -> &'static str {
+    fn text(self) -> String {
         match self {
-            Verdict::Reached => "reached",
-            Verdict::Missed => "**missed**",
-            Verdict::Unclear => "spread straddles the threshold: no verdict",
+            Verdict::Reached => "reached".to_owned(),
+            Verdict::Missed => "**missed**".to_owned(),
+            Verdict::Unclear => "spread straddles the threshold: no verdict".to_owned(),
+            Verdict::Starved(cores) => {
+                format!("the process had {cores:.2} cores of {WORKERS}: no verdict")
+            }
         }
     }
 
@@ -227,9 +232,8 @@ impl<'a> Judge<'a> {
                 let own: Vec<&Row> = rows(&[id]);
                 let peers: Vec<&Row> = rows(&peers.iter().map(|(id, _)| *id).collect::<Vec<_>>());
                 own.first()
-                    .and_then(|own| self.throughput(target, own, &peers, limit))
-                    .into_iter()
-                    .collect()
+                    .map(|own| self.throughput(target, own, &peers, limit))
+                    .unwrap_or_default()
             }
         }
     }
@@ -303,50 +307,78 @@ impl<'a> Judge<'a> {
         })
     }
 
-    fn throughput(
+    /// Two lines: calls per second, and calls per CPU-second of the process (which
+    /// a neighbour taking a core disturbs less).
+    fn throughput(&self, target: &'static str, own: &Row, peers: &[&Row], limit: f64) -> Vec<Line> {
+        [false, true]
+            .into_iter()
+            .filter_map(|per_core| self.throughput_line(target, own, peers, limit, per_core))
+            .collect()
+    }
+
+    fn throughput_line(
         &self,
         target: &'static str,
         own: &Row,
         peers: &[&Row],
         limit: f64,
+        per_core: bool,
     ) -> Option<Line> {
-        let (i, &tasks) = self
-            .o
-            .contended
-            .tasks
-            .iter()
-            .enumerate()
-            .max_by_key(|(_, &t)| t)?;
-        let rates = |r| rates_at(r, i);
+        let tasks = &self.o.contended.tasks;
+        let (i, &most) = tasks.iter().enumerate().max_by_key(|(_, &t)| t)?;
+        let rates = |r| rates_at(r, i, per_core);
         let mine = rates(own);
+        let theirs: Vec<Vec<f64>> = peers.iter().map(|p| rates(p)).collect();
         let best: Vec<f64> = (0..mine.len())
             .map(|run| {
-                let v: Vec<f64> = peers
-                    .iter()
-                    .filter_map(|p| rates(p).get(run).copied())
-                    .collect();
-                v.iter().copied().fold(f64::NAN, f64::max)
+                let v = theirs.iter().filter_map(|t| t.get(run).copied());
+                v.fold(f64::NAN, f64::max)
             })
             .collect();
-        let spread = Spread::of(&ratios(mine, &best))?;
-        let theirs: Vec<String> = peers
+        let spread = Spread::of(&ratios(&mine, &best))?;
+        let named: Vec<String> = peers
             .iter()
-            .map(|p| format!("{} {}", p.id.short_name(), fmt::rate(median(rates(p)))))
+            .zip(&theirs)
+            .map(|(p, t)| format!("{} {}", p.id.short_name(), fmt::rate(median(t))))
             .collect();
+        let unit = if per_core {
+            "per CPU-second"
+        } else {
+            "per second"
+        };
+        let cores: Vec<f64> = std::iter::once(own)
+            .chain(peers.iter().copied())
+            .filter_map(|r| r.contender.by_tasks.get(i))
+            .flat_map(|t| t.cores.iter().copied())
+            .collect();
+        let had = median(&cores);
+        let verdict = if had < 0.8 * most.min(WORKERS) as f64 {
+            Verdict::Starved(had)
+        } else {
+            Verdict::at_least(spread, limit)
+        };
         Some(Line {
             target,
-            mode: format!("{tasks} tasks, 2 workers"),
-            seawall: fmt::rate(median(mine)),
-            peers: theirs.join(", "),
+            mode: format!("{most} tasks, 2 workers, calls {unit}"),
+            seawall: fmt::rate(median(&mine)),
+            peers: named.join(", "),
             ratio: fmt::ratio_spread(spread),
-            verdict: Verdict::at_least(spread, limit),
+            verdict,
         })
     }
 }
 
-/// A row's throughput at the `i`th number of tasks, run by run.
-fn rates_at(row: &Row, i: usize) -> &[f64] {
-    row.contender.by_tasks.get(i).map_or(&[], |t| &t.rates)
+/// A row's calls per second (or per CPU-second of the process) at the `i`th number
+/// of tasks, run by run.
+fn rates_at(row: &Row, i: usize, per_core: bool) -> Vec<f64> {
+    let Some(t) = row.contender.by_tasks.get(i) else {
+        return Vec::new();
+    };
+    if per_core {
+        t.rates.iter().zip(&t.cores).map(|(r, c)| r / c).collect()
+    } else {
+        t.rates.clone()
+    }
 }
 
 pub(super) fn print(rows: &[Row], net: &Net<'_>, o: &Options) {

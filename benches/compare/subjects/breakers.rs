@@ -80,7 +80,7 @@ pub(super) fn peers(rt: &Runtime) -> Vec<Row> {
         .open(rt, failsafe(inner::counted_failing())),
         Row::new(
             Id::Recloser,
-            "recloser 1.4 AsyncRecloser (ring 100)",
+            "recloser 1.4 AsyncRecloser breaker (ring 100)",
             || recloser(inner::ok()),
         )
         .open(rt, recloser(inner::counted_failing())),
