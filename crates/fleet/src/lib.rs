@@ -210,12 +210,18 @@
 mod config;
 mod coordinator;
 mod local;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub mod redis;
 mod store;
 mod telemetry;
 
 pub use config::{FleetConfig, MAX_SETTING};
 pub use coordinator::{Coordinated, Fleet, FleetBuilder, FleetSnapshot, LeaseStatus};
 pub use local::{Faults, LocalStore};
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use redis::RedisStore;
 pub use store::{
     FleetEpoch, FleetVerdict, Keys, LeaseReply, LeaseRequest, ProbeResult, Store, StoreError,
     Subscription, Token, MAX_PREFIX_LEN, SCHEMA_VERSION,

@@ -1,12 +1,14 @@
-//! The store contract, checked on `LocalStore` with tokio's paused clock. The
-//! checks are generic over `Store`, so another implementation can run them too.
+//! The store contract (`support::contract`, generic over `Store` and run on Redis
+//! too) checked on `LocalStore` in paused time, and `LocalStore`'s own faults.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
 
 use std::time::Duration;
 
 use seawall_fleet::{
-    Faults, FleetEpoch, FleetVerdict, Keys, LeaseReply, LeaseRequest, LocalStore, ProbeResult,
-    Store, StoreError, Token,
+    Faults, FleetEpoch, Keys, LeaseReply, LeaseRequest, LocalStore, ProbeResult, Store, StoreError,
+    Token,
 };
 use tokio::time::{advance, timeout};
 
@@ -22,149 +24,18 @@ fn take(token: Token, ttl: Duration, seen: u64) -> LeaseRequest {
     LeaseRequest::new(token, ttl, FleetEpoch(seen))
 }
 
-/// One live lease at a time; the same token's take is answered as taken, unchanged.
-async fn lease_is_exclusive_and_idempotent<S: Store>(store: &S) {
-    let k = keys();
-    let first = store.take_lease(&k, take(A, 3 * S, 0)).await.unwrap();
-    assert_eq!(
-        first,
-        LeaseReply::Taken {
-            epoch: FleetEpoch(1)
-        }
-    );
-    advance(S).await;
-    assert_eq!(
-        store.take_lease(&k, take(B, 3 * S, 0)).await.unwrap(),
-        LeaseReply::Held {
-            epoch: FleetEpoch(1),
-            remaining: 2 * S
-        }
-    );
-    // A replayed take of the holder changes nothing.
-    assert_eq!(
-        store.take_lease(&k, take(A, 3 * S, 0)).await.unwrap(),
-        LeaseReply::Taken {
-            epoch: FleetEpoch(1)
-        }
-    );
-    // The TTL runs on the store's clock: expired, the next take gets the next epoch.
-    advance(2 * S).await;
-    assert_eq!(
-        store.take_lease(&k, take(B, 3 * S, 0)).await.unwrap(),
-        LeaseReply::Taken {
-            epoch: FleetEpoch(2)
-        }
-    );
-}
-
-/// Release and publish compare the token: a stale holder changes nothing.
-async fn stale_tokens_are_refused<S: Store>(store: &S) {
-    let k = keys();
-    store.take_lease(&k, take(A, S, 0)).await.unwrap();
-    advance(S).await;
-    let LeaseReply::Taken { epoch } = store.take_lease(&k, take(B, S, 0)).await.unwrap() else {
-        panic!("the expired lease was still held");
-    };
-    // A (whose lease expired) can neither publish nor release B's lease.
-    assert_eq!(
-        store
-            .publish_verdict(&k, A, ProbeResult::Succeeded)
-            .await
-            .unwrap(),
-        None
-    );
-    assert!(!store.release_lease(&k, A).await.unwrap());
-    assert_eq!(store.read_verdict(&k).await.unwrap(), None);
-    // B can, once; the lease is gone after.
-    let published = store
-        .publish_verdict(&k, B, ProbeResult::Failed)
-        .await
-        .unwrap();
-    let expected = FleetVerdict {
-        epoch,
-        result: ProbeResult::Failed,
-    };
-    assert_eq!(published, Some(expected));
-    assert_eq!(store.read_verdict(&k).await.unwrap(), Some(expected));
-    assert!(store.release_lease(&k, B).await.unwrap());
-    assert!(!store.release_lease(&k, B).await.unwrap());
-    // After the release, a late publish of B is refused too.
-    assert_eq!(
-        store
-            .publish_verdict(&k, B, ProbeResult::Succeeded)
-            .await
-            .unwrap(),
-        None
-    );
-    assert_eq!(store.read_verdict(&k).await.unwrap(), Some(expected));
-}
-
-/// Epochs start above what the taker has seen, so a store that lost its counter
-/// still orders new verdicts after old ones.
-async fn epochs_stay_above_what_the_taker_saw<S: Store>(store: &S) {
-    let k = keys();
-    assert_eq!(
-        store.take_lease(&k, take(A, S, 41)).await.unwrap(),
-        LeaseReply::Taken {
-            epoch: FleetEpoch(42)
-        }
-    );
-    store.release_lease(&k, A).await.unwrap();
-    // A taker that saw less still gets the next one.
-    assert_eq!(
-        store.take_lease(&k, take(B, S, 3)).await.unwrap(),
-        LeaseReply::Taken {
-            epoch: FleetEpoch(43)
-        }
-    );
-}
-
-/// Publishing pushes the verdict to every subscriber.
-async fn verdicts_are_pushed<S: Store>(store: &S) {
-    let k = keys();
-    let mut one = store.subscribe(&k).await.unwrap();
-    let mut two = store.subscribe(&k).await.unwrap();
-    let other = Keys::new("test", "payments").unwrap();
-    let mut elsewhere = store.subscribe(&other).await.unwrap();
-    let LeaseReply::Taken { epoch } = store.take_lease(&k, take(A, S, 0)).await.unwrap() else {
-        panic!("not taken");
-    };
-    store
-        .publish_verdict(&k, A, ProbeResult::Succeeded)
-        .await
-        .unwrap();
-    let expected = FleetVerdict {
-        epoch,
-        result: ProbeResult::Succeeded,
-    };
-    assert_eq!(one.next().await, Some(expected));
-    assert_eq!(two.next().await, Some(expected));
-    // Another breaker's channel heard nothing.
-    assert!(timeout(S, elsewhere.next()).await.is_err());
-}
-
 #[tokio::test(start_paused = true)]
 async fn local_store_keeps_the_contract() {
-    lease_is_exclusive_and_idempotent(&LocalStore::new()).await;
-    stale_tokens_are_refused(&LocalStore::new()).await;
-    epochs_stay_above_what_the_taker_saw(&LocalStore::new()).await;
-    verdicts_are_pushed(&LocalStore::new()).await;
+    support::contract::all(&LocalStore::new(), "test").await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn local_store_keeps_the_contract_with_latency() {
-    let slow = || {
-        let store = LocalStore::with_seed(1);
-        store
-            .set_faults(Faults::latency(Duration::from_millis(5)))
-            .unwrap();
-        store
-    };
-    // With 5 ms each way every operation takes 10 ms of the lease's time; the
-    // checks above only compare whole seconds, so they hold as they are.
-    stale_tokens_are_refused(&slow()).await;
-    epochs_stay_above_what_the_taker_saw(&slow()).await;
-    verdicts_are_pushed(&slow()).await;
+    let store = LocalStore::with_seed(1);
+    store
+        .set_faults(Faults::latency(Duration::from_millis(5)))
+        .unwrap();
+    support::contract::all(&store, "test").await;
 }
 
 #[tokio::test(start_paused = true)]

@@ -2,13 +2,16 @@
 //! one shared dependency that knows which of its requests are probes.
 #![allow(dead_code, unreachable_pub)] // each test file uses a part
 
+pub mod contract;
+pub mod redis_server;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use seawall_circuit_breaker::{CircuitBreakerConfig, CircuitBreakerLayer, Handle, State};
 use seawall_core::{find_rejection, BoxError, RejectionKind, SeededRandom};
-use seawall_fleet::{Coordinated, Fleet, LocalStore};
+use seawall_fleet::{Coordinated, Fleet, Store};
 use tokio::time::Instant;
 use tower::util::BoxCloneSyncService;
 use tower::{service_fn, Layer, ServiceExt};
@@ -57,6 +60,9 @@ impl Dependency {
     }
     pub fn probes(&self) -> Vec<Probe> {
         self.probes.lock().unwrap().clone()
+    }
+    pub fn probes_in_flight(&self) -> usize {
+        self.probes_in_flight.load(Ordering::SeqCst)
     }
     pub fn max_probes_in_flight(&self) -> usize {
         self.max_probes_in_flight.load(Ordering::SeqCst)
@@ -135,11 +141,11 @@ pub fn breaker_config() -> CircuitBreakerConfig {
     }
 }
 
-/// An instance called `freight`, coordinated by `fleet` if given.
-pub fn instance(
+/// An instance called `freight`, coordinated by `fleet` (over any store) if given.
+pub fn instance<S: Store>(
     i: usize,
     dep: &Arc<Dependency>,
-    fleet: Option<&Fleet<LocalStore>>,
+    fleet: Option<&Fleet<S>>,
     config: CircuitBreakerConfig,
 ) -> Instance {
     let layer = CircuitBreakerLayer::builder("freight")

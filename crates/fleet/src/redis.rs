@@ -1,0 +1,428 @@
+//! A [`Store`] on a Redis (or Valkey) server: one Lua script per write, a `GET`
+//! per read, RESP3 pushes for verdicts.
+//!
+//! # Layout
+//!
+//! Under the breaker's [`Keys`]:
+//!
+//! - `…:lease` holds `<token>:<epoch>` (the token as 32 hex digits) with the
+//!   lease's TTL (`PX`), so the server's clock expires it;
+//! - `…:epoch` holds the fleet epoch counter, a decimal integer (`INCR`'s range:
+//!   at most `i64::MAX`);
+//! - `…:verdict` holds the latest verdict, `<epoch>:S` (succeeded) or `<epoch>:F`
+//!   (failed), and the same text is `PUBLISH`ed on `…:verdicts`.
+//!
+//! Epochs travel as decimal strings, never as Lua numbers (doubles), so they stay
+//! exact. Each breaker's keys share one hash tag, so a script touching several of
+//! them stays in one cluster slot.
+//!
+//! # Connection
+//!
+//! Building a [`RedisStore`] only parses the URL: nothing is dialled, so a server
+//! that is down when the application starts cannot fail its build. The first
+//! operation opens a [`ConnectionManager`] (inside
+//! the Tokio runtime that runs it); while the server is down, operations fail as
+//! [`StoreError::Unavailable`], the coordinator runs the breaker in local mode,
+//! and the manager redials in the background on the next operation, so the
+//! instance joins as soon as the server answers.
+//!
+//! Verdicts arrive as RESP3 pushes on the same connection. When the connection
+//! drops, every [`Subscription`] of this store ends (`None`): the coordinator
+//! then resubscribes on the new connection and reconciles with a read, so a
+//! verdict published while it was away is not missed for good.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::{Client, ProtocolVersion, PushInfo, PushKind, RedisError, Script, Value};
+use seawall_core::ConfigError;
+use tokio::sync::{mpsc, OnceCell};
+
+use crate::store::{
+    FleetEpoch, FleetVerdict, Keys, LeaseReply, LeaseRequest, ProbeResult, Store, StoreError,
+    Subscription, Token,
+};
+
+/// Pushed verdicts a slow subscriber may have pending before newer ones are
+/// dropped (healed by the coordinator's reconciling read).
+const SUBSCRIPTION_CAPACITY: usize = 64;
+
+/// `a > b` for two decimal strings without leading zeros, exact at any length.
+const GREATER: &str = r"
+local function greater(a, b)
+  if #a ~= #b then return #a > #b end
+  return a > b
+end
+";
+
+/// KEYS: lease, epoch. ARGV: token, ttl in ms, seen epoch.
+/// Returns {1, epoch} taken (now or already ours), {0, epoch, remaining ms} held.
+const TAKE: &str = r"
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local sep = string.find(cur, ':', 1, true)
+  if not sep then return redis.error_reply('seawall: malformed lease') end
+  local epoch = string.sub(cur, sep + 1)
+  if string.sub(cur, 1, sep - 1) == ARGV[1] then return {1, epoch} end
+  local pttl = redis.call('PTTL', KEYS[1])
+  if pttl < 0 then pttl = 0 end
+  return {0, epoch, pttl}
+end
+local counter = redis.call('GET', KEYS[2]) or '0'
+if greater(ARGV[3], counter) then
+  redis.call('SET', KEYS[2], ARGV[3])
+end
+redis.call('INCR', KEYS[2])
+-- Read back as a string: INCR's reply becomes a Lua number, a double.
+local epoch = redis.call('GET', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[1] .. ':' .. epoch, 'PX', ARGV[2])
+return {1, epoch}
+";
+
+/// KEYS: lease. ARGV: token. Returns 1 released, 0 not ours.
+const RELEASE: &str = r"
+local cur = redis.call('GET', KEYS[1])
+if cur and string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. ':' then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+";
+
+/// KEYS: lease, verdict. ARGV: token, result (`S`/`F`), channel.
+/// Returns the verdict stored, or nil when the token does not hold the lease.
+const PUBLISH: &str = r"
+local cur = redis.call('GET', KEYS[1])
+if not cur or string.sub(cur, 1, #ARGV[1] + 1) ~= ARGV[1] .. ':' then return false end
+local epoch = string.sub(cur, #ARGV[1] + 2)
+local stored = redis.call('GET', KEYS[2])
+if stored then
+  local sep = string.find(stored, ':', 1, true)
+  if sep and greater(string.sub(stored, 1, sep - 1), epoch) then return stored end
+end
+local verdict = epoch .. ':' .. ARGV[2]
+redis.call('SET', KEYS[2], verdict)
+redis.call('PUBLISH', ARGV[3], verdict)
+return verdict
+";
+
+/// A [`Store`] on one Redis (or Valkey) server; cloning shares the connection.
+///
+/// Built from a URL (`redis://[user:password@]host[:port][/db]`, or `rediss://`
+/// when the `redis` crate is built with TLS); the URL is checked at build, the
+/// server only at the first operation (see the [module docs](self)).
+///
+/// ```
+/// use seawall_fleet::RedisStore;
+///
+/// // Nothing listens there: building still succeeds, operations will fail
+/// // (and the coordinator fall back to local mode) until a server answers.
+/// let store = RedisStore::new("redis://127.0.0.1:1/").unwrap();
+/// assert_eq!(RedisStore::new("not a url").unwrap_err().field(), "url");
+/// # drop(store);
+/// ```
+#[derive(Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: Client,
+    connection: OnceCell<ConnectionManager>,
+    subscribers: Arc<Subscribers>,
+    take: Script,
+    release: Script,
+    publish: Script,
+}
+
+/// Subscribers by channel, fed by the connection's push sender.
+#[derive(Default)]
+struct Subscribers(Mutex<HashMap<String, Vec<mpsc::Sender<FleetVerdict>>>>);
+
+impl Subscribers {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Vec<mpsc::Sender<FleetVerdict>>>> {
+        // Nothing panics while holding the lock; a poisoned map is still consistent.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn deliver(&self, info: &PushInfo) {
+        match info.kind {
+            // The connection is gone, and its subscriptions with it: end every
+            // stream so each coordinator resubscribes and reconciles.
+            PushKind::Disconnection => self.lock().clear(),
+            PushKind::Message => {
+                let [channel, payload] = info.data.as_slice() else {
+                    return;
+                };
+                let (Some(channel), Some(verdict)) = (text(channel), text(payload)) else {
+                    return;
+                };
+                let Some(verdict) = parse_verdict(&verdict) else {
+                    return;
+                };
+                let mut map = self.lock();
+                if let Some(txs) = map.get_mut(&channel) {
+                    txs.retain(|tx| !tx.is_closed());
+                    for tx in txs.iter() {
+                        // A full subscriber loses the push; its reconcile heals it.
+                        let _ = tx.try_send(verdict);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let addr = self.inner.client.get_connection_info().addr();
+        f.debug_struct("RedisStore")
+            .field("addr", &addr.to_string())
+            .field("connected_once", &self.inner.connection.initialized())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// A store on the server at `url`. Refused, naming the field `url`, if the URL
+    /// does not parse; the server is not contacted (see the [module docs](self)).
+    pub fn new(url: &str) -> Result<Self, ConfigError> {
+        let client = Client::open(url).map_err(|e| ConfigError::new("url", e.to_string()))?;
+        // Pushes (the verdicts) need RESP3, whatever the URL asked for.
+        let info = client.get_connection_info().clone();
+        let settings = info
+            .redis_settings()
+            .clone()
+            .set_protocol(ProtocolVersion::RESP3);
+        let client = Client::open(info.set_redis_settings(settings))
+            .map_err(|e| ConfigError::new("url", e.to_string()))?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                client,
+                connection: OnceCell::new(),
+                subscribers: Arc::default(),
+                take: Script::new(&format!("{GREATER}{TAKE}")),
+                release: Script::new(RELEASE),
+                publish: Script::new(&format!("{GREATER}{PUBLISH}")),
+            }),
+        })
+    }
+
+    /// The connection, opened (lazily, without dialling) on first use.
+    async fn connection(&self) -> Result<ConnectionManager, StoreError> {
+        let subscribers = Arc::clone(&self.inner.subscribers);
+        self.inner
+            .connection
+            .get_or_try_init(|| async {
+                let config = ConnectionManagerConfig::new()
+                    .set_push_sender(move |info: PushInfo| {
+                        subscribers.deliver(&info);
+                        Ok::<(), ::redis::aio::SendError>(())
+                    })
+                    // The coordinator bounds each operation; these only keep a
+                    // dead socket from holding a reconnect for long.
+                    .set_connection_timeout(Some(Duration::from_secs(1)))
+                    .set_response_timeout(Some(Duration::from_secs(5)))
+                    .set_number_of_retries(1)
+                    .set_max_delay(Duration::from_millis(500));
+                ConnectionManager::new_lazy_with_config(self.inner.client.clone(), config)
+                    .map_err(store_error)
+            })
+            .await
+            .cloned()
+    }
+}
+
+impl Store for RedisStore {
+    async fn take_lease(
+        &self,
+        keys: &Keys,
+        request: LeaseRequest,
+    ) -> Result<LeaseReply, StoreError> {
+        let mut con = self.connection().await?;
+        let ttl_ms = u64::try_from(request.ttl.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let reply: Vec<Value> = self
+            .inner
+            .take
+            .key(keys.lease())
+            .key(keys.epoch())
+            .arg(token_text(request.token))
+            .arg(ttl_ms)
+            .arg(request.seen.0.to_string())
+            .invoke_async(&mut con)
+            .await
+            .map_err(store_error)?;
+        parse_take(&reply).ok_or_else(|| malformed("lease reply", &reply))
+    }
+
+    async fn release_lease(&self, keys: &Keys, token: Token) -> Result<bool, StoreError> {
+        let mut con = self.connection().await?;
+        let released: i64 = self
+            .inner
+            .release
+            .key(keys.lease())
+            .arg(token_text(token))
+            .invoke_async(&mut con)
+            .await
+            .map_err(store_error)?;
+        Ok(released == 1)
+    }
+
+    async fn publish_verdict(
+        &self,
+        keys: &Keys,
+        token: Token,
+        result: ProbeResult,
+    ) -> Result<Option<FleetVerdict>, StoreError> {
+        let mut con = self.connection().await?;
+        let stored: Option<String> = self
+            .inner
+            .publish
+            .key(keys.lease())
+            .key(keys.verdict())
+            .arg(token_text(token))
+            .arg(match result {
+                ProbeResult::Succeeded => "S",
+                ProbeResult::Failed => "F",
+            })
+            .arg(keys.channel())
+            .invoke_async(&mut con)
+            .await
+            .map_err(store_error)?;
+        stored
+            .map(|s| parse_verdict(&s).ok_or_else(|| malformed("verdict", &s)))
+            .transpose()
+    }
+
+    async fn read_verdict(&self, keys: &Keys) -> Result<Option<FleetVerdict>, StoreError> {
+        let mut con = self.connection().await?;
+        let stored: Option<String> = ::redis::cmd("GET")
+            .arg(keys.verdict())
+            .query_async(&mut con)
+            .await
+            .map_err(store_error)?;
+        stored
+            .map(|s| parse_verdict(&s).ok_or_else(|| malformed("verdict", &s)))
+            .transpose()
+    }
+
+    async fn subscribe(&self, keys: &Keys) -> Result<Subscription, StoreError> {
+        let mut con = self.connection().await?;
+        let (tx, rx) = mpsc::channel(SUBSCRIPTION_CAPACITY);
+        // Registered before SUBSCRIBE, so nothing published after its answer is missed.
+        self.inner
+            .subscribers
+            .lock()
+            .entry(keys.channel().to_owned())
+            .or_default()
+            .push(tx.clone());
+        if let Err(e) = con.subscribe(keys.channel()).await {
+            let mut map = self.inner.subscribers.lock();
+            if let Some(txs) = map.get_mut(keys.channel()) {
+                txs.retain(|t| !t.same_channel(&tx));
+            }
+            return Err(store_error(e));
+        }
+        Ok(Subscription::new(rx))
+    }
+}
+
+fn token_text(token: Token) -> String {
+    format!("{:032x}", token.0)
+}
+
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+fn int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(i) => Some(*i),
+        other => text(other)?.parse().ok(),
+    }
+}
+
+fn parse_take(reply: &[Value]) -> Option<LeaseReply> {
+    let epoch = FleetEpoch(text(reply.get(1)?)?.parse().ok()?);
+    match (int(reply.first()?)?, reply.get(2)) {
+        (1, None) => Some(LeaseReply::Taken { epoch }),
+        (0, Some(ms)) => Some(LeaseReply::Held {
+            epoch,
+            remaining: Duration::from_millis(u64::try_from(int(ms)?).ok()?),
+        }),
+        _ => None,
+    }
+}
+
+fn parse_verdict(s: &str) -> Option<FleetVerdict> {
+    let (epoch, result) = s.split_once(':')?;
+    let result = match result {
+        "S" => ProbeResult::Succeeded,
+        "F" => ProbeResult::Failed,
+        _ => return None,
+    };
+    Some(FleetVerdict {
+        epoch: FleetEpoch(epoch.parse().ok()?),
+        result,
+    })
+}
+
+fn malformed(what: &str, got: &dyn fmt::Debug) -> StoreError {
+    StoreError::Other(format!("malformed {what} from the server: {got:?}").into())
+}
+
+/// Connection trouble is `Unavailable` (the coordinator's local fallback is for
+/// it); a server that answered with an error is `Other`.
+fn store_error(e: RedisError) -> StoreError {
+    if e.is_timeout() {
+        StoreError::TimedOut
+    } else if e.is_io_error() || e.is_connection_refusal() || e.is_connection_dropped() {
+        StoreError::Unavailable(e.to_string())
+    } else {
+        StoreError::Other(Box::new(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn malformed_replies_are_refused_not_panicked_on() {
+        assert_eq!(parse_verdict("7:S").map(|v| v.epoch), Some(FleetEpoch(7)));
+        for bad in ["", "7", "7:X", "x:S", "-1:F", "99999999999999999999999:S"] {
+            assert_eq!(parse_verdict(bad), None, "{bad:?}");
+        }
+        let s = |t: &str| Value::BulkString(t.as_bytes().to_vec());
+        assert_eq!(
+            parse_take(&[Value::Int(0), s("3"), Value::Int(250)]),
+            Some(LeaseReply::Held {
+                epoch: FleetEpoch(3),
+                remaining: Duration::from_millis(250)
+            })
+        );
+        assert_eq!(parse_take(&[]), None);
+        assert_eq!(parse_take(&[Value::Int(1), s("x")]), None);
+        assert_eq!(parse_take(&[Value::Int(0), s("3"), Value::Int(-5)]), None);
+        assert_eq!(parse_take(&[Value::Int(2), s("3")]), None);
+    }
+
+    #[test]
+    fn the_url_is_checked_at_build_and_the_server_is_not_dialled() {
+        assert_eq!(RedisStore::new("").unwrap_err().field(), "url");
+        assert_eq!(RedisStore::new("http://x").unwrap_err().field(), "url");
+        // Outside any runtime, with nothing listening: still builds.
+        let store = RedisStore::new("redis://127.0.0.1:1/?protocol=resp2").unwrap();
+        assert!(format!("{store:?}").contains("connected_once: false"));
+    }
+}

@@ -1,0 +1,277 @@
+//! `RedisStore` on a real `redis-server` (one per test, started by the test), in
+//! real time. Every assertion is an invariant that holds however loaded the
+//! machine is; the deadlines are watchdogs, never measurements.
+//!
+//! Without `redis-server` on PATH each test writes one line saying it did not
+//! run, unless `SEAWALL_REQUIRE_REDIS=1` (set by CI) makes that a failure.
+#![cfg(feature = "redis")]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+use seawall_circuit_breaker::{CircuitBreakerConfig, State, TripPolicy};
+use seawall_fleet::{Fleet, Keys, LeaseReply, LeaseRequest, RedisStore, Store, Token};
+use support::redis_server::RedisServer;
+use support::{instance, load, most_overlapping, total, Dependency, Instance, Tally};
+use tokio::time::{timeout, Instant};
+
+/// How long any wait that must end may take before the test gives up.
+const WATCHDOG: Duration = Duration::from_secs(60);
+/// Each instance's call rhythm.
+const PERIOD: Duration = Duration::from_millis(20);
+
+/// Trips on 3 failures, opens for 1 s; a probe may run 2 s, far beyond the
+/// dependency's latency, so only a stall of seconds could stretch one past it.
+fn breaker() -> CircuitBreakerConfig {
+    CircuitBreakerConfig {
+        policy: TripPolicy::ConsecutiveFailures { threshold: 3 },
+        open_for: Duration::from_secs(1),
+        half_open_timeout: Duration::from_secs(2),
+        ..CircuitBreakerConfig::default()
+    }
+}
+
+/// A fleet of its own (its own connection) for instance `i`, as a process of its own would have.
+fn fleet(url: &str, i: usize) -> Fleet<RedisStore> {
+    Fleet::builder(RedisStore::new(url).unwrap())
+        .prefix("drill")
+        // Generous, so a loaded machine does not look like a store outage.
+        .store_timeout(Duration::from_secs(2))
+        .probe_window(Duration::from_millis(500))
+        .reconnect(Duration::from_millis(200), Duration::from_secs(1))
+        .ramp(None)
+        .seed(7 + i as u64)
+        .build()
+        .unwrap()
+}
+
+fn instances(
+    url: &str,
+    n: usize,
+    dep: &Arc<Dependency>,
+    config: &CircuitBreakerConfig,
+) -> Vec<Instance> {
+    (0..n)
+        .map(|i| instance(i, dep, Some(&fleet(url, i)), config.clone()))
+        .collect()
+}
+
+/// Keeps the load on, in short rounds, until `done` holds (or the watchdog fires).
+async fn load_until(instances: &[Instance], what: &str, done: impl Fn(&[Instance]) -> bool) {
+    let deadline = Instant::now() + WATCHDOG;
+    while !done(instances) {
+        assert!(Instant::now() < deadline, "watchdog: never {what}");
+        load(instances, PERIOD, Duration::from_millis(100)).await;
+    }
+}
+
+fn all_in(state: State) -> impl Fn(&[Instance]) -> bool {
+    move |xs| xs.iter().all(|x| x.state() == state)
+}
+
+fn all_connected(yes: bool) -> impl Fn(&[Instance]) -> bool {
+    move |xs| {
+        xs.iter()
+            .all(|x| x.coordinated.as_ref().unwrap().snapshot().connected == yes)
+    }
+}
+
+fn calls(t: Tally) -> u64 {
+    t.ok + t.dependency_errors + t.open + t.other
+}
+
+fn probes(instances: &[Instance]) -> u64 {
+    instances
+        .iter()
+        .map(|x| x.handle.snapshot().counters)
+        .map(|c| c.probe_successes + c.probe_failures)
+        .sum()
+}
+
+fn report(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_store_keeps_the_contract() {
+    let Some(server) = RedisServer::start("redis_store_keeps_the_contract") else {
+        return;
+    };
+    let store = RedisStore::new(&server.url()).unwrap();
+    support::contract::all(&store, "contract").await;
+}
+
+#[test]
+fn bad_input_is_refused_at_build_naming_the_field() {
+    for url in [
+        "",
+        "not a url",
+        "http://127.0.0.1/",
+        "redis://127.0.0.1:notaport/",
+    ] {
+        assert_eq!(RedisStore::new(url).unwrap_err().field(), "url", "{url:?}");
+    }
+    let store = RedisStore::new("redis://127.0.0.1:1/").unwrap();
+    for prefix in ["", "a b", "{x}"] {
+        let err = Fleet::builder(store.clone())
+            .prefix(prefix)
+            .build()
+            .unwrap_err();
+        assert_eq!(err.field(), "prefix");
+    }
+}
+
+/// Down at start: the build succeeds, operations fail as store errors, the
+/// instance keeps its local breaker, and it joins once the server answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_built_while_redis_is_down_joins_when_it_answers() {
+    let Some(mut server) =
+        RedisServer::start("a_store_built_while_redis_is_down_joins_when_it_answers")
+    else {
+        return;
+    };
+    server.kill();
+    let store = RedisStore::new(&server.url()).unwrap();
+    let k = Keys::new("late", "freight").unwrap();
+    let read = timeout(WATCHDOG, store.read_verdict(&k))
+        .await
+        .expect("watchdog");
+    assert!(read.is_err(), "read from a server that is down: {read:?}");
+
+    let dep = Dependency::new(Duration::from_millis(5));
+    dep.fail(true);
+    let fleet = fleet(&server.url(), 0);
+    let xs = vec![instance(0, &dep, Some(&fleet), breaker())];
+    load_until(&xs, "fell back to local mode", all_connected(false)).await;
+    load_until(&xs, "tripped on its own", all_in(State::Open)).await;
+    server.restart();
+    load_until(&xs, "joined", all_connected(true)).await;
+    let t = total(&xs);
+    assert_eq!(t.other, 0, "a call failed because of the store: {t:?}");
+    // The store the instance did not connect at start works now.
+    let reply = store
+        .take_lease(
+            &k,
+            LeaseRequest::new(Token(1), Duration::from_secs(60), Default::default()),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(reply, LeaseReply::Taken { .. }));
+}
+
+/// Five instances, one server, the dependency down then up: never two probes
+/// at once, and every instance closes once a probe succeeded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_instances_probe_one_at_a_time_and_all_close() {
+    let Some(server) = RedisServer::start("five_instances_probe_one_at_a_time_and_all_close")
+    else {
+        return;
+    };
+    let dep = Dependency::new(Duration::from_millis(20));
+    dep.fail(true);
+    let xs = instances(&server.url(), 5, &dep, &breaker());
+    load_until(&xs, "connected", all_connected(true)).await;
+    load_until(&xs, "all open", all_in(State::Open)).await;
+    // A few open intervals of failed probes, then the dependency recovers.
+    load(&xs, PERIOD, Duration::from_secs(4)).await;
+    let failed_probes = probes(&xs);
+    dep.fail(false);
+    load_until(&xs, "all closed", all_in(State::Closed)).await;
+    let t = total(&xs);
+    let recorded = dep.probes();
+    report(&format!(
+        "five instances: {} calls, {failed_probes} probes while down, {} probes in all, most at once {}",
+        calls(t),
+        recorded.len(),
+        most_overlapping(&recorded),
+    ));
+    assert_eq!(t.other, 0, "a call failed because of the store: {t:?}");
+    assert!(!recorded.is_empty());
+    assert_eq!(dep.max_probes_in_flight(), 1);
+    assert_eq!(most_overlapping(&recorded), 1);
+    for x in &xs {
+        let s = x.coordinated.as_ref().unwrap().snapshot();
+        assert_eq!(s.store_errors, 0, "{s:?}");
+    }
+}
+
+/// Redis killed mid-incident: no call fails because of it, every instance falls
+/// back to its own breaker, and all rejoin once it is back on the same port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_mid_incident_fails_no_call_and_the_fleet_rejoins() {
+    let Some(mut server) =
+        RedisServer::start("redis_killed_mid_incident_fails_no_call_and_the_fleet_rejoins")
+    else {
+        return;
+    };
+    let dep = Dependency::new(Duration::from_millis(20));
+    dep.fail(true);
+    let xs = instances(&server.url(), 3, &dep, &breaker());
+    load_until(&xs, "connected", all_connected(true)).await;
+    load_until(&xs, "all open", all_in(State::Open)).await;
+
+    let before = total(&xs);
+    server.kill();
+    load_until(&xs, "fell back to local mode", all_connected(false)).await;
+    // Some intervals in local mode: each breaker probes on its own.
+    load(&xs, PERIOD, Duration::from_secs(3)).await;
+    let during = total(&xs);
+    server.restart();
+    load_until(&xs, "rejoined", all_connected(true)).await;
+    dep.fail(false);
+    load_until(&xs, "all closed", all_in(State::Closed)).await;
+
+    let t = total(&xs);
+    report(&format!(
+        "redis killed: {} calls during the outage, {} failed because of the store; {} calls in all",
+        calls(during) - calls(before),
+        during.other - before.other,
+        calls(t),
+    ));
+    assert_eq!(t.other, 0, "a call failed because of the store: {t:?}");
+    assert!(calls(during) > calls(before));
+}
+
+/// `FLUSHALL` while a probe runs under a lease: the store may grant a second
+/// lease, and the documented bound holds: at most two probes at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flush_during_a_lease_overlaps_at_most_two_probes() {
+    let Some(server) = RedisServer::start("a_flush_during_a_lease_overlaps_at_most_two_probes")
+    else {
+        return;
+    };
+    // Slow probes, so the flush lands while one runs.
+    let dep = Dependency::new(Duration::from_millis(800));
+    dep.fail(true);
+    let config = CircuitBreakerConfig {
+        half_open_timeout: Duration::from_secs(3),
+        ..breaker()
+    };
+    let xs = instances(&server.url(), 3, &dep, &config);
+    load_until(&xs, "connected", all_connected(true)).await;
+    load_until(&xs, "all open", all_in(State::Open)).await;
+    load_until(&xs, "a probe in flight", |_| dep.probes_in_flight() > 0).await;
+    let before = total(&xs);
+    assert_eq!(server.command("FLUSHALL").unwrap(), "+OK");
+    // Beyond two lease TTLs (3.5 s each).
+    load(&xs, PERIOD, Duration::from_secs(8)).await;
+    let during = total(&xs);
+    dep.fail(false);
+    load_until(&xs, "all closed", all_in(State::Closed)).await;
+
+    let t = total(&xs);
+    let recorded = dep.probes();
+    report(&format!(
+        "flushall: {} calls after the flush, {} failed because of the store; most probes at once {}",
+        calls(during) - calls(before),
+        during.other - before.other,
+        most_overlapping(&recorded),
+    ));
+    assert_eq!(t.other, 0, "a call failed because of the store: {t:?}");
+    assert!(dep.max_probes_in_flight() <= 2);
+    assert!(most_overlapping(&recorded) <= 2);
+}

@@ -1,0 +1,191 @@
+//! The store contract, generic over `Store`, on any clock: run on `LocalStore`
+//! in paused time and on a real Redis in real time. Every check holds however
+//! slow the machine is: a lease expected to be held has a TTL far beyond any
+//! test, and a lease expected to have expired was waited out from *after* its
+//! take answered (so after the store applied it).
+
+use std::time::Duration;
+
+use seawall_fleet::{
+    FleetEpoch, FleetVerdict, Keys, LeaseReply, LeaseRequest, ProbeResult, Store, Token,
+};
+use tokio::time::{sleep, timeout};
+
+/// Never runs out during a test.
+const LONG: Duration = Duration::from_secs(600);
+/// Runs out while the test waits `SHORT + GRACE`.
+const SHORT: Duration = Duration::from_millis(200);
+const GRACE: Duration = Duration::from_millis(50);
+/// A watchdog on waits that must end: generous, never an assertion on speed.
+const WATCHDOG: Duration = Duration::from_secs(30);
+
+const A: Token = Token(0xaaaa);
+const B: Token = Token(0xbbbb);
+
+fn keys(prefix: &str) -> Keys {
+    Keys::new(prefix, "freight").unwrap()
+}
+
+fn take(token: Token, ttl: Duration, seen: u64) -> LeaseRequest {
+    LeaseRequest::new(token, ttl, FleetEpoch(seen))
+}
+
+fn taken(epoch: u64) -> LeaseReply {
+    LeaseReply::Taken {
+        epoch: FleetEpoch(epoch),
+    }
+}
+
+/// Runs every check, each under its own prefix of `prefix`.
+pub async fn all<S: Store>(store: &S, prefix: &str) {
+    lease_is_exclusive_and_idempotent(store, &format!("{prefix}-lease")).await;
+    stale_tokens_are_refused(store, &format!("{prefix}-stale")).await;
+    epochs_stay_above_what_the_taker_saw(store, &format!("{prefix}-epochs")).await;
+    verdicts_are_pushed_and_the_latest_is_read(store, &format!("{prefix}-push")).await;
+}
+
+/// One live lease at a time; the same token's take is answered as taken,
+/// unchanged; the TTL runs on the store's clock.
+pub async fn lease_is_exclusive_and_idempotent<S: Store>(store: &S, prefix: &str) {
+    let k = keys(prefix);
+    assert_eq!(
+        store.take_lease(&k, take(A, LONG, 0)).await.unwrap(),
+        taken(1)
+    );
+    let waited = Duration::from_millis(100);
+    sleep(waited).await;
+    match store.take_lease(&k, take(B, LONG, 0)).await.unwrap() {
+        LeaseReply::Held { epoch, remaining } => {
+            assert_eq!(epoch, FleetEpoch(1));
+            // At least `waited` of the store's time passed between the two takes.
+            assert!(remaining <= LONG - waited, "remaining {remaining:?}");
+        }
+        other => panic!("a second token took a live lease: {other:?}"),
+    }
+    // A replayed take of the holder changes nothing.
+    assert_eq!(
+        store.take_lease(&k, take(A, LONG, 0)).await.unwrap(),
+        taken(1)
+    );
+    assert!(store.release_lease(&k, A).await.unwrap());
+    // Released: the next take gets the next epoch; expired: the one after.
+    assert_eq!(
+        store.take_lease(&k, take(B, SHORT, 0)).await.unwrap(),
+        taken(2)
+    );
+    sleep(SHORT + GRACE).await;
+    assert_eq!(
+        store.take_lease(&k, take(A, LONG, 0)).await.unwrap(),
+        taken(3)
+    );
+}
+
+/// Release and publish compare the token: a stale holder changes nothing.
+pub async fn stale_tokens_are_refused<S: Store>(store: &S, prefix: &str) {
+    let k = keys(prefix);
+    store.take_lease(&k, take(A, SHORT, 0)).await.unwrap();
+    sleep(SHORT + GRACE).await;
+    let LeaseReply::Taken { epoch } = store.take_lease(&k, take(B, LONG, 0)).await.unwrap() else {
+        panic!("the expired lease was still held");
+    };
+    // A (whose lease expired) can neither publish nor release B's lease.
+    assert_eq!(
+        store
+            .publish_verdict(&k, A, ProbeResult::Succeeded)
+            .await
+            .unwrap(),
+        None
+    );
+    assert!(!store.release_lease(&k, A).await.unwrap());
+    assert_eq!(store.read_verdict(&k).await.unwrap(), None);
+    // B can, once; the lease is gone after.
+    let expected = FleetVerdict {
+        epoch,
+        result: ProbeResult::Failed,
+    };
+    assert_eq!(
+        store
+            .publish_verdict(&k, B, ProbeResult::Failed)
+            .await
+            .unwrap(),
+        Some(expected)
+    );
+    // A replayed publish stores the same verdict again: idempotent.
+    assert_eq!(
+        store
+            .publish_verdict(&k, B, ProbeResult::Failed)
+            .await
+            .unwrap(),
+        Some(expected)
+    );
+    assert_eq!(store.read_verdict(&k).await.unwrap(), Some(expected));
+    assert!(store.release_lease(&k, B).await.unwrap());
+    assert!(!store.release_lease(&k, B).await.unwrap());
+    // After the release, a late publish of B is refused too.
+    assert_eq!(
+        store
+            .publish_verdict(&k, B, ProbeResult::Succeeded)
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(store.read_verdict(&k).await.unwrap(), Some(expected));
+}
+
+/// Epochs start above what the taker has seen, so a store that lost its counter
+/// still orders new verdicts after old ones; and they only increase.
+pub async fn epochs_stay_above_what_the_taker_saw<S: Store>(store: &S, prefix: &str) {
+    let k = keys(prefix);
+    assert_eq!(
+        store.take_lease(&k, take(A, LONG, 41)).await.unwrap(),
+        taken(42)
+    );
+    assert!(store.release_lease(&k, A).await.unwrap());
+    // A taker that saw less still gets the next one.
+    assert_eq!(
+        store.take_lease(&k, take(B, LONG, 3)).await.unwrap(),
+        taken(43)
+    );
+    assert!(store.release_lease(&k, B).await.unwrap());
+    // Far beyond what a Lua number (a double) holds exactly.
+    let big = (1u64 << 60) + 1;
+    assert_eq!(
+        store.take_lease(&k, take(A, LONG, big)).await.unwrap(),
+        taken(big + 1)
+    );
+}
+
+/// Publishing pushes the verdict to every subscriber of that breaker, and a read
+/// answers the latest.
+pub async fn verdicts_are_pushed_and_the_latest_is_read<S: Store>(store: &S, prefix: &str) {
+    let k = keys(prefix);
+    let mut one = store.subscribe(&k).await.unwrap();
+    let mut two = store.subscribe(&k).await.unwrap();
+    let other = Keys::new(prefix, "payments").unwrap();
+    let mut elsewhere = store.subscribe(&other).await.unwrap();
+    let mut verdicts = Vec::new();
+    for (token, result) in [(A, ProbeResult::Succeeded), (B, ProbeResult::Failed)] {
+        let LeaseReply::Taken { epoch } = store.take_lease(&k, take(token, LONG, 0)).await.unwrap()
+        else {
+            panic!("not taken");
+        };
+        let expected = FleetVerdict { epoch, result };
+        assert_eq!(
+            store.publish_verdict(&k, token, result).await.unwrap(),
+            Some(expected)
+        );
+        for feed in [&mut one, &mut two] {
+            let heard = timeout(WATCHDOG, feed.next()).await.expect("watchdog");
+            assert_eq!(heard, Some(expected));
+        }
+        assert_eq!(store.read_verdict(&k).await.unwrap(), Some(expected));
+        assert!(store.release_lease(&k, token).await.unwrap());
+        verdicts.push(expected);
+    }
+    assert!(verdicts[0].epoch < verdicts[1].epoch);
+    assert_eq!(store.read_verdict(&other).await.unwrap(), None);
+    // Another breaker's channel heard nothing.
+    assert!(timeout(Duration::from_millis(200), elsewhere.next())
+        .await
+        .is_err());
+}

@@ -1,0 +1,149 @@
+//! A `redis-server` of a test's own: a free loopback port, no persistence, killed
+//! when dropped, so a test that kills, flushes or restarts its server disturbs no
+//! other test.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// Ports tried before giving up (another process may take a port between our
+/// probe of it and the server's bind).
+const PORT_ATTEMPTS: usize = 8;
+/// PINGs tried, 25 ms apart, before a server that started counts as not answering.
+const PING_ATTEMPTS: usize = 400;
+
+/// Whether a missing `redis-server` fails the test (CI) instead of skipping it.
+fn required() -> bool {
+    std::env::var("SEAWALL_REQUIRE_REDIS").is_ok_and(|v| v == "1")
+}
+
+/// One `redis-server` process on 127.0.0.1.
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+}
+
+impl RedisServer {
+    /// A fresh server, or `None` (after one loud line on stderr) when
+    /// `redis-server` is not installed and `SEAWALL_REQUIRE_REDIS=1` is not set.
+    pub fn start(test: &str) -> Option<Self> {
+        for _ in 0..PORT_ATTEMPTS {
+            let port = free_port();
+            match spawn(port) {
+                Ok(Some(child)) => {
+                    return Some(Self {
+                        child: Some(child),
+                        port,
+                    })
+                }
+                // Exited before answering: most likely the port was taken meanwhile.
+                Ok(None) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    assert!(
+                        !required(),
+                        "SEAWALL_REQUIRE_REDIS=1 but redis-server is not on PATH ({e})"
+                    );
+                    // libtest hides the output of passing tests, but not stderr written directly.
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "!!! {test}: DID NOT RUN: redis-server is not on PATH \
+                         (install it, e.g. `apt-get install redis-server`, to run the Redis tests; \
+                         SEAWALL_REQUIRE_REDIS=1 makes its absence fail them)"
+                    );
+                    return None;
+                }
+                Err(e) => panic!("could not start redis-server: {e}"),
+            }
+        }
+        panic!("redis-server did not come up on any of {PORT_ATTEMPTS} free ports");
+    }
+
+    /// The URL to reach it.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Kills the server (SIGKILL: no goodbye to its clients) and waits for it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same port, empty (nothing is persisted).
+    pub fn restart(&mut self) {
+        self.kill();
+        for _ in 0..PORT_ATTEMPTS {
+            if let Ok(Some(child)) = spawn(self.port) {
+                self.child = Some(child);
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("redis-server did not come back on port {}", self.port);
+    }
+
+    /// Runs one inline command and returns the first line of its answer.
+    pub fn command(&self, command: &str) -> std::io::Result<String> {
+        inline(self.port, command)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(0)
+}
+
+/// Spawns a server on `port` and waits until it answers PING. `Ok(None)`: it
+/// exited (or never answered) and was reaped.
+fn spawn(port: u16) -> std::io::Result<Option<Child>> {
+    if port == 0 {
+        return Ok(None);
+    }
+    let mut child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    for _ in 0..PING_ATTEMPTS {
+        if child.try_wait()?.is_some() {
+            return Ok(None);
+        }
+        if inline(port, "PING").is_ok_and(|r| r == "+PONG") {
+            return Ok(Some(child));
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    Ok(None)
+}
+
+fn inline(port: u16, command: &str) -> std::io::Result<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.write_all(format!("{command}\r\n").as_bytes())?;
+    let mut buf = [0u8; 512];
+    let mut got = Vec::new();
+    while !got.ends_with(b"\r\n") {
+        let n = s.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&got);
+    Ok(text.lines().next().unwrap_or_default().to_owned())
+}
