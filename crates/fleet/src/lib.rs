@@ -193,7 +193,10 @@
 //! [`LocalStore`] keeps everything in process (TTLs on Tokio's clock, so paused
 //! time drives them) and injects delay, loss and outages for tests and
 //! simulations; it is also the embedded default when all instances live in one
-//! process. A Redis store implements the same trait.
+//! process. `RedisStore` (feature `redis`) keeps them on a Redis or Valkey server
+//! shared by the fleet: one Lua script per write, verdicts as RESP3 pushes, and a
+//! lazy connection, so a server that is down when the application starts leaves its
+//! instances in local mode until it answers instead of failing their start.
 //!
 //! # Where state lives
 //!

@@ -20,9 +20,9 @@
 //!   verdict the taker knows even after the store lost its counter (a wipe, a
 //!   failover to an empty replica).
 //!
-//! A Redis implementation maps them to one Lua script per write (take: `SET NX PX`
-//! plus the counter; release and publish: compare the token, then `DEL` or `SET` +
-//! `PUBLISH`), a `GET` and a `SUBSCRIBE`. A fleet-wide concurrency cap will add its
+//! `RedisStore` (feature `redis`) maps them to one Lua script per write (take:
+//! the counter plus `SET PX`; release and publish: compare the token, then `DEL`
+//! or `SET` + `PUBLISH`), a `GET` and a RESP3 `SUBSCRIBE`. A fleet-wide concurrency cap will add its
 //! own small trait beside this one (allotment claims), implemented by the same
 //! stores, rather than widening this one.
 
@@ -290,7 +290,7 @@ pub(crate) fn check_prefix(prefix: &str) -> Result<(), ConfigError> {
 
 /// The operations a coordinator needs from the shared store (see the module docs
 /// for the contract). Implementations: [`LocalStore`](crate::LocalStore)
-/// in-process; a Redis store in production.
+/// in-process; `RedisStore` (feature `redis`) in production.
 ///
 /// The coordinator bounds every operation with its own timeout, so an
 /// implementation may simply await its client; it must not block the thread.
