@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use seawall_circuit_breaker::{CircuitBreakerConfig, State, TripPolicy};
-use seawall_fleet::{Fleet, Keys, LeaseReply, LeaseRequest, RedisStore, Store, Token};
+use seawall_fleet::{Fleet, Keys, LeaseReply, LeaseRequest, LeaseStatus, RedisStore, Store, Token};
 use support::redis_server::RedisServer;
 use support::{instance, load, most_overlapping, total, Dependency, Instance, Tally};
 use tokio::time::{timeout, Instant};
@@ -274,4 +274,85 @@ async fn a_flush_during_a_lease_overlaps_at_most_two_probes() {
     assert_eq!(t.other, 0, "a call failed because of the store: {t:?}");
     assert!(dep.max_probes_in_flight() <= 2);
     assert!(most_overlapping(&recorded) <= 2);
+}
+
+/// The lease holder's instance is dropped mid-probe: another instance probes once
+/// its lease has run out, and never two probe at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_dropped_mid_probe_is_succeeded_after_its_ttl_never_alongside() {
+    let Some(server) =
+        RedisServer::start("a_holder_dropped_mid_probe_is_succeeded_after_its_ttl_never_alongside")
+    else {
+        return;
+    };
+    let dep = Dependency::new(Duration::from_millis(500));
+    dep.fail(true);
+    let mut xs = instances(&server.url(), 3, &dep, &breaker());
+    load_until(&xs, "connected", all_connected(true)).await;
+    load_until(&xs, "all open", all_in(State::Open)).await;
+    let holding = |xs: &[Instance]| {
+        xs.iter().position(|x| {
+            matches!(
+                x.coordinated.as_ref().unwrap().snapshot().lease,
+                LeaseStatus::Holding { .. }
+            )
+        })
+    };
+    load_until(&xs, "a probe in flight under a lease", |xs| {
+        dep.probes_in_flight() > 0 && holding(xs).is_some()
+    })
+    .await;
+    let holder = holding(&xs).unwrap();
+    // `instance(i, ..)` numbered them by position; the others keep their numbers.
+    drop(xs.remove(holder));
+    load_until(&xs, "another instance probed", |_| {
+        dep.probes().iter().any(|p| p.instance != holder)
+    })
+    .await;
+    let t = total(&xs);
+    let recorded = dep.probes();
+    report(&format!(
+        "holder dropped: {} probes, most at once {}",
+        recorded.len(),
+        most_overlapping(&recorded)
+    ));
+    assert_eq!(t.other, 0, "a call failed because of the store: {t:?}");
+    assert_eq!(dep.max_probes_in_flight(), 1);
+    assert_eq!(most_overlapping(&recorded), 1);
+}
+
+/// Redis frozen (SIGSTOP) mid-incident, then thawed: a partition whose queued
+/// writes are applied late. No call fails because of it, and the fleet rejoins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_paused_then_resumed_fails_no_call_and_the_fleet_rejoins() {
+    let Some(server) =
+        RedisServer::start("redis_paused_then_resumed_fails_no_call_and_the_fleet_rejoins")
+    else {
+        return;
+    };
+    let dep = Dependency::new(Duration::from_millis(20));
+    dep.fail(true);
+    let xs = instances(&server.url(), 3, &dep, &breaker());
+    load_until(&xs, "connected", all_connected(true)).await;
+    load_until(&xs, "all open", all_in(State::Open)).await;
+
+    let before = total(&xs);
+    server.pause();
+    load_until(&xs, "fell back to local mode", all_connected(false)).await;
+    load(&xs, PERIOD, Duration::from_secs(2)).await;
+    let during = total(&xs);
+    server.resume();
+    load_until(&xs, "rejoined", all_connected(true)).await;
+    dep.fail(false);
+    load_until(&xs, "all closed", all_in(State::Closed)).await;
+
+    let t = total(&xs);
+    report(&format!(
+        "redis paused: {} calls during the pause, {} failed because of the store; {} calls in all",
+        calls(during) - calls(before),
+        during.other - before.other,
+        calls(t),
+    ));
+    assert_eq!(t.other, 0, "a call failed because of the store: {t:?}");
+    assert!(calls(during) > calls(before));
 }

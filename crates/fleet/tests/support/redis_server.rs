@@ -85,6 +85,26 @@ impl RedisServer {
         panic!("redis-server did not come back on port {}", self.port);
     }
 
+    /// Freezes the server (SIGSTOP): connections stay open, nothing answers, and
+    /// what clients send meanwhile is applied on [`resume`](Self::resume).
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Thaws a paused server (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let child = self.child.as_ref().expect("the server is not running");
+        let status = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .expect("kill(1) could not run");
+        assert!(status.success(), "kill {signal} failed: {status}");
+    }
+
     /// Runs one inline command and returns the first line of its answer.
     pub fn command(&self, command: &str) -> std::io::Result<String> {
         inline(self.port, command)
