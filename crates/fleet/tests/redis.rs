@@ -193,10 +193,15 @@ async fn five_instances_probe_one_at_a_time_and_all_close() {
     assert!(!recorded.is_empty());
     assert_eq!(dep.max_probes_in_flight(), 1);
     assert_eq!(most_overlapping(&recorded), 1);
+    let mut applied = 0;
     for x in &xs {
         let s = x.coordinated.as_ref().unwrap().snapshot();
         assert_eq!(s.store_errors, 0, "{s:?}");
+        applied += s.verdicts_applied;
     }
+    // Other instances acted on the holders' verdicts (pushed or read) instead of
+    // each probing for itself.
+    assert!(applied > 0);
 }
 
 /// Redis killed mid-incident: no call fails because of it, every instance falls
@@ -355,4 +360,37 @@ async fn redis_paused_then_resumed_fails_no_call_and_the_fleet_rejoins() {
     ));
     assert_eq!(t.other, 0, "a call failed because of the store: {t:?}");
     assert!(calls(during) > calls(before));
+}
+
+/// Values the store did not write (another program, an older layout) come back
+/// as store errors, never as a panic or a made-up lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_values_are_store_errors_not_panics() {
+    let Some(server) = RedisServer::start("foreign_values_are_store_errors_not_panics") else {
+        return;
+    };
+    let store = RedisStore::new(&server.url()).unwrap();
+    let k = Keys::new("foreign", "freight").unwrap();
+    let request = LeaseRequest::new(Token(1), Duration::from_secs(60), Default::default());
+    let set = |key: &str, value: &str| {
+        assert_eq!(
+            server.command(&format!("SET {key} {value}")).unwrap(),
+            "+OK"
+        );
+    };
+    set(k.lease(), "garbage");
+    assert!(store.take_lease(&k, request).await.is_err());
+    set(k.lease(), "someone:notanumber");
+    assert!(store.take_lease(&k, request).await.is_err());
+    assert_eq!(server.command(&format!("DEL {}", k.lease())).unwrap(), ":1");
+    set(k.epoch(), "notanumber");
+    assert!(store.take_lease(&k, request).await.is_err());
+    set(k.verdict(), "7:X");
+    assert!(store.read_verdict(&k).await.is_err());
+    // Put right, it works again.
+    set(k.epoch(), "7");
+    assert!(matches!(
+        store.take_lease(&k, request).await.unwrap(),
+        LeaseReply::Taken { epoch } if epoch.0 == 8
+    ));
 }
