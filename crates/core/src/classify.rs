@@ -240,6 +240,8 @@ same_for_every_request! {
     AdmissionAsFailure<C> => [C,] where [];
     ClassifyFn<F> => [F,] where [];
     WithReason<C, F> => [C, F,] where [];
+    TimeoutsAsOverload => [] where [];
+    OverloadStatus => [] where [];
 }
 
 /// A plain closure classifier serves every request with a copy of itself.
@@ -582,6 +584,135 @@ impl<B> Classify<http::Response<B>> for GrpcStatus {
     }
 }
 
+/// How the overload classifiers decide an error: a timeout (the dependency had the
+/// call and the budget ran out) is overload; anything else says nothing about load.
+fn overload_of_error(error: &(dyn Error + 'static)) -> Outcome {
+    match find_rejection(error).map(|r| r.category()) {
+        Some(Category::Timeout) => Outcome::Failure,
+        // An admission rejection (an inner breaker open, an inner bulkhead full) never
+        // reached the dependency; an exhausted fallback chain and a transport error
+        // tell nothing about its queue.
+        Some(Category::Admission | Category::Exhausted) | None => Outcome::Ignore,
+    }
+}
+
+/// Overload classification for any result type, for an adaptive concurrency limit:
+/// only a timeout says the dependency is overloaded.
+///
+/// Here [`Outcome::Failure`] means **overloaded** (shrink the limit),
+/// [`Outcome::Success`] means **served** (the call's latency is a fair sample,
+/// whatever its answer), and [`Outcome::Ignore`] means **no evidence** (no sample
+/// at all). Every `Ok` is served; a seawall timeout ([`DeadlineExceeded`] from a
+/// breaker or a [`DeadlineLayer`](crate::DeadlineLayer) below) is overload; an
+/// admission rejection from below (an open breaker answers in microseconds, which
+/// is no latency of the dependency) and any other error are ignored.
+///
+/// For HTTP and gRPC responses, use [`OverloadStatus`], which also reads the status.
+///
+/// [`DeadlineExceeded`]: crate::DeadlineExceeded
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TimeoutsAsOverload;
+
+impl<Res> Classify<Res> for TimeoutsAsOverload {
+    fn classify(&self, result: ClassifyInput<'_, Res>) -> Outcome {
+        match result {
+            Ok(_) => Outcome::Success,
+            Err(e) => overload_of_error(e),
+        }
+    }
+}
+
+/// Overload classification of HTTP and gRPC responses, for an adaptive concurrency
+/// limit: `429 Too Many Requests`, `503 Service Unavailable` and gRPC
+/// `RESOURCE_EXHAUSTED` are overload; every other answer is served.
+///
+/// As for [`TimeoutsAsOverload`], [`Outcome::Failure`] means **overloaded**,
+/// [`Outcome::Success`] **served** (a latency sample) and [`Outcome::Ignore`] **no
+/// evidence**. A `404` or a `500` is served: the supplier answered, and answering
+/// "no" or failing on one request is not a sign that it has too much work. Only the
+/// statuses a supplier sends to shed load shrink the limit. Errors are decided as
+/// [`TimeoutsAsOverload`] does: a timeout is overload, anything else is ignored.
+///
+/// The `grpc-status` response header, when present (a trailers-only response),
+/// decides; otherwise the HTTP status does.
+#[derive(Debug, Clone, Copy)]
+pub struct OverloadStatus {
+    statuses: StatusSet,
+    grpc_codes: u32,
+}
+
+impl Default for OverloadStatus {
+    fn default() -> Self {
+        Self {
+            statuses: StatusSet::empty()
+                .with(StatusCode::TOO_MANY_REQUESTS)
+                .with(StatusCode::SERVICE_UNAVAILABLE),
+            grpc_codes: 1 << grpc_code::RESOURCE_EXHAUSTED,
+        }
+    }
+}
+
+impl OverloadStatus {
+    /// Also treats `status` as overload (e.g. a supplier that sheds with `507`).
+    #[must_use]
+    pub fn with_status(mut self, status: StatusCode) -> Self {
+        self.statuses = self.statuses.with(status);
+        self
+    }
+
+    /// No longer treats `status` as overload (e.g. a `503` that means "maintenance").
+    #[must_use]
+    pub fn without_status(mut self, status: StatusCode) -> Self {
+        self.statuses = self.statuses.without(status);
+        self
+    }
+
+    /// Also treats gRPC `code` as overload (see [`grpc_code`]).
+    #[must_use]
+    pub fn with_grpc_code(mut self, code: u8) -> Self {
+        if code <= 16 {
+            self.grpc_codes |= 1 << code;
+        }
+        self
+    }
+
+    /// No longer treats gRPC `code` as overload.
+    #[must_use]
+    pub fn without_grpc_code(mut self, code: u8) -> Self {
+        if code <= 16 {
+            self.grpc_codes &= !(1 << code);
+        }
+        self
+    }
+
+    /// Classifies from response headers: the `grpc-status` header when present,
+    /// otherwise the HTTP status. An unreadable `grpc-status` is served.
+    pub fn classify_parts(&self, status: StatusCode, headers: &http::HeaderMap) -> Outcome {
+        let overloaded = match headers.get("grpc-status") {
+            Some(v) => v
+                .to_str()
+                .ok()
+                .and_then(|s| s.trim().parse::<u32>().ok())
+                .is_some_and(|code| code <= 16 && self.grpc_codes & (1 << code) != 0),
+            None => self.statuses.contains(status),
+        };
+        if overloaded {
+            Outcome::Failure
+        } else {
+            Outcome::Success
+        }
+    }
+}
+
+impl<B> Classify<http::Response<B>> for OverloadStatus {
+    fn classify(&self, result: ClassifyInput<'_, http::Response<B>>) -> Outcome {
+        match result {
+            Ok(res) => self.classify_parts(res.status(), res.headers()),
+            Err(e) => overload_of_error(e),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -783,6 +914,63 @@ mod tests {
             per.reason(Ok(&not_found), Outcome::Success),
             Some("business_refusal")
         );
+    }
+
+    #[test]
+    fn overload_is_429_503_and_resource_exhausted_only() {
+        let c = OverloadStatus::default();
+        for (status, expected) in [
+            (429, Outcome::Failure),
+            (503, Outcome::Failure),
+            (200, Outcome::Success),
+            (404, Outcome::Success),
+            (500, Outcome::Success),
+            (502, Outcome::Success),
+        ] {
+            assert_eq!(c.classify(Ok(&response(status))), expected, "{status}");
+        }
+        let grpc = |code: &str| {
+            let res = http::Response::builder()
+                .header("grpc-status", code)
+                .body(())
+                .unwrap();
+            c.classify(Ok(&res))
+        };
+        assert_eq!(grpc("8"), Outcome::Failure);
+        assert_eq!(grpc("14"), Outcome::Success);
+        assert_eq!(grpc("13"), Outcome::Success);
+        assert_eq!(grpc("garbage"), Outcome::Success);
+        let c = c
+            .with_status(StatusCode::INSUFFICIENT_STORAGE)
+            .without_status(StatusCode::SERVICE_UNAVAILABLE)
+            .with_grpc_code(grpc_code::UNAVAILABLE)
+            .without_grpc_code(grpc_code::RESOURCE_EXHAUSTED);
+        assert_eq!(c.classify(Ok(&response(507))), Outcome::Failure);
+        assert_eq!(c.classify(Ok(&response(503))), Outcome::Success);
+        let mut headers = http::HeaderMap::new();
+        headers.insert("grpc-status", http::HeaderValue::from_static("14"));
+        assert_eq!(c.classify_parts(StatusCode::OK, &headers), Outcome::Failure);
+        headers.insert("grpc-status", http::HeaderValue::from_static("8"));
+        assert_eq!(c.classify_parts(StatusCode::OK, &headers), Outcome::Success);
+    }
+
+    #[test]
+    fn overload_from_errors_is_a_timeout_only() {
+        let late: BoxError = Box::new(ClientError(Box::new(DeadlineExceeded::new())));
+        let open: BoxError = Box::new(CircuitOpen::new("c".into(), Duration::from_secs(1)));
+        let full: BoxError = Box::new(BulkheadFull::new("b".into()));
+        let refused: BoxError =
+            Box::new(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        for c in [
+            &OverloadStatus::default() as &dyn Classify<http::Response<()>>,
+            &TimeoutsAsOverload,
+        ] {
+            assert_eq!(c.classify(Err(&*late)), Outcome::Failure);
+            assert_eq!(c.classify(Err(&*open)), Outcome::Ignore);
+            assert_eq!(c.classify(Err(&*full)), Outcome::Ignore);
+            assert_eq!(c.classify(Err(&*refused)), Outcome::Ignore);
+        }
+        assert_eq!(TimeoutsAsOverload.classify(Ok(&5u8)), Outcome::Success);
     }
 
     #[test]

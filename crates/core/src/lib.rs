@@ -11,7 +11,9 @@
 //! - **Classification** ([`Outcome`], [`Classify`], [`ClassifyRequest`]): which
 //!   results are evidence of a sick dependency. Provided: [`ErrorsAsFailures`] (the
 //!   default), [`HttpStatus`] (5xx and 429 fail, a 404 is a business answer) and
-//!   [`GrpcStatus`].
+//!   [`GrpcStatus`]. For an adaptive concurrency limit, which results say the
+//!   dependency is *overloaded*: [`OverloadStatus`] (429, 503, gRPC
+//!   `RESOURCE_EXHAUSTED`, a timeout) and [`TimeoutsAsOverload`] for any result type.
 //! - **Sliding windows** ([`CountWindow`], [`TimeWindow`]) with `now` passed in.
 //! - **Deadlines** ([`Deadline`], [`DeadlineLayer`], [`bounded`]) for any request
 //!   type: the deadline travels with the task, not the request
@@ -82,8 +84,8 @@ mod window;
 
 pub use classify::{
     classify_fn, grpc_code, with_reason, AdmissionAsFailure, Classify, ClassifyFn, ClassifyInput,
-    ClassifyRequest, ErrorsAsFailures, GrpcStatus, HttpStatus, Outcome, PerRequest, StatusSet,
-    WithReason,
+    ClassifyRequest, ErrorsAsFailures, GrpcStatus, HttpStatus, Outcome, OverloadStatus, PerRequest,
+    StatusSet, TimeoutsAsOverload, WithReason,
 };
 pub use config::{check_duration, check_fraction, check_positive, ConfigError};
 pub use deadline::{
