@@ -75,10 +75,10 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed<L> + Sized {
     /// stack builds shares the layer's one bulkhead.
     #[cfg(feature = "bulkhead")]
     #[cfg_attr(docsrs, doc(cfg(feature = "bulkhead")))]
-    fn bulkhead<H>(
+    fn bulkhead<H, O>(
         self,
-        layer: crate::bulkhead::BulkheadLayer<H>,
-    ) -> ServiceBuilder<Stack<crate::bulkhead::BulkheadLayer<H>, L>>;
+        layer: crate::bulkhead::BulkheadLayer<H, O>,
+    ) -> ServiceBuilder<Stack<crate::bulkhead::BulkheadLayer<H, O>, L>>;
 
     /// Adds a [`CircuitBreakerLayer`](crate::circuit_breaker::CircuitBreakerLayer).
     /// Every service the stack builds shares the layer's one breaker.
@@ -130,10 +130,10 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
     }
 
     #[cfg(feature = "bulkhead")]
-    fn bulkhead<H>(
+    fn bulkhead<H, O>(
         self,
-        layer: crate::bulkhead::BulkheadLayer<H>,
-    ) -> ServiceBuilder<Stack<crate::bulkhead::BulkheadLayer<H>, L>> {
+        layer: crate::bulkhead::BulkheadLayer<H, O>,
+    ) -> ServiceBuilder<Stack<crate::bulkhead::BulkheadLayer<H, O>, L>> {
         self.layer(layer)
     }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll, Waker};
 use std::time::Duration;
 
-use seawall_core::BoxError;
+use seawall_core::{BoxError, Classify, TimeoutsAsOverload};
 use tokio::time::Instant;
 use tower_layer::Layer;
 use tower_service::Service;
@@ -26,15 +26,17 @@ use crate::state::Shared;
 /// It keeps the bulkhead of the layer it was made from: every service it builds,
 /// every clone of them, and every service built by that [`BulkheadLayer`](crate::BulkheadLayer)
 /// (in either mode) count against the same slots. See [`Backpressure`].
-pub struct BackpressureLayer<H = UntilResponse> {
+pub struct BackpressureLayer<H = UntilResponse, O = TimeoutsAsOverload> {
     shared: Arc<Shared>,
+    overload: O,
     _hold: PhantomData<fn() -> H>,
 }
 
-impl<H> BackpressureLayer<H> {
-    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+impl<H, O> BackpressureLayer<H, O> {
+    pub(crate) fn new(shared: Arc<Shared>, overload: O) -> Self {
         Self {
             shared,
+            overload,
             _hold: PhantomData,
         }
     }
@@ -45,13 +47,13 @@ impl<H> BackpressureLayer<H> {
     }
 }
 
-impl<H> Clone for BackpressureLayer<H> {
+impl<H, O: Clone> Clone for BackpressureLayer<H, O> {
     fn clone(&self) -> Self {
-        Self::new(self.shared.clone())
+        Self::new(self.shared.clone(), self.overload.clone())
     }
 }
 
-impl<H> fmt::Debug for BackpressureLayer<H> {
+impl<H, O> fmt::Debug for BackpressureLayer<H, O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BackpressureLayer")
             .field("name", &&*self.shared.name)
@@ -60,14 +62,15 @@ impl<H> fmt::Debug for BackpressureLayer<H> {
     }
 }
 
-impl<S, H> Layer<S> for BackpressureLayer<H> {
-    type Service = Backpressure<S, H>;
+impl<S, H, O: Clone> Layer<S> for BackpressureLayer<H, O> {
+    type Service = Backpressure<S, H, O>;
 
     fn layer(&self, inner: S) -> Self::Service {
         Backpressure {
             inner,
             shared: self.shared.clone(),
             slot: Slot::Empty,
+            overload: self.overload.clone(),
             _hold: PhantomData,
         }
     }
@@ -102,10 +105,11 @@ impl<S, H> Layer<S> for BackpressureLayer<H> {
 /// A `call` without a ready `poll_ready` breaks Tower's contract; it is not made to
 /// wait: it goes out only if a slot is free and the inner service is ready at once,
 /// and otherwise fails (`BulkheadFull` when no slot is free).
-pub struct Backpressure<S, H = UntilResponse> {
+pub struct Backpressure<S, H = UntilResponse, O = TimeoutsAsOverload> {
     inner: S,
     shared: Arc<Shared>,
     slot: Slot,
+    overload: O,
     _hold: PhantomData<fn() -> H>,
 }
 
@@ -145,7 +149,7 @@ impl Waiter {
         shared.machine.record_wait(waited);
         shared.telemetry.dequeued();
         shared.telemetry.admitted(waited);
-        Poll::Ready(self.shared.take().map(Permit::new))
+        Poll::Ready(self.shared.take().map(Permit::waited))
     }
 }
 
@@ -161,7 +165,7 @@ impl Drop for Waiter {
     }
 }
 
-impl<S, H> Backpressure<S, H> {
+impl<S, H, O> Backpressure<S, H, O> {
     /// The handle of the bulkhead this service uses.
     pub fn handle(&self) -> Handle {
         Handle::new(self.shared.clone())
@@ -218,7 +222,7 @@ impl<S, H> Backpressure<S, H> {
         match shared.machine.enqueue_ready() {
             Enqueued::Admitted => {
                 shared.telemetry.admitted(Duration::ZERO);
-                Slot::Held(Permit::new(shared.clone()))
+                Slot::Held(Permit::waited(shared.clone()))
             }
             Enqueued::Waiting(id) => {
                 shared.telemetry.enqueued();
@@ -233,19 +237,20 @@ impl<S, H> Backpressure<S, H> {
     }
 }
 
-impl<S: Clone, H> Clone for Backpressure<S, H> {
+impl<S: Clone, H, O: Clone> Clone for Backpressure<S, H, O> {
     /// A service on the same bulkhead, with no reservation of its own yet.
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
             shared: self.shared.clone(),
             slot: Slot::Empty,
+            overload: self.overload.clone(),
             _hold: PhantomData,
         }
     }
 }
 
-impl<S: fmt::Debug, H> fmt::Debug for Backpressure<S, H> {
+impl<S: fmt::Debug, H, O> fmt::Debug for Backpressure<S, H, O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let slot = match self.slot {
             Slot::Empty => "none",
@@ -261,15 +266,16 @@ impl<S: fmt::Debug, H> fmt::Debug for Backpressure<S, H> {
     }
 }
 
-impl<S, Req, H> Service<Req> for Backpressure<S, H>
+impl<S, Req, H, O> Service<Req> for Backpressure<S, H, O>
 where
     S: Service<Req>,
     S::Error: Into<BoxError>,
     H: Hold<S::Response> + Lend<Req>,
+    O: Classify<S::Response> + Clone,
 {
     type Response = H::Output;
     type Error = BoxError;
-    type Future = ResponseFuture<S, Req, H>;
+    type Future = ResponseFuture<S, Req, H, O>;
 
     /// Pending while the bulkhead is full; then holds a slot and polls the inner
     /// service (keeping the slot while it is not ready, freeing it if it fails).
@@ -287,7 +293,8 @@ where
 
     fn call(&mut self, req: Req) -> Self::Future {
         match std::mem::replace(&mut self.slot, Slot::Empty) {
-            Slot::Held(permit) => ResponseFuture::reserved(permit, &mut self.inner, req),
+            Slot::Held(permit) => ResponseFuture::reserved(permit, &mut self.inner, req)
+                .with_overload(self.overload.clone()),
             other => {
                 // Leave the line first: a waiter of our own would keep the slot from us.
                 drop(other);
@@ -297,12 +304,12 @@ where
     }
 }
 
-impl<S, H> Backpressure<S, H> {
+impl<S, H, O: Clone> Backpressure<S, H, O> {
     /// A call made without a reserved slot is never made to wait: it takes a free
     /// slot and goes out if the inner service says it is ready at once; otherwise
     /// it fails (`BulkheadFull`, or the inner service's readiness error).
     #[cold]
-    fn unreserved<Req>(&mut self, req: Req) -> ResponseFuture<S, Req, H>
+    fn unreserved<Req>(&mut self, req: Req) -> ResponseFuture<S, Req, H, O>
     where
         S: Service<Req>,
         S::Error: Into<BoxError>,
@@ -317,7 +324,8 @@ impl<S, H> Backpressure<S, H> {
             .inner
             .poll_ready(&mut Context::from_waker(Waker::noop()))
         {
-            Poll::Ready(Ok(())) => ResponseFuture::reserved(permit, &mut self.inner, req),
+            Poll::Ready(Ok(())) => ResponseFuture::reserved(permit, &mut self.inner, req)
+                .with_overload(self.overload.clone()),
             Poll::Ready(Err(e)) => ResponseFuture::rejected(e.into()),
             Poll::Pending => ResponseFuture::rejected(NOT_POLLED.into()),
         }

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use seawall_core::{check_duration, check_positive, ConfigError, Name};
 
+use crate::adaptive::AdaptiveConfig;
 use crate::layer::BulkheadLayer;
 use crate::machine::MAX_LIMIT;
 
@@ -17,7 +18,11 @@ use crate::machine::MAX_LIMIT;
 ///
 /// Every service built from one [`BulkheadLayer`] (and every clone of them) shares
 /// the same bulkhead; build one layer per dependency to keep their capacity apart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+///
+/// With [`adaptive`](Self::adaptive), an algorithm sets the limit of active calls
+/// between its own `min_limit` and `max_limit`, and `max_concurrent` is not used;
+/// `max_queue` and `max_wait` keep their meaning.
+#[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
 pub struct BulkheadConfig {
@@ -30,6 +35,10 @@ pub struct BulkheadConfig {
     /// [`Deadline`](seawall_core::Deadline) shortens it when less remains.
     #[cfg_attr(feature = "serde", serde(with = "seawall_core::duration_format"))]
     pub max_wait: Duration,
+    /// An algorithm that finds the limit of active calls from what the calls say
+    /// (default none: `max_concurrent` is the limit). See [`crate::adaptive`].
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub adaptive: Option<AdaptiveConfig>,
 }
 
 impl Default for BulkheadConfig {
@@ -38,6 +47,7 @@ impl Default for BulkheadConfig {
             max_concurrent: 8,
             max_queue: 10,
             max_wait: Duration::from_millis(20),
+            adaptive: None,
         }
     }
 }
@@ -59,6 +69,9 @@ impl BulkheadConfig {
             ));
         }
         check_duration("max_wait", self.max_wait)?;
+        if let Some(adaptive) = &self.adaptive {
+            adaptive.validate()?;
+        }
         Ok(())
     }
 }
@@ -68,6 +81,7 @@ impl BulkheadConfig {
 pub struct BulkheadBuilder {
     pub(crate) name: Name,
     pub(crate) config: BulkheadConfig,
+    pub(crate) seed: Option<u64>,
 }
 
 impl BulkheadBuilder {
@@ -75,6 +89,7 @@ impl BulkheadBuilder {
         Self {
             name,
             config: BulkheadConfig::default(),
+            seed: None,
         }
     }
 
@@ -97,6 +112,26 @@ impl BulkheadBuilder {
     #[must_use]
     pub fn max_wait(mut self, d: Duration) -> Self {
         self.config.max_wait = d;
+        self
+    }
+
+    /// Lets an algorithm find the limit of active calls instead of
+    /// `max_concurrent`: an [`AimdConfig`](crate::adaptive::AimdConfig) or a
+    /// [`GradientConfig`](crate::adaptive::GradientConfig) (see
+    /// [`crate::adaptive`] for which). What counts as overload is the layer's
+    /// classifier: [`BulkheadLayer::overload`].
+    #[must_use]
+    pub fn adaptive(mut self, algorithm: impl Into<AdaptiveConfig>) -> Self {
+        self.config.adaptive = Some(algorithm.into());
+        self
+    }
+
+    /// Fixes the random choices of an adaptive algorithm (the jitter of a
+    /// gradient's baseline schedule), for reproducible tests and simulations. By
+    /// default they differ on every instance, so a fleet does not act in step.
+    #[must_use]
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
         self
     }
 

@@ -9,7 +9,9 @@ use std::task::{ready, Context, Poll, Waker};
 use std::time::Duration;
 
 use pin_project_lite::pin_project;
-use seawall_core::{BoxError, BulkheadFull, BulkheadTimeout, Deadline};
+use seawall_core::{
+    BoxError, BulkheadFull, BulkheadTimeout, Classify, Deadline, TimeoutsAsOverload,
+};
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
@@ -31,12 +33,14 @@ pin_project! {
     /// On the common path (a slot was free and the inner service was ready at call
     /// time) it is just the inner future and the permit; a call that has to wait,
     /// for a slot or for the inner service, parks its request in one allocation.
-    pub struct ResponseFuture<S, Req, H>
+    pub struct ResponseFuture<S, Req, H, O = TimeoutsAsOverload>
     where
         S: Service<Req>,
     {
         #[pin]
         phase: Phase<S, Req, S::Future>,
+        // What an adaptive limit learns from the result (`None` for a rejection).
+        overload: Option<O>,
         _hold: PhantomData<fn() -> H>,
     }
 }
@@ -112,7 +116,7 @@ impl Waiter {
                 shared.machine.record_wait(waited);
                 shared.telemetry.dequeued();
                 shared.telemetry.admitted(waited);
-                Ok(Permit::new(shared))
+                Ok(Permit::waited(shared))
             }
             None => Err(polled_after_completion()),
         })
@@ -135,17 +139,24 @@ fn polled_after_completion() -> BoxError {
     "bulkhead response future polled after completion".into()
 }
 
-impl<S, Req, H> ResponseFuture<S, Req, H>
+impl<S, Req, H, O> ResponseFuture<S, Req, H, O>
 where
     S: Service<Req> + Clone,
     S::Error: Into<BoxError>,
     H: Lend<Req>,
 {
+    /// Admission as [`admit`](Self::admit) decides it, with `overload` kept for
+    /// the adaptive limit.
+    #[inline]
+    pub(crate) fn new(shared: &Arc<Shared>, inner: &S, req: Req, overload: O) -> Self {
+        Self::admit(shared, inner, req).with_overload(overload)
+    }
+
     /// Admission, decided at call time: a free slot is taken at once (no lock, no
     /// allocation, no clock read); a full bulkhead rejects at once; otherwise the
     /// call joins the line.
     #[inline]
-    pub(crate) fn new(shared: &Arc<Shared>, inner: &S, req: Req) -> Self {
+    fn admit(shared: &Arc<Shared>, inner: &S, req: Req) -> Self {
         if shared.machine.try_acquire() {
             shared.telemetry.admitted(Duration::ZERO);
             return Self::admitted(Permit::new(shared.clone()), inner.clone(), req);
@@ -196,7 +207,7 @@ where
         match enqueued {
             Enqueued::Admitted => {
                 shared.telemetry.admitted(Duration::ZERO);
-                Self::admitted(Permit::new(shared.clone()), inner.clone(), req)
+                Self::admitted(Permit::waited(shared.clone()), inner.clone(), req)
             }
             Enqueued::Full => Self::full(shared),
             Enqueued::Expired => {
@@ -240,7 +251,7 @@ where
     }
 }
 
-impl<S, Req, H> ResponseFuture<S, Req, H>
+impl<S, Req, H, O> ResponseFuture<S, Req, H, O>
 where
     S: Service<Req>,
 {
@@ -248,6 +259,7 @@ where
     fn from_phase(phase: Phase<S, Req, S::Future>) -> Self {
         Self {
             phase,
+            overload: None,
             _hold: PhantomData,
         }
     }
@@ -262,6 +274,13 @@ where
         let permit = H::lend(permit, &mut req);
         let future = svc.call(req);
         Self::from_phase(Phase::Calling { future, permit })
+    }
+
+    /// Keeps `overload` to tell an adaptive limit how the call ended.
+    #[inline]
+    pub(crate) fn with_overload(mut self, overload: O) -> Self {
+        self.overload = Some(overload);
+        self
     }
 
     /// A call turned away because the bulkhead is full.
@@ -287,26 +306,32 @@ fn far_future(now: Instant) -> Instant {
     seawall_core::later(now, Duration::from_secs(86_400 * 365 * 30))
 }
 
-impl<S, Req, H> Future for ResponseFuture<S, Req, H>
+impl<S, Req, H, O> Future for ResponseFuture<S, Req, H, O>
 where
     S: Service<Req>,
     S::Error: Into<BoxError>,
     H: Hold<S::Response> + Lend<Req>,
+    O: Classify<S::Response>,
 {
     type Output = Result<H::Output, BoxError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut phase = self.project().phase;
+        let this = self.project();
+        let mut phase = this.phase;
         loop {
             match phase.as_mut().project() {
                 PhaseProj::Calling { future, .. } => {
                     let result = ready!(future.poll(cx));
                     // Drop the inner future, then hand the permit to the hold mode.
                     return Poll::Ready(match phase.as_mut().project_replace(Phase::Done) {
-                        PhaseOwned::Calling { permit, .. } => match result {
-                            Ok(response) => Ok(H::hold(response, permit)),
-                            Err(e) => Err(e.into()),
-                        },
+                        PhaseOwned::Calling { mut permit, .. } => {
+                            let result = result.map_err(Into::into);
+                            permit.observe(this.overload.as_ref(), &result);
+                            match result {
+                                Ok(response) => Ok(H::hold(response, permit)),
+                                Err(e) => Err(e),
+                            }
+                        }
                         _ => Err(polled_after_completion()),
                     });
                 }
@@ -358,7 +383,7 @@ where
     }
 }
 
-impl<S, Req, H> fmt::Debug for ResponseFuture<S, Req, H>
+impl<S, Req, H, O> fmt::Debug for ResponseFuture<S, Req, H, O>
 where
     S: Service<Req>,
 {

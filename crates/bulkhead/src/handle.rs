@@ -7,6 +7,7 @@ use std::time::Duration;
 use seawall_core::ConfigError;
 
 use crate::config::BulkheadConfig;
+use crate::machine::MAX_LIMIT;
 use crate::state::Shared;
 
 /// Observes and controls one bulkhead. Cheap to clone; all clones see the same bulkhead.
@@ -52,6 +53,34 @@ impl Handle {
         self.shared.machine.reset_peaks();
     }
 
+    /// Pins the limit of active calls at `limit` (1 to 2^20), overriding the
+    /// adaptive algorithm (or `max_concurrent`) until
+    /// [`release_limit`](Self::release_limit): the operator's hand on the valve
+    /// during an incident.
+    ///
+    /// Like any smaller limit, a lower pin preempts no running call; it only admits
+    /// fewer. While pinned, the algorithm learns nothing (the calls it would see
+    /// were shaped by the pin, not by it), and [`reconfigure`](Self::reconfigure)
+    /// and [`revert`](Self::revert) keep the pin.
+    pub fn pin_limit(&self, limit: usize) -> Result<(), ConfigError> {
+        if limit == 0 || limit > MAX_LIMIT {
+            return Err(ConfigError::new(
+                "limit",
+                format!("must be between 1 and {MAX_LIMIT}, got {limit}"),
+            ));
+        }
+        self.shared.pin_limit(limit);
+        Ok(())
+    }
+
+    /// Releases a pinned limit. An adaptive algorithm starts again *from the
+    /// pinned limit* (clamped to its bounds) and moves on from there, rather than
+    /// jumping back to what it had before the incident; a fixed bulkhead returns to
+    /// `max_concurrent`. Does nothing when no limit is pinned.
+    pub fn release_limit(&self) {
+        self.shared.release_limit();
+    }
+
     /// Goes back to the limits the bulkhead was built with.
     pub fn revert(&self) {
         // The built configuration was validated when the layer was built.
@@ -77,14 +106,22 @@ impl fmt::Debug for Handle {
 pub struct Snapshot {
     /// The bulkhead's name.
     pub name: String,
-    /// The current limit of active calls.
+    /// The limit of active calls in force now: the adaptive algorithm's, the
+    /// operator's pinned limit, or `max_concurrent`.
+    pub limit: usize,
+    /// Whether an operator pinned the limit ([`Handle::pin_limit`]).
+    pub limit_pinned: bool,
+    /// The adaptive algorithm's state, when the bulkhead has one.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub adaptive: Option<AdaptiveSnapshot>,
+    /// The configured limit of active calls (not used while adaptive).
     pub max_concurrent: usize,
     /// The current limit of waiting calls.
     pub max_queue: usize,
     /// The current longest wait.
     #[cfg_attr(feature = "serde", serde(with = "seawall_core::duration_format"))]
     pub max_wait: Duration,
-    /// Calls holding a slot now (may exceed `max_concurrent` just after it shrank).
+    /// Calls holding a slot now (may exceed `limit` just after it shrank).
     pub active: usize,
     /// Calls waiting for a slot now.
     pub queued: usize,
@@ -104,6 +141,29 @@ pub struct Snapshot {
     pub abandoned: u64,
     /// How long admitted calls waited for their slot.
     pub wait: WaitStats,
+}
+
+/// An adaptive bulkhead's algorithm at one moment (see [`Snapshot::adaptive`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct AdaptiveSnapshot {
+    /// `"aimd"` or `"gradient"`.
+    pub algorithm: &'static str,
+    /// Limit changes (and, for a gradient, baseline measurements) so far: how
+    /// often it moved.
+    pub generation: u64,
+    /// A gradient's baseline: the latency it measured without queueing.
+    #[cfg_attr(
+        feature = "serde",
+        serde(
+            with = "seawall_core::duration_format::option",
+            skip_serializing_if = "Option::is_none"
+        )
+    )]
+    pub min_rtt: Option<Duration>,
+    /// Whether a gradient is measuring its baseline now (its limit is lowered meanwhile).
+    pub measuring_min_rtt: bool,
 }
 
 /// The distribution of admission waits since the bulkhead was built.

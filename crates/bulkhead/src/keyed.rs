@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use seawall_core::{BoxError, BulkheadFull, ConfigError, Name};
+use seawall_core::{BoxError, BulkheadFull, ConfigError, Name, TimeoutsAsOverload};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -19,6 +19,18 @@ use crate::handle::Snapshot;
 use crate::hold::{Hold, Lend, UntilResponse};
 use crate::state::Shared;
 use crate::telemetry::KeyedTelemetry;
+
+/// Validates a per-key configuration: a keyed bulkhead has no adaptive limit (yet).
+fn check_keyed(config: &BulkheadConfig) -> Result<(), ConfigError> {
+    config.validate()?;
+    if config.adaptive.is_some() {
+        return Err(ConfigError::new(
+            "adaptive",
+            "a keyed bulkhead has a fixed limit per key; use one adaptive BulkheadLayer per dependency",
+        ));
+    }
+    Ok(())
+}
 
 /// The default bound on keys of a [`KeyedBulkheadLayer`].
 pub const DEFAULT_MAX_KEYS: usize = 1024;
@@ -58,7 +70,7 @@ impl<K: Hash + Eq> KeyedShared<K> {
             }
         }
         let config = self.config();
-        let b = Arc::new(Shared::new(self.name.clone(), config));
+        let b = Arc::new(Shared::new(self.name.clone(), config, None));
         map.insert(key, b.clone());
         Some(b)
     }
@@ -156,9 +168,10 @@ where
         self
     }
 
-    /// Validates the configuration and creates the layer.
+    /// Validates the configuration and creates the layer. A keyed bulkhead has a
+    /// fixed limit per key: an `adaptive` configuration is refused.
     pub fn build(self) -> Result<KeyedBulkheadLayer<K, F>, ConfigError> {
-        self.inner.config.validate()?;
+        check_keyed(&self.inner.config)?;
         seawall_core::check_positive("max_keys", self.max_keys)?;
         let name = self.inner.name;
         let telemetry = KeyedTelemetry::new(&name);
@@ -322,10 +335,10 @@ where
             .get(&key)
             .cloned();
         if let Some(b) = known {
-            return ResponseFuture::new(&b, &self.inner, req);
+            return ResponseFuture::new(&b, &self.inner, req, TimeoutsAsOverload);
         }
         match ks.insert(key) {
-            Some(b) => ResponseFuture::new(&b, &self.inner, req),
+            Some(b) => ResponseFuture::new(&b, &self.inner, req, TimeoutsAsOverload),
             None => {
                 ks.rejected_key_limit.fetch_add(1, Ordering::Relaxed);
                 ks.telemetry.key_limit(&ks.name, ks.max_keys);
@@ -414,7 +427,7 @@ impl<K: Hash + Eq + Clone> KeyedHandle<K> {
     /// Changes the limits of every key (present and future), after validating them.
     /// Same rules as [`Handle::reconfigure`](crate::Handle::reconfigure).
     pub fn reconfigure(&self, config: BulkheadConfig) -> Result<(), ConfigError> {
-        config.validate()?;
+        check_keyed(&config)?;
         *self
             .shared
             .config

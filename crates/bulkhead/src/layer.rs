@@ -4,7 +4,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use seawall_core::{ConfigError, Name};
+use seawall_core::{ConfigError, Name, TimeoutsAsOverload};
 use tower_layer::Layer;
 
 use crate::config::{BulkheadBuilder, BulkheadConfig};
@@ -21,8 +21,12 @@ use crate::state::Shared;
 /// layer per dependency to keep their capacity apart, or use
 /// [`KeyedBulkheadLayer`](crate::KeyedBulkheadLayer) for one bulkhead per key.
 /// The limits count this process only: three instances of 8 allow 24 calls.
-pub struct BulkheadLayer<H = UntilResponse> {
+///
+/// `O` is the overload classifier an adaptive limit learns from (see
+/// [`overload`](Self::overload)); a fixed bulkhead never calls it.
+pub struct BulkheadLayer<H = UntilResponse, O = TimeoutsAsOverload> {
     shared: Arc<Shared>,
+    overload: O,
     _hold: PhantomData<fn() -> H>,
 }
 
@@ -40,13 +44,34 @@ impl BulkheadLayer {
 
     pub(crate) fn from_builder(b: BulkheadBuilder) -> Self {
         Self {
-            shared: Arc::new(Shared::new(b.name, b.config)),
+            shared: Arc::new(Shared::new(b.name, b.config, b.seed)),
+            overload: TimeoutsAsOverload,
             _hold: PhantomData,
         }
     }
 }
 
-impl<H> BulkheadLayer<H> {
+impl<H, O> BulkheadLayer<H, O> {
+    /// The same bulkhead, with `overload` deciding what its adaptive limit learns
+    /// from each call: [`Failure`](seawall_core::Outcome::Failure) is an overload
+    /// signal, [`Success`](seawall_core::Outcome::Success) a served call (its
+    /// latency may be sampled), [`Ignore`](seawall_core::Outcome::Ignore) no
+    /// evidence.
+    ///
+    /// The default, [`TimeoutsAsOverload`], works for any response type and sees
+    /// only timeouts. For HTTP and gRPC, use
+    /// [`OverloadStatus`](seawall_core::OverloadStatus), so that a `429`, a `503`
+    /// or `RESOURCE_EXHAUSTED` shrinks the limit and a `404` or a `500` does not.
+    /// The bulkhead's own rejections never reach the classifier, and an inner
+    /// breaker's `CircuitOpen` is ignored by both.
+    pub fn overload<O2>(self, overload: O2) -> BulkheadLayer<H, O2> {
+        BulkheadLayer {
+            shared: self.shared,
+            overload,
+            _hold: PhantomData,
+        }
+    }
+
     /// The bulkhead's handle (snapshot, runtime limits), available before layering.
     pub fn handle(&self) -> Handle {
         Handle::new(self.shared.clone())
@@ -57,9 +82,10 @@ impl<H> BulkheadLayer<H> {
     /// extensions), so a handler that moves work into a spawned task can keep the
     /// slot until that work ends. Each admitted call then allocates one shared
     /// permit. See [`WithPermitHandle`](crate::WithPermitHandle).
-    pub fn permit_in_extensions(self) -> BulkheadLayer<crate::hold::WithPermitHandle<H>> {
+    pub fn permit_in_extensions(self) -> BulkheadLayer<crate::hold::WithPermitHandle<H>, O> {
         BulkheadLayer {
             shared: self.shared,
+            overload: self.overload,
             _hold: PhantomData,
         }
     }
@@ -70,35 +96,37 @@ impl<H> BulkheadLayer<H> {
     /// (no queue of its own: `max_queue` and `max_wait` do not apply to them). See
     /// [`Backpressure`](crate::Backpressure). Choose the hold mode first
     /// (`.hold_until_body_end().backpressure()`).
-    pub fn backpressure(self) -> crate::BackpressureLayer<H> {
-        crate::BackpressureLayer::new(self.shared)
+    pub fn backpressure(self) -> crate::BackpressureLayer<H, O> {
+        crate::BackpressureLayer::new(self.shared, self.overload)
     }
 }
 
-impl BulkheadLayer {
+impl<O> BulkheadLayer<UntilResponse, O> {
     /// The same bulkhead, but its services keep the slot until the response body
     /// ends or is dropped; they return `http::Response<Guarded<B, Permit>>`.
     /// See [`UntilBodyEnd`](crate::UntilBodyEnd).
     #[cfg(feature = "http")]
     #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
-    pub fn hold_until_body_end(self) -> BulkheadLayer<crate::hold::UntilBodyEnd> {
+    pub fn hold_until_body_end(self) -> BulkheadLayer<crate::hold::UntilBodyEnd, O> {
         BulkheadLayer {
             shared: self.shared,
+            overload: self.overload,
             _hold: PhantomData,
         }
     }
 }
 
-impl<H> Clone for BulkheadLayer<H> {
+impl<H, O: Clone> Clone for BulkheadLayer<H, O> {
     fn clone(&self) -> Self {
         Self {
             shared: self.shared.clone(),
+            overload: self.overload.clone(),
             _hold: PhantomData,
         }
     }
 }
 
-impl<H> fmt::Debug for BulkheadLayer<H> {
+impl<H, O> fmt::Debug for BulkheadLayer<H, O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BulkheadLayer")
             .field("name", &&*self.shared.name)
@@ -107,10 +135,10 @@ impl<H> fmt::Debug for BulkheadLayer<H> {
     }
 }
 
-impl<S, H> Layer<S> for BulkheadLayer<H> {
-    type Service = Bulkhead<S, H>;
+impl<S, H, O: Clone> Layer<S> for BulkheadLayer<H, O> {
+    type Service = Bulkhead<S, H, O>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        Bulkhead::new(inner, self.shared.clone())
+        Bulkhead::new(inner, self.shared.clone(), self.overload.clone())
     }
 }

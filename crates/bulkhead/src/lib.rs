@@ -251,8 +251,10 @@
 //! [`Snapshot::queued`]: crate::Snapshot::queued
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod adaptive;
 mod backpressure;
 mod config;
+mod feedback;
 mod future;
 mod handle;
 mod hold;
@@ -265,10 +267,11 @@ mod state;
 mod stats;
 mod telemetry;
 
+pub use adaptive::AdaptiveConfig;
 pub use backpressure::{Backpressure, BackpressureLayer};
 pub use config::{BulkheadBuilder, BulkheadConfig};
 pub use future::ResponseFuture;
-pub use handle::{Handle, Snapshot, WaitStats};
+pub use handle::{AdaptiveSnapshot, Handle, Snapshot, WaitStats};
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use hold::UntilBodyEnd;
@@ -281,7 +284,9 @@ pub use layer::BulkheadLayer;
 pub use permit::{Permit, PermitHandle};
 pub use service::Bulkhead;
 
-pub use seawall_core::{BoxError, BulkheadFull, BulkheadTimeout};
+pub use seawall_core::{
+    BoxError, BulkheadFull, BulkheadTimeout, OverloadStatus, TimeoutsAsOverload,
+};
 pub use telemetry::WAIT_SECONDS_BUCKETS;
 
 /// Gives the bulkhead's metrics their help text and unit.

@@ -7,14 +7,15 @@
 //!
 //! One `AtomicU64` holds three counts, so a single compare-and-swap sees them all:
 //! the active calls (bits 0–20), the waiting calls (bits 21–41), and the calls
-//! admitted on the fast path since the last flush (bits 42–63).
+//! admitted on the fast path since the last flush (bits 43–63). Bit 42 flips at
+//! every change of `max_concurrent` (see below).
 //!
 //! - **Fast path** ([`Machine::try_acquire`]): when nobody is waiting and a slot is
 //!   free, one compare-and-swap takes it and counts the admission in the same
 //!   word. No lock, no allocation, no clock, no second atomic. Nobody waiting is
 //!   part of the condition, so a newcomer never overtakes a waiter (first in,
 //!   first out). When the admission count in the word reaches its cap (every
-//!   four million calls), the call takes the slow path, which moves that count
+//!   two million calls), the call takes the slow path, which moves that count
 //!   into the total kept under the lock.
 //! - **Full** ([`Machine::is_full`]): one load decides that there is neither a slot
 //!   for the newcomer nor room in the queue.
@@ -30,6 +31,14 @@
 //! Shrinking `max_concurrent` preempts nothing: running calls finish, and slots
 //! are handed over only while `active < max_concurrent`. Growing it hands the new
 //! slots to waiters at once.
+//!
+//! **No admission while active ≥ the limit**, even while an adaptive limit moves
+//! under racing callers: the limit lives in its own atomic, so a change stores it
+//! and then flips bit 42 of the word. A fast-path caller loads the word before the
+//! limit; if the limit changed after its loads, the flip makes its
+//! compare-and-swap fail, and it tries again with the new limit. Every admission
+//! is therefore checked against the limit in force when it took its slot. (The
+//! slow paths read the limit under the lock a change also takes.)
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -42,7 +51,9 @@ use crate::stats::WaitHistogram;
 const COUNT_BITS: u32 = 21;
 const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
 const ONE_QUEUED: u64 = 1 << COUNT_BITS;
-const ADMITTED_SHIFT: u32 = 2 * COUNT_BITS;
+/// Flipped at every limit change, so a racing fast-path compare-and-swap fails.
+const LIMIT_EPOCH: u64 = 1 << (2 * COUNT_BITS);
+const ADMITTED_SHIFT: u32 = 2 * COUNT_BITS + 1;
 const ONE_ADMITTED: u64 = 1 << ADMITTED_SHIFT;
 /// The most fast-path admissions the word holds before they are flushed.
 const ADMITTED_CAP: u64 = (1 << (64 - ADMITTED_SHIFT)) - 1;
@@ -211,9 +222,11 @@ impl Machine {
     /// also handles the rare flush of the admission count).
     #[inline]
     pub(crate) fn try_acquire(&self) -> bool {
-        let limit = self.max_concurrent.load(Ordering::Relaxed);
-        let mut word = self.state.load(Ordering::Relaxed);
+        // The word first, then the limit: a limit stored before the word's epoch
+        // flip that this load saw is visible to the load after it.
+        let mut word = self.state.load(Ordering::Acquire);
         loop {
+            let limit = self.max_concurrent.load(Ordering::Relaxed);
             if queued(word) != 0 || active(word) >= limit || fresh_admitted(word) == ADMITTED_CAP {
                 return false;
             }
@@ -221,7 +234,7 @@ impl Machine {
                 word,
                 word + 1 + ONE_ADMITTED,
                 Ordering::Acquire,
-                Ordering::Relaxed,
+                Ordering::Acquire,
             ) {
                 Ok(_) => {
                     self.note_active(active(word) + 1);
@@ -322,7 +335,11 @@ impl Machine {
 
     fn join(&self, may_wait: bool, max_queue: Option<usize>) -> Enqueued {
         let mut line = self.lock();
-        self.flush_admitted(&mut line);
+        // Only at its cap: below it, the word's count goes on numbering fast-path
+        // admissions (which decides the ones an adaptive limit times).
+        if fresh_admitted(self.state.load(Ordering::Acquire)) == ADMITTED_CAP {
+            self.flush_admitted(&mut line);
+        }
         let limit = self.max_concurrent.load(Ordering::Relaxed);
         let max_queue = max_queue.unwrap_or_else(|| self.max_queue.load(Ordering::Relaxed));
         let mut word = self.state.load(Ordering::Acquire);
@@ -463,15 +480,44 @@ impl Machine {
     /// Changes the limits. Growing `max_concurrent` hands the new slots to waiters
     /// at once; shrinking preempts nothing. Shrinking `max_queue` removes nobody
     /// from the line; newcomers are turned away until it is short enough.
+    #[cfg(test)]
     pub(crate) fn set_limits(&self, max_concurrent: usize, max_queue: usize) {
+        self.set_limits_with(|| max_concurrent, Some(max_queue));
+    }
+
+    /// Changes `max_concurrent` to what `max_concurrent()` returns under the lock
+    /// (and `max_queue` when given): when several callers apply a limit that keeps
+    /// moving, the last one to take the lock applies the latest value, never an
+    /// older one.
+    pub(crate) fn set_limits_with(
+        &self,
+        max_concurrent: impl FnOnce() -> usize,
+        max_queue: Option<usize>,
+    ) {
         {
             let _line = self.lock();
             self.max_concurrent
-                .store(max_concurrent.min(MAX_LIMIT), Ordering::Relaxed);
-            self.max_queue
-                .store(max_queue.min(MAX_LIMIT), Ordering::Relaxed);
+                .store(max_concurrent().min(MAX_LIMIT), Ordering::Relaxed);
+            if let Some(q) = max_queue {
+                self.max_queue.store(q.min(MAX_LIMIT), Ordering::Relaxed);
+            }
+            // Fail any fast-path compare-and-swap that read the old limit.
+            self.state.fetch_xor(LIMIT_EPOCH, Ordering::AcqRel);
         }
         self.hand_over();
+    }
+
+    /// The limit of active calls now.
+    pub(crate) fn max_concurrent(&self) -> usize {
+        self.max_concurrent.load(Ordering::Relaxed)
+    }
+
+    /// A count that grows by one with each fast-path admission (it restarts every
+    /// two million, when the slow path flushes it): what decides which fast-path
+    /// admissions an adaptive limit times.
+    #[inline]
+    pub(crate) fn admissions_hint(&self) -> u64 {
+        fresh_admitted(self.state.load(Ordering::Relaxed))
     }
 
     /// Active and waiting calls now.

@@ -3,6 +3,9 @@
 use std::fmt;
 use std::sync::Arc;
 
+use seawall_core::{BoxError, Classify};
+
+use crate::feedback::Ticket;
 use crate::state::Shared;
 
 /// Owns one slot; dropping it frees the slot (and hands it to the next waiter).
@@ -30,13 +33,53 @@ enum Held {
 /// and every clone of the handle are gone.
 pub struct Permit {
     held: Held,
+    /// What an adaptive limit needs to learn from the call (`None` when fixed).
+    ticket: Option<Ticket>,
 }
 
 impl Permit {
-    /// Wraps a slot already counted as active in `shared`.
+    /// Wraps a slot taken on the fast path and already counted as active in
+    /// `shared`, with the call's ticket for an adaptive limit (a few relaxed loads;
+    /// a clock read for one admission in `sample_every`).
+    #[inline]
     pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        let ticket = shared
+            .feedback
+            .issue(Some(shared.machine.admissions_hint()));
         Self {
             held: Held::Unique(Slot { shared }),
+            ticket,
+        }
+    }
+
+    /// As [`Permit::new`], for a slot taken on the slow path: such a call already
+    /// read the clock and took the lock, so an adaptive limit always times it.
+    pub(crate) fn waited(shared: Arc<Shared>) -> Self {
+        let ticket = shared.feedback.issue(None);
+        Self {
+            held: Held::Unique(Slot { shared }),
+            ticket,
+        }
+    }
+
+    /// Tells the adaptive limit how the call ended, once: classified by
+    /// `overload` (a rejection's future has none and learns nothing).
+    #[inline]
+    pub(crate) fn observe<Res, O: Classify<Res>>(
+        &mut self,
+        overload: Option<&O>,
+        result: &Result<Res, BoxError>,
+    ) {
+        let (Some(ticket), Some(overload)) = (self.ticket.take(), overload) else {
+            return;
+        };
+        let shared = &self.slot().shared;
+        if let Some((before, after)) =
+            shared
+                .feedback
+                .observe(ticket, overload, result, &shared.machine)
+        {
+            shared.apply_limit(before, after);
         }
     }
 
@@ -50,6 +93,7 @@ impl Permit {
         (
             Self {
                 held: Held::Shared(slot),
+                ticket: self.ticket,
             },
             handle,
         )

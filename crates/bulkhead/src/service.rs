@@ -5,7 +5,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use seawall_core::BoxError;
+use seawall_core::{BoxError, Classify, TimeoutsAsOverload};
 use tower_service::Service;
 
 use crate::future::ResponseFuture;
@@ -24,17 +24,19 @@ use crate::state::Shared;
 ///
 /// Clones share the bulkhead with each other and with every service built from
 /// the same layer.
-pub struct Bulkhead<S, H = UntilResponse> {
+pub struct Bulkhead<S, H = UntilResponse, O = TimeoutsAsOverload> {
     inner: S,
     shared: Arc<Shared>,
+    overload: O,
     _hold: PhantomData<fn() -> H>,
 }
 
-impl<S, H> Bulkhead<S, H> {
-    pub(crate) fn new(inner: S, shared: Arc<Shared>) -> Self {
+impl<S, H, O> Bulkhead<S, H, O> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared>, overload: O) -> Self {
         Self {
             inner,
             shared,
+            overload,
             _hold: PhantomData,
         }
     }
@@ -60,17 +62,18 @@ impl<S, H> Bulkhead<S, H> {
     }
 }
 
-impl<S: Clone, H> Clone for Bulkhead<S, H> {
+impl<S: Clone, H, O: Clone> Clone for Bulkhead<S, H, O> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
             shared: self.shared.clone(),
+            overload: self.overload.clone(),
             _hold: PhantomData,
         }
     }
 }
 
-impl<S: fmt::Debug, H> fmt::Debug for Bulkhead<S, H> {
+impl<S: fmt::Debug, H, O> fmt::Debug for Bulkhead<S, H, O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Bulkhead")
             .field("name", &&*self.shared.name)
@@ -79,15 +82,16 @@ impl<S: fmt::Debug, H> fmt::Debug for Bulkhead<S, H> {
     }
 }
 
-impl<S, Req, H> Service<Req> for Bulkhead<S, H>
+impl<S, Req, H, O> Service<Req> for Bulkhead<S, H, O>
 where
     S: Service<Req> + Clone,
     S::Error: Into<BoxError>,
     H: Hold<S::Response> + Lend<Req>,
+    O: Classify<S::Response> + Clone,
 {
     type Response = H::Output;
     type Error = BoxError;
-    type Future = ResponseFuture<S, Req, H>;
+    type Future = ResponseFuture<S, Req, H, O>;
 
     /// Always ready: nothing is reserved here, neither a bulkhead slot nor inner
     /// capacity (the response future drives the inner service once admitted).
@@ -98,6 +102,6 @@ where
 
     #[inline]
     fn call(&mut self, req: Req) -> Self::Future {
-        ResponseFuture::new(&self.shared, &self.inner, req)
+        ResponseFuture::new(&self.shared, &self.inner, req, self.overload.clone())
     }
 }

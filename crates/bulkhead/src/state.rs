@@ -6,8 +6,11 @@ use std::time::Duration;
 
 use seawall_core::{ConfigError, Name};
 
+use tokio::time::Instant;
+
 use crate::config::BulkheadConfig;
-use crate::handle::{Snapshot, WaitStats};
+use crate::feedback::Feedback;
+use crate::handle::{AdaptiveSnapshot, Snapshot, WaitStats};
 use crate::machine::Machine;
 use crate::telemetry::Telemetry;
 
@@ -21,6 +24,7 @@ pub(crate) struct Shared {
     config: Mutex<BulkheadConfig>,
     built: BulkheadConfig,
     pub(crate) telemetry: Telemetry,
+    pub(crate) feedback: Feedback,
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -29,16 +33,43 @@ fn nanos(d: Duration) -> u64 {
 
 impl Shared {
     /// A bulkhead with a validated `config`.
-    pub(crate) fn new(name: Name, config: BulkheadConfig) -> Self {
+    pub(crate) fn new(name: Name, config: BulkheadConfig, seed: Option<u64>) -> Self {
+        let feedback = Feedback::new(&config, seed);
         let telemetry = Telemetry::new(&name, &config);
+        telemetry.limit_in_force(feedback.limit());
         Self {
-            machine: Machine::new(config.max_concurrent, config.max_queue),
+            machine: Machine::new(feedback.limit(), config.max_queue),
             name,
             max_wait_nanos: AtomicU64::new(nanos(config.max_wait)),
             config: Mutex::new(config),
             built: config,
             telemetry,
+            feedback,
         }
+    }
+
+    /// Applies the limit in force to the admission machine (growing hands slots to
+    /// waiters; shrinking preempts nothing) and reports the change.
+    pub(crate) fn apply_limit(&self, before: usize, after: usize) {
+        self.machine.set_limits_with(|| self.feedback.limit(), None);
+        if before != after {
+            self.telemetry
+                .limit_moved(&self.name, before, self.feedback.limit());
+        }
+    }
+
+    /// Pins the limit of active calls at `limit` until [`Shared::release_limit`].
+    pub(crate) fn pin_limit(&self, limit: usize) {
+        let before = self.feedback.pin(limit);
+        self.telemetry.pinned(&self.name, Some(limit));
+        self.apply_limit(before, limit);
+    }
+
+    /// Lets the algorithm (or `max_concurrent`) set the limit again.
+    pub(crate) fn release_limit(&self) {
+        let (before, after) = self.feedback.release(Instant::now());
+        self.telemetry.pinned(&self.name, None);
+        self.apply_limit(before, after);
     }
 
     /// Frees one slot (called by the permit's drop).
@@ -66,16 +97,22 @@ impl Shared {
     /// Validates and applies `new`, keeping every running call and waiter.
     pub(crate) fn reconfigure(&self, new: BulkheadConfig) -> Result<(), ConfigError> {
         new.validate()?;
-        let old = {
+        let (old, before) = {
             let mut current = self.config.lock().unwrap_or_else(PoisonError::into_inner);
             let old = *current;
             *current = new;
             self.max_wait_nanos
                 .store(nanos(new.max_wait), Ordering::Relaxed);
-            self.machine.set_limits(new.max_concurrent, new.max_queue);
-            old
+            let before = self.feedback.limit();
+            self.feedback.reconfigure(&new, Instant::now());
+            self.machine
+                .set_limits_with(|| self.feedback.limit(), Some(new.max_queue));
+            (old, before)
         };
         self.telemetry.reconfigured(&self.name, &old, &new);
+        if before != self.feedback.limit() {
+            self.telemetry.limit_in_force(self.feedback.limit());
+        }
         Ok(())
     }
 
@@ -86,8 +123,17 @@ impl Shared {
         let peaks = self.machine.peaks();
         let admitted = self.machine.admitted();
         let waits = self.machine.waits().summary(admitted);
+        let view = self.feedback.view();
         Snapshot {
             name: self.name.to_string(),
+            limit: self.machine.max_concurrent(),
+            limit_pinned: view.pinned,
+            adaptive: view.algorithm.map(|algorithm| AdaptiveSnapshot {
+                algorithm,
+                generation: view.generation,
+                min_rtt: view.min_rtt,
+                measuring_min_rtt: view.measuring,
+            }),
             max_concurrent: config.max_concurrent,
             max_queue: config.max_queue,
             max_wait: config.max_wait,

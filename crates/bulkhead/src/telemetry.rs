@@ -6,7 +6,8 @@
 //! |---|---|---|
 //! | `seawall_bulkhead_active` | gauge | calls holding a slot |
 //! | `seawall_bulkhead_queued` | gauge | calls waiting for a slot |
-//! | `seawall_bulkhead_max_concurrent` | gauge | the current limit |
+//! | `seawall_bulkhead_max_concurrent` | gauge | the configured limit (`max_concurrent`) |
+//! | `seawall_bulkhead_limit` | gauge | the limit in force: adaptive, pinned, or `max_concurrent` |
 //! | `seawall_bulkhead_admitted_total` | counter | calls admitted |
 //! | `seawall_bulkhead_rejected_total{reason="full"}` | counter | turned away, queue full |
 //! | `seawall_bulkhead_rejected_total{reason="timeout"}` | counter | waited as long as allowed |
@@ -22,7 +23,9 @@
 //! Keyed bulkheads register per key under the layer's name, so their series add up.
 //!
 //! Tracing (feature `tracing`, target `seawall::bulkhead`): a `debug` event for each
-//! rejection (full, timeout) and an `info` event for each change of limits.
+//! rejection (full, timeout), an `info` event for each change of limits and each
+//! pin or release of the limit, and a `debug` event each time an adaptive
+//! algorithm moves the limit.
 
 use std::time::Duration;
 
@@ -42,6 +45,7 @@ struct Metrics {
     active: metrics::Gauge,
     queued: metrics::Gauge,
     max_concurrent: metrics::Gauge,
+    limit: metrics::Gauge,
     admitted: metrics::Counter,
     rejected_full: metrics::Counter,
     rejected_timeout: metrics::Counter,
@@ -72,7 +76,12 @@ pub(crate) fn describe() {
     metrics::describe_gauge!(
         "seawall_bulkhead_max_concurrent",
         Unit::Count,
-        "The limit of active calls in force."
+        "The configured fixed limit of active calls (not used while the bulkhead is adaptive)."
+    );
+    metrics::describe_gauge!(
+        "seawall_bulkhead_limit",
+        Unit::Count,
+        "The limit of active calls in force: an adaptive algorithm's, an operator's pinned limit, or max_concurrent."
     );
     metrics::describe_counter!(
         "seawall_bulkhead_admitted_total",
@@ -106,6 +115,7 @@ impl Telemetry {
                 active: metrics::gauge!("seawall_bulkhead_active", "name" => label.clone()),
                 queued: metrics::gauge!("seawall_bulkhead_queued", "name" => label.clone()),
                 max_concurrent: metrics::gauge!("seawall_bulkhead_max_concurrent", "name" => label.clone()),
+                limit: metrics::gauge!("seawall_bulkhead_limit", "name" => label.clone()),
                 admitted: metrics::counter!("seawall_bulkhead_admitted_total", "name" => label.clone()),
                 rejected_full: metrics::counter!("seawall_bulkhead_rejected_total", "name" => label.clone(), "reason" => "full"),
                 rejected_timeout: metrics::counter!("seawall_bulkhead_rejected_total", "name" => label.clone(), "reason" => "timeout"),
@@ -207,6 +217,49 @@ impl Telemetry {
         );
         #[cfg(feature = "metrics")]
         self.m.max_concurrent.set(new.max_concurrent as f64);
+    }
+}
+
+impl Telemetry {
+    /// The limit in force is now `limit` (set when the bulkhead is built, and
+    /// after a reconfiguration, which has its own event).
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    pub(crate) fn limit_in_force(&self, limit: usize) {
+        #[cfg(feature = "metrics")]
+        self.m.limit.set(limit as f64);
+    }
+
+    /// The algorithm (or an operator's pin) moved the limit from `before` to `after`.
+    #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+    pub(crate) fn limit_moved(&self, name: &str, before: usize, after: usize) {
+        #[cfg(feature = "tracing")]
+        tracing::debug!(
+            target: "seawall::bulkhead",
+            bulkhead = name,
+            limit = after,
+            old_limit = before,
+            "bulkhead limit moved"
+        );
+        self.limit_in_force(after);
+    }
+
+    /// An operator pinned the limit at `limit`, or released it (`None`).
+    #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+    pub(crate) fn pinned(&self, name: &str, limit: Option<usize>) {
+        #[cfg(feature = "tracing")]
+        match limit {
+            Some(limit) => tracing::info!(
+                target: "seawall::bulkhead",
+                bulkhead = name,
+                limit,
+                "bulkhead limit pinned by an operator"
+            ),
+            None => tracing::info!(
+                target: "seawall::bulkhead",
+                bulkhead = name,
+                "bulkhead limit released"
+            ),
+        }
     }
 }
 
