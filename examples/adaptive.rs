@@ -17,35 +17,14 @@ mod sim;
 
 use std::path::PathBuf;
 
-use seawall::bulkhead::adaptive::{AimdConfig, GradientConfig};
 use seawall::BoxError;
-use sim::{Policy, Scenario};
-
-/// The policies compared, as an operator would configure them for this supplier.
-pub fn policies(scenario: &Scenario) -> Vec<Policy> {
-    vec![
-        Policy::Static(200),
-        Policy::Static(5),
-        // AIMD learns from 503s, and from a latency above `timeout`: the supplier
-        // queues before it refuses, so the timeout is what keeps that queue short.
-        Policy::Adaptive(
-            "aimd",
-            AimdConfig {
-                timeout: scenario.service_time.mul_f64(1.2),
-                ..AimdConfig::default()
-            }
-            .into(),
-        ),
-        // The gradient needs no number about the supplier: its defaults.
-        Policy::Adaptive("gradient", GradientConfig::default().into()),
-    ]
-}
+use sim::Scenario;
 
 #[tokio::main(flavor = "current_thread", start_paused = true)]
 async fn main() -> Result<(), BoxError> {
     let scenario = Scenario::standard();
     let mut runs = Vec::new();
-    for policy in policies(&scenario) {
+    for policy in sim::policies(&scenario) {
         runs.push(sim::run(&scenario, policy, 7).await?);
     }
     println!("{}", sim::tables(&runs));

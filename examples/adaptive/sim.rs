@@ -15,6 +15,7 @@ use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use seawall::bulkhead::adaptive::{AimdConfig, GradientConfig};
 use seawall::bulkhead::{AdaptiveConfig, BulkheadLayer, Handle, OverloadStatus};
 use seawall::core::{find_rejection, BoxError};
 use tokio::sync::oneshot;
@@ -92,6 +93,26 @@ impl Policy {
             Policy::Adaptive(name, _) => (*name).to_owned(),
         }
     }
+}
+
+/// The policies compared, as an operator would configure them for this supplier.
+pub fn policies(scenario: &Scenario) -> Vec<Policy> {
+    vec![
+        Policy::Static(200),
+        Policy::Static(5),
+        // AIMD learns from 503s, and from a latency above `timeout`: the supplier
+        // queues before it refuses, so the timeout is what keeps that queue short.
+        Policy::Adaptive(
+            "aimd",
+            AimdConfig {
+                timeout: scenario.service_time.mul_f64(1.2),
+                ..AimdConfig::default()
+            }
+            .into(),
+        ),
+        // The gradient needs no number about the supplier: its defaults.
+        Policy::Adaptive("gradient", GradientConfig::default().into()),
+    ]
 }
 
 /// A time series integrated over buckets.

@@ -154,21 +154,28 @@ impl Feedback {
         self.limit.load(Ordering::Relaxed)
     }
 
-    /// The ticket of a call admitted now, or `None` when no algorithm is fed.
-    /// `admissions` numbers fast-path admissions: one in `sample_every` is timed.
-    /// A call admitted on the slow path (`None`) is always timed.
+    /// The ticket of a call admitted now, or `None` when no algorithm is fed (then
+    /// nothing else is read). A call admitted on the fast path of `machine` is
+    /// timed when its admission count is a multiple of `sample_every`; one
+    /// admitted on the slow path (`None`) is always timed.
     #[inline]
-    pub(crate) fn issue(&self, admissions: Option<u64>) -> Option<Ticket> {
+    pub(crate) fn issue(&self, fast_path: Option<&Machine>) -> Option<Ticket> {
         if !self.on.load(Ordering::Relaxed) {
             return None;
         }
+        Some(self.ticket(fast_path.map(Machine::admissions_hint)))
+    }
+
+    /// The ticket of an admission numbered `admissions` (`None`: slow path).
+    #[inline]
+    fn ticket(&self, admissions: Option<u64>) -> Ticket {
         let generation = self.generation.load(Ordering::Relaxed);
         let timed = admissions.is_none_or(|n| n & self.sample_mask.load(Ordering::Relaxed) == 0)
             || self.every_call.load(Ordering::Relaxed);
-        Some(Ticket {
+        Ticket {
             generation,
             started: timed.then(Instant::now),
-        })
+        }
     }
 
     /// Learns from a completed call; the limits before and after when the limit in
@@ -311,7 +318,7 @@ mod tests {
     fn without_an_algorithm_nothing_is_issued_and_max_concurrent_is_in_force() {
         let f = Feedback::new(&config(None), Some(1));
         assert_eq!(f.limit(), 8);
-        assert!(f.issue(Some(0)).is_none());
+        assert!(f.issue(None).is_none());
         assert!(f.view().algorithm.is_none());
     }
 
@@ -320,7 +327,7 @@ mod tests {
         let f = Feedback::new(&config(Some(aimd())), Some(1));
         assert_eq!(f.limit(), 10);
         let timed: Vec<bool> = (1..=8)
-            .map(|n| f.issue(Some(n)).unwrap().started.is_some())
+            .map(|n| f.ticket(Some(n)).started.is_some())
             .collect();
         assert_eq!(
             timed,
@@ -328,6 +335,12 @@ mod tests {
         );
         // A call that waited for its slot is always timed.
         assert!(f.issue(None).unwrap().started.is_some());
+        let m = Machine::new(4, 0);
+        assert!(m.try_acquire());
+        assert!(
+            f.issue(Some(&m)).unwrap().started.is_none(),
+            "admission 1 of 4"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -336,10 +349,7 @@ mod tests {
         let m = Machine::new(10, 0);
         assert_eq!(f.pin(3), 10);
         assert_eq!(f.limit(), 3);
-        assert!(
-            f.issue(Some(4)).is_none(),
-            "a pinned limit feeds no algorithm"
-        );
+        assert!(f.issue(None).is_none(), "a pinned limit feeds no algorithm");
         assert!(f.view().pinned);
         let overloaded: Result<(), BoxError> = Err(Box::new(seawall_core::DeadlineExceeded::new()));
         let ticket = Ticket {
@@ -352,7 +362,7 @@ mod tests {
         assert_eq!(f.release(Instant::now()), (3, 3));
         assert!(!f.view().pinned);
         // Released: the algorithm continues from the pinned limit, in a new generation.
-        let ticket = f.issue(Some(1)).unwrap();
+        let ticket = f.issue(None).unwrap();
         assert_eq!(ticket.generation, 1);
         assert_eq!(
             f.observe(ticket, &TimeoutsAsOverload, &overloaded, &m),
@@ -368,14 +378,14 @@ mod tests {
     async fn ignored_and_untimed_served_calls_take_no_lock_and_change_nothing() {
         let f = Feedback::new(&config(Some(aimd())), Some(1));
         let m = Machine::new(10, 0);
-        let untimed = f.issue(Some(1)).unwrap();
+        let untimed = f.ticket(Some(1));
         let ok: Result<(), BoxError> = Ok(());
         assert!(f.observe(untimed, &TimeoutsAsOverload, &ok, &m).is_none());
         let open: Result<(), BoxError> = Err(Box::new(seawall_core::CircuitOpen::new(
             "b".into(),
             Duration::from_secs(1),
         )));
-        let timed = f.issue(Some(4)).unwrap();
+        let timed = f.ticket(Some(4));
         assert!(f.observe(timed, &TimeoutsAsOverload, &open, &m).is_none());
         assert_eq!(f.limit(), 10);
     }
@@ -385,7 +395,7 @@ mod tests {
         let f = Feedback::new(&config(Some(aimd())), Some(1));
         let m = Machine::new(10, 0);
         let overloaded: Result<(), BoxError> = Err(Box::new(seawall_core::DeadlineExceeded::new()));
-        let t = f.issue(Some(1)).unwrap();
+        let t = f.ticket(Some(1));
         f.observe(t, &TimeoutsAsOverload, &overloaded, &m);
         assert_eq!(f.limit(), 9);
         // The same section again: nothing restarts.
@@ -400,8 +410,245 @@ mod tests {
         assert_eq!(f.limit(), 9);
         f.reconfigure(&config(None), Instant::now());
         assert_eq!(f.limit(), 8);
-        assert!(f.issue(Some(8)).is_none());
+        assert!(f.issue(None).is_none());
         f.reconfigure(&config(Some(aimd())), Instant::now());
         assert_eq!(f.limit(), 10, "a new algorithm starts at its initial limit");
+    }
+}
+
+#[cfg(test)]
+mod schedule {
+    //! Random schedules of arrivals, completions (served, overloaded, failed,
+    //! timed out, short-circuited), waits, clock advances and operator pins,
+    //! through the admission machine and an adaptive algorithm together, checked
+    //! after every step.
+    use std::sync::Arc;
+    use std::task::{Wake, Waker};
+
+    use proptest::prelude::*;
+    use seawall_core::{CircuitOpen, DeadlineExceeded, OverloadStatus};
+
+    use super::*;
+    use crate::adaptive::{AimdConfig, GradientConfig};
+    use crate::machine::{Enqueued, Leave, Left, WaiterId};
+    use crate::state::Shared;
+
+    struct Noop;
+    impl Wake for Noop {
+        fn wake(self: Arc<Self>) {}
+    }
+
+    #[derive(Debug, Clone, Copy)]
+    enum Reply {
+        Ok,
+        Overloaded,
+        Failed,
+        TimedOut,
+        Open,
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Arrive,
+        Complete(usize, Reply),
+        Poll(usize),
+        TimeOut(usize),
+        Advance(u64),
+        Pin(usize),
+        Release,
+    }
+
+    fn reply() -> impl Strategy<Value = Reply> {
+        prop_oneof![
+            6 => Just(Reply::Ok),
+            2 => Just(Reply::Overloaded),
+            1 => Just(Reply::Failed),
+            1 => Just(Reply::TimedOut),
+            1 => Just(Reply::Open),
+        ]
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            6 => Just(Op::Arrive),
+            5 => (any::<usize>(), reply()).prop_map(|(i, r)| Op::Complete(i, r)),
+            2 => any::<usize>().prop_map(Op::Poll),
+            1 => any::<usize>().prop_map(Op::TimeOut),
+            3 => (0..400u64).prop_map(Op::Advance),
+            1 => (1..12usize).prop_map(Op::Pin),
+            1 => Just(Op::Release),
+        ]
+    }
+
+    fn algorithm() -> impl Strategy<Value = AdaptiveConfig> {
+        let bounds = (1..6usize, 0..10usize, 0..10usize);
+        prop_oneof![
+            (bounds.clone(), 0..4u32, 1..500u64).prop_map(|((min, span, at), every, timeout)| {
+                AdaptiveConfig::from(AimdConfig {
+                    min_limit: min,
+                    max_limit: min + span,
+                    initial_limit: min + at.min(span),
+                    sample_every: 1 << every,
+                    timeout: Duration::from_millis(timeout),
+                    ..AimdConfig::default()
+                })
+            }),
+            (bounds, 0..4u32, 1..5usize).prop_map(|((min, span, at), every, samples)| {
+                AdaptiveConfig::from(GradientConfig {
+                    min_limit: min,
+                    max_limit: min + span,
+                    initial_limit: min + at.min(span),
+                    sample_every: 1 << every,
+                    window: Duration::from_millis(50),
+                    window_samples: samples,
+                    min_rtt_samples: samples,
+                    min_rtt_every: Duration::from_secs(2),
+                    ..GradientConfig::default()
+                })
+            }),
+        ]
+    }
+
+    fn result(reply: Reply) -> Result<http::Response<()>, BoxError> {
+        let status = |code: u16| {
+            let mut res = http::Response::new(());
+            *res.status_mut() = http::StatusCode::from_u16(code).unwrap_or_default();
+            Ok(res)
+        };
+        match reply {
+            Reply::Ok => status(200),
+            Reply::Overloaded => status(503),
+            Reply::Failed => status(500),
+            Reply::TimedOut => Err(Box::new(DeadlineExceeded::new())),
+            Reply::Open => Err(Box::new(CircuitOpen::new(
+                "inner".into(),
+                Duration::from_secs(1),
+            ))),
+        }
+    }
+
+    fn run(adaptive: AdaptiveConfig, max_queue: usize, ops: Vec<Op>) -> Result<(), TestCaseError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        rt.block_on(async move {
+            let config = BulkheadConfig {
+                max_queue,
+                adaptive: Some(adaptive),
+                ..BulkheadConfig::default()
+            };
+            let (min, max) = match adaptive {
+                AdaptiveConfig::Aimd(c) => (c.min_limit, c.max_limit),
+                AdaptiveConfig::Gradient(c) => (c.min_limit, c.max_limit),
+            };
+            let shared = Shared::new("schedule".into(), config, Some(3));
+            let m = &shared.machine;
+            let waker = Waker::from(Arc::new(Noop));
+            let mut holders: Vec<Option<Ticket>> = Vec::new();
+            let mut waiters: Vec<WaiterId> = Vec::new();
+            let mut pinned: Option<usize> = None;
+            let classify = OverloadStatus::default();
+
+            for op in ops {
+                let before = m.counts();
+                let limit_before = m.max_concurrent();
+                let mut left = false;
+                match op {
+                    Op::Arrive => {
+                        if m.try_acquire() {
+                            // No admission while active ≥ the limit, and none past a waiter.
+                            prop_assert!(before.active < limit_before && before.queued == 0);
+                            holders.push(shared.feedback.issue(Some(m)));
+                        } else if !m.is_full() {
+                            match m.enqueue() {
+                                Enqueued::Admitted => {
+                                    prop_assert!(before.active < limit_before);
+                                    holders.push(shared.feedback.issue(None));
+                                }
+                                Enqueued::Waiting(id) => waiters.push(id),
+                                Enqueued::Full | Enqueued::Expired => {}
+                            }
+                        }
+                    }
+                    Op::Complete(i, reply) if !holders.is_empty() => {
+                        let ticket = holders.swap_remove(i % holders.len());
+                        if let Some(ticket) = ticket {
+                            if let Some((b, a)) =
+                                shared
+                                    .feedback
+                                    .observe(ticket, &classify, &result(reply), m)
+                            {
+                                shared.apply_limit(b, a);
+                            }
+                        }
+                        shared.release_slot();
+                    }
+                    Op::Poll(i) if !waiters.is_empty() => {
+                        let k = i % waiters.len();
+                        if m.poll_waiter(waiters[k], &waker) {
+                            waiters.swap_remove(k);
+                            holders.push(shared.feedback.issue(None));
+                        }
+                    }
+                    Op::TimeOut(i) if !waiters.is_empty() => {
+                        let id = waiters.swap_remove(i % waiters.len());
+                        left = true;
+                        if m.leave(id, Leave::TimedOut) == Left::HoldsSlot {
+                            holders.push(shared.feedback.issue(None));
+                        }
+                    }
+                    Op::Advance(ms) => tokio::time::advance(Duration::from_millis(ms)).await,
+                    Op::Pin(n) => {
+                        pinned = Some(n);
+                        shared.pin_limit(n);
+                    }
+                    Op::Release => {
+                        pinned = None;
+                        shared.release_limit();
+                    }
+                    Op::Complete(..) | Op::Poll(_) | Op::TimeOut(_) => {}
+                }
+                let after = m.counts();
+                let limit = m.max_concurrent();
+                prop_assert_eq!(limit, shared.feedback.limit());
+                match pinned {
+                    Some(n) => prop_assert_eq!(limit, n),
+                    None => prop_assert!(
+                        (min..=max).contains(&limit),
+                        "{limit} outside {min}..={max}"
+                    ),
+                }
+                // Slots handed to waiters in this step went only below the limit.
+                if after.queued < before.queued && !left {
+                    prop_assert!(after.active <= limit, "{after:?} over {limit}");
+                }
+                // A slot never sits free while someone waits.
+                prop_assert!(
+                    after.queued == 0 || after.active >= limit,
+                    "{after:?} with {limit}"
+                );
+                prop_assert_eq!(after.active, holders.len() + handed(m, &waiters));
+            }
+            Ok(())
+        })
+    }
+
+    /// Waiters already handed a slot (they hold it, but have not polled yet).
+    fn handed(m: &Machine, waiters: &[WaiterId]) -> usize {
+        waiters.len() - m.counts().queued
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+        #[test]
+        fn the_limit_stays_in_bounds_and_nobody_is_admitted_at_it(
+            adaptive in algorithm(),
+            max_queue in 0..6usize,
+            ops in proptest::collection::vec(op(), 1..250),
+        ) {
+            run(adaptive, max_queue, ops)?;
+        }
     }
 }

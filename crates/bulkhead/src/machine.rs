@@ -764,6 +764,29 @@ mod tests {
     }
 
     #[test]
+    fn a_limit_change_fails_a_racing_fast_path_compare_and_swap() {
+        let m = Machine::new(3, 0);
+        assert!(m.try_acquire());
+        assert!(m.try_acquire());
+        // A fast-path caller has read the word and the old limit (3 > 2 active)...
+        let seen = m.state.load(Ordering::Acquire);
+        assert!(active(seen) < m.max_concurrent.load(Ordering::Relaxed));
+        // ...when the limit falls to 2.
+        m.set_limits(2, 0);
+        let raced = m.state.compare_exchange(
+            seen,
+            seen + 1 + ONE_ADMITTED,
+            Ordering::Acquire,
+            Ordering::Acquire,
+        );
+        assert!(raced.is_err(), "the swap must see that the limit changed");
+        // Retrying reads the new limit: no admission at active = limit.
+        assert!(!m.try_acquire());
+        assert_eq!(m.counts().active, 2);
+        assert_eq!(m.admitted(), 2);
+    }
+
+    #[test]
     fn a_large_grow_wakes_every_batch() {
         let m = Machine::new(1, 100);
         assert!(m.try_acquire());

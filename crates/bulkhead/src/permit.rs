@@ -43,9 +43,7 @@ impl Permit {
     /// a clock read for one admission in `sample_every`).
     #[inline]
     pub(crate) fn new(shared: Arc<Shared>) -> Self {
-        let ticket = shared
-            .feedback
-            .issue(Some(shared.machine.admissions_hint()));
+        let ticket = shared.feedback.issue(Some(&shared.machine));
         Self {
             held: Held::Unique(Slot { shared }),
             ticket,
@@ -164,5 +162,14 @@ impl fmt::Debug for PermitHandle {
         f.debug_struct("PermitHandle")
             .field("bulkhead", &self.bulkhead())
             .finish()
+    }
+}
+
+#[cfg(all(test, target_pointer_width = "64"))]
+mod tests {
+    #[test]
+    fn a_permit_is_the_size_the_crate_docs_say() {
+        // The slot (16 bytes) and the ticket an adaptive limit needs (24).
+        assert_eq!(std::mem::size_of::<super::Permit>(), 40);
     }
 }
