@@ -25,6 +25,9 @@
 //! failures_to_degrade = 5
 //! min_dwell = "60s"
 //!
+//! [policies.search.bulkhead]        # a limit found at run time instead of max_concurrent
+//! adaptive = { algorithm = "gradient", min_limit = 4, max_limit = 200 }
+//!
 //! [routes]                          # server routes and the policy each uses
 //! "/quote" = "freight"
 //! "/assistant" = "assistant"
@@ -114,7 +117,12 @@
 //! - `routes` and `dependencies` (wired into the router and clients at start);
 //! - what is code: classifiers, degradation levels, fallback strategies and steps.
 //!
-//! Everything else changes live: bulkhead limits, breaker thresholds, windows and
+//! What counts as overload for an adaptive bulkhead is code too: build it with
+//! `policies.bulkhead(name)?.overload(OverloadStatus::default())` for HTTP and
+//! gRPC (see [`BulkheadLayer::overload`](crate::bulkhead::BulkheadLayer::overload)).
+//!
+//! Everything else changes live: bulkhead limits (a changed `adaptive` section
+//! starts its algorithm again from the limit in force), breaker thresholds, windows and
 //! intervals (a different window *shape* starts an empty window; the state stays),
 //! degradation triggers and probe settings, fallback triggers, step timeouts and
 //! `enabled`.

@@ -7,6 +7,10 @@
 //! at once ([`BulkheadFull`]) or after a short wait ([`BulkheadTimeout`]) — while
 //! the rest of the service, with its own bulkheads, keeps working.
 //!
+//! The limit of active calls is fixed (`max_concurrent`) or **adaptive**: an
+//! algorithm finds it from what the admitted calls say (see
+//! [An adaptive limit](#an-adaptive-limit)).
+//!
 //! # Configuration
 //!
 //! | field | default | meaning |
@@ -14,6 +18,7 @@
 //! | `max_concurrent` | 8 | calls in the inner service at once |
 //! | `max_queue` | 10 | calls waiting for a slot (0: reject at once when busy) |
 //! | `max_wait` | 20 ms | longest wait for a slot, shortened by the request's [`Deadline`] |
+//! | `adaptive` | none | an algorithm that sets the limit of active calls instead of `max_concurrent` ([`adaptive`]) |
 //!
 //! **Limits are per instance.** A bulkhead counts the calls of the process it
 //! runs in: three instances of a service, each with `max_concurrent = 8`, allow
@@ -73,6 +78,89 @@
 //! #     f.poll(&mut std::task::Context::from_waker(&waker))
 //! # }
 //! ```
+//!
+//! # An adaptive limit
+//!
+//! A fixed limit is wrong twice: too high, and the supplier's own queue hides in
+//! our latency (it answers, slowly, then with 503s); too low, and healthy capacity
+//! is refused. With [`BulkheadBuilder::adaptive`] an algorithm moves the limit
+//! between its `min_limit` and `max_limit` from what the calls it admitted say;
+//! everything else stays: the bounded, timed FIFO queue, the deadline bound, the
+//! typed rejections, the permit held until the work ends.
+//!
+//! ```
+//! use std::time::Duration;
+//! use seawall_bulkhead::adaptive::AimdConfig;
+//! use seawall_bulkhead::{BulkheadLayer, OverloadStatus};
+//!
+//! # fn main() -> Result<(), seawall_core::ConfigError> {
+//! let freight = BulkheadLayer::builder("freight")
+//!     .max_queue(10)
+//!     .max_wait(Duration::from_millis(20))
+//!     .adaptive(AimdConfig {
+//!         min_limit: 2,
+//!         max_limit: 100,
+//!         // The supplier answers in about 100 ms when it is not queueing.
+//!         timeout: Duration::from_millis(150),
+//!         ..AimdConfig::default()
+//!     })
+//!     .build()?
+//!     // HTTP and gRPC: 429, 503 and RESOURCE_EXHAUSTED are overload too.
+//!     .overload(OverloadStatus::default());
+//! assert_eq!(freight.handle().snapshot().limit, 20); // the initial limit
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! **Which algorithm.** [`Aimd`](adaptive::Aimd) when the supplier *says* it is
+//! overloaded (it sheds with 429/503) or when you know its normal latency (its
+//! `timeout`); [`Gradient`](adaptive::Gradient) when it queues quietly and you do
+//! not know its latency, or it varies: the gradient learns a baseline and measures
+//! it again on a jittered schedule. The [`adaptive`] module says more, and how each
+//! one moves.
+//!
+//! **What feeds it.** Each response future reports its call once, classified by the
+//! layer's overload classifier ([`BulkheadLayer::overload`]): *overloaded* (a
+//! `429`, a `503`, gRPC `RESOURCE_EXHAUSTED`, a timeout from a breaker or deadline
+//! below), *served* (any other answer, a `404` or a `500` included: the supplier
+//! answered, and its latency is a fair sample), or *no evidence* (an inner
+//! breaker's `CircuitOpen`, a transport error). The default classifier,
+//! [`TimeoutsAsOverload`], works for any response type and sees only timeouts;
+//! use [`OverloadStatus`] for HTTP and gRPC. The bulkhead's own rejections never
+//! reach it: they are decided before the dependency is called. A cancelled call
+//! (its future dropped) reports nothing. The latency is measured from admission
+//! (in backpressure mode, from the slot's reservation in `poll_ready`) to the
+//! inner future's completion, so the bulkhead's own queue never counts:
+//! one fast-path admission in `sample_every` (default 8) and every call that waited
+//! for its slot read the clock; the others read none.
+//!
+//! **The limit changes admission only.** When it falls, running calls finish (no
+//! preemption) and nobody is admitted until active calls are below it; when it
+//! rises, waiters are admitted at once. No call is ever admitted while active ≥
+//! the limit in force, even with callers racing a change (a change invalidates the
+//! fast path's compare-and-swap). `max_queue` and `max_wait` keep their meaning.
+//!
+//! **Reading the limit in an incident.** `seawall_bulkhead_limit` (and
+//! [`Snapshot::limit`]) is what this instance currently lets through to the
+//! supplier; sum it across instances for the fleet. Read it against
+//! `seawall_bulkhead_active` and the rejections:
+//!
+//! - limit steady, active at the limit, some `rejected_total{reason="full"}`: the
+//!   supplier serves about that many at once, and the bulkhead is keeping the
+//!   excess out of its queue. Normal under load. (AIMD saws up and down by ~10 %;
+//!   that is how it probes.)
+//! - limit falling toward `min_limit`: the supplier is overloaded (or much slower)
+//!   *now*; look at the supplier, not at the bulkhead. Raising the limit only
+//!   rebuilds its queue.
+//! - limit at `max_limit`: the algorithm sees no overload at all; `max_limit` is
+//!   what bounds this instance.
+//! - a gradient's limit dipping briefly every `min_rtt_every`: it is measuring its
+//!   baseline ([`AdaptiveSnapshot::measuring_min_rtt`], [`AdaptiveSnapshot::min_rtt`]).
+//!
+//! To take the valve in hand, [`Handle::pin_limit`] holds the limit at a value
+//! (the algorithm is not fed meanwhile) and [`Handle::release_limit`] lets it go on
+//! *from that value*, so the end of an incident does not jump back to a limit
+//! learned before it.
 //!
 //! # The life of a call
 //!
@@ -206,7 +294,13 @@
 //! word (which also counts the admission), one `Arc` clone into the permit, a
 //! clone of the inner service and one readiness poll of it, and one `fetch_sub`
 //! when the call ends. No lock, no allocation, no clock read; the response future
-//! is the inner future plus a 16-byte permit. A rejection when full: a few loads,
+//! is the inner future plus a 40-byte permit (the slot, and the ticket an adaptive
+//! limit needs). With an adaptive limit, admission also reads a few relaxed
+//! atomics (is an algorithm fed, its generation, the sampling rate, the admission
+//! count) and the completion classifies the result (a status comparison); one admission in
+//! `sample_every` reads the clock at admission and completion and takes the
+//! algorithm's lock once, as does an overload answer of the current generation.
+//! Still no allocation. A rejection when full: a few loads,
 //! one counter, and the boxed [`BulkheadFull`]; no lock, no timer. Only a call
 //! that waits (for a slot, or for an inner service that was not ready) takes the
 //! queue's lock, reads the clock, and parks its request in one allocation.
@@ -215,9 +309,10 @@
 //!
 //! # Observing and operating
 //!
-//! [`Handle::snapshot`] reports active and waiting calls, admitted, rejected-full,
-//! rejected-timeout and abandoned counts, and the admission wait's p50, p99 and
-//! max (a fixed histogram of atomics; immediate admissions count as zero).
+//! [`Handle::snapshot`] reports the limit in force, active and waiting calls,
+//! admitted, rejected-full, rejected-timeout and abandoned counts, the admission
+//! wait's p50, p99 and max (a fixed histogram of atomics; immediate admissions
+//! count as zero), and an adaptive algorithm's state.
 //! [`Handle::reconfigure`] changes the limits at run time with validation:
 //! growing admits waiters at once; shrinking never preempts a running call, it
 //! only admits fewer. [`Handle::revert`] restores the built limits. Rejections
@@ -227,6 +322,7 @@
 //! | metric (label `name`) | kind |
 //! |---|---|
 //! | `seawall_bulkhead_active`, `seawall_bulkhead_queued`, `seawall_bulkhead_max_concurrent` | gauge |
+//! | `seawall_bulkhead_limit` (the limit in force: adaptive, pinned or `max_concurrent`) | gauge |
 //! | `seawall_bulkhead_admitted_total` | counter |
 //! | `seawall_bulkhead_rejected_total{reason = "full" \| "timeout" \| "keys"}` | counter |
 //! | `seawall_bulkhead_wait_seconds` | histogram |
@@ -242,10 +338,12 @@
 //! # Features
 //!
 //! - `http`: [`BulkheadLayer::hold_until_body_end`] and [`UntilBodyEnd`].
-//! - `tracing` (default): events on rejections and limit changes.
+//! - `tracing` (default): events on rejections, limit changes, and each move of an
+//!   adaptive or pinned limit.
 //! - `metrics`: the metrics above.
-//! - `serde`: `Deserialize`/`Serialize` for [`BulkheadConfig`] (durations as
-//!   `"20ms"`), `Serialize` for snapshots.
+//! - `serde`: `Deserialize`/`Serialize` for [`BulkheadConfig`] and its
+//!   [`AdaptiveConfig`] (durations as `"20ms"`; `adaptive = { algorithm = "aimd",
+//!   … }`), `Serialize` for snapshots.
 //!
 //! [`Deadline`]: seawall_core::Deadline
 //! [`Snapshot::queued`]: crate::Snapshot::queued
