@@ -288,6 +288,21 @@ async fn a_gradient_measures_its_baseline_then_shrinks_when_latency_grows() {
     assert_eq!(h.snapshot().limit, 4);
 }
 
+#[tokio::test(start_paused = true)]
+async fn backpressure_mode_feeds_the_same_algorithm() {
+    let (l, h) = layer(aimd(3, 0));
+    let mut svc = l.backpressure().layer(service_fn(supplier));
+    let mut ready = task::spawn(std::future::poll_fn(|cx| svc.poll_ready(cx)));
+    assert!(assert_ready!(ready.poll()).is_ok());
+    drop(ready);
+    let (tx, rx) = oneshot::channel();
+    let mut call = task::spawn(svc.call(http::Request::new(rx)));
+    assert_pending!(call.poll());
+    tx.send(Reply::Status(429)).unwrap();
+    assert_eq!(assert_ready!(call.poll()).unwrap().status(), 429);
+    assert_eq!(counts(&h), (0, 0, 2));
+}
+
 #[test]
 fn a_keyed_bulkhead_refuses_an_adaptive_limit() {
     let e = seawall_bulkhead::KeyedBulkheadLayer::builder("hosts", |r: &http::Request<()>| {
