@@ -94,10 +94,9 @@ pub(crate) struct View {
 pub(crate) struct Feedback {
     /// An algorithm is being fed (adaptive and not pinned).
     on: AtomicBool,
-    /// The algorithm wants every call's latency for now.
-    every_call: AtomicBool,
     generation: AtomicU64,
-    /// `sample_every - 1` (a power of two minus one).
+    /// `sample_every - 1` (a power of two minus one), or 0 while the algorithm
+    /// wants every call's latency.
     sample_mask: AtomicU64,
     /// The limit in force, which the machine applies.
     limit: AtomicUsize,
@@ -117,7 +116,6 @@ impl Feedback {
         state.algorithm = config.adaptive.map(|c| state.build(c));
         let f = Self {
             on: AtomicBool::new(false),
-            every_call: AtomicBool::new(false),
             generation: AtomicU64::new(0),
             sample_mask: AtomicU64::new(0),
             limit: AtomicUsize::new(state.in_force()),
@@ -136,12 +134,13 @@ impl Feedback {
     fn mirror(&self, state: &State) {
         let algorithm = state.algorithm.as_ref().map(Algorithm::get);
         let on = algorithm.is_some() && state.pinned.is_none();
+        let mut every = state.config.map_or(1, |c| c.sample_every());
         if let Some(a) = algorithm {
             self.generation.store(a.generation(), Ordering::Relaxed);
-            self.every_call
-                .store(a.wants_every_latency(), Ordering::Relaxed);
+            if a.wants_every_latency() {
+                every = 1;
+            }
         }
-        let every = state.config.map_or(1, |c| c.sample_every());
         self.sample_mask
             .store(u64::from(every.max(1)) - 1, Ordering::Relaxed);
         self.limit.store(state.in_force(), Ordering::Relaxed);
@@ -170,8 +169,7 @@ impl Feedback {
     #[inline]
     fn ticket(&self, admissions: Option<u64>) -> Ticket {
         let generation = self.generation.load(Ordering::Relaxed);
-        let timed = admissions.is_none_or(|n| n & self.sample_mask.load(Ordering::Relaxed) == 0)
-            || self.every_call.load(Ordering::Relaxed);
+        let timed = admissions.is_none_or(|n| n & self.sample_mask.load(Ordering::Relaxed) == 0);
         Ticket {
             generation,
             started: timed.then(Instant::now),

@@ -688,7 +688,9 @@ impl OverloadStatus {
     /// Classifies from response headers: the `grpc-status` header when present,
     /// otherwise the HTTP status. An unreadable `grpc-status` is served.
     pub fn classify_parts(&self, status: StatusCode, headers: &http::HeaderMap) -> Outcome {
-        let overloaded = match headers.get("grpc-status") {
+        // A typed header name: no parsing of the name on every call.
+        const GRPC_STATUS: http::HeaderName = http::HeaderName::from_static("grpc-status");
+        let overloaded = match headers.get(&GRPC_STATUS) {
             Some(v) => v
                 .to_str()
                 .ok()
