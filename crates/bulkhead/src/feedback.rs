@@ -2,8 +2,9 @@
 //!
 //! The hot path reads a few atomics here: whether an algorithm is being fed, its
 //! generation, and how often to measure latency. Only a call whose latency is
-//! measured (one in `sample_every`) or that reports overload takes the lock,
-//! after it completed; no lock is held while the limit is applied to the
+//! measured (one fast-path admission in `sample_every`, and every call that waited
+//! for its slot) or that reports overload in the current generation takes the
+//! lock, after it completed; no lock is held while the limit is applied to the
 //! admission machine, so a waiter woken by a larger limit may call back into
 //! the bulkhead at once.
 

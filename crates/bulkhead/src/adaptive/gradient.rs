@@ -177,12 +177,13 @@ enum Phase {
 /// `window_samples` latencies of the current generation sets
 ///
 /// ```text
-/// gradient = clamp(baseline × (1 + tolerance) / median latency, 0.5, 2.0)
+/// gradient = clamp(baseline × (1 + tolerance) / mean latency, 0.5, 2.0)
 /// limit    = limit × gradient            (+ √limit when the window saw no queueing at all)
 /// ```
 ///
-/// With `limit` above what the supplier serves at once (`c`), latency grows with
-/// the supplier's queue, and one window brings the limit to about
+/// The mean, not the median: by Little's law the mean latency is what relates
+/// the calls in flight to what the supplier serves, so with `limit` above what it
+/// serves at once (`c`), one window brings the limit to about
 /// `c × (1 + tolerance)`; below it, the limit grows by `tolerance` plus the
 /// headroom each window. A limit far from used (less than half in flight) does not
 /// grow. An overload signal from a current call multiplies the limit by `backoff`
@@ -203,7 +204,8 @@ enum Phase {
 ///     g.on_sample(now, Sample::served(ms(100), 4, g.generation()));
 /// }
 /// assert_eq!((g.limit(), g.min_rtt()), (20, Some(ms(100))));
-/// // The supplier queues: calls take twice as long. One window halves the limit.
+/// // The supplier queues: calls take twice as long. One window brings the limit to
+/// // what it serves at once, plus the tolerance: 20 × 110 / 200.
 /// for _ in 0..4 {
 ///     now += ms(100);
 ///     g.on_sample(now, Sample::served(ms(200), 20, g.generation()));
@@ -312,10 +314,11 @@ impl Gradient {
         } else {
             (resume / (1.0 + 2.0 * self.config.tolerance)).ceil()
         };
+        let before = self.generation;
         self.set(lowered);
         // A new generation even when the whole number did not move: only calls
         // admitted from now on measure the baseline.
-        if lowered as usize == resume as usize {
+        if self.generation == before {
             self.generation += 1;
         }
         self.phase = Phase::Measuring { resume };
@@ -605,6 +608,39 @@ mod tests {
         feed(&mut g, &mut now, 4, ms(100), ms(10));
         assert!(!g.measuring());
         assert_eq!(g.limit(), 20);
+    }
+
+    #[test]
+    fn a_measurement_at_the_minimum_still_counts_only_calls_admitted_after_it() {
+        let c = GradientConfig {
+            tolerance: 0.5,
+            ..config()
+        };
+        let mut g = Gradient::with_seed(c, 1);
+        let mut now = Instant::now();
+        feed(&mut g, &mut now, 4, ms(100), ms(10));
+        // Latency far above the baseline: down to the minimum, 4.
+        while g.limit() > 4 {
+            feed(&mut g, &mut now, 30, ms(1_000), ms(10));
+        }
+        let before = g.generation();
+        while !g.measuring() {
+            now += ms(10);
+            g.on_sample(now, Sample::served(ms(1_000), 4, g.generation()));
+        }
+        // ⌈4 / 2⌉ is below the minimum, so the limit stays 4, yet a new generation
+        // began: calls admitted before it (their latency made by a queue) are
+        // not counted.
+        assert_eq!(g.limit(), 4);
+        assert!(g.generation() > before);
+        let stale = g.generation() - 1;
+        for _ in 0..8 {
+            now += ms(10);
+            g.on_sample(now, Sample::served(ms(1_000), 4, stale));
+        }
+        assert!(g.measuring());
+        feed(&mut g, &mut now, 4, ms(300), ms(10));
+        assert_eq!(g.min_rtt(), Some(ms(300)));
     }
 
     #[test]
