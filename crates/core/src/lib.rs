@@ -34,6 +34,9 @@
 //! - **Configuration errors** ([`ConfigError`]) naming the field at fault, and the
 //!   longest duration any setting accepts ([`MAX_DURATION`], a year) with
 //!   instant arithmetic that cannot panic ([`later`]).
+//! - **A bounded keyed map** ([`KeyedMap`]) for the keyed layers: O(1) lookup and
+//!   eviction (CLOCK with a bounded sweep), values pinned by the layer's rule are
+//!   never evicted, and no lock is held while anything but the map's bookkeeping runs.
 //! - **Panics as failures** ([`on_unwind`]): how a layer records a panicking
 //!   dependency while the panic unwinds, even when it is caught further out.
 //!
@@ -72,6 +75,7 @@ pub mod grpc;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
+mod keyed;
 mod random;
 #[cfg(feature = "metrics")]
 mod reasons;
@@ -93,6 +97,7 @@ pub use deadline::{
     Bounded, Deadline, DeadlineFuture, DeadlineHeaders, DeadlineLayer, DeadlineService,
     GrpcTimeout, HasExtensions, NoHeaders, WithDeadline, GRPC_TIMEOUT,
 };
+pub use keyed::{KeyedMap, MAX_PROBES};
 pub use random::{RandomSource, SeededRandom};
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
