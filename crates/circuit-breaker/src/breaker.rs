@@ -27,7 +27,7 @@
 //!   a transition was being made are counted as stale.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, TryLockError};
 use std::time::Duration;
 
 use seawall_core::{ConfigError, Name, OpenCause, Outcome, RandomSource};
@@ -35,8 +35,8 @@ use tokio::sync::{broadcast, Notify};
 use tokio::time::Instant;
 
 use crate::config::CircuitBreakerConfig;
-use crate::machine::{positive, Admission, Machine, Mode, Report, Ticket, Transition};
-use crate::telemetry::Telemetry;
+use crate::machine::{positive, Admission, Machine, Mode, Report, State, Ticket, Transition};
+use crate::telemetry::{Series, Telemetry};
 
 const PENDING_MASK: u64 = (1 << 24) - 1;
 const MODE_SHIFT: u32 = 24;
@@ -116,10 +116,23 @@ impl Breaker {
         random: Option<Box<dyn RandomSource>>,
         now: Instant,
     ) -> Result<Self, ConfigError> {
+        let series = Series::named(&name);
+        Self::reporting_to(name, &series, config, random, now)
+    }
+
+    /// A breaker whose metrics go to `series` (a keyed layer's, say) rather than
+    /// to a series of its own name.
+    pub(crate) fn reporting_to(
+        name: Name,
+        series: &Series,
+        config: &CircuitBreakerConfig,
+        random: Option<Box<dyn RandomSource>>,
+        now: Instant,
+    ) -> Result<Self, ConfigError> {
         let machine = Machine::new(config, random, now)?;
         let word = encode(machine.mode(), machine.batches_successes(), machine.epoch());
         let slow = slow_nanos(machine.slow_threshold());
-        let telemetry = Telemetry::new(&name, machine.state(now));
+        let telemetry = Telemetry::new(series, machine.state(now));
         Ok(Self {
             word: AtomicU64::new(word),
             reopen_at: AtomicU64::new(0),
@@ -339,7 +352,7 @@ impl Breaker {
             let out = f(&mut m);
             self.publish(&mut m, now);
             m.emit(|t, subscribers| {
-                self.telemetry.count_transition(&self.name, t);
+                self.telemetry.count_transition(t);
                 if let Some(tx) = subscribers {
                     // No receiver left is fine.
                     let _ = tx.send(*t);
@@ -432,9 +445,22 @@ impl Breaker {
     }
 
     /// Whether the breaker is closed, not forced, not ramping: safe to forget.
-    pub(crate) fn is_plainly_closed(&self, now: Instant) -> bool {
-        self.word.load(Ordering::Acquire) & MODE_MASK == MODE_CLOSED
-            && self.locked(now, |m| m.state(now) == crate::machine::State::Closed)
+    ///
+    /// A keyed map asks this under its own lock, so it never waits for the
+    /// breaker's (a machine locked elsewhere counts as not plainly closed) and
+    /// never runs user code: no transition is made, counted or logged here.
+    pub(crate) fn is_plainly_closed(&self) -> bool {
+        if self.word.load(Ordering::Acquire) & MODE_MASK != MODE_CLOSED {
+            return false;
+        }
+        let m = match self.machine.try_lock() {
+            Ok(m) => m,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return false,
+        };
+        // In closed mode (closed, forced closed or disabled) the reported state
+        // does not depend on the instant.
+        m.mode() == Mode::Closed && m.state(self.base) == State::Closed
     }
 
     pub(crate) fn fast_counts(&self) -> FastCounts {

@@ -441,6 +441,7 @@ pub struct CircuitBreakerBuilder<C = ErrorsAsFailures> {
     pub(crate) config: CircuitBreakerConfig,
     pub(crate) classifier: C,
     pub(crate) random: Option<Box<dyn RandomSource>>,
+    pub(crate) per_key_metrics: bool,
 }
 
 impl<C: std::fmt::Debug> std::fmt::Debug for CircuitBreakerBuilder<C> {
@@ -460,6 +461,7 @@ impl CircuitBreakerBuilder {
             config: CircuitBreakerConfig::default(),
             classifier: ErrorsAsFailures,
             random: None,
+            per_key_metrics: false,
         }
     }
 }
@@ -584,7 +586,27 @@ impl<C> CircuitBreakerBuilder<C> {
             config: self.config,
             classifier,
             random: self.random,
+            per_key_metrics: self.per_key_metrics,
         }
+    }
+
+    /// For a keyed layer ([`build_keyed`](Self::build_keyed)): report each key's
+    /// breaker in series of its own, labelled `name` (the layer's) and `key` (the
+    /// key's `Display`), instead of all keys together under the layer's name. No
+    /// effect on [`build`](Self::build).
+    ///
+    /// **Cardinality:** keys come from requests, so clients choose how many series
+    /// this makes. At most `max_keys` keys are live at once, but the `metrics`
+    /// facade cannot remove a series: an evicted key's series (its state gauge
+    /// back at 0) stay in the exporter until its idle timeout drops them (with
+    /// `metrics-exporter-prometheus`, `PrometheusBuilder::idle_timeout`). Budget
+    /// 21 series per key seen within that timeout, plus operator transitions. Use it
+    /// for keys from a fixed set (routes, configured tenants), not for a host or
+    /// header a client picks.
+    #[must_use]
+    pub fn per_key_metrics(mut self) -> Self {
+        self.per_key_metrics = true;
+        self
     }
 
     /// Validates the configuration and creates the layer and its one shared breaker.

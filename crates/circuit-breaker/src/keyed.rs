@@ -1,15 +1,13 @@
 //! One breaker per key (host, route, tenant), with a bounded number of keys.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::hash::Hash;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::{Context, Poll};
 
 use seawall_core::{
-    bounded_by_current, BoxError, ClassifyRequest, ConfigError, Name, OpenCause, RandomSource,
-    SeededRandom,
+    bounded_by_current, BoxError, ClassifyRequest, ConfigError, KeyedMap, Name, OpenCause,
+    RandomSource, SeededRandom,
 };
 use tokio::time::Instant;
 use tower_layer::Layer;
@@ -20,6 +18,7 @@ use crate::config::{CircuitBreakerBuilder, CircuitBreakerConfig};
 use crate::future::{Guard, ResponseFuture};
 use crate::handle::{Handle, Snapshot};
 use crate::machine::{Admission, State};
+use crate::telemetry::Series;
 
 /// Wraps services in one circuit breaker per key extracted from the request, so one
 /// sick host (route, tenant) is cut off while the others keep working.
@@ -27,17 +26,30 @@ use crate::machine::{Admission, State};
 /// **Where state lives:** the layer owns one bounded map of breakers, created when
 /// it is built and shared by every service it builds and every clone. Each key's
 /// breaker is created on the key's first request, from the configuration in force
-/// (see [`KeyedHandle::reconfigure`]), and named `{name}/{key}` in rejections, logs
-/// and metrics.
+/// (see [`KeyedHandle::reconfigure`]), and named `{name}/{key}` in rejections and
+/// logs.
 ///
-/// **Bound and eviction.** At most `max_keys` breakers are kept. When a request
-/// brings a new key and the map is full, the least recently used key whose breaker
-/// is plainly closed (not open, half-open, ramping, forced or disabled) is evicted
-/// — a closed breaker's window is the only history lost. If no breaker is closed,
-/// nothing is evicted: the request is guarded by one shared *overflow* breaker
-/// named `{name}/overflow`, so a flood of new keys can never evict an open breaker
-/// and expose a sick dependency again. Finding the key to evict walks the map
-/// (O(`max_keys`)) and happens only when a new key meets a full map.
+/// **Bound and eviction.** At most `max_keys` breakers are kept, in a
+/// [`KeyedMap`]: a call costs a shared read lock, a hash of the key and an `Arc`
+/// clone on top of the breaker itself, and a new key costs the same at 10 keys as
+/// at 100,000. When a new key meets a full map, a bounded CLOCK sweep evicts a key
+/// not used lately whose breaker is plainly closed (not open, half-open, ramping,
+/// forced or disabled) — a closed breaker's window is the only history lost. An
+/// open breaker is never evicted: if every breaker the sweep looks at is pinned
+/// that way (every breaker, in a map of up to [`MAX_PROBES`](seawall_core::MAX_PROBES)
+/// keys), the call is guarded by one shared *overflow* breaker named
+/// `{name}/overflow`, so a flood of new keys can never evict an open breaker and
+/// expose a sick dependency again. Calls already admitted by an evicted breaker
+/// finish and report to it. No lock is held while the key is formatted, a breaker
+/// is built or dropped, or the inner service is polled or called.
+///
+/// **Metrics** (feature `metrics`) are bounded by the configuration, not by the
+/// keys clients send: every key's breaker (and the overflow breaker) reports under
+/// the layer's `name`, so `seawall_breaker_calls_total{name}` counts all keys and
+/// `seawall_breaker_state{name, state}` is the number of keys in each state.
+/// Per-key series are an opt-in,
+/// [`per_key_metrics`](CircuitBreakerBuilder::per_key_metrics), whose docs give
+/// their cardinality.
 ///
 /// **Readiness.** The key is known only in `call`, so `poll_ready` always polls the
 /// inner service; a call rejected because its key is open does not reach it.
@@ -49,11 +61,13 @@ pub struct KeyedCircuitBreakerLayer<K, F, C> {
 
 struct Keyed<K> {
     name: Name,
-    max_keys: usize,
+    /// The layer's own series, shared by the overflow breaker and, unless
+    /// `per_key_metrics`, by every key's breaker.
+    series: Series,
+    per_key_metrics: bool,
     settings: Mutex<Settings>,
-    map: RwLock<HashMap<K, Entry>>,
+    map: KeyedMap<K, Arc<Breaker>>,
     overflow: OnceLock<Arc<Breaker>>,
-    tick: AtomicU64,
 }
 
 struct Settings {
@@ -63,16 +77,11 @@ struct Settings {
     random: Option<Box<dyn RandomSource>>,
 }
 
-struct Entry {
-    breaker: Arc<Breaker>,
-    last_used: AtomicU64,
-}
-
 impl<K> fmt::Debug for Keyed<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Keyed")
             .field("name", &self.name)
-            .field("max_keys", &self.max_keys)
+            .field("max_keys", &self.map.max_keys())
             .finish_non_exhaustive()
     }
 }
@@ -85,13 +94,25 @@ where
         self.settings.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn new_breaker(&self, name: Name, now: Instant) -> Result<Breaker, ConfigError> {
-        let mut settings = self.settings();
-        let random = settings.random.as_mut().map(|parent| {
-            let seed = (parent.next_f64() * (1u64 << 53) as f64) as u64;
-            Box::new(SeededRandom::new(seed)) as Box<dyn RandomSource>
-        });
-        Breaker::new(name, &settings.config, random, now)
+    /// A new breaker from the configuration in force, and that configuration.
+    fn new_breaker(
+        &self,
+        name: Name,
+        series: &Series,
+        now: Instant,
+    ) -> Result<(Breaker, CircuitBreakerConfig), ConfigError> {
+        let (config, random) = {
+            let mut settings = self.settings();
+            let random = settings.random.as_mut().map(|parent| {
+                let seed = (parent.next_f64() * (1u64 << 53) as f64) as u64;
+                Box::new(SeededRandom::new(seed)) as Box<dyn RandomSource>
+            });
+            (settings.config.clone(), random)
+        };
+        // Built with the settings released: building registers metrics (a
+        // recorder is user code, and may reconfigure the layer).
+        let breaker = Breaker::reporting_to(name, series, &config, random, now)?;
+        Ok((breaker, config))
     }
 
     fn overflow(&self, now: Instant) -> Option<Arc<Breaker>> {
@@ -99,56 +120,59 @@ where
             return Some(Arc::clone(b));
         }
         let name: Name = format!("{}/overflow", self.name).into();
-        let breaker = Arc::new(self.new_breaker(name, now).ok()?);
-        Some(Arc::clone(self.overflow.get_or_init(|| breaker)))
+        let (breaker, made) = self.new_breaker(name, &self.series, now).ok()?;
+        let breaker = Arc::clone(self.overflow.get_or_init(|| Arc::new(breaker)));
+        self.catch_up(&breaker, &made);
+        Some(breaker)
     }
 
     /// The breaker guarding `key`, created (and another evicted) if needed. The
     /// clock is read only then.
     fn breaker_for(&self, key: K, clock: impl Fn() -> Instant) -> Option<Arc<Breaker>> {
-        let tick = self.tick.fetch_add(1, Ordering::Relaxed);
-        {
-            let map = self.map.read().unwrap_or_else(PoisonError::into_inner);
-            if let Some(entry) = map.get(&key) {
-                entry.last_used.store(tick, Ordering::Relaxed);
-                return Some(Arc::clone(&entry.breaker));
-            }
-        }
-        let mut map = self.map.write().unwrap_or_else(PoisonError::into_inner);
-        if let Some(entry) = map.get(&key) {
-            entry.last_used.store(tick, Ordering::Relaxed);
-            return Some(Arc::clone(&entry.breaker));
-        }
-        let now = clock();
-        if map.len() >= self.max_keys {
-            let victim = map
-                .iter()
-                .filter(|(_, e)| e.breaker.is_plainly_closed(now))
-                .min_by_key(|(_, e)| e.last_used.load(Ordering::Relaxed))
-                .map(|(k, _)| k.clone());
-            match victim {
-                Some(k) => {
-                    map.remove(&k);
-                }
-                None => return self.overflow(now),
-            }
-        }
-        let name: Name = format!("{}/{}", self.name, key).into();
-        let breaker = Arc::new(self.new_breaker(name, now).ok()?);
-        map.insert(
+        let mut made_with = None;
+        let found = self.map.get_or_insert_with(
             key,
-            Entry {
-                breaker: Arc::clone(&breaker),
-                last_used: AtomicU64::new(tick),
+            // An open (or forced, ramping, half-open) breaker is never forgotten.
+            |b| !b.is_plainly_closed(),
+            |key| {
+                let name: Name = format!("{}/{}", self.name, key).into();
+                let (breaker, config) = if self.per_key_metrics {
+                    let series = Series::keyed(&self.name, key.to_string());
+                    self.new_breaker(name, &series, clock())?
+                } else {
+                    self.new_breaker(name, &self.series, clock())?
+                };
+                made_with = Some(config);
+                Ok::<_, ConfigError>(Arc::new(breaker))
             },
         );
+        let breaker = match found {
+            Ok(Some(breaker)) => breaker,
+            Ok(None) => return self.overflow(clock()),
+            Err(_) => return None,
+        };
+        if let Some(made) = made_with {
+            self.catch_up(&breaker, &made);
+        }
         Some(breaker)
     }
 
+    /// A breaker built from a configuration that a `reconfigure` replaced meanwhile
+    /// (it could not see a breaker not yet in the map) takes the current one.
+    fn catch_up(&self, breaker: &Arc<Breaker>, made: &CircuitBreakerConfig) {
+        let current = self.settings().config.clone();
+        if *made != current {
+            // Validated by `reconfigure`.
+            let _ = Handle::new(Arc::clone(breaker)).reconfigure(current);
+        }
+    }
+
     fn breakers(&self) -> Vec<(K, Arc<Breaker>)> {
-        let map = self.map.read().unwrap_or_else(PoisonError::into_inner);
-        map.iter()
-            .map(|(k, e)| (k.clone(), Arc::clone(&e.breaker)))
+        // Keys are cloned after the map's lock is released.
+        self.map
+            .entries()
+            .into_iter()
+            .map(|(k, b)| (K::clone(&k), b))
             .collect()
     }
 }
@@ -166,16 +190,16 @@ impl<K, F, C> KeyedCircuitBreakerLayer<K, F, C> {
         let random = builder.random;
         Ok(Self {
             shared: Arc::new(Keyed {
+                series: Series::named(&builder.name),
                 name: builder.name,
-                max_keys,
+                per_key_metrics: builder.per_key_metrics,
                 settings: Mutex::new(Settings {
                     built: builder.config.clone(),
                     config: builder.config,
                     random,
                 }),
-                map: RwLock::new(HashMap::new()),
+                map: KeyedMap::new(max_keys),
                 overflow: OnceLock::new(),
-                tick: AtomicU64::new(0),
             }),
             key,
             classifier: builder.classifier,
@@ -204,7 +228,7 @@ impl<K, F, C: fmt::Debug> fmt::Debug for KeyedCircuitBreakerLayer<K, F, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedCircuitBreakerLayer")
             .field("name", &self.shared.name)
-            .field("max_keys", &self.shared.max_keys)
+            .field("max_keys", &self.shared.map.max_keys())
             .field("classifier", &self.classifier)
             .finish_non_exhaustive()
     }
@@ -346,16 +370,17 @@ where
 
     /// The most keys kept.
     pub fn max_keys(&self) -> usize {
-        self.shared.max_keys
+        self.shared.map.max_keys()
     }
 
     /// How many keys have a breaker now.
     pub fn len(&self) -> usize {
-        self.shared
-            .map
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        self.shared.map.len()
+    }
+
+    /// How many keys were evicted to make room for new ones.
+    pub fn evicted(&self) -> u64 {
+        self.shared.map.evicted()
     }
 
     /// Whether no key has a breaker yet.
@@ -371,12 +396,7 @@ where
     /// The handle on `key`'s breaker, if it has one (for its snapshot, subscription
     /// and controls).
     pub fn get(&self, key: &K) -> Option<Handle> {
-        let map = self
-            .shared
-            .map
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
-        map.get(key).map(|e| Handle::new(Arc::clone(&e.breaker)))
+        self.shared.map.peek(key).map(Handle::new)
     }
 
     /// The shared overflow breaker, if the map has ever been full of open breakers.

@@ -1,7 +1,9 @@
 //! The only place with `cfg(feature = "tracing")` and `cfg(feature = "metrics")`:
 //! call sites stay free of them.
 //!
-//! Metrics (feature `metrics`), all labelled with the breaker's `name`. Every call
+//! Metrics (feature `metrics`), all labelled with the breaker's `name` (for a keyed
+//! layer, the layer's own name for all its keys, plus a `key` label if it opted into
+//! per-key series; see [`Series`]). Every call
 //! that reaches the breaker is counted exactly once, when it ends, in
 //! `seawall_breaker_calls_total{outcome}`:
 //! `success`, `failure` (not a timeout), `timeout` (the request's deadline ran out
@@ -18,11 +20,14 @@
 //!   gave a reason (see `Classify::reason`), per reason.
 //!
 //! Also `seawall_breaker_transitions_total{from, to}` and the gauge
-//! `seawall_breaker_state{state}` (1 for the current state, 0 for the others).
+//! `seawall_breaker_state{state}`: how many breakers of the series are in each state
+//! (1 for the current state of a lone breaker, 0 for the others). Breakers add
+//! themselves when built, move on each transition and leave when dropped, so the
+//! breakers of a keyed layer, evicted ones included, add up.
 //!
 //! Every series but the operator transitions and the reasons is registered when the
-//! breaker is built, so it is exported at zero from the start: install the metrics
-//! recorder before building layers.
+//! breaker (a keyed layer: the layer) is built, so it is exported at zero from the
+//! start: install the metrics recorder before building layers.
 
 // Without both features some arguments only serve the missing one.
 #![cfg_attr(
@@ -36,16 +41,63 @@ use seawall_core::{Name, Outcome};
 
 use crate::machine::{Recorded, Report, State, Transition};
 
-/// Pre-registered metric handles (nothing without the `metrics` feature).
+/// The series breakers report to: the layer's `name`, and a `key` label for the
+/// keys of a keyed layer that opted into per-key series. The handles are registered
+/// once, when the series is made, and shared by every breaker reporting to it: by
+/// default all the breakers of a keyed layer share its series, so a new key
+/// registers nothing and the number of series is fixed by the configuration, not by
+/// the keys clients send. (Classification reasons are counted per layer name.)
+#[derive(Debug)]
+pub(crate) struct Series {
+    #[cfg(feature = "metrics")]
+    handles: std::sync::Arc<Metrics>,
+}
+
+impl Series {
+    /// The series of `name`, without a key label.
+    pub(crate) fn named(name: &Name) -> Self {
+        Self::with_labels(name, None)
+    }
+
+    /// The per-key series of `key` in the layer `name`.
+    pub(crate) fn keyed(name: &Name, key: String) -> Self {
+        Self::with_labels(name, Some(key))
+    }
+
+    #[cfg_attr(
+        not(feature = "metrics"),
+        allow(unused_variables, clippy::needless_pass_by_value)
+    )]
+    fn with_labels(name: &Name, key: Option<String>) -> Self {
+        #[cfg(feature = "metrics")]
+        {
+            let mut labels = vec![metrics::Label::new("name", name.clone())];
+            if let Some(key) = key {
+                labels.push(metrics::Label::new("key", key));
+            }
+            Self {
+                handles: std::sync::Arc::new(Metrics::new(name, labels)),
+            }
+        }
+        #[cfg(not(feature = "metrics"))]
+        Self {}
+    }
+}
+
+/// One breaker's view of its series (nothing without the `metrics` feature).
 #[derive(Debug)]
 pub(crate) struct Telemetry {
     #[cfg(feature = "metrics")]
-    metrics: Metrics,
+    metrics: std::sync::Arc<Metrics>,
+    /// The state this breaker counts itself in (its index in the state gauges).
+    #[cfg(feature = "metrics")]
+    current: std::sync::atomic::AtomicUsize,
 }
 
 #[cfg(feature = "metrics")]
 #[derive(Debug)]
 struct Metrics {
+    labels: Vec<metrics::Label>,
     success: metrics::Counter,
     failure: metrics::Counter,
     timeout: metrics::Counter,
@@ -73,16 +125,28 @@ const AUTOMATIC: [(State, State); 4] = [
 ];
 
 #[cfg(feature = "metrics")]
+fn with(labels: &[metrics::Label], extra: &[(&'static str, &'static str)]) -> Vec<metrics::Label> {
+    let mut all = labels.to_vec();
+    all.extend(extra.iter().map(|&(k, v)| metrics::Label::new(k, v)));
+    all
+}
+
+#[cfg(feature = "metrics")]
 impl Metrics {
-    fn new(name: &Name, initial: State) -> Self {
-        let calls = |outcome: &'static str| metrics::counter!("seawall_breaker_calls_total", "name" => name.clone(), "outcome" => outcome);
-        let probes = |result: &'static str| metrics::counter!("seawall_breaker_probes_total", "name" => name.clone(), "result" => result);
-        let state = State::ALL.map(|s| {
-            metrics::gauge!("seawall_breaker_state", "name" => name.clone(), "state" => s.as_str())
-        });
-        for (s, gauge) in State::ALL.iter().zip(&state) {
-            gauge.set(if *s == initial { 1.0 } else { 0.0 });
-        }
+    fn new(name: &Name, labels: Vec<metrics::Label>) -> Self {
+        let l = &labels;
+        let calls = |outcome: &'static str| {
+            metrics::counter!(
+                "seawall_breaker_calls_total",
+                with(l, &[("outcome", outcome)])
+            )
+        };
+        let probes = |result: &'static str| {
+            metrics::counter!(
+                "seawall_breaker_probes_total",
+                with(l, &[("result", result)])
+            )
+        };
         Self {
             success: calls("success"),
             failure: calls("failure"),
@@ -90,29 +154,40 @@ impl Metrics {
             ignored: calls("ignored"),
             cancelled: calls("cancelled"),
             rejected: calls("rejected"),
-            slow: metrics::counter!("seawall_breaker_slow_calls_total", "name" => name.clone()),
-            stale: metrics::counter!("seawall_breaker_stale_outcomes_total", "name" => name.clone()),
+            slow: metrics::counter!("seawall_breaker_slow_calls_total", with(l, &[])),
+            stale: metrics::counter!("seawall_breaker_stale_outcomes_total", with(l, &[])),
             probe_success: probes("success"),
             probe_failure: probes("failure"),
             probe_timeout: probes("timeout"),
-            automatic: AUTOMATIC.map(|(from, to)| transition(name, from, to)),
-            state,
+            automatic: AUTOMATIC.map(|(from, to)| transition(l, from, to)),
+            state: State::ALL.map(|s| {
+                metrics::gauge!("seawall_breaker_state", with(l, &[("state", s.as_str())]))
+            }),
             reasons: seawall_core::ReasonCounters::new(
                 "seawall_breaker_outcome_reasons_total",
                 name.clone(),
             ),
+            labels,
         }
     }
 }
 
 #[cfg(feature = "metrics")]
-fn transition(name: &Name, from: State, to: State) -> metrics::Counter {
+fn transition(labels: &[metrics::Label], from: State, to: State) -> metrics::Counter {
     metrics::counter!(
         "seawall_breaker_transitions_total",
-        "name" => name.clone(),
-        "from" => from.as_str(),
-        "to" => to.as_str()
+        with(labels, &[("from", from.as_str()), ("to", to.as_str())])
     )
+}
+
+#[cfg(feature = "metrics")]
+impl Drop for Telemetry {
+    /// A dropped breaker (an evicted key, say) no longer counts in its state.
+    fn drop(&mut self) {
+        if let Some(gauge) = self.metrics.state.get(*self.current.get_mut()) {
+            gauge.decrement(1.0);
+        }
+    }
 }
 
 /// Gives the breaker's metrics their help text and unit.
@@ -151,16 +226,27 @@ pub(crate) fn describe() {
     );
     metrics::describe_gauge!(
         "seawall_breaker_state",
-        "1 for the breaker's current state, 0 for the others."
+        "Breakers in each state: 1 for a breaker's current state, 0 for the others; for a keyed layer, how many of its keys are in each state."
     );
 }
 
 impl Telemetry {
-    pub(crate) fn new(name: &Name, initial: State) -> Self {
-        Self {
-            #[cfg(feature = "metrics")]
-            metrics: Metrics::new(name, initial),
+    /// A breaker starting in `initial`, counted in that state of `series`.
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    pub(crate) fn new(series: &Series, initial: State) -> Self {
+        #[cfg(feature = "metrics")]
+        {
+            let metrics = std::sync::Arc::clone(&series.handles);
+            if let Some(gauge) = metrics.state.get(initial.index()) {
+                gauge.increment(1.0);
+            }
+            Self {
+                metrics,
+                current: std::sync::atomic::AtomicUsize::new(initial.index()),
+            }
         }
+        #[cfg(not(feature = "metrics"))]
+        Self {}
     }
 
     /// Successes tallied on the lock-free path.
@@ -250,18 +336,24 @@ impl Telemetry {
     /// Counts a change of state. Called under the breaker's lock, so the state
     /// gauge follows the transitions in order.
     #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
-    pub(crate) fn count_transition(&self, name: &Name, t: &Transition) {
+    pub(crate) fn count_transition(&self, t: &Transition) {
         #[cfg(feature = "metrics")]
         {
+            use std::sync::atomic::Ordering;
             let m = &self.metrics;
-            m.state[t.from.index()].set(0.0);
-            m.state[t.to.index()].set(1.0);
+            let from = self.current.swap(t.to.index(), Ordering::Relaxed);
+            if let Some(gauge) = m.state.get(from) {
+                gauge.decrement(1.0);
+            }
+            if let Some(gauge) = m.state.get(t.to.index()) {
+                gauge.increment(1.0);
+            }
             match AUTOMATIC
                 .iter()
                 .position(|&(f, to)| f == t.from && to == t.to)
             {
                 Some(i) => m.automatic[i].increment(1),
-                None => transition(name, t.from, t.to).increment(1),
+                None => transition(&m.labels, t.from, t.to).increment(1),
             }
             // A probe that outlived the half-open timeout: its verdict is given here,
             // its call is counted in `calls_total` when it ends (as stale).

@@ -2,7 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::HashMap;
-use std::future::{ready, Ready};
+use std::future::{ready, Future, Ready};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -118,7 +118,7 @@ async fn one_sick_host_is_cut_off_while_the_others_keep_working() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_full_map_evicts_the_least_recently_used_closed_key() {
+async fn a_full_map_evicts_a_closed_key_not_used_lately() {
     let layer = CircuitBreakerLayer::builder("suppliers")
         .consecutive_failures(1)
         .build_keyed(3, host)
@@ -130,7 +130,7 @@ async fn a_full_map_evicts_the_least_recently_used_closed_key() {
     send(&mut svc, "sick.example").await.unwrap_err(); // opens, oldest
     send(&mut svc, "b.example").await.unwrap();
     send(&mut svc, "c.example").await.unwrap();
-    send(&mut svc, "b.example").await.unwrap(); // c is now the LRU closed key
+    send(&mut svc, "b.example").await.unwrap(); // b was used again, c was not
     send(&mut svc, "d.example").await.unwrap();
     let mut keys = handle.keys();
     keys.sort();
@@ -220,4 +220,74 @@ fn zero_keys_is_a_config_error() {
         .build_keyed(0, host)
         .unwrap_err();
     assert_eq!(err.field(), "max_keys");
+}
+
+/// An inner service that, from `poll_ready` and `call`, reads the keyed layer's
+/// handle and calls the keyed layer again with a new key (an insert that evicts):
+/// both deadlock if the map's lock were held while the inner service runs.
+struct Nested {
+    layer: seawall_circuit_breaker::KeyedCircuitBreakerLayer<
+        String,
+        fn(&Req) -> String,
+        seawall_core::ErrorsAsFailures,
+    >,
+    nested: usize,
+}
+
+impl Service<Req> for Nested {
+    type Response = &'static str;
+    type Error = BoxError;
+    type Future = Ready<Result<&'static str, BoxError>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        drop(self.layer.handle().snapshots());
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        drop(self.layer.handle().keys());
+        self.nested += 1;
+        let mut again = self.layer.layer(Suppliers::default());
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert!(again.poll_ready(&mut cx).is_ready());
+        let nested = format!("nested-{}-{}", self.nested, host(&req));
+        let mut answer = std::pin::pin!(again.call(to(&nested)));
+        assert!(matches!(
+            answer.as_mut().poll(&mut cx),
+            Poll::Ready(Ok("quote"))
+        ));
+        ready(Ok("quote"))
+    }
+}
+
+#[test]
+fn the_inner_service_may_use_the_keyed_layer_while_it_is_polled_and_called() {
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let layer = CircuitBreakerLayer::builder("suppliers")
+            .build_keyed(2, host as fn(&Req) -> String)
+            .unwrap();
+        let handle = layer.handle();
+        let mut svc = layer.layer(Nested {
+            layer: layer.clone(),
+            nested: 0,
+        });
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        for h in ["a.example", "b.example", "c.example"] {
+            assert!(svc.poll_ready(&mut cx).is_ready());
+            let mut answer = std::pin::pin!(svc.call(to(h)));
+            assert!(matches!(
+                answer.as_mut().poll(&mut cx),
+                Poll::Ready(Ok("quote"))
+            ));
+        }
+        done.send(handle.evicted()).unwrap();
+    });
+    // A watchdog, not a timing check: a lock held across the inner service
+    // deadlocks the scenario.
+    let evicted = finished
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the keyed layer deadlocked with its inner service");
+    // Six keys went through a map of two.
+    assert_eq!(evicted, 4);
 }

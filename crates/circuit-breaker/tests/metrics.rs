@@ -71,7 +71,7 @@ mod metrics_export {
     fn counters_by_outcome_transitions_and_a_state_gauge() {
         let registry = Registry::default();
         let failing = Arc::new(Mutex::new(false));
-        metrics::with_local_recorder(&registry, || {
+        let layer = metrics::with_local_recorder(&registry, || {
             let layer = CircuitBreakerLayer::builder("quotes").build().unwrap();
             assert_eq!(
                 registry.gauge("seawall_breaker_state{name=quotes,state=closed}"),
@@ -79,6 +79,7 @@ mod metrics_export {
             );
             let mut svc = layer.layer(supplier(Arc::clone(&failing)));
             runtime().block_on(drive(&mut svc, &failing));
+            layer
         });
         let c = |k: &str| registry.counter(k);
         assert_eq!(
@@ -107,6 +108,12 @@ mod metrics_export {
         );
         assert_eq!(
             registry.gauge("seawall_breaker_state{name=quotes,state=half_open}"),
+            0.0
+        );
+        // A breaker that is gone counts in no state.
+        drop(layer);
+        assert_eq!(
+            registry.gauge("seawall_breaker_state{name=quotes,state=open}"),
             0.0
         );
     }

@@ -1,0 +1,246 @@
+//! A keyed breaker's metric series are bounded by its configuration, not by the
+//! keys clients send; per-key series are an opt-in.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![cfg(feature = "metrics")]
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
+use seawall_circuit_breaker::{CircuitBreakerConfig, CircuitBreakerLayer, KeyedHandle, TripPolicy};
+use seawall_core::BoxError;
+use tower::{service_fn, Layer, Service, ServiceExt};
+
+/// Every series ever registered, as an exporter keeps them: `name{k=v,...}`
+/// (labels sorted) to its value. Runs `on_register` (user code) at each one.
+#[derive(Default)]
+struct Series(
+    Mutex<BTreeMap<String, Arc<AtomicU64>>>,
+    OnceLock<Box<dyn Fn() + Send + Sync>>,
+    /// Registrations made (a recorder's cost, paid by each new key if per key).
+    AtomicU64,
+);
+
+fn render(key: &Key) -> String {
+    let mut labels: Vec<String> = key
+        .labels()
+        .map(|l| format!("{}={}", l.key(), l.value()))
+        .collect();
+    labels.sort();
+    format!("{}{{{}}}", key.name(), labels.join(","))
+}
+
+impl Series {
+    fn slot(&self, key: &Key) -> Arc<AtomicU64> {
+        if let Some(f) = self.1.get() {
+            f();
+        }
+        self.2.fetch_add(1, Ordering::Relaxed);
+        Arc::clone(self.0.lock().unwrap().entry(render(key)).or_default())
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.0.lock().unwrap().keys().cloned().collect()
+    }
+
+    fn counter(&self, series: &str) -> u64 {
+        self.0
+            .lock()
+            .unwrap()
+            .get(series)
+            .map_or(0, |v| v.load(Ordering::SeqCst))
+    }
+
+    fn gauge(&self, series: &str) -> f64 {
+        self.0
+            .lock()
+            .unwrap()
+            .get(series)
+            .map_or(0.0, |v| f64::from_bits(v.load(Ordering::SeqCst)))
+    }
+
+    /// The sum of the state gauges whose series contain `filter`.
+    fn breakers(&self, filter: &str) -> f64 {
+        let names: Vec<String> = self
+            .names()
+            .into_iter()
+            .filter(|n| n.starts_with("seawall_breaker_state{") && n.contains(filter))
+            .collect();
+        names.iter().map(|n| self.gauge(n)).sum()
+    }
+}
+
+impl Recorder for Series {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+        Counter::from_arc(self.slot(key))
+    }
+    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
+        Gauge::from_arc(self.slot(key))
+    }
+    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
+        self.slot(key);
+        Histogram::noop()
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap()
+}
+
+/// Requests are host names; those starting with `down` fail.
+fn suppliers() -> impl Service<String, Response = (), Error = BoxError> + Clone {
+    service_fn(|host: String| async move {
+        if host.starts_with("down") {
+            Err::<(), BoxError>("connection refused".into())
+        } else {
+            Ok(())
+        }
+    })
+}
+
+#[test]
+fn five_thousand_keys_leave_a_bounded_number_of_series_by_default() {
+    let series = Series::default();
+    metrics::with_local_recorder(&series, || {
+        let layer = CircuitBreakerLayer::builder("suppliers")
+            .consecutive_failures(1)
+            .build_keyed(16, |host: &String| host.clone())
+            .unwrap();
+        let handle = layer.handle();
+        let svc = layer.layer(suppliers());
+        runtime().block_on(async {
+            for i in 0..5_000 {
+                // Every thousandth key is down: its breaker opens and stays.
+                let host = if i % 1_000 == 0 {
+                    format!("down-{i}.example")
+                } else {
+                    format!("{i}.example")
+                };
+                let _ = svc.clone().oneshot(host).await;
+            }
+        });
+        assert_eq!(handle.len(), 16);
+        assert_eq!(
+            handle.open_keys().len(),
+            5,
+            "open breakers are never evicted"
+        );
+        assert_eq!(handle.evicted(), 5_000 - 16);
+        // The state gauge counts the breakers alive: evicted ones left it.
+        assert_eq!(series.breakers("name=suppliers"), 16.0);
+        assert_eq!(
+            series.gauge("seawall_breaker_state{name=suppliers,state=open}"),
+            5.0
+        );
+    });
+    let names = series.names();
+    let breaker: Vec<&String> = names
+        .iter()
+        .filter(|n| n.starts_with("seawall_breaker_"))
+        .collect();
+    // The series the layer registered when built: calls by outcome (6), slow
+    // calls, stale outcomes, probes by result (3), the automatic transitions (4)
+    // and the state gauge by state (6). No operator acted, no reason was given.
+    assert_eq!(breaker.len(), 21, "{breaker:#?}");
+    assert!(
+        breaker
+            .iter()
+            .all(|n| n.contains("name=suppliers") && !n.contains("key=")),
+        "{breaker:#?}"
+    );
+    // Registered once, when the layer was built: the 5,000 new keys registered
+    // nothing.
+    let registered = series.2.load(Ordering::Relaxed);
+    assert_eq!(registered, 21, "{registered} registrations");
+}
+
+#[test]
+fn per_key_series_are_an_opt_in_with_a_key_label() {
+    let series = Series::default();
+    metrics::with_local_recorder(&series, || {
+        let layer = CircuitBreakerLayer::builder("routes")
+            .consecutive_failures(1)
+            .per_key_metrics()
+            .build_keyed(4, |route: &String| route.clone())
+            .unwrap();
+        let handle = layer.handle();
+        let svc = layer.layer(suppliers());
+        runtime().block_on(async {
+            let _ = svc.clone().oneshot("down-a".to_owned()).await;
+            for route in ["b", "c", "d", "e", "f", "g"] {
+                svc.clone().oneshot(route.to_owned()).await.unwrap();
+            }
+        });
+        assert_eq!(handle.len(), 4);
+        assert_eq!(
+            series.gauge("seawall_breaker_state{key=down-a,name=routes,state=open}"),
+            1.0
+        );
+        // An evicted key's series stay (the facade cannot remove one), at 0.
+        assert!(handle.get(&"b".to_owned()).is_none());
+        assert_eq!(
+            series.gauge("seawall_breaker_state{key=b,name=routes,state=closed}"),
+            0.0
+        );
+        assert_eq!(
+            series.counter("seawall_breaker_calls_total{key=b,name=routes,outcome=success}"),
+            1
+        );
+        // At most `max_keys` breakers are counted in a state at once.
+        assert_eq!(series.breakers("name=routes"), 4.0);
+    });
+    let keys: std::collections::BTreeSet<String> = series
+        .names()
+        .iter()
+        .filter_map(|n| n.split("key=").nth(1))
+        .map(|rest| rest.split([',', '}']).next().unwrap_or("").to_owned())
+        .collect();
+    assert_eq!(keys.len(), 7, "one set of series per key seen: {keys:?}");
+}
+
+#[test]
+fn a_key_made_while_the_configuration_changes_gets_the_new_one() {
+    let series: &'static Series = Box::leak(Box::default());
+    let handle: Arc<OnceLock<KeyedHandle<String>>> = Arc::default();
+    let stricter = CircuitBreakerConfig {
+        policy: TripPolicy::ConsecutiveFailures { threshold: 2 },
+        ..CircuitBreakerConfig::default()
+    };
+    {
+        // Registering a new key's per-key series (user code, run while its
+        // breaker is made) reconfigures the layer, as another thread could: the
+        // new key cannot be in the map yet.
+        let handle = Arc::clone(&handle);
+        let stricter = stricter.clone();
+        let _ = series.1.set(Box::new(move || {
+            if let Some(h) = handle.get() {
+                if h.config() != stricter {
+                    h.reconfigure(stricter.clone()).unwrap();
+                }
+            }
+        }));
+    }
+    metrics::with_local_recorder(series, || {
+        let layer = CircuitBreakerLayer::builder("suppliers")
+            .consecutive_failures(5)
+            .per_key_metrics()
+            .build_keyed(4, |host: &String| host.clone())
+            .unwrap();
+        let _ = handle.set(layer.handle());
+        let svc = layer.layer(suppliers());
+        runtime().block_on(async {
+            svc.clone().oneshot("a.example".to_owned()).await.unwrap();
+        });
+        let h = layer.handle();
+        assert_eq!(h.config(), stricter);
+        assert_eq!(h.get(&"a.example".to_owned()).unwrap().config(), stricter);
+    });
+}
