@@ -226,6 +226,7 @@ fn build_every_layer() -> impl Sized {
         .build()
         .unwrap();
     let keyed = KeyedBulkheadLayer::builder("per-host", |req: &Req| format!("{:?}", req.body()))
+        .max_concurrent(3)
         .build()
         .unwrap();
     let breaker = CircuitBreakerLayer::builder("shop")

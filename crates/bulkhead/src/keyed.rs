@@ -1,15 +1,16 @@
 //! One bulkhead per key extracted from the request, with a bound on keys.
 
-use std::collections::HashMap;
+use std::cell::Cell;
+use std::convert::Infallible;
 use std::fmt;
 use std::hash::Hash;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use seawall_core::{BoxError, BulkheadFull, ConfigError, Name, TimeoutsAsOverload};
+use seawall_core::{BoxError, BulkheadFull, ConfigError, KeyedMap, Name, TimeoutsAsOverload};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -18,7 +19,7 @@ use crate::future::ResponseFuture;
 use crate::handle::Snapshot;
 use crate::hold::{Hold, Lend, UntilResponse};
 use crate::state::Shared;
-use crate::telemetry::KeyedTelemetry;
+use crate::telemetry::{KeyedTelemetry, Series};
 
 /// Validates a per-key configuration: a keyed bulkhead has no adaptive limit (yet).
 fn check_keyed(config: &BulkheadConfig) -> Result<(), ConfigError> {
@@ -37,41 +38,64 @@ pub const DEFAULT_MAX_KEYS: usize = 1024;
 
 struct KeyedShared<K> {
     name: Name,
-    max_keys: usize,
+    series: KeySeries<K>,
     built: BulkheadConfig,
     config: Mutex<BulkheadConfig>,
-    map: RwLock<HashMap<K, Arc<Shared>>>,
+    map: KeyedMap<K, Arc<Shared>>,
     rejected_key_limit: AtomicU64,
-    evicted: AtomicU64,
     telemetry: KeyedTelemetry,
 }
 
-impl<K: Hash + Eq> KeyedShared<K> {
+/// Where the keys' bulkheads report.
+enum KeySeries<K> {
+    /// Every key to the layer's series, registered when the layer is built.
+    Shared(Series),
+    /// Each key to series of its own, labelled with the key formatted by this.
+    PerKey(fn(&K) -> String),
+}
+
+impl<K: Hash + Eq + Clone> KeyedShared<K> {
     fn config(&self) -> BulkheadConfig {
         *self.config.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The bulkhead for a key seen for the first time; `None` at the key bound
-    /// when every key has work in flight or waiting.
-    fn insert(&self, key: K) -> Option<Arc<Shared>> {
-        let mut map = self.map.write().unwrap_or_else(PoisonError::into_inner);
-        if let Some(b) = map.get(&key) {
-            return Some(b.clone());
-        }
-        if map.len() >= self.max_keys {
-            // Idle bulkheads (no slot held, nobody waiting: only the map holds
-            // them) are forgotten with their counters.
-            let before = map.len();
-            map.retain(|_, b| Arc::strong_count(b) > 1);
-            let evicted = before - map.len();
-            self.evicted.fetch_add(evicted as u64, Ordering::Relaxed);
-            if map.len() >= self.max_keys {
-                return None;
+    /// The bulkhead of `key`, created if needed; `None` when the map is full and
+    /// every key the sweep looked at has work in flight or waiting.
+    #[inline]
+    fn bulkhead_for(&self, key: K) -> Option<Arc<Shared>> {
+        let made_with = Cell::new(None);
+        let found = self.map.get_or_insert_with(
+            key,
+            // A slot held or a call waiting (each holds the bulkhead): not idle.
+            |b| Arc::strong_count(b) > 1,
+            |key| {
+                let config = self.config();
+                made_with.set(Some(config));
+                let shared = match &self.series {
+                    KeySeries::Shared(series) => {
+                        Shared::reporting_to(self.name.clone(), series, config, None)
+                    }
+                    KeySeries::PerKey(label) => {
+                        let series = Series::keyed(&self.name, label(key));
+                        Shared::reporting_to(self.name.clone(), &series, config, None)
+                    }
+                };
+                Ok::<_, Infallible>(Arc::new(shared))
+            },
+        );
+        let b = match found {
+            Ok(b) => b?,
+            Err(never) => match never {},
+        };
+        // Built from a configuration that a `reconfigure` replaced meanwhile (it
+        // could not see a key not yet in the map): catch up.
+        if let Some(made) = made_with.get() {
+            let current = self.config();
+            if made != current {
+                // Validated by `reconfigure`.
+                let _ = b.reconfigure(current);
             }
         }
-        let config = self.config();
-        let b = Arc::new(Shared::new(self.name.clone(), config, None));
-        map.insert(key, b.clone());
         Some(b)
     }
 }
@@ -85,16 +109,29 @@ impl<K: Hash + Eq> KeyedShared<K> {
 ///
 /// # The bound on keys
 ///
-/// At most `max_keys` keys (default [`DEFAULT_MAX_KEYS`]) have a bulkhead at once.
-/// When a call brings a new key and the bound is reached, the idle keys — no call
-/// holding a slot, none waiting — are forgotten, counters included. If every key
-/// is busy, the call is rejected at once with [`BulkheadFull`] (carrying the
-/// layer's name) and counted in [`KeyedSnapshot::rejected_key_limit`]; calls for
-/// known keys are unaffected.
+/// At most `max_keys` keys (default [`DEFAULT_MAX_KEYS`]) have a bulkhead at once,
+/// in a [`KeyedMap`]. When a call brings a new key and the bound is reached, a
+/// bounded CLOCK sweep forgets one idle key not used lately — no call holding a
+/// slot, none waiting — with its counters (counted in [`KeyedSnapshot::evicted`]).
+/// A busy key is never forgotten: if every key the sweep looks at is busy (every
+/// key, in a map of up to [`MAX_PROBES`](seawall_core::MAX_PROBES) keys), the call
+/// is rejected at once with [`BulkheadFull`] (carrying the layer's name) and
+/// counted in [`KeyedSnapshot::rejected_key_limit`]; calls for known keys are
+/// unaffected.
 ///
-/// A call costs a read lock, a hash of the key and an `Arc` clone on top of the
-/// bulkhead itself; the first call of a key takes the write lock and allocates its
-/// bulkhead. No lock is held while the inner service is polled or called.
+/// A call costs a shared read lock, a hash of the key and an `Arc` clone on top of
+/// the bulkhead itself; the first call of a key allocates its bulkhead, and costs
+/// the same at 10 keys as at 100,000. No lock is held while a bulkhead is built or
+/// dropped, or while the inner service is polled or called.
+///
+/// # Metrics
+///
+/// With the `metrics` feature every key's bulkhead reports under the layer's
+/// `name`, so the series add up (`seawall_bulkhead_active{name}` is the calls
+/// active over all keys) and their number is fixed by the configuration, not by
+/// the keys clients send. Per-key series are an opt-in,
+/// [`per_key_metrics`](KeyedBulkheadBuilder::per_key_metrics), whose docs give
+/// their cardinality.
 pub struct KeyedBulkheadLayer<K, F, H = UntilResponse> {
     shared: Arc<KeyedShared<K>>,
     key_fn: F,
@@ -105,6 +142,7 @@ pub struct KeyedBulkheadLayer<K, F, H = UntilResponse> {
 pub struct KeyedBulkheadBuilder<K, F> {
     inner: BulkheadBuilder,
     max_keys: usize,
+    key_label: Option<fn(&K) -> String>,
     key_fn: F,
     _key: PhantomData<fn() -> K>,
 }
@@ -123,6 +161,7 @@ where
         KeyedBulkheadBuilder {
             inner: BulkheadBuilder::new(name.into()),
             max_keys: DEFAULT_MAX_KEYS,
+            key_label: None,
             key_fn,
             _key: PhantomData,
         }
@@ -168,6 +207,26 @@ where
         self
     }
 
+    /// Reports each key's bulkhead in series of its own, labelled `name` (the
+    /// layer's) and `key` (the key's `Display`), instead of all keys together under
+    /// the layer's name.
+    ///
+    /// **Cardinality:** keys come from requests, so clients choose how many series
+    /// this makes. At most `max_keys` keys are live at once, but the `metrics`
+    /// facade cannot remove a series: an evicted key's series stay in the exporter
+    /// until its idle timeout drops them (with `metrics-exporter-prometheus`,
+    /// `PrometheusBuilder::idle_timeout`). Budget 9 series per key seen within that
+    /// timeout. Use it for keys from a fixed set (routes, configured tenants), not
+    /// for a host or header a client picks.
+    #[must_use]
+    pub fn per_key_metrics(mut self) -> Self
+    where
+        K: fmt::Display,
+    {
+        self.key_label = Some(|key: &K| key.to_string());
+        self
+    }
+
     /// Validates the configuration and creates the layer. A keyed bulkhead has a
     /// fixed limit per key: an `adaptive` configuration is refused.
     pub fn build(self) -> Result<KeyedBulkheadLayer<K, F>, ConfigError> {
@@ -177,13 +236,21 @@ where
         let telemetry = KeyedTelemetry::new(&name);
         Ok(KeyedBulkheadLayer {
             shared: Arc::new(KeyedShared {
+                series: match self.key_label {
+                    Some(label) => KeySeries::PerKey(label),
+                    None => {
+                        // Registered now, with the limit every key will have, so
+                        // the series are exported before the first key arrives.
+                        let series = Series::named(&name);
+                        series.limit(self.inner.config.max_concurrent);
+                        KeySeries::Shared(series)
+                    }
+                },
                 name,
-                max_keys: self.max_keys,
                 built: self.inner.config,
                 config: Mutex::new(self.inner.config),
-                map: RwLock::new(HashMap::new()),
+                map: KeyedMap::new(self.max_keys),
                 rejected_key_limit: AtomicU64::new(0),
-                evicted: AtomicU64::new(0),
                 telemetry,
             }),
             key_fn: self.key_fn,
@@ -240,7 +307,7 @@ impl<K, F, H> fmt::Debug for KeyedBulkheadLayer<K, F, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedBulkheadLayer")
             .field("name", &&*self.shared.name)
-            .field("max_keys", &self.shared.max_keys)
+            .field("max_keys", &self.shared.map.max_keys())
             .finish()
     }
 }
@@ -312,7 +379,7 @@ where
     S: Service<Req> + Clone,
     S::Error: Into<BoxError>,
     H: Hold<S::Response> + Lend<Req>,
-    K: Hash + Eq,
+    K: Hash + Eq + Clone,
     F: Fn(&Req) -> K,
 {
     type Response = H::Output;
@@ -328,20 +395,11 @@ where
         let key = (self.key_fn)(&req);
         let ks = &*self.shared;
         // The map is not locked while the inner service is polled or called.
-        let known = ks
-            .map
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&key)
-            .cloned();
-        if let Some(b) = known {
-            return ResponseFuture::new(&b, &self.inner, req, TimeoutsAsOverload);
-        }
-        match ks.insert(key) {
+        match ks.bulkhead_for(key) {
             Some(b) => ResponseFuture::new(&b, &self.inner, req, TimeoutsAsOverload),
             None => {
                 ks.rejected_key_limit.fetch_add(1, Ordering::Relaxed);
-                ks.telemetry.key_limit(&ks.name, ks.max_keys);
+                ks.telemetry.key_limit(&ks.name, ks.map.max_keys());
                 ResponseFuture::rejected(Box::new(BulkheadFull::new(ks.name.clone())))
             }
         }
@@ -377,45 +435,34 @@ impl<K: Hash + Eq + Clone> KeyedHandle<K> {
 
     /// The keys that have a bulkhead now.
     pub fn keys(&self) -> Vec<K> {
-        let map = self
-            .shared
-            .map
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
-        map.keys().cloned().collect()
+        // Keys are cloned after the map's lock is released.
+        let entries = self.shared.map.entries();
+        entries.iter().map(|(k, _)| K::clone(k)).collect()
     }
 
     /// The snapshot of `key`'s bulkhead, if the key has one.
     pub fn snapshot_of(&self, key: &K) -> Option<Snapshot> {
-        let map = self
-            .shared
-            .map
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
-        map.get(key).map(|b| b.snapshot())
+        self.shared.map.peek(key).map(|b| b.snapshot())
     }
 
     /// Totals over the keys that have a bulkhead now, and the key-bound counters.
     pub fn snapshot(&self) -> KeyedSnapshot {
-        let map = self
-            .shared
-            .map
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
         let mut s = KeyedSnapshot {
             name: self.shared.name.to_string(),
-            keys: map.len(),
-            max_keys: self.shared.max_keys,
+            keys: 0,
+            max_keys: self.shared.map.max_keys(),
             active: 0,
             queued: 0,
             rejected_key_limit: self.shared.rejected_key_limit.load(Ordering::Relaxed),
-            evicted: self.shared.evicted.load(Ordering::Relaxed),
+            evicted: self.shared.map.evicted(),
         };
-        for b in map.values() {
+        // Summed in place: copying the bulkheads out would pin them meanwhile.
+        self.shared.map.for_each(|_, b| {
             let counts = b.machine.counts();
+            s.keys += 1;
             s.active += counts.active;
             s.queued += counts.queued;
-        }
+        });
         s
     }
 
@@ -433,17 +480,12 @@ impl<K: Hash + Eq + Clone> KeyedHandle<K> {
             .config
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = config;
+        if let KeySeries::Shared(series) = &self.shared.series {
+            series.limit(config.max_concurrent);
+        }
         // Copied out first: each bulkhead logs its change, and a subscriber may read
         // this map (a snapshot) from inside that event.
-        let bulkheads: Vec<_> = self
-            .shared
-            .map
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .values()
-            .cloned()
-            .collect();
-        for b in bulkheads {
+        for b in self.shared.map.values() {
             b.reconfigure(config)?;
         }
         Ok(())
@@ -475,61 +517,4 @@ pub struct KeyedSnapshot {
     pub rejected_key_limit: u64,
     /// Idle keys forgotten to make room for new ones.
     pub evicted: u64,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::convert::Infallible;
-    use std::sync::atomic::AtomicBool;
-
-    type Req = http::Request<&'static str>;
-
-    /// An inner service that checks, in `poll_ready` and `call`, that the key map
-    /// is not locked (so it could call the keyed bulkhead again, with a new key).
-    #[derive(Clone)]
-    struct Reentrant {
-        keyed: Arc<KeyedShared<&'static str>>,
-        locked_seen: Arc<AtomicBool>,
-    }
-
-    impl Reentrant {
-        fn check(&self) {
-            if self.keyed.map.try_write().is_err() {
-                self.locked_seen.store(true, Ordering::SeqCst);
-            }
-        }
-    }
-
-    impl Service<Req> for Reentrant {
-        type Response = ();
-        type Error = Infallible;
-        type Future = std::future::Ready<Result<(), Infallible>>;
-
-        fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-            self.check();
-            Poll::Ready(Ok(()))
-        }
-
-        fn call(&mut self, _req: Req) -> Self::Future {
-            self.check();
-            std::future::ready(Ok(()))
-        }
-    }
-
-    #[test]
-    fn the_key_map_is_not_locked_while_the_inner_service_is_polled_or_called() {
-        let l = KeyedBulkheadLayer::builder("suppliers", |r: &Req| *r.body())
-            .build()
-            .unwrap();
-        let locked_seen = Arc::new(AtomicBool::new(false));
-        let mut svc = l.layer(Reentrant {
-            keyed: l.shared.clone(),
-            locked_seen: locked_seen.clone(),
-        });
-        // The first call of a key, then a call of a known key.
-        drop(svc.call(http::Request::new("a.example")));
-        drop(svc.call(http::Request::new("a.example")));
-        assert!(!locked_seen.load(Ordering::SeqCst));
-    }
 }

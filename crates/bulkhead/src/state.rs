@@ -12,7 +12,7 @@ use crate::config::BulkheadConfig;
 use crate::feedback::Feedback;
 use crate::handle::{AdaptiveSnapshot, Snapshot, WaitStats};
 use crate::machine::Machine;
-use crate::telemetry::Telemetry;
+use crate::telemetry::{Series, Telemetry};
 
 /// One bulkhead: the admission machine plus its name, limits and telemetry.
 #[derive(Debug)]
@@ -34,8 +34,20 @@ fn nanos(d: Duration) -> u64 {
 impl Shared {
     /// A bulkhead with a validated `config`.
     pub(crate) fn new(name: Name, config: BulkheadConfig, seed: Option<u64>) -> Self {
+        let series = Series::named(&name);
+        Self::reporting_to(name, &series, config, seed)
+    }
+
+    /// A bulkhead whose metrics go to `series` (a keyed layer's, say) rather than
+    /// to a series of its own name.
+    pub(crate) fn reporting_to(
+        name: Name,
+        series: &Series,
+        config: BulkheadConfig,
+        seed: Option<u64>,
+    ) -> Self {
         let feedback = Feedback::new(&config, seed);
-        let telemetry = Telemetry::new(&name, &config);
+        let telemetry = Telemetry::new(series, &config);
         telemetry.limit_in_force(feedback.limit());
         Self {
             machine: Machine::new(feedback.limit(), config.max_queue),

@@ -1,6 +1,8 @@
 //! The only place with `cfg(feature = "tracing")` and `cfg(feature = "metrics")`.
 //!
-//! Metrics (feature `metrics`), all labelled with the bulkhead's `name`:
+//! Metrics (feature `metrics`), all labelled with the bulkhead's `name` (a keyed
+//! layer's own name for all its keys, plus a `key` label if it opted into per-key
+//! series; see [`Series`]):
 //!
 //! | metric | kind | meaning |
 //! |---|---|---|
@@ -18,9 +20,10 @@
 //! Every call handed to a bulkhead ends in exactly one of admitted, rejected (by
 //! reason) or abandoned, or is still queued; each admitted call records one wait.
 //!
-//! The handles are registered once, when the bulkhead is built, with the recorder
-//! installed at that time; a call then costs a few dynamic calls, no allocation.
-//! Keyed bulkheads register per key under the layer's name, so their series add up.
+//! The handles are registered once, when the bulkhead (a keyed layer: the layer) is
+//! built, with the recorder installed at that time; a call then costs a few dynamic
+//! calls, no allocation. A keyed layer's bulkheads share its series, so they add up
+//! and a new key registers nothing.
 //!
 //! Tracing (feature `tracing`, target `seawall::bulkhead`): a `debug` event for each
 //! rejection (full, timeout), an `info` event for each change of limits and each
@@ -29,14 +32,93 @@
 
 use std::time::Duration;
 
+use seawall_core::Name;
+
 use crate::config::BulkheadConfig;
 use crate::machine::Machine;
 
-/// Metric handles of one bulkhead (empty without the `metrics` feature).
+/// The series bulkheads report to: the layer's `name`, and a `key` label for the
+/// keys of a keyed layer that opted into per-key series. The handles are registered
+/// once, when the series is made, and shared by every bulkhead reporting to it: by
+/// default all the bulkheads of a keyed layer share its series, so a new key
+/// registers nothing.
+#[derive(Debug)]
+pub(crate) struct Series {
+    #[cfg(feature = "metrics")]
+    handles: std::sync::Arc<Metrics>,
+}
+
+impl Series {
+    /// The series of `name`, without a key label.
+    pub(crate) fn named(name: &Name) -> Self {
+        Self::with_labels(name, None)
+    }
+
+    /// The per-key series of `key` in the layer `name`.
+    pub(crate) fn keyed(name: &Name, key: String) -> Self {
+        Self::with_labels(name, Some(key))
+    }
+
+    /// Sets the fixed limit of active calls the series reports, configured and in
+    /// force (a keyed layer's, whose keys have no adaptive limit; each bulkhead sets
+    /// them again when built or reconfigured).
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    pub(crate) fn limit(&self, max_concurrent: usize) {
+        #[cfg(feature = "metrics")]
+        {
+            self.handles.max_concurrent.set(max_concurrent as f64);
+            self.handles.limit.set(max_concurrent as f64);
+        }
+    }
+
+    #[cfg_attr(
+        not(feature = "metrics"),
+        allow(unused_variables, clippy::needless_pass_by_value)
+    )]
+    fn with_labels(name: &Name, key: Option<String>) -> Self {
+        #[cfg(feature = "metrics")]
+        {
+            let mut base = vec![metrics::Label::new("name", name.clone())];
+            if let Some(key) = key {
+                base.push(metrics::Label::new("key", key));
+            }
+            let labels = |extra: &[(&'static str, &'static str)]| {
+                let mut all = base.clone();
+                all.extend(extra.iter().map(|&(k, v)| metrics::Label::new(k, v)));
+                all
+            };
+            let m = Metrics {
+                active: metrics::gauge!("seawall_bulkhead_active", labels(&[])),
+                queued: metrics::gauge!("seawall_bulkhead_queued", labels(&[])),
+                max_concurrent: metrics::gauge!("seawall_bulkhead_max_concurrent", labels(&[])),
+                limit: metrics::gauge!("seawall_bulkhead_limit", labels(&[])),
+                admitted: metrics::counter!("seawall_bulkhead_admitted_total", labels(&[])),
+                rejected_full: metrics::counter!(
+                    "seawall_bulkhead_rejected_total",
+                    labels(&[("reason", "full")])
+                ),
+                rejected_timeout: metrics::counter!(
+                    "seawall_bulkhead_rejected_total",
+                    labels(&[("reason", "timeout")])
+                ),
+                abandoned: metrics::counter!("seawall_bulkhead_abandoned_total", labels(&[])),
+                wait: metrics::histogram!("seawall_bulkhead_wait_seconds", labels(&[])),
+            };
+            Self {
+                handles: std::sync::Arc::new(m),
+            }
+        }
+        #[cfg(not(feature = "metrics"))]
+        Self {}
+    }
+}
+
+/// One bulkhead's metric handles, shared with its series (empty without the
+/// `metrics` feature).
 #[derive(Debug)]
 pub(crate) struct Telemetry {
     #[cfg(feature = "metrics")]
-    m: Metrics,
+    m: std::sync::Arc<Metrics>,
 }
 
 #[cfg(feature = "metrics")]
@@ -107,21 +189,10 @@ pub(crate) fn describe() {
 
 impl Telemetry {
     #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
-    pub(crate) fn new(name: &seawall_core::Name, config: &BulkheadConfig) -> Self {
+    pub(crate) fn new(series: &Series, config: &BulkheadConfig) -> Self {
         #[cfg(feature = "metrics")]
         {
-            let label = metrics::SharedString::from(name.clone());
-            let m = Metrics {
-                active: metrics::gauge!("seawall_bulkhead_active", "name" => label.clone()),
-                queued: metrics::gauge!("seawall_bulkhead_queued", "name" => label.clone()),
-                max_concurrent: metrics::gauge!("seawall_bulkhead_max_concurrent", "name" => label.clone()),
-                limit: metrics::gauge!("seawall_bulkhead_limit", "name" => label.clone()),
-                admitted: metrics::counter!("seawall_bulkhead_admitted_total", "name" => label.clone()),
-                rejected_full: metrics::counter!("seawall_bulkhead_rejected_total", "name" => label.clone(), "reason" => "full"),
-                rejected_timeout: metrics::counter!("seawall_bulkhead_rejected_total", "name" => label.clone(), "reason" => "timeout"),
-                abandoned: metrics::counter!("seawall_bulkhead_abandoned_total", "name" => label.clone()),
-                wait: metrics::histogram!("seawall_bulkhead_wait_seconds", "name" => label),
-            };
+            let m = std::sync::Arc::clone(&series.handles);
             m.max_concurrent.set(config.max_concurrent as f64);
             Self { m }
         }

@@ -139,3 +139,107 @@ fn the_key_bound_is_validated() {
         .unwrap_err();
     assert_eq!(err.field(), "max_keys");
 }
+
+/// An inner service that, from `call`, reads the keyed layer's handle and calls
+/// the keyed layer again with a new key (an insert that evicts): both deadlock if
+/// the map's lock were held while the inner service runs.
+#[derive(Clone)]
+struct Nested {
+    layer: KeyedBulkheadLayer<String, fn(&http::Request<String>) -> String>,
+    depth: usize,
+}
+
+impl Service<http::Request<String>> for Nested {
+    type Response = ();
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<(), Infallible>>;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Infallible>> {
+        drop(self.layer.handle().snapshot());
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<String>) -> Self::Future {
+        drop(self.layer.handle().keys());
+        if self.depth == 0 {
+            let mut again = self.layer.layer(Nested {
+                layer: self.layer.clone(),
+                depth: 1,
+            });
+            let nested = http::Request::new(format!("nested-{}", req.body()));
+            let mut answer = task::spawn(again.call(nested));
+            assert!(assert_ready!(answer.poll()).is_ok());
+        }
+        std::future::ready(Ok(()))
+    }
+}
+
+#[test]
+fn the_inner_service_may_use_the_keyed_layer_while_it_is_polled_and_called() {
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let body = (|r: &http::Request<String>| r.body().clone()) as fn(&_) -> String;
+        let layer = KeyedBulkheadLayer::builder("suppliers", body)
+            .max_keys(2)
+            .build()
+            .unwrap();
+        let handle = layer.handle();
+        let mut svc = layer.layer(Nested {
+            layer: layer.clone(),
+            depth: 0,
+        });
+        for key in ["a", "b", "c"] {
+            let mut answer = task::spawn(svc.call(http::Request::new(key.to_owned())));
+            assert!(assert_ready!(answer.poll()).is_ok());
+        }
+        done.send(handle.snapshot()).unwrap();
+    });
+    // A watchdog, not a timing check: a lock held across the inner service
+    // deadlocks the scenario.
+    let s = finished
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the keyed layer deadlocked with its inner service");
+    // Six keys went through a map of two, none turned away.
+    assert_eq!((s.keys, s.evicted, s.rejected_key_limit), (2, 4, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_flood_of_new_keys_never_evicts_a_busy_key() {
+    let l = KeyedBulkheadLayer::builder("suppliers", |r: &http::Request<String>| r.body().clone())
+        .max_concurrent(1)
+        .max_queue(1)
+        .max_keys(16)
+        .build()
+        .unwrap();
+    let h = l.handle();
+    let hang = |_req: http::Request<String>| std::future::pending::<Result<(), Infallible>>();
+    let mut svc = l.layer(service_fn(hang));
+    // Eight keys busy: one call active and one waiting each.
+    let mut busy = Vec::new();
+    for k in 0..8 {
+        for _ in 0..2 {
+            let mut f = task::spawn(svc.call(http::Request::new(format!("busy-{k}"))));
+            assert_pending!(f.poll());
+            busy.push(f);
+        }
+    }
+    let done = |_req: http::Request<String>| std::future::ready(Ok::<(), Infallible>(()));
+    let mut quick = l.layer(service_fn(done));
+    for fresh in 0..10_000 {
+        let mut f = task::spawn(quick.call(http::Request::new(format!("fresh-{fresh}"))));
+        assert!(assert_ready!(f.poll()).is_ok());
+    }
+    let s = h.snapshot();
+    assert_eq!(
+        (s.keys, s.active, s.queued, s.rejected_key_limit),
+        (16, 8, 8, 0)
+    );
+    for k in 0..8 {
+        let b = h.snapshot_of(&format!("busy-{k}")).unwrap();
+        assert_eq!((b.active, b.queued), (1, 1));
+    }
+    assert_eq!(s.evicted, 10_000 - 8);
+}

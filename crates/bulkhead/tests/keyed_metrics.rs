@@ -1,0 +1,178 @@
+//! A keyed bulkhead's metric series are bounded by its configuration, not by the
+//! keys clients send; per-key series are an opt-in.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![cfg(feature = "metrics")]
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
+use seawall_bulkhead::{BulkheadConfig, KeyedBulkheadLayer, KeyedHandle};
+use tokio_test::{assert_ready, task};
+use tower::{service_fn, Layer, Service};
+
+type Req = http::Request<String>;
+
+/// Every series ever registered, as an exporter keeps them: `name{k=v,...}`
+/// (labels sorted) to its value. Runs `on_register` (user code) at each one.
+#[derive(Default)]
+struct Series {
+    values: Mutex<BTreeMap<String, Arc<AtomicU64>>>,
+    on_register: OnceLock<Box<dyn Fn() + Send + Sync>>,
+}
+
+fn render(key: &Key) -> String {
+    let mut labels: Vec<String> = key
+        .labels()
+        .map(|l| format!("{}={}", l.key(), l.value()))
+        .collect();
+    labels.sort();
+    format!("{}{{{}}}", key.name(), labels.join(","))
+}
+
+impl Series {
+    fn slot(&self, key: &Key) -> Arc<AtomicU64> {
+        if let Some(f) = self.on_register.get() {
+            f();
+        }
+        Arc::clone(self.values.lock().unwrap().entry(render(key)).or_default())
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.values.lock().unwrap().keys().cloned().collect()
+    }
+
+    fn counter(&self, series: &str) -> u64 {
+        self.values
+            .lock()
+            .unwrap()
+            .get(series)
+            .map_or(0, |v| v.load(Ordering::SeqCst))
+    }
+}
+
+impl Recorder for Series {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+        Counter::from_arc(self.slot(key))
+    }
+    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
+        Gauge::from_arc(self.slot(key))
+    }
+    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
+        self.slot(key);
+        Histogram::noop()
+    }
+}
+
+fn ok(_req: Req) -> std::future::Ready<Result<(), Infallible>> {
+    std::future::ready(Ok(()))
+}
+
+fn body(req: &Req) -> String {
+    req.body().clone()
+}
+
+fn send<S: Service<Req, Response = ()>>(svc: &mut S, key: String)
+where
+    S::Error: std::fmt::Debug,
+{
+    let mut answer = task::spawn(svc.call(http::Request::new(key)));
+    assert_ready!(answer.poll()).unwrap();
+}
+
+#[test]
+fn five_thousand_keys_leave_a_bounded_number_of_series_by_default() {
+    let series = Series::default();
+    metrics::with_local_recorder(&series, || {
+        let layer = KeyedBulkheadLayer::builder("suppliers", body)
+            .max_keys(16)
+            .build()
+            .unwrap();
+        let mut svc = layer.layer(service_fn(ok));
+        for i in 0..5_000 {
+            send(&mut svc, format!("{i}.example"));
+        }
+        assert_eq!(layer.handle().snapshot().evicted, 5_000 - 16);
+    });
+    let names = series.names();
+    // Active, queued, the configured limit and the limit in force, admitted,
+    // rejections by reason (full, timeout, keys), abandoned and the wait
+    // histogram: 10 series for any number of keys.
+    assert_eq!(names.len(), 10, "{names:#?}");
+    assert!(names
+        .iter()
+        .all(|n| n.contains("name=suppliers") && !n.contains("key=")));
+    assert_eq!(
+        series.counter("seawall_bulkhead_admitted_total{name=suppliers}"),
+        5_000
+    );
+}
+
+#[test]
+fn per_key_series_are_an_opt_in_with_a_key_label() {
+    let series = Series::default();
+    metrics::with_local_recorder(&series, || {
+        let layer = KeyedBulkheadLayer::builder("routes", body)
+            .max_keys(4)
+            .per_key_metrics()
+            .build()
+            .unwrap();
+        let mut svc = layer.layer(service_fn(ok));
+        for route in ["a", "b", "c", "d", "e", "f"] {
+            send(&mut svc, route.to_owned());
+        }
+        send(&mut svc, "f".to_owned());
+    });
+    assert_eq!(
+        series.counter("seawall_bulkhead_admitted_total{key=f,name=routes}"),
+        2
+    );
+    // Evicted keys' series stay (the facade cannot remove one).
+    assert_eq!(
+        series.counter("seawall_bulkhead_admitted_total{key=a,name=routes}"),
+        1
+    );
+    let per_key = series.names().iter().filter(|n| n.contains("key=")).count();
+    assert_eq!(per_key, 6 * 9, "9 series per key seen");
+}
+
+#[test]
+fn a_key_made_while_the_limits_change_gets_the_new_limits() {
+    let series: &'static Series = Box::leak(Box::default());
+    let handle: Arc<OnceLock<KeyedHandle<String>>> = Arc::default();
+    let wider = BulkheadConfig {
+        max_concurrent: 3,
+        ..BulkheadConfig::default()
+    };
+    {
+        // Registering a new key's per-key series (user code, run while its
+        // bulkhead is made) reconfigures the layer, as another thread could: the
+        // new key cannot be in the map yet.
+        let handle = Arc::clone(&handle);
+        let _ = series.on_register.set(Box::new(move || {
+            if let Some(h) = handle.get() {
+                if h.config() != wider {
+                    h.reconfigure(wider).unwrap();
+                }
+            }
+        }));
+    }
+    metrics::with_local_recorder(series, || {
+        let layer = KeyedBulkheadLayer::builder("suppliers", body)
+            .max_concurrent(1)
+            .per_key_metrics()
+            .build()
+            .unwrap();
+        let _ = handle.set(layer.handle());
+        let mut svc = layer.layer(service_fn(ok));
+        send(&mut svc, "a".to_owned());
+        let h = layer.handle();
+        assert_eq!(h.config().max_concurrent, 3);
+        assert_eq!(h.snapshot_of(&"a".to_owned()).unwrap().max_concurrent, 3);
+    });
+}
