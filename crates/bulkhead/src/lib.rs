@@ -358,11 +358,14 @@ mod handle;
 mod hold;
 mod keyed;
 mod layer;
+#[cfg(all(test, loom))]
+mod loom_machine;
 mod machine;
 mod permit;
 mod service;
 mod state;
 mod stats;
+mod sync;
 mod telemetry;
 
 pub use adaptive::AdaptiveConfig;

@@ -41,12 +41,13 @@
 //! slow paths read the limit under the lock a change also takes.)
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::Ordering;
+use std::sync::PoisonError;
 use std::task::Waker;
 use std::time::Duration;
 
 use crate::stats::WaitHistogram;
+use crate::sync::{fence, AtomicU64, AtomicUsize, Mutex, MutexGuard};
 
 const COUNT_BITS: u32 = 21;
 const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
@@ -274,7 +275,7 @@ impl Machine {
         let now = self.counts();
         self.peak_active.store(now.active, Ordering::SeqCst);
         self.peak_queued.store(now.queued, Ordering::SeqCst);
-        std::sync::atomic::fence(Ordering::SeqCst);
+        fence(Ordering::SeqCst);
         let after = self.counts();
         self.peak_active.fetch_max(after.active, Ordering::SeqCst);
     }

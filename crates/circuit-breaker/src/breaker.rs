@@ -26,8 +26,8 @@
 //!   succeeded was admitted in the epoch it was tallied in; successes tallied while
 //!   a transition was being made are counted as stale.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, TryLockError};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock, PoisonError, TryLockError};
 use std::time::Duration;
 
 use seawall_core::{ConfigError, Name, OpenCause, Outcome, RandomSource};
@@ -36,6 +36,7 @@ use tokio::time::Instant;
 
 use crate::config::CircuitBreakerConfig;
 use crate::machine::{positive, Admission, Machine, Mode, Report, State, Ticket, Transition};
+use crate::sync::{AtomicU64, Mutex, MutexGuard};
 use crate::telemetry::{Series, Telemetry};
 
 const PENDING_MASK: u64 = (1 << 24) - 1;

@@ -296,9 +296,12 @@ mod handle;
 mod hooks;
 mod keyed;
 mod layer;
+#[cfg(all(test, loom))]
+mod loom_breaker;
 mod machine;
 mod readiness;
 mod service;
+mod sync;
 mod telemetry;
 
 pub use config::{

@@ -1,0 +1,177 @@
+//! Loom models of the bulkhead's admission word (see `machine.rs`), driving the
+//! production [`Machine`] through the `sync` shim: every interleaving of a release
+//! handing its slot over with a waiter timing out, a newcomer on the fast path, and
+//! a resize.
+//!
+//! The word packs the active and waiting counts (and the fast path's admission
+//! count); the line of waiters sits behind a mutex. What can go wrong: a slot handed
+//! to a waiter that already left (a slot leaked, or two holders for one slot), a
+//! newcomer overtaking a waiter, a slot left free while someone waits, or more
+//! calls active than the limit.
+//!
+//! Covered: the word and its compare-and-swap loops (`try_acquire`, `join`,
+//! `hand_over_locked`, `release`), the line's mutex, `leave`, `poll_waiter` and
+//! `set_limits`, with loom's atomics and mutex. Not covered: timers and futures
+//! (the adapter's; a timeout is modelled as the waiter calling `leave`), the wait
+//! histogram and telemetry (plain `std` atomics, not part of the decision).
+//!
+//! Run with `RUSTFLAGS="--cfg loom" cargo test -p seawall-bulkhead --release --lib
+//! loom_` (`.ci/run` bounds preemptions with `LOOM_MAX_PREEMPTIONS`).
+
+// Models check by panicking, as tests do (`cfg(loom)` hides that they are tests).
+#![allow(clippy::panic)]
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::task::{Wake, Waker};
+
+use loom::thread;
+
+use crate::machine::{Counts, Enqueued, Leave, Left, Machine, WaiterId};
+
+struct Flag(AtomicBool);
+
+impl Wake for Flag {
+    fn wake(self: Arc<Self>) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+fn waker() -> Waker {
+    Waker::from(Arc::new(Flag(AtomicBool::new(false))))
+}
+
+fn waiting(e: Enqueued) -> WaiterId {
+    match e {
+        Enqueued::Waiting(id) => id,
+        other => panic!("expected to wait, got {other:?}"),
+    }
+}
+
+/// A waiter whose timer fires: it takes the slot if one was handed to it (by poll
+/// or as `leave` finds it), else leaves the line. Whether it holds a slot.
+fn time_out(m: &Machine, id: WaiterId) -> bool {
+    if m.poll_waiter(id, &waker()) {
+        return true;
+    }
+    m.leave(id, Leave::TimedOut) == Left::HoldsSlot
+}
+
+/// The holder releases its slot while the only waiter times out: the slot ends
+/// with exactly one owner (the waiter, or nobody), and every count adds up.
+#[test]
+fn loom_a_hand_over_racing_a_waiters_timeout_leaks_no_slot() {
+    loom::model(|| {
+        let m = Arc::new(Machine::new(1, 1));
+        assert!(m.try_acquire());
+        let id = waiting(m.enqueue());
+        let release = {
+            let m = Arc::clone(&m);
+            thread::spawn(move || m.release())
+        };
+        let holds = time_out(&m, id);
+        if release.join().is_err() {
+            panic!("the releasing thread panicked");
+        }
+        let expected = Counts {
+            active: usize::from(holds),
+            queued: 0,
+        };
+        assert_eq!(m.counts(), expected);
+        assert_eq!(m.admitted(), 1 + u64::from(holds));
+        assert_eq!(m.rejected_timeout(), u64::from(!holds));
+        if holds {
+            m.release();
+        }
+        assert_eq!(
+            m.counts(),
+            Counts {
+                active: 0,
+                queued: 0
+            }
+        );
+    });
+}
+
+/// A newcomer on the fast path races a release that hands the slot to a waiter:
+/// the newcomer never takes it while the waiter is in line.
+#[test]
+fn loom_a_newcomer_never_overtakes_a_waiter() {
+    loom::model(|| {
+        let m = Arc::new(Machine::new(1, 1));
+        assert!(m.try_acquire());
+        let id = waiting(m.enqueue());
+        let release = {
+            let m = Arc::clone(&m);
+            thread::spawn(move || m.release())
+        };
+        // The waiter stays in line: the only free slot is its own.
+        assert!(!m.try_acquire(), "a newcomer overtook the waiter");
+        if release.join().is_err() {
+            panic!("the releasing thread panicked");
+        }
+        assert!(m.poll_waiter(id, &waker()));
+        assert_eq!(
+            m.counts(),
+            Counts {
+                active: 1,
+                queued: 0
+            }
+        );
+    });
+}
+
+/// A release, a resize that adds a slot, and the first waiter's timeout, all at
+/// once, with two waiters: never more active than the limit, no slot left free
+/// while someone waits, and every slot comes back.
+#[test]
+fn loom_a_hand_over_racing_a_timeout_and_a_resize_keeps_the_limits() {
+    loom::model(|| {
+        let m = Arc::new(Machine::new(1, 2));
+        assert!(m.try_acquire());
+        let first = waiting(m.enqueue());
+        let second = waiting(m.enqueue());
+        let release = {
+            let m = Arc::clone(&m);
+            thread::spawn(move || {
+                m.release();
+                assert!(m.counts().active <= 2);
+            })
+        };
+        let resize = {
+            let m = Arc::clone(&m);
+            thread::spawn(move || {
+                m.set_limits(2, 2);
+                assert!(m.counts().active <= 2);
+            })
+        };
+        let first_holds = time_out(&m, first);
+        assert!(m.counts().active <= 2);
+        if release.join().is_err() || resize.join().is_err() {
+            panic!("a model thread panicked");
+        }
+        // Two slots, the holder gone: both waiters that stayed got one.
+        let after = m.counts();
+        assert!(
+            after.queued == 0 || after.active >= 2,
+            "a slot sits free while someone waits: {after:?}"
+        );
+        assert_eq!(after.queued, 0);
+        assert!(
+            m.poll_waiter(second, &waker()),
+            "the second waiter got no slot"
+        );
+        assert_eq!(after.active, 1 + usize::from(first_holds));
+        assert_eq!(m.admitted(), 2 + u64::from(first_holds));
+        for _ in 0..after.active {
+            m.release();
+        }
+        assert_eq!(
+            m.counts(),
+            Counts {
+                active: 0,
+                queued: 0
+            }
+        );
+    });
+}

@@ -1,0 +1,154 @@
+//! Loom models of the breaker's lock-free closed-path word (see `breaker.rs`),
+//! driving the production [`Breaker`] through the `sync` shim: every interleaving
+//! of a success tallied without the lock with a change of epoch made under it.
+//!
+//! The word packs the mode, the epoch and a count of successes not yet folded into
+//! the machine. A success bumps the count with one compare-and-swap if the epoch is
+//! still its own; whoever takes the lock folds the count in first, then republishes
+//! the word, and successes tallied while the epoch was changing are stale. What can
+//! go wrong: a success lost, counted twice, or folded into the new epoch's window.
+//!
+//! Covered: the word, its compare-and-swap loops (`try_batch_success`, `publish`),
+//! the fold in `locked` and the mutex around the machine, with loom's atomics and
+//! mutex. Not covered: the machine's own logic (plain code under the mutex, tested
+//! by the proptest suites), the clock (instants are passed in), telemetry.
+//!
+//! Run with `RUSTFLAGS="--cfg loom" cargo test -p seawall-circuit-breaker --release
+//! --lib loom_` (`.ci/run` bounds preemptions with `LOOM_MAX_PREEMPTIONS`).
+
+// Models check by panicking, as tests do (`cfg(loom)` hides that they are tests).
+#![allow(clippy::panic)]
+
+use std::sync::Arc;
+
+use loom::thread;
+use seawall_core::{Outcome, SeededRandom};
+use tokio::time::Instant;
+
+use crate::breaker::Breaker;
+use crate::config::{CircuitBreakerConfig, TripPolicy};
+use crate::machine::{Admission, Report, State, Ticket};
+
+fn breaker(policy: TripPolicy, now: Instant) -> Breaker {
+    let config = CircuitBreakerConfig {
+        policy,
+        ..CircuitBreakerConfig::default()
+    };
+    let random = Some(Box::new(SeededRandom::new(7)) as Box<dyn seawall_core::RandomSource>);
+    match Breaker::new("loom".into(), &config, random, now) {
+        Ok(b) => b,
+        Err(e) => panic!("invalid model configuration: {e}"),
+    }
+}
+
+fn admit(b: &Breaker, now: Instant) -> Ticket {
+    match b.admit(|| now) {
+        Admission::Admitted(t) => t,
+        Admission::Rejected(..) => panic!("a closed breaker rejected a call"),
+    }
+}
+
+/// A count window: successes are batched, and the window shows where they landed.
+fn count_window() -> TripPolicy {
+    TripPolicy::CountWindow {
+        size: 10,
+        min_calls: 10,
+        failure_rate: 0.5,
+    }
+}
+
+/// A success of the old epoch races an operator's reset (a new epoch, still
+/// closed and batching): it is counted exactly once, and never in the new window.
+#[test]
+fn loom_a_success_racing_a_reset_is_counted_once_and_never_in_the_new_epoch() {
+    loom::model(|| {
+        let now = Instant::now();
+        let b = Arc::new(breaker(count_window(), now));
+        let ticket = admit(&b, now);
+        let old_epoch = ticket.epoch;
+        let success = {
+            let b = Arc::clone(&b);
+            thread::spawn(move || {
+                b.complete(ticket, Report::of(Outcome::Success), None, || now);
+            })
+        };
+        b.locked(now, |m| m.reset(now));
+        if success.join().is_err() {
+            panic!("the completing thread panicked");
+        }
+        b.locked(now, |m| {
+            assert_ne!(m.epoch(), old_epoch);
+            let tally = m.tally();
+            assert_eq!(tally.successes, 1, "lost or counted twice");
+            // Either folded before the reset (which emptied the window), or stale.
+            let window = m.window_counts(now).map_or(0, |w| w.calls);
+            assert_eq!(window, 0, "an old-epoch success reached the new window");
+            assert!(tally.stale <= 1);
+        });
+        // The word agrees with the machine: a new call takes the machine's epoch.
+        let fresh = admit(&b, now);
+        assert_eq!(fresh.epoch, b.locked(now, |m| m.epoch()));
+    });
+}
+
+/// A success and a failure of the same epoch race; the failure trips the breaker
+/// (threshold 1), changing the epoch. The success is counted once, as current if
+/// it was folded before the failure, else as stale; the breaker ends open and no
+/// tally is left pending in the word.
+#[test]
+fn loom_a_success_racing_a_trip_is_counted_once() {
+    loom::model(|| {
+        let now = Instant::now();
+        let b = Arc::new(breaker(
+            TripPolicy::ConsecutiveFailures { threshold: 1 },
+            now,
+        ));
+        let ok = admit(&b, now);
+        let failed = admit(&b, now);
+        let success = {
+            let b = Arc::clone(&b);
+            thread::spawn(move || {
+                b.complete(ok, Report::of(Outcome::Success), None, || now);
+            })
+        };
+        b.complete(failed, Report::of(Outcome::Failure), Some(now), || now);
+        if success.join().is_err() {
+            panic!("the completing thread panicked");
+        }
+        let (state, tally) = b.locked(now, |m| (m.state(now), m.tally()));
+        assert_eq!(state, State::Open);
+        assert_eq!((tally.successes, tally.failures), (1, 1));
+        assert!(tally.stale <= 1);
+        // Nothing left in the word: a second fold changes nothing.
+        assert_eq!(b.locked(now, |m| m.tally().successes), 1);
+    });
+}
+
+/// Two successes tallied without the lock race an operator forcing the breaker
+/// open and back closed (two epoch changes): both are counted exactly once.
+#[test]
+fn loom_successes_racing_two_epoch_changes_are_each_counted_once() {
+    loom::model(|| {
+        let now = Instant::now();
+        let b = Arc::new(breaker(count_window(), now));
+        let first = admit(&b, now);
+        let second = admit(&b, now);
+        let success = {
+            let b = Arc::clone(&b);
+            thread::spawn(move || {
+                b.complete(first, Report::of(Outcome::Success), None, || now);
+                b.complete(second, Report::of(Outcome::Success), None, || now);
+            })
+        };
+        b.locked(now, |m| m.force_open(now));
+        b.locked(now, |m| m.reset(now));
+        if success.join().is_err() {
+            panic!("the completing thread panicked");
+        }
+        b.locked(now, |m| {
+            assert_eq!(m.tally().successes, 2, "lost or counted twice");
+            assert_eq!(m.window_counts(now).map_or(0, |w| w.calls), 0);
+            assert_eq!(m.state(now), State::Closed);
+        });
+    });
+}
