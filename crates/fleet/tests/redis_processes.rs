@@ -52,7 +52,6 @@ impl Dependency {
             self.most_in_flight.fetch_max(n, Ordering::SeqCst);
             self.probes.fetch_add(1, Ordering::SeqCst);
         }
-        std::thread::sleep(Duration::from_millis(20));
         let healthy = self.healthy.load(Ordering::SeqCst);
         if probe {
             self.in_flight.fetch_sub(1, Ordering::SeqCst);
@@ -92,7 +91,7 @@ fn three_processes_probe_one_at_a_time_and_all_close() {
         });
     }
     let exe = std::env::current_exe().unwrap();
-    let mut children: Vec<Child> = (0..INSTANCES)
+    let children: Vec<Child> = (0..INSTANCES)
         .map(|i| {
             Command::new(&exe)
                 .args([
@@ -110,22 +109,30 @@ fn three_processes_probe_one_at_a_time_and_all_close() {
                 .unwrap()
         })
         .collect();
+    // Each child is waited for on its own thread; the channel's timeout is a
+    // watchdog, not a timing check.
+    let pids: Vec<u32> = children.iter().map(Child::id).collect();
+    let (done, finished) = std::sync::mpsc::channel();
+    for mut child in children {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let _ = done.send(child.wait());
+        });
+    }
     let deadline = Instant::now() + WATCHDOG;
     let mut statuses = Vec::new();
-    for child in &mut children {
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                statuses.push(status);
-                break;
-            }
-            if Instant::now() > deadline {
-                for c in &mut children {
-                    let _ = c.kill();
-                    let _ = c.wait();
+    while statuses.len() < pids.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match finished.recv_timeout(left) {
+            Ok(status) => statuses.push(status.unwrap()),
+            Err(_) => {
+                for pid in &pids {
+                    let _ = Command::new("kill")
+                        .args(["-KILL", &pid.to_string()])
+                        .status();
                 }
                 panic!("watchdog: the instance processes did not all close");
             }
-            std::thread::sleep(Duration::from_millis(50));
         }
     }
     let probes = dep.probes.load(Ordering::SeqCst);

@@ -2,7 +2,7 @@
 //! when dropped, so a test that kills, flushes or restarts its server disturbs no
 //! other test.
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -10,8 +10,6 @@ use std::time::Duration;
 /// Ports tried before giving up (another process may take a port between our
 /// probe of it and the server's bind).
 const PORT_ATTEMPTS: usize = 8;
-/// PINGs tried, 25 ms apart, before a server that started counts as not answering.
-const PING_ATTEMPTS: usize = 400;
 
 /// Whether a missing `redis-server` fails the test (CI) instead of skipping it.
 fn required() -> bool {
@@ -80,7 +78,6 @@ impl RedisServer {
                 self.child = Some(child);
                 return;
             }
-            std::thread::sleep(Duration::from_millis(100));
         }
         panic!("redis-server did not come back on port {}", self.port);
     }
@@ -124,27 +121,35 @@ fn free_port() -> u16 {
         .unwrap_or(0)
 }
 
-/// Spawns a server on `port` and waits until it answers PING. `Ok(None)`: it
-/// exited (or never answered) and was reaped.
+/// Spawns a server on `port` and waits until it says it is ready (its log line),
+/// then checks that it answers PING. `Ok(None)`: it exited first (the port was
+/// taken) and was reaped. Waiting reads the server's own output: no polling.
 fn spawn(port: u16) -> std::io::Result<Option<Child>> {
     if port == 0 {
         return Ok(None);
     }
     let mut child = Command::new("redis-server")
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no"])
+        .args(["--save", "", "--appendonly", "no", "--logfile", ""])
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()?;
-    for _ in 0..PING_ATTEMPTS {
-        if child.try_wait()?.is_some() {
-            return Ok(None);
-        }
-        if inline(port, "PING").is_ok_and(|r| r == "+PONG") {
-            return Ok(Some(child));
-        }
-        std::thread::sleep(Duration::from_millis(25));
+    let Some(stdout) = child.stdout.take() else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Ok(None);
+    };
+    let mut lines = BufReader::new(stdout).lines();
+    // Ends with the output: the server exited before it was ready.
+    let ready = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .any(|line| line.contains("Ready to accept connections"));
+    // Keep draining its log, or a full pipe would stall the server.
+    std::thread::spawn(move || lines.for_each(drop));
+    if ready && inline(port, "PING").is_ok_and(|r| r == "+PONG") {
+        return Ok(Some(child));
     }
     let _ = child.kill();
     let _ = child.wait();
