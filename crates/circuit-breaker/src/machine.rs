@@ -697,9 +697,12 @@ impl Machine {
     pub(crate) fn batches_successes(&self) -> bool {
         match self.phase {
             Phase::Disabled => true,
-            Phase::Closed { ramp: None } | Phase::ForcedClosed => {
-                !matches!(self.window, Window::Time(_))
-            }
+            // Exhaustive on purpose: a new window kind must say whether the order
+            // and instant of its successes matter.
+            Phase::Closed { ramp: None } | Phase::ForcedClosed => match self.window {
+                Window::Consecutive(_) | Window::Count(_) => true,
+                Window::Time(_) => false,
+            },
             _ => false,
         }
     }

@@ -17,42 +17,62 @@ pub type BoxError = Box<dyn Error + Send + Sync>;
 /// The name of a policy instance (a breaker, a bulkhead), cheap to clone into a rejection.
 pub type Name = Arc<str>;
 
-/// Which rejection it was.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
-pub enum RejectionKind {
+/// Declares [`RejectionKind`] and everything listed per kind from one list, so a
+/// new kind is added in one place and reaches every per-kind table (fallback
+/// triggers and rejection sets, per-kind counters) without a match to update.
+macro_rules! rejection_kinds {
+    ($( $(#[$doc:meta])* $variant:ident => $label:literal, $category:ident; )*) => {
+        /// Which rejection it was.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+        #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+        pub enum RejectionKind {
+            $( $(#[$doc])* $variant, )*
+        }
+
+        impl RejectionKind {
+            /// Every kind, in [`index`](Self::index) order.
+            pub const ALL: [RejectionKind; [$(stringify!($variant)),*].len()] =
+                [$(Self::$variant),*];
+
+            /// A short, stable, lower-case label (for metrics and logs).
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $( Self::$variant => $label, )*
+                }
+            }
+
+            /// The category of this kind of rejection.
+            pub const fn category(self) -> Category {
+                match self {
+                    $( Self::$variant => Category::$category, )*
+                }
+            }
+        }
+    };
+}
+
+rejection_kinds! {
     /// A circuit breaker was open (or its half-open probes were all taken).
-    CircuitOpen,
+    CircuitOpen => "circuit_open", Admission;
     /// A bulkhead had every slot busy and its queue full.
-    BulkheadFull,
+    BulkheadFull => "bulkhead_full", Admission;
     /// A call waited in a bulkhead's queue for as long as it was allowed to.
-    BulkheadTimeout,
+    BulkheadTimeout => "bulkhead_timeout", Admission;
     /// The request's deadline passed while the dependency had the call.
-    DeadlineExceeded,
+    DeadlineExceeded => "deadline_exceeded", Timeout;
     /// A fallback chain tried every step and none answered.
-    FallbacksExhausted,
+    FallbacksExhausted => "fallbacks_exhausted", Exhausted;
 }
 
 impl RejectionKind {
-    /// The category of this kind of rejection.
-    pub const fn category(self) -> Category {
-        match self {
-            Self::CircuitOpen | Self::BulkheadFull | Self::BulkheadTimeout => Category::Admission,
-            Self::DeadlineExceeded => Category::Timeout,
-            Self::FallbacksExhausted => Category::Exhausted,
-        }
-    }
+    /// How many kinds there are.
+    pub const COUNT: usize = Self::ALL.len();
 
-    /// A short, stable, lower-case label (for metrics and logs).
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::CircuitOpen => "circuit_open",
-            Self::BulkheadFull => "bulkhead_full",
-            Self::BulkheadTimeout => "bulkhead_timeout",
-            Self::DeadlineExceeded => "deadline_exceeded",
-            Self::FallbacksExhausted => "fallbacks_exhausted",
-        }
+    /// This kind's position in [`ALL`](Self::ALL) (its declaration order), for
+    /// per-kind tables and bitsets.
+    pub const fn index(self) -> usize {
+        self as usize
     }
 }
 
@@ -508,6 +528,24 @@ mod tests {
         let r = find_rejection(&*late).unwrap();
         assert_eq!(r.category(), Category::Timeout);
         assert_eq!(r.name(), None);
+    }
+
+    #[test]
+    fn every_kind_is_listed_once_at_its_index_with_a_distinct_label() {
+        let mut labels = std::collections::HashSet::new();
+        for (i, kind) in RejectionKind::ALL.into_iter().enumerate() {
+            assert_eq!(kind.index(), i);
+            assert!(labels.insert(kind.as_str()), "{kind} listed twice");
+        }
+        assert_eq!(RejectionKind::COUNT, 5);
+        assert_eq!(
+            RejectionKind::DeadlineExceeded.category(),
+            Category::Timeout
+        );
+        assert_eq!(
+            RejectionKind::FallbacksExhausted.as_str(),
+            "fallbacks_exhausted"
+        );
     }
 
     #[test]

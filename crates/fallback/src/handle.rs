@@ -88,7 +88,7 @@ pub struct Runtime {
     rejections: AtomicU8,
     other_triggers: bool,
     built: FallbackConfig,
-    triggered: [AtomicU64; 9],
+    triggered: [AtomicU64; Trigger::COUNT],
     passed_through: AtomicU64,
     exhausted: AtomicU64,
     steps: Box<[StepState]>,

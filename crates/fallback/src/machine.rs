@@ -34,18 +34,24 @@ pub enum Trigger {
 }
 
 impl Trigger {
-    /// Every trigger, in [`index`](Self::index) order.
-    pub const ALL: [Trigger; 9] = [
-        Trigger::Rejected(RejectionKind::CircuitOpen),
-        Trigger::Rejected(RejectionKind::BulkheadFull),
-        Trigger::Rejected(RejectionKind::BulkheadTimeout),
-        Trigger::Rejected(RejectionKind::DeadlineExceeded),
-        Trigger::Rejected(RejectionKind::FallbacksExhausted),
-        Trigger::FailedResponse,
-        Trigger::FailedError,
-        Trigger::ErrorType,
-        Trigger::Forced,
-    ];
+    /// How many triggers there are: one per rejection kind, then the four others.
+    pub const COUNT: usize = RejectionKind::COUNT + 4;
+
+    /// Every trigger, in [`index`](Self::index) order: the rejection kinds in
+    /// [`RejectionKind::ALL`] order, then the others.
+    pub const ALL: [Trigger; Trigger::COUNT] = {
+        let mut all = [Trigger::Forced; Trigger::COUNT];
+        let mut i = 0;
+        while i < RejectionKind::COUNT {
+            all[i] = Trigger::Rejected(RejectionKind::ALL[i]);
+            i += 1;
+        }
+        all[i] = Trigger::FailedResponse;
+        all[i + 1] = Trigger::FailedError;
+        all[i + 2] = Trigger::ErrorType;
+        all[i + 3] = Trigger::Forced;
+        all
+    };
 
     /// A short, stable, lower-case label (for metrics and logs): the rejection kind's
     /// label (`circuit_open`, `bulkhead_full`, `bulkhead_timeout`, `deadline_exceeded`,
@@ -62,16 +68,13 @@ impl Trigger {
 
     /// This trigger's position in [`Trigger::ALL`] (for per-trigger counters).
     pub const fn index(self) -> usize {
+        const N: usize = RejectionKind::COUNT;
         match self {
-            Trigger::Rejected(RejectionKind::CircuitOpen) => 0,
-            Trigger::Rejected(RejectionKind::BulkheadFull) => 1,
-            Trigger::Rejected(RejectionKind::BulkheadTimeout) => 2,
-            Trigger::Rejected(RejectionKind::DeadlineExceeded) => 3,
-            Trigger::Rejected(RejectionKind::FallbacksExhausted) => 4,
-            Trigger::FailedResponse => 5,
-            Trigger::FailedError => 6,
-            Trigger::ErrorType => 7,
-            Trigger::Forced => 8,
+            Trigger::Rejected(kind) => kind.index(),
+            Trigger::FailedResponse => N,
+            Trigger::FailedError => N + 1,
+            Trigger::ErrorType => N + 2,
+            Trigger::Forced => N + 3,
         }
     }
 }
@@ -97,30 +100,40 @@ impl serde::Serialize for Trigger {
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Rejections(u8);
 
-const KINDS: [RejectionKind; 5] = [
-    RejectionKind::CircuitOpen,
-    RejectionKind::BulkheadFull,
-    RejectionKind::BulkheadTimeout,
-    RejectionKind::DeadlineExceeded,
-    RejectionKind::FallbacksExhausted,
-];
+// One bit per kind, at the kind's index.
+const _: () = assert!(RejectionKind::COUNT <= u8::BITS as usize);
 
 impl Rejections {
     /// No rejection kind.
     pub const NONE: Rejections = Rejections(0);
     /// Every rejection kind.
-    pub const ALL: Rejections = Rejections(0b1_1111);
-    /// The admission rejections: circuit open, bulkhead full, bulkhead timeout.
-    pub const ADMISSION: Rejections = Rejections(0b0_0111);
+    pub const ALL: Rejections = Rejections::of_category(None);
+    /// The admission rejections: circuit open, bulkhead full, bulkhead timeout
+    /// (every kind of [`Category::Admission`](seawall_core::Category::Admission)).
+    pub const ADMISSION: Rejections =
+        Rejections::of_category(Some(seawall_core::Category::Admission));
+
+    /// The kinds of `category`, or every kind.
+    const fn of_category(category: Option<seawall_core::Category>) -> Self {
+        let mut set = Rejections::NONE;
+        let mut i = 0;
+        while i < RejectionKind::COUNT {
+            let kind = RejectionKind::ALL[i];
+            let selected = match category {
+                None => true,
+                // `Category` has no const `==`; compare discriminants.
+                Some(c) => kind.category() as u8 == c as u8,
+            };
+            if selected {
+                set = set.with(kind);
+            }
+            i += 1;
+        }
+        set
+    }
 
     const fn bit(kind: RejectionKind) -> u8 {
-        match kind {
-            RejectionKind::CircuitOpen => 1,
-            RejectionKind::BulkheadFull => 1 << 1,
-            RejectionKind::BulkheadTimeout => 1 << 2,
-            RejectionKind::DeadlineExceeded => 1 << 3,
-            RejectionKind::FallbacksExhausted => 1 << 4,
-        }
+        1 << kind.index()
     }
 
     /// This set plus `kind`.
@@ -147,7 +160,9 @@ impl Rejections {
 
     /// The kinds in the set.
     pub fn iter(self) -> impl Iterator<Item = RejectionKind> {
-        KINDS.into_iter().filter(move |k| self.contains(*k))
+        RejectionKind::ALL
+            .into_iter()
+            .filter(move |k| self.contains(*k))
     }
 
     pub(crate) const fn bits(self) -> u8 {

@@ -71,29 +71,31 @@ pub(crate) enum Rendered {
 
 impl Rendered {
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    const ALL: [Rendered; 8] = [
-        Rendered::Rejection(RejectionKind::CircuitOpen),
-        Rendered::Rejection(RejectionKind::BulkheadFull),
-        Rendered::Rejection(RejectionKind::BulkheadTimeout),
-        Rendered::Rejection(RejectionKind::DeadlineExceeded),
-        Rendered::Rejection(RejectionKind::FallbacksExhausted),
-        Rendered::Exhausted,
-        Rendered::Unavailable,
-        Rendered::Failure,
-    ];
+    const COUNT: usize = RejectionKind::COUNT + 3;
+
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    const ALL: [Rendered; Rendered::COUNT] = {
+        let mut all = [Rendered::Failure; Rendered::COUNT];
+        let mut i = 0;
+        while i < RejectionKind::COUNT {
+            all[i] = Rendered::Rejection(RejectionKind::ALL[i]);
+            i += 1;
+        }
+        all[i] = Rendered::Exhausted;
+        all[i + 1] = Rendered::Unavailable;
+        all[i + 2] = Rendered::Failure;
+        all
+    };
 
     /// The position in [`Rendered::ALL`].
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     fn index(self) -> usize {
+        const N: usize = RejectionKind::COUNT;
         match self {
-            Rendered::Rejection(RejectionKind::CircuitOpen) => 0,
-            Rendered::Rejection(RejectionKind::BulkheadFull) => 1,
-            Rendered::Rejection(RejectionKind::BulkheadTimeout) => 2,
-            Rendered::Rejection(RejectionKind::DeadlineExceeded) => 3,
-            Rendered::Rejection(RejectionKind::FallbacksExhausted) => 4,
-            Rendered::Exhausted => 5,
-            Rendered::Unavailable => 6,
-            Rendered::Failure => 7,
+            Rendered::Rejection(kind) => kind.index(),
+            Rendered::Exhausted => N,
+            Rendered::Unavailable => N + 1,
+            Rendered::Failure => N + 2,
         }
     }
 
