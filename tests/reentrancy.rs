@@ -174,6 +174,81 @@ fn bulkhead_rejections_and_changes_while_a_subscriber_reads_the_bulkhead() {
 }
 
 #[test]
+fn bulkhead_events_while_subscribers_read_and_steer_the_bulkhead() {
+    use seawall::bulkhead::{BulkheadEvent, LimitCause};
+    let layer = BulkheadLayer::builder("freight")
+        .max_concurrent(2)
+        .max_queue(0)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let mut events = handle.subscribe();
+    let reader = handle.clone();
+    // Inside every log line: read the bulkhead and take a subscription of its own.
+    let traced = with_reader(
+        move || {
+            drop(reader.snapshot());
+            drop(reader.subscribe());
+        },
+        move || {
+            let hang = service_fn(|_: Req| std::future::pending::<Result<Res, BoxError>>());
+            let svc = layer.layer(hang);
+            block_on(async {
+                let waker = std::task::Waker::noop();
+                let mut cx = std::task::Context::from_waker(waker);
+                let mut a = Box::pin(svc.clone().oneshot(req()));
+                let mut b = Box::pin(svc.clone().oneshot(req()));
+                assert!(std::future::Future::poll(a.as_mut(), &mut cx).is_pending());
+                assert!(std::future::Future::poll(b.as_mut(), &mut cx).is_pending());
+                // Saturated, then relieved once one of the two slots is free.
+                assert!(svc.clone().oneshot(req()).await.is_err());
+                drop(a);
+                drop(b);
+            });
+            handle.pin_limit(1).unwrap();
+            handle.release_limit();
+            // A broadcast subscriber steering the bulkhead from what it receives.
+            let mut kinds = Vec::new();
+            while let Ok(event) = events.try_recv() {
+                kinds.push(match event {
+                    BulkheadEvent::Saturated { .. } => "saturated",
+                    BulkheadEvent::Relieved { .. } => {
+                        handle.pin_limit(2).unwrap();
+                        "relieved"
+                    }
+                    BulkheadEvent::LimitChanged {
+                        cause: LimitCause::Pinned,
+                        ..
+                    } => "pinned",
+                    BulkheadEvent::LimitChanged {
+                        cause: LimitCause::Released,
+                        ..
+                    } => {
+                        handle.release_limit();
+                        "released"
+                    }
+                    _ => "other",
+                });
+            }
+            assert_eq!(
+                kinds,
+                [
+                    "saturated",
+                    "relieved",
+                    "pinned",
+                    "released",
+                    "pinned",
+                    "released"
+                ]
+            );
+            assert!(!handle.snapshot().limit_pinned);
+        },
+    );
+    // Saturated, relieved, and a pin and a release twice.
+    assert!(traced >= 6, "{traced} events");
+}
+
+#[test]
 fn keyed_bulkhead_reconfigured_while_a_subscriber_reads_every_key() {
     let layer = KeyedBulkheadLayer::builder("hosts", |r: &Req| r.uri().path().to_owned())
         .max_concurrent(1)

@@ -11,24 +11,29 @@
 //! |---|---|
 //! | `GET /` | the page (nested at `/admin`, it is `/admin`; its links are relative to it) |
 //! | `GET /dashboard.js`, `GET /dashboard.css` | its script and style |
-//! | `GET /events` | `text/event-stream`: one frame a second, and one at every breaker transition and degradation level change |
+//! | `GET /events` | `text/event-stream`: one frame a second, and one at every breaker transition, degradation level change and bulkhead event |
 //!
 //! **A frame** is one JSON object: the instance, a sequence number, whether changes
 //! are enabled, the document's generation, and for each policy its routes and
 //! dependencies, its [`PolicySnapshot`] exactly as `GET /policies/{name}` serves
-//! it, the last breaker transition and level change seen (with their reasons),
+//! it, the last breaker transition, level change and bulkhead change seen (with
+//! their reasons; a bulkhead's is a saturation, a relief or a move of its limit),
 //! and a minute of per-second history (failure rate and calls, short-circuits,
 //! bulkhead rejections, fallback answers by source). One sampler per router
 //! builds the frames, whoever watches: a stream costs a clone of the latest frame
 //! per event, not a snapshot per viewer.
 //!
 //! Transitions made before the first viewer are not lost: the router subscribes
-//! to every built breaker and degradation layer when it is built (their channels
-//! keep the last 64 changes), and the sampler reads them when it starts.
+//! to every built breaker, degradation layer and bulkhead when it is built (their
+//! channels keep the last 64 changes), and the sampler reads them when it starts.
 
-// Without a breaker or a degradation layer, only the tick wakes the sampler.
+// Without a breaker, a degradation layer or a bulkhead, only the tick wakes the sampler.
 #![cfg_attr(
-    not(any(feature = "circuit-breaker", feature = "degradation")),
+    not(any(
+        feature = "circuit-breaker",
+        feature = "degradation",
+        feature = "bulkhead"
+    )),
     allow(unused_imports, unused_mut, dead_code, clippy::needless_pass_by_value)
 )]
 
@@ -225,6 +230,11 @@ enum Wake {
         String,
         Result<crate::degradation::LevelChange, broadcast::error::RecvError>,
     ),
+    #[cfg(feature = "bulkhead")]
+    Bulkhead(
+        String,
+        Result<crate::bulkhead::BulkheadEvent, broadcast::error::RecvError>,
+    ),
 }
 
 /// The last change of one layer, as the page shows it.
@@ -260,8 +270,11 @@ struct Watched {
     )>,
     #[cfg(feature = "degradation")]
     levels: Vec<(String, broadcast::Receiver<crate::degradation::LevelChange>)>,
+    #[cfg(feature = "bulkhead")]
+    bulkheads: Vec<(String, broadcast::Receiver<crate::bulkhead::BulkheadEvent>)>,
     last_breaker: BTreeMap<String, Change>,
     last_level: BTreeMap<String, Change>,
+    last_bulkhead: BTreeMap<String, Change>,
 }
 
 impl Watched {
@@ -283,11 +296,17 @@ impl Watched {
                     self.levels.push((name.clone(), h.subscribe()));
                 }
             }
+            #[cfg(feature = "bulkhead")]
+            if let Some(h) = &handles.bulkhead {
+                if self.followed.insert((name.clone(), "bulkhead")) {
+                    self.bulkheads.push((name.clone(), h.subscribe()));
+                }
+            }
             let _ = handles;
         }
     }
 
-    /// The first of: `deadline`, a transition, a level change.
+    /// The first of: `deadline`, a transition, a level change, a bulkhead event.
     async fn next(&mut self, deadline: Instant) -> Wake {
         type Waiting<'a> = Pin<Box<dyn Future<Output = Wake> + Send + 'a>>;
         let mut waits: Vec<Waiting<'_>> = vec![Box::pin(async move {
@@ -308,11 +327,22 @@ impl Watched {
                 Wake::Level(name.clone(), got)
             }));
         }
+        #[cfg(feature = "bulkhead")]
+        for (name, rx) in &mut self.bulkheads {
+            waits.push(Box::pin(async move {
+                let got = rx.recv().await;
+                Wake::Bulkhead(name.clone(), got)
+            }));
+        }
         futures_util::future::select_all(waits).await.0
     }
 
     fn record(&mut self, wake: Wake) {
-        #[cfg(any(feature = "circuit-breaker", feature = "degradation"))]
+        #[cfg(any(
+            feature = "circuit-breaker",
+            feature = "degradation",
+            feature = "bulkhead"
+        ))]
         use broadcast::error::RecvError;
         match wake {
             Wake::Tick => {}
@@ -346,10 +376,57 @@ impl Watched {
             Wake::Level(name, Err(RecvError::Closed)) => {
                 self.levels.retain(|(n, _)| *n != name);
             }
+            #[cfg(feature = "bulkhead")]
+            Wake::Bulkhead(name, Ok(event)) => {
+                if let Some(change) = bulkhead_change(&event) {
+                    self.last_bulkhead.insert(name, change);
+                }
+            }
+            #[cfg(feature = "bulkhead")]
+            Wake::Bulkhead(name, Err(RecvError::Closed)) => {
+                self.bulkheads.retain(|(n, _)| *n != name);
+            }
             // Lagged: older changes were dropped; the next receive has the newest.
             #[allow(unreachable_patterns)]
             _ => {}
         }
+    }
+}
+
+/// A bulkhead event as the page shows a change: saturation as `room -> saturated`
+/// (the reason is the rejection that began it) and back, a limit as its numbers.
+/// New limits alone are not a change of condition: the frame they wake shows them,
+/// and the limit move they cause, if any, follows.
+#[cfg(feature = "bulkhead")]
+fn bulkhead_change(event: &crate::bulkhead::BulkheadEvent) -> Option<Change> {
+    use crate::bulkhead::BulkheadEvent;
+    let change = |from: String, to: String, reason: &'static str, at: Instant| Change {
+        from,
+        to,
+        reason,
+        ago_ms: 0,
+        at,
+    };
+    match *event {
+        BulkheadEvent::Saturated { rejection, at, .. } => Some(change(
+            "room".to_owned(),
+            "saturated".to_owned(),
+            rejection.as_str(),
+            at,
+        )),
+        BulkheadEvent::Relieved { at, .. } => Some(change(
+            "saturated".to_owned(),
+            "room".to_owned(),
+            "drained",
+            at,
+        )),
+        BulkheadEvent::LimitChanged {
+            from,
+            to,
+            cause,
+            at,
+        } => Some(change(from.to_string(), to.to_string(), cause.as_str(), at)),
+        _ => None,
     }
 }
 
@@ -464,6 +541,7 @@ impl HistoryView {
 struct LastChanges {
     breaker: Option<Change>,
     degradation: Option<Change>,
+    bulkhead: Option<Change>,
 }
 
 /// One policy in a frame.
@@ -583,6 +661,7 @@ impl Book {
                 last: LastChanges {
                     breaker: watched.last_breaker.get(&name).map(|c| c.aged(now)),
                     degradation: watched.last_level.get(&name).map(|c| c.aged(now)),
+                    bulkhead: watched.last_bulkhead.get(&name).map(|c| c.aged(now)),
                 },
                 history: HistoryView::of(self.history.get(&name)),
                 snapshot: p,
@@ -1151,6 +1230,64 @@ language-model = "assistant"
         }
         let data = text.lines().find_map(|l| l.strip_prefix("data: ")).unwrap();
         parse(data)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_stream_sends_a_frame_at_a_bulkhead_event_with_its_last_change() {
+        let shop = Shop::new();
+        let app = router(shop.policies.clone());
+        let req = Request::get("/admin/events").body(Body::empty()).unwrap();
+        // The router is kept: the stream ends when it is dropped.
+        let mut body = app.clone().oneshot(req).await.unwrap().into_body();
+        let started = Instant::now();
+        let first = next_event(&mut body).await;
+        assert_eq!(policy(&first, "freight")["last"]["bulkhead"], Value::Null);
+
+        let bulkhead = shop.handles("freight").bulkhead.unwrap();
+        bulkhead.pin_limit(1).unwrap();
+        let next = next_event(&mut body).await;
+        assert_eq!(
+            policy(&next, "freight")["last"]["bulkhead"],
+            serde_json::json!({"from": "2", "to": "1", "reason": "pinned", "ago_ms": 0})
+        );
+        assert_eq!(policy(&next, "freight")["snapshot"]["bulkhead"]["limit"], 1);
+        // Sent for the event, not for the tick.
+        assert_eq!(Instant::now(), started);
+
+        bulkhead.release_limit();
+        let released = next_event(&mut body).await;
+        assert_eq!(
+            policy(&released, "freight")["last"]["bulkhead"]["reason"],
+            "released"
+        );
+        assert_eq!(Instant::now(), started);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_bulkhead_saturation_and_its_relief_are_the_last_bulkhead_change() {
+        use crate::bulkhead::BulkheadEvent;
+        let at = Instant::now();
+        let saturated = BulkheadEvent::Saturated {
+            rejection: crate::core::RejectionKind::BulkheadTimeout,
+            active: 2,
+            queued: 1,
+            at,
+        };
+        let change = bulkhead_change(&saturated).unwrap();
+        assert_eq!(
+            (change.from.as_str(), change.to.as_str(), change.reason),
+            ("room", "saturated", "bulkhead_timeout")
+        );
+        let relieved = BulkheadEvent::Relieved {
+            active: 1,
+            limit: 2,
+            at,
+        };
+        let change = bulkhead_change(&relieved).unwrap();
+        assert_eq!(
+            (change.from.as_str(), change.to.as_str(), change.reason),
+            ("saturated", "room", "drained")
+        );
     }
 
     #[tokio::test(start_paused = true)]

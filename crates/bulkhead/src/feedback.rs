@@ -18,6 +18,7 @@ use tokio::time::Instant;
 
 use crate::adaptive::{AdaptiveConfig, Aimd, Gradient, LimitAlgorithm, Observation, Sample};
 use crate::config::BulkheadConfig;
+use crate::events::{BulkheadEvent, Events, LimitCause};
 use crate::machine::Machine;
 
 /// What an admitted call carries for the algorithm: the generation it was admitted
@@ -178,13 +179,15 @@ impl Feedback {
     }
 
     /// Learns from a completed call; the limits before and after when the limit in
-    /// force changed (the caller then applies it to the machine).
+    /// force changed (sent to `events` under the lock, so in order; the caller then
+    /// applies it to the machine).
     pub(crate) fn observe<Res, O>(
         &self,
         ticket: Ticket,
         overload: &O,
         result: &Result<Res, BoxError>,
         machine: &Machine,
+        events: &Events,
     ) -> Option<(usize, usize)>
     where
         O: Classify<Res>,
@@ -224,29 +227,37 @@ impl Feedback {
         algorithm.get_mut().on_sample(now, sample);
         self.mirror(&state);
         let after = state.in_force();
-        (after != before).then_some((before, after))
+        if after == before {
+            return None;
+        }
+        events.send(|| limit_changed(before, after, LimitCause::Adaptive, now));
+        Some((before, after))
     }
 
     /// Pins the limit at `limit` (an operator override): the algorithm is not fed
     /// until [`release`](Self::release). Returns the limit in force before.
-    pub(crate) fn pin(&self, limit: usize) -> usize {
+    pub(crate) fn pin(&self, limit: usize, events: &Events) -> usize {
         let mut state = self.lock();
         let before = state.in_force();
         state.pinned = Some(limit);
         self.mirror(&state);
+        events.send(|| limit_changed(before, limit, LimitCause::Pinned, Instant::now()));
         before
     }
 
     /// Releases a pinned limit: the algorithm starts again from it (clamped to its
     /// bounds); without an algorithm, `max_concurrent` is in force again. Returns
     /// the limits before and after.
-    pub(crate) fn release(&self, now: Instant) -> (usize, usize) {
+    /// A release with no pin sends nothing.
+    pub(crate) fn release(&self, now: Instant, events: &Events) -> (usize, usize) {
         let mut state = self.lock();
         let before = state.in_force();
         if let Some(pinned) = state.pinned.take() {
             if let Some(a) = state.algorithm.as_mut() {
                 a.get_mut().restart_from(now, pinned);
             }
+            let after = state.in_force();
+            events.send(|| limit_changed(before, after, LimitCause::Released, now));
         }
         self.mirror(&state);
         (before, state.in_force())
@@ -255,8 +266,9 @@ impl Feedback {
     /// Takes a new configuration: `max_concurrent` for a fixed limit, and a changed
     /// `adaptive` section starts its algorithm again (from the limit in force when
     /// one was running, from its initial limit otherwise). A pinned limit stays.
-    pub(crate) fn reconfigure(&self, config: &BulkheadConfig, now: Instant) {
+    pub(crate) fn reconfigure(&self, config: &BulkheadConfig, now: Instant, events: &Events) {
         let mut state = self.lock();
+        let before = state.in_force();
         state.fixed = config.max_concurrent;
         if state.config != config.adaptive {
             let running = state.algorithm.as_ref().map(|a| a.get().limit());
@@ -270,6 +282,10 @@ impl Feedback {
             });
         }
         self.mirror(&state);
+        let after = state.in_force();
+        if after != before {
+            events.send(|| limit_changed(before, after, LimitCause::Reconfigured, now));
+        }
     }
 
     /// The algorithm's state for a snapshot.
@@ -287,6 +303,15 @@ impl Feedback {
             measuring,
             pinned: state.pinned.is_some(),
         }
+    }
+}
+
+fn limit_changed(from: usize, to: usize, cause: LimitCause, at: Instant) -> BulkheadEvent {
+    BulkheadEvent::LimitChanged {
+        from,
+        to,
+        cause,
+        at,
     }
 }
 
@@ -346,7 +371,7 @@ mod tests {
     async fn a_pinned_limit_overrides_and_release_restarts_from_it() {
         let f = Feedback::new(&config(Some(aimd())), Some(1));
         let m = Machine::new(10, 0);
-        assert_eq!(f.pin(3), 10);
+        assert_eq!(f.pin(3, &Events::default()), 10);
         assert_eq!(f.limit(), 3);
         assert!(f.issue(None).is_none(), "a pinned limit feeds no algorithm");
         assert!(f.view().pinned);
@@ -356,20 +381,38 @@ mod tests {
             started: None,
         };
         assert!(f
-            .observe(ticket, &TimeoutsAsOverload, &overloaded, &m)
+            .observe(
+                ticket,
+                &TimeoutsAsOverload,
+                &overloaded,
+                &m,
+                &Events::default()
+            )
             .is_none());
-        assert_eq!(f.release(Instant::now()), (3, 3));
+        assert_eq!(f.release(Instant::now(), &Events::default()), (3, 3));
         assert!(!f.view().pinned);
         // Released: the algorithm continues from the pinned limit, in a new generation.
         let ticket = f.issue(None).unwrap();
         assert_eq!(ticket.generation, 1);
         assert_eq!(
-            f.observe(ticket, &TimeoutsAsOverload, &overloaded, &m),
+            f.observe(
+                ticket,
+                &TimeoutsAsOverload,
+                &overloaded,
+                &m,
+                &Events::default()
+            ),
             Some((3, 2))
         );
         // The same generation's next overload signal is stale.
         assert!(f
-            .observe(ticket, &TimeoutsAsOverload, &overloaded, &m)
+            .observe(
+                ticket,
+                &TimeoutsAsOverload,
+                &overloaded,
+                &m,
+                &Events::default()
+            )
             .is_none());
     }
 
@@ -379,13 +422,17 @@ mod tests {
         let m = Machine::new(10, 0);
         let untimed = f.ticket(Some(1));
         let ok: Result<(), BoxError> = Ok(());
-        assert!(f.observe(untimed, &TimeoutsAsOverload, &ok, &m).is_none());
+        assert!(f
+            .observe(untimed, &TimeoutsAsOverload, &ok, &m, &Events::default())
+            .is_none());
         let open: Result<(), BoxError> = Err(Box::new(seawall_core::CircuitOpen::new(
             "b".into(),
             Duration::from_secs(1),
         )));
         let timed = f.ticket(Some(4));
-        assert!(f.observe(timed, &TimeoutsAsOverload, &open, &m).is_none());
+        assert!(f
+            .observe(timed, &TimeoutsAsOverload, &open, &m, &Events::default())
+            .is_none());
         assert_eq!(f.limit(), 10);
     }
 
@@ -395,22 +442,26 @@ mod tests {
         let m = Machine::new(10, 0);
         let overloaded: Result<(), BoxError> = Err(Box::new(seawall_core::DeadlineExceeded::new()));
         let t = f.ticket(Some(1));
-        f.observe(t, &TimeoutsAsOverload, &overloaded, &m);
+        f.observe(t, &TimeoutsAsOverload, &overloaded, &m, &Events::default());
         assert_eq!(f.limit(), 9);
         // The same section again: nothing restarts.
-        f.reconfigure(&config(Some(aimd())), Instant::now());
+        f.reconfigure(&config(Some(aimd())), Instant::now(), &Events::default());
         assert_eq!((f.limit(), f.view().generation), (9, 1));
         let wider = AimdConfig {
             initial_limit: 10,
             max_limit: 300,
             ..AimdConfig::default()
         };
-        f.reconfigure(&config(Some(wider.into())), Instant::now());
+        f.reconfigure(
+            &config(Some(wider.into())),
+            Instant::now(),
+            &Events::default(),
+        );
         assert_eq!(f.limit(), 9);
-        f.reconfigure(&config(None), Instant::now());
+        f.reconfigure(&config(None), Instant::now(), &Events::default());
         assert_eq!(f.limit(), 8);
         assert!(f.issue(None).is_none());
-        f.reconfigure(&config(Some(aimd())), Instant::now());
+        f.reconfigure(&config(Some(aimd())), Instant::now(), &Events::default());
         assert_eq!(f.limit(), 10, "a new algorithm starts at its initial limit");
     }
 }
@@ -574,11 +625,13 @@ mod schedule {
                     Op::Complete(i, reply) if !holders.is_empty() => {
                         let ticket = holders.swap_remove(i % holders.len());
                         if let Some(ticket) = ticket {
-                            if let Some((b, a)) =
-                                shared
-                                    .feedback
-                                    .observe(ticket, &classify, &result(reply), m)
-                            {
+                            if let Some((b, a)) = shared.feedback.observe(
+                                ticket,
+                                &classify,
+                                &result(reply),
+                                m,
+                                &shared.events,
+                            ) {
                                 shared.apply_limit(b, a);
                             }
                         }

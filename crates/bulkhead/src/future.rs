@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use pin_project_lite::pin_project;
 use seawall_core::{
-    BoxError, BulkheadFull, BulkheadTimeout, Classify, Deadline, TimeoutsAsOverload,
+    BoxError, BulkheadFull, BulkheadTimeout, Classify, Deadline, RejectionKind, TimeoutsAsOverload,
 };
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
@@ -104,6 +104,7 @@ impl Waiter {
                 let waited = Instant::now().saturating_duration_since(self.enqueued_at);
                 shared.telemetry.dequeued();
                 shared.telemetry.rejected_timeout(&shared.name, waited);
+                shared.rejected(RejectionKind::BulkheadTimeout);
                 let error = BulkheadTimeout::new(shared.name.clone(), waited);
                 self.shared = None;
                 return Poll::Ready(Err(Box::new(error)));
@@ -214,6 +215,7 @@ where
                 shared
                     .telemetry
                     .rejected_timeout(&shared.name, Duration::ZERO);
+                shared.rejected(RejectionKind::BulkheadTimeout);
                 let error = BulkheadTimeout::new(shared.name.clone(), Duration::ZERO);
                 Self::rejected(Box::new(error))
             }
@@ -290,6 +292,7 @@ where
         shared
             .telemetry
             .rejected_full(&shared.name, &shared.machine);
+        shared.rejected(RejectionKind::BulkheadFull);
         let now = shared.machine.counts();
         let full = BulkheadFull::new(shared.name.clone()).with_load(now.active, now.queued);
         Self::rejected(Box::new(full))

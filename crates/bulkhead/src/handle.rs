@@ -5,8 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use seawall_core::ConfigError;
+use tokio::sync::broadcast;
 
 use crate::config::BulkheadConfig;
+use crate::events::BulkheadEvent;
 use crate::machine::MAX_LIMIT;
 use crate::state::Shared;
 
@@ -29,6 +31,14 @@ impl Handle {
     /// Counts and limits now (a few atomic loads; allocates the name).
     pub fn snapshot(&self) -> Snapshot {
         self.shared.snapshot()
+    }
+
+    /// Changes of the bulkhead's condition from now on: saturated and relieved,
+    /// the limit moving, new limits (see [`BulkheadEvent`] for when each is sent;
+    /// all are edge-triggered, none is per call). The channel is created by the
+    /// first call; a subscriber that falls more than 64 events behind sees `Lagged`.
+    pub fn subscribe(&self) -> broadcast::Receiver<BulkheadEvent> {
+        self.shared.events.subscribe()
     }
 
     /// The limits in force.
@@ -125,6 +135,10 @@ pub struct Snapshot {
     pub active: usize,
     /// Calls waiting for a slot now.
     pub queued: usize,
+    /// Whether the bulkhead is turning calls away: it rejected one and has not
+    /// drained since (see [`BulkheadEvent::Saturated`] and
+    /// [`BulkheadEvent::Relieved`]).
+    pub saturated: bool,
     /// The most calls active at once since the bulkhead was built or
     /// [`Handle::reset_peaks`] was called, recorded at every change (not sampled).
     pub peak_active: usize,

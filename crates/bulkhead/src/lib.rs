@@ -319,6 +319,15 @@
 //! emit `tracing` events (target `seawall::bulkhead`); the `metrics` feature
 //! exports gauges, counters and a histogram (see the names below).
 //!
+//! [`Handle::subscribe`] streams [`BulkheadEvent`]s, the bulkhead's counterpart
+//! of a breaker's transitions: saturated (it began turning calls away), relieved
+//! (nobody waits and half the limit is free again), the limit moving (by its
+//! algorithm, a pin or release, new limits) and new limits. They are
+//! edge-triggered: a bulkhead that rejects ten thousand calls in a spell sends one
+//! `Saturated`, not ten thousand events, so subscribing costs the hot path
+//! nothing but a relaxed load when a slot is freed. See [`BulkheadEvent`] for
+//! when each is sent.
+//!
 //! | metric (label `name`) | kind |
 //! |---|---|
 //! | `seawall_bulkhead_active`, `seawall_bulkhead_queued`, `seawall_bulkhead_max_concurrent` | gauge |
@@ -352,6 +361,7 @@
 pub mod adaptive;
 mod backpressure;
 mod config;
+mod events;
 mod feedback;
 mod future;
 mod handle;
@@ -371,6 +381,7 @@ mod telemetry;
 pub use adaptive::AdaptiveConfig;
 pub use backpressure::{Backpressure, BackpressureLayer};
 pub use config::{BulkheadBuilder, BulkheadConfig};
+pub use events::{BulkheadEvent, LimitCause};
 pub use future::ResponseFuture;
 pub use handle::{AdaptiveSnapshot, Handle, Snapshot, WaitStats};
 #[cfg(feature = "http")]

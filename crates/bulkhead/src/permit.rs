@@ -75,7 +75,7 @@ impl Permit {
         if let Some((before, after)) =
             shared
                 .feedback
-                .observe(ticket, overload, result, &shared.machine)
+                .observe(ticket, overload, result, &shared.machine, &shared.events)
         {
             shared.apply_limit(before, after);
         }

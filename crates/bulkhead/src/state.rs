@@ -4,11 +4,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use seawall_core::{ConfigError, Name};
+use seawall_core::{ConfigError, Name, RejectionKind};
 
 use tokio::time::Instant;
 
 use crate::config::BulkheadConfig;
+use crate::events::{BulkheadEvent, Events};
 use crate::feedback::Feedback;
 use crate::handle::{AdaptiveSnapshot, Snapshot, WaitStats};
 use crate::machine::Machine;
@@ -25,6 +26,7 @@ pub(crate) struct Shared {
     built: BulkheadConfig,
     pub(crate) telemetry: Telemetry,
     pub(crate) feedback: Feedback,
+    pub(crate) events: Events,
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -57,6 +59,7 @@ impl Shared {
             built: config,
             telemetry,
             feedback,
+            events: Events::default(),
         }
     }
 
@@ -72,14 +75,14 @@ impl Shared {
 
     /// Pins the limit of active calls at `limit` until [`Shared::release_limit`].
     pub(crate) fn pin_limit(&self, limit: usize) {
-        let before = self.feedback.pin(limit);
+        let before = self.feedback.pin(limit, &self.events);
         self.telemetry.pinned(&self.name, Some(limit));
         self.apply_limit(before, limit);
     }
 
     /// Lets the algorithm (or `max_concurrent`) set the limit again.
     pub(crate) fn release_limit(&self) {
-        let (before, after) = self.feedback.release(Instant::now());
+        let (before, after) = self.feedback.release(Instant::now(), &self.events);
         self.telemetry.pinned(&self.name, None);
         self.apply_limit(before, after);
     }
@@ -89,6 +92,19 @@ impl Shared {
     pub(crate) fn release_slot(&self) {
         self.machine.release();
         self.telemetry.released();
+        if self.events.released(&self.machine) {
+            self.telemetry.relieved(&self.name, &self.machine);
+        }
+    }
+
+    /// A call was turned away by `rejection`: the first since the bulkhead last had
+    /// room begins a saturation (an event, and a log once the event's lock is released).
+    #[cold]
+    pub(crate) fn rejected(&self, rejection: RejectionKind) {
+        if self.events.rejected(rejection, &self.machine) {
+            self.telemetry
+                .saturated(&self.name, rejection, &self.machine);
+        }
     }
 
     /// The current `max_wait`.
@@ -113,10 +129,19 @@ impl Shared {
             let mut current = self.config.lock().unwrap_or_else(PoisonError::into_inner);
             let old = *current;
             *current = new;
+            if old != new {
+                // Under the configuration's lock: before the limit change it causes.
+                self.events.send(|| BulkheadEvent::Reconfigured {
+                    from: Box::new(old),
+                    to: Box::new(new),
+                    at: Instant::now(),
+                });
+            }
             self.max_wait_nanos
                 .store(nanos(new.max_wait), Ordering::Relaxed);
             let before = self.feedback.limit();
-            self.feedback.reconfigure(&new, Instant::now());
+            self.feedback
+                .reconfigure(&new, Instant::now(), &self.events);
             self.machine
                 .set_limits_with(|| self.feedback.limit(), Some(new.max_queue));
             (old, before)
@@ -151,6 +176,7 @@ impl Shared {
             max_wait: config.max_wait,
             active: counts.active,
             queued: counts.queued,
+            saturated: self.events.is_saturated(),
             peak_active: peaks.active,
             peak_queued: peaks.queued,
             admitted,

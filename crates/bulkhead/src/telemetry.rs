@@ -27,8 +27,10 @@
 //!
 //! Tracing (feature `tracing`, target `seawall::bulkhead`): a `debug` event for each
 //! rejection (full, timeout), an `info` event for each change of limits and each
-//! pin or release of the limit, and a `debug` event each time an adaptive
-//! algorithm moves the limit.
+//! pin or release of the limit, a `debug` event each time an adaptive
+//! algorithm moves the limit, and, edge-triggered as the
+//! [`BulkheadEvent`](crate::BulkheadEvent)s are, a `warn` event when the bulkhead
+//! becomes saturated and an `info` event when it is relieved.
 
 use std::time::Duration;
 
@@ -331,6 +333,43 @@ impl Telemetry {
                 "bulkhead limit released"
             ),
         }
+    }
+}
+
+impl Telemetry {
+    /// The bulkhead began turning calls away (see [`BulkheadEvent::Saturated`](crate::BulkheadEvent::Saturated)).
+    #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+    pub(crate) fn saturated(
+        &self,
+        name: &str,
+        rejection: seawall_core::RejectionKind,
+        machine: &Machine,
+    ) {
+        #[cfg(feature = "tracing")]
+        {
+            let counts = machine.counts();
+            tracing::warn!(
+                target: "seawall::bulkhead",
+                bulkhead = name,
+                rejection = rejection.as_str(),
+                active = counts.active,
+                queued = counts.queued,
+                "bulkhead saturated: turning calls away"
+            );
+        }
+    }
+
+    /// The bulkhead has room again after being saturated.
+    #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+    pub(crate) fn relieved(&self, name: &str, machine: &Machine) {
+        #[cfg(feature = "tracing")]
+        tracing::info!(
+            target: "seawall::bulkhead",
+            bulkhead = name,
+            active = machine.counts().active,
+            limit = machine.max_concurrent(),
+            "bulkhead relieved: room again"
+        );
     }
 }
 

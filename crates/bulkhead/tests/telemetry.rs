@@ -85,13 +85,18 @@ async fn rejections_and_limit_changes_are_traced() {
             ..l.handle().config()
         })
         .unwrap();
+    // The end of the saturation is logged by the release that finds half the
+    // limit free and nobody waiting.
+    drop(busy);
     let seen = events.0.lock().unwrap().clone();
     assert_eq!(
         seen,
         [
             "freight: bulkhead full; call rejected",
+            "freight: bulkhead saturated: turning calls away",
             "freight: no bulkhead slot in time; call rejected",
             "freight: bulkhead limits changed",
+            "freight: bulkhead relieved: room again",
         ]
     );
 }
