@@ -12,6 +12,7 @@
 //! | `POST /policies/{name}/breaker/{force-open, force-closed, reset}` | hold the breaker open or closed; `reset` ends either and starts closed with an empty window | yes |
 //! | `POST /policies/{name}/degradation/{set-floor, clear-floor, force, release}?level=L` | bound or pin the degradation level (`level` by name or index, percent-encoded as any query) | yes |
 //! | `POST /policies/{name}/fallback/{force, unforce, enable, disable}` | answer from the fallback without calling the primary, or let everything pass through | yes |
+//! | `POST /policies/{name}/bulkhead/pin-limit?limit=N`, `POST /policies/{name}/bulkhead/release-limit` | hold the bulkhead's limit of active calls at `N` (1 to 2^20; it overrides an adaptive algorithm), or let the algorithm (or `max_concurrent`) go on from there | yes |
 //!
 //! Nest it where you like (`Router::new().nest("/admin", admin::router(..))`) and
 //! bind it to loopback or an internal interface: the snapshots are readable by
@@ -157,6 +158,8 @@ fn same_digest(a: &[u8; 32], b: &[u8; 32]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
+#[cfg(feature = "bulkhead")]
+mod bulkhead;
 mod dashboard;
 
 struct Admin {
@@ -317,7 +320,7 @@ fn with_body(body: &Body, action: &str, policy: Option<&str>) -> Option<Response
     telemetry::admin_action(action, policy, "refused: unexpected body");
     Some(message(
         StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        "changes take no body: send `level` in the query string (`?level=<name or index>`)",
+        "changes take no body: send parameters in the query string (`?level=<name or index>`, `?limit=<calls>`)",
     ))
 }
 
@@ -357,10 +360,16 @@ async fn revert(State(admin): State<Arc<Admin>>, headers: HeaderMap, body: Body)
 struct Params {
     /// A degradation level, by name or index.
     level: Option<String>,
+    /// A bulkhead's limit of active calls, to pin.
+    #[cfg_attr(not(feature = "bulkhead"), allow(dead_code))]
+    limit: Option<String>,
 }
 
 /// Why an action could not be carried out.
-#[cfg_attr(not(feature = "degradation"), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "degradation", feature = "bulkhead")),
+    allow(dead_code)
+)]
 enum Refusal {
     NotFound(&'static str),
     Invalid(String),
@@ -393,7 +402,11 @@ async fn act(
             "no such policy, or none of its layers is built",
         );
     };
-    let done = carry_out(&handles, &layer, &action, params.level.as_deref());
+    let done = match layer.as_str() {
+        #[cfg(feature = "bulkhead")]
+        "bulkhead" => bulkhead::carry_out(&handles, &action, params.limit.as_deref()),
+        _ => carry_out(&handles, &layer, &action, params.level.as_deref()),
+    };
     match done {
         Ok(()) => {
             telemetry::admin_action(&what, Some(&name), "applied");
@@ -410,6 +423,11 @@ async fn act(
     }
 }
 
+#[cfg_attr(not(feature = "bulkhead"), allow(dead_code))]
+const NO_LAYER: &str = "this policy has no such layer built";
+#[cfg_attr(not(feature = "bulkhead"), allow(dead_code))]
+const NO_ACTION: &str = "no such action for this layer";
+
 #[cfg_attr(
     not(all(
         feature = "circuit-breaker",
@@ -424,8 +442,6 @@ fn carry_out(
     action: &str,
     level: Option<&str>,
 ) -> Result<(), Refusal> {
-    const NO_LAYER: &str = "this policy has no such layer built";
-    const NO_ACTION: &str = "no such action for this layer";
     match layer {
         #[cfg(feature = "circuit-breaker")]
         "breaker" => {
@@ -485,7 +501,7 @@ fn carry_out(
             Ok(())
         }
         _ => Err(Refusal::NotFound(
-            "no such layer: breaker, degradation or fallback",
+            "no such layer: breaker, bulkhead, degradation or fallback",
         )),
     }
 }

@@ -636,6 +636,104 @@ async fn a_change_sent_with_a_body_is_refused_and_changes_nothing() {
 }
 
 #[tokio::test]
+async fn the_bulkhead_limit_is_pinned_and_released_with_the_token_and_bad_limits_are_refused() {
+    let policies = Policies::from_toml(DOCUMENT).unwrap();
+    let deps = Deps::default();
+    let client = start(&policies, &deps).await;
+    let pin = "/admin/policies/freight/bulkhead/pin-limit?limit=1";
+    let limit = |v: &Value| {
+        (
+            v["bulkhead"]["limit"].clone(),
+            v["bulkhead"]["limit_pinned"].clone(),
+        )
+    };
+
+    // Without the token, or with another one: refused, nothing pinned.
+    assert_eq!(
+        client.post(pin, None).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        client
+            .post(pin, Some("Bearer not-the-admin-token"))
+            .await
+            .status,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        limit(&client.snapshot("freight").await),
+        (2.into(), false.into())
+    );
+
+    // Bad limits: 422 naming the field, nothing pinned.
+    for (query, says) in [
+        ("", "`limit`: needed"),
+        ("?limit=many", "`limit`: must be a whole number"),
+        ("?limit=-1", "`limit`: must be a whole number"),
+        ("?limit=0", "`limit`: must be between 1 and 1048576"),
+        ("?limit=1048577", "`limit`: must be between 1 and 1048576"),
+    ] {
+        let a = client
+            .admin(&format!("/policies/freight/bulkhead/pin-limit{query}"))
+            .await;
+        assert_eq!(
+            a.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{query}: {}",
+            a.body
+        );
+        let error = a.json()["error"].as_str().unwrap().to_owned();
+        assert!(error.contains(says), "{query}: {error}");
+    }
+    assert_eq!(
+        limit(&client.snapshot("freight").await),
+        (2.into(), false.into())
+    );
+    // Sent with a body: refused, nothing pinned.
+    let a = client
+        .post_with_body(pin, &format!("Bearer {TOKEN}"), "limit=1")
+        .await;
+    assert_eq!(a.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    // An unknown action, a policy without a bulkhead: 404.
+    let a = client.admin("/policies/freight/bulkhead/pin").await;
+    assert_eq!(a.status, StatusCode::NOT_FOUND);
+    let a = client
+        .admin("/policies/assistant/bulkhead/release-limit")
+        .await;
+    assert_eq!(a.status, StatusCode::NOT_FOUND, "{}", a.body);
+
+    // Pinned at 1 (percent-encoded like any query): the answer is the new snapshot,
+    // and the bulkhead admits one call at a time.
+    let a = client
+        .admin("/policies/freight/bulkhead/pin-limit?limit=%31")
+        .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+    assert_eq!(limit(&a.json()), (1.into(), true.into()));
+    deps.freight.set(HANG);
+    let hanging = tokio::spawn({
+        let client = client.clone();
+        async move { client.get("/quote").await }
+    });
+    deps.freight.hanging(1).await;
+    assert_eq!(client.snapshot("freight").await["bulkhead"]["active"], 1);
+    let turned_away = client.get("/quote").await;
+    assert_eq!(turned_away.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        client.snapshot("freight").await["bulkhead"]["rejected_full"],
+        1
+    );
+
+    // Released: back to the configured limit.
+    let a = client
+        .admin("/policies/freight/bulkhead/release-limit")
+        .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+    assert_eq!(limit(&a.json()), (2.into(), false.into()));
+    deps.freight.release();
+    assert_eq!(hanging.await.unwrap().seen(), (StatusCode::OK, QUOTE));
+}
+
+#[tokio::test]
 async fn anonymous_reads_name_the_policy_file_without_its_path() {
     let file = TempFile::with(DOCUMENT);
     let policies = Policies::load(&file.0).unwrap();
