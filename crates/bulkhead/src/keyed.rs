@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use seawall_core::{BoxError, BulkheadFull, ConfigError, KeyedMap, Name, TimeoutsAsOverload};
+use seawall_core::{
+    BoxError, BulkheadFull, Classify, ConfigError, KeyedMap, Name, TimeoutsAsOverload,
+};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -21,16 +23,22 @@ use crate::hold::{Hold, Lend, UntilResponse};
 use crate::state::Shared;
 use crate::telemetry::{KeyedTelemetry, Series};
 
-/// Validates a per-key configuration: a keyed bulkhead has no adaptive limit (yet).
-fn check_keyed(config: &BulkheadConfig) -> Result<(), ConfigError> {
+/// Validates a new per-key configuration for a layer built `adaptive` or not: a
+/// layer keeps the kind of limit it was built with, since its metric series report
+/// one kind (a fixed per-key limit, or the sum of the keys' adaptive limits).
+fn check_keyed(config: &BulkheadConfig, adaptive: bool) -> Result<(), ConfigError> {
     config.validate()?;
-    if config.adaptive.is_some() {
-        return Err(ConfigError::new(
+    match (adaptive, config.adaptive.is_some()) {
+        (true, false) => Err(ConfigError::new(
             "adaptive",
-            "a keyed bulkhead has a fixed limit per key; use one adaptive BulkheadLayer per dependency",
-        ));
+            "this keyed bulkhead was built with an adaptive limit and keeps one; build another layer for a fixed limit",
+        )),
+        (false, true) => Err(ConfigError::new(
+            "adaptive",
+            "this keyed bulkhead was built with a fixed limit and keeps it; build another layer for an adaptive limit",
+        )),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// The default bound on keys of a [`KeyedBulkheadLayer`].
@@ -40,6 +48,10 @@ struct KeyedShared<K> {
     name: Name,
     series: KeySeries<K>,
     built: BulkheadConfig,
+    /// The builder's seed, from which each key's algorithm gets its own.
+    seed: Option<u64>,
+    /// Bulkheads made so far (numbers each key's seed).
+    made: AtomicU64,
     config: Mutex<BulkheadConfig>,
     map: KeyedMap<K, Arc<Shared>>,
     rejected_key_limit: AtomicU64,
@@ -71,13 +83,19 @@ impl<K: Hash + Eq + Clone> KeyedShared<K> {
             |key| {
                 let config = self.config();
                 made_with.set(Some(config));
+                // Each key's algorithm its own random choices (a gradient's
+                // jitter), so keys do not measure their baselines in step.
+                let n = self.made.fetch_add(1, Ordering::Relaxed);
+                let seed = self
+                    .seed
+                    .map(|s| s.wrapping_add(n.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
                 let shared = match &self.series {
                     KeySeries::Shared(series) => {
-                        Shared::reporting_to(self.name.clone(), series, config, None)
+                        Shared::reporting_to(self.name.clone(), series, config, seed)
                     }
                     KeySeries::PerKey(label) => {
                         let series = Series::keyed(&self.name, label(key));
-                        Shared::reporting_to(self.name.clone(), &series, config, None)
+                        Shared::reporting_to(self.name.clone(), &series, config, seed)
                     }
                 };
                 Ok::<_, Infallible>(Arc::new(shared))
@@ -107,6 +125,21 @@ impl<K: Hash + Eq + Clone> KeyedShared<K> {
 /// [`KeyedHandle::reconfigure`] changes for all of them) and the layer's name in
 /// its rejections. All services built from one layer share the same map of keys.
 ///
+/// # An adaptive limit per key
+///
+/// With [`adaptive`](KeyedBulkheadBuilder::adaptive), each key gets its own
+/// instance of the algorithm, fed only by that key's calls: a slow host shrinks
+/// its own limit, not its neighbours'. What counts as overload is the layer's
+/// classifier ([`overload`](KeyedBulkheadLayer::overload)), as for
+/// [`BulkheadLayer`](crate::BulkheadLayer). A key starts at the algorithm's
+/// initial limit; **a forgotten key forgets what it learned** (an idle key
+/// evicted at the bound on keys, or when a new configuration of the algorithm
+/// starts every key again from its limit in force), and comes back at the
+/// initial limit: keep the initial limit one a new, unknown key can be trusted
+/// with. A layer built adaptive stays adaptive (and a fixed one fixed):
+/// [`KeyedHandle::reconfigure`] may change the algorithm's settings, not drop
+/// it. See [`KeyedHandle::snapshot_of`] for a key's limit now.
+///
 /// # The bound on keys
 ///
 /// At most `max_keys` keys (default [`DEFAULT_MAX_KEYS`]) have a bulkhead at once,
@@ -132,9 +165,10 @@ impl<K: Hash + Eq + Clone> KeyedShared<K> {
 /// the keys clients send. Per-key series are an opt-in,
 /// [`per_key_metrics`](KeyedBulkheadBuilder::per_key_metrics), whose docs give
 /// their cardinality.
-pub struct KeyedBulkheadLayer<K, F, H = UntilResponse> {
+pub struct KeyedBulkheadLayer<K, F, H = UntilResponse, O = TimeoutsAsOverload> {
     shared: Arc<KeyedShared<K>>,
     key_fn: F,
+    overload: O,
     _hold: PhantomData<fn() -> H>,
 }
 
@@ -200,6 +234,24 @@ where
         self
     }
 
+    /// Gives each key its own instance of an algorithm that finds its limit of
+    /// active calls, instead of `max_concurrent` (see
+    /// [An adaptive limit per key](KeyedBulkheadLayer#an-adaptive-limit-per-key)).
+    #[must_use]
+    pub fn adaptive(mut self, algorithm: impl Into<crate::AdaptiveConfig>) -> Self {
+        self.inner = self.inner.adaptive(algorithm);
+        self
+    }
+
+    /// Fixes the random choices of the keys' algorithms, for reproducible tests
+    /// (each key still gets its own, derived from this seed and the order in which
+    /// keys arrive).
+    #[must_use]
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.inner = self.inner.seed(seed);
+        self
+    }
+
     /// The most keys with a bulkhead at once (default [`DEFAULT_MAX_KEYS`], at least 1).
     #[must_use]
     pub fn max_keys(mut self, n: usize) -> Self {
@@ -227,10 +279,10 @@ where
         self
     }
 
-    /// Validates the configuration and creates the layer. A keyed bulkhead has a
-    /// fixed limit per key: an `adaptive` configuration is refused.
+    /// Validates the configuration and creates the layer.
     pub fn build(self) -> Result<KeyedBulkheadLayer<K, F>, ConfigError> {
-        check_keyed(&self.inner.config)?;
+        let adaptive = self.inner.config.adaptive.is_some();
+        check_keyed(&self.inner.config, adaptive)?;
         seawall_core::check_positive("max_keys", self.max_keys)?;
         let name = self.inner.name;
         let telemetry = KeyedTelemetry::new(&name);
@@ -239,27 +291,34 @@ where
                 series: match self.key_label {
                     Some(label) => KeySeries::PerKey(label),
                     None => {
-                        // Registered now, with the limit every key will have, so
-                        // the series are exported before the first key arrives.
-                        let series = Series::named(&name);
+                        // Registered now, with the limit every key will have (or,
+                        // adaptive, the sum of none yet), so the series are
+                        // exported before the first key arrives.
+                        let mut series = Series::named(&name);
+                        if adaptive {
+                            series = series.summing_limits();
+                        }
                         series.limit(self.inner.config.max_concurrent);
                         KeySeries::Shared(series)
                     }
                 },
                 name,
                 built: self.inner.config,
+                seed: self.inner.seed,
+                made: AtomicU64::new(0),
                 config: Mutex::new(self.inner.config),
                 map: KeyedMap::new(self.max_keys),
                 rejected_key_limit: AtomicU64::new(0),
                 telemetry,
             }),
             key_fn: self.key_fn,
+            overload: TimeoutsAsOverload,
             _hold: PhantomData,
         })
     }
 }
 
-impl<K, F, H> KeyedBulkheadLayer<K, F, H> {
+impl<K, F, H, O> KeyedBulkheadLayer<K, F, H, O> {
     /// The handle of the keyed bulkhead, available before layering.
     pub fn handle(&self) -> KeyedHandle<K> {
         KeyedHandle {
@@ -270,40 +329,56 @@ impl<K, F, H> KeyedBulkheadLayer<K, F, H> {
     /// See [`BulkheadLayer::permit_in_extensions`](crate::BulkheadLayer::permit_in_extensions).
     pub fn permit_in_extensions(
         self,
-    ) -> KeyedBulkheadLayer<K, F, crate::hold::WithPermitHandle<H>> {
+    ) -> KeyedBulkheadLayer<K, F, crate::hold::WithPermitHandle<H>, O> {
         KeyedBulkheadLayer {
             shared: self.shared,
             key_fn: self.key_fn,
+            overload: self.overload,
+            _hold: PhantomData,
+        }
+    }
+
+    /// The same keyed bulkhead, with `overload` deciding what each key's adaptive
+    /// limit learns from its calls; see
+    /// [`BulkheadLayer::overload`](crate::BulkheadLayer::overload). A fixed keyed
+    /// bulkhead never calls it.
+    pub fn overload<O2>(self, overload: O2) -> KeyedBulkheadLayer<K, F, H, O2> {
+        KeyedBulkheadLayer {
+            shared: self.shared,
+            key_fn: self.key_fn,
+            overload,
             _hold: PhantomData,
         }
     }
 }
 
-impl<K, F> KeyedBulkheadLayer<K, F> {
+impl<K, F, O> KeyedBulkheadLayer<K, F, UntilResponse, O> {
     /// The same keyed bulkhead, holding each slot until the response body ends or
     /// is dropped. See [`UntilBodyEnd`](crate::UntilBodyEnd).
     #[cfg(feature = "http")]
     #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
-    pub fn hold_until_body_end(self) -> KeyedBulkheadLayer<K, F, crate::hold::UntilBodyEnd> {
+    pub fn hold_until_body_end(self) -> KeyedBulkheadLayer<K, F, crate::hold::UntilBodyEnd, O> {
         KeyedBulkheadLayer {
             shared: self.shared,
             key_fn: self.key_fn,
+            overload: self.overload,
             _hold: PhantomData,
         }
     }
 }
 
-impl<K, F: Clone, H> Clone for KeyedBulkheadLayer<K, F, H> {
+impl<K, F: Clone, H, O: Clone> Clone for KeyedBulkheadLayer<K, F, H, O> {
     fn clone(&self) -> Self {
         Self {
             shared: self.shared.clone(),
             key_fn: self.key_fn.clone(),
+            overload: self.overload.clone(),
             _hold: PhantomData,
         }
     }
 }
 
-impl<K, F, H> fmt::Debug for KeyedBulkheadLayer<K, F, H> {
+impl<K, F, H, O> fmt::Debug for KeyedBulkheadLayer<K, F, H, O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedBulkheadLayer")
             .field("name", &&*self.shared.name)
@@ -321,14 +396,15 @@ impl<K, F> fmt::Debug for KeyedBulkheadBuilder<K, F> {
     }
 }
 
-impl<S, K, F: Clone, H> Layer<S> for KeyedBulkheadLayer<K, F, H> {
-    type Service = KeyedBulkhead<S, K, F, H>;
+impl<S, K, F: Clone, H, O: Clone> Layer<S> for KeyedBulkheadLayer<K, F, H, O> {
+    type Service = KeyedBulkhead<S, K, F, H, O>;
 
     fn layer(&self, inner: S) -> Self::Service {
         KeyedBulkhead {
             inner,
             shared: self.shared.clone(),
             key_fn: self.key_fn.clone(),
+            overload: self.overload.clone(),
             _hold: PhantomData,
         }
     }
@@ -338,14 +414,15 @@ impl<S, K, F: Clone, H> Layer<S> for KeyedBulkheadLayer<K, F, H> {
 ///
 /// Behaves as [`Bulkhead`](crate::Bulkhead) for each key: always ready, admission
 /// decided in `call`, waiting and inner readiness driven by the response future.
-pub struct KeyedBulkhead<S, K, F, H = UntilResponse> {
+pub struct KeyedBulkhead<S, K, F, H = UntilResponse, O = TimeoutsAsOverload> {
     inner: S,
     shared: Arc<KeyedShared<K>>,
     key_fn: F,
+    overload: O,
     _hold: PhantomData<fn() -> H>,
 }
 
-impl<S, K, F, H> KeyedBulkhead<S, K, F, H> {
+impl<S, K, F, H, O> KeyedBulkhead<S, K, F, H, O> {
     /// The handle of the keyed bulkhead.
     pub fn handle(&self) -> KeyedHandle<K> {
         KeyedHandle {
@@ -354,18 +431,19 @@ impl<S, K, F, H> KeyedBulkhead<S, K, F, H> {
     }
 }
 
-impl<S: Clone, K, F: Clone, H> Clone for KeyedBulkhead<S, K, F, H> {
+impl<S: Clone, K, F: Clone, H, O: Clone> Clone for KeyedBulkhead<S, K, F, H, O> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
             shared: self.shared.clone(),
             key_fn: self.key_fn.clone(),
+            overload: self.overload.clone(),
             _hold: PhantomData,
         }
     }
 }
 
-impl<S: fmt::Debug, K, F, H> fmt::Debug for KeyedBulkhead<S, K, F, H> {
+impl<S: fmt::Debug, K, F, H, O> fmt::Debug for KeyedBulkhead<S, K, F, H, O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedBulkhead")
             .field("name", &&*self.shared.name)
@@ -374,17 +452,18 @@ impl<S: fmt::Debug, K, F, H> fmt::Debug for KeyedBulkhead<S, K, F, H> {
     }
 }
 
-impl<S, K, F, H, Req> Service<Req> for KeyedBulkhead<S, K, F, H>
+impl<S, K, F, H, O, Req> Service<Req> for KeyedBulkhead<S, K, F, H, O>
 where
     S: Service<Req> + Clone,
     S::Error: Into<BoxError>,
     H: Hold<S::Response> + Lend<Req>,
     K: Hash + Eq + Clone,
     F: Fn(&Req) -> K,
+    O: Classify<S::Response> + Clone,
 {
     type Response = H::Output;
     type Error = BoxError;
-    type Future = ResponseFuture<S, Req, H>;
+    type Future = ResponseFuture<S, Req, H, O>;
 
     /// Always ready; nothing is reserved.
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
@@ -396,7 +475,7 @@ where
         let ks = &*self.shared;
         // The map is not locked while the inner service is polled or called.
         match ks.bulkhead_for(key) {
-            Some(b) => ResponseFuture::new(&b, &self.inner, req, TimeoutsAsOverload),
+            Some(b) => ResponseFuture::new(&b, &self.inner, req, self.overload.clone()),
             None => {
                 ks.rejected_key_limit.fetch_add(1, Ordering::Relaxed);
                 ks.telemetry.key_limit(&ks.name, ks.map.max_keys());
@@ -474,7 +553,7 @@ impl<K: Hash + Eq + Clone> KeyedHandle<K> {
     /// Changes the limits of every key (present and future), after validating them.
     /// Same rules as [`Handle::reconfigure`](crate::Handle::reconfigure).
     pub fn reconfigure(&self, config: BulkheadConfig) -> Result<(), ConfigError> {
-        check_keyed(&config)?;
+        check_keyed(&config, self.shared.built.adaptive.is_some())?;
         *self
             .shared
             .config

@@ -162,6 +162,13 @@
 //! *from that value*, so the end of an incident does not jump back to a limit
 //! learned before it.
 //!
+//! **Per key.** [`KeyedBulkheadBuilder::adaptive`] gives every key of a
+//! [`KeyedBulkheadLayer`] its own algorithm, fed only by that key's calls, so one
+//! slow host shrinks its own limit and no other. A key forgotten at the bound on
+//! keys forgets what it learned and comes back at the initial limit; in the
+//! layer's metric series `seawall_bulkhead_limit` is then the sum of the live
+//! keys' limits, as `seawall_bulkhead_active` is the sum of their active calls.
+//!
 //! # The life of a call
 //!
 //! ```text

@@ -9,13 +9,19 @@
 //! | `seawall_bulkhead_active` | gauge | calls holding a slot |
 //! | `seawall_bulkhead_queued` | gauge | calls waiting for a slot |
 //! | `seawall_bulkhead_max_concurrent` | gauge | the configured limit (`max_concurrent`) |
-//! | `seawall_bulkhead_limit` | gauge | the limit in force: adaptive, pinned, or `max_concurrent` |
+//! | `seawall_bulkhead_limit` | gauge | the limit in force: adaptive, pinned, or `max_concurrent`; a keyed adaptive layer's series: the sum over its keys |
 //! | `seawall_bulkhead_admitted_total` | counter | calls admitted |
 //! | `seawall_bulkhead_rejected_total{reason="full"}` | counter | turned away, queue full |
 //! | `seawall_bulkhead_rejected_total{reason="timeout"}` | counter | waited as long as allowed |
 //! | `seawall_bulkhead_rejected_total{reason="keys"}` | counter | keyed: new key while every key was busy |
 //! | `seawall_bulkhead_abandoned_total` | counter | callers that gave up while waiting in line |
 //! | `seawall_bulkhead_wait_seconds` | histogram | admission wait (0 for immediate admissions) |
+//!
+//! A keyed layer with an adaptive limit has one limit per key: in the layer's
+//! series, `seawall_bulkhead_limit` is the sum of its keys' limits in force (each key
+//! adds its own, moves it, and takes it out when forgotten), to read against
+//! `seawall_bulkhead_active`, which is a sum over its keys too. A fixed keyed
+//! layer's keys all have `max_concurrent`, which the gauge shows.
 //!
 //! Every call handed to a bulkhead ends in exactly one of admitted, rejected (by
 //! reason) or abandoned, or is still queued; each admitted call records one wait.
@@ -48,6 +54,10 @@ use crate::machine::Machine;
 pub(crate) struct Series {
     #[cfg(feature = "metrics")]
     handles: std::sync::Arc<Metrics>,
+    /// The bulkheads' limits add up in `seawall_bulkhead_limit` (a keyed adaptive
+    /// layer's shared series), instead of each setting it.
+    #[cfg(feature = "metrics")]
+    summed_limits: bool,
 }
 
 impl Series {
@@ -62,15 +72,34 @@ impl Series {
     }
 
     /// Sets the fixed limit of active calls the series reports, configured and in
-    /// force (a keyed layer's, whose keys have no adaptive limit; each bulkhead sets
-    /// them again when built or reconfigured).
+    /// force (a keyed layer's; each bulkhead sets them again when built or
+    /// reconfigured). A series whose limits add up reports only the configured one:
+    /// its keys add their limits in force themselves.
     #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
     pub(crate) fn limit(&self, max_concurrent: usize) {
         #[cfg(feature = "metrics")]
         {
             self.handles.max_concurrent.set(max_concurrent as f64);
-            self.handles.limit.set(max_concurrent as f64);
+            if !self.summed_limits {
+                self.handles.limit.set(max_concurrent as f64);
+            }
         }
+    }
+
+    /// The same series, with the bulkheads' limits in force adding up in
+    /// `seawall_bulkhead_limit` (starting from none), as their active calls do.
+    #[must_use]
+    pub(crate) fn summing_limits(self) -> Self {
+        #[cfg(feature = "metrics")]
+        {
+            self.handles.limit.set(0.0);
+            Self {
+                summed_limits: true,
+                ..self
+            }
+        }
+        #[cfg(not(feature = "metrics"))]
+        self
     }
 
     #[cfg_attr(
@@ -108,6 +137,7 @@ impl Series {
             };
             Self {
                 handles: std::sync::Arc::new(m),
+                summed_limits: false,
             }
         }
         #[cfg(not(feature = "metrics"))]
@@ -121,6 +151,19 @@ impl Series {
 pub(crate) struct Telemetry {
     #[cfg(feature = "metrics")]
     m: std::sync::Arc<Metrics>,
+    /// In a series whose limits add up: the limit this bulkhead added.
+    #[cfg(feature = "metrics")]
+    added_limit: Option<std::sync::atomic::AtomicUsize>,
+}
+
+#[cfg(feature = "metrics")]
+impl Drop for Telemetry {
+    /// A dropped bulkhead (an evicted key) takes its limit out of the sum.
+    fn drop(&mut self) {
+        if let Some(added) = &mut self.added_limit {
+            self.m.limit.decrement(*added.get_mut() as f64);
+        }
+    }
 }
 
 #[cfg(feature = "metrics")]
@@ -196,7 +239,10 @@ impl Telemetry {
         {
             let m = std::sync::Arc::clone(&series.handles);
             m.max_concurrent.set(config.max_concurrent as f64);
-            Self { m }
+            let added_limit = series
+                .summed_limits
+                .then(|| std::sync::atomic::AtomicUsize::new(0));
+            Self { m, added_limit }
         }
         #[cfg(not(feature = "metrics"))]
         Self {}
@@ -299,7 +345,13 @@ impl Telemetry {
     #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
     pub(crate) fn limit_in_force(&self, limit: usize) {
         #[cfg(feature = "metrics")]
-        self.m.limit.set(limit as f64);
+        match &self.added_limit {
+            None => self.m.limit.set(limit as f64),
+            Some(added) => {
+                let before = added.swap(limit, std::sync::atomic::Ordering::Relaxed);
+                self.m.limit.increment(limit as f64 - before as f64);
+            }
+        }
     }
 
     /// The algorithm (or an operator's pin) moved the limit from `before` to `after`.

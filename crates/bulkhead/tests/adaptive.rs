@@ -304,18 +304,19 @@ async fn backpressure_mode_feeds_the_same_algorithm() {
 }
 
 #[test]
-fn a_keyed_bulkhead_refuses_an_adaptive_limit() {
+fn a_keyed_bulkhead_names_an_invalid_adaptive_field() {
     let e = seawall_bulkhead::KeyedBulkheadLayer::builder("hosts", |r: &http::Request<()>| {
         r.uri().host().map(str::to_owned)
     })
-    .config(seawall_bulkhead::BulkheadConfig {
-        adaptive: Some(AimdConfig::default().into()),
-        ..seawall_bulkhead::BulkheadConfig::default()
+    .adaptive(AimdConfig {
+        min_limit: 5,
+        initial_limit: 2,
+        ..AimdConfig::default()
     })
     .build()
     .err()
     .unwrap();
-    assert_eq!(e.field(), "adaptive");
+    assert_eq!(e.field(), "adaptive.initial_limit");
 }
 
 #[test]

@@ -44,6 +44,14 @@ impl Series {
         self.values.lock().unwrap().keys().cloned().collect()
     }
 
+    fn gauge(&self, series: &str) -> f64 {
+        self.values
+            .lock()
+            .unwrap()
+            .get(series)
+            .map_or(f64::NAN, |v| f64::from_bits(v.load(Ordering::SeqCst)))
+    }
+
     fn counter(&self, series: &str) -> u64 {
         self.values
             .lock()
@@ -174,5 +182,61 @@ fn a_key_made_while_the_limits_change_gets_the_new_limits() {
         let h = layer.handle();
         assert_eq!(h.config().max_concurrent, 3);
         assert_eq!(h.snapshot_of(&"a".to_owned()).unwrap().max_concurrent, 3);
+    });
+}
+
+#[test]
+fn a_keyed_adaptive_layer_reports_the_sum_of_its_keys_limits() {
+    use seawall_bulkhead::adaptive::AimdConfig;
+    use seawall_core::DeadlineExceeded;
+    let series = Series::default();
+    let limit = "seawall_bulkhead_limit{name=hosts}";
+    metrics::with_local_recorder(&series, || {
+        let layer = KeyedBulkheadLayer::builder("hosts", body)
+            .max_keys(2)
+            .adaptive(AimdConfig {
+                initial_limit: 10,
+                sample_every: 1,
+                ..AimdConfig::default()
+            })
+            .build()
+            .unwrap();
+        assert_eq!(series.gauge(limit), 0.0, "no key yet");
+        // Timeouts are overload for the default classifier.
+        let mut svc = layer.layer(service_fn(|req: Req| {
+            std::future::ready(if req.body() == "slow" {
+                Err(DeadlineExceeded::new())
+            } else {
+                Ok(())
+            })
+        }));
+        let mut send = |key: &str| {
+            let mut answer = task::spawn(svc.call(http::Request::new(key.to_owned())));
+            let _ = assert_ready!(answer.poll());
+        };
+        send("fast");
+        assert_eq!(series.gauge(limit), 10.0);
+        send("slow");
+        // 10 for fast, and slow's 10 shrunk by its timeout to 9.
+        assert_eq!(series.gauge(limit), 19.0);
+        assert_eq!(
+            layer
+                .handle()
+                .snapshot_of(&"slow".to_owned())
+                .unwrap()
+                .limit,
+            9
+        );
+        // A third key evicts one of the two idle ones, taking its limit out.
+        send("new");
+        assert_eq!(layer.handle().snapshot().evicted, 1);
+        let kept: usize = layer
+            .handle()
+            .keys()
+            .iter()
+            .map(|k| layer.handle().snapshot_of(k).unwrap().limit)
+            .sum();
+        assert_eq!(series.gauge(limit), kept as f64);
+        assert!(kept == 19 || kept == 20, "{kept}");
     });
 }
