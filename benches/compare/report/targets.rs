@@ -98,6 +98,9 @@ impl Combine {
 enum Rule {
     /// Seawall's added cost over the peers' (combined), round by round, at most this.
     AtMost(f64, Combine),
+    /// Seawall's added cost over the peers' (combined), round by round, at most
+    /// this many nanoseconds more.
+    Plus(f64, Combine),
     /// Allocations per call at most this.
     Allocs(f64),
     /// Calls per second at the most tasks over the best peer's, run by run, at least this.
@@ -107,10 +110,11 @@ enum Rule {
 use At::{Main, Second};
 use Combine::{Fastest, Only, Sum};
 use Id::*;
-use Rule::{Allocs, AtMost, Throughput};
+use Rule::{Allocs, AtMost, Plus, Throughput};
 
-/// Issue 17's targets: what, how, seawall's figure, the peers' (or parts').
-const TARGETS: [(&str, Rule, At, &[At]); 9] = [
+/// Issue 17's targets (and issue 20's adaptive bulkhead): what, how, seawall's
+/// figure, the peers' (or parts').
+const TARGETS: [(&str, Rule, At, &[At]); 11] = [
     (
         "breaker closed: added ≤ 1.0× recloser's",
         AtMost(1.0, Only),
@@ -140,6 +144,18 @@ const TARGETS: [(&str, Rule, At, &[At]); 9] = [
         AtMost(0.8, Only),
         Main(SwBulkhead),
         &[Main(TowerLimit)],
+    ),
+    (
+        "adaptive bulkhead admitted: ≤ +25 ns over the fixed bulkhead",
+        Plus(25.0, Only),
+        Main(SwBulkheadAdaptive),
+        &[Main(SwBulkhead)],
+    ),
+    (
+        "adaptive bulkhead admitted: no allocation per call",
+        Allocs(0.0),
+        Main(SwBulkheadAdaptive),
+        &[Main(SwBulkhead)],
     ),
     (
         "bulkhead full: rejection ≤ LoadShed's",
@@ -223,6 +239,10 @@ impl<'a> Judge<'a> {
                 .into_iter()
                 .filter_map(|mode| self.ratio(target, own, &peers, mode, combine, limit))
                 .collect(),
+            Plus(ns, combine) => Mode::ALL
+                .into_iter()
+                .filter_map(|mode| self.difference(target, own, &peers, mode, combine, ns))
+                .collect(),
             Allocs(limit) => Mode::ALL
                 .into_iter()
                 .filter_map(|mode| self.allocs(target, own, &peers, mode, limit))
@@ -275,6 +295,36 @@ impl<'a> Judge<'a> {
                 Verdict::Missed
             } else {
                 Verdict::at_most(spread, limit)
+            },
+        })
+    }
+
+    /// As [`ratio`](Self::ratio), for a difference in nanoseconds.
+    fn difference(
+        &self,
+        target: &'static str,
+        own: &Probe,
+        peers: &[(Id, &Probe)],
+        mode: Mode,
+        combine: Combine,
+        ns: f64,
+    ) -> Option<Line> {
+        let mine = self.net.added(own, mode);
+        let theirs: Vec<Vec<f64>> = peers.iter().map(|(_, p)| self.net.added(p, mode)).collect();
+        let more: Vec<f64> = (0..mine.len())
+            .map(|r| mine[r] - combine.apply(&theirs.iter().map(|v| v[r]).collect::<Vec<_>>()))
+            .collect();
+        let spread = Spread::of(&more)?;
+        Some(Line {
+            target,
+            mode: mode.to_string(),
+            seawall: fmt::added_spread(Spread::of(&mine)?),
+            peers: self.describe(peers, mode),
+            ratio: format!("{} ns", fmt::added_spread(spread)),
+            verdict: if own.figures(mode).waited {
+                Verdict::Missed
+            } else {
+                Verdict::at_most(spread, ns)
             },
         })
     }

@@ -19,13 +19,40 @@ pub(super) fn sw_bulkhead(
         .expect("valid config")
 }
 
+/// seawall's bulkhead with an AIMD limit that starts (and stays, under this load)
+/// at 100, timing one call in eight (the default), learning from HTTP statuses as
+/// an HTTP client's bulkhead does.
+fn sw_adaptive_bulkhead() -> seawall::bulkhead::BulkheadLayer<
+    seawall::bulkhead::UntilResponse,
+    seawall::bulkhead::OverloadStatus,
+> {
+    seawall::bulkhead::BulkheadLayer::builder("bench")
+        .max_queue(10)
+        .adaptive(seawall::bulkhead::adaptive::AimdConfig {
+            initial_limit: 100,
+            min_limit: 100,
+            max_limit: 100,
+            ..Default::default()
+        })
+        .build()
+        .expect("valid config")
+        .overload(seawall::bulkhead::OverloadStatus::default())
+}
+
 pub(super) fn seawall() -> Vec<Row> {
-    vec![Row::new(
-        Id::SwBulkhead,
-        "seawall bulkhead (100 active, queue 10)",
-        || sw_bulkhead(100, 10).layer(inner::ok()),
-    )
-    .full(sw_bulkhead(1, 0).layer(inner::pending()))]
+    vec![
+        Row::new(
+            Id::SwBulkhead,
+            "seawall bulkhead (100 active, queue 10)",
+            || sw_bulkhead(100, 10).layer(inner::ok()),
+        )
+        .full(sw_bulkhead(1, 0).layer(inner::pending())),
+        Row::new(
+            Id::SwBulkheadAdaptive,
+            "seawall bulkhead, adaptive (AIMD at 100, 1 call in 8 timed)",
+            || sw_adaptive_bulkhead().layer(inner::ok()),
+        ),
+    ]
 }
 
 fn tr_bulkhead(max: usize) -> tower_resilience::bulkhead::BulkheadLayer {

@@ -64,6 +64,8 @@ pub(crate) enum Id {
     Deadline,
     SwBreaker,
     SwBulkhead,
+    /// The bulkhead with an adaptive (AIMD) limit.
+    SwBulkheadAdaptive,
     SwDegradation,
     SwFallback,
     /// The recommended stack: deadline → bulkhead → breaker.
@@ -89,6 +91,7 @@ impl Id {
             Id::Deadline => "deadline",
             Id::SwBreaker => "breaker",
             Id::SwBulkhead => "bulkhead",
+            Id::SwBulkheadAdaptive => "adaptive bulkhead",
             Id::SwDegradation => "degradation",
             Id::SwFallback => "fallback",
             Id::SwStack => "stack",

@@ -4,7 +4,8 @@
 //! generation, and how often to measure latency. Only a call whose latency is
 //! measured (one fast-path admission in `sample_every`, and every call that waited
 //! for its slot) or that reports overload in the current generation takes the
-//! lock, after it completed; no lock is held while the limit is applied to the
+//! lock, after it completed, and a measured call served in time only if the
+//! algorithm could learn from it (see `Feedback::quiet_below`); no lock is held while the limit is applied to the
 //! admission machine, so a waiter woken by a larger limit may call back into
 //! the bulkhead at once.
 
@@ -102,6 +103,12 @@ pub(crate) struct Feedback {
     sample_mask: AtomicU64,
     /// The limit in force, which the machine applies.
     limit: AtomicUsize,
+    /// A served call with fewer calls in flight than this at its end, and a latency
+    /// of at most `quiet_latency_nanos`, cannot move the algorithm (AIMD grows only
+    /// a limit at least half used, and not past `max_limit`): it is dropped without
+    /// taking the lock. 0 when every served sample may count (a gradient).
+    quiet_below: AtomicUsize,
+    quiet_latency_nanos: AtomicU64,
     state: Mutex<State>,
 }
 
@@ -121,6 +128,8 @@ impl Feedback {
             generation: AtomicU64::new(0),
             sample_mask: AtomicU64::new(0),
             limit: AtomicUsize::new(state.in_force()),
+            quiet_below: AtomicUsize::new(0),
+            quiet_latency_nanos: AtomicU64::new(0),
             state: Mutex::new(state),
         };
         f.mirror(&f.lock());
@@ -145,6 +154,24 @@ impl Feedback {
         }
         self.sample_mask
             .store(u64::from(every.max(1)) - 1, Ordering::Relaxed);
+        let (below, latency) = match &state.algorithm {
+            Some(Algorithm::Aimd(a)) => {
+                let c = a.config();
+                let below = if a.limit() >= c.max_limit {
+                    usize::MAX
+                } else {
+                    // `inflight * 2 < limit`, as AIMD tests it.
+                    a.limit().div_ceil(2)
+                };
+                (
+                    below,
+                    u64::try_from(c.timeout.as_nanos()).unwrap_or(u64::MAX),
+                )
+            }
+            Some(Algorithm::Gradient(_)) | None => (0, 0),
+        };
+        self.quiet_below.store(below, Ordering::Relaxed);
+        self.quiet_latency_nanos.store(latency, Ordering::Relaxed);
         self.limit.store(state.in_force(), Ordering::Relaxed);
         self.on.store(on, Ordering::Relaxed);
     }
@@ -213,9 +240,18 @@ impl Feedback {
                 (Observation::Overloaded, Instant::now())
             }
         };
+        let inflight = machine.counts().active;
+        if let Observation::Served(latency) = observation {
+            if inflight < self.quiet_below.load(Ordering::Relaxed)
+                && latency.as_nanos()
+                    <= u128::from(self.quiet_latency_nanos.load(Ordering::Relaxed))
+            {
+                return None;
+            }
+        }
         let sample = Sample {
             observation,
-            inflight: machine.counts().active,
+            inflight,
             generation: ticket.generation,
         };
         let mut state = self.lock();
@@ -692,8 +728,106 @@ mod schedule {
         waiters.len() - m.counts().queued
     }
 
+    fn bulkhead(config: AimdConfig) -> BulkheadConfig {
+        BulkheadConfig {
+            adaptive: Some(config.into()),
+            ..BulkheadConfig::default()
+        }
+    }
+
+    /// Feeds `samples` (latency in ms, calls in flight, time passing in ms) to a
+    /// bulkhead's feedback and to a bare AIMD, and asserts the same limit after each:
+    /// the lock-free drop of quiet served samples changes nothing the algorithm
+    /// would have done.
+    fn same_as_the_bare_algorithm(
+        config: AimdConfig,
+        samples: &[(u64, usize, u64)],
+    ) -> Result<(), TestCaseError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let f = Feedback::new(&bulkhead(config), Some(1));
+            let mut bare = Aimd::new(config);
+            let events = Events::default();
+            let m = Machine::new(crate::machine::MAX_LIMIT, 0);
+            let mut held = 0;
+            for &(latency, inflight, pause) in samples {
+                tokio::time::advance(Duration::from_millis(pause)).await;
+                while held < inflight {
+                    prop_assert!(m.try_acquire());
+                    held += 1;
+                }
+                while held > inflight {
+                    m.release();
+                    held -= 1;
+                }
+                let now = Instant::now();
+                let latency = Duration::from_millis(latency);
+                let ticket = Ticket {
+                    generation: f.generation.load(Ordering::Relaxed),
+                    started: Some(now - latency),
+                };
+                let ok: Result<(), BoxError> = Ok(());
+                f.observe(ticket, &seawall_core::TimeoutsAsOverload, &ok, &m, &events);
+                bare.on_sample(now, Sample::served(latency, inflight, bare.generation()));
+                prop_assert_eq!(f.limit(), bare.limit());
+            }
+            Ok(())
+        })
+    }
+
+    #[test]
+    fn quiet_served_samples_are_dropped_without_changing_what_aimd_does() {
+        let config = AimdConfig {
+            initial_limit: 10,
+            min_limit: 1,
+            max_limit: 12,
+            timeout: Duration::from_millis(100),
+            sample_every: 1,
+            ..AimdConfig::default()
+        };
+        // Below half the limit: nothing; at half: one more; above the timeout: less;
+        // at the maximum: nothing more.
+        same_as_the_bare_algorithm(
+            config,
+            &[
+                (10, 4, 0),
+                (10, 5, 20),
+                (200, 1, 20),
+                (10, 9, 300),
+                (10, 10, 300),
+                (10, 11, 300),
+                (10, 12, 300),
+                (10, 12, 300),
+            ],
+        )
+        .unwrap();
+        let f = Feedback::new(&bulkhead(config), Some(1));
+        assert_eq!(f.quiet_below.load(Ordering::Relaxed), 5);
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+        #[test]
+        fn dropping_quiet_samples_never_changes_the_limit_aimd_finds(
+            max_limit in 1..40usize,
+            timeout in 1..200u64,
+            samples in proptest::collection::vec((0..300u64, 0..50usize, 0..150u64), 1..200),
+        ) {
+            let config = AimdConfig {
+                initial_limit: max_limit.div_ceil(2),
+                min_limit: 1,
+                max_limit,
+                timeout: Duration::from_millis(timeout),
+                sample_every: 1,
+                ..AimdConfig::default()
+            };
+            same_as_the_bare_algorithm(config, &samples)?;
+        }
+
         #[test]
         fn the_limit_stays_in_bounds_and_nobody_is_admitted_at_it(
             adaptive in algorithm(),

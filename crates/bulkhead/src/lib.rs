@@ -305,8 +305,11 @@
 //! limit needs). With an adaptive limit, admission also reads a few relaxed
 //! atomics (is an algorithm fed, its generation, the sampling rate, the admission
 //! count) and the completion classifies the result (a status comparison); one admission in
-//! `sample_every` reads the clock at admission and completion and takes the
-//! algorithm's lock once, as does an overload answer of the current generation.
+//! `sample_every` reads the clock at admission and completion, and takes the
+//! algorithm's lock only if its sample can move the limit (an AIMD limit less
+//! than half used, or at its maximum, learns nothing from a call served in time:
+//! such a sample is dropped after two relaxed loads), as does an overload answer
+//! of the current generation.
 //! Still no allocation. A rejection when full: a few loads,
 //! one counter, and the boxed [`BulkheadFull`]; no lock, no timer. Only a call
 //! that waits (for a slot, or for an inner service that was not ready) takes the
