@@ -41,7 +41,8 @@
 //! transition and why; the bulkhead's active and queued calls against their limits;
 //! the degradation level, its floor and the time at it; the fallback's answers per
 //! second by step. It follows a Server-Sent Events stream (`GET /events`: a frame a
-//! second and at every transition), reconnects by itself, and says when its data is
+//! second and at every transition, level change and bulkhead event, such as a
+//! saturation or a pinned limit), reconnects by itself, and says when its data is
 //! stale. Without a token it is read-only; once the operator types the token (kept
 //! in the page's memory, never in the URL or storage), it offers force open, force
 //! closed, reset, floors and revert, each after a confirmation, as the same `POST`s

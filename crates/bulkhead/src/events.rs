@@ -1,37 +1,4 @@
-//! What a bulkhead tells its subscribers: changes of its condition, never calls.
-//!
-//! A bulkhead under load admits, queues and rejects calls by the thousand; an
-//! event per call would cost the hot path a send and drown a subscriber in what
-//! the counters already say. So every [`BulkheadEvent`] is **edge-triggered**: it
-//! reports that something changed, and nothing is sent again until it changes
-//! back.
-//!
-//! - [`Saturated`](BulkheadEvent::Saturated): the bulkhead turned a call away
-//!   (full, or a wait that ran out) for the first time since it last had room.
-//!   Further rejections send nothing; they are counted in the snapshot.
-//! - [`Relieved`](BulkheadEvent::Relieved): after being saturated, nobody waits and
-//!   at most half the limit is in use. Half, not "one slot free": a bulkhead
-//!   working at its limit frees and fills a slot with every call, and would
-//!   otherwise announce "saturated, relieved" once per call.
-//! - [`LimitChanged`](BulkheadEvent::LimitChanged): the limit of active calls in
-//!   force moved, with its [`LimitCause`]. An adaptive algorithm moves it at most
-//!   about once per round trip (AIMD grows by one per round trip and shrinks once
-//!   per generation; a gradient moves once per window of samples), never per
-//!   call. An operator's pin or release is always reported, even at the limit
-//!   already in force: the pin itself is the news.
-//! - [`Reconfigured`](BulkheadEvent::Reconfigured): new limits from
-//!   [`Handle::reconfigure`](crate::Handle::reconfigure) or
-//!   [`revert`](crate::Handle::revert), before the `LimitChanged` they cause.
-//!
-//! A wait that timed out is not an event of its own: it is one call (counted in
-//! `rejected_timeout`), and the first of a spell of them is a `Saturated`.
-//!
-//! Each kind of change is decided and handed to the channel under the small lock
-//! that orders it (the saturation flag's, or the limit algorithm's), so
-//! subscribers see changes of one kind in the order they were made. A broadcast
-//! send runs no user code; the `tracing` event that goes with a change is
-//! emitted after every lock is released, so a subscriber there may read the
-//! bulkhead's snapshot or steer it.
+//! What a bulkhead tells its subscribers: see [`BulkheadEvent`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
@@ -47,7 +14,43 @@ use crate::machine::Machine;
 const SUBSCRIBER_BUFFER: usize = 64;
 
 /// Something that changed in a bulkhead, for [`Handle::subscribe`](crate::Handle::subscribe).
-/// See the [module docs](self) for when each is sent.
+///
+/// A bulkhead tells its subscribers of changes of its condition, never of calls.
+///
+/// A bulkhead under load admits, queues and rejects calls by the thousand; an
+/// event per call would cost the hot path a send and drown a subscriber in what
+/// the counters already say. So every [`BulkheadEvent`] is **edge-triggered**: it
+/// reports that something changed, and nothing is sent again until it changes
+/// back.
+///
+/// - [`Saturated`](Self::Saturated): the bulkhead turned a call away
+///   (full, or a wait that ran out) for the first time since it last had room.
+///   Further rejections send nothing; they are counted in the snapshot.
+/// - [`Relieved`](Self::Relieved): after being saturated, nobody waits and
+///   at most half the limit is in use. Half, not "one slot free": a bulkhead
+///   working at its limit frees and fills a slot with every call, and would
+///   otherwise announce "saturated, relieved" once per call.
+/// - [`LimitChanged`](Self::LimitChanged): the limit of active calls in
+///   force moved, with its [`LimitCause`]. An adaptive algorithm moves it on its
+///   own schedule, never per call: AIMD grows by one at most once per round trip
+///   and shrinks once per generation (one overloaded round trip); a gradient
+///   updates at most once per `window` (250 ms by default), shrinks once per
+///   generation, and lowers and restores the limit around each baseline
+///   measurement. An operator's pin or release is always reported, even at the limit
+///   already in force: the pin itself is the news.
+/// - [`Reconfigured`](Self::Reconfigured): new limits from
+///   [`Handle::reconfigure`](crate::Handle::reconfigure) or
+///   [`revert`](crate::Handle::revert), before the `LimitChanged` they cause.
+///
+/// A wait that timed out is not an event of its own: it is one call (counted in
+/// `rejected_timeout`), and the first of a spell of them is a `Saturated`.
+///
+/// Each kind of change is decided and handed to the channel under the small lock
+/// that orders it (the saturation flag's, or the limit algorithm's), so
+/// subscribers see changes of one kind in the order they were made. A broadcast
+/// send runs no user code; the `tracing` event that goes with a change is
+/// emitted after every lock is released, so a subscriber there may read the
+/// bulkhead's snapshot or steer it.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum BulkheadEvent {
