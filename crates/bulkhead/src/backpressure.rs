@@ -159,7 +159,7 @@ impl Drop for Waiter {
             shared.telemetry.dequeued();
             if shared.machine.leave(self.id, Leave::Abandoned) == Left::HoldsSlot {
                 // Handed a slot, but the service is gone: pass it on.
-                shared.machine.release();
+                shared.release_handed_over();
             }
         }
     }

@@ -130,7 +130,7 @@ impl Drop for Waiter {
             shared.telemetry.abandoned();
             if shared.machine.leave(self.id, Leave::Abandoned) == Left::HoldsSlot {
                 // Handed a slot, but the caller is gone: pass it on.
-                shared.machine.release();
+                shared.release_handed_over();
             }
         }
     }

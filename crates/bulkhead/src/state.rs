@@ -97,6 +97,16 @@ impl Shared {
         }
     }
 
+    /// Frees a slot handed to a waiter that left before taking it (never counted
+    /// as active in the metrics), and passes it on as [`Shared::release_slot`] does.
+    #[cold]
+    pub(crate) fn release_handed_over(&self) {
+        self.machine.release();
+        if self.events.released(&self.machine) {
+            self.telemetry.relieved(&self.name, &self.machine);
+        }
+    }
+
     /// A call was turned away by `rejection`: the first since the bulkhead last had
     /// room begins a saturation (an event, and a log once the event's lock is released).
     #[cold]

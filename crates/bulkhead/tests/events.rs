@@ -348,3 +348,28 @@ async fn a_subscriber_that_falls_behind_is_told_it_lagged() {
         }
     ));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_slot_handed_to_a_caller_who_left_can_end_the_saturation() {
+    let (layer, handle) = fixed(1, 1);
+    let mut events = handle.subscribe();
+    let mut svc = layer.layer(service_fn(supplier));
+    let (running, running_tx) = call(&mut svc);
+    let (waiter, _waiter_tx) = call(&mut svc);
+    assert_eq!(rejected(&mut svc), RejectionKind::BulkheadFull);
+    assert!(matches!(next(&mut events), BulkheadEvent::Saturated { .. }));
+    // The running call ends: its slot goes to the waiter, still busy.
+    answer(running, running_tx, 200);
+    nothing_more(&mut events);
+    assert_eq!((handle.snapshot().active, handle.snapshot().queued), (1, 0));
+    // The waiter's caller leaves before taking it: the bulkhead is empty.
+    drop(waiter);
+    assert!(matches!(
+        next(&mut events),
+        BulkheadEvent::Relieved {
+            active: 0,
+            limit: 1,
+            ..
+        }
+    ));
+}
