@@ -174,6 +174,18 @@ impl Handle {
         self.breaker
             .locked(now, |m| m.apply_verdict(verdict, trip_epoch, now))
     }
+
+    /// Opens a closed breaker because enough of its peers (other instances of a
+    /// fleet, as an outside coordinator counts them) tripped together: a trip like
+    /// its own (reason [`PeersTripped`](crate::Reason::PeersTripped), a new
+    /// [`Snapshot::trip_epoch`], the open interval from now), made without local
+    /// evidence. An open or half-open breaker is already in a trip and answers
+    /// [`VerdictOutcome::Stale`]; a forced or disabled one answers
+    /// [`VerdictOutcome::Overridden`]. Neither changes.
+    pub fn trip_with_peers(&self) -> VerdictOutcome {
+        let now = Instant::now();
+        self.breaker.locked(now, |m| m.trip_with_peers(now))
+    }
 }
 
 /// A breaker's state and counters at one instant.

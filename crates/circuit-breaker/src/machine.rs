@@ -120,6 +120,9 @@ pub enum Reason {
     /// Open or half-open → open: a verdict from outside (a probe elsewhere failed)
     /// restarted the open interval, see [`Verdict::Reopen`](crate::Verdict::Reopen).
     VerdictReopened,
+    /// Closed → open: enough peers (other instances of a fleet) tripped together,
+    /// see [`Handle::trip_with_peers`](crate::Handle::trip_with_peers).
+    PeersTripped,
 }
 
 impl Reason {
@@ -139,6 +142,7 @@ impl Reason {
             Reason::Reset => "reset",
             Reason::VerdictClosed => "verdict_closed",
             Reason::VerdictReopened => "verdict_reopened",
+            Reason::PeersTripped => "peers_tripped",
         }
     }
 
@@ -1126,6 +1130,20 @@ impl Machine {
             }
         }
         VerdictOutcome::Applied
+    }
+
+    /// Trips a closed breaker because its peers tripped (see
+    /// [`Handle::trip_with_peers`](crate::Handle::trip_with_peers)).
+    pub(crate) fn trip_with_peers(&mut self, now: Instant) -> VerdictOutcome {
+        self.advance(now);
+        match self.phase {
+            Phase::ForcedOpen | Phase::ForcedClosed | Phase::Disabled => VerdictOutcome::Overridden,
+            Phase::Open { .. } | Phase::HalfOpen { .. } => VerdictOutcome::Stale,
+            Phase::Closed { .. } => {
+                self.trip(now, Reason::PeersTripped);
+                VerdictOutcome::Applied
+            }
+        }
     }
 
     /// What the gate says about a probe now, if a gate is installed.

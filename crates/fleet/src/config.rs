@@ -46,6 +46,59 @@ pub struct FleetConfig {
     /// instances that fall back to local mode together do not probe in lockstep,
     /// and take the lease at spread instants. `0.0` leaves the breaker as it is.
     pub jitter: f64,
+    /// The fleet trip: when this many instances tripped within the window, every
+    /// other instance's breaker opens too. Off (`None`) by default; see
+    /// [`TripTogether`] for why.
+    pub trip_together: Option<TripTogether>,
+}
+
+/// The fleet trip: once `instances` distinct instances' breakers tripped on their
+/// own evidence within `within` (by the store's clock), the breakers of every
+/// other instance open too (reason `PeersTripped`), and the fleet then recovers
+/// as from any trip: one probe under the lease, its verdict for everyone.
+///
+/// **Off by default**, because an instance's trip is evidence about the path from
+/// that instance, not only about the dependency: one replica with a bad local
+/// network, a bad deploy or an exhausted connection pool trips on failures no other
+/// replica sees, and with a fleet trip that one sick client would open a healthy
+/// fleet. For the same reason `instances` must be at least 2: it is the number of
+/// independent witnesses the fleet asks for before it believes the dependency,
+/// not the client, is sick. Turn it on where the fleet's replicas share their path
+/// to the dependency, and choose `instances` above the number of replicas one bad
+/// deploy or one bad host can take down at once.
+///
+/// Costs store operations, none on a call: one write per local trip, and, while
+/// a breaker is closed, a read every half window (so a fleet trip whose push was
+/// lost still reaches it within half a window).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TripTogether {
+    /// How many distinct instances tripping within the window trip the fleet (at least 2).
+    pub instances: u32,
+    /// How recent a trip must be to count (by the store's clock).
+    pub within: Duration,
+}
+
+impl TripTogether {
+    /// A fleet trip once `instances` instances tripped within `within`.
+    pub fn new(instances: u32, within: Duration) -> Self {
+        Self { instances, within }
+    }
+
+    /// Checks both fields, naming the first at fault (`trip_together.instances`,
+    /// `trip_together.within`).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.instances < 2 {
+            return Err(ConfigError::new(
+                "trip_together.instances",
+                format!(
+                    "must be at least 2 (one instance's trip must not open the fleet), got {}",
+                    self.instances
+                ),
+            ));
+        }
+        check_duration("trip_together.within", self.within)
+    }
 }
 
 impl Default for FleetConfig {
@@ -62,6 +115,7 @@ impl Default for FleetConfig {
                 start_share: 0.1,
             }),
             jitter: 0.2,
+            trip_together: None,
         }
     }
 }
@@ -113,6 +167,9 @@ impl FleetConfig {
                 "jitter",
                 format!("must be in [0, 1), got {}", self.jitter),
             ));
+        }
+        if let Some(trip) = &self.trip_together {
+            trip.validate()?;
         }
         Ok(())
     }
@@ -254,6 +311,34 @@ mod tests {
                     ..base()
                 },
                 "jitter",
+            ),
+            (
+                FleetConfig {
+                    trip_together: Some(TripTogether::new(1, Duration::from_secs(30))),
+                    ..base()
+                },
+                "trip_together.instances",
+            ),
+            (
+                FleetConfig {
+                    trip_together: Some(TripTogether::new(0, Duration::from_secs(30))),
+                    ..base()
+                },
+                "trip_together.instances",
+            ),
+            (
+                FleetConfig {
+                    trip_together: Some(TripTogether::new(3, Duration::ZERO)),
+                    ..base()
+                },
+                "trip_together.within",
+            ),
+            (
+                FleetConfig {
+                    trip_together: Some(TripTogether::new(3, Duration::MAX)),
+                    ..base()
+                },
+                "trip_together.within",
             ),
         ];
         for (config, expected) in cases {

@@ -17,10 +17,10 @@ use tokio::sync::{broadcast, Notify};
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-use crate::config::FleetConfig;
+use crate::config::{FleetConfig, TripTogether};
 use crate::store::{
-    FleetEpoch, FleetVerdict, Keys, LeaseReply, LeaseRequest, ProbeResult, Store, StoreError,
-    Subscription, Token,
+    FleetEpoch, FleetEvent, FleetVerdict, Keys, LeaseReply, LeaseRequest, ProbeResult, Store,
+    StoreError, Subscription, Token, TripRecord,
 };
 use crate::telemetry::Telemetry;
 
@@ -134,6 +134,8 @@ impl<S: Store> Fleet<S> {
             published: AtomicU64::new(0),
             applied: AtomicU64::new(0),
             held_off: AtomicU64::new(0),
+            trips_recorded: AtomicU64::new(0),
+            fleet_trips_applied: AtomicU64::new(0),
             telemetry: Telemetry::new(handle.name()),
         });
         let gate: Arc<dyn ProbeGate> = Arc::new(FleetGate {
@@ -167,14 +169,16 @@ impl<S: Store> Fleet<S> {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .u64(..);
+        let mut rng = fastrand::Rng::with_seed(seed);
         let task = Task {
+            instance: Token::random(&mut rng),
             shared: Arc::clone(&shared),
             store: Arc::clone(&self.inner.store),
             keys,
             handle: handle.clone(),
             config: config.clone(),
             ttl,
-            rng: fastrand::Rng::with_seed(seed),
+            rng,
             transitions: handle.subscribe(),
             feed: None,
             connected: false,
@@ -189,6 +193,10 @@ impl<S: Store> Fleet<S> {
             last_verdict: FleetEpoch::ZERO,
             applied: FleetEpoch::ZERO,
             seen: FleetEpoch::ZERO,
+            record_at: None,
+            poll_at: None,
+            fleet_trip_seen: FleetEpoch::ZERO,
+            peer_trip: None,
         };
         let join = runtime.spawn(task.run());
         Ok(Coordinated {
@@ -260,6 +268,16 @@ impl<S: Store> FleetBuilder<S> {
     #[must_use]
     pub fn jitter(mut self, jitter: f64) -> Self {
         self.config.jitter = jitter;
+        self
+    }
+
+    /// Turns the fleet trip on: once `instances` distinct instances' breakers
+    /// tripped within `within` (by the store's clock), every other instance's
+    /// breaker opens too. Off by default, and `instances` must be at least 2: one
+    /// sick client must not open a healthy fleet (see [`TripTogether`]).
+    #[must_use]
+    pub fn trip_together(mut self, instances: u32, within: Duration) -> Self {
+        self.config.trip_together = Some(TripTogether::new(instances, within));
         self
     }
 
@@ -348,6 +366,8 @@ impl Coordinated {
             verdicts_published: load(&s.published),
             verdicts_applied: load(&s.applied),
             probes_held_off: load(&s.held_off),
+            trips_recorded: load(&s.trips_recorded),
+            fleet_trips_applied: load(&s.fleet_trips_applied),
         }
     }
 }
@@ -389,6 +409,10 @@ pub struct FleetSnapshot {
     /// Times the gate held a due probe off (the lease was elsewhere, maybe held,
     /// or not yet known).
     pub probes_held_off: u64,
+    /// This instance's own trips recorded in the store for the fleet trip.
+    pub trips_recorded: u64,
+    /// Fleet trips that opened this instance's closed breaker.
+    pub fleet_trips_applied: u64,
 }
 
 /// The probe lease as one instance last saw it.
@@ -474,6 +498,8 @@ struct Shared {
     published: AtomicU64,
     applied: AtomicU64,
     held_off: AtomicU64,
+    trips_recorded: AtomicU64,
+    fleet_trips_applied: AtomicU64,
     telemetry: Telemetry,
 }
 
@@ -557,9 +583,20 @@ struct Task<S> {
     applied: FleetEpoch,
     /// The highest fleet epoch seen (sent with every take).
     seen: FleetEpoch,
+    /// This instance's id in the store's record of trips (fleet trip only).
+    instance: Token,
+    /// When to record the current trip (fleet trip only; retried on failure).
+    record_at: Option<Instant>,
+    /// When a closed breaker next reads the fleet trip (fleet trip only).
+    poll_at: Option<Instant>,
+    /// The highest fleet trip epoch seen (acted on or not).
+    fleet_trip_seen: FleetEpoch,
+    /// The fleet trip that has just opened the breaker: the trip it starts is
+    /// not recorded, and only verdicts newer than the fleet trip apply to it.
+    peer_trip: Option<FleetEpoch>,
 }
 
-async fn next_push(feed: &mut Option<Subscription>) -> Option<FleetVerdict> {
+async fn next_push(feed: &mut Option<Subscription>) -> Option<FleetEvent> {
     match feed {
         Some(feed) => feed.next().await,
         None => std::future::pending().await,
@@ -588,8 +625,11 @@ impl<S: Store> Task<S> {
                     Err(RecvError::Closed) => return,
                 },
                 pushed = next_push(&mut self.feed) => match pushed {
-                    Some(verdict) => {
+                    Some(FleetEvent::Verdict(verdict)) => {
                         self.consider(verdict);
+                    }
+                    Some(FleetEvent::Tripped(epoch)) => {
+                        self.consider_fleet_trip(epoch);
                     }
                     None => {
                         self.feed = None;
@@ -641,6 +681,16 @@ impl<S: Store> Task<S> {
                 self.attempt().await;
                 continue;
             }
+            if self.record_at.is_some_and(|at| at <= now) {
+                self.record_at = None;
+                self.record_trip().await;
+                continue;
+            }
+            if self.trip.is_none() && self.poll_at.is_some_and(|at| at <= now) {
+                self.poll_at = Some(later(now, self.poll_delay()));
+                self.poll_fleet_trip().await;
+                continue;
+            }
             return;
         }
     }
@@ -654,6 +704,10 @@ impl<S: Store> Task<S> {
         };
         if self.connected {
             at(self.due);
+            at(self.record_at);
+            if self.trip.is_none() {
+                at(self.poll_at);
+            }
             if self.baseline_due {
                 at(Some(Instant::now()));
             }
@@ -755,11 +809,18 @@ impl<S: Store> Task<S> {
         match snap.trip_epoch {
             Some(epoch) => {
                 if self.trip.map(|t| t.epoch) != Some(epoch) {
+                    // Opened by a fleet trip: verdicts from before it are old news,
+                    // and the trip is the fleet's, not one to count.
+                    let peer_trip = self.peer_trip.take();
                     self.trip = Some(Trip {
                         epoch,
-                        baseline: self.last_verdict,
+                        baseline: self.last_verdict.max(peer_trip.unwrap_or_default()),
                     });
                     self.baseline_due = true;
+                    self.record_at = match (peer_trip, self.config.trip_together) {
+                        (None, Some(_)) => Some(now),
+                        _ => None,
+                    };
                 }
                 match snap.state {
                     State::Open => {
@@ -779,6 +840,11 @@ impl<S: Store> Task<S> {
                 self.due = None;
                 self.want_probe = false;
                 self.baseline_due = false;
+                self.record_at = None;
+                self.peer_trip = None;
+                if self.config.trip_together.is_some() && self.poll_at.is_none() {
+                    self.poll_at = Some(later(now, self.poll_delay()));
+                }
                 if !matches!(self.lease(), LeaseView::Holding { .. }) {
                     self.set_lease(LeaseView::Unknown);
                 }
@@ -786,7 +852,84 @@ impl<S: Store> Task<S> {
         }
     }
 
+    /// Opens the closed breaker if `epoch` is a fleet trip newer than every
+    /// verdict and fleet trip seen. Returns whether it did.
+    fn consider_fleet_trip(&mut self, epoch: FleetEpoch) -> bool {
+        self.see(epoch);
+        if self.config.trip_together.is_none()
+            || epoch <= self.fleet_trip_seen.max(self.last_verdict)
+        {
+            return false;
+        }
+        self.fleet_trip_seen = epoch;
+        if self.trip.is_some() || self.handle.trip_with_peers() != VerdictOutcome::Applied {
+            // Already in a trip of its own, or held by an operator.
+            return false;
+        }
+        self.shared
+            .fleet_trips_applied
+            .fetch_add(1, Ordering::Relaxed);
+        self.peer_trip = Some(epoch);
+        self.resync();
+        true
+    }
+
     // ----- protocol steps --------------------------------------------------------
+
+    /// Records this instance's trip (made on its own evidence) for the fleet trip.
+    async fn record_trip(&mut self) {
+        let Some(together) = self.config.trip_together else {
+            return;
+        };
+        let record = TripRecord::new(
+            self.instance,
+            together.within,
+            together.instances,
+            self.seen,
+        );
+        match self.op(self.store.record_trip(&self.keys, record)).await {
+            Ok(reply) => {
+                self.ok();
+                self.shared.trips_recorded.fetch_add(1, Ordering::Relaxed);
+                if let Some(epoch) = reply.fleet_trip {
+                    self.see(epoch);
+                    self.fleet_trip_seen = self.fleet_trip_seen.max(epoch);
+                }
+            }
+            Err(e) => {
+                // Retried while the trip lasts: recording is idempotent, so a
+                // timed-out record applied later counts once.
+                if self.trip.is_some() {
+                    let pause = self.jittered(self.config.store_timeout);
+                    self.record_at = Some(later(Instant::now(), pause));
+                }
+                self.failed("record_trip", &e);
+            }
+        }
+    }
+
+    /// A closed breaker's periodic read of the fleet trip, for a push it missed.
+    async fn poll_fleet_trip(&mut self) {
+        match self.op(self.store.read_fleet_trip(&self.keys)).await {
+            Ok(fleet_trip) => {
+                self.ok();
+                if let Some(epoch) = fleet_trip {
+                    self.consider_fleet_trip(epoch);
+                }
+            }
+            Err(e) => self.failed("read_fleet_trip", &e),
+        }
+    }
+
+    /// Between a quarter and a half of the fleet trip's window: a fleet trip,
+    /// kept a whole window, is read at least once by every closed breaker.
+    fn poll_delay(&mut self) -> Duration {
+        let within = self
+            .config
+            .trip_together
+            .map_or(Duration::from_secs(1), |t| t.within);
+        (within / 4).mul_f64(1.0 + self.rng.f64())
+    }
 
     /// At the end of the local interval (or when asked): reconcile by a read, then
     /// take the lease if a probe is wanted.
@@ -958,6 +1101,10 @@ impl<S: Store> Task<S> {
                 self.resync();
                 if self.lease() == LeaseView::Unknown && self.trip.is_some() {
                     self.due = Some(Instant::now());
+                }
+                if self.config.trip_together.is_some() {
+                    // A fleet trip pushed while away: read it now.
+                    self.poll_at = Some(Instant::now());
                 }
                 self.handle.recheck_probe_gate();
             }

@@ -160,6 +160,19 @@
 //!   none (see [`FleetConfig`]): without a ramp, one successful probe would be
 //!   followed by the whole fleet's load at once; without jitter, instances that
 //!   fell back to local mode together would probe together.
+//! - **Fleet trip (optional, off by default).** With
+//!   [`FleetBuilder::trip_together`], each instance records its own trips in the
+//!   store (an instance id, the store's clock); once `k` distinct instances tripped
+//!   within the window, the store starts a fleet trip, an epoch from the same
+//!   counter, pushed to everyone and read by closed instances every half window.
+//!   A closed instance that learns of a fleet trip newer than every verdict it
+//!   knows opens (reason `PeersTripped`) and recovers with the others: one probe
+//!   under the lease, its verdict for all. A successful verdict forgets the trips.
+//!   It is off by default, and `k` must be at least 2, because one instance's trip
+//!   may say more about that instance (a bad local network, a bad deploy on one
+//!   replica) than about the dependency: one sick client must not open a healthy
+//!   fleet. Operators win: a forced or disabled breaker is left alone, and an
+//!   operator's `force_open` is no trip to count.
 //!
 //! ## When two probes can overlap
 //!
@@ -203,9 +216,7 @@
 //! A [`Fleet`] holds the store and the settings; cloning it shares both. Each
 //! [`Fleet::coordinate`] call spawns one task for one breaker and returns its
 //! [`Coordinated`]; dropping that stops the task and hands the breaker back to
-//! itself. Not (yet) here: a fleet trip (opening every instance once `k` of them
-//! tripped within a window) is left out; without it, each instance still trips
-//! on its own evidence, which keeps one sick client from opening a healthy fleet.
+//! itself.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -219,13 +230,13 @@ pub mod redis;
 mod store;
 mod telemetry;
 
-pub use config::{FleetConfig, MAX_SETTING};
+pub use config::{FleetConfig, TripTogether, MAX_SETTING};
 pub use coordinator::{Coordinated, Fleet, FleetBuilder, FleetSnapshot, LeaseStatus};
 pub use local::{Faults, LocalStore};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use redis::RedisStore;
 pub use store::{
-    FleetEpoch, FleetVerdict, Keys, LeaseReply, LeaseRequest, ProbeResult, Store, StoreError,
-    Subscription, Token, MAX_PREFIX_LEN, SCHEMA_VERSION,
+    FleetEpoch, FleetEvent, FleetVerdict, Keys, LeaseReply, LeaseRequest, ProbeResult, Store,
+    StoreError, Subscription, Token, TripRecord, TripReply, MAX_PREFIX_LEN, SCHEMA_VERSION,
 };

@@ -12,8 +12,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::store::{
-    FleetEpoch, FleetVerdict, Keys, LeaseReply, LeaseRequest, ProbeResult, Store, StoreError,
-    Subscription, Token,
+    FleetEpoch, FleetEvent, FleetVerdict, Keys, LeaseReply, LeaseRequest, ProbeResult, Store,
+    StoreError, Subscription, Token, TripRecord, TripReply,
 };
 
 /// Pushed verdicts a slow subscriber may have pending before newer ones are dropped
@@ -148,7 +148,11 @@ struct State {
     leases: BTreeMap<String, Lease>,
     epochs: BTreeMap<String, u64>,
     verdicts: BTreeMap<String, FleetVerdict>,
-    subscribers: BTreeMap<String, Vec<mpsc::Sender<FleetVerdict>>>,
+    /// Per breaker: when each instance's trip was recorded.
+    trips: BTreeMap<String, BTreeMap<Token, Instant>>,
+    /// Per breaker: the fleet trip in force and when it ends.
+    fleet_trips: BTreeMap<String, (FleetEpoch, Instant)>,
+    subscribers: BTreeMap<String, Vec<mpsc::Sender<FleetEvent>>>,
 }
 
 impl fmt::Debug for LocalStore {
@@ -225,9 +229,7 @@ impl State {
                 }
             };
         }
-        let counter = self.epochs.get(keys.epoch()).copied().unwrap_or(0);
-        let epoch = counter.max(request.seen.0).saturating_add(1);
-        self.epochs.insert(keys.epoch().to_owned(), epoch);
+        let epoch = self.next_epoch(keys, request.seen);
         let expires_at = now.checked_add(request.ttl).unwrap_or(now);
         self.leases.insert(
             keys.lease().to_owned(),
@@ -239,6 +241,46 @@ impl State {
         );
         LeaseReply::Taken {
             epoch: FleetEpoch(epoch),
+        }
+    }
+
+    /// One more than the larger of the counter and `seen`, which becomes the counter.
+    fn next_epoch(&mut self, keys: &Keys, seen: FleetEpoch) -> u64 {
+        let counter = self.epochs.get(keys.epoch()).copied().unwrap_or(0);
+        let epoch = counter.max(seen.0).saturating_add(1);
+        self.epochs.insert(keys.epoch().to_owned(), epoch);
+        epoch
+    }
+
+    fn live_fleet_trip(&mut self, key: &str, now: Instant) -> Option<FleetEpoch> {
+        if self
+            .fleet_trips
+            .get(key)
+            .is_some_and(|(_, end)| *end <= now)
+        {
+            self.fleet_trips.remove(key);
+        }
+        self.fleet_trips.get(key).map(|(epoch, _)| *epoch)
+    }
+
+    fn record_trip(&mut self, keys: &Keys, trip: TripRecord, now: Instant) -> TripReply {
+        let trips = self.trips.entry(keys.trips().to_owned()).or_default();
+        // A trip exactly `within` old has expired.
+        trips.retain(|_, at| now.saturating_duration_since(*at) < trip.within);
+        trips.entry(trip.instance).or_insert(now);
+        let tripped = u32::try_from(trips.len()).unwrap_or(u32::MAX);
+        let mut fleet_trip = self.live_fleet_trip(keys.fleet_trip(), now);
+        if fleet_trip.is_none() && tripped >= trip.instances {
+            let epoch = FleetEpoch(self.next_epoch(keys, trip.seen));
+            let end = now.checked_add(trip.within).unwrap_or(now);
+            self.fleet_trips
+                .insert(keys.fleet_trip().to_owned(), (epoch, end));
+            self.push(keys, FleetEvent::Tripped(epoch));
+            fleet_trip = Some(epoch);
+        }
+        TripReply {
+            tripped,
+            fleet_trip,
         }
     }
 
@@ -272,12 +314,16 @@ impl State {
             }
         };
         if stored == verdict {
-            self.push(keys, verdict);
+            if result == ProbeResult::Succeeded {
+                self.trips.remove(keys.trips());
+                self.fleet_trips.remove(keys.fleet_trip());
+            }
+            self.push(keys, FleetEvent::Verdict(verdict));
         }
         Some(stored)
     }
 
-    fn push(&mut self, keys: &Keys, verdict: FleetVerdict) {
+    fn push(&mut self, keys: &Keys, event: FleetEvent) {
         let Some(subscribers) = self.subscribers.get_mut(keys.channel()) else {
             return;
         };
@@ -294,7 +340,7 @@ impl State {
         let deliver = move || {
             for tx in &reached {
                 // A full or closed subscriber loses the push, as a real one would.
-                let _ = tx.try_send(verdict);
+                let _ = tx.try_send(event);
             }
         };
         if delay.is_zero() {
@@ -325,6 +371,8 @@ impl LocalStore {
                     leases: BTreeMap::new(),
                     epochs: BTreeMap::new(),
                     verdicts: BTreeMap::new(),
+                    trips: BTreeMap::new(),
+                    fleet_trips: BTreeMap::new(),
                     subscribers: BTreeMap::new(),
                 }),
                 ops: AtomicU64::new(0),
@@ -363,13 +411,15 @@ impl LocalStore {
         self.inner.lock().down
     }
 
-    /// Forgets every lease, epoch counter and verdict, as a flushed or failed-over
-    /// server would; subscriptions stay.
+    /// Forgets every lease, epoch counter, verdict, recorded trip and fleet trip,
+    /// as a flushed or failed-over server would; subscriptions stay.
     pub fn wipe(&self) {
         let mut s = self.inner.lock();
         s.leases.clear();
         s.epochs.clear();
         s.verdicts.clear();
+        s.trips.clear();
+        s.fleet_trips.clear();
     }
 
     /// Operations received so far (each call of a [`Store`] method counts one,
@@ -389,6 +439,13 @@ impl LocalStore {
         let mut s = self.inner.lock();
         s.live_lease(keys.lease(), now)
             .map(|l| (l.epoch, l.expires_at.saturating_duration_since(now)))
+    }
+
+    /// The fleet trip in force for `keys`, read directly (not counted).
+    pub fn peek_fleet_trip(&self, keys: &Keys) -> Option<FleetEpoch> {
+        self.inner
+            .lock()
+            .live_fleet_trip(keys.fleet_trip(), Instant::now())
     }
 
     /// Runs one operation through the injected faults.
@@ -475,6 +532,17 @@ impl Store for LocalStore {
     async fn read_verdict(&self, keys: &Keys) -> Result<Option<FleetVerdict>, StoreError> {
         let key = keys.verdict().to_owned();
         self.run(move |s, _| s.verdicts.get(&key).copied()).await
+    }
+
+    async fn record_trip(&self, keys: &Keys, trip: TripRecord) -> Result<TripReply, StoreError> {
+        let keys = keys.clone();
+        self.run(move |s, now| s.record_trip(&keys, trip, now))
+            .await
+    }
+
+    async fn read_fleet_trip(&self, keys: &Keys) -> Result<Option<FleetEpoch>, StoreError> {
+        let key = keys.fleet_trip().to_owned();
+        self.run(move |s, now| s.live_fleet_trip(&key, now)).await
     }
 
     async fn subscribe(&self, keys: &Keys) -> Result<Subscription, StoreError> {

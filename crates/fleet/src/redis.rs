@@ -10,7 +10,13 @@
 //! - `…:epoch` holds the fleet epoch counter, a decimal integer (`INCR`'s range:
 //!   at most `i64::MAX`);
 //! - `…:verdict` holds the latest verdict, `<epoch>:S` (succeeded) or `<epoch>:F`
-//!   (failed), and the same text is `PUBLISH`ed on `…:verdicts`.
+//!   (failed), and the same text is `PUBLISH`ed on `…:verdicts`;
+//! - `…:trips` (only with a fleet trip configured) is a sorted set of the
+//!   instances that tripped, scored by the server's `TIME` in milliseconds when
+//!   their trip was recorded, expiring a window after the last record;
+//! - `…:fleet-trip` holds the fleet trip in force, its epoch, with the window as
+//!   TTL; `<epoch>:T` is `PUBLISH`ed on `…:verdicts` when it starts. A
+//!   successful verdict deletes both: they were about the sickness it ended.
 //!
 //! Epochs travel as decimal strings, never as Lua numbers (doubles), so they stay
 //! exact. Each breaker's keys share one hash tag, so a script touching several of
@@ -42,8 +48,8 @@ use seawall_core::ConfigError;
 use tokio::sync::{mpsc, OnceCell};
 
 use crate::store::{
-    FleetEpoch, FleetVerdict, Keys, LeaseReply, LeaseRequest, ProbeResult, Store, StoreError,
-    Subscription, Token,
+    FleetEpoch, FleetEvent, FleetVerdict, Keys, LeaseReply, LeaseRequest, ProbeResult, Store,
+    StoreError, Subscription, Token, TripRecord, TripReply,
 };
 
 /// Pushed verdicts a slow subscriber may have pending before newer ones are
@@ -55,6 +61,20 @@ const GREATER: &str = r"
 local function greater(a, b)
   if #a ~= #b then return #a > #b end
   return a > b
+end
+";
+
+/// The fleet epoch counter (KEYS[2] of the scripts that use it) raised to at
+/// least `seen`, then incremented; returns the new epoch as a string.
+const NEXT_EPOCH: &str = r"
+local function next_epoch(counter_key, seen)
+  local counter = redis.call('GET', counter_key) or '0'
+  if greater(seen, counter) then
+    redis.call('SET', counter_key, seen)
+  end
+  redis.call('INCR', counter_key)
+  -- Read back as a string: INCR's reply becomes a Lua number, a double.
+  return redis.call('GET', counter_key)
 end
 ";
 
@@ -71,13 +91,7 @@ if cur then
   if pttl < 0 then pttl = 0 end
   return {0, epoch, pttl}
 end
-local counter = redis.call('GET', KEYS[2]) or '0'
-if greater(ARGV[3], counter) then
-  redis.call('SET', KEYS[2], ARGV[3])
-end
-redis.call('INCR', KEYS[2])
--- Read back as a string: INCR's reply becomes a Lua number, a double.
-local epoch = redis.call('GET', KEYS[2])
+local epoch = next_epoch(KEYS[2], ARGV[3])
 redis.call('SET', KEYS[1], ARGV[1] .. ':' .. epoch, 'PX', ARGV[2])
 return {1, epoch}
 ";
@@ -92,7 +106,7 @@ end
 return 0
 ";
 
-/// KEYS: lease, verdict. ARGV: token, result (`S`/`F`), channel.
+/// KEYS: lease, verdict, trips, fleet trip. ARGV: token, result (`S`/`F`), channel.
 /// Returns the verdict stored, or nil when the token does not hold the lease.
 const PUBLISH: &str = r"
 local cur = redis.call('GET', KEYS[1])
@@ -105,8 +119,29 @@ if stored then
 end
 local verdict = epoch .. ':' .. ARGV[2]
 redis.call('SET', KEYS[2], verdict)
+if ARGV[2] == 'S' then redis.call('DEL', KEYS[3], KEYS[4]) end
 redis.call('PUBLISH', ARGV[3], verdict)
 return verdict
+";
+
+/// KEYS: trips, fleet trip, epoch. ARGV: instance, window in ms, instances, seen
+/// epoch, channel. Returns {instances counted, fleet trip epoch or ''}.
+const RECORD_TRIP: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local within = tonumber(ARGV[2])
+-- A trip exactly `within` old has expired.
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - within)
+redis.call('ZADD', KEYS[1], 'NX', now, ARGV[1])
+redis.call('PEXPIRE', KEYS[1], within)
+local tripped = redis.call('ZCARD', KEYS[1])
+local fleet_trip = redis.call('GET', KEYS[2])
+if not fleet_trip and tripped >= tonumber(ARGV[3]) then
+  fleet_trip = next_epoch(KEYS[3], ARGV[4])
+  redis.call('SET', KEYS[2], fleet_trip, 'PX', ARGV[2])
+  redis.call('PUBLISH', ARGV[5], fleet_trip .. ':T')
+end
+return {tripped, fleet_trip or ''}
 ";
 
 /// A [`Store`] on one Redis (or Valkey) server; cloning shares the connection.
@@ -136,14 +171,15 @@ struct Inner {
     take: Script,
     release: Script,
     publish: Script,
+    record_trip: Script,
 }
 
 /// Subscribers by channel, fed by the connection's push sender.
 #[derive(Default)]
-struct Subscribers(Mutex<HashMap<String, Vec<mpsc::Sender<FleetVerdict>>>>);
+struct Subscribers(Mutex<HashMap<String, Vec<mpsc::Sender<FleetEvent>>>>);
 
 impl Subscribers {
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Vec<mpsc::Sender<FleetVerdict>>>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Vec<mpsc::Sender<FleetEvent>>>> {
         // Nothing panics while holding the lock; a poisoned map is still consistent.
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -157,10 +193,10 @@ impl Subscribers {
                 let [channel, payload] = info.data.as_slice() else {
                     return;
                 };
-                let (Some(channel), Some(verdict)) = (text(channel), text(payload)) else {
+                let (Some(channel), Some(payload)) = (text(channel), text(payload)) else {
                     return;
                 };
-                let Some(verdict) = parse_verdict(&verdict) else {
+                let Some(event) = parse_event(&payload) else {
                     return;
                 };
                 let mut map = self.lock();
@@ -168,7 +204,7 @@ impl Subscribers {
                     txs.retain(|tx| !tx.is_closed());
                     for tx in txs.iter() {
                         // A full subscriber loses the push; its reconcile heals it.
-                        let _ = tx.try_send(verdict);
+                        let _ = tx.try_send(event);
                     }
                 }
             }
@@ -205,9 +241,10 @@ impl RedisStore {
                 client,
                 connection: OnceCell::new(),
                 subscribers: Arc::default(),
-                take: Script::new(&format!("{GREATER}{TAKE}")),
+                take: Script::new(&format!("{GREATER}{NEXT_EPOCH}{TAKE}")),
                 release: Script::new(RELEASE),
                 publish: Script::new(&format!("{GREATER}{PUBLISH}")),
+                record_trip: Script::new(&format!("{GREATER}{NEXT_EPOCH}{RECORD_TRIP}")),
             }),
         })
     }
@@ -286,6 +323,8 @@ impl Store for RedisStore {
             .publish
             .key(keys.lease())
             .key(keys.verdict())
+            .key(keys.trips())
+            .key(keys.fleet_trip())
             .arg(token_text(token))
             .arg(match result {
                 ProbeResult::Succeeded => "S",
@@ -309,6 +348,40 @@ impl Store for RedisStore {
             .map_err(store_error)?;
         stored
             .map(|s| parse_verdict(&s).ok_or_else(|| malformed("verdict", &s)))
+            .transpose()
+    }
+
+    async fn record_trip(&self, keys: &Keys, trip: TripRecord) -> Result<TripReply, StoreError> {
+        let mut con = self.connection().await?;
+        let within_ms = u64::try_from(trip.within.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let reply: Vec<Value> = self
+            .inner
+            .record_trip
+            .key(keys.trips())
+            .key(keys.fleet_trip())
+            .key(keys.epoch())
+            .arg(token_text(trip.instance))
+            .arg(within_ms)
+            .arg(trip.instances)
+            .arg(trip.seen.0.to_string())
+            .arg(keys.channel())
+            .invoke_async(&mut con)
+            .await
+            .map_err(store_error)?;
+        parse_trip_reply(&reply).ok_or_else(|| malformed("trip reply", &reply))
+    }
+
+    async fn read_fleet_trip(&self, keys: &Keys) -> Result<Option<FleetEpoch>, StoreError> {
+        let mut con = self.connection().await?;
+        let stored: Option<String> = ::redis::cmd("GET")
+            .arg(keys.fleet_trip())
+            .query_async(&mut con)
+            .await
+            .map_err(store_error)?;
+        stored
+            .map(|s| parse_epoch(&s).ok_or_else(|| malformed("fleet trip", &s)))
             .transpose()
     }
 
@@ -364,6 +437,37 @@ fn parse_take(reply: &[Value]) -> Option<LeaseReply> {
     }
 }
 
+fn parse_epoch(s: &str) -> Option<FleetEpoch> {
+    // Digits only: `u64::from_str` would also take a leading `+`.
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok().map(FleetEpoch)
+}
+
+fn parse_trip_reply(reply: &[Value]) -> Option<TripReply> {
+    let [tripped, fleet_trip] = reply else {
+        return None;
+    };
+    let tripped = u32::try_from(int(tripped)?).ok()?;
+    let fleet_trip = match text(fleet_trip)?.as_str() {
+        "" => None,
+        epoch => Some(parse_epoch(epoch)?),
+    };
+    Some(TripReply {
+        tripped,
+        fleet_trip,
+    })
+}
+
+/// A pushed payload: a verdict (`<epoch>:S`, `<epoch>:F`) or a fleet trip (`<epoch>:T`).
+fn parse_event(s: &str) -> Option<FleetEvent> {
+    match s.strip_suffix(":T") {
+        Some(epoch) => parse_epoch(epoch).map(FleetEvent::Tripped),
+        None => parse_verdict(s).map(FleetEvent::Verdict),
+    }
+}
+
 fn parse_verdict(s: &str) -> Option<FleetVerdict> {
     let (epoch, result) = s.split_once(':')?;
     let result = match result {
@@ -415,6 +519,27 @@ mod tests {
         assert_eq!(parse_take(&[Value::Int(1), s("x")]), None);
         assert_eq!(parse_take(&[Value::Int(0), s("3"), Value::Int(-5)]), None);
         assert_eq!(parse_take(&[Value::Int(2), s("3")]), None);
+        assert_eq!(
+            parse_event("12:T"),
+            Some(FleetEvent::Tripped(FleetEpoch(12)))
+        );
+        assert!(matches!(parse_event("12:F"), Some(FleetEvent::Verdict(_))));
+        for bad in [":T", "+1:T", "x:T", "1:T:T"] {
+            assert_eq!(parse_event(bad), None, "{bad:?}");
+        }
+        assert_eq!(
+            parse_trip_reply(&[Value::Int(2), s("9")]),
+            Some(TripReply {
+                tripped: 2,
+                fleet_trip: Some(FleetEpoch(9))
+            })
+        );
+        assert_eq!(
+            parse_trip_reply(&[Value::Int(1), s("")]).map(|r| r.fleet_trip),
+            Some(None)
+        );
+        assert_eq!(parse_trip_reply(&[Value::Int(-1), s("")]), None);
+        assert_eq!(parse_trip_reply(&[Value::Int(1)]), None);
     }
 
     #[test]

@@ -2,8 +2,11 @@
 //!
 //! Five operations per coordinated breaker, all keyed by [`Keys`]: take the probe
 //! lease, release it, publish a probe's verdict, read the latest verdict, and
-//! subscribe to verdicts. Each is awaited by the coordinator's background task
-//! under its own timeout (`store_timeout`), never by a call.
+//! subscribe to verdicts; and two more for the optional fleet trip
+//! ([`FleetConfig::trip_together`](crate::FleetConfig::trip_together)): record an
+//! instance's trip, and read the fleet trip in force. Each is awaited by the
+//! coordinator's background task under its own timeout (`store_timeout`), never
+//! by a call.
 //!
 //! # Contract for implementations
 //!
@@ -20,9 +23,14 @@
 //!   verdict the taker knows even after the store lost its counter (a wipe, a
 //!   failover to an empty replica).
 //!
+//! - **A fleet trip window is measured by the store's clock**, from when the store
+//!   applied each trip; an instance is counted once however often it trips.
+//!
 //! `RedisStore` (feature `redis`) maps them to one Lua script per write (take:
 //! the counter plus `SET PX`; release and publish: compare the token, then `DEL`
-//! or `SET` + `PUBLISH`), a `GET` and a RESP3 `SUBSCRIBE`. A fleet-wide concurrency cap will add its
+//! or `SET` + `PUBLISH`; record a trip: a sorted set scored by the server's
+//! `TIME`, the counter and the fleet trip's `SET PX` + `PUBLISH`), a `GET` per
+//! read and a RESP3 `SUBSCRIBE`. A fleet-wide concurrency cap will add its
 //! own small trait beside this one (allotment claims), implemented by the same
 //! stores, rather than widening this one.
 
@@ -99,6 +107,55 @@ pub struct FleetVerdict {
     pub result: ProbeResult,
 }
 
+/// What a store pushes to the subscribers of one breaker's channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FleetEvent {
+    /// A probe's verdict was published.
+    Verdict(FleetVerdict),
+    /// Enough instances tripped within the window: the fleet trips together, as of
+    /// this epoch (see [`FleetConfig::trip_together`](crate::FleetConfig::trip_together)).
+    Tripped(FleetEpoch),
+}
+
+/// An instance's trip, recorded for the fleet trip
+/// ([`FleetConfig::trip_together`](crate::FleetConfig::trip_together)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TripRecord {
+    /// Who tripped: one random value per coordinated breaker, so an instance counts
+    /// once however often it trips (and a replayed write counts nothing more).
+    pub instance: Token,
+    /// Trips older than this, by the store's clock, no longer count.
+    pub within: Duration,
+    /// How many instances tripping within `within` trip the fleet.
+    pub instances: u32,
+    /// The highest fleet epoch the recorder has seen; a new fleet trip's epoch is above it.
+    pub seen: FleetEpoch,
+}
+
+impl TripRecord {
+    /// A trip of `instance`, counted for `within`; `instances` of them trip the fleet.
+    pub fn new(instance: Token, within: Duration, instances: u32, seen: FleetEpoch) -> Self {
+        Self {
+            instance,
+            within,
+            instances,
+            seen,
+        }
+    }
+}
+
+/// The answer to [`Store::record_trip`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TripReply {
+    /// Distinct instances that tripped within the window, this one included.
+    pub tripped: u32,
+    /// The fleet trip in force (made by this record or before it), if any.
+    pub fleet_trip: Option<FleetEpoch>,
+}
+
 /// A request to take the probe lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -168,7 +225,7 @@ impl std::error::Error for StoreError {
     }
 }
 
-/// A stream of verdicts pushed by the store for one breaker.
+/// A stream of [`FleetEvent`]s (verdicts, fleet trips) pushed by the store for one breaker.
 ///
 /// Built by a store from the receiving half of a Tokio channel it feeds. `None`
 /// from [`next`](Self::next) means the subscription is gone (a dropped
@@ -176,17 +233,17 @@ impl std::error::Error for StoreError {
 /// reconciles with a read.
 #[derive(Debug)]
 pub struct Subscription {
-    rx: mpsc::Receiver<FleetVerdict>,
+    rx: mpsc::Receiver<FleetEvent>,
 }
 
 impl Subscription {
     /// A subscription fed through `rx`.
-    pub fn new(rx: mpsc::Receiver<FleetVerdict>) -> Self {
+    pub fn new(rx: mpsc::Receiver<FleetEvent>) -> Self {
         Self { rx }
     }
 
-    /// The next pushed verdict; `None` once the subscription is gone.
-    pub async fn next(&mut self) -> Option<FleetVerdict> {
+    /// The next pushed event; `None` once the subscription is gone.
+    pub async fn next(&mut self) -> Option<FleetEvent> {
         self.rx.recv().await
     }
 }
@@ -201,6 +258,7 @@ impl Subscription {
 /// let keys = Keys::new("shop", "freight").unwrap();
 /// assert_eq!(keys.lease(), "shop:v1:breaker:{freight}:lease");
 /// assert_eq!(keys.channel(), "shop:v1:breaker:{freight}:verdicts");
+/// assert_eq!(keys.trips(), "shop:v1:breaker:{freight}:trips");
 /// assert!(Keys::new("", "freight").is_err());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -209,6 +267,8 @@ pub struct Keys {
     epoch: String,
     verdict: String,
     channel: String,
+    trips: String,
+    fleet_trip: String,
 }
 
 impl Keys {
@@ -232,6 +292,8 @@ impl Keys {
             epoch: format!("{base}:epoch"),
             verdict: format!("{base}:verdict"),
             channel: format!("{base}:verdicts"),
+            trips: format!("{base}:trips"),
+            fleet_trip: format!("{base}:fleet-trip"),
         })
     }
 
@@ -250,9 +312,19 @@ impl Keys {
         &self.verdict
     }
 
-    /// The channel verdicts are pushed on.
+    /// The channel verdicts (and fleet trips) are pushed on.
     pub fn channel(&self) -> &str {
         &self.channel
+    }
+
+    /// Holds the instances' recent trips, for the fleet trip.
+    pub fn trips(&self) -> &str {
+        &self.trips
+    }
+
+    /// Holds the fleet trip in force (its epoch), for as long as its window.
+    pub fn fleet_trip(&self) -> &str {
+        &self.fleet_trip
     }
 }
 
@@ -314,7 +386,9 @@ pub trait Store: Send + Sync + 'static {
 
     /// If `token` holds the lease, stores `result` as the latest verdict with the
     /// lease's epoch (unless a verdict with a higher epoch is stored already) and
-    /// pushes it to subscribers; answers the verdict stored. `Ok(None)`: the token
+    /// pushes it to subscribers; answers the verdict stored. A success also forgets
+    /// the recorded trips and the fleet trip: they were about the sickness the
+    /// probe has just seen end. `Ok(None)`: the token
     /// does not hold the lease, and nothing changed.
     fn publish_verdict(
         &self,
@@ -329,8 +403,27 @@ pub trait Store: Send + Sync + 'static {
         keys: &Keys,
     ) -> impl Future<Output = Result<Option<FleetVerdict>, StoreError>> + Send;
 
-    /// Verdicts published from now on. Pushes are best effort: a verdict may be
-    /// lost (the coordinator reconciles by reading).
+    /// Records that `trip.instance` tripped on its own evidence, now by the store's
+    /// clock, unless it is already counted within the window. Trips exactly
+    /// `trip.within` old or older no longer count. If no fleet trip is in force and
+    /// at least `trip.instances` distinct instances are counted, starts one: epoch
+    /// `max(counter, trip.seen) + 1` (the lease counter), kept for `trip.within`,
+    /// pushed as [`FleetEvent::Tripped`]. Idempotent: recording again changes
+    /// nothing while the first record counts.
+    fn record_trip(
+        &self,
+        keys: &Keys,
+        trip: TripRecord,
+    ) -> impl Future<Output = Result<TripReply, StoreError>> + Send;
+
+    /// The fleet trip in force, if any (its epoch).
+    fn read_fleet_trip(
+        &self,
+        keys: &Keys,
+    ) -> impl Future<Output = Result<Option<FleetEpoch>, StoreError>> + Send;
+
+    /// Events published from now on. Pushes are best effort: one may be lost (the
+    /// coordinator reconciles by reading).
     fn subscribe(
         &self,
         keys: &Keys,

@@ -287,6 +287,19 @@ impl Store for SlowTakes {
     ) -> Result<Option<seawall_fleet::FleetVerdict>, StoreError> {
         self.0.read_verdict(keys).await
     }
+    async fn record_trip(
+        &self,
+        keys: &Keys,
+        trip: seawall_fleet::TripRecord,
+    ) -> Result<seawall_fleet::TripReply, StoreError> {
+        self.0.record_trip(keys, trip).await
+    }
+    async fn read_fleet_trip(
+        &self,
+        keys: &Keys,
+    ) -> Result<Option<seawall_fleet::FleetEpoch>, StoreError> {
+        self.0.read_fleet_trip(keys).await
+    }
     async fn subscribe(&self, keys: &Keys) -> Result<Subscription, StoreError> {
         self.0.subscribe(keys).await
     }
@@ -492,6 +505,19 @@ impl Store for Absurd {
         keys: &Keys,
     ) -> Result<Option<seawall_fleet::FleetVerdict>, StoreError> {
         self.0.read_verdict(keys).await
+    }
+    async fn record_trip(
+        &self,
+        keys: &Keys,
+        trip: seawall_fleet::TripRecord,
+    ) -> Result<seawall_fleet::TripReply, StoreError> {
+        self.0.record_trip(keys, trip).await
+    }
+    async fn read_fleet_trip(
+        &self,
+        keys: &Keys,
+    ) -> Result<Option<seawall_fleet::FleetEpoch>, StoreError> {
+        self.0.read_fleet_trip(keys).await
     }
     async fn subscribe(&self, keys: &Keys) -> Result<Subscription, StoreError> {
         self.0.subscribe(keys).await

@@ -394,3 +394,54 @@ async fn foreign_values_are_store_errors_not_panics() {
         LeaseReply::Taken { epoch } if epoch.0 == 8
     ));
 }
+
+/// The fleet trip on a real server: one instance's trip opens nobody else; a
+/// second one's opens the third, which saw no failure of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_trips_open_a_third_instance_that_saw_no_failure() {
+    let Some(server) = RedisServer::start("two_trips_open_a_third_instance_that_saw_no_failure")
+    else {
+        return;
+    };
+    let deps: Vec<_> = (0..3)
+        .map(|_| Dependency::new(Duration::from_millis(5)))
+        .collect();
+    let xs: Vec<Instance> = deps
+        .iter()
+        .enumerate()
+        .map(|(i, dep)| {
+            let fleet = Fleet::builder(RedisStore::new(&server.url()).unwrap())
+                .prefix("trip")
+                .store_timeout(Duration::from_secs(2))
+                .trip_together(2, Duration::from_secs(600))
+                .seed(70 + i as u64)
+                .build()
+                .unwrap();
+            instance(i, dep, Some(&fleet), breaker())
+        })
+        .collect();
+    load_until(&xs, "connected", all_connected(true)).await;
+    let snap = |i: usize| xs[i].coordinated.as_ref().unwrap().snapshot();
+    deps[0].fail(true);
+    load_until(&xs, "instance 0 recorded its trip", |_| {
+        snap(0).trips_recorded == 1
+    })
+    .await;
+    // One witness is not enough.
+    load(&xs[2..], PERIOD, Duration::from_millis(500)).await;
+    assert_eq!(xs[2].state(), State::Closed);
+    assert_eq!(snap(2).fleet_trips_applied, 0);
+    deps[1].fail(true);
+    load_until(&xs, "instance 2 opened with its peers", |xs| {
+        xs[2].state() != State::Closed
+    })
+    .await;
+    let s2 = snap(2);
+    assert_eq!(
+        (s2.fleet_trips_applied, s2.trips_recorded),
+        (1, 0),
+        "{s2:?}"
+    );
+    assert_eq!(xs[2].handle.snapshot().counters.failures, 0);
+    assert_eq!(total(&xs).other, 0);
+}

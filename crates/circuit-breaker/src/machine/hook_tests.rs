@@ -365,6 +365,42 @@ fn verdicts_about_another_trip_or_against_an_operator_change_nothing() {
     assert_eq!(m.state(t0 + 12 * S), State::Disabled);
 }
 
+#[test]
+fn peers_trip_a_closed_breaker_but_not_an_open_or_forced_one() {
+    let t0 = Instant::now();
+    let mut m = machine_at(&consecutive(2), t0);
+    let _ = m.take_transitions().count();
+    assert_eq!(m.trip_with_peers(t0), VerdictOutcome::Applied);
+    assert_eq!(m.state(t0), State::Open);
+    // A trip of its own kind: a trip epoch verdicts can name, the interval from now.
+    let trip_epoch = m.trip_epoch().unwrap();
+    assert_eq!(trip_epoch, m.epoch());
+    assert_eq!(m.reopen_at(), Some(t0 + 10 * S));
+    let moves: Vec<_> = m
+        .take_transitions()
+        .map(|t| (t.from, t.to, t.reason))
+        .collect();
+    assert_eq!(moves, [(State::Closed, State::Open, Reason::PeersTripped)]);
+    // Already in a trip: nothing changes, the interval is not restarted.
+    assert_eq!(m.trip_with_peers(t0 + 5 * S), VerdictOutcome::Stale);
+    assert_eq!(m.reopen_at(), Some(t0 + 10 * S));
+    // Half-open is in the trip too.
+    assert_eq!(m.state(t0 + 11 * S), State::HalfOpen);
+    assert_eq!(m.trip_with_peers(t0 + 11 * S), VerdictOutcome::Stale);
+    assert_eq!(m.trip_epoch(), Some(trip_epoch));
+    // A verdict about it closes it as it would any trip.
+    assert_eq!(
+        m.apply_verdict(Verdict::Close, trip_epoch, t0 + 11 * S),
+        VerdictOutcome::Applied
+    );
+    // Operators win.
+    m.force_closed(t0 + 12 * S);
+    assert_eq!(m.trip_with_peers(t0 + 12 * S), VerdictOutcome::Overridden);
+    assert_eq!(m.state(t0 + 12 * S), State::ForcedClosed);
+    m.disable(t0 + 12 * S);
+    assert_eq!(m.trip_with_peers(t0 + 12 * S), VerdictOutcome::Overridden);
+}
+
 mod props {
     use proptest::prelude::*;
 

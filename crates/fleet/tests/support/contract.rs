@@ -7,7 +7,8 @@
 use std::time::Duration;
 
 use seawall_fleet::{
-    FleetEpoch, FleetVerdict, Keys, LeaseReply, LeaseRequest, ProbeResult, Store, Token,
+    FleetEpoch, FleetEvent, FleetVerdict, Keys, LeaseReply, LeaseRequest, ProbeResult, Store,
+    Token, TripRecord,
 };
 use tokio::time::{sleep, timeout};
 
@@ -21,6 +22,8 @@ const WATCHDOG: Duration = Duration::from_secs(30);
 
 const A: Token = Token(0xaaaa);
 const B: Token = Token(0xbbbb);
+const C: Token = Token(0xcccc);
+const D: Token = Token(0xdddd);
 
 fn keys(prefix: &str) -> Keys {
     Keys::new(prefix, "freight").unwrap()
@@ -42,6 +45,8 @@ pub async fn all<S: Store>(store: &S, prefix: &str) {
     stale_tokens_are_refused(store, &format!("{prefix}-stale")).await;
     epochs_stay_above_what_the_taker_saw(store, &format!("{prefix}-epochs")).await;
     verdicts_are_pushed_and_the_latest_is_read(store, &format!("{prefix}-push")).await;
+    a_fleet_trip_needs_enough_distinct_instances(store, &format!("{prefix}-trip")).await;
+    trips_outside_the_window_do_not_count(store, &format!("{prefix}-window")).await;
 }
 
 /// One live lease at a time; the same token's take is answered as taken,
@@ -176,7 +181,7 @@ pub async fn verdicts_are_pushed_and_the_latest_is_read<S: Store>(store: &S, pre
         );
         for feed in [&mut one, &mut two] {
             let heard = timeout(WATCHDOG, feed.next()).await.expect("watchdog");
-            assert_eq!(heard, Some(expected));
+            assert_eq!(heard, Some(FleetEvent::Verdict(expected)));
         }
         assert_eq!(store.read_verdict(&k).await.unwrap(), Some(expected));
         assert!(store.release_lease(&k, token).await.unwrap());
@@ -188,4 +193,74 @@ pub async fn verdicts_are_pushed_and_the_latest_is_read<S: Store>(store: &S, pre
     assert!(timeout(Duration::from_millis(200), elsewhere.next())
         .await
         .is_err());
+}
+
+fn trip(instance: Token, within: Duration, instances: u32, seen: u64) -> TripRecord {
+    TripRecord::new(instance, within, instances, FleetEpoch(seen))
+}
+
+/// `k` distinct instances within the window start one fleet trip, pushed and
+/// readable; an instance recorded twice counts once; a success forgets it all.
+pub async fn a_fleet_trip_needs_enough_distinct_instances<S: Store>(store: &S, prefix: &str) {
+    let k = keys(prefix);
+    let mut feed = store.subscribe(&k).await.unwrap();
+    let record = |who, seen| store.record_trip(&k, trip(who, LONG, 3, seen));
+    let r = record(A, 0).await.unwrap();
+    assert_eq!((r.tripped, r.fleet_trip), (1, None));
+    // Recorded again (a replay, or a second trip of the same instance): still one.
+    let r = record(A, 0).await.unwrap();
+    assert_eq!((r.tripped, r.fleet_trip), (1, None));
+    let r = record(B, 0).await.unwrap();
+    assert_eq!((r.tripped, r.fleet_trip), (2, None));
+    assert_eq!(store.read_fleet_trip(&k).await.unwrap(), None);
+    // The third: the fleet trips, above what the recorder saw.
+    let r = record(C, 41).await.unwrap();
+    assert_eq!((r.tripped, r.fleet_trip), (3, Some(FleetEpoch(42))));
+    let heard = timeout(WATCHDOG, feed.next()).await.expect("watchdog");
+    assert_eq!(heard, Some(FleetEvent::Tripped(FleetEpoch(42))));
+    assert_eq!(
+        store.read_fleet_trip(&k).await.unwrap(),
+        Some(FleetEpoch(42))
+    );
+    // A fourth joins the fleet trip in force; no second one starts.
+    let r = record(D, 0).await.unwrap();
+    assert_eq!((r.tripped, r.fleet_trip), (4, Some(FleetEpoch(42))));
+    assert!(timeout(Duration::from_millis(200), feed.next())
+        .await
+        .is_err());
+    // The lease counter moved past the fleet trip: a probe after it is newer.
+    assert_eq!(
+        store.take_lease(&k, take(A, LONG, 0)).await.unwrap(),
+        taken(43)
+    );
+    // A failure forgets nothing; a success forgets the trips and the fleet trip.
+    store
+        .publish_verdict(&k, A, ProbeResult::Failed)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.read_fleet_trip(&k).await.unwrap(),
+        Some(FleetEpoch(42))
+    );
+    store
+        .publish_verdict(&k, A, ProbeResult::Succeeded)
+        .await
+        .unwrap();
+    assert_eq!(store.read_fleet_trip(&k).await.unwrap(), None);
+    let r = record(B, 0).await.unwrap();
+    assert_eq!((r.tripped, r.fleet_trip), (1, None));
+}
+
+/// A trip counts for its window by the store's clock, then no longer.
+pub async fn trips_outside_the_window_do_not_count<S: Store>(store: &S, prefix: &str) {
+    let k = keys(prefix);
+    let r = store.record_trip(&k, trip(A, SHORT, 2, 0)).await.unwrap();
+    assert_eq!((r.tripped, r.fleet_trip), (1, None));
+    sleep(SHORT + GRACE).await;
+    let r = store.record_trip(&k, trip(B, SHORT, 2, 0)).await.unwrap();
+    assert_eq!((r.tripped, r.fleet_trip), (1, None));
+    // Within the window of B's: C makes two.
+    let r = store.record_trip(&k, trip(C, LONG, 2, 0)).await.unwrap();
+    assert_eq!(r.tripped, 2);
+    assert!(r.fleet_trip.is_some());
 }

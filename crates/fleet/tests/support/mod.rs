@@ -55,6 +55,10 @@ impl Dependency {
     pub fn fail(&self, yes: bool) {
         self.failing.store(yes, Ordering::SeqCst);
     }
+    pub fn set_latency(&self, latency: Duration) {
+        self.latency_ms
+            .store(latency.as_millis() as u64, Ordering::SeqCst);
+    }
     pub fn calls(&self) -> u64 {
         self.calls.load(Ordering::SeqCst)
     }
