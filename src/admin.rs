@@ -7,6 +7,7 @@
 //! | `GET /` (and `/dashboard.js`, `/dashboard.css`, `/events`) | the incident dashboard: every policy live in a browser, with controls once the operator enters the token ([below](#the-dashboard)) | no |
 //! | `GET /policies` | [`PoliciesSnapshot`] of every policy: configuration in force, breaker state and counters, bulkhead occupancy, degradation level, fallback counters (the policy file by name only; its full path with the token) | no |
 //! | `GET /policies/{name}` | one policy's [`PolicySnapshot`](crate::config::PolicySnapshot) | no |
+//! | `GET /fleet` | the `[fleet]` settings in force (feature `fleet`): store URL with its password as `***`, prefix, timeouts, `trip_together`; `404` without a `[fleet]` table | no |
 //! | `POST /reload` | re-read the policy file and apply it ([`Policies::reload`]) | yes |
 //! | `POST /revert` | back to the start-up document ([`Policies::revert`]) | yes |
 //! | `POST /policies/{name}/breaker/{force-open, force-closed, reset}` | hold the breaker open or closed; `reset` ends either and starts closed with an empty window | yes |
@@ -210,6 +211,7 @@ where
         .route("/events", get(dashboard::events))
         .route("/policies", get(all))
         .route("/policies/{name}", get(one))
+        .route("/fleet", get(fleet))
         .route("/reload", post(reload))
         .route("/revert", post(revert))
         .route("/policies/{name}/{layer}/{action}", post(act))
@@ -295,6 +297,19 @@ async fn all(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Response {
         snapshot.file = snapshot.file.as_deref().map(file_name);
     }
     json::<PoliciesSnapshot>(StatusCode::OK, &snapshot)
+}
+
+/// The `[fleet]` settings in force, redacted as in the policies' snapshot.
+async fn fleet(State(admin): State<Arc<Admin>>) -> Response {
+    #[cfg(feature = "fleet")]
+    if let Some(fleet) = admin.policies.snapshot().fleet {
+        return json(StatusCode::OK, &fleet);
+    }
+    let _ = admin;
+    message(
+        StatusCode::NOT_FOUND,
+        "no [fleet] table in the policy document",
+    )
 }
 
 /// The last component of `path`: where the policy file lives on the host is for

@@ -27,6 +27,12 @@ pub struct PolicyDocument {
     /// Dependencies (clients: a supplier's HTTP client, a gRPC channel) and the
     /// policy each one uses.
     pub dependencies: BTreeMap<String, String>,
+    /// The fleet's store and coordination settings (`[fleet]`), if the service
+    /// coordinates its breakers across instances.
+    #[cfg(feature = "fleet")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "fleet")))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<super::FleetSection>,
 }
 
 /// One named policy: which layers protect the route or dependency that uses it,
@@ -209,6 +215,10 @@ impl PolicyDocument {
             }
             errors.extend(policy.problems().into_iter().map(|e| within(e, &section)));
         }
+        #[cfg(feature = "fleet")]
+        if let Some(fleet) = &self.fleet {
+            errors.extend(fleet.problems().into_iter().map(|e| within(e, "fleet")));
+        }
         for (table, map) in [
             ("routes", &self.routes),
             ("dependencies", &self.dependencies),
@@ -285,6 +295,13 @@ impl PolicyDocument {
                     format!("changed, but a deadline {RESTART}"),
                 ));
             }
+        }
+        #[cfg(feature = "fleet")]
+        if self.fleet != next.fleet {
+            errors.push(ConfigError::new(
+                "fleet",
+                format!("changed, but the fleet's store and settings {RESTART}"),
+            ));
         }
         for (table, before, after) in [
             ("routes", &self.routes, &next.routes),

@@ -34,6 +34,11 @@
 //!
 //! [dependencies]                    # clients and the policy each uses
 //! freight-supplier = "freight"
+//!
+//! [fleet]                           # feature `fleet`: seawall::config::FleetSection
+//! store = "redis://redis.internal:6379/"   # or "local"
+//! prefix = "shop-v2"
+//! trip_together = { instances = 3, within = "30s" }
 //! ```
 //!
 //! Each section is the crate's own configuration type ([`PolicyConfig`] lists
@@ -115,6 +120,7 @@
 //! - a `deadline` (a [`DeadlineLayer`](seawall_core::DeadlineLayer) holds its
 //!   budget by value);
 //! - `routes` and `dependencies` (wired into the router and clients at start);
+//! - `[fleet]` (the coordinators hold their store);
 //! - what is code: classifiers, degradation levels, fallback strategies and steps.
 //!
 //! What counts as overload for an adaptive bulkhead is code too: build it with
@@ -129,9 +135,14 @@
 
 mod document;
 mod error;
+#[cfg(feature = "fleet")]
+mod fleet;
 mod locate;
 mod policies;
 
 pub use document::{PolicyConfig, PolicyDocument, Section};
 pub use error::LoadError;
+#[cfg(feature = "fleet")]
+#[cfg_attr(docsrs, doc(cfg(feature = "fleet")))]
+pub use fleet::{FleetSection, TripTogetherSection};
 pub use policies::{Policies, PoliciesSnapshot, PolicyHandles, PolicySnapshot};

@@ -123,6 +123,11 @@ pub struct PoliciesSnapshot {
     pub routes: BTreeMap<String, String>,
     /// Dependencies and the policy each uses.
     pub dependencies: BTreeMap<String, String>,
+    /// The fleet settings in force, the store URL's password as `***`.
+    #[cfg(feature = "fleet")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "fleet")))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<super::FleetSection>,
 }
 
 /// One policy's configuration in force and its layers' snapshots.
@@ -470,7 +475,21 @@ impl Policies {
             policies,
             routes: state.current.routes.clone(),
             dependencies: state.current.dependencies.clone(),
+            #[cfg(feature = "fleet")]
+            fleet: state
+                .current
+                .fleet
+                .as_ref()
+                .map(super::FleetSection::redacted),
         }
+    }
+
+    /// The `[fleet]` table the service started with, if any: build the
+    /// [`Fleet`](crate::fleet::Fleet) from it (it cannot change at run time).
+    #[cfg(feature = "fleet")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "fleet")))]
+    pub fn fleet(&self) -> Option<&super::FleetSection> {
+        self.inner.started.fleet.as_ref()
     }
 
     /// Applies a changed document to every built layer, keeping their state; all
