@@ -118,6 +118,54 @@ async fn the_drill_keeps_its_promises() {
     assert_eq!(obs.held_at_end, 0);
 }
 
+/// `--fleet 3` on the in-process store (the drill's own choice when no
+/// `redis-server` is on PATH): the coordinated fleet never has two probes at its
+/// supplier at once, and no call reaches a supplier from an open breaker.
+#[tokio::test(flavor = "current_thread")]
+async fn the_fleet_drill_probes_one_at_a_time_with_coordination() {
+    let store = scenario::fleet::FleetStore::local();
+    assert!(store.label().contains("LocalStore"), "{}", store.label());
+    let run = scenario::run_fleet(test_config(), 3, &store).await.unwrap();
+    let rows = run.obs.rows();
+    let table = scenario::report::table_with_fleet(&rows, Some(&run.probes));
+    assert_eq!(run.probes.len(), scenario::SCHEDULE.len(), "{table}");
+    assert_eq!(run.most_probes_at_once, 1, "{table}");
+    assert_eq!(run.calls_while_open, 0, "{table}");
+    let coordinated: usize = run.probes.iter().map(|p| p.coordinated.probes).sum();
+    let independent: usize = run.probes.iter().map(|p| p.independent.probes).sum();
+    assert!(coordinated > 0 && independent > 0, "{table}");
+    for row in &rows {
+        assert_eq!(row.invented_prices, 0, "{table}");
+    }
+    // The observed instance recovered.
+    assert!(
+        run.obs
+            .breaker_changes
+            .last()
+            .is_some_and(|c| c.to == "closed"),
+        "{table}"
+    );
+}
+
+#[test]
+fn probes_are_grouped_into_open_intervals() {
+    use scenario::report::Rounds;
+    let t0 = tokio::time::Instant::now();
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    let open_for = Duration::from_secs(10);
+    // Three together, then one a whole interval later, then two 6 s apart.
+    let starts = [at(0), at(3), at(40), at(10_000), at(20_000), at(26_000)];
+    assert_eq!(
+        Rounds::from_starts(&starts, open_for),
+        Rounds {
+            probes: 6,
+            intervals: 4,
+            most: 3
+        }
+    );
+    assert_eq!(Rounds::from_starts(&[], open_for), Rounds::default());
+}
+
 #[test]
 fn the_load_report_counts_requests_in_flight_together() {
     use scenario::load::{Answer, Endpoint};

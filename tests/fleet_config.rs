@@ -45,10 +45,7 @@ fn the_fleet_table_gives_the_store_and_the_settings() {
     assert_eq!(config.disconnect_after, defaults.disconnect_after);
     // Both stores build from it (a Redis URL is parsed, not dialled).
     let redis = RedisStore::new(fleet.redis_url().unwrap()).unwrap();
-    Fleet::builder(redis)
-        .config(config)
-        .build()
-        .unwrap();
+    Fleet::builder(redis).config(config).build().unwrap();
 
     let local = PolicyDocument::from_toml("[policies.a]\nbreaker = {}\n[fleet]\n").unwrap();
     let local = local.fleet.unwrap();

@@ -4,7 +4,15 @@
 //! cargo run --release --example drill            # the real durations (about 3 minutes)
 //! cargo run --release --example drill -- --fast  # the same drill in about a minute
 //! cargo run --release --example drill -- --fast --serve-dashboard  # and watch it live
+//! cargo run --release --example drill -- --fast --fleet 3   # three instances, one store
 //! ```
+//!
+//! `--fleet N` runs N shop instances whose freight breakers coordinate through one
+//! store: a `redis-server` the drill starts on a free loopback port, or an
+//! in-process `LocalStore` when none is on PATH (the output says which). Beside
+//! them run N instances that do not coordinate, against a supplier of their own,
+//! under the same schedule and load; the table (of the first coordinated instance)
+//! gains each fleet's probes per open interval at its supplier.
 //!
 //! `--serve-dashboard[=ADDR]` serves the shop on `ADDR` (127.0.0.1:3000 by
 //! default) and prints the address of its incident dashboard (`/admin`), so that
@@ -32,6 +40,26 @@ use scenario::shop::Serve;
 use scenario::DrillConfig;
 use seawall::admin::AdminToken;
 
+/// The instances `--fleet N` asks for, if it does (2 to 16).
+fn fleet_size() -> Result<Option<usize>, seawall::BoxError> {
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let value = match arg.strip_prefix("--fleet=") {
+            Some(v) => v.to_owned(),
+            None if arg == "--fleet" => args.next().ok_or("--fleet needs a number of instances")?,
+            None => continue,
+        };
+        let n: usize = value
+            .parse()
+            .map_err(|_| format!("--fleet: `{value}` is not a number of instances"))?;
+        if !(2..=16).contains(&n) {
+            return Err(format!("--fleet: {n} instances; a fleet here has 2 to 16").into());
+        }
+        return Ok(Some(n));
+    }
+    Ok(None)
+}
+
 /// The address `--serve-dashboard[=ADDR]` asks for, if it does.
 fn dashboard_addr() -> Result<Option<SocketAddr>, seawall::BoxError> {
     for arg in std::env::args().skip(1) {
@@ -50,6 +78,10 @@ async fn main() -> Result<(), seawall::BoxError> {
     logs::install();
     let fast = std::env::args().any(|a| a == "--fast");
     let dashboard = dashboard_addr()?;
+    let fleet = fleet_size()?;
+    if fleet.is_some() && dashboard.is_some() {
+        return Err("--fleet and --serve-dashboard do not go together: pick one".into());
+    }
     let serve = match dashboard {
         Some(addr) => Serve {
             addr,
@@ -84,6 +116,9 @@ async fn main() -> Result<(), seawall::BoxError> {
         r.products,
         r.quote + r.checkout + r.recommendations + r.products,
     );
+    if let Some(n) = fleet {
+        return run_fleet(config, n).await;
+    }
     let obs = scenario::run_serving(config, serve, |addr| {
         if dashboard.is_some() {
             println!(
@@ -119,5 +154,44 @@ async fn main() -> Result<(), seawall::BoxError> {
         println!("the shop stays up for inspection on its dashboard; stop the process to end");
         std::future::pending::<()>().await;
     }
+    Ok(())
+}
+
+/// `--fleet N`: the drill on two fleets of N instances, one coordinated.
+async fn run_fleet(config: DrillConfig, n: usize) -> Result<(), seawall::BoxError> {
+    let store = scenario::fleet::FleetStore::start()?;
+    println!("fleet: {n} coordinated instances sharing {}", store.label());
+    println!(
+        "        and {n} instances deciding alone, against a supplier of their own, same schedule and load"
+    );
+    let run = scenario::run_fleet(config, n, &store).await?;
+    let rows = run.obs.rows();
+    println!();
+    print!("{}", report::table_with_fleet(&rows, Some(&run.probes)));
+    println!();
+    let most = |pick: fn(&report::FleetProbes) -> report::Rounds| {
+        run.probes.iter().map(|p| pick(p).most).max().unwrap_or(0)
+    };
+    let sum = |pick: fn(&report::FleetProbes) -> report::Rounds| {
+        run.probes.iter().fold((0, 0), |(p, i), f| {
+            (p + pick(f).probes, i + pick(f).intervals)
+        })
+    };
+    let (cp, ci) = sum(|f| f.coordinated);
+    let (ip, ii) = sum(|f| f.independent);
+    println!(
+        "supplier probes per open interval across the fleet of {n}: coordinated at most {} ({cp} in {ci} intervals), independent at most {} ({ip} in {ii} intervals)",
+        most(|f| f.coordinated),
+        most(|f| f.independent),
+    );
+    println!(
+        "most probes in flight at once, coordinated fleet: {}; calls that reached a supplier from an open breaker, both fleets: {}",
+        run.most_probes_at_once, run.calls_while_open
+    );
+    let dir = PathBuf::from("target").join("drill");
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join("timeline-fleet.svg");
+    std::fs::write(&path, report::svg(&run.obs))?;
+    println!("timeline (first coordinated instance): {}", path.display());
     Ok(())
 }

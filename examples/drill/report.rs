@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use super::freight::{Mode, PRICE_CENTS};
 use super::load::{Answer, Endpoint};
+use super::shop::Running;
 use super::tap::Admitted;
 
 /// One step of the schedule.
@@ -195,18 +196,110 @@ fn ms1(d: Duration) -> String {
     format!("{:.1}", d.as_secs_f64() * 1000.0)
 }
 
+/// Probes a fleet sent its supplier in one phase, grouped by open interval: probes
+/// starting within half an open interval of a round's first belong to that round.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rounds {
+    pub probes: usize,
+    pub intervals: usize,
+    /// The most probes in one interval.
+    pub most: usize,
+}
+
+impl Rounds {
+    /// The probes (calls reaching the supplier from a half-open breaker) of every
+    /// shop in `shops` that started during `phase`.
+    pub fn of(shops: &[Running], phase: &Phase, open_for: Duration) -> Self {
+        let mut starts: Vec<Instant> = shops
+            .iter()
+            .flat_map(|s| s.dependency_calls.log())
+            .filter(|c| c.breaker_state == "half_open" && within(c.started, phase))
+            .map(|c| c.started)
+            .collect();
+        starts.sort();
+        Self::from_starts(&starts, open_for)
+    }
+
+    /// Groups sorted probe starts into rounds.
+    pub fn from_starts(starts: &[Instant], open_for: Duration) -> Self {
+        let mut rounds = Self::default();
+        let mut round: Option<(Instant, usize)> = None;
+        for &at in starts {
+            match &mut round {
+                Some((first, n)) if at.saturating_duration_since(*first) <= open_for / 2 => {
+                    *n += 1;
+                }
+                _ => {
+                    rounds.intervals += 1;
+                    round = Some((at, 1));
+                }
+            }
+            rounds.probes += 1;
+            rounds.most = rounds.most.max(round.map_or(0, |(_, n)| n));
+        }
+        rounds
+    }
+}
+
+/// The most probes in flight at once across `shops` (a probe ending as another
+/// starts does not overlap it; one never seen to end counts until `budget` after
+/// its start, when the deadline ended it).
+pub fn most_probes_at_once(shops: &[Running], budget: Duration) -> usize {
+    let mut edges: Vec<(Instant, i32)> = shops
+        .iter()
+        .flat_map(|s| s.dependency_calls.log())
+        .filter(|c| c.breaker_state == "half_open")
+        .flat_map(|c| [(c.started, 1), (c.ended.unwrap_or(c.started + budget), -1)])
+        .collect();
+    edges.sort();
+    let (mut now, mut most) = (0i32, 0i32);
+    for (_, delta) in edges {
+        now += delta;
+        most = most.max(now);
+    }
+    usize::try_from(most).unwrap_or(0)
+}
+
+/// One phase of the fleet mode: each fleet's probes per open interval.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FleetProbes {
+    pub coordinated: Rounds,
+    pub independent: Rounds,
+}
+
+fn rounds(r: Rounds) -> String {
+    if r.probes == 0 {
+        "–".to_owned()
+    } else {
+        format!("{} ({} in {})", r.most, r.probes, r.intervals)
+    }
+}
+
 /// The table, one line per phase, in markdown.
 pub fn table(rows: &[PhaseRow]) -> String {
+    table_with_fleet(rows, None)
+}
+
+/// [`table`], with two more columns in fleet mode: the supplier's probes per open
+/// interval across each fleet (the most in one interval, then probes in intervals).
+pub fn table_with_fleet(rows: &[PhaseRow], fleet: Option<&[FleetProbes]>) -> String {
     let mut out = String::new();
+    let (fleet_head, fleet_rule) = match fleet {
+        Some(_) => (
+            " fleet probes/interval, coordinated | fleet probes/interval, independent |",
+            "---:|---:|",
+        ),
+        None => ("", ""),
+    };
     let _ = writeln!(
         out,
-        "| phase | requests | quotes served | quote unavailable (by cause) | checkout ok/refused | max active | max queued | wait p50/p99 ms | dependency calls | calls while open | probes | breaker | degradation | held after | /quote p50/p99 ms | /products p50/p99 ms | /products failed | invented prices |"
+        "| phase | requests | quotes served | quote unavailable (by cause) | checkout ok/refused | max active | max queued | wait p50/p99 ms | dependency calls | calls while open | probes | breaker | degradation | held after | /quote p50/p99 ms | /products p50/p99 ms | /products failed | invented prices |{fleet_head}"
     );
     let _ = writeln!(
         out,
-        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|"
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|{fleet_rule}"
     );
-    for r in rows {
+    for (i, r) in rows.iter().enumerate() {
         let causes = if r.unavailable.is_empty() {
             "–".to_owned()
         } else {
@@ -223,9 +316,14 @@ pub fn table(rows: &[PhaseRow]) -> String {
                 v.join(", ")
             }
         };
+        let fleet_cells = match fleet.and_then(|f| f.get(i)) {
+            Some(f) => format!(" {} | {} |", rounds(f.coordinated), rounds(f.independent)),
+            None if fleet.is_some() => " – | – |".to_owned(),
+            None => String::new(),
+        };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {}/{} | {} | {} | {}/{} | {} | {} | {} | {} | {} | {} | {}/{} | {}/{} | {} | {} |",
+            "| {} | {} | {} | {} | {}/{} | {} | {} | {}/{} | {} | {} | {} | {} | {} | {} | {}/{} | {}/{} | {} | {} |{}",
             r.name,
             r.requests,
             r.quotes_served,
@@ -248,6 +346,7 @@ pub fn table(rows: &[PhaseRow]) -> String {
             ms(r.products_p99),
             r.products_failed,
             r.invented_prices,
+            fleet_cells,
         );
     }
     out

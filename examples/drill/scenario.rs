@@ -3,6 +3,8 @@
 //! recovers, while a bounded load drives the shop.
 #![allow(dead_code, unreachable_pub)] // shared by the example and its test, each using a part
 
+#[path = "fleet.rs"]
+pub mod fleet;
 #[path = "freight.rs"]
 pub mod freight;
 #[path = "load.rs"]
@@ -112,12 +114,112 @@ pub async fn run_serving(
     let recommender = Freight::start(config.slow_delay)?;
     let shop = shop::start(freight.addr(), recommender.addr(), config.policy, serve).await?;
     started(shop.addr);
+    let mut obs = drive(config, &shop, &[&freight], &recommender, &[]).await?;
+    obs.freight_arrivals = freight.arrivals();
+    Ok(obs)
+}
 
+/// The fleet mode's run: two fleets of `instances` shops each, under the same
+/// schedule and the same load per instance, each fleet with a supplier of its
+/// own: one coordinating its breakers through `store`, one whose breakers decide
+/// alone. The observations are those of the coordinated fleet's first instance,
+/// plus the probes each fleet sent its supplier.
+pub async fn run_fleet(
+    config: DrillConfig,
+    instances: usize,
+    store: &fleet::FleetStore,
+) -> Result<FleetRun, BoxError> {
+    let recommender = Freight::start(config.slow_delay)?;
+    let coordinated_supplier = Freight::start(config.slow_delay)?;
+    let independent_supplier = Freight::start(config.slow_delay)?;
+    let mut coordinated = Vec::new();
+    let mut independent = Vec::new();
+    for _ in 0..instances {
+        coordinated.push(
+            shop::start_in_fleet(
+                coordinated_supplier.addr(),
+                recommender.addr(),
+                config.policy,
+                shop::Serve::default(),
+                Some(store),
+            )
+            .await?,
+        );
+        independent.push(
+            shop::start(
+                independent_supplier.addr(),
+                recommender.addr(),
+                config.policy,
+                shop::Serve::default(),
+            )
+            .await?,
+        );
+    }
+    let (first, rest) = coordinated
+        .split_first()
+        .ok_or("a fleet needs an instance")?;
+    let others: Vec<&shop::Running> = rest.iter().chain(&independent).collect();
+    let mut obs = drive(
+        config,
+        first,
+        &[&coordinated_supplier, &independent_supplier],
+        &recommender,
+        &others,
+    )
+    .await?;
+    obs.freight_arrivals = coordinated_supplier.arrivals();
+    let probes = obs
+        .phases
+        .iter()
+        .map(|phase| report::FleetProbes {
+            coordinated: report::Rounds::of(&coordinated, phase, config.policy.open_for),
+            independent: report::Rounds::of(&independent, phase, config.policy.open_for),
+        })
+        .collect();
+    let calls_while_open = coordinated
+        .iter()
+        .chain(&independent)
+        .flat_map(|s| s.dependency_calls.log())
+        .filter(|c| c.breaker_state == "open")
+        .count();
+    Ok(FleetRun {
+        obs,
+        probes,
+        calls_while_open,
+        most_probes_at_once: report::most_probes_at_once(&coordinated, config.policy.budget),
+    })
+}
+
+/// What the fleet mode saw.
+pub struct FleetRun {
+    /// The coordinated fleet's first instance.
+    pub obs: Observations,
+    /// Per phase: the probes each fleet sent its supplier, per open interval.
+    pub probes: Vec<report::FleetProbes>,
+    /// Calls that reached a supplier from an open breaker, in either fleet (never any).
+    pub calls_while_open: usize,
+    /// The most probes the coordinated fleet had in flight at once.
+    pub most_probes_at_once: usize,
+}
+
+/// Plays the schedule on `suppliers` while the load drives `shop` and `others`
+/// (each with the same load); observes `shop`.
+async fn drive(
+    config: DrillConfig,
+    shop: &shop::Running,
+    suppliers: &[&Freight],
+    recommender: &Freight,
+    others: &[&shop::Running],
+) -> Result<Observations, BoxError> {
     let mut breaker_changes = shop.breaker.subscribe();
     let mut level_changes = shop.degradation.subscribe();
     let (phase_tx, phase_rx) = watch::channel(0usize);
     let total = config.phase * SCHEDULE.len() as u32;
-    let load = tokio::spawn(load::run(shop.addr, config.rates, total, phase_rx));
+    let load = tokio::spawn(load::run(shop.addr, config.rates, total, phase_rx.clone()));
+    let other_loads: Vec<_> = others
+        .iter()
+        .map(|s| tokio::spawn(load::run(s.addr, config.rates, total, phase_rx.clone())))
+        .collect();
 
     let mut obs = Observations {
         budget: config.policy.budget,
@@ -127,7 +229,9 @@ pub async fn run_serving(
     };
     let sample_every = Duration::from_millis(100);
     for (i, mode) in SCHEDULE.iter().enumerate() {
-        freight.set_mode(*mode);
+        for supplier in suppliers {
+            supplier.set_mode(*mode);
+        }
         recommender.set_mode(recommender_mode(i));
         phase_tx.send_replace(i);
         let start = Instant::now();
@@ -151,6 +255,9 @@ pub async fn run_serving(
         });
     }
     obs.answers = load.await?;
+    for other in other_loads {
+        other.await?;
+    }
     // Let the last calls finish their budget, then nothing may hold a slot.
     tokio::time::sleep(config.policy.budget * 2).await;
     let s = shop.bulkhead.snapshot();
@@ -172,6 +279,5 @@ pub async fn run_serving(
     }
     obs.admitted = shop.admitted.log();
     obs.dependency_calls = shop.dependency_calls.log();
-    obs.freight_arrivals = freight.arrivals();
     Ok(obs)
 }

@@ -31,6 +31,7 @@ use serde_json::{json, Value};
 use tower::util::BoxCloneSyncService;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
+use super::fleet::{FleetStore, Members, Membership};
 use super::tap::TapLayer;
 
 /// What the freight supplier said, as the shop's client understands it.
@@ -130,8 +131,17 @@ struct Shop {
 /// The drill's policies as a document, as a service loads them from its file: the
 /// numbers here, the shape of each stack in code (in [`start`]).
 pub fn document(p: &Policy) -> String {
+    document_in_fleet(p, None)
+}
+
+/// [`document`], with a `[fleet]` table naming `store` when the shop is one of a fleet.
+pub fn document_in_fleet(p: &Policy, store: Option<&str>) -> String {
     let d = duration_format::format;
-    format!(
+    let fleet = match store {
+        Some(store) => format!("\n[fleet]\nstore = \"{store}\"\nprefix = \"drill\"\n"),
+        None => String::new(),
+    };
+    let policies = format!(
         r#"
 [policies.freight]
 deadline = "{budget}"
@@ -160,7 +170,8 @@ recommender = "recommendations"
         probe_ratio = p.probe_ratio,
         probe_window = d(p.probe_window),
         probe_successes = p.probe_successes,
-    )
+    );
+    policies + &fleet
 }
 
 /// Where the shop listens, and the admin token its dashboard's controls need.
@@ -188,6 +199,8 @@ pub struct Running {
     pub degradation: seawall::degradation::Handle,
     pub admitted: TapLayer,
     pub dependency_calls: TapLayer,
+    /// The instance's part in its fleet, in fleet mode.
+    pub fleet: Option<Membership>,
 }
 
 pub fn breaker_label(state: BreakerState) -> &'static str {
@@ -202,15 +215,37 @@ pub async fn start(
     p: Policy,
     serve: Serve,
 ) -> Result<Running, BoxError> {
+    start_in_fleet(freight, recommender, p, serve, None).await
+}
+
+/// [`start`], as one instance of a fleet sharing `store` when one is given.
+pub async fn start_in_fleet(
+    freight: SocketAddr,
+    recommender: SocketAddr,
+    p: Policy,
+    serve: Serve,
+    store: Option<&FleetStore>,
+) -> Result<Running, BoxError> {
     let client = Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(30))
         .build_http::<Empty<Bytes>>();
-    let policies = Policies::from_toml(&document(&p))?;
+    let url = store.map(FleetStore::url);
+    let policies = Policies::from_toml(&document_in_fleet(&p, url.as_deref()))?;
 
     let breaker =
         policies.circuit_breaker("freight", |b| b.classifier(classify_fn(supplier_health)))?;
     let bulkhead = policies.bulkhead("freight")?;
     let breaker_handle = breaker.handle();
+    let fleet = match store {
+        Some(store) => Some(store.join(
+            &policies,
+            Members {
+                breaker: &breaker_handle,
+                bulkhead: &bulkhead.handle(),
+            },
+        )?),
+        None => None,
+    };
     let state_probe = {
         let h = breaker.handle();
         Arc::new(move || breaker_label(h.state())) as Arc<dyn Fn() -> &'static str + Send + Sync>
@@ -305,6 +340,7 @@ pub async fn start(
         degradation: degradation_handle,
         admitted,
         dependency_calls,
+        fleet,
     })
 }
 
