@@ -36,6 +36,9 @@
 //! drops, every [`Subscription`] of this store ends (`None`): the coordinator
 //! then resubscribes on the new connection and reconciles with a read, so a
 //! verdict published while it was away is not missed for good.
+//! Dropping the last [`Subscription`] of a channel (its coordination dropped)
+//! sends `UNSUBSCRIBE` for it, so the server's subscription does not outlive its
+//! listeners.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -182,6 +185,28 @@ impl Subscribers {
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Vec<mpsc::Sender<FleetEvent>>>> {
         // Nothing panics while holding the lock; a poisoned map is still consistent.
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Forgets `gone` and every closed subscriber of `channel`; whether none is left
+    /// (the entry is then removed).
+    fn release(&self, channel: &str, gone: &mpsc::Sender<FleetEvent>) -> bool {
+        let mut map = self.lock();
+        let Some(txs) = map.get_mut(channel) else {
+            return true;
+        };
+        txs.retain(|tx| !tx.same_channel(gone) && !tx.is_closed());
+        if txs.is_empty() {
+            map.remove(channel);
+            true
+        } else {
+            false
+        }
+    }
+
+    fn has_live(&self, channel: &str) -> bool {
+        self.lock()
+            .get(channel)
+            .is_some_and(|txs| txs.iter().any(|tx| !tx.is_closed()))
     }
 
     fn deliver(&self, info: &PushInfo) {
@@ -402,7 +427,27 @@ impl Store for RedisStore {
             }
             return Err(store_error(e));
         }
-        Ok(Subscription::new(rx))
+        let subscribers = Arc::clone(&self.inner.subscribers);
+        let channel = keys.channel().to_owned();
+        Ok(Subscription::with_release(rx, move || {
+            if !subscribers.release(&channel, &tx) {
+                return;
+            }
+            // The last subscriber of the channel on this connection: end the
+            // server's subscription (which would otherwise outlive it, and be
+            // restored by every reconnect). Off the dropping thread.
+            let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+                return;
+            };
+            runtime.spawn(async move {
+                let _ = con.unsubscribe(&channel).await;
+                // A subscriber that came meanwhile may have had its SUBSCRIBE
+                // overtaken by this UNSUBSCRIBE: subscribe again for it.
+                if subscribers.has_live(&channel) {
+                    let _ = con.subscribe(&channel).await;
+                }
+            });
+        }))
     }
 }
 

@@ -230,16 +230,61 @@ impl std::error::Error for StoreError {
 /// Built by a store from the receiving half of a Tokio channel it feeds. `None`
 /// from [`next`](Self::next) means the subscription is gone (a dropped
 /// connection): the coordinator treats it as store trouble, resubscribes and
-/// reconciles with a read.
-#[derive(Debug)]
+/// reconciles with a read. Dropping it (the coordination dropped) runs the
+/// store's release, if it gave one: a server-side subscription ends there.
 pub struct Subscription {
     rx: mpsc::Receiver<FleetEvent>,
+    /// In a mutex only so the subscription is `Sync` (it is never contended).
+    release: std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Subscription")
+            .field("rx", &self.rx)
+            .field("release", &self.release_fn().is_some())
+            .finish()
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        // Closed first, so the store sees this subscriber gone when it releases.
+        self.rx.close();
+        let release = self.release_fn().take();
+        if let Some(release) = release {
+            release();
+        }
+    }
 }
 
 impl Subscription {
     /// A subscription fed through `rx`.
     pub fn new(rx: mpsc::Receiver<FleetEvent>) -> Self {
-        Self { rx }
+        Self {
+            rx,
+            release: std::sync::Mutex::new(None),
+        }
+    }
+
+    fn release_fn(&self) -> std::sync::MutexGuard<'_, Option<Box<dyn FnOnce() + Send>>> {
+        // Nothing panics while holding it; a poisoned one is still consistent.
+        self.release
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A subscription fed through `rx` that runs `release` once, when dropped
+    /// (e.g. to end the server-side subscription once nobody listens). It runs in
+    /// the dropping thread, often a Tokio worker: it must not block.
+    pub fn with_release(
+        rx: mpsc::Receiver<FleetEvent>,
+        release: impl FnOnce() + Send + 'static,
+    ) -> Self {
+        Self {
+            rx,
+            release: std::sync::Mutex::new(Some(Box::new(release))),
+        }
     }
 
     /// The next pushed event; `None` once the subscription is gone.

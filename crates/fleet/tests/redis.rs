@@ -445,3 +445,88 @@ async fn two_trips_open_a_third_instance_that_saw_no_failure() {
     assert_eq!(xs[2].handle.snapshot().counters.failures, 0);
     assert_eq!(total(&xs).other, 0);
 }
+
+/// Subscribers of `channel` on the server, by `PUBSUB NUMSUB`.
+async fn subscribers_on_server(url: &str, channel: &str) -> i64 {
+    let client = ::redis::Client::open(url).unwrap();
+    let mut con = client.get_multiplexed_async_connection().await.unwrap();
+    let reply: (String, i64) = ::redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    reply.1
+}
+
+/// Waits (watchdog-bounded) until the server counts `n` subscribers of `channel`.
+async fn until_subscribers(url: &str, channel: &str, n: i64) {
+    let deadline = Instant::now() + WATCHDOG;
+    while subscribers_on_server(url, channel).await != n {
+        assert!(
+            Instant::now() < deadline,
+            "watchdog: never {n} subscribers of {channel}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Dropping the last subscription of a channel (a coordination dropped) ends the
+/// server's subscription; one still held keeps it, and a new one gets pushes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_subscriptions_unsubscribe_on_the_server() {
+    let Some(server) = RedisServer::start("dropped_subscriptions_unsubscribe_on_the_server") else {
+        return;
+    };
+    let url = server.url();
+    let store = RedisStore::new(&url).unwrap();
+    let k = Keys::new("unsub", "freight").unwrap();
+    let other = Keys::new("unsub", "payments").unwrap();
+    let a = store.subscribe(&k).await.unwrap();
+    let b = store.subscribe(&k).await.unwrap();
+    let kept = store.subscribe(&other).await.unwrap();
+    // One connection, one server-side subscription per channel.
+    assert_eq!(subscribers_on_server(&url, k.channel()).await, 1);
+    drop(a);
+    drop(b);
+    until_subscribers(&url, k.channel(), 0).await;
+    // The other breaker's channel is untouched.
+    assert_eq!(subscribers_on_server(&url, other.channel()).await, 1);
+    drop(kept);
+    until_subscribers(&url, other.channel(), 0).await;
+
+    // Subscribing again works, and hears what is published.
+    let mut again = store.subscribe(&k).await.unwrap();
+    assert_eq!(subscribers_on_server(&url, k.channel()).await, 1);
+    store
+        .take_lease(
+            &k,
+            LeaseRequest::new(Token(9), Duration::from_secs(600), Default::default()),
+        )
+        .await
+        .unwrap();
+    store
+        .publish_verdict(&k, Token(9), seawall_fleet::ProbeResult::Failed)
+        .await
+        .unwrap();
+    let heard = timeout(WATCHDOG, again.next()).await.expect("watchdog");
+    assert!(
+        matches!(heard, Some(seawall_fleet::FleetEvent::Verdict(_))),
+        "{heard:?}"
+    );
+
+    // A coordination dropped leaves no subscription behind.
+    drop(again);
+    until_subscribers(&url, k.channel(), 0).await;
+    let layer = seawall_circuit_breaker::CircuitBreakerLayer::builder("freight")
+        .build()
+        .unwrap();
+    let fleet = Fleet::builder(RedisStore::new(&url).unwrap())
+        .prefix("unsub")
+        .build()
+        .unwrap();
+    let coordinated = fleet.coordinate(&layer.handle()).unwrap();
+    until_subscribers(&url, k.channel(), 1).await;
+    drop(coordinated);
+    until_subscribers(&url, k.channel(), 0).await;
+}
