@@ -118,5 +118,9 @@ fn main() {
         harness::throughput(&mut contenders, &mt, &o.contended);
     }
     report::print(&rows, &o, &load_before);
+    if rows.iter().any(|r| r.id == subjects::Id::SwBreakerFleet) {
+        let ops = subjects::fleet::store_ops_on_the_closed_path(&rt, 100_000);
+        report::fleet::print(&rows, Some(&ops));
+    }
     eprintln!("(took {:.1} s)", started.elapsed().as_secs_f64());
 }

@@ -5,6 +5,7 @@
 //! mode, and is given as its median with the quartiles over rounds.
 
 mod composition;
+pub(crate) mod fleet;
 mod fmt;
 mod targets;
 

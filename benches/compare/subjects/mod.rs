@@ -10,6 +10,7 @@ mod breakers;
 mod bulkheads;
 mod degradation;
 mod fallbacks;
+pub(crate) mod fleet;
 pub(crate) mod inner;
 mod reference;
 mod stacks;
@@ -63,6 +64,8 @@ pub(crate) enum Id {
     Recloser,
     Deadline,
     SwBreaker,
+    /// The same breaker, coordinated by a fleet over an in-process store.
+    SwBreakerFleet,
     SwBulkhead,
     /// The bulkhead with an adaptive (AIMD) limit.
     SwBulkheadAdaptive,
@@ -90,6 +93,7 @@ impl Id {
             Id::Recloser => "recloser",
             Id::Deadline => "deadline",
             Id::SwBreaker => "breaker",
+            Id::SwBreakerFleet => "breaker in a fleet",
             Id::SwBulkhead => "bulkhead",
             Id::SwBulkheadAdaptive => "adaptive bulkhead",
             Id::SwDegradation => "degradation",
@@ -194,6 +198,7 @@ pub(crate) fn rows(rt: &Runtime) -> Vec<Row> {
     rows.extend(fallbacks::peers());
     rows.extend(bulkheads::seawall());
     rows.extend(breakers::seawall(rt));
+    rows.extend(fleet::rows(rt));
     rows.extend(fallbacks::seawall());
     rows.extend(degradation::rows(rt));
     rows.extend(stacks::rows(rt));

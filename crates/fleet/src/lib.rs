@@ -202,7 +202,7 @@
 //!
 //! # Stores
 //!
-//! [`Store`] is five operations; see its module docs for the contract.
+//! [`Store`] is five operations, and two more for the fleet trip; see its module docs for the contract.
 //! [`LocalStore`] keeps everything in process (TTLs on Tokio's clock, so paused
 //! time drives them) and injects delay, loss and outages for tests and
 //! simulations; it is also the embedded default when all instances live in one
