@@ -326,6 +326,15 @@ impl Breaker {
         self.locked(now, |m| m.cancel(ticket, now));
     }
 
+    /// Reports that an admitted probe's response looked healthy and its body is
+    /// being read (see [`Machine::probe_streaming`]). Nothing for ordinary calls.
+    pub(crate) fn probe_streaming(&self, ticket: Ticket, clock: impl FnOnce() -> Instant) {
+        if ticket.probe.is_some() {
+            let now = clock();
+            self.locked(now, |m| m.probe_streaming(ticket, now));
+        }
+    }
+
     /// Gives an admitted ticket back unused, counting the call as short-circuited
     /// (the inner service was not ready to take it).
     pub(crate) fn turn_away(&self, ticket: Ticket, clock: impl FnOnce() -> Instant) {
@@ -347,10 +356,12 @@ impl Breaker {
         let mut to_log = Vec::new();
         let (out, freed) = {
             let mut m = self.lock();
-            let before = (m.epoch(), m.probes_in_flight());
+            let before = (m.epoch(), m.probes_in_flight(), m.streams_judged());
             let w = self.word.fetch_and(!PENDING_MASK, Ordering::AcqRel);
             m.record_successes(epoch_of(w), w & PENDING_MASK, now);
             let out = f(&mut m);
+            self.telemetry
+                .streams_judged(m.streams_judged().saturating_sub(before.2));
             self.publish(&mut m, now);
             m.emit(|t, subscribers| {
                 self.telemetry.count_transition(t);

@@ -406,8 +406,11 @@ impl Window {
 struct Cold {
     /// The configuration before the first `reconfigure`, for `revert`.
     original: Option<Tuning>,
-    /// Start instants of the probes in flight, one slot per allowed probe.
-    probes: Vec<Option<Instant>>,
+    /// The probes of the half-open period, one slot per allowed probe (plus the
+    /// judged streams still open).
+    probes: Vec<ProbeSlot>,
+    /// Streaming probes judged a success at their half-open timeout.
+    streams_judged: u64,
     ignored: u64,
     cancelled: u64,
     short_circuited: u64,
@@ -439,6 +442,20 @@ struct Cold {
     trip_epoch: u32,
     /// Asked before a probe is admitted, when installed.
     gate: Option<Gate>,
+}
+
+/// One probe slot of a half-open period.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum ProbeSlot {
+    #[default]
+    Free,
+    /// A probe in flight since `started`. `streaming`: its response has arrived and
+    /// looked healthy, and its body is still being read.
+    Running { started: Instant, streaming: bool },
+    /// A streaming probe judged a success at its half-open timeout. The slot stays
+    /// taken (but not in flight) until the body ends, so that the late end is known
+    /// for what it is and not mistaken for another probe's.
+    Judged,
 }
 
 /// The breaker's policy. See the crate docs for the state diagram.
@@ -529,26 +546,37 @@ impl Machine {
                 since: self.since,
                 until: Some(until),
             },
-            Phase::HalfOpen { .. } => match self.probe_deadline() {
-                Some(due) => {
-                    if now >= due {
+            Phase::HalfOpen { successes, .. } => {
+                // What `advance` will make of the probes due by `now`, oldest first:
+                // a streaming one is judged a success, any other one times out.
+                let mut running = self.running_probes();
+                running.sort_unstable_by_key(|&(_, started, _)| started);
+                let mut successes = successes;
+                for (_, started, streaming) in running {
+                    let due = later(started, self.half_open_timeout());
+                    if now < due {
+                        break;
+                    }
+                    if !streaming {
                         let next =
                             self.open_interval(self.streak_of().saturating_add(1), self.next_u());
-                        open(due, later(due, next))
-                    } else {
-                        Reported {
-                            state: State::HalfOpen,
-                            since: self.since,
+                        return open(due, later(due, next));
+                    }
+                    successes += 1;
+                    if successes >= self.tuning.probes_to_close {
+                        return Reported {
+                            state: State::Closed,
+                            since: due,
                             until: None,
-                        }
+                        };
                     }
                 }
-                None => Reported {
+                Reported {
                     state: State::HalfOpen,
                     since: self.since,
                     until: None,
-                },
-            },
+                }
+            }
             phase => Reported {
                 state: phase.state(),
                 since: self.since,
@@ -770,8 +798,11 @@ impl Machine {
     /// Applies the lazy transitions due at `now`.
     pub(crate) fn advance(&mut self, now: Instant) {
         // Each step moves time-driven state forward; at most: a probe times out,
-        // its reopen interval passes, and the breaker is half-open again.
-        for _ in 0..4 {
+        // its reopen interval passes, and the breaker is half-open again. Judging a
+        // streaming probe is no step: each one ends a probe in flight.
+        let mut steps = 0;
+        while steps < 4 {
+            steps += 1;
             match self.phase {
                 Phase::Open { until } if now >= until => {
                     self.transition(
@@ -784,8 +815,16 @@ impl Machine {
                         Reason::OpenIntervalElapsed,
                     );
                 }
-                Phase::HalfOpen { .. } => match self.probe_deadline() {
-                    Some(due) if now >= due => {
+                Phase::HalfOpen { .. } => match self.oldest_probe() {
+                    Some((slot, started, streaming))
+                        if now >= later(started, self.half_open_timeout()) =>
+                    {
+                        let due = later(started, self.half_open_timeout());
+                        if streaming {
+                            steps -= 1;
+                            self.judge_stream(slot, due);
+                            continue;
+                        }
                         let cold = self.cold();
                         cold.probe_timeouts += 1;
                         cold.probe_failures += 1;
@@ -890,16 +929,25 @@ impl Machine {
                 if *in_flight < max {
                     let probes = &mut self.cold.get_or_insert_with(Default::default).probes;
                     if probes.len() < max as usize {
-                        probes.resize(max as usize, None);
+                        probes.resize(max as usize, ProbeSlot::Free);
                     }
-                    if let Some(slot) = probes.iter().position(Option::is_none) {
-                        probes[slot] = Some(now);
-                        *in_flight += 1;
-                        return Admission::Admitted(Ticket {
-                            epoch,
-                            probe: Some(slot as u32),
-                        });
-                    }
+                    // A free slot exists unless judged streams still hold some.
+                    let slot = match probes.iter().position(|p| *p == ProbeSlot::Free) {
+                        Some(slot) => slot,
+                        None => {
+                            probes.push(ProbeSlot::Free);
+                            probes.len() - 1
+                        }
+                    };
+                    probes[slot] = ProbeSlot::Running {
+                        started: now,
+                        streaming: false,
+                    };
+                    *in_flight += 1;
+                    return Admission::Admitted(Ticket {
+                        epoch,
+                        probe: Some(slot as u32),
+                    });
                 }
                 // Turned away while the probes are in flight: wait at most until the
                 // oldest probe must have finished (or counts as failed).
@@ -935,6 +983,15 @@ impl Machine {
             return Recorded::Stale;
         }
         match (ticket.probe, self.phase) {
+            (Some(slot), Phase::HalfOpen { .. }) if self.is_judged(slot) => {
+                // A stream whose verdict was given at its half-open timeout: its end
+                // is counted, never acted on.
+                self.free_probe(slot);
+                if recorded_outcome {
+                    self.cold().stale += 1;
+                }
+                Recorded::Stale
+            }
             (Some(slot), Phase::HalfOpen { .. }) => {
                 if report.timed_out {
                     // The deadline cut the probe off: a probe timeout, like one that
@@ -975,6 +1032,28 @@ impl Machine {
         if let Phase::Closed { .. } | Phase::ForcedClosed = self.phase {
             self.window.record_successes(n, now);
         }
+    }
+
+    /// Reports that a probe's response has arrived, looked healthy, and that its body
+    /// is being read: at its half-open timeout it is judged by what it has shown so
+    /// far (a success) instead of timing out. Ordinary calls and stale tickets are
+    /// left alone.
+    pub(crate) fn probe_streaming(&mut self, ticket: Ticket, now: Instant) {
+        self.advance(now);
+        if ticket.epoch != self.epoch || !matches!(self.phase, Phase::HalfOpen { .. }) {
+            return;
+        }
+        let (Some(slot), Some(cold)) = (ticket.probe, self.cold.as_mut()) else {
+            return;
+        };
+        if let Some(ProbeSlot::Running { streaming, .. }) = cold.probes.get_mut(slot as usize) {
+            *streaming = true;
+        }
+    }
+
+    /// How many streaming probes were judged a success at their half-open timeout.
+    pub(crate) fn streams_judged(&self) -> u64 {
+        self.cold.as_ref().map_or(0, |c| c.streams_judged)
     }
 
     /// Reports that an admitted call was dropped before it finished: not recorded,
@@ -1181,20 +1260,61 @@ impl Machine {
         }
     }
 
-    /// When the oldest probe in flight counts as failed.
+    /// When the oldest probe in flight is judged: it counts as failed, or, if it is
+    /// streaming, as a success.
     pub(crate) fn probe_deadline(&self) -> Option<Instant> {
+        self.oldest_probe()
+            .map(|(_, started, _)| later(started, self.half_open_timeout()))
+    }
+
+    fn half_open_timeout(&self) -> Duration {
+        Duration::from_nanos(self.tuning.half_open_timeout_ns)
+    }
+
+    /// The probes in flight: slot, start, streaming.
+    fn running_probes(&self) -> Vec<(usize, Instant, bool)> {
+        self.cold.as_ref().map_or_else(Vec::new, |c| {
+            c.probes
+                .iter()
+                .enumerate()
+                .filter_map(|(slot, p)| match *p {
+                    ProbeSlot::Running { started, streaming } => Some((slot, started, streaming)),
+                    ProbeSlot::Free | ProbeSlot::Judged => None,
+                })
+                .collect()
+        })
+    }
+
+    /// The probe in flight that started first: slot, start, streaming.
+    fn oldest_probe(&self) -> Option<(usize, Instant, bool)> {
+        let mut oldest: Option<(usize, Instant, bool)> = None;
+        for (slot, p) in self.cold.as_ref()?.probes.iter().enumerate() {
+            if let ProbeSlot::Running { started, streaming } = *p {
+                if oldest.is_none_or(|(_, s, _)| started < s) {
+                    oldest = Some((slot, started, streaming));
+                }
+            }
+        }
+        oldest
+    }
+
+    fn is_judged(&self, slot: u32) -> bool {
         self.cold
-            .as_ref()?
-            .probes
-            .iter()
-            .flatten()
-            .min()
-            .map(|start| {
-                later(
-                    *start,
-                    Duration::from_nanos(self.tuning.half_open_timeout_ns),
-                )
-            })
+            .as_ref()
+            .and_then(|c| c.probes.get(slot as usize))
+            .is_some_and(|p| *p == ProbeSlot::Judged)
+    }
+
+    /// A streaming probe reached its half-open timeout with nothing wrong shown: a
+    /// success, given at `due`. Its slot stays taken until the body ends.
+    fn judge_stream(&mut self, slot: usize, due: Instant) {
+        let cold = self.cold();
+        cold.probes[slot] = ProbeSlot::Judged;
+        cold.streams_judged += 1;
+        if let Phase::HalfOpen { in_flight, .. } = &mut self.phase {
+            *in_flight -= 1;
+        }
+        self.probe_succeeded(due);
     }
 
     fn should_trip(&mut self, now: Instant) -> Option<Reason> {
@@ -1246,15 +1366,7 @@ impl Machine {
     fn finish_probe(&mut self, slot: u32, outcome: Outcome, now: Instant) {
         self.free_probe(slot);
         match outcome {
-            Outcome::Success => {
-                self.cold().probe_successes += 1;
-                if let Phase::HalfOpen { successes, .. } = &mut self.phase {
-                    *successes += 1;
-                    if *successes >= self.tuning.probes_to_close {
-                        self.close(now, Reason::ProbesSucceeded);
-                    }
-                }
-            }
+            Outcome::Success => self.probe_succeeded(now),
             Outcome::Failure => {
                 let cold = self.cold();
                 cold.probe_failures += 1;
@@ -1266,10 +1378,20 @@ impl Machine {
         }
     }
 
+    fn probe_succeeded(&mut self, now: Instant) {
+        self.cold().probe_successes += 1;
+        if let Phase::HalfOpen { successes, .. } = &mut self.phase {
+            *successes += 1;
+            if *successes >= self.tuning.probes_to_close {
+                self.close(now, Reason::ProbesSucceeded);
+            }
+        }
+    }
+
     fn free_probe(&mut self, slot: u32) {
         if let (Phase::HalfOpen { in_flight, .. }, Some(cold)) = (&mut self.phase, &mut self.cold) {
-            if let Some(start) = cold.probes.get_mut(slot as usize) {
-                if start.take().is_some() {
+            if let Some(p) = cold.probes.get_mut(slot as usize) {
+                if let ProbeSlot::Running { .. } = std::mem::take(p) {
                     *in_flight -= 1;
                 }
             }
@@ -1341,7 +1463,7 @@ impl Machine {
         let max = self.tuning.half_open_max as usize;
         let cold = self.cold();
         if leaving_half_open {
-            cold.probes.iter_mut().for_each(|p| *p = None);
+            cold.probes.iter_mut().for_each(|p| *p = ProbeSlot::Free);
             cold.probes.truncate(max);
         }
         match to_state {
@@ -1394,3 +1516,6 @@ pub(crate) mod tests;
 
 #[cfg(test)]
 mod hook_tests;
+
+#[cfg(test)]
+mod stream_tests;

@@ -292,6 +292,16 @@ impl Telemetry {
         }
     }
 
+    /// Streaming probes judged a success at their half-open timeout: their verdict
+    /// is given here, their calls are counted in `calls_total` when they end.
+    #[inline]
+    pub(crate) fn streams_judged(&self, n: u64) {
+        #[cfg(feature = "metrics")]
+        if n != 0 {
+            self.metrics.probe_success.increment(n);
+        }
+    }
+
     /// Successes tallied on the lock-free path (already counted as successes) that
     /// turned out to be stale: a state change was being made when they were tallied.
     pub(crate) fn stale(&self, n: u64) {
