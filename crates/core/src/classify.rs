@@ -132,6 +132,13 @@ impl<C: std::fmt::Debug, F> std::fmt::Debug for WithReason<C, F> {
     }
 }
 
+impl<C, F> WithReason<C, F> {
+    /// The classifier the reasons were added to.
+    pub fn classifier(&self) -> &C {
+        &self.classifier
+    }
+}
+
 impl<C, F, Res> Classify<Res> for WithReason<C, F>
 where
     C: Classify<Res>,
@@ -470,6 +477,9 @@ impl<B> Classify<http::Response<B>> for HttpStatus {
     }
 }
 
+/// The header (or trailer) that carries a gRPC status; typed, so no call parses it.
+pub(crate) const GRPC_STATUS: http::HeaderName = http::HeaderName::from_static("grpc-status");
+
 /// gRPC status codes, as numbered on the wire.
 pub mod grpc_code {
     #![allow(missing_docs)]
@@ -500,10 +510,13 @@ pub mod grpc_code {
 /// `RESOURCE_EXHAUSTED`, `INTERNAL`, `UNKNOWN` and `DATA_LOSS` are failures; every
 /// other code (`NOT_FOUND`, `INVALID_ARGUMENT`, `PERMISSION_DENIED`, …) is a success.
 ///
-/// What it does **not** see: a status sent in the body's trailers after a streamed
-/// response began. Such a response has no `grpc-status` header and is classified by
-/// its HTTP status (200 is a success). Classifying at end of stream needs the
-/// response body to be observed through [`Guarded`](crate::http::Guarded).
+/// What it does **not** see on its own: a status sent in the body's trailers after a
+/// streamed response began. Such a response has no `grpc-status` header and is
+/// classified by its HTTP status (200 is a success). A layer that holds the call
+/// until the body ends (the breaker's and the degradation layer's
+/// `hold_until_body_end`) asks it again then, through
+/// [`ClassifyBodyEnd`](crate::http::ClassifyBodyEnd) (feature `http`): the
+/// trailers' `grpc-status` decides, by the same codes.
 #[derive(Debug, Clone, Copy)]
 pub struct GrpcStatus {
     failing_codes: u32,
@@ -565,12 +578,23 @@ impl GrpcStatus {
     /// Classifies from response headers: the `grpc-status` header when present,
     /// otherwise the HTTP status.
     pub fn classify_parts(&self, status: StatusCode, headers: &http::HeaderMap) -> Outcome {
-        match headers.get("grpc-status") {
-            Some(v) => match v.to_str().ok().and_then(|s| s.trim().parse::<u32>().ok()) {
-                Some(code) => self.classify_code(code),
-                None => self.classify_code(u32::from(grpc_code::UNKNOWN)),
-            },
+        match headers.get(GRPC_STATUS) {
+            Some(v) => self.classify_status_value(v),
             None => self.http.classify_status(status),
+        }
+    }
+
+    /// Classifies a `grpc-status` value, from the headers of a trailers-only
+    /// response or from the trailers of a streamed one. An unreadable value counts
+    /// as `UNKNOWN`.
+    pub fn classify_status_value(&self, value: &http::HeaderValue) -> Outcome {
+        match value
+            .to_str()
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok())
+        {
+            Some(code) => self.classify_code(code),
+            None => self.classify_code(u32::from(grpc_code::UNKNOWN)),
         }
     }
 }

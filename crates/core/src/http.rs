@@ -35,7 +35,9 @@ use tower_service::Service;
 
 pub use http_body_util::{Either, Full};
 
+use crate::classify::{AdmissionAsFailure, ErrorsAsFailures, GrpcStatus, HttpStatus, WithReason};
 use crate::rejection::{find_rejection, BoxError, Rejection};
+use crate::Outcome;
 
 /// The body of a rendered rejection or a fixed answer.
 pub type RenderedBody = Full<Bytes>;
@@ -244,6 +246,90 @@ pub enum BodyEnd<'a> {
     Errored,
     /// The body was dropped before its end.
     Dropped,
+}
+
+/// Decides the outcome of a response whose call was held until its body ended.
+///
+/// A layer holding the call (the breaker's and the degradation layer's
+/// `hold_until_body_end`) first classifies the response by its headers with
+/// [`Classify`](crate::Classify); only a response found healthy there, whose body
+/// is still to come, is held, and this decides when the body ends:
+///
+/// - **trailers:** [`GrpcStatus`] reads their `grpc-status` with the same codes as
+///   in headers (a stream that fails after its first messages is a failure); the
+///   other provided classifiers, and trailers without `grpc-status`, keep the
+///   headers' verdict: a success;
+/// - **an error from the body** (a reset stream, a connection lost mid-body): a
+///   failure for every provided classifier;
+/// - **dropped before its end:** never asked; the layer reports the call cancelled
+///   (answer [`Outcome::Ignore`] if asked anyway).
+///
+/// ```
+/// use http::{HeaderMap, HeaderValue};
+/// use seawall_core::http::{BodyEnd, ClassifyBodyEnd};
+/// use seawall_core::{GrpcStatus, Outcome};
+///
+/// let mut trailers = HeaderMap::new();
+/// trailers.insert("grpc-status", HeaderValue::from_static("14")); // UNAVAILABLE
+/// let end = BodyEnd::Complete { trailers: Some(&trailers) };
+/// assert_eq!(GrpcStatus::default().classify_body_end(end), Outcome::Failure);
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot classify the end of a response body",
+    label = "expected a classifier that also implements `ClassifyBodyEnd`",
+    note = "holding a call until its body ends needs a classifier for the end too: `GrpcStatus`, `HttpStatus`, `ErrorsAsFailures` (or `AdmissionAsFailure`/`with_reason` around them), or a type of your own implementing `ClassifyBodyEnd`"
+)]
+pub trait ClassifyBodyEnd {
+    /// The outcome once the body has ended as `end`.
+    fn classify_body_end(&self, end: BodyEnd<'_>) -> Outcome;
+}
+
+/// The verdict of every provided classifier but [`GrpcStatus`]: the headers
+/// said success, so only an error from the body changes it.
+fn body_errors_as_failures(end: BodyEnd<'_>) -> Outcome {
+    match end {
+        BodyEnd::Complete { .. } => Outcome::Success,
+        BodyEnd::Errored => Outcome::Failure,
+        BodyEnd::Dropped => Outcome::Ignore,
+    }
+}
+
+impl ClassifyBodyEnd for ErrorsAsFailures {
+    fn classify_body_end(&self, end: BodyEnd<'_>) -> Outcome {
+        body_errors_as_failures(end)
+    }
+}
+
+impl ClassifyBodyEnd for HttpStatus {
+    fn classify_body_end(&self, end: BodyEnd<'_>) -> Outcome {
+        body_errors_as_failures(end)
+    }
+}
+
+impl ClassifyBodyEnd for GrpcStatus {
+    fn classify_body_end(&self, end: BodyEnd<'_>) -> Outcome {
+        match end {
+            BodyEnd::Complete {
+                trailers: Some(trailers),
+            } => match trailers.get(crate::classify::GRPC_STATUS) {
+                Some(value) => self.classify_status_value(value),
+                None => Outcome::Success,
+            },
+            end => body_errors_as_failures(end),
+        }
+    }
+}
+
+impl<C: ClassifyBodyEnd> ClassifyBodyEnd for AdmissionAsFailure<C> {
+    fn classify_body_end(&self, end: BodyEnd<'_>) -> Outcome {
+        self.0.classify_body_end(end)
+    }
+}
+
+impl<C: ClassifyBodyEnd, F> ClassifyBodyEnd for WithReason<C, F> {
+    fn classify_body_end(&self, end: BodyEnd<'_>) -> Outcome {
+        self.classifier().classify_body_end(end)
+    }
 }
 
 /// A value told how a [`Guarded`] body ended, exactly once, then dropped.
@@ -513,6 +599,61 @@ mod tests {
         assert!(!body.is_holding());
         drop(body);
         assert_eq!(rec.events(), ["complete"]);
+    }
+
+    #[test]
+    fn the_end_of_a_body_is_classified_by_its_trailers_or_its_error() {
+        use crate::{with_reason, Classify, ClassifyInput};
+        let trailers = |code: &'static str| {
+            let mut t = HeaderMap::new();
+            t.insert("grpc-status", HeaderValue::from_static(code));
+            t
+        };
+        let unavailable = trailers("14");
+        let ok = trailers("0");
+        let not_found = trailers("5");
+        let garbage = trailers("x");
+        let grpc = GrpcStatus::default();
+        let complete = |t| BodyEnd::Complete { trailers: Some(t) };
+        assert_eq!(grpc.classify_body_end(complete(&unavailable)), Outcome::Failure);
+        assert_eq!(grpc.classify_body_end(complete(&ok)), Outcome::Success);
+        assert_eq!(grpc.classify_body_end(complete(&not_found)), Outcome::Success);
+        assert_eq!(grpc.classify_body_end(complete(&garbage)), Outcome::Failure);
+        let other_trailers = {
+            let mut t = HeaderMap::new();
+            t.insert("x-checksum", HeaderValue::from_static("abc"));
+            t
+        };
+        assert_eq!(grpc.classify_body_end(complete(&other_trailers)), Outcome::Success);
+        // The same codes as in headers, reconfigured the same way.
+        let lenient = grpc.without_failure(crate::grpc_code::UNAVAILABLE);
+        assert_eq!(lenient.classify_body_end(complete(&unavailable)), Outcome::Success);
+        for c in [
+            &grpc as &dyn ClassifyBodyEnd,
+            &HttpStatus::default(),
+            &ErrorsAsFailures,
+            &AdmissionAsFailure(GrpcStatus::default()),
+        ] {
+            assert_eq!(c.classify_body_end(BodyEnd::Errored), Outcome::Failure);
+            assert_eq!(
+                c.classify_body_end(BodyEnd::Complete { trailers: None }),
+                Outcome::Success
+            );
+            assert_eq!(c.classify_body_end(BodyEnd::Dropped), Outcome::Ignore);
+        }
+        // Only gRPC reads the trailers' status.
+        assert_eq!(
+            HttpStatus::default().classify_body_end(complete(&unavailable)),
+            Outcome::Success
+        );
+        let reasoned = with_reason(grpc, |_r: ClassifyInput<'_, Response<()>>, _o| None);
+        assert_eq!(reasoned.classify_body_end(complete(&unavailable)), Outcome::Failure);
+        // The one mapping: a status read from headers gives the same verdict.
+        let res = Response::builder()
+            .header("grpc-status", "14")
+            .body(())
+            .unwrap();
+        assert_eq!(grpc.classify(Ok(&res)), Outcome::Failure);
     }
 
     #[tokio::test]
