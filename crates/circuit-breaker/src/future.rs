@@ -47,7 +47,7 @@ impl Guard {
     /// failure, as every peer records it. A panic seen only when the future is
     /// dropped would look like a cancellation under `catch_unwind`.
     #[cold]
-    fn finish_panicked(&mut self) {
+    pub(crate) fn finish_panicked(&mut self) {
         self.finish(Outcome::Failure, false);
     }
 
@@ -57,6 +57,15 @@ impl Guard {
         if let (Some(breaker), Some(_)) = (&self.breaker, reason) {
             breaker.reason(outcome, reason);
         }
+    }
+
+    /// Takes the ticket out, for a holder that reports it later (a response body):
+    /// the breaker, the ticket and the start instant, if not already reported.
+    #[cfg(feature = "http")]
+    pub(crate) fn into_held(mut self) -> Option<(Arc<Breaker>, Ticket, Option<Instant>)> {
+        self.breaker
+            .take()
+            .map(|breaker| (breaker, self.ticket, self.started))
     }
 
     pub(crate) fn is_done(&self) -> bool {
@@ -135,6 +144,20 @@ impl<F, C> ResponseFuture<F, C> {
         }
     }
 
+    /// The inner future, the ticket and the classifier of an admitted call not yet
+    /// polled; a rejected call's future as it is.
+    #[cfg(feature = "http")]
+    pub(crate) fn into_admitted(self) -> Result<(Bounded<F>, Guard, C), Self> {
+        match self.kind {
+            Kind::Admitted {
+                future,
+                guard,
+                classifier,
+            } => Ok((future, guard, classifier)),
+            kind @ Kind::Rejected { .. } => Err(Self { kind }),
+        }
+    }
+
     pub(crate) fn rejected(name: Name, retry_after: Duration, cause: OpenCause) -> Self {
         Self {
             kind: Kind::Rejected {
@@ -156,7 +179,7 @@ impl<F, C> fmt::Debug for ResponseFuture<F, C> {
     }
 }
 
-fn polled_after_completion() -> BoxError {
+pub(crate) fn polled_after_completion() -> BoxError {
     "circuit breaker response future polled after completion".into()
 }
 

@@ -289,6 +289,8 @@
 //! `seawall_breaker_`).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(feature = "http")]
+mod body;
 mod breaker;
 mod config;
 mod future;
@@ -304,6 +306,9 @@ mod service;
 mod sync;
 mod telemetry;
 
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub use body::{HeldTicket, UntilBodyEnd, UntilBodyEndFuture, UntilBodyEndLayer};
 pub use config::{
     CircuitBreakerBuilder, CircuitBreakerConfig, RampConfig, SlowCallConfig, TripPolicy,
     MAX_COUNT_WINDOW, MAX_HALF_OPEN_PROBES,

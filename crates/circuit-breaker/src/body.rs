@@ -1,0 +1,388 @@
+//! Holding a call's ticket until its response body ends, for streamed responses.
+
+use std::error::Error;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use http_body::Body;
+use pin_project_lite::pin_project;
+use seawall_core::http::{guard_response, BodyEnd, ClassifyBodyEnd, Guarded, OnBodyEnd};
+use seawall_core::{on_unwind, Bounded, BoxError, Classify, ClassifyRequest, Outcome};
+use tokio::time::Instant;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::breaker::Breaker;
+use crate::future::{polled_after_completion, Guard, ResponseFuture};
+use crate::handle::Handle;
+use crate::layer::CircuitBreakerLayer;
+use crate::machine::{Report, Ticket};
+use crate::service::CircuitBreaker;
+
+impl<C> CircuitBreakerLayer<C> {
+    /// The same breaker, but a call whose response looks healthy is reported when
+    /// the response **body** ends, so a gRPC stream that fails after its first
+    /// messages (its `grpc-status` in the trailers) counts as a failure. Its
+    /// services return `http::Response<Guarded<B, HeldTicket<_>>>`. See
+    /// [`UntilBodyEnd`].
+    #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+    pub fn hold_until_body_end(self) -> UntilBodyEndLayer<C> {
+        UntilBodyEndLayer { layer: self }
+    }
+}
+
+/// Applies a circuit breaker that reports each call when its response body ends;
+/// made by [`CircuitBreakerLayer::hold_until_body_end`].
+///
+/// It keeps the breaker of the layer it was made from: services of every mode
+/// built from that layer, and all their clones, share one breaker.
+pub struct UntilBodyEndLayer<C> {
+    layer: CircuitBreakerLayer<C>,
+}
+
+impl<C> UntilBodyEndLayer<C> {
+    /// The operator's handle on the breaker.
+    pub fn handle(&self) -> Handle {
+        self.layer.handle()
+    }
+
+    /// The breaker's name.
+    pub fn name(&self) -> &str {
+        self.layer.name()
+    }
+}
+
+impl<C: Clone> Clone for UntilBodyEndLayer<C> {
+    fn clone(&self) -> Self {
+        Self {
+            layer: self.layer.clone(),
+        }
+    }
+}
+
+impl<C: fmt::Debug> fmt::Debug for UntilBodyEndLayer<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UntilBodyEndLayer")
+            .field("layer", &self.layer)
+            .finish()
+    }
+}
+
+impl<S, C: Clone> Layer<S> for UntilBodyEndLayer<C> {
+    type Service = UntilBodyEnd<S, C>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        UntilBodyEnd {
+            inner: self.layer.layer(inner),
+        }
+    }
+}
+
+/// A [`CircuitBreaker`] over `http::Response<B>` that reports a call when its
+/// response body ends, not when the response arrives.
+///
+/// - **Decided by the headers first.** The classifier sees the response as in the
+///   default mode; a failure there (an HTTP `503`, a trailers-only gRPC response
+///   with `grpc-status` in its headers), an ignored outcome, or a body that has
+///   already ended is reported at once, exactly as in the default mode.
+/// - **Otherwise held to the end of the body.** The ticket moves into the body
+///   ([`HeldTicket`]), and the classifier's [`ClassifyBodyEnd`] gives the verdict
+///   when the body ends: [`GrpcStatus`](seawall_core::GrpcStatus) reads the
+///   trailers' `grpc-status`; an error from the body is a failure. A body dropped
+///   before its end reports the call **cancelled**, as a dropped future does: not
+///   recorded, its probe slot freed.
+/// - **A long stream is judged by what it has shown.** A half-open probe whose
+///   body is still streaming without error when its half-open timeout comes is
+///   judged a success then, not failed: the dependency answered and has kept
+///   answering. Otherwise a stream that outlives the timeout (a subscription, a
+///   server-streaming RPC that lasts minutes) would fail a healthy dependency and
+///   keep the breaker half-open for as long as it lasts. Its verdict is given
+///   once: its end is still counted as a call (as stale), but never acted on. A
+///   probe still waiting for its response at the timeout fails as in the default
+///   mode.
+/// - **Slow calls** are measured to the response, not to the end of the body: a
+///   long stream is not a slow call.
+/// - Reasons ([`Classify::reason`]) are counted for calls reported at the
+///   response; a held call's verdict comes from its body and gives none.
+/// - A request's deadline bounds the wait for the response, as in the default
+///   mode; the body's duration is the caller's to bound.
+///
+/// ```
+/// use bytes::Bytes;
+/// use http_body_util::{BodyExt, StreamBody};
+/// use http_body::Frame;
+/// use seawall_circuit_breaker::CircuitBreakerLayer;
+/// use seawall_core::{BoxError, GrpcStatus};
+/// use tower::{service_fn, Layer, ServiceExt};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), BoxError> {
+/// let layer = CircuitBreakerLayer::builder("quotes-stream")
+///     .consecutive_failures(1)
+///     .classifier(GrpcStatus::default())
+///     .build()?
+///     .hold_until_body_end();
+/// let handle = layer.handle();
+/// // A gRPC server that streams one message, then fails with UNAVAILABLE in the trailers.
+/// let server = service_fn(|_req: http::Request<()>| async {
+///     let mut trailers = http::HeaderMap::new();
+///     trailers.insert("grpc-status", http::HeaderValue::from_static("14"));
+///     let frames = vec![
+///         Ok::<_, BoxError>(Frame::data(Bytes::from_static(b"quote 1"))),
+///         Ok(Frame::trailers(trailers)),
+///     ];
+///     Ok::<_, BoxError>(http::Response::new(StreamBody::new(futures_util::stream::iter(frames))))
+/// });
+/// let response = layer.layer(server).oneshot(http::Request::new(())).await?;
+/// // The headers said 200: nothing is reported until the body ends...
+/// assert_eq!(handle.snapshot().counters.failures, 0);
+/// let _ = response.into_body().collect().await?;
+/// // ...and its trailers said UNAVAILABLE: a failure, and the breaker opens.
+/// assert_eq!(handle.snapshot().counters.failures, 1);
+/// assert_eq!(handle.state(), seawall_circuit_breaker::State::Open);
+/// # Ok(())
+/// # }
+/// ```
+///
+/// **What `Clone` shares:** the breaker, as [`CircuitBreaker`].
+pub struct UntilBodyEnd<S, C> {
+    inner: CircuitBreaker<S, C>,
+}
+
+impl<S, C> UntilBodyEnd<S, C> {
+    /// The operator's handle on the breaker.
+    pub fn handle(&self) -> Handle {
+        self.inner.handle()
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        self.inner.get_ref()
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        self.inner.get_mut()
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner.into_inner()
+    }
+}
+
+impl<S: Clone, C: Clone> Clone for UntilBodyEnd<S, C> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<S: fmt::Debug, C: fmt::Debug> fmt::Debug for UntilBodyEnd<S, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UntilBodyEnd")
+            .field("inner", &self.inner)
+            .finish()
+    }
+}
+
+impl<S, C, Req, B> Service<Req> for UntilBodyEnd<S, C>
+where
+    S: Service<Req, Response = http::Response<B>>,
+    S::Error: Into<BoxError>,
+    C: ClassifyRequest<Req, http::Response<B>>,
+    C::Classifier: ClassifyBodyEnd,
+    B: Body,
+{
+    type Response = http::Response<Guarded<B, HeldTicket<C::Classifier>>>;
+    type Error = BoxError;
+    type Future = UntilBodyEndFuture<S::Future, C::Classifier>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        let kind = match self.inner.call(req).into_admitted() {
+            Ok((future, guard, classifier)) => Kind::Admitted {
+                future,
+                held: Some((guard, classifier)),
+            },
+            Err(rejected) => Kind::Rejected { future: rejected },
+        };
+        UntilBodyEndFuture { kind }
+    }
+}
+
+pin_project! {
+    /// The response future of [`UntilBodyEnd`]: as [`ResponseFuture`], but a
+    /// healthy-looking response carries the call's ticket in its body.
+    pub struct UntilBodyEndFuture<F, C> {
+        #[pin]
+        kind: Kind<F, C>,
+    }
+}
+
+pin_project! {
+    #[project = KindProj]
+    enum Kind<F, C> {
+        Admitted {
+            #[pin]
+            future: Bounded<F>,
+            held: Option<(Guard, C)>,
+        },
+        Rejected {
+            #[pin]
+            future: ResponseFuture<F, C>,
+        },
+    }
+}
+
+impl<F, C> fmt::Debug for UntilBodyEndFuture<F, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match &self.kind {
+            Kind::Admitted { .. } => "admitted",
+            Kind::Rejected { .. } => "rejected",
+        };
+        f.debug_struct("UntilBodyEndFuture")
+            .field("kind", &kind)
+            .finish()
+    }
+}
+
+impl<F, C, B, E> Future for UntilBodyEndFuture<F, C>
+where
+    F: Future<Output = Result<http::Response<B>, E>>,
+    E: Into<BoxError>,
+    C: Classify<http::Response<B>> + ClassifyBodyEnd,
+    B: Body,
+{
+    type Output = Result<http::Response<Guarded<B, HeldTicket<C>>>, BoxError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().kind.project() {
+            KindProj::Admitted { future, held } => {
+                let Some((guard, _)) = held.as_mut() else {
+                    return Poll::Ready(Err(polled_after_completion()));
+                };
+                let polled = on_unwind(|| future.poll(cx), || guard.finish_panicked());
+                let result = ready!(polled);
+                let Some((mut guard, classifier)) = held.take() else {
+                    return Poll::Ready(Err(polled_after_completion()));
+                };
+                Poll::Ready(match result {
+                    Ok(Ok(response)) => {
+                        let outcome = classifier.classify(Ok(&response));
+                        if outcome == Outcome::Success && !response.body().is_end_stream() {
+                            let ticket = HeldTicket::hold(guard, classifier);
+                            Ok(guard_response(response, ticket))
+                        } else {
+                            guard.reason(outcome, classifier.reason(Ok(&response), outcome));
+                            guard.finish(outcome, false);
+                            Ok(guard_response(response, HeldTicket::released()))
+                        }
+                    }
+                    Ok(Err(error)) => {
+                        let error: BoxError = error.into();
+                        let failed: &(dyn Error + 'static) = &*error;
+                        let outcome = classifier.classify(Err(failed));
+                        guard.reason(outcome, classifier.reason(Err(failed), outcome));
+                        guard.finish(outcome, false);
+                        Err(error)
+                    }
+                    Err(exceeded) => {
+                        // The dependency had the call and the budget ran out: too slow.
+                        guard.finish(Outcome::Failure, true);
+                        Err(Box::new(exceeded))
+                    }
+                })
+            }
+            KindProj::Rejected { future } => {
+                // A rejected call never answers with a response; mapped for the type.
+                let response = ready!(future.poll(cx))?;
+                Poll::Ready(Ok(guard_response(response, HeldTicket::released())))
+            }
+        }
+    }
+}
+
+/// A call's ticket, held by its response body ([`Guarded`]) and reported to the
+/// breaker exactly once: with the classifier's [`ClassifyBodyEnd`] verdict when the
+/// body ends or fails, or as cancelled if the body is dropped first.
+///
+/// Empty (reports nothing) when the call was already reported from the response's
+/// headers.
+pub struct HeldTicket<C> {
+    held: Option<Held<C>>,
+}
+
+struct Held<C> {
+    breaker: Arc<Breaker>,
+    ticket: Ticket,
+    /// Measured to the response: a long stream is not a slow call.
+    slow: bool,
+    classifier: C,
+}
+
+impl<C> HeldTicket<C> {
+    fn released() -> Self {
+        Self { held: None }
+    }
+
+    fn hold(guard: Guard, classifier: C) -> Self {
+        let Some((breaker, ticket, started)) = guard.into_held() else {
+            return Self::released();
+        };
+        let mut now = None;
+        let mut clock = || *now.get_or_insert_with(Instant::now);
+        let slow = started.is_some_and(|started| {
+            breaker.is_slow(clock().saturating_duration_since(started))
+        });
+        // A probe: from now on it is judged by what it shows (see `UntilBodyEnd`).
+        breaker.probe_streaming(ticket, clock);
+        Self {
+            held: Some(Held {
+                breaker,
+                ticket,
+                slow,
+                classifier,
+            }),
+        }
+    }
+
+    /// Whether the ticket is still to be reported (the body has not ended).
+    pub fn is_held(&self) -> bool {
+        self.held.is_some()
+    }
+}
+
+impl<C> fmt::Debug for HeldTicket<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HeldTicket")
+            .field("held", &self.is_held())
+            .finish()
+    }
+}
+
+impl<C: ClassifyBodyEnd> OnBodyEnd for HeldTicket<C> {
+    fn on_body_end(self, end: BodyEnd<'_>) {
+        let Some(held) = self.held else {
+            return;
+        };
+        if let BodyEnd::Dropped = end {
+            held.breaker.cancel(held.ticket, Instant::now);
+            return;
+        }
+        let report = Report {
+            outcome: held.classifier.classify_body_end(end),
+            slow: held.slow,
+            timed_out: false,
+        };
+        held.breaker
+            .complete(held.ticket, report, None, Instant::now);
+    }
+}

@@ -1,0 +1,247 @@
+//! Holding the ticket until the response body ends, with tokio's paused clock.
+#![cfg(feature = "http")]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue};
+use http_body::{Body, Frame};
+use http_body_util::BodyExt;
+use seawall_circuit_breaker::{CircuitBreakerLayer, Handle, State, UntilBodyEndLayer};
+use seawall_core::{BoxError, GrpcStatus};
+use tokio::sync::mpsc;
+use tokio::time::advance;
+use tower::{service_fn, Layer, Service, ServiceExt};
+
+const S: Duration = Duration::from_secs(1);
+
+type Sent = Result<Frame<Bytes>, std::io::Error>;
+
+/// A response body the test writes to: frames sent on the channel, ending when the
+/// sender is dropped.
+struct Stream(mpsc::UnboundedReceiver<Sent>);
+
+impl Body for Stream {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Sent>> {
+        self.0.poll_recv(cx)
+    }
+}
+
+fn trailers(code: &'static str) -> HeaderMap {
+    let mut t = HeaderMap::new();
+    t.insert("grpc-status", HeaderValue::from_static(code));
+    t
+}
+
+fn message(text: &'static str) -> Sent {
+    Ok(Frame::data(Bytes::from_static(text.as_bytes())))
+}
+
+/// A gRPC-style server whose every response body is fed by the sender the test
+/// receives on `bodies`.
+fn streaming_server(
+    bodies: mpsc::UnboundedSender<mpsc::UnboundedSender<Sent>>,
+) -> impl Service<
+    http::Request<()>,
+    Response = http::Response<Stream>,
+    Error = BoxError,
+    Future: Send,
+> + Clone {
+    service_fn(move |_req: http::Request<()>| {
+        let (tx, rx) = mpsc::unbounded_channel();
+        bodies.send(tx).unwrap();
+        async move { Ok::<_, BoxError>(http::Response::new(Stream(rx))) }
+    })
+}
+
+fn layer(consecutive: u32) -> UntilBodyEndLayer<GrpcStatus> {
+    CircuitBreakerLayer::builder("quotes-stream")
+        .consecutive_failures(consecutive)
+        .open_for(10 * S)
+        .jitter(0.0)
+        .half_open_timeout(2 * S)
+        .classifier(GrpcStatus::default())
+        .build()
+        .unwrap()
+        .hold_until_body_end()
+}
+
+fn calls(handle: &Handle) -> (u64, u64, u64) {
+    let c = handle.snapshot().counters;
+    (c.successes, c.failures, c.cancelled)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_is_reported_when_its_body_ends_with_the_status_in_its_trailers() {
+    let layer = layer(2);
+    let handle = layer.handle();
+    let (bodies, mut sent) = mpsc::unbounded_channel();
+    let svc = layer.layer(streaming_server(bodies));
+
+    // OK in the trailers: a success, reported at the end and not before.
+    let response = svc.clone().oneshot(http::Request::new(())).await.unwrap();
+    let tx = sent.recv().await.unwrap();
+    assert!(response.body().is_holding());
+    tx.send(message("quote 1")).unwrap();
+    tx.send(Ok(Frame::trailers(trailers("0")))).unwrap();
+    drop(tx);
+    assert_eq!(calls(&handle), (0, 0, 0), "nothing reported before the end");
+    let collected = response.into_body().collect().await.unwrap();
+    assert_eq!(collected.trailers().unwrap()["grpc-status"], "0");
+    assert_eq!(calls(&handle), (1, 0, 0));
+
+    // Two messages, then UNAVAILABLE in the trailers: a failure.
+    let response = svc.clone().oneshot(http::Request::new(())).await.unwrap();
+    let tx = sent.recv().await.unwrap();
+    tx.send(message("quote 1")).unwrap();
+    tx.send(message("quote 2")).unwrap();
+    tx.send(Ok(Frame::trailers(trailers("14")))).unwrap();
+    let mut body = response.into_body();
+    for expected in ["quote 1", "quote 2"] {
+        let frame = body.frame().await.unwrap().unwrap();
+        assert_eq!(frame.into_data().unwrap(), expected.as_bytes());
+        assert_eq!(calls(&handle), (1, 0, 0));
+    }
+    let frame = body.frame().await.unwrap().unwrap();
+    assert!(frame.is_trailers());
+    assert_eq!(calls(&handle), (1, 1, 0));
+    assert!(!body.is_holding());
+
+    // NOT_FOUND in the trailers is a business answer: a success.
+    let response = svc.clone().oneshot(http::Request::new(())).await.unwrap();
+    let tx = sent.recv().await.unwrap();
+    tx.send(Ok(Frame::trailers(trailers("5")))).unwrap();
+    drop(tx);
+    let _ = response.into_body().collect().await.unwrap();
+    assert_eq!(calls(&handle), (2, 1, 0));
+    assert_eq!(handle.state(), State::Closed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_body_error_is_a_failure_and_a_body_dropped_early_is_cancelled() {
+    let layer = layer(1);
+    let handle = layer.handle();
+    let (bodies, mut sent) = mpsc::unbounded_channel();
+    let svc = layer.layer(streaming_server(bodies));
+
+    // Dropped after one message: cancelled, not recorded.
+    let response = svc.clone().oneshot(http::Request::new(())).await.unwrap();
+    let tx = sent.recv().await.unwrap();
+    tx.send(message("quote 1")).unwrap();
+    let mut body = response.into_body();
+    assert!(body.frame().await.unwrap().unwrap().is_data());
+    drop(body);
+    assert_eq!(calls(&handle), (0, 0, 1));
+    assert_eq!(handle.state(), State::Closed);
+
+    // A reset mid-stream: a failure, and one failure opens this breaker.
+    let response = svc.clone().oneshot(http::Request::new(())).await.unwrap();
+    let tx = sent.recv().await.unwrap();
+    tx.send(message("quote 1")).unwrap();
+    tx.send(Err(std::io::Error::other("stream reset"))).unwrap();
+    assert!(response.into_body().collect().await.is_err());
+    assert_eq!(calls(&handle), (0, 1, 1));
+    assert_eq!(handle.state(), State::Open);
+    let c = handle.snapshot().counters;
+    assert_eq!(c.calls, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_trailers_only_failure_is_reported_from_the_headers_at_once() {
+    let layer = layer(1);
+    let handle = layer.handle();
+    let svc = layer.layer(service_fn(|_req: http::Request<()>| async {
+        // What a gRPC server sends when it fails before streaming: the status in
+        // the headers, an empty body.
+        let res = http::Response::builder()
+            .header("grpc-status", "14")
+            .body(http_body_util::Empty::<Bytes>::new())
+            .unwrap();
+        Ok::<_, BoxError>(res)
+    }));
+    let response = svc.oneshot(http::Request::new(())).await.unwrap();
+    assert!(!response.body().is_holding());
+    assert_eq!(calls(&handle), (0, 1, 0));
+    assert_eq!(handle.state(), State::Open);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_still_streaming_at_its_half_open_timeout_is_judged_a_success() {
+    let layer = layer(1);
+    let handle = layer.handle();
+    let (bodies, mut sent) = mpsc::unbounded_channel();
+    let svc = layer.layer(streaming_server(bodies));
+
+    // Trip it with a stream that fails.
+    let response = svc.clone().oneshot(http::Request::new(())).await.unwrap();
+    let tx = sent.recv().await.unwrap();
+    tx.send(Ok(Frame::trailers(trailers("14")))).unwrap();
+    drop(tx);
+    let _ = response.into_body().collect().await.unwrap();
+    assert_eq!(handle.state(), State::Open);
+
+    advance(10 * S).await;
+    // The probe: its response arrives, then it keeps streaming.
+    let response = svc.clone().oneshot(http::Request::new(())).await.unwrap();
+    let tx = sent.recv().await.unwrap();
+    assert_eq!(handle.state(), State::HalfOpen);
+    let mut body = response.into_body();
+    tx.send(message("tick 1")).unwrap();
+    assert!(body.frame().await.unwrap().unwrap().is_data());
+    advance(2 * S - Duration::from_millis(1)).await;
+    assert_eq!(handle.state(), State::HalfOpen);
+    advance(Duration::from_millis(1)).await;
+    // At the timeout: judged by what it has shown, a success.
+    assert_eq!(handle.state(), State::Closed);
+    // Another caller is let through at once.
+    let other = svc.clone().oneshot(http::Request::new(())).await.unwrap();
+    drop(other);
+    let c = handle.snapshot().counters;
+    assert_eq!((c.probe_successes, c.probe_failures, c.probe_timeouts), (1, 0, 0));
+
+    // Much later the stream fails: counted once, as stale, and the breaker stays closed.
+    advance(60 * S).await;
+    tx.send(message("tick 2")).unwrap();
+    tx.send(Ok(Frame::trailers(trailers("14")))).unwrap();
+    drop(tx);
+    let _ = body.collect().await.unwrap();
+    assert_eq!(handle.state(), State::Closed);
+    let c = handle.snapshot().counters;
+    assert_eq!((c.probe_successes, c.probe_failures), (1, 0));
+    assert_eq!((c.failures, c.stale), (2, 1));
+    assert_eq!(c.cancelled, 1, "the other caller dropped its response");
+    // The tripping stream, the probe and the other caller, none counted twice.
+    assert_eq!(c.calls, 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_waiting_for_its_response_at_the_timeout_still_fails() {
+    let layer = layer(1);
+    let handle = layer.handle();
+    let (release, wait) = tokio::sync::watch::channel(false);
+    let svc = layer.layer(service_fn(move |_req: http::Request<()>| {
+        let mut wait = wait.clone();
+        async move {
+            wait.wait_for(|go| *go).await.unwrap();
+            Err::<http::Response<http_body_util::Empty<Bytes>>, BoxError>("down".into())
+        }
+    }));
+    let _ = release.send(true);
+    assert!(svc.clone().oneshot(http::Request::new(())).await.is_err());
+    assert_eq!(handle.state(), State::Open);
+    let _ = release.send(false);
+    advance(10 * S).await;
+    let mut probe = tokio_test::task::spawn(svc.clone().oneshot(http::Request::new(())));
+    assert!(probe.poll().is_pending());
+    advance(2 * S).await;
+    assert_eq!(handle.state(), State::Open);
+    // The next caller makes the lazy transition, and is turned away.
+    assert!(svc.clone().oneshot(http::Request::new(())).await.is_err());
+    assert_eq!(handle.snapshot().counters.probe_timeouts, 1);
+}
