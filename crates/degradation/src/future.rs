@@ -91,6 +91,25 @@ where
     }
 }
 
+#[cfg(feature = "http")]
+impl<S, Req, Res, K, X> ResponseFuture<S, Req, Res, K, X>
+where
+    S: Service<Req>,
+{
+    /// The parts of a future not yet polled, for a holder that reports later (a
+    /// response body): where the request is, its ticket, the shared state, the
+    /// classifier and what is written into extensions.
+    pub(crate) fn into_parts(self) -> (State<S, Req, Res>, Ticket, Arc<Shared>, K, X) {
+        (
+            self.state,
+            self.ticket,
+            self.shared,
+            self.classifier,
+            self.extensions,
+        )
+    }
+}
+
 /// An error that means a bug in this crate, reported instead of panicking.
 #[derive(Debug)]
 struct Internal(&'static str);
@@ -108,7 +127,7 @@ pub(crate) fn internal(what: &'static str) -> BoxError {
 }
 
 /// Drives the chosen level: its readiness, its call, its future.
-fn drive<S, Req, Res>(
+pub(crate) fn drive<S, Req, Res>(
     mut state: Pin<&mut State<S, Req, Res>>,
     cx: &mut Context<'_>,
 ) -> Poll<Result<Res, BoxError>>

@@ -197,6 +197,8 @@
 //! [`features::FeaturesLayer`] hands the result to handlers in request extensions.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(feature = "http")]
+mod body;
 mod config;
 pub mod features;
 mod fixed;
@@ -211,6 +213,9 @@ mod machine;
 mod service;
 mod telemetry;
 
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub use body::{HeldTicket, UntilBodyEnd, UntilBodyEndFuture, UntilBodyEndLayer};
 pub use config::{DegradationConfig, Trigger};
 pub use fixed::Fixed;
 pub use future::ResponseFuture;
