@@ -16,7 +16,9 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use seawall::circuit_breaker::{CircuitBreakerLayer, Handle, State};
+use seawall::degradation::DegradationLayer;
 use seawall::core::grpc::RejectionStatusLayer;
+use seawall::core::AdmissionAsFailure;
 use seawall::{BoxError, GrpcStatus};
 use tokio::sync::mpsc;
 use tonic::body::Body;
@@ -258,4 +260,53 @@ async fn a_probe_streaming_past_the_half_open_timeout_closes_the_breaker() {
     // The trip, the other caller and the probe, each counted once.
     assert_eq!((c.successes, c.failures, c.calls), (2, 1, 3));
     assert_eq!(handle.state(), State::Closed);
+}
+
+/// The degradation layer held until the body ends: a stream that fails after two
+/// messages is a failure of the level that served it, and the level falls.
+#[tokio::test]
+async fn a_stream_that_fails_after_two_messages_is_a_failure_of_its_degradation_level() {
+    let (addr, mut calls) = serve().await;
+    // The lower level: an immediate, trailers-only UNAVAILABLE that says so.
+    let fallback = tower::service_fn(|_req: http::Request<Body>| async {
+        Ok::<_, BoxError>(Status::unavailable("prices paused").into_http::<Body>())
+    });
+    let degradation = DegradationLayer::builder("prices")
+        .inner_level("live")
+        .level("paused", fallback)
+        .consecutive_failures(1)
+        .classifier(AdmissionAsFailure(GrpcStatus::default()))
+        .build()
+        .unwrap()
+        .hold_until_body_end();
+    let handle = degradation.handle();
+    let mut grpc = tonic::client::Grpc::new(degradation.layer(channel(addr)));
+
+    let mut stream = subscribe(&mut grpc).await;
+    let feed = calls.recv().await.unwrap();
+    for cents in [1250, 1300] {
+        feed.send(Ok(Price { cents })).unwrap();
+        assert_eq!(stream.message().await.unwrap().unwrap().cents, cents);
+        assert_eq!(handle.snapshot().level_name, "live");
+    }
+    feed.send(Err(Status::unavailable("supplier overloaded")))
+        .unwrap();
+    assert_eq!(stream.message().await.unwrap_err().code(), Code::Unavailable);
+    // Seen in the trailers when the body ended: the level fell.
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.level_name, "paused");
+
+    // The next call is served by the lower level, without reaching the server.
+    let mut next = grpc.clone();
+    next.ready().await.unwrap();
+    let status = next
+        .server_streaming(
+            Request::new(Subscribe { route: "SP -> RJ".into() }),
+            http::uri::PathAndQuery::from_static(SUBSCRIBE),
+            ProstCodec::<Subscribe, Price>::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(status.message(), "prices paused");
+    assert!(calls.try_recv().is_err(), "no call reached the server");
 }
