@@ -98,7 +98,10 @@
 //!    `now`, with the interval grown by the backoff.
 //! 5. **Half-open → Open (probe timed out).** Guard: a probe neither finished nor
 //!    dropped within `half_open_timeout` of its start counts as failed; the open
-//!    interval counts from that instant. Lazy, like (2).
+//!    interval counts from that instant. Lazy, like (2). Except a probe held until
+//!    its body ends (see [Streams](#streams-reporting-when-the-body-ends)) whose
+//!    response looked healthy and whose body is still streaming: it is judged a
+//!    success at that instant, towards (3).
 //! 6. – 9. **Operators.** Forced open rejects everything (retry-after: `open_for`)
 //!    and nothing but an operator moves it; forced closed admits everything and
 //!    records the window but never trips; disabled admits everything and only
@@ -243,6 +246,55 @@
 //! // Open: not ready, so a balancer picks another replica.
 //! let mut cx = Context::from_waker(Waker::noop());
 //! assert!(Service::<String>::poll_ready(&mut replica, &mut cx).is_pending());
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Streams: reporting when the body ends
+//!
+//! By default a call is reported when its response arrives. A gRPC stream (or any
+//! streamed HTTP body) can fail long after that: a server-streaming RPC sends
+//! `grpc-status` in the trailers that end its body, after its messages. With the
+//! `http` feature, [`CircuitBreakerLayer::hold_until_body_end`] gives the same
+//! breaker as [`UntilBodyEnd`]: a call whose response looks healthy by its headers
+//! keeps its ticket in the response body ([`HeldTicket`], in seawall-core's
+//! `Guarded` body, as the bulkhead's `UntilBodyEnd` keeps its permit) and is
+//! reported when the body ends — by the trailers' `grpc-status` with
+//! [`GrpcStatus`](seawall_core::GrpcStatus), as a failure if the body errors, as
+//! cancelled if it is dropped first. A failure visible in the headers
+//! (trailers-only gRPC, HTTP 5xx) is reported at once, as in the default mode. The
+//! response type becomes `http::Response<Guarded<B, HeldTicket<_>>>`, which is why it
+//! is opt-in.
+//!
+//! **The long-stream rule.** A half-open probe whose response looked healthy and
+//! whose body is still streaming without error at its half-open timeout is judged
+//! by what it has shown so far: a success, at the timeout. A long-lived stream (a
+//! price feed, a watch) would otherwise keep the breaker half-open for as long as it
+//! lasts, or fail a dependency that has answered and kept answering. The verdict is
+//! given once: when the stream ends later, its call is counted (as stale) and never
+//! acted on. A probe still waiting for its response at the timeout fails, as always.
+//!
+//! ```
+//! use std::time::Duration;
+//! use seawall_circuit_breaker::CircuitBreakerLayer;
+//! use seawall_core::{BoxError, GrpcStatus};
+//! use tower::{service_fn, Layer, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), BoxError> {
+//! let layer = CircuitBreakerLayer::builder("prices")
+//!     .classifier(GrpcStatus::default())
+//!     .half_open_timeout(Duration::from_secs(30))
+//!     .build()?
+//!     .hold_until_body_end();
+//! let handle = layer.handle();
+//! let feed = layer.layer(service_fn(|_req: http::Request<()>| async {
+//!     Ok::<_, BoxError>(http::Response::new(http_body_util::Full::new(bytes::Bytes::from("tick"))))
+//! }));
+//! let response = feed.oneshot(http::Request::new(())).await?;
+//! assert_eq!(handle.snapshot().counters.successes, 0); // the body is still to be read
+//! drop(response); // dropped before its end: cancelled
+//! assert_eq!(handle.snapshot().counters.cancelled, 1);
 //! # Ok(())
 //! # }
 //! ```

@@ -195,6 +195,36 @@
 //! can drive a floor; [`features::FeaturePlan`] maps features to normal / degraded /
 //! disabled from the set of healthy dependencies, and
 //! [`features::FeaturesLayer`] hands the result to handlers in request extensions.
+//!
+//! # Streams
+//!
+//! A level whose answer streams (a gRPC server-streaming call, a long HTTP body) may
+//! fail after its first messages, with the status in the trailers. With the `http`
+//! feature, [`DegradationLayer::hold_until_body_end`] records a healthy-looking
+//! response's outcome when its body ends ([`UntilBodyEnd`]): by the trailers'
+//! `grpc-status` with [`GrpcStatus`](seawall_core::GrpcStatus), as a failure if the
+//! body errors, nothing if it is dropped first. The layer then answers
+//! `http::Response<Guarded<B, HeldTicket<_>>>`, which is why it is opt-in.
+//!
+//! ```
+//! # #[cfg(feature = "http")] {
+//! use seawall_core::{AdmissionAsFailure, GrpcStatus};
+//! use seawall_degradation::DegradationLayer;
+//! use seawall_degradation::http::FixedResponse;
+//!
+//! # fn main() -> Result<(), seawall_core::ConfigError> {
+//! type Res = http::Response<http_body_util::Full<bytes::Bytes>>;
+//! let layer = DegradationLayer::<http::Request<()>, Res>::builder("prices")
+//!     .level("paused", FixedResponse::new(http::StatusCode::SERVICE_UNAVAILABLE, "paused"))
+//!     .classifier(AdmissionAsFailure(GrpcStatus::default()))
+//!     .build()?
+//!     .hold_until_body_end();
+//! # let _ = layer;
+//! # Ok(())
+//! # }
+//! # main().unwrap();
+//! # }
+//! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "http")]
