@@ -233,3 +233,90 @@ fn an_ordinary_call_or_a_stale_ticket_marked_streaming_changes_nothing() {
     m.probe_streaming(Ticket { epoch: probe.epoch.wrapping_sub(1), ..probe }, t1);
     assert_eq!(m.state(t1 + 2 * S), State::Open, "not marked: it times out");
 }
+
+#[derive(Debug, Clone)]
+enum Op {
+    Acquire,
+    /// The response of the i-th outstanding call arrived healthy; its body streams.
+    Streaming(usize),
+    Complete(usize, Outcome),
+    Drop(usize),
+    Advance(u64),
+}
+
+fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+    use proptest::prelude::*;
+    let outcome = prop_oneof![
+        Just(Outcome::Success),
+        Just(Outcome::Failure),
+        Just(Outcome::Ignore)
+    ];
+    prop_oneof![
+        4 => Just(Op::Acquire),
+        3 => any::<usize>().prop_map(Op::Streaming),
+        3 => (any::<usize>(), outcome).prop_map(|(i, o)| Op::Complete(i, o)),
+        1 => any::<usize>().prop_map(Op::Drop),
+        3 => (0u64..3_000).prop_map(Op::Advance),
+    ]
+}
+
+proptest::proptest! {
+    /// With streams marked at random: never more probes in flight than allowed;
+    /// what `state` reports is what the next call finds; each probe gets at most
+    /// one verdict; and once every call has ended, no slot is left taken.
+    #[test]
+    fn streaming_probes_keep_the_probe_invariants(
+        max in 1u32..4,
+        to_close in 1u32..3,
+        ops in proptest::collection::vec(op(), 1..300),
+    ) {
+        let t0 = Instant::now();
+        let mut now = t0;
+        let config = CircuitBreakerConfig {
+            policy: crate::config::TripPolicy::ConsecutiveFailures { threshold: 2 },
+            ..config(max, to_close)
+        };
+        let mut m = Machine::new(&config, Some(Box::new(SeededRandom::new(3))), t0).unwrap();
+        let mut outstanding: Vec<Ticket> = Vec::new();
+        let mut probes_admitted = 0u64;
+        for op in ops {
+            match op {
+                Op::Acquire => {
+                    if let Admission::Admitted(t) = m.acquire(now) {
+                        probes_admitted += u64::from(t.probe.is_some());
+                        outstanding.push(t);
+                    }
+                }
+                Op::Streaming(i) if !outstanding.is_empty() => {
+                    let t = outstanding[i % outstanding.len()];
+                    m.probe_streaming(t, now);
+                }
+                Op::Complete(i, outcome) if !outstanding.is_empty() => {
+                    let t = outstanding.swap_remove(i % outstanding.len());
+                    m.complete(t, Report::of(outcome), now);
+                }
+                Op::Drop(i) if !outstanding.is_empty() => {
+                    let t = outstanding.swap_remove(i % outstanding.len());
+                    m.cancel(t, now);
+                }
+                Op::Advance(d) => {
+                    now += Duration::from_millis(d);
+                    let reported = m.state(now);
+                    m.advance(now);
+                    proptest::prop_assert_eq!(reported, m.state(now));
+                }
+                Op::Streaming(_) | Op::Complete(..) | Op::Drop(_) => {}
+            }
+            proptest::prop_assert!(m.probes_in_flight() <= max);
+            let tally = m.tally();
+            proptest::prop_assert!(tally.probe_successes + tally.probe_failures <= probes_admitted);
+            let _ = m.take_transitions().count();
+        }
+        for t in outstanding.drain(..) {
+            m.cancel(t, now);
+        }
+        proptest::prop_assert_eq!(m.probes_in_flight(), 0);
+        let taken = m.cold.as_ref().map_or(0, |c| c.probes.iter().filter(|p| **p != ProbeSlot::Free).count());
+        proptest::prop_assert_eq!(taken, 0);
+    }
+}
