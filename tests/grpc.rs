@@ -165,6 +165,7 @@ async fn not_found_is_a_business_answer_and_does_not_trip_the_breaker() {
 /// body's trailers (after HTTP 200 headers without `grpc-status`, as a streaming
 /// server sends a late failure) is not seen by it. The breaker classifies such a
 /// response by its HTTP status, 200: a success. The client still sees UNAVAILABLE.
+/// (Held until the body ends, the breaker sees it: `tests/grpc_stream.rs`.)
 #[tokio::test]
 async fn a_status_sent_in_body_trailers_is_not_seen_by_the_header_classifier() {
     let server = QuotesServer::default();

@@ -9,6 +9,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "../examples/shared/grpc_quote.rs"]
+mod grpc_quote;
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
@@ -16,13 +19,13 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use seawall::circuit_breaker::{CircuitBreakerLayer, Handle, State};
-use seawall::degradation::DegradationLayer;
 use seawall::core::grpc::RejectionStatusLayer;
 use seawall::core::AdmissionAsFailure;
+use seawall::degradation::DegradationLayer;
 use seawall::{BoxError, GrpcStatus};
 use tokio::sync::mpsc;
-use tonic::body::Body;
 use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::body::Body;
 use tonic::transport::Channel;
 use tonic::{Code, Request, Response, Status};
 use tonic_prost::ProstCodec;
@@ -291,7 +294,10 @@ async fn a_stream_that_fails_after_two_messages_is_a_failure_of_its_degradation_
     }
     feed.send(Err(Status::unavailable("supplier overloaded")))
         .unwrap();
-    assert_eq!(stream.message().await.unwrap_err().code(), Code::Unavailable);
+    assert_eq!(
+        stream.message().await.unwrap_err().code(),
+        Code::Unavailable
+    );
     // Seen in the trailers when the body ended: the level fell.
     let snapshot = handle.snapshot();
     assert_eq!(snapshot.level_name, "paused");
@@ -301,7 +307,9 @@ async fn a_stream_that_fails_after_two_messages_is_a_failure_of_its_degradation_
     next.ready().await.unwrap();
     let status = next
         .server_streaming(
-            Request::new(Subscribe { route: "SP -> RJ".into() }),
+            Request::new(Subscribe {
+                route: "SP -> RJ".into(),
+            }),
             http::uri::PathAndQuery::from_static(SUBSCRIBE),
             ProstCodec::<Subscribe, Price>::default(),
         )
@@ -309,4 +317,40 @@ async fn a_stream_that_fails_after_two_messages_is_a_failure_of_its_degradation_
         .unwrap_err();
     assert_eq!(status.message(), "prices paused");
     assert!(calls.try_recv().is_err(), "no call reached the server");
+}
+
+/// A unary response whose `UNAVAILABLE` comes only in the body's trailers (HTTP 200
+/// headers without `grpc-status`): the header classifier alone counts it a success
+/// (`tests/grpc.rs`); held until the body ends, the breaker sees the failure.
+#[tokio::test]
+async fn a_unary_status_sent_only_in_the_trailers_is_a_failure_when_held_to_the_body_end() {
+    use grpc_quote::{Behaviour, QuoteRequest, QuotesClient, QuotesServer};
+    let server = QuotesServer::default();
+    let addr = server.serve().await.unwrap();
+    let breaker = breaker(Duration::from_secs(3600)).hold_until_body_end();
+    let handle = breaker.handle();
+    let mut client = QuotesClient::new(breaker.layer(channel(addr)));
+
+    assert_eq!(
+        client
+            .get(QuoteRequest {
+                destination: "lisbon".into()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .price_cents,
+        1250
+    );
+    assert_eq!(counters(&handle), (1, 0, 1));
+    server.set(Behaviour::TrailingUnavailable);
+    let status = client
+        .get(QuoteRequest {
+            destination: "lisbon".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable);
+    assert_eq!(counters(&handle), (1, 1, 2));
+    assert_eq!(handle.state(), State::Open);
 }

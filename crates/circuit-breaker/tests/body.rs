@@ -47,12 +47,8 @@ fn message(text: &'static str) -> Sent {
 /// receives on `bodies`.
 fn streaming_server(
     bodies: mpsc::UnboundedSender<mpsc::UnboundedSender<Sent>>,
-) -> impl Service<
-    http::Request<()>,
-    Response = http::Response<Stream>,
-    Error = BoxError,
-    Future: Send,
-> + Clone {
+) -> impl Service<http::Request<()>, Response = http::Response<Stream>, Error = BoxError, Future: Send>
+       + Clone {
     service_fn(move |_req: http::Request<()>| {
         let (tx, rx) = mpsc::unbounded_channel();
         bodies.send(tx).unwrap();
@@ -203,7 +199,10 @@ async fn a_probe_still_streaming_at_its_half_open_timeout_is_judged_a_success() 
     let other = svc.clone().oneshot(http::Request::new(())).await.unwrap();
     drop(other);
     let c = handle.snapshot().counters;
-    assert_eq!((c.probe_successes, c.probe_failures, c.probe_timeouts), (1, 0, 0));
+    assert_eq!(
+        (c.probe_successes, c.probe_failures, c.probe_timeouts),
+        (1, 0, 0)
+    );
 
     // Much later the stream fails: counted once, as stale, and the breaker stays closed.
     advance(60 * S).await;

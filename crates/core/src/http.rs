@@ -615,19 +615,31 @@ mod tests {
         let garbage = trailers("x");
         let grpc = GrpcStatus::default();
         let complete = |t| BodyEnd::Complete { trailers: Some(t) };
-        assert_eq!(grpc.classify_body_end(complete(&unavailable)), Outcome::Failure);
+        assert_eq!(
+            grpc.classify_body_end(complete(&unavailable)),
+            Outcome::Failure
+        );
         assert_eq!(grpc.classify_body_end(complete(&ok)), Outcome::Success);
-        assert_eq!(grpc.classify_body_end(complete(&not_found)), Outcome::Success);
+        assert_eq!(
+            grpc.classify_body_end(complete(&not_found)),
+            Outcome::Success
+        );
         assert_eq!(grpc.classify_body_end(complete(&garbage)), Outcome::Failure);
         let other_trailers = {
             let mut t = HeaderMap::new();
             t.insert("x-checksum", HeaderValue::from_static("abc"));
             t
         };
-        assert_eq!(grpc.classify_body_end(complete(&other_trailers)), Outcome::Success);
+        assert_eq!(
+            grpc.classify_body_end(complete(&other_trailers)),
+            Outcome::Success
+        );
         // The same codes as in headers, reconfigured the same way.
         let lenient = grpc.without_failure(crate::grpc_code::UNAVAILABLE);
-        assert_eq!(lenient.classify_body_end(complete(&unavailable)), Outcome::Success);
+        assert_eq!(
+            lenient.classify_body_end(complete(&unavailable)),
+            Outcome::Success
+        );
         for c in [
             &grpc as &dyn ClassifyBodyEnd,
             &HttpStatus::default(),
@@ -647,7 +659,10 @@ mod tests {
             Outcome::Success
         );
         let reasoned = with_reason(grpc, |_r: ClassifyInput<'_, Response<()>>, _o| None);
-        assert_eq!(reasoned.classify_body_end(complete(&unavailable)), Outcome::Failure);
+        assert_eq!(
+            reasoned.classify_body_end(complete(&unavailable)),
+            Outcome::Failure
+        );
         // The one mapping: a status read from headers gives the same verdict.
         let res = Response::builder()
             .header("grpc-status", "14")

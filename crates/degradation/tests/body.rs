@@ -53,8 +53,8 @@ fn streaming(
 }
 
 /// The lower level: a short answer, already complete.
-fn cached() -> impl Service<Req, Response = Res, Error = BoxError, Future: Send> + Clone + Send + Sync
-{
+fn cached(
+) -> impl Service<Req, Response = Res, Error = BoxError, Future: Send> + Clone + Send + Sync {
     service_fn(|_req: Req| async {
         let (tx, rx) = mpsc::unbounded_channel();
         tx.send(message("cached")).unwrap();
@@ -62,7 +62,10 @@ fn cached() -> impl Service<Req, Response = Res, Error = BoxError, Future: Send>
     })
 }
 
-fn layer(failures: u32) -> UntilBodyEndLayer<Req, Stream, AdmissionAsFailure<GrpcStatus>, seawall_degradation::NoExtensions> {
+fn layer(
+    failures: u32,
+) -> UntilBodyEndLayer<Req, Stream, AdmissionAsFailure<GrpcStatus>, seawall_degradation::NoExtensions>
+{
     DegradationLayer::builder("prices")
         .inner_level("live")
         .level("cached", cached())
@@ -107,7 +110,11 @@ async fn a_stream_that_fails_in_its_trailers_is_a_failure_of_its_level() {
         for _ in 0..2 {
             assert!(body.frame().await.unwrap().unwrap().is_data());
         }
-        assert_eq!(level(&handle), ("live".into(), round - 1), "not before the end");
+        assert_eq!(
+            level(&handle),
+            ("live".into(), round - 1),
+            "not before the end"
+        );
         assert!(body.frame().await.unwrap().unwrap().is_trailers());
         assert!(!body.is_holding());
     }

@@ -84,8 +84,8 @@ fn a_probe_still_streaming_at_its_half_open_timeout_closes_and_its_end_changes_n
 }
 
 #[test]
-fn a_probe_that_is_not_streaming_still_times_out_and_a_stream_that_ends_first_is_judged_by_its_end(
-) {
+fn a_probe_that_is_not_streaming_still_times_out_and_a_stream_that_ends_first_is_judged_by_its_end()
+{
     let t0 = Instant::now();
     let t1 = t0 + 10 * S;
     let due = t1 + 2 * S;
@@ -187,7 +187,12 @@ fn probes_due_together_are_judged_in_the_order_of_their_timeouts() {
     m.advance(late);
     assert_eq!(
         transitions(&mut m),
-        vec![(State::HalfOpen, State::Open, Reason::ProbeTimedOut, t1 + 3 * S)]
+        vec![(
+            State::HalfOpen,
+            State::Open,
+            Reason::ProbeTimedOut,
+            t1 + 3 * S
+        )]
     );
     assert_eq!(m.tally().probe_successes, 1);
     assert_eq!(m.tally().probe_timeouts, 1);
@@ -202,7 +207,12 @@ fn probes_due_together_are_judged_in_the_order_of_their_timeouts() {
     n.advance(late);
     assert_eq!(
         transitions(&mut n),
-        vec![(State::HalfOpen, State::Open, Reason::ProbeTimedOut, t1 + 2 * S)]
+        vec![(
+            State::HalfOpen,
+            State::Open,
+            Reason::ProbeTimedOut,
+            t1 + 2 * S
+        )]
     );
     assert_eq!(n.streams_judged(), 0);
 
@@ -217,7 +227,12 @@ fn probes_due_together_are_judged_in_the_order_of_their_timeouts() {
     both.advance(late);
     assert_eq!(
         transitions(&mut both),
-        vec![(State::HalfOpen, State::Closed, Reason::ProbesSucceeded, t1 + 3 * S)]
+        vec![(
+            State::HalfOpen,
+            State::Closed,
+            Reason::ProbesSucceeded,
+            t1 + 3 * S
+        )]
     );
     assert_eq!(both.streams_judged(), 2);
 }
@@ -230,7 +245,13 @@ fn an_ordinary_call_or_a_stale_ticket_marked_streaming_changes_nothing() {
     m.probe_streaming(old, t0);
     let t1 = t0 + 10 * S;
     let probe = admit(&mut m, t1);
-    m.probe_streaming(Ticket { epoch: probe.epoch.wrapping_sub(1), ..probe }, t1);
+    m.probe_streaming(
+        Ticket {
+            epoch: probe.epoch.wrapping_sub(1),
+            ..probe
+        },
+        t1,
+    );
     assert_eq!(m.state(t1 + 2 * S), State::Open, "not marked: it times out");
 }
 
