@@ -328,6 +328,7 @@ impl Breaker {
 
     /// Reports that an admitted probe's response looked healthy and its body is
     /// being read (see [`Machine::probe_streaming`]). Nothing for ordinary calls.
+    #[cfg(feature = "http")]
     pub(crate) fn probe_streaming(&self, ticket: Ticket, clock: impl FnOnce() -> Instant) {
         if ticket.probe.is_some() {
             let now = clock();

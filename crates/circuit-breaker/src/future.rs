@@ -147,6 +147,7 @@ impl<F, C> ResponseFuture<F, C> {
     /// The inner future, the ticket and the classifier of an admitted call not yet
     /// polled; a rejected call's future as it is.
     #[cfg(feature = "http")]
+    #[allow(clippy::result_large_err)] // not an error: the future, moved once, unboxed
     pub(crate) fn into_admitted(self) -> Result<(Bounded<F>, Guard, C), Self> {
         match self.kind {
             Kind::Admitted {

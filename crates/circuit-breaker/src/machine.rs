@@ -1038,6 +1038,7 @@ impl Machine {
     /// is being read: at its half-open timeout it is judged by what it has shown so
     /// far (a success) instead of timing out. Ordinary calls and stale tickets are
     /// left alone.
+    #[cfg(any(feature = "http", test))]
     pub(crate) fn probe_streaming(&mut self, ticket: Ticket, now: Instant) {
         self.advance(now);
         if ticket.epoch != self.epoch || !matches!(self.phase, Phase::HalfOpen { .. }) {
