@@ -113,6 +113,9 @@ pub enum LimitCause {
     /// New limits ([`Handle::reconfigure`](crate::Handle::reconfigure) or
     /// [`Handle::revert`](crate::Handle::revert)).
     Reconfigured,
+    /// An external ceiling moved ([`Handle::set_allotment`](crate::Handle::set_allotment)):
+    /// this instance's share of a fleet-wide cap.
+    Allotment,
 }
 
 impl LimitCause {
@@ -123,6 +126,7 @@ impl LimitCause {
             Self::Pinned => "pinned",
             Self::Released => "released",
             Self::Reconfigured => "reconfigured",
+            Self::Allotment => "allotment",
         }
     }
 }

@@ -61,14 +61,25 @@ struct State {
     pinned: Option<usize>,
     /// `max_concurrent`: the limit without an algorithm.
     fixed: usize,
+    /// A ceiling set from outside (a fleet-wide cap's allotment), applied over
+    /// everything else; may be 0.
+    allotment: Option<usize>,
     seeds: SeededRandom,
 }
 
 impl State {
-    fn in_force(&self) -> usize {
+    /// The bulkhead's own limit: pinned, the algorithm's, or `max_concurrent`.
+    fn own(&self) -> usize {
         self.pinned
             .or_else(|| self.algorithm.as_ref().map(|a| a.get().limit()))
             .unwrap_or(self.fixed)
+    }
+
+    fn in_force(&self) -> usize {
+        match self.allotment {
+            Some(ceiling) => self.own().min(ceiling),
+            None => self.own(),
+        }
     }
 
     fn build(&mut self, config: AdaptiveConfig) -> Algorithm {
@@ -120,6 +131,7 @@ impl Feedback {
             algorithm: None,
             pinned: None,
             fixed: config.max_concurrent,
+            allotment: None,
             seeds,
         };
         state.algorithm = config.adaptive.map(|c| state.build(c));
@@ -270,6 +282,34 @@ impl Feedback {
         Some((before, after))
     }
 
+    /// Sets (or, with `None`, lifts) the external ceiling over the limit. Returns
+    /// the limits in force before and after.
+    pub(crate) fn set_allotment(
+        &self,
+        allotment: Option<usize>,
+        events: &Events,
+    ) -> (usize, usize) {
+        let mut state = self.lock();
+        let before = state.in_force();
+        state.allotment = allotment;
+        self.mirror(&state);
+        let after = state.in_force();
+        if after != before {
+            events.send(|| limit_changed(before, after, LimitCause::Allotment, Instant::now()));
+        }
+        (before, after)
+    }
+
+    /// The external ceiling, if one is set.
+    pub(crate) fn allotment(&self) -> Option<usize> {
+        self.lock().allotment
+    }
+
+    /// The bulkhead's own limit, without the external ceiling.
+    pub(crate) fn own_limit(&self) -> usize {
+        self.lock().own()
+    }
+
     /// Pins the limit at `limit` (an operator override): the algorithm is not fed
     /// until [`release`](Self::release). Returns the limit in force before.
     pub(crate) fn pin(&self, limit: usize, events: &Events) -> usize {
@@ -277,7 +317,9 @@ impl Feedback {
         let before = state.in_force();
         state.pinned = Some(limit);
         self.mirror(&state);
-        events.send(|| limit_changed(before, limit, LimitCause::Pinned, Instant::now()));
+        // The allotment, if any, may keep the limit below the pin.
+        let after = state.in_force();
+        events.send(|| limit_changed(before, after, LimitCause::Pinned, Instant::now()));
         before
     }
 

@@ -91,6 +91,35 @@ impl Handle {
         self.shared.release_limit();
     }
 
+    /// Sets a ceiling over the limit of active calls from outside the bulkhead, or
+    /// lifts it (`None`): the limit in force becomes the smaller of the bulkhead's
+    /// own (pinned, adaptive or `max_concurrent`) and `allotment`. This is the hook
+    /// a fleet-wide cap drives (each instance's share of the cap, leased from a
+    /// store), kept free of any store here.
+    ///
+    /// An allotment may be 0: the bulkhead then admits nothing and, since no slot
+    /// can free for a waiter until a new allotment comes, newcomers are rejected at
+    /// once with `BulkheadFull` instead of joining the line (calls already waiting
+    /// keep their place until their `max_wait`). Like any smaller limit, a lower
+    /// allotment preempts no running call. Huge values are no ceiling at all.
+    pub fn set_allotment(&self, allotment: Option<usize>) {
+        self.shared.set_allotment(allotment);
+    }
+
+    /// The ceiling set by [`set_allotment`](Self::set_allotment), if any.
+    pub fn allotment(&self) -> Option<usize> {
+        self.shared.feedback.allotment()
+    }
+
+    /// How much the bulkhead was asked for since the previous call (or since it
+    /// was built), and a new period started: what a fleet-wide cap claims as this
+    /// instance's demand. One consumer should call it, on its own schedule; the
+    /// peaks of [`Snapshot`] and [`reset_peaks`](Self::reset_peaks) are separate
+    /// (a reset also restarts this period's peaks from the current counts).
+    pub fn take_demand(&self) -> Demand {
+        self.shared.take_demand()
+    }
+
     /// Goes back to the limits the bulkhead was built with.
     pub fn revert(&self) {
         // The built configuration was validated when the layer was built.
@@ -106,6 +135,33 @@ impl fmt::Debug for Handle {
     }
 }
 
+/// A bulkhead's demand over one period (see [`Handle::take_demand`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Demand {
+    /// The most calls active at once over the period (recorded at every change).
+    pub peak_active: usize,
+    /// The most calls waiting at once over the period.
+    pub peak_queued: usize,
+    /// Calls rejected with `BulkheadFull` over the period.
+    pub rejected_full: u64,
+    /// The bulkhead's own limit now, without the allotment: more than this it
+    /// could not use whatever it was given.
+    pub own_limit: usize,
+}
+
+impl Demand {
+    /// The slots the bulkhead could have used over the period: peak active plus
+    /// peak waiting plus the calls turned away full, at most its own limit.
+    pub fn wanted(&self) -> usize {
+        let full = usize::try_from(self.rejected_full).unwrap_or(usize::MAX);
+        self.peak_active
+            .saturating_add(self.peak_queued)
+            .saturating_add(full)
+            .min(self.own_limit)
+    }
+}
+
 /// A bulkhead's counts and limits at one moment (see [`Handle::snapshot`]).
 ///
 /// Counters run since the bulkhead was built. `admitted + rejected_full +
@@ -117,10 +173,15 @@ pub struct Snapshot {
     /// The bulkhead's name.
     pub name: String,
     /// The limit of active calls in force now: the adaptive algorithm's, the
-    /// operator's pinned limit, or `max_concurrent`.
+    /// operator's pinned limit, or `max_concurrent`, lowered to the allotment
+    /// when one is set.
     pub limit: usize,
     /// Whether an operator pinned the limit ([`Handle::pin_limit`]).
     pub limit_pinned: bool,
+    /// The ceiling set from outside ([`Handle::set_allotment`]), e.g. this
+    /// instance's share of a fleet-wide cap; `limit` is never above it.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub allotment: Option<usize>,
     /// The adaptive algorithm's state, when the bulkhead has one.
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
     pub adaptive: Option<AdaptiveSnapshot>,

@@ -393,7 +393,7 @@ pub use backpressure::{Backpressure, BackpressureLayer};
 pub use config::{BulkheadBuilder, BulkheadConfig};
 pub use events::{BulkheadEvent, LimitCause};
 pub use future::ResponseFuture;
-pub use handle::{AdaptiveSnapshot, Handle, Snapshot, WaitStats};
+pub use handle::{AdaptiveSnapshot, Demand, Handle, Snapshot, WaitStats};
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use hold::UntilBodyEnd;

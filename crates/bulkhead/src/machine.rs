@@ -192,6 +192,10 @@ pub(crate) struct Machine {
     // Colder: peaks, rejections, waits and the line.
     peak_active: AtomicUsize,
     peak_queued: AtomicUsize,
+    /// Peaks since the last [`Machine::take_window_peaks`] (a demand period);
+    /// never above the peaks above, so the fast path reads only this one.
+    window_active: AtomicUsize,
+    window_queued: AtomicUsize,
     rejected_full: AtomicU64,
     waits: WaitHistogram,
     line: Mutex<Line>,
@@ -207,6 +211,8 @@ impl Machine {
             max_queue: AtomicUsize::new(max_queue.min(MAX_LIMIT)),
             peak_active: AtomicUsize::new(0),
             peak_queued: AtomicUsize::new(0),
+            window_active: AtomicUsize::new(0),
+            window_queued: AtomicUsize::new(0),
             rejected_full: AtomicU64::new(0),
             waits: WaitHistogram::new(),
             line: Mutex::new(Line::default()),
@@ -246,12 +252,40 @@ impl Machine {
         }
     }
 
-    /// Raises the active peak to `n` if it is higher. Once the peak has been
-    /// reached this is one shared read, so the fast path stays write-free.
+    /// Raises the active peaks to `n` if it is higher. Once the window's peak has
+    /// been reached this is one shared read, so the fast path stays write-free
+    /// (the window's peak is never above the other, so `n` below it is below both).
     #[inline]
     fn note_active(&self, n: usize) {
-        if n > self.peak_active.load(Ordering::Relaxed) {
-            self.peak_active.fetch_max(n, Ordering::Relaxed);
+        if n > self.window_active.load(Ordering::Relaxed) {
+            self.window_active.fetch_max(n, Ordering::Relaxed);
+            if n > self.peak_active.load(Ordering::Relaxed) {
+                self.peak_active.fetch_max(n, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn note_queued(&self, n: usize) {
+        self.window_queued.fetch_max(n, Ordering::Relaxed);
+        self.peak_queued.fetch_max(n, Ordering::Relaxed);
+    }
+
+    /// The most calls active and waiting at once since the previous call (or
+    /// since the bulkhead was built), and a new window started from the current
+    /// counts, as [`Machine::reset_peaks`] does for the other peaks.
+    pub(crate) fn take_window_peaks(&self) -> Counts {
+        let _line = self.lock();
+        let now = self.counts();
+        let taken = Counts {
+            active: self.window_active.swap(now.active, Ordering::SeqCst),
+            queued: self.window_queued.swap(now.queued, Ordering::SeqCst),
+        };
+        fence(Ordering::SeqCst);
+        let after = self.counts();
+        self.window_active.fetch_max(after.active, Ordering::SeqCst);
+        Counts {
+            active: taken.active.max(after.active),
+            queued: taken.queued.max(now.queued),
         }
     }
 
@@ -275,9 +309,13 @@ impl Machine {
         let now = self.counts();
         self.peak_active.store(now.active, Ordering::SeqCst);
         self.peak_queued.store(now.queued, Ordering::SeqCst);
+        // The window's peaks may not stay above these (see `note_active`).
+        self.window_active.fetch_min(now.active, Ordering::SeqCst);
+        self.window_queued.fetch_min(now.queued, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         let after = self.counts();
         self.peak_active.fetch_max(after.active, Ordering::SeqCst);
+        self.window_active.fetch_max(after.active, Ordering::SeqCst);
     }
 
     /// Moves the fast-path admission count out of the word into the line's total.
@@ -361,7 +399,7 @@ impl Machine {
             {
                 Ok(_) => {
                     self.note_active(active(next));
-                    self.peak_queued.fetch_max(queued(next), Ordering::Relaxed);
+                    self.note_queued(queued(next));
                     if let Enqueued::Waiting(id) = outcome {
                         line.next_id += 1;
                         line.waiters.push_back(Entry {

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use crate::config::BulkheadConfig;
 use crate::events::{BulkheadEvent, Events};
 use crate::feedback::Feedback;
-use crate::handle::{AdaptiveSnapshot, Snapshot, WaitStats};
+use crate::handle::{AdaptiveSnapshot, Demand, Snapshot, WaitStats};
 use crate::machine::Machine;
 use crate::telemetry::{Series, Telemetry};
 
@@ -27,6 +27,8 @@ pub(crate) struct Shared {
     pub(crate) telemetry: Telemetry,
     pub(crate) feedback: Feedback,
     pub(crate) events: Events,
+    /// `rejected_full` at the last [`Shared::take_demand`].
+    full_at_last_demand: AtomicU64,
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -60,6 +62,43 @@ impl Shared {
             telemetry,
             feedback,
             events: Events::default(),
+            full_at_last_demand: AtomicU64::new(0),
+        }
+    }
+
+    /// The queue limit in force: `max_queue`, or none while the allotment is 0
+    /// (no slot can free for a waiter until a new allotment comes).
+    fn queue_in_force(&self, max_queue: usize) -> usize {
+        if self.feedback.allotment() == Some(0) {
+            0
+        } else {
+            max_queue
+        }
+    }
+
+    /// Sets the external ceiling over the limit (see [`Handle::set_allotment`](crate::Handle::set_allotment)).
+    pub(crate) fn set_allotment(&self, allotment: Option<usize>) {
+        let config = self.config.lock().unwrap_or_else(PoisonError::into_inner);
+        let (before, after) = self.feedback.set_allotment(allotment, &self.events);
+        let queue = self.queue_in_force(config.max_queue);
+        self.machine
+            .set_limits_with(|| self.feedback.limit(), Some(queue));
+        drop(config);
+        if before != after {
+            self.telemetry.limit_moved(&self.name, before, after);
+        }
+    }
+
+    /// Demand over the period since the previous call.
+    pub(crate) fn take_demand(&self) -> Demand {
+        let peaks = self.machine.take_window_peaks();
+        let full = self.machine.rejected_full();
+        let before = self.full_at_last_demand.swap(full, Ordering::Relaxed);
+        Demand {
+            peak_active: peaks.active,
+            peak_queued: peaks.queued,
+            rejected_full: full.saturating_sub(before),
+            own_limit: self.feedback.own_limit(),
         }
     }
 
@@ -152,8 +191,9 @@ impl Shared {
             let before = self.feedback.limit();
             self.feedback
                 .reconfigure(&new, Instant::now(), &self.events);
+            let queue = self.queue_in_force(new.max_queue);
             self.machine
-                .set_limits_with(|| self.feedback.limit(), Some(new.max_queue));
+                .set_limits_with(|| self.feedback.limit(), Some(queue));
             (old, before)
         };
         self.telemetry.reconfigured(&self.name, &old, &new);
@@ -175,6 +215,7 @@ impl Shared {
             name: self.name.to_string(),
             limit: self.machine.max_concurrent(),
             limit_pinned: view.pinned,
+            allotment: self.feedback.allotment(),
             adaptive: view.algorithm.map(|algorithm| AdaptiveSnapshot {
                 algorithm,
                 generation: view.generation,

@@ -1,0 +1,184 @@
+//! The external ceiling a fleet-wide cap drives (`Handle::set_allotment`) and the
+//! demand it claims (`Handle::take_demand`), with a paused clock.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use seawall_bulkhead::{BulkheadLayer, Handle};
+use seawall_core::{find_rejection, BoxError, RejectionKind};
+use tokio_test::{assert_pending, assert_ready, task};
+use tower::{Layer, Service, ServiceExt};
+use tower_test::mock;
+
+type Req = http::Request<&'static str>;
+
+fn layer(max_concurrent: usize, max_queue: usize) -> BulkheadLayer {
+    BulkheadLayer::builder("freight")
+        .max_concurrent(max_concurrent)
+        .max_queue(max_queue)
+        .max_wait(Duration::from_millis(20))
+        .build()
+        .unwrap()
+}
+
+fn kind(err: &BoxError) -> RejectionKind {
+    find_rejection(&**err).expect("a seawall rejection").kind()
+}
+
+fn active(h: &Handle) -> usize {
+    h.snapshot().active
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_limit_is_the_smaller_of_the_own_limit_and_the_allotment() {
+    let l = layer(4, 0);
+    let h = l.handle();
+    assert_eq!(h.allotment(), None);
+    h.set_allotment(Some(2));
+    assert_eq!(h.allotment(), Some(2));
+    let s = h.snapshot();
+    assert_eq!((s.limit, s.allotment, s.max_concurrent), (2, Some(2), 4));
+    // A ceiling above the own limit changes nothing; a huge one is no ceiling.
+    h.set_allotment(Some(10));
+    assert_eq!(h.snapshot().limit, 4);
+    h.set_allotment(Some(usize::MAX));
+    assert_eq!(h.snapshot().limit, 4);
+    // A pin is lowered by the allotment too.
+    h.pin_limit(3).unwrap();
+    h.set_allotment(Some(1));
+    assert_eq!(h.snapshot().limit, 1);
+    h.set_allotment(None);
+    assert_eq!(h.snapshot().limit, 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn admissions_stop_at_the_allotment_and_lowering_it_preempts_no_call() {
+    let l = layer(4, 0);
+    let h = l.handle();
+    let (svc, mut inner) = mock::pair::<Req, &'static str>();
+    let mut svc = l.layer(svc);
+    h.set_allotment(Some(2));
+    inner.allow(10);
+    let mut calls = Vec::new();
+    for _ in 0..2 {
+        let mut c = task::spawn(svc.ready().await.unwrap().call(Req::new("x")));
+        assert_pending!(c.poll());
+        calls.push(c);
+    }
+    let mut third = task::spawn(svc.ready().await.unwrap().call(Req::new("x")));
+    let err = assert_ready!(third.poll()).unwrap_err();
+    assert_eq!(kind(&err), RejectionKind::BulkheadFull);
+    // Lowered to 1 with 2 running: both keep running, nothing new is admitted.
+    h.set_allotment(Some(1));
+    assert_eq!(active(&h), 2);
+    let mut fourth = task::spawn(svc.ready().await.unwrap().call(Req::new("x")));
+    assert!(assert_ready!(fourth.poll()).is_err());
+    // One ends: still at the allotment of 1, so a newcomer is refused.
+    let (_, send) = inner.next_request().await.unwrap();
+    send.send_response("ok");
+    assert_ready!(calls[0].poll()).unwrap();
+    assert_eq!(active(&h), 1);
+    let mut fifth = task::spawn(svc.ready().await.unwrap().call(Req::new("x")));
+    assert!(assert_ready!(fifth.poll()).is_err());
+    // Raised: admitted again.
+    h.set_allotment(Some(3));
+    let mut sixth = task::spawn(svc.ready().await.unwrap().call(Req::new("x")));
+    assert_pending!(sixth.poll());
+    assert_eq!(active(&h), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_allotment_of_zero_rejects_at_once_as_full_even_with_a_queue() {
+    let l = layer(4, 8);
+    let h = l.handle();
+    let (svc, mut inner) = mock::pair::<Req, &'static str>();
+    let mut svc = l.layer(svc);
+    inner.allow(10);
+    h.set_allotment(Some(0));
+    assert_eq!(h.snapshot().limit, 0);
+    let mut c = task::spawn(svc.ready().await.unwrap().call(Req::new("x")));
+    let err = assert_ready!(c.poll()).unwrap_err();
+    assert_eq!(kind(&err), RejectionKind::BulkheadFull);
+    let s = h.snapshot();
+    assert_eq!((s.rejected_full, s.queued, s.admitted), (1, 0, 0));
+    // With a share again, the queue is back: the second call over it waits.
+    h.set_allotment(Some(1));
+    let mut first = task::spawn(svc.ready().await.unwrap().call(Req::new("x")));
+    assert_pending!(first.poll());
+    let mut waiter = task::spawn(svc.ready().await.unwrap().call(Req::new("x")));
+    assert_pending!(waiter.poll());
+    assert_eq!(h.snapshot().queued, 1);
+    // Dropping to zero keeps the waiter in line (until its max_wait)...
+    h.set_allotment(Some(0));
+    assert_eq!(h.snapshot().queued, 1);
+    // ...and it times out there, since no slot is handed over at zero.
+    let (_, send) = inner.next_request().await.unwrap();
+    send.send_response("ok");
+    assert_ready!(first.poll()).unwrap();
+    tokio::time::sleep(Duration::from_millis(25)).await;
+    let err = assert_ready!(waiter.poll()).unwrap_err();
+    assert_eq!(kind(&err), RejectionKind::BulkheadTimeout);
+}
+
+#[tokio::test(start_paused = true)]
+async fn demand_is_the_period_s_peaks_and_full_rejections_capped_at_the_own_limit() {
+    let l = layer(3, 1);
+    let h = l.handle();
+    let (svc, mut inner) = mock::pair::<Req, &'static str>();
+    let mut svc = l.layer(svc);
+    inner.allow(10);
+    let d = h.take_demand();
+    assert_eq!(
+        (d.peak_active, d.peak_queued, d.rejected_full, d.wanted()),
+        (0, 0, 0, 0)
+    );
+    assert_eq!(d.own_limit, 3);
+    h.set_allotment(Some(1));
+    let mut running = task::spawn(svc.ready().await.unwrap().call(Req::new("x")));
+    assert_pending!(running.poll());
+    let mut waiting = task::spawn(svc.ready().await.unwrap().call(Req::new("x")));
+    assert_pending!(waiting.poll());
+    for _ in 0..2 {
+        let mut full = task::spawn(svc.ready().await.unwrap().call(Req::new("x")));
+        assert!(assert_ready!(full.poll()).is_err());
+    }
+    let d = h.take_demand();
+    assert_eq!((d.peak_active, d.peak_queued, d.rejected_full), (1, 1, 2));
+    // 1 + 1 + 2 = 4, but the bulkhead could never use more than its own 3.
+    assert_eq!(d.wanted(), 3);
+    // A new period starts from the current counts; rejections are per period.
+    let d = h.take_demand();
+    assert_eq!((d.peak_active, d.peak_queued, d.rejected_full), (1, 1, 0));
+    assert_eq!(d.wanted(), 2);
+    drop(waiting);
+    let (_, send) = inner.next_request().await.unwrap();
+    send.send_response("ok");
+    assert_ready!(running.poll()).unwrap();
+    let _ = h.take_demand();
+    let d = h.take_demand();
+    assert_eq!((d.peak_active, d.peak_queued, d.wanted()), (0, 0, 0));
+    // The snapshot's own peaks are untouched by the periods.
+    let s = h.snapshot();
+    assert_eq!((s.peak_active, s.peak_queued), (1, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn resetting_the_peaks_keeps_the_period_peak_from_hiding_a_later_high() {
+    let l = layer(3, 0);
+    let h = l.handle();
+    let (svc, mut inner) = mock::pair::<Req, &'static str>();
+    let mut svc = l.layer(svc);
+    inner.allow(10);
+    let mut a = task::spawn(svc.ready().await.unwrap().call(Req::new("x")));
+    let mut b = task::spawn(svc.ready().await.unwrap().call(Req::new("x")));
+    assert_pending!(a.poll());
+    assert_pending!(b.poll());
+    drop(b);
+    h.reset_peaks();
+    assert_eq!(h.snapshot().peak_active, 1);
+    // Back to two active: both peaks see it.
+    let mut c = task::spawn(svc.ready().await.unwrap().call(Req::new("x")));
+    assert_pending!(c.poll());
+    assert_eq!(h.snapshot().peak_active, 2);
+    assert_eq!(h.take_demand().peak_active, 2);
+}
