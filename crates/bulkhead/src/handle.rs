@@ -139,7 +139,9 @@ impl fmt::Debug for Handle {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Demand {
-    /// The most calls active at once over the period (recorded at every change).
+    /// The most calls active at once right after an admission in the period
+    /// (calls running from before, with no admission since, hold slots but do
+    /// not ask for more, so they do not count).
     pub peak_active: usize,
     /// The most calls waiting at once over the period.
     pub peak_queued: usize,

@@ -270,22 +270,19 @@ impl Machine {
         self.peak_queued.fetch_max(n, Ordering::Relaxed);
     }
 
-    /// The most calls active and waiting at once since the previous call (or
-    /// since the bulkhead was built), and a new window started from the current
-    /// counts, as [`Machine::reset_peaks`] does for the other peaks.
+    /// The most calls active right after an admission, and waiting, since the
+    /// previous call (or since the bulkhead was built); a new window starts with
+    /// no admission yet and the waiters now. Calls running from before with no
+    /// admission since hold slots but do not ask for more, so they are not in it.
     pub(crate) fn take_window_peaks(&self) -> Counts {
         let _line = self.lock();
         let now = self.counts();
-        let taken = Counts {
-            active: self.window_active.swap(now.active, Ordering::SeqCst),
-            queued: self.window_queued.swap(now.queued, Ordering::SeqCst),
-        };
-        fence(Ordering::SeqCst);
-        let after = self.counts();
-        self.window_active.fetch_max(after.active, Ordering::SeqCst);
         Counts {
-            active: taken.active.max(after.active),
-            queued: taken.queued.max(now.queued),
+            active: self.window_active.swap(0, Ordering::SeqCst),
+            queued: self
+                .window_queued
+                .swap(now.queued, Ordering::SeqCst)
+                .max(now.queued),
         }
     }
 

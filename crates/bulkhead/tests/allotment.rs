@@ -146,17 +146,23 @@ async fn demand_is_the_period_s_peaks_and_full_rejections_capped_at_the_own_limi
     assert_eq!((d.peak_active, d.peak_queued, d.rejected_full), (1, 1, 2));
     // 1 + 1 + 2 = 4, but the bulkhead could never use more than its own 3.
     assert_eq!(d.wanted(), 3);
-    // A new period starts from the current counts; rejections are per period.
+    // A new period starts with no admission and the waiter still in line;
+    // rejections are per period.
     let d = h.take_demand();
-    assert_eq!((d.peak_active, d.peak_queued, d.rejected_full), (1, 1, 0));
-    assert_eq!(d.wanted(), 2);
+    assert_eq!((d.peak_active, d.peak_queued, d.rejected_full), (0, 1, 0));
+    assert_eq!(d.wanted(), 1);
     drop(waiting);
     let (_, send) = inner.next_request().await.unwrap();
     send.send_response("ok");
     assert_ready!(running.poll()).unwrap();
-    let _ = h.take_demand();
+    // The waiter was in line during this period, not during the next.
+    assert_eq!(h.take_demand().peak_queued, 1);
     let d = h.take_demand();
     assert_eq!((d.peak_active, d.peak_queued, d.wanted()), (0, 0, 0));
+    // An admission in the period counts everything active with it.
+    let mut a = task::spawn(svc.ready().await.unwrap().call(Req::new("x")));
+    assert_pending!(a.poll());
+    assert_eq!(h.take_demand().peak_active, 1);
     // The snapshot's own peaks are untouched by the periods.
     let s = h.snapshot();
     assert_eq!((s.peak_active, s.peak_queued), (1, 1));

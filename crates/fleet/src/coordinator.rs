@@ -32,13 +32,19 @@ use crate::telemetry::Telemetry;
 /// breaker called `freight` shares one probe lease and one verdict. Cloning a
 /// `Fleet` shares its store and settings.
 pub struct Fleet<S> {
-    inner: Arc<FleetInner<S>>,
+    pub(crate) inner: Arc<FleetInner<S>>,
 }
 
-struct FleetInner<S> {
-    store: Arc<S>,
+pub(crate) struct FleetInner<S> {
+    pub(crate) store: Arc<S>,
     config: FleetConfig,
     rng: Mutex<fastrand::Rng>,
+}
+
+impl<S> FleetInner<S> {
+    pub(crate) fn rng(&self) -> MutexGuard<'_, fastrand::Rng> {
+        self.rng.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 impl<S> Clone for Fleet<S> {
@@ -74,7 +80,7 @@ impl<S> fmt::Debug for FleetBuilder<S> {
     }
 }
 
-impl<S: Store> Fleet<S> {
+impl<S> Fleet<S> {
     /// Starts a builder over `store`, with the default settings.
     pub fn builder(store: S) -> FleetBuilder<S> {
         FleetBuilder {
@@ -93,7 +99,9 @@ impl<S: Store> Fleet<S> {
     pub fn store(&self) -> &S {
         &self.inner.store
     }
+}
 
+impl<S: Store> Fleet<S> {
     /// Coordinates the breaker behind `handle` with every other instance's breaker
     /// of the same name, until the returned [`Coordinated`] is dropped.
     ///
@@ -208,7 +216,7 @@ impl<S: Store> Fleet<S> {
     }
 }
 
-impl<S: Store> FleetBuilder<S> {
+impl<S> FleetBuilder<S> {
     /// Replaces every setting (e.g. with ones loaded from a file).
     #[must_use]
     pub fn config(mut self, config: FleetConfig) -> Self {

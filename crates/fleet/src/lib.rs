@@ -221,8 +221,10 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod cap;
 mod config;
 mod coordinator;
+mod ledger;
 mod local;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
@@ -230,13 +232,15 @@ pub mod redis;
 mod store;
 mod telemetry;
 
+pub use cap::{CapConfig, CapError, CapMode, CapSnapshot, Capped, MAX_CAP};
 pub use config::{FleetConfig, TripTogether, MAX_SETTING};
 pub use coordinator::{Coordinated, Fleet, FleetBuilder, FleetSnapshot, LeaseStatus};
-pub use local::{Faults, LocalStore};
+pub use local::{Faults, LocalStore, StoredClaim};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use redis::RedisStore;
 pub use store::{
-    FleetEpoch, FleetEvent, FleetVerdict, Keys, LeaseReply, LeaseRequest, ProbeResult, Store,
-    StoreError, Subscription, Token, TripRecord, TripReply, MAX_PREFIX_LEN, SCHEMA_VERSION,
+    CapKeys, CapStore, Claim, ClaimReply, FleetEpoch, FleetEvent, FleetVerdict, InstanceId, Keys,
+    LeaseReply, LeaseRequest, ProbeResult, Store, StoreError, Subscription, Token, TripRecord,
+    TripReply, MAX_PREFIX_LEN, SCHEMA_VERSION,
 };

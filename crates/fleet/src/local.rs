@@ -11,9 +11,11 @@ use seawall_core::ConfigError;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use crate::ledger::Ledger;
 use crate::store::{
-    FleetEpoch, FleetEvent, FleetVerdict, Keys, LeaseReply, LeaseRequest, ProbeResult, Store,
-    StoreError, Subscription, Token, TripRecord, TripReply,
+    CapKeys, CapStore, Claim, ClaimReply, FleetEpoch, FleetEvent, FleetVerdict, InstanceId, Keys,
+    LeaseReply, LeaseRequest, ProbeResult, Store, StoreError, Subscription, Token, TripRecord,
+    TripReply,
 };
 
 /// Pushed verdicts a slow subscriber may have pending before newer ones are dropped
@@ -106,6 +108,18 @@ impl Default for Faults {
     }
 }
 
+/// A live claim as [`LocalStore::peek_claims`] shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StoredClaim {
+    /// Who claimed.
+    pub instance: InstanceId,
+    /// Its last demand.
+    pub demand: u32,
+    /// The slots reserved for it.
+    pub reserved: u32,
+}
+
 /// An in-process [`Store`]: leases, epochs and verdicts in a map, TTLs on Tokio's
 /// clock (so `tokio::time::pause()` and `advance()` drive them), pushes through
 /// channels. Cloning shares the store.
@@ -153,6 +167,7 @@ struct State {
     /// Per breaker: the fleet trip in force and when it ends.
     fleet_trips: BTreeMap<String, (FleetEpoch, Instant)>,
     subscribers: BTreeMap<String, Vec<mpsc::Sender<FleetEvent>>>,
+    caps: BTreeMap<String, Ledger<Instant>>,
 }
 
 impl fmt::Debug for LocalStore {
@@ -374,6 +389,7 @@ impl LocalStore {
                     trips: BTreeMap::new(),
                     fleet_trips: BTreeMap::new(),
                     subscribers: BTreeMap::new(),
+                    caps: BTreeMap::new(),
                 }),
                 ops: AtomicU64::new(0),
             }),
@@ -411,8 +427,8 @@ impl LocalStore {
         self.inner.lock().down
     }
 
-    /// Forgets every lease, epoch counter, verdict, recorded trip and fleet trip,
-    /// as a flushed or failed-over server would; subscriptions stay.
+    /// Forgets every lease, epoch counter, verdict, recorded trip, fleet trip and
+    /// cap record, as a flushed or failed-over server would; subscriptions stay.
     pub fn wipe(&self) {
         let mut s = self.inner.lock();
         s.leases.clear();
@@ -420,6 +436,27 @@ impl LocalStore {
         s.verdicts.clear();
         s.trips.clear();
         s.fleet_trips.clear();
+        s.caps.clear();
+    }
+
+    /// The cap kept for `keys` and its live claims, read directly (not counted
+    /// as an operation).
+    pub fn peek_claims(&self, keys: &CapKeys) -> Option<(u32, Vec<StoredClaim>)> {
+        let now = Instant::now();
+        let s = self.inner.lock();
+        s.caps.get(keys.claims()).map(|l| {
+            let live = l
+                .claims
+                .iter()
+                .filter(|(_, e)| e.expires > now)
+                .map(|(id, e)| StoredClaim {
+                    instance: InstanceId(*id),
+                    demand: e.demand,
+                    reserved: e.reserved,
+                })
+                .collect();
+            (l.cap, live)
+        })
     }
 
     /// Operations received so far (each call of a [`Store`] method counts one,
@@ -553,5 +590,35 @@ impl Store for LocalStore {
         })
         .await?;
         Ok(Subscription::new(rx))
+    }
+}
+
+impl CapStore for LocalStore {
+    async fn claim(&self, keys: &CapKeys, claim: Claim) -> Result<ClaimReply, StoreError> {
+        let key = keys.claims().to_owned();
+        self.run(move |s, now| {
+            let ledger = s
+                .caps
+                .entry(key)
+                .or_insert_with(|| Ledger::new(claim.cap, now));
+            let expires = now.checked_add(claim.ttl).unwrap_or(now);
+            let settling = ledger
+                .born
+                .checked_add(claim.ttl)
+                .is_some_and(|settled| now < settled);
+            ledger.claim(&claim, now, expires, settling)
+        })
+        .await
+    }
+
+    async fn set_cap(&self, keys: &CapKeys, cap: u32) -> Result<(), StoreError> {
+        let key = keys.claims().to_owned();
+        self.run(move |s, now| {
+            s.caps
+                .entry(key)
+                .or_insert_with(|| Ledger::new(cap, now))
+                .cap = cap;
+        })
+        .await
     }
 }

@@ -30,9 +30,12 @@
 //! the counter plus `SET PX`; release and publish: compare the token, then `DEL`
 //! or `SET` + `PUBLISH`; record a trip: a sorted set scored by the server's
 //! `TIME`, the counter and the fleet trip's `SET PX` + `PUBLISH`), a `GET` per
-//! read and a RESP3 `SUBSCRIBE`. A fleet-wide concurrency cap will add its
-//! own small trait beside this one (allotment claims), implemented by the same
-//! stores, rather than widening this one.
+//! read and a RESP3 `SUBSCRIBE`.
+//!
+//! A fleet-wide concurrency cap has its own small trait beside this one,
+//! [`CapStore`] (allotment claims), implemented by the same stores: a claim is
+//! one atomic step that records an instance's demand and answers its share of
+//! the cap (see [`Fleet::cap`](crate::Fleet::cap) for the protocol).
 
 use std::fmt;
 use std::future::Future;
@@ -323,14 +326,7 @@ impl Keys {
     /// any two names give distinct keys.
     pub fn new(prefix: &str, name: &str) -> Result<Self, ConfigError> {
         check_prefix(prefix)?;
-        let mut tag = String::with_capacity(name.len());
-        for c in name.chars() {
-            match c {
-                '%' | '{' | '}' => push_escaped(&mut tag, c),
-                c if c.is_whitespace() || c.is_control() => push_escaped(&mut tag, c),
-                c => tag.push(c),
-            }
-        }
+        let tag = escape(name);
         let base = format!("{prefix}:v{SCHEMA_VERSION}:breaker:{{{tag}}}");
         Ok(Self {
             lease: format!("{base}:lease"),
@@ -371,6 +367,20 @@ impl Keys {
     pub fn fleet_trip(&self) -> &str {
         &self.fleet_trip
     }
+}
+
+/// `name` with `%`, braces, spaces and control characters as `%XX`, so any two
+/// names give distinct keys and a name cannot end the hash tag.
+fn escape(name: &str) -> String {
+    let mut tag = String::with_capacity(name.len());
+    for c in name.chars() {
+        match c {
+            '%' | '{' | '}' => push_escaped(&mut tag, c),
+            c if c.is_whitespace() || c.is_control() => push_escaped(&mut tag, c),
+            c => tag.push(c),
+        }
+    }
+    tag
 }
 
 fn push_escaped(out: &mut String, c: char) {
@@ -473,4 +483,165 @@ pub trait Store: Send + Sync + 'static {
         &self,
         keys: &Keys,
     ) -> impl Future<Output = Result<Subscription, StoreError>> + Send;
+}
+
+// ----- the fleet-wide cap ------------------------------------------------------------
+
+/// The store's key for one capped bulkhead: the cap, when the store's record of it
+/// began, and every live claim, in one hash (so a flush or an eviction loses all
+/// of it together, never half).
+///
+/// ```
+/// use seawall_fleet::CapKeys;
+///
+/// let keys = CapKeys::new("shop", "freight").unwrap();
+/// assert_eq!(keys.claims(), "shop:v1:cap:{freight}");
+/// assert!(CapKeys::new("", "freight").is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CapKeys {
+    claims: String,
+}
+
+impl CapKeys {
+    /// The key of bulkhead `name` under `prefix` (the rules of [`Keys::new`]).
+    pub fn new(prefix: &str, name: &str) -> Result<Self, ConfigError> {
+        check_prefix(prefix)?;
+        Ok(Self {
+            claims: format!("{prefix}:v{SCHEMA_VERSION}:cap:{{{}}}", escape(name)),
+        })
+    }
+
+    /// Holds the cap, its start and the claims.
+    pub fn claims(&self) -> &str {
+        &self.claims
+    }
+}
+
+/// One instance of a fleet, as its claims name it: drawn at random when the cap
+/// coordination starts, so a restarted process is a new instance (its old claim
+/// expires by its TTL).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct InstanceId(pub u128);
+
+impl InstanceId {
+    /// An id drawn from `rng`.
+    pub fn random(rng: &mut fastrand::Rng) -> Self {
+        InstanceId(rng.u128(..))
+    }
+}
+
+impl fmt::Debug for InstanceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "InstanceId({:032x})", self.0)
+    }
+}
+
+impl fmt::Display for InstanceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+/// One renewal of an instance's allotment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Claim {
+    /// Who claims.
+    pub instance: InstanceId,
+    /// Grows by one with every claim the instance sends; the store ignores a claim
+    /// not above the last one it applied (a late copy of an abandoned one).
+    pub seq: u64,
+    /// The slots the instance could have used over the last period.
+    pub demand: u32,
+    /// The slots it may have in use until it hears back: the larger of the
+    /// allotment it admits under now and its active calls. The store keeps at
+    /// least this much reserved for it, so calls still running after a lower
+    /// allotment are never handed to another instance.
+    pub held: u32,
+    /// How long the claim lives, by the store's clock, from when it is applied.
+    pub ttl: Duration,
+    /// The cap this instance is configured with: stored if the store has none,
+    /// otherwise only compared (the store's cap wins).
+    pub cap: u32,
+}
+
+impl Claim {
+    /// A claim by `instance`, its `seq`-th, of `demand` while holding `held`, for
+    /// `ttl`, configured with `cap`.
+    pub fn new(
+        instance: InstanceId,
+        seq: u64,
+        demand: u32,
+        held: u32,
+        ttl: Duration,
+        cap: u32,
+    ) -> Self {
+        Self {
+            instance,
+            seq,
+            demand,
+            held,
+            ttl,
+            cap,
+        }
+    }
+}
+
+/// The answer to [`CapStore::claim`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClaimReply {
+    /// The slots the instance may admit calls into until its lease ends.
+    pub allotment: u32,
+    /// The cap as the store keeps it (it divided this one).
+    pub cap: u32,
+    /// The slots reserved across the fleet after this claim, this instance's included.
+    pub reserved: u32,
+    /// The live claims' demands summed.
+    pub demand: u64,
+    /// Live claims, this one included.
+    pub claimants: u32,
+    /// The claim was older than one already applied: nothing changed.
+    pub stale: bool,
+}
+
+/// The operations a fleet-wide cap needs from the shared store: claims, one
+/// atomic step each. Implementations: [`LocalStore`](crate::LocalStore)
+/// in-process; `RedisStore` (feature `redis`), one Lua script.
+///
+/// # Contract
+///
+/// A claim, applied at the store's instant `now`:
+/// 1. stores `claim.cap` as the cap if the store has none (and notes `now` as
+///    the start of its record), else keeps its own;
+/// 2. drops every claim whose TTL ran out (a dead instance's share comes back);
+///    a claim whose `seq` is not above the instance's stored one changes nothing
+///    and is answered `stale`;
+/// 3. divides the cap by max-min fairness over the live claims' demands (this
+///    one's included): in ascending order of (demand, instance), each gets
+///    `min(demand, floor(left / claims left))`;
+/// 4. grants `min(fair share, cap - what the others have reserved)`, and, while
+///    the record is younger than the claim's TTL (a new or wiped store, which
+///    cannot know what older leases are still in use), no more than `held`;
+/// 5. reserves `max(grant, held)` for the instance until `now + ttl`.
+///
+/// So the reservations never sum above the cap while every instance renews
+/// within its TTL, and an allotment lowered by the division frees its slots only
+/// as the instance's calls end.
+pub trait CapStore: Send + Sync + 'static {
+    /// Applies `claim` (see the trait's contract) and answers the allotment.
+    fn claim(
+        &self,
+        keys: &CapKeys,
+        claim: Claim,
+    ) -> impl Future<Output = Result<ClaimReply, StoreError>> + Send;
+
+    /// Replaces the cap kept by the store (an operator's change of the fleet's
+    /// cap; instances configured otherwise warn until their configuration follows).
+    fn set_cap(
+        &self,
+        keys: &CapKeys,
+        cap: u32,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }

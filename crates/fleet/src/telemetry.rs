@@ -4,6 +4,11 @@
 //! - `seawall_fleet_connected`: a gauge, 1 while the instance coordinates through
 //!   the store, 0 while it runs on its local breaker alone;
 //! - `seawall_fleet_store_errors_total`: store operations that failed or timed out.
+//!
+//! For a fleet-wide cap, labelled with the bulkhead's `name`:
+//! - `seawall_fleet_allotment`: a gauge, the slots this instance admits into now;
+//! - `seawall_fleet_renewals_total`: renewals, labelled `outcome` = `ok` or `failed`;
+//! - `seawall_fleet_store_errors_total`, as above.
 
 #![cfg_attr(
     not(all(feature = "tracing", feature = "metrics")),
@@ -60,5 +65,80 @@ impl Telemetry {
         self.connected.set(1.0);
         #[cfg(feature = "tracing")]
         tracing::info!(target: "seawall::fleet", name, "store reachable: coordinating");
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct CapTelemetry {
+    #[cfg(feature = "metrics")]
+    allotment: metrics::Gauge,
+    #[cfg(feature = "metrics")]
+    renewed: metrics::Counter,
+    #[cfg(feature = "metrics")]
+    failed: metrics::Counter,
+    #[cfg(feature = "metrics")]
+    errors: metrics::Counter,
+}
+
+impl CapTelemetry {
+    pub(crate) fn new(name: &str) -> Self {
+        #[cfg(feature = "metrics")]
+        let this = Self {
+            allotment: metrics::gauge!("seawall_fleet_allotment", "name" => name.to_owned()),
+            renewed: metrics::counter!("seawall_fleet_renewals_total", "name" => name.to_owned(), "outcome" => "ok"),
+            failed: metrics::counter!("seawall_fleet_renewals_total", "name" => name.to_owned(), "outcome" => "failed"),
+            errors: metrics::counter!("seawall_fleet_store_errors_total", "name" => name.to_owned()),
+        };
+        #[cfg(not(feature = "metrics"))]
+        let this = Self {};
+        this
+    }
+
+    pub(crate) fn allotment(&self, allotment: u32) {
+        #[cfg(feature = "metrics")]
+        self.allotment.set(f64::from(allotment));
+    }
+
+    pub(crate) fn renewed(&self, ok: bool) {
+        #[cfg(feature = "metrics")]
+        if ok {
+            self.renewed.increment(1);
+        } else {
+            self.failed.increment(1);
+        }
+    }
+
+    pub(crate) fn store_error(&self, name: &str, error: &StoreError) {
+        #[cfg(feature = "metrics")]
+        self.errors.increment(1);
+        #[cfg(feature = "tracing")]
+        tracing::debug!(target: "seawall::fleet", name, %error, "cap renewal failed");
+    }
+
+    pub(crate) fn lapsed(&self, name: &str, mode: &'static str, fallback: u32) {
+        #[cfg(feature = "tracing")]
+        tracing::warn!(
+            target: "seawall::fleet",
+            name,
+            mode,
+            fallback,
+            "cap lease lapsed unrenewed: admitting into the mode's fallback"
+        );
+    }
+
+    pub(crate) fn rejoined(&self, name: &str, allotment: u32) {
+        #[cfg(feature = "tracing")]
+        tracing::info!(target: "seawall::fleet", name, allotment, "cap lease renewed again");
+    }
+
+    pub(crate) fn cap_disagrees(&self, name: &str, configured: u32, stored: u32) {
+        #[cfg(feature = "tracing")]
+        tracing::warn!(
+            target: "seawall::fleet",
+            name,
+            configured,
+            stored,
+            "this instance's configured cap differs from the store's: the store's applies"
+        );
     }
 }

@@ -1,0 +1,668 @@
+//! A fleet-wide concurrency cap: each instance's bulkhead admits calls into an
+//! allotment leased from the store and renewed by a background task, so no call
+//! ever waits on the store.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use seawall_bulkhead::Handle;
+use seawall_core::{later, ConfigError};
+use tokio::task::AbortHandle;
+use tokio::time::{sleep_until, Instant};
+
+use crate::config::MAX_SETTING;
+use crate::coordinator::Fleet;
+use crate::store::{CapKeys, CapStore, Claim, ClaimReply, InstanceId, StoreError};
+use crate::telemetry::CapTelemetry;
+
+/// The largest cap accepted: a bulkhead's own largest limit (2^20).
+pub const MAX_CAP: u32 = 1 << 20;
+
+/// What an instance admits when it holds no live lease (the store is unreachable,
+/// slow, or has not answered yet).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CapMode {
+    /// Nothing beyond the lease it still holds: the fleet never exceeds the cap
+    /// (while clocks run at the same rate), at the price of failing fast with
+    /// `BulkheadFull` while the store is away. The default.
+    Strict,
+    /// Falls back to a local share of its own once its lease lapsed: calls go on
+    /// while the store is away, and the fleet may exceed the cap by the shares of
+    /// the instances cut off (see the crate docs for the bound).
+    Available {
+        /// The slots an instance without a lease admits into, at most the cap.
+        local_share: u32,
+    },
+}
+
+impl CapMode {
+    /// The allotment an instance without a lease admits into.
+    pub fn fallback(self) -> u32 {
+        match self {
+            CapMode::Strict => 0,
+            CapMode::Available { local_share } => local_share,
+        }
+    }
+
+    /// `"strict"` or `"available"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CapMode::Strict => "strict",
+            CapMode::Available { .. } => "available",
+        }
+    }
+}
+
+impl fmt::Display for CapMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A fleet-wide cap on one bulkhead, as plain data (see [`Fleet::cap`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CapConfig {
+    /// G: the calls active at the dependency across every instance, at most.
+    /// Stored once by the first instance to claim; an instance configured with
+    /// another value warns and follows the store's.
+    pub cap: u32,
+    /// T: how often an instance renews its claim (and its demand is measured over).
+    pub renew_every: Duration,
+    /// How long a claim lives in the store without renewal. Above `renew_every`
+    /// (a renewal or two may fail without a lapse); a dead instance's share
+    /// comes back to the fleet this long after its last renewal.
+    pub ttl: Duration,
+    /// The longest a call admitted under the cap can run (bound it with a
+    /// deadline). The instance stops admitting under a lease this long before the
+    /// store can hand the lease on, so a call admitted just before has ended by
+    /// then. `ZERO` assumes nothing; the bound then grows by the calls in flight
+    /// at a lapse.
+    pub longest_call: Duration,
+    /// What an instance admits without a live lease.
+    pub mode: CapMode,
+}
+
+impl CapConfig {
+    /// A strict cap of `cap` calls, renewed every second, claims living 3 s.
+    pub fn new(cap: u32) -> Self {
+        Self {
+            cap,
+            renew_every: Duration::from_secs(1),
+            ttl: Duration::from_secs(3),
+            longest_call: Duration::ZERO,
+            mode: CapMode::Strict,
+        }
+    }
+
+    /// With renewals every `every`.
+    #[must_use]
+    pub fn renew_every(mut self, every: Duration) -> Self {
+        self.renew_every = every;
+        self
+    }
+
+    /// With claims living `ttl`.
+    #[must_use]
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// With calls bounded by `longest`.
+    #[must_use]
+    pub fn longest_call(mut self, longest: Duration) -> Self {
+        self.longest_call = longest;
+        self
+    }
+
+    /// In `mode`.
+    #[must_use]
+    pub fn mode(mut self, mode: CapMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Checks every field, naming the first one at fault.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.cap == 0 || self.cap > MAX_CAP {
+            return Err(ConfigError::new(
+                "cap",
+                format!("must be between 1 and {MAX_CAP}, got {}", self.cap),
+            ));
+        }
+        for (field, d) in [("renew_every", self.renew_every), ("ttl", self.ttl)] {
+            if d.is_zero() || d > MAX_SETTING {
+                return Err(ConfigError::new(
+                    field,
+                    format!("must be positive and at most {MAX_SETTING:?}, got {d:?}"),
+                ));
+            }
+        }
+        if self.ttl <= self.renew_every {
+            return Err(ConfigError::new(
+                "ttl",
+                format!(
+                    "must be above renew_every ({:?}), got {:?}",
+                    self.renew_every, self.ttl
+                ),
+            ));
+        }
+        if self.ttl.saturating_sub(self.longest_call) <= self.renew_every {
+            return Err(ConfigError::new(
+                "longest_call",
+                format!(
+                    "ttl ({:?}) minus longest_call must be above renew_every ({:?}), got {:?}",
+                    self.ttl, self.renew_every, self.longest_call
+                ),
+            ));
+        }
+        if let CapMode::Available { local_share } = self.mode {
+            if local_share > self.cap {
+                return Err(ConfigError::new(
+                    "local_share",
+                    format!("must be at most the cap ({}), got {local_share}", self.cap),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// How long after sending a renewal the instance may admit under its answer.
+    fn lease_span(&self) -> Duration {
+        self.ttl.saturating_sub(self.longest_call)
+    }
+}
+
+impl<S: CapStore> Fleet<S> {
+    /// Caps the bulkhead behind `handle` across the fleet: every instance's
+    /// bulkhead of the same name shares `config.cap` active calls, until the
+    /// returned [`Capped`] is dropped.
+    ///
+    /// Sets the bulkhead's allotment to 0 at once (it admits nothing until the
+    /// store's first answer; in `available` mode the local share once a claim
+    /// fails) and spawns the renewal task on the current Tokio runtime. The
+    /// bulkhead's own limit still applies: the allotment only lowers it.
+    ///
+    /// Errors, changing nothing: no Tokio runtime (`runtime`), a bad setting
+    /// (`cap`, `renew_every`, `ttl`, `longest_call`, `local_share`), or a bulkhead
+    /// that already has an allotment (`allotment`).
+    pub fn cap(&self, handle: &Handle, config: CapConfig) -> Result<Capped, ConfigError> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+            ConfigError::new("runtime", "cap must be called within a Tokio runtime")
+        })?;
+        config.validate()?;
+        let keys = CapKeys::new(&self.config().prefix, handle.name())?;
+        if handle.allotment().is_some() {
+            return Err(ConfigError::new(
+                "allotment",
+                "the bulkhead already has an allotment (is it capped twice?)",
+            ));
+        }
+        let instance = InstanceId::random(&mut self.inner.rng());
+        let shared = Arc::new(CapShared {
+            name: handle.name().to_owned(),
+            instance,
+            config,
+            handle: handle.clone(),
+            view: Mutex::new(CapView::default()),
+            ops: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            renewals: AtomicU64::new(0),
+            fences: AtomicU64::new(0),
+            disagreements: AtomicU64::new(0),
+            telemetry: CapTelemetry::new(handle.name()),
+            stopped: Mutex::new(false),
+        });
+        shared.apply(0);
+        let task = CapTask {
+            store: Arc::clone(&self.inner.store),
+            keys,
+            shared: Arc::clone(&shared),
+            store_timeout: self.config().store_timeout,
+            seq: 0,
+            lease_until: None,
+            fenced: false,
+            warned_cap: false,
+        };
+        let join = runtime.spawn(task.run());
+        Ok(Capped {
+            shared,
+            task: join.abort_handle(),
+        })
+    }
+
+    /// Replaces the cap the store keeps for bulkhead `name` (an operator changing
+    /// the fleet's G; instances configured with another value warn until their
+    /// configuration follows). Under the fleet's `store_timeout`.
+    pub async fn set_cap(&self, name: &str, cap: u32) -> Result<(), CapError> {
+        if cap == 0 || cap > MAX_CAP {
+            return Err(CapError::Config(ConfigError::new(
+                "cap",
+                format!("must be between 1 and {MAX_CAP}, got {cap}"),
+            )));
+        }
+        let keys = CapKeys::new(&self.config().prefix, name).map_err(CapError::Config)?;
+        match tokio::time::timeout(
+            self.config().store_timeout,
+            self.inner.store.set_cap(&keys, cap),
+        )
+        .await
+        {
+            Ok(result) => result.map_err(CapError::Store),
+            Err(_) => Err(CapError::Store(StoreError::TimedOut)),
+        }
+    }
+}
+
+/// Why [`Fleet::set_cap`] did not change the cap.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum CapError {
+    /// A bad argument, naming it.
+    Config(ConfigError),
+    /// The store did not apply it (a timed-out write may still be applied).
+    Store(StoreError),
+}
+
+impl fmt::Display for CapError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CapError::Config(e) => e.fmt(f),
+            CapError::Store(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for CapError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CapError::Config(e) => Some(e),
+            CapError::Store(e) => Some(e),
+        }
+    }
+}
+
+/// One bulkhead under a fleet-wide cap. Dropping it stops the renewals and puts
+/// the bulkhead at once on what its mode gives an instance without a lease
+/// (strict: nothing; available: the local share); its claim leaves the store by
+/// its TTL. [`Handle::set_allotment`]`(None)` afterwards lifts the cap locally.
+pub struct Capped {
+    shared: Arc<CapShared>,
+    task: AbortHandle,
+}
+
+impl fmt::Debug for Capped {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Capped")
+            .field("name", &self.shared.name)
+            .field("instance", &self.shared.instance)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Capped {
+    /// The capped bulkhead's name.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// This instance's id in the store's claims.
+    pub fn instance(&self) -> InstanceId {
+        self.shared.instance
+    }
+
+    /// The capped bulkhead's handle.
+    pub fn handle(&self) -> &Handle {
+        &self.shared.handle
+    }
+
+    /// The cap's settings.
+    pub fn config(&self) -> &CapConfig {
+        &self.shared.config
+    }
+
+    /// The cap as this instance sees it now.
+    pub fn snapshot(&self) -> CapSnapshot {
+        let s = &self.shared;
+        let view = s.view().clone();
+        let now = Instant::now();
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        CapSnapshot {
+            name: s.name.clone(),
+            instance: s.instance,
+            mode: s.config.mode,
+            cap: s.config.cap,
+            store_cap: view.store_cap,
+            allotment: s
+                .handle
+                .allotment()
+                .map_or(0, |a| u32::try_from(a).unwrap_or(u32::MAX)),
+            demand: view.demand,
+            fleet_reserved: view.reserved,
+            fleet_demand: view.fleet_demand,
+            claimants: view.claimants,
+            lease_remaining: view
+                .lease_until
+                .filter(|until| now < *until)
+                .map(|until| until - now),
+            renewals: load(&s.renewals),
+            store_ops: load(&s.ops),
+            store_errors: load(&s.errors),
+            lapses: load(&s.fences),
+            cap_disagreements: load(&s.disagreements),
+        }
+    }
+}
+
+impl Drop for Capped {
+    fn drop(&mut self) {
+        self.task.abort();
+        let mut stopped = self.shared.stopped();
+        *stopped = true;
+        self.shared
+            .handle
+            .set_allotment(Some(self.shared.config.mode.fallback() as usize));
+    }
+}
+
+/// A fleet-wide cap as one instance sees it at one instant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CapSnapshot {
+    /// The bulkhead's name.
+    pub name: String,
+    /// This instance's id in the claims.
+    pub instance: InstanceId,
+    /// What the instance admits without a live lease.
+    pub mode: CapMode,
+    /// The cap this instance is configured with.
+    pub cap: u32,
+    /// The cap the store keeps, as of the last answer (it decides).
+    pub store_cap: Option<u32>,
+    /// The allotment the bulkhead admits into now.
+    pub allotment: u32,
+    /// The demand sent with the last claim.
+    pub demand: u32,
+    /// The slots reserved across the fleet, as of the last answer.
+    pub fleet_reserved: Option<u32>,
+    /// The fleet's demands summed, as of the last answer.
+    pub fleet_demand: Option<u64>,
+    /// Live claims in the fleet, as of the last answer.
+    pub claimants: Option<u32>,
+    /// What remains of the lease, by this instance's clock from when the renewal
+    /// was sent; `None` without a live lease (then the mode decides).
+    pub lease_remaining: Option<Duration>,
+    /// Renewals answered.
+    pub renewals: u64,
+    /// Store operations sent (none is ever sent by a call).
+    pub store_ops: u64,
+    /// Store operations that failed or timed out.
+    pub store_errors: u64,
+    /// Times the lease ran out unrenewed and the mode took over.
+    pub lapses: u64,
+    /// Answers whose cap differed from this instance's configured one.
+    pub cap_disagreements: u64,
+}
+
+// ----- the renewal task ----------------------------------------------------------
+
+#[derive(Debug, Clone, Default)]
+struct CapView {
+    store_cap: Option<u32>,
+    demand: u32,
+    reserved: Option<u32>,
+    fleet_demand: Option<u64>,
+    claimants: Option<u32>,
+    lease_until: Option<Instant>,
+}
+
+struct CapShared {
+    name: String,
+    instance: InstanceId,
+    config: CapConfig,
+    handle: Handle,
+    view: Mutex<CapView>,
+    ops: AtomicU64,
+    errors: AtomicU64,
+    renewals: AtomicU64,
+    fences: AtomicU64,
+    disagreements: AtomicU64,
+    telemetry: CapTelemetry,
+    stopped: Mutex<bool>,
+}
+
+impl CapShared {
+    fn view(&self) -> MutexGuard<'_, CapView> {
+        // Nothing panics while holding the lock; the view is still consistent.
+        self.view.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Held around every allotment the task sets and by `Capped`'s drop, so a
+    /// task aborted mid-step never overwrites the drop's fallback.
+    fn stopped(&self) -> MutexGuard<'_, bool> {
+        self.stopped.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn apply(&self, allotment: u32) {
+        let stopped = self.stopped();
+        if !*stopped {
+            self.handle.set_allotment(Some(allotment as usize));
+            self.telemetry.allotment(allotment);
+        }
+    }
+}
+
+struct CapTask<S> {
+    store: Arc<S>,
+    keys: CapKeys,
+    shared: Arc<CapShared>,
+    store_timeout: Duration,
+    seq: u64,
+    /// The instant the current lease lapses, by this instance's clock: the
+    /// renewal's sending plus `ttl - longest_call`.
+    lease_until: Option<Instant>,
+    /// The mode's fallback is in force (the lease lapsed or never came).
+    fenced: bool,
+    warned_cap: bool,
+}
+
+impl<S: CapStore> CapTask<S> {
+    async fn run(mut self) {
+        let every = self.shared.config.renew_every;
+        let mut tick = Instant::now();
+        loop {
+            self.renew().await;
+            tick = later(tick, every);
+            // A renewal slower than a period: the next one at once, not a burst.
+            tick = tick.max(Instant::now());
+            self.wait_until(tick).await;
+        }
+    }
+
+    /// The lapse still ahead, if the lease is live.
+    fn lapse_due(&self) -> Option<Instant> {
+        if self.fenced {
+            None
+        } else {
+            self.lease_until
+        }
+    }
+
+    /// Sleeps until `at`, lapsing the lease on time if it ends before.
+    async fn wait_until(&mut self, at: Instant) {
+        while let Some(lapse) = self.lapse_due() {
+            if lapse >= at {
+                break;
+            }
+            sleep_until(lapse).await;
+            self.lapse();
+        }
+        sleep_until(at).await;
+    }
+
+    /// One claim: the demand of the period just ended, what is held now.
+    async fn renew(&mut self) {
+        let shared = Arc::clone(&self.shared);
+        let config = shared.config;
+        let demand = clamp(shared.handle.take_demand().wanted());
+        let snap = shared.handle.snapshot();
+        let (limit, active) = (clamp(snap.limit), clamp(snap.active));
+        // The answer grants at most the demand: give back what the period did
+        // not use now, so the store can hand it on at this renewal rather than
+        // the next (what is active stays).
+        let held = limit.min(demand).max(active);
+        if held < limit {
+            shared.apply(held);
+        }
+        self.seq += 1;
+        let claim = Claim::new(
+            shared.instance,
+            self.seq,
+            demand,
+            held,
+            config.ttl,
+            config.cap,
+        );
+        shared.view().demand = demand;
+        let sent = Instant::now();
+        let store = Arc::clone(&self.store);
+        let keys = self.keys.clone();
+        let result = self.op(store.claim(&keys, claim)).await;
+        match result {
+            Ok(reply) if !reply.stale => self.granted(reply, sent),
+            Ok(_) => self.failed(&StoreError::Other(
+                "the store holds a newer claim of this instance".into(),
+            )),
+            Err(e) => self.failed(&e),
+        }
+    }
+
+    /// Runs `op` under the store timeout; the lease lapses on time meanwhile.
+    async fn op<T>(
+        &mut self,
+        op: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        self.shared.ops.fetch_add(1, Ordering::Relaxed);
+        let op = tokio::time::timeout(self.store_timeout, op);
+        tokio::pin!(op);
+        loop {
+            match self.lapse_due() {
+                Some(lapse) => {
+                    tokio::select! {
+                        r = &mut op => return r.unwrap_or(Err(StoreError::TimedOut)),
+                        () = sleep_until(lapse) => self.lapse(),
+                    }
+                }
+                None => return (&mut op).await.unwrap_or(Err(StoreError::TimedOut)),
+            }
+        }
+    }
+
+    fn granted(&mut self, reply: ClaimReply, sent: Instant) {
+        let shared = Arc::clone(&self.shared);
+        let until = later(sent, shared.config.lease_span());
+        if Instant::now() >= until {
+            // Answered too late to admit under: as good as no answer.
+            return self.failed(&StoreError::TimedOut);
+        }
+        shared.renewals.fetch_add(1, Ordering::Relaxed);
+        shared.telemetry.renewed(true);
+        if reply.cap != shared.config.cap {
+            shared.disagreements.fetch_add(1, Ordering::Relaxed);
+            if !self.warned_cap {
+                self.warned_cap = true;
+                shared
+                    .telemetry
+                    .cap_disagrees(&shared.name, shared.config.cap, reply.cap);
+            }
+        } else {
+            self.warned_cap = false;
+        }
+        let was_fenced = self.fenced && shared.fences.load(Ordering::Relaxed) > 0;
+        self.fenced = false;
+        self.lease_until = Some(until);
+        {
+            let mut view = shared.view();
+            view.store_cap = Some(reply.cap);
+            view.reserved = Some(reply.reserved);
+            view.fleet_demand = Some(reply.demand);
+            view.claimants = Some(reply.claimants);
+            view.lease_until = Some(until);
+        }
+        shared.apply(reply.allotment);
+        if was_fenced {
+            shared.telemetry.rejoined(&shared.name, reply.allotment);
+        }
+    }
+
+    fn failed(&mut self, e: &StoreError) {
+        let shared = Arc::clone(&self.shared);
+        shared.errors.fetch_add(1, Ordering::Relaxed);
+        shared.telemetry.renewed(false);
+        shared.telemetry.store_error(&shared.name, e);
+        let live = self.lease_until.is_some_and(|until| Instant::now() < until);
+        if !live && !self.fenced {
+            self.lapse();
+        }
+    }
+
+    /// No live lease any more: the mode's fallback.
+    fn lapse(&mut self) {
+        let shared = Arc::clone(&self.shared);
+        let had_lease = self.lease_until.is_some();
+        self.fenced = true;
+        self.lease_until = None;
+        shared.view().lease_until = None;
+        let fallback = shared.config.mode.fallback();
+        shared.apply(fallback);
+        if had_lease {
+            shared.fences.fetch_add(1, Ordering::Relaxed);
+            shared
+                .telemetry
+                .lapsed(&shared.name, shared.config.mode.as_str(), fallback);
+        }
+    }
+}
+
+fn clamp(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX).min(MAX_CAP)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation_names_the_field() {
+        let ok = CapConfig::new(8);
+        ok.validate().unwrap();
+        let s = Duration::from_secs;
+        let cases = [
+            (CapConfig::new(0), "cap"),
+            (CapConfig::new(MAX_CAP + 1), "cap"),
+            (ok.renew_every(Duration::ZERO), "renew_every"),
+            (ok.ttl(Duration::ZERO), "ttl"),
+            (ok.ttl(Duration::MAX), "ttl"),
+            (ok.renew_every(s(3)), "ttl"),
+            (ok.renew_every(s(4)), "ttl"),
+            (ok.longest_call(s(2)), "longest_call"),
+            (ok.longest_call(Duration::MAX), "longest_call"),
+            (
+                ok.mode(CapMode::Available { local_share: 9 }),
+                "local_share",
+            ),
+        ];
+        for (config, field) in cases {
+            assert_eq!(config.validate().unwrap_err().field(), field, "{config:?}");
+        }
+        ok.mode(CapMode::Available { local_share: 8 })
+            .validate()
+            .unwrap();
+        assert_eq!(CapMode::Available { local_share: 3 }.fallback(), 3);
+        assert_eq!(CapMode::Strict.fallback(), 0);
+    }
+}

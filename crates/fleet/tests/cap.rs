@@ -1,0 +1,491 @@
+//! The fleet-wide cap over `LocalStore` in paused time: several instances'
+//! bulkheads in front of one supplier that counts its own concurrent calls.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use seawall_bulkhead::{BulkheadLayer, Handle};
+use seawall_core::{find_rejection, BoxError, RejectionKind};
+use seawall_fleet::{CapConfig, CapKeys, CapMode, Capped, Faults, Fleet, LocalStore};
+use tokio::time::{sleep, Instant};
+use tower::util::BoxCloneSyncService;
+use tower::{service_fn, Layer, ServiceExt};
+
+type Svc = BoxCloneSyncService<(), (), BoxError>;
+
+const T: Duration = Duration::from_millis(100);
+const TTL: Duration = Duration::from_millis(300);
+/// How long the supplier takes per call.
+const LATENCY: Duration = Duration::from_millis(20);
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// The dependency: counts its concurrent calls at every change.
+#[derive(Default)]
+struct Supplier {
+    now: AtomicUsize,
+    most: AtomicUsize,
+    served: AtomicU64,
+}
+
+struct Serving(Arc<Supplier>);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.0.now.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Supplier {
+    fn enter(self: &Arc<Self>) -> Serving {
+        let n = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(n, Ordering::SeqCst);
+        self.served.fetch_add(1, Ordering::SeqCst);
+        Serving(Arc::clone(self))
+    }
+    fn most(&self) -> usize {
+        self.most.load(Ordering::SeqCst)
+    }
+    fn now(&self) -> usize {
+        self.now.load(Ordering::SeqCst)
+    }
+    fn reset_most(&self) {
+        self.most.store(self.now(), Ordering::SeqCst);
+    }
+}
+
+/// What calls came back with.
+#[derive(Default)]
+struct Tally {
+    ok: AtomicU64,
+    full: AtomicU64,
+    other: AtomicU64,
+    /// The longest any call took, in µs of paused time.
+    longest_us: AtomicU64,
+}
+
+struct Node {
+    handle: Handle,
+    svc: Svc,
+    capped: Mutex<Option<Capped>>,
+    /// How many of the node's workers call now (saturating demand: each calls
+    /// again as soon as its call ends).
+    workers: AtomicUsize,
+    tally: Tally,
+}
+
+impl Node {
+    fn limit(&self) -> usize {
+        self.handle.snapshot().limit
+    }
+    fn allotment(&self) -> usize {
+        self.handle.allotment().unwrap_or(usize::MAX)
+    }
+}
+
+struct Harness {
+    fleet: Fleet<LocalStore>,
+    store: LocalStore,
+    supplier: Arc<Supplier>,
+    nodes: Vec<Arc<Node>>,
+}
+
+fn harness(n: usize, own_limit: usize, config: CapConfig) -> Harness {
+    let store = LocalStore::with_seed(7);
+    let fleet = Fleet::builder(store.clone())
+        .prefix("test")
+        .store_timeout(ms(20))
+        .seed(11)
+        .build()
+        .unwrap();
+    let supplier = Arc::new(Supplier::default());
+    let nodes = (0..n)
+        .map(|_| {
+            let layer = BulkheadLayer::builder("freight")
+                .max_concurrent(own_limit)
+                .max_queue(0)
+                .build()
+                .unwrap();
+            let handle = layer.handle();
+            let capped = fleet.cap(&handle, config).unwrap();
+            let supplier = Arc::clone(&supplier);
+            let inner = service_fn(move |()| {
+                let serving = supplier.enter();
+                async move {
+                    sleep(LATENCY).await;
+                    drop(serving);
+                    Ok::<(), BoxError>(())
+                }
+            });
+            Arc::new(Node {
+                handle,
+                svc: BoxCloneSyncService::new(layer.layer(inner)),
+                capped: Mutex::new(Some(capped)),
+                workers: AtomicUsize::new(0),
+                tally: Tally::default(),
+            })
+        })
+        .collect();
+    let h = Harness {
+        fleet,
+        store,
+        supplier,
+        nodes,
+    };
+    for node in &h.nodes {
+        for w in 0..own_limit * 2 {
+            tokio::spawn(worker(Arc::clone(node), w));
+        }
+    }
+    h
+}
+
+/// Calls while it is among the node's active workers; after a rejection it
+/// tries again 5 ms later.
+async fn worker(node: Arc<Node>, index: usize) {
+    loop {
+        if index >= node.workers.load(Ordering::SeqCst) {
+            sleep(ms(5)).await;
+            continue;
+        }
+        let start = Instant::now();
+        let result = node.svc.clone().oneshot(()).await;
+        let took = u64::try_from(start.elapsed().as_micros()).unwrap();
+        node.tally.longest_us.fetch_max(took, Ordering::SeqCst);
+        match result {
+            Ok(()) => {
+                node.tally.ok.fetch_add(1, Ordering::SeqCst);
+            }
+            Err(e) => {
+                match find_rejection(&*e).map(|r| r.kind()) {
+                    Some(RejectionKind::BulkheadFull) => {
+                        node.tally.full.fetch_add(1, Ordering::SeqCst)
+                    }
+                    _ => node.tally.other.fetch_add(1, Ordering::SeqCst),
+                };
+                sleep(ms(5)).await;
+            }
+        }
+    }
+}
+
+/// What a watch over a stretch of paused time saw, sampled every millisecond.
+#[derive(Debug, Default)]
+struct Watch {
+    /// The largest sum of the limits in force across the nodes.
+    most_limits: usize,
+    /// The supplier's concurrency summed over the samples, for its average use.
+    busy: u64,
+    samples: u64,
+}
+
+impl Harness {
+    fn saturate(&self, nodes: &[usize]) {
+        for (i, node) in self.nodes.iter().enumerate() {
+            let w = if nodes.contains(&i) { usize::MAX } else { 0 };
+            node.workers.store(w, Ordering::SeqCst);
+        }
+    }
+
+    fn limits(&self) -> usize {
+        self.nodes.iter().map(|n| n.limit()).sum()
+    }
+
+    /// Runs `d` of paused time, sampling every millisecond.
+    async fn watch(&self, d: Duration) -> Watch {
+        let mut w = Watch::default();
+        let end = Instant::now() + d;
+        while Instant::now() < end {
+            sleep(ms(1)).await;
+            w.most_limits = w.most_limits.max(self.limits());
+            w.busy += self.supplier.now() as u64;
+            w.samples += 1;
+        }
+        w
+    }
+
+    fn calls(&self, f: impl Fn(&Tally) -> &AtomicU64) -> u64 {
+        self.nodes
+            .iter()
+            .map(|n| f(&n.tally).load(Ordering::SeqCst))
+            .sum()
+    }
+
+    fn longest_call(&self) -> Duration {
+        let us = self
+            .nodes
+            .iter()
+            .map(|n| n.tally.longest_us.load(Ordering::SeqCst))
+            .max()
+            .unwrap_or(0);
+        Duration::from_micros(us)
+    }
+}
+
+fn config(cap: u32) -> CapConfig {
+    CapConfig::new(cap).renew_every(T).ttl(TTL)
+}
+
+#[tokio::test(start_paused = true)]
+async fn strict_never_exceeds_the_cap_and_uses_it_under_saturating_demand() {
+    let h = harness(5, 10, config(8));
+    h.store
+        .set_faults(
+            Faults::latency(ms(1))
+                .with_latency_jitter(ms(3))
+                .with_loss(0.05),
+        )
+        .unwrap();
+    h.saturate(&[0, 1, 2, 3, 4]);
+    // A new store hands out nothing new for one TTL; then the fleet fills up.
+    let _ = h.watch(ms(1000)).await;
+    let w = h.watch(Duration::from_secs(10)).await;
+    assert!(h.supplier.most() <= 8, "supplier saw {}", h.supplier.most());
+    assert!(w.most_limits <= 8, "limits summed to {}", w.most_limits);
+    let used = w.busy as f64 / (w.samples as f64 * 8.0);
+    assert!(
+        used >= 0.9,
+        "the fleet used {:.1} % of the cap",
+        used * 100.0
+    );
+    // Max-min fair: 8 over five equal demands is 1, 1, 2, 2, 2.
+    let mut shares: Vec<usize> = h.nodes.iter().map(|n| n.allotment()).collect();
+    shares.sort_unstable();
+    assert_eq!(shares, vec![1, 1, 2, 2, 2]);
+    assert_eq!(h.calls(|t| &t.other), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn more_instances_than_the_cap_leaves_some_with_nothing_and_the_cap_holds() {
+    let h = harness(6, 4, config(4));
+    h.saturate(&[0, 1, 2, 3, 4, 5]);
+    let _ = h.watch(ms(1000)).await;
+    let w = h.watch(Duration::from_secs(5)).await;
+    assert!(h.supplier.most() <= 4);
+    assert!(w.most_limits <= 4);
+    let zero = h.nodes.iter().filter(|n| n.allotment() == 0).count();
+    assert_eq!(zero, 2);
+    assert!(w.busy as f64 / (w.samples as f64 * 4.0) >= 0.9);
+}
+
+#[tokio::test(start_paused = true)]
+async fn demand_moved_to_another_instance_is_served_there_within_three_periods_and_a_call() {
+    let h = harness(3, 10, config(6));
+    h.saturate(&[0]);
+    let _ = h.watch(Duration::from_secs(2)).await;
+    assert_eq!(h.nodes[0].allotment(), 6);
+    for round in 0..4 {
+        let (from, to) = (round % 3, (round + 1) % 3);
+        h.saturate(&[to]);
+        let moved = Instant::now();
+        let mut served_at = None;
+        while moved.elapsed() < Duration::from_secs(2) {
+            sleep(ms(1)).await;
+            assert!(h.limits() <= 6 && h.supplier.most() <= 6);
+            if served_at.is_none() && h.nodes[to].allotment() == 6 {
+                served_at = Some(moved.elapsed());
+            }
+        }
+        let took = served_at.expect("the demand was never served");
+        // One period to see the old holder's demand gone, one for it to give the
+        // slots back, one for the new holder to take them, plus its calls' end.
+        assert!(
+            took <= 3 * T + LATENCY + ms(10),
+            "round {round}: {from} -> {to} took {took:?}"
+        );
+        assert_eq!(h.nodes[from].allotment(), 0);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_instance_s_share_returns_after_its_ttl() {
+    let h = harness(2, 10, config(6));
+    h.saturate(&[0, 1]);
+    let _ = h.watch(ms(1500)).await;
+    assert_eq!(
+        h.nodes.iter().map(|n| n.allotment()).collect::<Vec<_>>(),
+        vec![3, 3]
+    );
+    // Instance 0 dies: no renewal, its calls end; its claim stays until its TTL.
+    h.saturate(&[1]);
+    drop(h.nodes[0].capped.lock().unwrap().take());
+    assert_eq!(h.nodes[0].allotment(), 0);
+    let dropped = Instant::now();
+    let mut back_at = None;
+    while dropped.elapsed() < Duration::from_secs(2) {
+        sleep(ms(1)).await;
+        assert!(h.limits() <= 6 && h.supplier.most() <= 6);
+        if back_at.is_none() && h.nodes[1].allotment() == 6 {
+            back_at = Some(dropped.elapsed());
+        }
+    }
+    let took = back_at.expect("the share never came back");
+    assert!(took <= TTL + T + ms(10), "took {took:?}");
+    let keys = CapKeys::new("test", "freight").unwrap();
+    let (_, claims) = h.store.peek_claims(&keys).unwrap();
+    assert_eq!(claims.len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_outage_in_strict_mode_admits_nothing_beyond_the_lease_and_no_call_waits() {
+    let h = harness(3, 10, config(6));
+    h.saturate(&[0, 1, 2]);
+    let _ = h.watch(ms(1500)).await;
+    let before = h.calls(|t| &t.ok);
+    h.store.go_down();
+    let w = h.watch(Duration::from_secs(2)).await;
+    assert!(w.most_limits <= 6 && h.supplier.most() <= 6);
+    // Lapsed: nothing admitted, every call refused at once as full.
+    assert!(h.nodes.iter().all(|n| n.allotment() == 0));
+    let during = h.calls(|t| &t.ok) - before;
+    assert!(during > 0, "calls went on until the leases lapsed");
+    assert!(h.calls(|t| &t.full) > 0);
+    assert!(h
+        .nodes
+        .iter()
+        .all(|n| n.capped.lock().unwrap().as_ref().unwrap().snapshot().lapses >= 1));
+    h.store.come_up();
+    let _ = h.watch(ms(1000)).await;
+    let w = h.watch(Duration::from_secs(2)).await;
+    assert!(w.most_limits <= 6 && h.supplier.most() <= 6);
+    assert!(w.busy as f64 / (w.samples as f64 * 6.0) >= 0.9);
+    // No call waited on the store: none took longer than the supplier does.
+    assert_eq!(h.longest_call(), LATENCY);
+    assert_eq!(h.calls(|t| &t.other), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wipe_under_load_never_lets_strict_exceed_the_cap() {
+    let h = harness(4, 10, config(8));
+    h.store
+        .set_faults(Faults::latency(ms(1)).with_latency_jitter(ms(2)))
+        .unwrap();
+    h.saturate(&[0, 1, 2, 3]);
+    let _ = h.watch(ms(1500)).await;
+    for _ in 0..5 {
+        h.store.wipe();
+        let w = h.watch(ms(700)).await;
+        assert!(w.most_limits <= 8, "limits summed to {}", w.most_limits);
+        assert!(h.supplier.most() <= 8, "supplier saw {}", h.supplier.most());
+    }
+    let w = h.watch(Duration::from_secs(2)).await;
+    assert!(w.busy as f64 / (w.samples as f64 * 8.0) >= 0.9);
+}
+
+#[tokio::test(start_paused = true)]
+async fn available_mode_falls_back_to_the_local_share_within_the_documented_bound() {
+    let cfg = config(6).mode(CapMode::Available { local_share: 3 });
+    let h = harness(3, 10, cfg);
+    h.saturate(&[0, 1, 2]);
+    let _ = h.watch(ms(1500)).await;
+    assert!(h.supplier.most() <= 6);
+    h.supplier.reset_most();
+    let before = h.calls(|t| &t.ok);
+    h.store.go_down();
+    let w = h.watch(Duration::from_secs(2)).await;
+    // Every instance cut off: each admits its local share, 3 × 3 = 9, the bound.
+    assert!(h.nodes.iter().all(|n| n.allotment() == 3));
+    assert!(h.supplier.most() <= 9 && w.most_limits <= 9);
+    assert!(h.calls(|t| &t.ok) - before > 500, "calls kept being served");
+    h.store.come_up();
+    let _ = h.watch(ms(1000)).await;
+    h.supplier.reset_most();
+    let w = h.watch(Duration::from_secs(2)).await;
+    assert!(h.supplier.most() <= 6 && w.most_limits <= 6);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_store_s_cap_wins_and_a_disagreeing_instance_counts_it() {
+    let h = harness(2, 10, config(4));
+    let layer = BulkheadLayer::builder("freight")
+        .max_concurrent(10)
+        .build()
+        .unwrap();
+    let other = h.fleet.cap(&layer.handle(), config(10)).unwrap();
+    h.saturate(&[0, 1]);
+    let _ = h.watch(ms(1500)).await;
+    let s = other.snapshot();
+    assert_eq!((s.cap, s.store_cap), (10, Some(4)));
+    assert!(s.cap_disagreements > 0);
+    assert_eq!(
+        h.nodes[0]
+            .capped
+            .lock()
+            .unwrap()
+            .as_ref()
+            .unwrap()
+            .snapshot()
+            .cap_disagreements,
+        0
+    );
+    // An operator raises the fleet's cap in the store: everyone follows.
+    h.fleet.set_cap("freight", 6).await.unwrap();
+    let _ = h.watch(ms(500)).await;
+    assert_eq!(h.nodes.iter().map(|n| n.allotment()).sum::<usize>(), 6);
+    match h.fleet.set_cap("freight", 0).await.unwrap_err() {
+        seawall_fleet::CapError::Config(e) => assert_eq!(e.field(), "cap"),
+        other => panic!("{other}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn calls_make_no_store_operation() {
+    let h = harness(3, 10, config(6));
+    h.saturate(&[0, 1, 2]);
+    let _ = h.watch(Duration::from_secs(3)).await;
+    let calls = h.calls(|t| &t.ok) + h.calls(|t| &t.full);
+    assert!(calls > 2000, "{calls} calls");
+    // Every operation the store received was a renewal task's: one per period
+    // and instance, whatever the number of calls.
+    let renewals: u64 = h
+        .nodes
+        .iter()
+        .map(|n| {
+            n.capped
+                .lock()
+                .unwrap()
+                .as_ref()
+                .unwrap()
+                .snapshot()
+                .store_ops
+        })
+        .sum();
+    assert_eq!(h.store.ops(), renewals);
+    assert!(renewals <= 3 * (3000 / 100 + 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn bad_settings_and_a_second_cap_are_refused_naming_the_field() {
+    let store = LocalStore::new();
+    let fleet = Fleet::builder(store).build().unwrap();
+    let layer = BulkheadLayer::builder("freight").build().unwrap();
+    let h = layer.handle();
+    let field = |c: CapConfig| fleet.cap(&h, c).unwrap_err().field().to_owned();
+    assert_eq!(field(CapConfig::new(0)), "cap");
+    assert_eq!(
+        field(CapConfig::new(8).renew_every(Duration::ZERO)),
+        "renew_every"
+    );
+    assert_eq!(field(CapConfig::new(8).ttl(Duration::from_secs(1))), "ttl");
+    assert_eq!(
+        field(CapConfig::new(8).mode(CapMode::Available { local_share: 9 })),
+        "local_share"
+    );
+    assert_eq!(h.allotment(), None, "a refused cap changes nothing");
+    let capped = fleet.cap(&h, CapConfig::new(8)).unwrap();
+    assert_eq!(h.allotment(), Some(0));
+    assert_eq!(field(CapConfig::new(8)), "allotment");
+    drop(capped);
+}
+
+#[test]
+fn outside_a_runtime_the_cap_is_refused() {
+    let fleet = Fleet::builder(LocalStore::new()).build().unwrap();
+    let layer = BulkheadLayer::builder("freight").build().unwrap();
+    let e = fleet.cap(&layer.handle(), CapConfig::new(8)).unwrap_err();
+    assert_eq!(e.field(), "runtime");
+}
