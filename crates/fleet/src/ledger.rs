@@ -19,9 +19,10 @@ pub(crate) struct Entry<T> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Ledger<T> {
     pub(crate) cap: u32,
-    /// When this record began: a store younger than a claim's TTL may not know
-    /// every lease still in use.
-    pub(crate) born: T,
+    /// Until when this record settles (its first claim's instant plus that
+    /// claim's TTL): before, the store may not know every lease still in use.
+    /// `None` until a first claim.
+    pub(crate) settled: Option<T>,
     pub(crate) claims: BTreeMap<u128, Entry<T>>,
 }
 
@@ -46,24 +47,19 @@ pub(crate) fn fair_shares(cap: u32, demands: &[(u128, u32)]) -> Vec<(u128, u32)>
 }
 
 impl<T: Copy + Ord> Ledger<T> {
-    /// A new record of `cap`, begun at `born`.
-    pub(crate) fn new(cap: u32, born: T) -> Self {
+    /// A new record of `cap`, with no claim yet.
+    pub(crate) fn new(cap: u32) -> Self {
         Self {
             cap,
-            born,
+            settled: None,
             claims: BTreeMap::new(),
         }
     }
 
-    /// Applies `claim` at `now`: it expires at `expires`; `settling` while the
-    /// record is younger than the claim's TTL.
-    pub(crate) fn claim(
-        &mut self,
-        claim: &Claim,
-        now: T,
-        expires: T,
-        settling: bool,
-    ) -> ClaimReply {
+    /// Applies `claim` at `now`: it expires at `expires` (`now` plus its TTL).
+    pub(crate) fn claim(&mut self, claim: &Claim, now: T, expires: T) -> ClaimReply {
+        let settled = *self.settled.get_or_insert(expires);
+        let settling = now < settled;
         self.claims.retain(|_, e| e.expires > now);
         let me = claim.instance.0;
         let stale = self.claims.get(&me).is_some_and(|e| e.seq >= claim.seq);
@@ -125,6 +121,13 @@ mod tests {
     use proptest::prelude::*;
     use std::time::Duration;
 
+    /// A record settled at 0 (by a claim that expired at once).
+    fn settled(cap: u32) -> Ledger<u64> {
+        let mut l = Ledger::new(cap);
+        l.claim(&claim(99, 1, 0, 0), 0, 0);
+        l
+    }
+
     fn claim(id: u128, seq: u64, demand: u32, held: u32) -> Claim {
         Claim::new(
             InstanceId(id),
@@ -147,41 +150,45 @@ mod tests {
 
     #[test]
     fn a_share_lowered_by_the_division_is_kept_reserved_until_the_holder_drains() {
-        let mut l = Ledger::new(10, 0u64);
+        let mut l = settled(10);
         // A alone: all 10.
-        assert_eq!(l.claim(&claim(1, 1, 10, 0), 0, 100, false).allotment, 10);
+        assert_eq!(l.claim(&claim(1, 1, 10, 0), 0, 100).allotment, 10);
         // B arrives: its fair share is 5, but A still has 10 reserved.
-        let b = l.claim(&claim(2, 1, 10, 0), 1, 101, false);
+        let b = l.claim(&claim(2, 1, 10, 0), 1, 101);
         assert_eq!((b.allotment, b.reserved), (0, 10));
         // A renews still holding 10: granted 5, but 10 stays reserved.
-        let a = l.claim(&claim(1, 2, 10, 10), 2, 102, false);
+        let a = l.claim(&claim(1, 2, 10, 10), 2, 102);
         assert_eq!((a.allotment, a.reserved), (5, 10));
         // A renews holding 5 (its calls above 5 ended): B now gets its 5.
-        assert_eq!(l.claim(&claim(1, 3, 10, 5), 3, 103, false).reserved, 5);
-        let b = l.claim(&claim(2, 2, 10, 0), 4, 104, false);
+        assert_eq!(l.claim(&claim(1, 3, 10, 5), 3, 103).reserved, 5);
+        let b = l.claim(&claim(2, 2, 10, 0), 4, 104);
         assert_eq!((b.allotment, b.reserved, b.claimants), (5, 10, 2));
     }
 
     #[test]
     fn expired_claims_are_reclaimed_and_late_copies_change_nothing() {
-        let mut l = Ledger::new(10, 0u64);
-        l.claim(&claim(1, 1, 10, 0), 0, 100, false);
-        assert_eq!(l.claim(&claim(2, 1, 10, 0), 1, 101, false).allotment, 0);
+        let mut l = settled(10);
+        l.claim(&claim(1, 1, 10, 0), 0, 100);
+        assert_eq!(l.claim(&claim(2, 1, 10, 0), 1, 101).allotment, 0);
         // At 100 A's claim is gone: B gets everything.
-        let b = l.claim(&claim(2, 2, 10, 0), 100, 200, false);
+        let b = l.claim(&claim(2, 2, 10, 0), 100, 200);
         assert_eq!((b.allotment, b.claimants), (10, 1));
         // A late copy of B's first claim: stale, B keeps its reservation.
-        let late = l.claim(&claim(2, 1, 0, 0), 101, 201, false);
+        let late = l.claim(&claim(2, 1, 0, 0), 101, 201);
         assert!(late.stale);
         assert_eq!((late.allotment, late.reserved), (0, 10));
     }
 
     #[test]
     fn a_settling_record_grants_no_more_than_is_held() {
-        let mut l = Ledger::new(10, 0u64);
-        assert_eq!(l.claim(&claim(1, 1, 10, 0), 0, 100, true).allotment, 0);
-        assert_eq!(l.claim(&claim(2, 1, 10, 4), 0, 100, true).allotment, 4);
-        assert_eq!(l.claim(&claim(2, 2, 10, 9), 1, 101, true).allotment, 5);
+        let mut l = Ledger::new(10);
+        // Begun at 0 by a claim living until 100: settling until then.
+        assert_eq!(l.claim(&claim(1, 1, 10, 0), 0, 100).allotment, 0);
+        assert_eq!(l.claim(&claim(2, 1, 10, 4), 0, 100).allotment, 4);
+        assert_eq!(l.claim(&claim(2, 2, 10, 9), 1, 101).allotment, 5);
+        assert_eq!(l.claim(&claim(1, 2, 10, 0), 99, 199).allotment, 0);
+        // Settled: shares by fairness and what is free.
+        assert_eq!(l.claim(&claim(1, 3, 10, 0), 100, 200).allotment, 1);
     }
 
     proptest! {
@@ -212,7 +219,7 @@ mod tests {
             // Instances that honour their grants: held = max(last grant, active), with
             // active never above what they were granted or held before.
             let cap = 16;
-            let mut l = Ledger::new(cap, 0u64);
+            let mut l = settled(cap);
             let mut now = 0u64;
             let mut seq = [0u64; 5];
             let mut grant = [0u32; 5];
@@ -224,7 +231,7 @@ mod tests {
                 let held = grant[i].max(active[i]);
                 seq[i] += 1;
                 let c = Claim::new(InstanceId(who), seq[i], demand, held, Duration::from_secs(1), cap);
-                let r = l.claim(&c, now, now + 1_000_000, false);
+                let r = l.claim(&c, now, now + 1_000_000);
                 prop_assert!(r.reserved <= cap, "reserved {} over {}", r.reserved, cap);
                 grant[i] = r.allotment;
                 active[i] = active[i].max(grant[i].min(demand));

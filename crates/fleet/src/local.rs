@@ -597,27 +597,17 @@ impl CapStore for LocalStore {
     async fn claim(&self, keys: &CapKeys, claim: Claim) -> Result<ClaimReply, StoreError> {
         let key = keys.claims().to_owned();
         self.run(move |s, now| {
-            let ledger = s
-                .caps
-                .entry(key)
-                .or_insert_with(|| Ledger::new(claim.cap, now));
+            let ledger = s.caps.entry(key).or_insert_with(|| Ledger::new(claim.cap));
             let expires = now.checked_add(claim.ttl).unwrap_or(now);
-            let settling = ledger
-                .born
-                .checked_add(claim.ttl)
-                .is_some_and(|settled| now < settled);
-            ledger.claim(&claim, now, expires, settling)
+            ledger.claim(&claim, now, expires)
         })
         .await
     }
 
     async fn set_cap(&self, keys: &CapKeys, cap: u32) -> Result<(), StoreError> {
         let key = keys.claims().to_owned();
-        self.run(move |s, now| {
-            s.caps
-                .entry(key)
-                .or_insert_with(|| Ledger::new(cap, now))
-                .cap = cap;
+        self.run(move |s, _| {
+            s.caps.entry(key).or_insert_with(|| Ledger::new(cap)).cap = cap;
         })
         .await
     }

@@ -51,8 +51,8 @@ use seawall_core::ConfigError;
 use tokio::sync::{mpsc, OnceCell};
 
 use crate::store::{
-    FleetEpoch, FleetEvent, FleetVerdict, Keys, LeaseReply, LeaseRequest, ProbeResult, Store,
-    StoreError, Subscription, Token, TripRecord, TripReply,
+    CapKeys, CapStore, Claim, ClaimReply, FleetEpoch, FleetEvent, FleetVerdict, Keys, LeaseReply,
+    LeaseRequest, ProbeResult, Store, StoreError, Subscription, Token, TripRecord, TripReply,
 };
 
 /// Pushed verdicts a slow subscriber may have pending before newer ones are
@@ -147,6 +147,77 @@ end
 return {tripped, fleet_trip or ''}
 ";
 
+/// KEYS: the cap's hash. ARGV: instance (32 hex digits), seq, demand, held, ttl
+/// in ms, configured cap. Returns {allotment, cap, reserved, demand, claimants,
+/// stale}. The steps of `CapStore`'s contract, with the server's `TIME`.
+const CLAIM: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[5])
+local g = tonumber(redis.call('HGET', KEYS[1], 'g') or '')
+local settled = tonumber(redis.call('HGET', KEYS[1], 'settled') or '')
+if not g then
+  g = tonumber(ARGV[6])
+  redis.call('HSET', KEYS[1], 'g', ARGV[6])
+end
+if not settled then
+  -- A new (or wiped) record: older leases may still be in use for one TTL.
+  settled = now + ttl
+  redis.call('HSET', KEYS[1], 'settled', settled)
+end
+local me = 'i:' .. ARGV[1]
+local all = redis.call('HGETALL', KEYS[1])
+local claims = {}
+local others, mine = 0, nil
+for i = 1, #all, 2 do
+  local field, value = all[i], all[i + 1]
+  if string.sub(field, 1, 2) == 'i:' then
+    local seq, d, r, e = string.match(value, '^(%d+):(%d+):(%d+):(%d+)$')
+    if not seq or tonumber(e) <= now then
+      redis.call('HDEL', KEYS[1], field)
+    elseif field == me then
+      mine = {seq, tonumber(d), tonumber(r), e}
+    else
+      claims[#claims + 1] = {field, tonumber(d)}
+      others = others + tonumber(r)
+    end
+  end
+end
+if mine and not greater(ARGV[2], mine[1]) then
+  -- A late copy of an older claim: nothing changes.
+  local demand = mine[2]
+  for _, c in ipairs(claims) do demand = demand + c[2] end
+  return {0, g, others + mine[3], demand, #claims + 1, 1}
+end
+local demand = tonumber(ARGV[3])
+local held = tonumber(ARGV[4])
+claims[#claims + 1] = {me, demand}
+table.sort(claims, function(a, b)
+  if a[2] ~= b[2] then return a[2] < b[2] end
+  return a[1] < b[1]
+end)
+local left, fair, total = g, 0, 0
+for i, c in ipairs(claims) do
+  local share = math.min(c[2], math.floor(left / (#claims - i + 1)))
+  left = left - share
+  total = total + c[2]
+  if c[1] == me then fair = share end
+end
+local free = g - others
+if free < 0 then free = 0 end
+local grant = math.min(fair, free)
+if now < settled then grant = math.min(grant, held) end
+local reserved = math.max(grant, held)
+redis.call('HSET', KEYS[1], me, ARGV[2] .. ':' .. demand .. ':' .. reserved .. ':' .. (now + ttl))
+return {grant, g, others + reserved, total, #claims, 0}
+";
+
+/// KEYS: the cap's hash. ARGV: cap. Replaces the cap, keeping the claims.
+const SET_CAP: &str = r"
+redis.call('HSET', KEYS[1], 'g', ARGV[1])
+return 1
+";
+
 /// A [`Store`] on one Redis (or Valkey) server; cloning shares the connection.
 ///
 /// Built from a URL (`redis://[user:password@]host[:port][/db]`, or `rediss://`
@@ -175,6 +246,8 @@ struct Inner {
     release: Script,
     publish: Script,
     record_trip: Script,
+    claim: Script,
+    set_cap: Script,
 }
 
 /// Subscribers by channel, fed by the connection's push sender.
@@ -270,6 +343,8 @@ impl RedisStore {
                 release: Script::new(RELEASE),
                 publish: Script::new(&format!("{GREATER}{PUBLISH}")),
                 record_trip: Script::new(&format!("{GREATER}{NEXT_EPOCH}{RECORD_TRIP}")),
+                claim: Script::new(&format!("{GREATER}{CLAIM}")),
+                set_cap: Script::new(SET_CAP),
             }),
         })
     }
@@ -451,6 +526,62 @@ impl Store for RedisStore {
     }
 }
 
+impl CapStore for RedisStore {
+    async fn claim(&self, keys: &CapKeys, claim: Claim) -> Result<ClaimReply, StoreError> {
+        let mut con = self.connection().await?;
+        let ttl_ms = u64::try_from(claim.ttl.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let reply: Vec<Value> = self
+            .inner
+            .claim
+            .key(keys.claims())
+            .arg(format!("{:032x}", claim.instance.0))
+            .arg(claim.seq.to_string())
+            .arg(claim.demand)
+            .arg(claim.held)
+            .arg(ttl_ms)
+            .arg(claim.cap)
+            .invoke_async(&mut con)
+            .await
+            .map_err(store_error)?;
+        parse_claim(&reply).ok_or_else(|| malformed("claim reply", &reply))
+    }
+
+    async fn set_cap(&self, keys: &CapKeys, cap: u32) -> Result<(), StoreError> {
+        let mut con = self.connection().await?;
+        let _: i64 = self
+            .inner
+            .set_cap
+            .key(keys.claims())
+            .arg(cap)
+            .invoke_async(&mut con)
+            .await
+            .map_err(store_error)?;
+        Ok(())
+    }
+}
+
+fn parse_claim(reply: &[Value]) -> Option<ClaimReply> {
+    let n = |i: usize| int(reply.get(i)?).and_then(|v| u64::try_from(v).ok());
+    let small = |i: usize| n(i).and_then(|v| u32::try_from(v).ok());
+    if reply.len() != 6 {
+        return None;
+    }
+    Some(ClaimReply {
+        allotment: small(0)?,
+        cap: small(1)?,
+        reserved: small(2)?,
+        demand: n(3)?,
+        claimants: small(4)?,
+        stale: match n(5)? {
+            0 => false,
+            1 => true,
+            _ => return None,
+        },
+    })
+}
+
 fn token_text(token: Token) -> String {
     format!("{:032x}", token.0)
 }
@@ -585,6 +716,28 @@ mod tests {
         );
         assert_eq!(parse_trip_reply(&[Value::Int(-1), s("")]), None);
         assert_eq!(parse_trip_reply(&[Value::Int(1)]), None);
+    }
+
+    #[test]
+    fn malformed_claim_replies_are_refused() {
+        let i = Value::Int;
+        let ok = [i(3), i(10), i(7), i(12), i(2), i(0)];
+        let r = parse_claim(&ok).unwrap();
+        assert_eq!(
+            (
+                r.allotment,
+                r.cap,
+                r.reserved,
+                r.demand,
+                r.claimants,
+                r.stale
+            ),
+            (3, 10, 7, 12, 2, false)
+        );
+        assert!(parse_claim(&ok[..5]).is_none());
+        assert!(parse_claim(&[i(-1), i(10), i(7), i(12), i(2), i(0)]).is_none());
+        assert!(parse_claim(&[i(3), i(10), i(7), i(12), i(2), i(2)]).is_none());
+        assert!(parse_claim(&[i(1 << 40), i(10), i(7), i(12), i(2), i(0)]).is_none());
     }
 
     #[test]

@@ -613,17 +613,17 @@ pub struct ClaimReply {
 /// # Contract
 ///
 /// A claim, applied at the store's instant `now`:
-/// 1. stores `claim.cap` as the cap if the store has none (and notes `now` as
-///    the start of its record), else keeps its own;
+/// 1. stores `claim.cap` as the cap if the store has none, else keeps its own;
+///    the record's first claim settles it at `now + ttl`;
 /// 2. drops every claim whose TTL ran out (a dead instance's share comes back);
 ///    a claim whose `seq` is not above the instance's stored one changes nothing
 ///    and is answered `stale`;
 /// 3. divides the cap by max-min fairness over the live claims' demands (this
 ///    one's included): in ascending order of (demand, instance), each gets
 ///    `min(demand, floor(left / claims left))`;
-/// 4. grants `min(fair share, cap - what the others have reserved)`, and, while
-///    the record is younger than the claim's TTL (a new or wiped store, which
-///    cannot know what older leases are still in use), no more than `held`;
+/// 4. grants `min(fair share, cap - what the others have reserved)`, and, until
+///    the record settles (a new or wiped store cannot know what older leases are
+///    still in use), no more than `held`;
 /// 5. reserves `max(grant, held)` for the instance until `now + ttl`.
 ///
 /// So the reservations never sum above the cap while every instance renews

@@ -30,6 +30,16 @@ async fn local_store_keeps_the_contract() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn local_store_keeps_the_cap_contract() {
+    support::contract::cap_claims(&LocalStore::new(), "test").await;
+    let store = LocalStore::with_seed(3);
+    store
+        .set_faults(Faults::latency(Duration::from_millis(5)))
+        .unwrap();
+    support::contract::cap_claims(&store, "latency").await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn local_store_keeps_the_contract_with_latency() {
     let store = LocalStore::with_seed(1);
     store

@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use seawall_fleet::{
-    FleetEpoch, FleetEvent, FleetVerdict, Keys, LeaseReply, LeaseRequest, ProbeResult, Store,
-    Token, TripRecord,
+    CapKeys, CapStore, Claim, ClaimReply, FleetEpoch, FleetEvent, FleetVerdict, InstanceId, Keys,
+    LeaseReply, LeaseRequest, ProbeResult, Store, Token, TripRecord,
 };
 use tokio::time::{sleep, timeout};
 
@@ -263,4 +263,59 @@ pub async fn trips_outside_the_window_do_not_count<S: Store>(store: &S, prefix: 
     let r = store.record_trip(&k, trip(C, LONG, 2, 0)).await.unwrap();
     assert_eq!(r.tripped, 2);
     assert!(r.fleet_trip.is_some());
+}
+
+// ----- the cap's claims ----------------------------------------------------------
+
+fn claim(id: u128, seq: u64, demand: u32, held: u32, ttl: Duration, cap: u32) -> Claim {
+    Claim::new(InstanceId(id), seq, demand, held, ttl, cap)
+}
+
+fn shape(r: &ClaimReply) -> (u32, u32, u32, u64, u32, bool) {
+    (
+        r.allotment,
+        r.cap,
+        r.reserved,
+        r.demand,
+        r.claimants,
+        r.stale,
+    )
+}
+
+/// The claim steps of `CapStore`'s contract, with instances 1, 2 and 3 (so the
+/// order of equal demands is known): settling, max-min division, what is
+/// reserved, stale copies, expiry, and the cap kept by the store.
+pub async fn cap_claims<S: CapStore>(store: &S, prefix: &str) {
+    let k = CapKeys::new(prefix, "freight").unwrap();
+    // A new record settles one TTL after its first claim: until then, nothing
+    // beyond what a claimant holds.
+    let r = store.claim(&k, claim(1, 1, 4, 0, SHORT, 10)).await.unwrap();
+    assert_eq!(shape(&r), (0, 10, 0, 4, 1, false));
+    sleep(SHORT + GRACE).await;
+    // Settled (and the first claim expired): fair share = demand.
+    let r = store.claim(&k, claim(1, 2, 4, 0, LONG, 10)).await.unwrap();
+    assert_eq!(shape(&r), (4, 10, 4, 4, 1, false));
+    // Another cap configured: the store's stays. Demands 4 and 10 over 10: 4 and 6.
+    let r = store.claim(&k, claim(2, 1, 10, 0, LONG, 12)).await.unwrap();
+    assert_eq!(shape(&r), (6, 10, 10, 14, 2, false));
+    // A late copy of an applied claim changes nothing.
+    let r = store.claim(&k, claim(1, 2, 0, 0, LONG, 10)).await.unwrap();
+    assert_eq!(shape(&r), (0, 10, 10, 14, 2, true));
+    // A third: fair 3 (of 3, 3, 4), but nothing is free.
+    let r = store
+        .claim(&k, claim(3, 1, 10, 0, SHORT, 10))
+        .await
+        .unwrap();
+    assert_eq!(shape(&r), (0, 10, 10, 24, 3, false));
+    // Instance 1 renews holding its 4: granted its fair 3, 4 stay reserved.
+    let r = store.claim(&k, claim(1, 3, 4, 4, LONG, 10)).await.unwrap();
+    assert_eq!(shape(&r), (3, 10, 10, 24, 3, false));
+    // Instance 3's claim expires by the store's clock: its demand is gone.
+    sleep(SHORT + GRACE).await;
+    let r = store.claim(&k, claim(2, 2, 10, 6, LONG, 10)).await.unwrap();
+    assert_eq!(shape(&r), (6, 10, 10, 14, 2, false));
+    // An operator raises the cap: 4 and 10 over 20, and 16 free for instance 2.
+    store.set_cap(&k, 20).await.unwrap();
+    let r = store.claim(&k, claim(2, 3, 10, 6, LONG, 10)).await.unwrap();
+    assert_eq!(shape(&r), (10, 20, 14, 14, 2, false));
 }
