@@ -1,0 +1,327 @@
+//! The fleet-wide cap on a real `redis-server` in real time, in front of a
+//! loopback hyper supplier that counts its own requests in flight. Every
+//! assertion is an invariant that holds however loaded the machine is (the
+//! supplier's high-water mark against the cap, no call failing because of the
+//! store); durations are reported, never asserted.
+#![cfg(feature = "redis")]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use seawall_bulkhead::{BulkheadLayer, Handle};
+use seawall_core::{find_rejection, BoxError, RejectionKind};
+use seawall_fleet::{CapConfig, CapMode, Capped, Fleet, RedisStore};
+use support::redis_server::RedisServer;
+use support::supplier::{client, Supplier};
+use tokio::time::{sleep, Instant};
+use tower::util::BoxCloneSyncService;
+use tower::{Layer, ServiceExt};
+
+const WATCHDOG: Duration = Duration::from_secs(60);
+/// What the supplier takes per request.
+const WORK: Duration = Duration::from_millis(20);
+/// Every call is bounded by this (the client gives up, the supplier stops).
+const LONGEST: Duration = Duration::from_millis(300);
+const T: Duration = Duration::from_millis(100);
+const TTL: Duration = Duration::from_millis(700);
+
+fn report(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+struct Shop {
+    handle: Handle,
+    svc: BoxCloneSyncService<(), (), BoxError>,
+    capped: Mutex<Option<Capped>>,
+    workers: AtomicUsize,
+    ok: AtomicU64,
+    full: AtomicU64,
+    other: AtomicU64,
+    longest_us: AtomicU64,
+}
+
+impl Shop {
+    fn allotment(&self) -> usize {
+        self.handle.allotment().unwrap_or(usize::MAX)
+    }
+}
+
+fn config(cap: u32) -> CapConfig {
+    CapConfig::new(cap)
+        .renew_every(T)
+        .ttl(TTL)
+        .longest_call(LONGEST)
+}
+
+/// `n` instances, each with a fleet of its own (its own connection) and a
+/// bulkhead of 10 without a queue, capped by `config`.
+fn shops(url: &str, n: usize, supplier: &Supplier, config: CapConfig) -> Vec<Arc<Shop>> {
+    (0..n)
+        .map(|i| {
+            let fleet = Fleet::builder(RedisStore::new(url).unwrap())
+                .prefix("drill")
+                .store_timeout(Duration::from_millis(250))
+                .seed(40 + i as u64)
+                .build()
+                .unwrap();
+            let layer = BulkheadLayer::builder("freight")
+                .max_concurrent(10)
+                .max_queue(0)
+                .build()
+                .unwrap();
+            let handle = layer.handle();
+            let capped = fleet.cap(&handle, config).unwrap();
+            let shop = Arc::new(Shop {
+                handle,
+                svc: BoxCloneSyncService::new(layer.layer(client(supplier.addr, LONGEST))),
+                capped: Mutex::new(Some(capped)),
+                workers: AtomicUsize::new(0),
+                ok: AtomicU64::new(0),
+                full: AtomicU64::new(0),
+                other: AtomicU64::new(0),
+                longest_us: AtomicU64::new(0),
+            });
+            for w in 0..12 {
+                tokio::spawn(worker(Arc::clone(&shop), w));
+            }
+            shop
+        })
+        .collect()
+}
+
+/// Calls back to back while among the shop's active workers; after a rejection
+/// it tries again 2 ms later.
+async fn worker(shop: Arc<Shop>, index: usize) {
+    loop {
+        if index >= shop.workers.load(Ordering::SeqCst) {
+            sleep(Duration::from_millis(5)).await;
+            continue;
+        }
+        let start = Instant::now();
+        let result = shop.svc.clone().oneshot(()).await;
+        let took = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
+        shop.longest_us.fetch_max(took, Ordering::SeqCst);
+        match result {
+            Ok(()) => {
+                shop.ok.fetch_add(1, Ordering::SeqCst);
+            }
+            Err(e) => {
+                match find_rejection(&*e).map(|r| r.kind()) {
+                    Some(RejectionKind::BulkheadFull) => shop.full.fetch_add(1, Ordering::SeqCst),
+                    _ => shop.other.fetch_add(1, Ordering::SeqCst),
+                };
+                sleep(Duration::from_millis(2)).await;
+            }
+        }
+    }
+}
+
+fn saturate(shops: &[Arc<Shop>], which: &[usize]) {
+    for (i, s) in shops.iter().enumerate() {
+        let w = if which.contains(&i) { usize::MAX } else { 0 };
+        s.workers.store(w, Ordering::SeqCst);
+    }
+}
+
+fn sum(shops: &[Arc<Shop>], f: impl Fn(&Shop) -> u64) -> u64 {
+    shops.iter().map(|s| f(s)).sum()
+}
+
+/// Waits until `done` holds (a watchdog, not a measurement); answers how long it took.
+async fn until(what: &str, done: impl Fn() -> bool) -> Duration {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < WATCHDOG, "watchdog: never {what}");
+        sleep(Duration::from_millis(2)).await;
+    }
+    start.elapsed()
+}
+
+/// Load for `d`; answers (calls served, refused full, failed otherwise) in it.
+async fn phase(shops: &[Arc<Shop>], d: Duration) -> (u64, u64, u64) {
+    let before = (
+        sum(shops, |s| s.ok.load(Ordering::SeqCst)),
+        sum(shops, |s| s.full.load(Ordering::SeqCst)),
+        sum(shops, |s| s.other.load(Ordering::SeqCst)),
+    );
+    sleep(d).await;
+    (
+        sum(shops, |s| s.ok.load(Ordering::SeqCst)) - before.0,
+        sum(shops, |s| s.full.load(Ordering::SeqCst)) - before.1,
+        sum(shops, |s| s.other.load(Ordering::SeqCst)) - before.2,
+    )
+}
+
+fn longest_call(shops: &[Arc<Shop>]) -> Duration {
+    Duration::from_micros(
+        shops
+            .iter()
+            .map(|s| s.longest_us.load(Ordering::SeqCst))
+            .max()
+            .unwrap_or(0),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_instances_never_exceed_the_cap_and_the_cap_follows_demand() {
+    let Some(server) =
+        RedisServer::start("five_instances_never_exceed_the_cap_and_the_cap_follows_demand")
+    else {
+        return;
+    };
+    let supplier = Supplier::start(WORK).await;
+    let xs = shops(&server.url(), 5, &supplier, config(8));
+    saturate(&xs, &[0, 1, 2, 3, 4]);
+    until("all of the cap handed out", || {
+        xs.iter().map(|s| s.allotment()).sum::<usize>() == 8
+    })
+    .await;
+    let started = Instant::now();
+    let (ok, full, other) = phase(&xs, Duration::from_secs(3)).await;
+    let used = ok as f64 * WORK.as_secs_f64() / (8.0 * started.elapsed().as_secs_f64());
+    report(&format!(
+        "cap 8, five saturating instances on redis: {ok} calls served, {full} refused full, \
+         supplier high-water mark {}, ~{:.0} % of the cap busy",
+        supplier.most(),
+        used * 100.0
+    ));
+    assert_eq!(other, 0);
+
+    // All demand on one instance, then on another: the cap follows.
+    saturate(&xs, &[0]);
+    until("instance 0 holding the cap", || xs[0].allotment() == 8).await;
+    saturate(&xs, &[1]);
+    let moved = until("instance 1 holding the cap", || xs[1].allotment() == 8).await;
+    // Instance 1 dies (no more renewals): its share returns after its TTL.
+    drop(xs[1].capped.lock().unwrap().take());
+    saturate(&xs, &[2]);
+    let returned = until("instance 2 holding the cap", || xs[2].allotment() == 8).await;
+    report(&format!(
+        "demand moved: served at the new instance after {moved:?}; a dropped holder's \
+         share back after {returned:?} (T {T:?}, TTL {TTL:?})"
+    ));
+    assert!(supplier.most() <= 8, "supplier saw {}", supplier.most());
+    assert_eq!(sum(&xs, |s| s.other.load(Ordering::SeqCst)), 0);
+}
+
+/// Kill, SIGSTOP and FLUSHALL under load, in strict mode: the supplier never
+/// sees more than the cap, and no call fails because of the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strict_never_exceeds_the_cap_when_redis_is_killed_paused_or_flushed() {
+    let Some(mut server) =
+        RedisServer::start("strict_never_exceeds_the_cap_when_redis_is_killed_paused_or_flushed")
+    else {
+        return;
+    };
+    let supplier = Supplier::start(WORK).await;
+    let xs = shops(&server.url(), 3, &supplier, config(6));
+    saturate(&xs, &[0, 1, 2]);
+    let handed_out = || xs.iter().map(|s| s.allotment()).sum::<usize>() == 6;
+    until("all of the cap handed out", handed_out).await;
+
+    server.kill();
+    let killed = phase(&xs, Duration::from_millis(1500)).await;
+    server.restart();
+    let rejoined = until("the cap handed out again", handed_out).await;
+    server.pause();
+    let paused = phase(&xs, Duration::from_millis(1500)).await;
+    server.resume();
+    until("the cap handed out again", handed_out).await;
+    assert_eq!(server.command("FLUSHALL").unwrap(), "+OK");
+    let flushed = phase(&xs, Duration::from_millis(1500)).await;
+    until("the cap handed out again", handed_out).await;
+
+    for (what, (ok, full, other)) in [("killed", killed), ("paused", paused), ("flushed", flushed)]
+    {
+        report(&format!(
+            "strict, redis {what}: {ok} calls served, {full} refused full, {other} failed \
+             because of the store"
+        ));
+    }
+    report(&format!(
+        "strict drills: supplier high-water mark {} (cap 6), back to the full cap {rejoined:?} \
+         after a restart, longest call {:?}, {} abandoned at the supplier",
+        supplier.most(),
+        longest_call(&xs),
+        supplier.abandoned()
+    ));
+    assert!(supplier.most() <= 6, "supplier saw {}", supplier.most());
+    assert_eq!(sum(&xs, |s| s.other.load(Ordering::SeqCst)), 0);
+    // Calls went on under the leases still held, then were refused at once.
+    assert!(killed.0 + killed.1 > 0 && paused.0 + paused.1 > 0);
+}
+
+/// The same drills in available mode: calls go on without the store, and the
+/// supplier sees at most the cap plus the cut-off instances' local shares.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn available_overshoot_stays_within_the_documented_bound() {
+    let Some(mut server) =
+        RedisServer::start("available_overshoot_stays_within_the_documented_bound")
+    else {
+        return;
+    };
+    let supplier = Supplier::start(WORK).await;
+    let share = 3;
+    let xs = shops(
+        &server.url(),
+        3,
+        &supplier,
+        config(6).mode(CapMode::Available { local_share: share }),
+    );
+    saturate(&xs, &[0, 1, 2]);
+    let handed_out = || xs.iter().map(|s| s.allotment()).sum::<usize>() == 6;
+    until("all of the cap handed out", handed_out).await;
+    let healthy = supplier.most();
+    let bound = 6 + 3 * share as usize;
+    let mut marks = Vec::new();
+    let lapses = |xs: &[Arc<Shop>]| {
+        sum(xs, |s| {
+            s.capped
+                .lock()
+                .unwrap()
+                .as_ref()
+                .map_or(0, |c| c.snapshot().lapses)
+        })
+    };
+    for fault in ["killed", "paused", "flushed"] {
+        let lapsed_before = lapses(&xs);
+        // Calls admitted under shares given back end first (bounded by LONGEST).
+        let _ = phase(&xs, LONGEST).await;
+        supplier.reset_most();
+        match fault {
+            "killed" => server.kill(),
+            "paused" => server.pause(),
+            _ => assert_eq!(server.command("FLUSHALL").unwrap(), "+OK"),
+        }
+        let (ok, full, other) = phase(&xs, Duration::from_millis(1500)).await;
+        match fault {
+            "killed" => server.restart(),
+            "paused" => server.resume(),
+            _ => {}
+        }
+        until("the cap handed out again", handed_out).await;
+        report(&format!(
+            "available, redis {fault}: {ok} calls served, {full} refused full, {other} failed \
+             because of the store, {} leases lapsed, supplier high-water mark {} (cap 6, bound {bound})",
+            lapses(&xs) - lapsed_before,
+            supplier.most()
+        ));
+        marks.push(supplier.most());
+        assert!(ok > 0, "calls went on without the store");
+        assert!(
+            supplier.most() <= bound,
+            "{fault}: supplier saw {}",
+            supplier.most()
+        );
+    }
+    assert!(healthy <= 6, "healthy: supplier saw {healthy}");
+    assert_eq!(sum(&xs, |s| s.other.load(Ordering::SeqCst)), 0);
+    report(&format!(
+        "available: high-water marks {marks:?} with the store killed, paused, flushed"
+    ));
+}
