@@ -5,6 +5,9 @@
 #[path = "../examples/fleet_sim/model.rs"]
 mod model;
 
+#[path = "../examples/fleet_sim/cap.rs"]
+mod cap;
+
 use std::time::Duration;
 
 use model::{Figures, Mode, SimConfig};
@@ -84,4 +87,69 @@ fn with_a_tenth_of_store_operations_lost_at_most_two_probes_per_interval() {
     assert!(obs.store_errors > 0, "the loss never hit");
     assert_eq!(obs.other_errors, 0);
     assert_eq!(obs.closed_at_end, N);
+}
+
+// ----- the fleet-wide cap: 100 instances, G = 64, the hot group moving --------------
+
+fn cap_run(store: cap::StoreCase, mode: seawall::fleet::CapMode) -> (cap::CapSim, cap::CapRun) {
+    let mut sim = cap::CapSim::new(store, mode);
+    sim.phases = 4;
+    let run = cap::run(&sim).unwrap();
+    (sim, run)
+}
+
+#[test]
+fn the_cap_is_never_exceeded_in_strict_mode_and_saturating_demand_uses_90_percent_of_it() {
+    for store in [cap::StoreCase::Healthy, cap::StoreCase::Lossy(0.1)] {
+        let (sim, run) = cap_run(store, seawall::fleet::CapMode::Strict);
+        let label = sim.label();
+        assert!(run.most <= 64, "{label}: {} at the supplier", run.most);
+        assert!(run.samples.iter().all(|s| s.allotted <= 64), "{label}");
+        assert!(
+            run.used >= 0.9,
+            "{label}: {:.1} % of G used",
+            run.used * 100.0
+        );
+        // Every move of the hot group was followed: one period to see the old
+        // group's demand gone, one to give back, one to take, plus a call.
+        assert_eq!(run.follow.len(), sim.phases - 1, "{label}");
+        let bound = sim.renew_every * 3 + sim.supplier_latency;
+        assert!(
+            run.follow.iter().all(|d| *d <= bound),
+            "{label}: {:?}",
+            run.follow
+        );
+        assert_eq!(run.other, 0, "{label}");
+        // Calls make no store operation: the renewals are all there is.
+        let periods = (sim.phase * sim.phases as u32).as_millis() / sim.renew_every.as_millis();
+        assert!(
+            run.store_ops <= sim.instances as u64 * (periods as u64 + 2),
+            "{label}"
+        );
+        assert!(run.served + run.full > 10 * run.store_ops, "{label}");
+    }
+}
+
+#[test]
+fn a_store_outage_keeps_strict_within_the_cap_and_available_within_its_bound() {
+    let (sim, strict) = cap_run(cap::StoreCase::Outage, seawall::fleet::CapMode::Strict);
+    assert!(strict.most <= 64, "{}", strict.most);
+    assert_eq!(
+        strict.lapses, sim.instances as u64,
+        "every lease lapsed in the outage"
+    );
+    // No call waits on the store: none took longer than the supplier.
+    assert_eq!(strict.longest_call, sim.supplier_latency);
+    assert_eq!(strict.other, 0);
+    let share = 1;
+    let (sim, available) = cap_run(
+        cap::StoreCase::Outage,
+        seawall::fleet::CapMode::Available { local_share: share },
+    );
+    // G plus the cut-off instances' local shares.
+    let bound = 64 + sim.instances * share as usize;
+    assert!(available.most <= bound, "{}", available.most);
+    assert_eq!(available.other, 0);
+    // Available mode served calls through the outage; strict refused them.
+    assert!(available.served > strict.served);
 }

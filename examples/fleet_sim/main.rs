@@ -12,8 +12,16 @@
 //! coordinated through a `LocalStore` (probe lease and verdicts), with pushes
 //! working, with every push lost, and with a share of store operations lost.
 //! Prints a markdown table and writes an SVG per fleet size to `target/fleet_sim/`.
+//!
+//! Then the fleet-wide cap: 100 instances whose bulkheads share G = 64 calls at
+//! the supplier, 20 of them with saturating demand at a time, the hot group
+//! moving every 10 s; strict mode with the store healthy, lossy and down for 5 s,
+//! and available mode with the same outage. A second table, and
+//! `target/fleet_sim/cap.svg` (G, the allotments summed, the real concurrency).
+//! `--cap-only` runs only that part.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod cap;
 mod model;
 mod report;
 
@@ -28,6 +36,7 @@ struct Args {
     store_latency: Duration,
     store_loss: f64,
     seed: u64,
+    cap_only: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -37,6 +46,7 @@ fn parse() -> Result<Args, String> {
         store_latency: Duration::from_millis(1),
         store_loss: 0.1,
         seed: 1,
+        cap_only: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -74,6 +84,7 @@ fn parse() -> Result<Args, String> {
                     return Err("--store-loss: a probability in [0, 1]".into());
                 }
             }
+            "--cap-only" => args.cap_only = true,
             "--seed" => args.seed = value()?.parse().map_err(|e| format!("--seed: {e}"))?,
             other => return Err(format!("unknown argument {other}")),
         }
@@ -83,6 +94,54 @@ fn parse() -> Result<Args, String> {
 
 fn main() -> Result<(), seawall::BoxError> {
     let args = parse().map_err(|e| format!("fleet_sim: {e}"))?;
+    let dir = PathBuf::from("target").join("fleet_sim");
+    std::fs::create_dir_all(&dir)?;
+    if !args.cap_only {
+        probes(&args, &dir)?;
+    }
+    caps(&args, &dir)
+}
+
+fn caps(args: &Args, dir: &std::path::Path) -> Result<(), seawall::BoxError> {
+    use seawall::fleet::CapMode;
+    let cases = [
+        (cap::StoreCase::Healthy, CapMode::Strict),
+        (cap::StoreCase::Lossy(args.store_loss), CapMode::Strict),
+        (cap::StoreCase::Outage, CapMode::Strict),
+        (
+            cap::StoreCase::Outage,
+            CapMode::Available { local_share: 1 },
+        ),
+    ];
+    let mut runs = Vec::new();
+    for (store, mode) in cases {
+        let mut sim = cap::CapSim::new(store, mode);
+        sim.seed = args.seed;
+        let wall = std::time::Instant::now();
+        let run = cap::run(&sim)?;
+        eprintln!(
+            "  cap, {}: simulated {} s in {:.1} s",
+            sim.label(),
+            sim.phase.as_secs() * sim.phases as u64,
+            wall.elapsed().as_secs_f64()
+        );
+        runs.push((sim, run));
+    }
+    let path = dir.join("cap.svg");
+    std::fs::write(&path, cap::svg(&runs))?;
+    eprintln!("  timeline: {}", path.display());
+    println!();
+    println!(
+        "fleet-wide cap: 100 instances, bulkheads of 8 sharing G = 64 at a supplier of 50 ms; \
+         20 instances saturating at a time, the group moving every 10 s; renewals every 500 ms, \
+         claims live 1.5 s"
+    );
+    println!();
+    print!("{}", cap::table(&runs));
+    Ok(())
+}
+
+fn probes(args: &Args, dir: &std::path::Path) -> Result<(), seawall::BoxError> {
     let modes = [
         Mode::Local,
         Mode::LocalJitter,
@@ -105,8 +164,6 @@ fn main() -> Result<(), seawall::BoxError> {
          store one-way latency {:?}",
         args.rps, args.store_latency
     );
-    let dir = PathBuf::from("target").join("fleet_sim");
-    std::fs::create_dir_all(&dir)?;
     let mut rows = Vec::new();
     for &n in &args.sizes {
         let mut runs = Vec::new();
