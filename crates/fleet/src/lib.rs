@@ -1,6 +1,8 @@
-//! Fleet coordination for seawall's circuit breakers: one probe per open interval
-//! across every instance of a service, and a recovery seen by one instance taught
-//! to all of them, without a store round trip on any call.
+//! Fleet coordination for seawall's circuit breakers and bulkheads: one probe per
+//! open interval across every instance of a service, a recovery seen by one
+//! instance taught to all of them, and a concurrency cap that holds across the
+//! fleet (see [the cap](#a-fleet-wide-concurrency-cap)), without a store round
+//! trip on any call.
 //!
 //! Without coordination every replica's breaker is an island. A hundred replicas
 //! that tripped together on a failing supplier send it a hundred probes the moment
@@ -200,9 +202,157 @@
 //! A take that timed out but was applied later costs a lost interval (nobody
 //! probes until its TTL ends), not an overlap.
 //!
+//! # A fleet-wide concurrency cap
+//!
+//! A bulkhead's limit is per instance: three instances of 8 let 24 calls reach
+//! the supplier. [`Fleet::cap`] makes the limit the fleet's: every instance's
+//! bulkhead of one name shares G calls, whatever the number of replicas, and
+//! still no call touches the store.
+//!
+//! ```
+//! use std::time::Duration;
+//! use seawall_bulkhead::BulkheadLayer;
+//! use seawall_core::BoxError;
+//! use seawall_fleet::{CapConfig, Fleet, LocalStore};
+//! use tower::{service_fn, Layer, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), BoxError> {
+//! // The supplier takes 200 ms a call.
+//! let supplier = service_fn(|()| async {
+//!     tokio::time::sleep(Duration::from_millis(200)).await;
+//!     Ok::<_, BoxError>(())
+//! });
+//! let fleet = Fleet::builder(LocalStore::new()).prefix("shop").build()?;
+//! let config = CapConfig::new(4) // G: 4 calls at the supplier, fleet-wide
+//!     .renew_every(Duration::from_millis(100))
+//!     .ttl(Duration::from_millis(300));
+//! let mut shops = Vec::new();
+//! for _ in 0..2 {
+//!     let layer = BulkheadLayer::builder("freight").max_concurrent(8).max_queue(0).build()?;
+//!     let capped = fleet.cap(&layer.handle(), config)?; // keep it alive
+//!     shops.push((capped, layer.layer(supplier)));
+//! }
+//! // Both shops want more than the cap, for two seconds (paused time: no real wait).
+//! for _ in 0..40 {
+//!     for (_, svc) in &shops {
+//!         for _ in 0..4 {
+//!             tokio::spawn(svc.clone().oneshot(()));
+//!         }
+//!     }
+//!     tokio::time::sleep(Duration::from_millis(50)).await;
+//! }
+//! // Max-min fair: two each, never more than 4 in all.
+//! for (capped, _) in &shops {
+//!     assert_eq!(capped.snapshot().allotment, 2);
+//!     assert_eq!(capped.handle().snapshot().limit, 2);
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! ## The allotment protocol
+//!
+//! ```text
+//!   instance A (every T)                     store (one atomic step per claim)
+//!   ────────────────────                     ─────────────────────────────────
+//!   demand := peak active at admissions
+//!             + peak waiting + BulkheadFull
+//!             over the last T (≤ own limit)
+//!   give back what the period did not use:
+//!     ceiling := max(active, min(ceiling, demand))
+//!   held := max(ceiling, active)
+//!   sent := now ─── claim(A, seq, demand, held, TTL, G) ──►  now := TIME
+//!                                            G stored once (first claim), else kept
+//!                                            drop claims past their expiry
+//!                                            fair := max-min share of G over demands
+//!                                            grant := min(fair, G - others' reserved)
+//!                                            (a new or wiped record: ≤ held, for one TTL)
+//!                                            reserve max(grant, held) until now + TTL
+//!   ◄──────────────────────────── grant ───
+//!   ceiling := grant, lease until sent + TTL - longest_call (A's own clock)
+//!   no answer by then: strict → 0, available → local share
+//! ```
+//!
+//! - **Leased allotments, not per-call locks.** A call takes a local permit from
+//!   the bulkhead as always (its own limit, queue, `max_wait`, deadline and
+//!   `BulkheadFull`/`BulkheadTimeout` stay); the cap only lowers the limit to the
+//!   allotment through [`Handle::set_allotment`](seawall_bulkhead::Handle::set_allotment).
+//!   An allotment of 0 rejects at once with `BulkheadFull`: a fleet may have more
+//!   instances than G.
+//! - **Max-min fairness over demand.** Instances wanting less than an equal
+//!   share get what they want; the rest is split evenly among the others. The
+//!   division is computed by the store in one atomic step ([`CapStore`]'s
+//!   contract; a Lua script on Redis, on the server's `TIME`), over the live
+//!   claims only: a dead instance's claim expires with its TTL and its share
+//!   comes back with no operator step.
+//! - **Nothing handed on while it may be in use.** The store reserves for each
+//!   instance the larger of its grant and what it `held` when it claimed (its
+//!   ceiling and its active calls), so a lowered allotment frees its slots only as
+//!   the instance's calls end, and the reservations never sum above G while
+//!   every instance renews within its TTL. A store that lost its record (a flush,
+//!   a failover, a restart without persistence) cannot know which leases are still
+//!   in use, so for one TTL it grants nobody more than it holds.
+//! - **Fencing by the instance's own clock.** An instance admits under an
+//!   answer only until `sent + ttl - longest_call`, measured from when it *sent*
+//!   the claim: before the store (whose expiry counts from when it applied the
+//!   claim) can hand its share to another, and early enough that a call admitted
+//!   just before has ended. No clocks are compared across hosts.
+//! - **Follows demand** within three renewal periods plus the longest call, in
+//!   the worst alignment of the renewals: one period to measure that the old
+//!   holder's demand is gone, one for it to give the slots back (as its calls
+//!   end), one for the new holder's next claim to take them. About two periods is
+//!   typical (1.1 s with T = 500 ms in the simulation).
+//! - **G lives in the store**, set by the first instance to claim. An instance
+//!   configured with another G follows the store's, counts it
+//!   ([`CapSnapshot::cap_disagreements`]) and warns; [`Fleet::set_cap`] changes it
+//!   for the fleet.
+//! - **No call waits on the store.** Claims run in one background task per
+//!   capped bulkhead, each under the fleet's `store_timeout`; a call reads only
+//!   the bulkhead's local state ([`CapSnapshot::store_ops`] counts the task's
+//!   operations; calls make none).
+//!
+//! ## The bounds
+//!
+//! - **`strict` (the default):** without a live lease an instance admits
+//!   nothing (calls are refused at once as full). While clocks run at the same
+//!   rate and calls end within `longest_call`, the fleet never has more than G
+//!   calls at the supplier: not when the store is slow, partitioned, paused,
+//!   killed, flushed or failed over. With `longest_call` at zero (calls not
+//!   bounded), add the calls in flight at a lapse.
+//! - **`available`:** without a live lease an instance admits into its
+//!   `local_share`. The fleet then has at most **G plus the local shares of the
+//!   instances cut off** from the store (all of them: `instances × local_share`
+//!   when the store is gone for everyone). A store that lost its record keeps G
+//!   for the instances that reach it (the record's settling above); without that
+//!   step it would be 2G.
+//!
+//! ## Choosing the settings
+//!
+//! - **G** (`cap`): the calls the supplier can serve at once, as measured or as
+//!   agreed with its owners, across every caller fleet that shares this prefix. A
+//!   bulkhead's own `max_concurrent` still applies: set it to what one instance
+//!   may use at most (often G itself, or a little above G / instances for headroom).
+//! - **T** (`renew_every`): how fast the cap follows demand (about 2T, at most 3T
+//!   plus a call) against store load (one operation per instance per T: 100
+//!   instances at 500 ms is 200 a second). 100 ms–1 s suits most fleets.
+//! - **TTL**: how many renewals may fail before a lapse; TTL − longest call
+//!   above 2T rides out one lost renewal, above 3T two. It is also how long a
+//!   dead instance's share stays away. 3–5 × T is typical.
+//! - **`longest_call`**: the deadline of the calls behind the bulkhead (bound them
+//!   with a [`DeadlineLayer`](seawall_core::DeadlineLayer)); it shortens every lease
+//!   by as much, so keep it well under TTL − T.
+//! - **Mode:** `strict` when exceeding G hurts more than refusing calls (a
+//!   supplier that falls over, a contractual limit); `available` when refusing is
+//!   worse and the supplier has headroom. **`local_share`**: what the supplier can
+//!   absorb from each instance cut off; with `k` instances at risk of being cut
+//!   off together, the supplier must take G + k × `local_share`.
+//!
 //! # Stores
 //!
-//! [`Store`] is five operations, and two more for the fleet trip; see its module docs for the contract.
+//! [`Store`] is five operations, and two more for the fleet trip; see its module
+//! docs for the contract. The cap's [`CapStore`] is two more (claim, set the
+//! cap), implemented by both stores.
 //! [`LocalStore`] keeps everything in process (TTLs on Tokio's clock, so paused
 //! time drives them) and injects delay, loss and outages for tests and
 //! simulations; it is also the embedded default when all instances live in one
@@ -216,7 +366,9 @@
 //! A [`Fleet`] holds the store and the settings; cloning it shares both. Each
 //! [`Fleet::coordinate`] call spawns one task for one breaker and returns its
 //! [`Coordinated`]; dropping that stops the task and hands the breaker back to
-//! itself.
+//! itself. Each [`Fleet::cap`] call spawns one renewal task for one bulkhead and
+//! returns its [`Capped`]; dropping that stops the renewals and leaves the
+//! bulkhead at what its mode gives an instance without a lease.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
