@@ -188,3 +188,34 @@ async fn resetting_the_peaks_keeps_the_period_peak_from_hiding_a_later_high() {
     assert_eq!(h.snapshot().peak_active, 2);
     assert_eq!(h.take_demand().peak_active, 2);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_moving_allotment_is_sent_as_a_limit_change_only_when_it_moves_the_limit() {
+    use seawall_bulkhead::{BulkheadEvent, LimitCause};
+    let l = layer(4, 0);
+    let h = l.handle();
+    let mut events = h.subscribe();
+    h.set_allotment(Some(2));
+    h.set_allotment(Some(3));
+    // Above the own limit of 4: back to 4; then lifted, still 4: nothing sent.
+    h.set_allotment(Some(9));
+    h.set_allotment(None);
+    let mut seen = Vec::new();
+    while let Ok(e) = events.try_recv() {
+        if let BulkheadEvent::LimitChanged {
+            from, to, cause, ..
+        } = e
+        {
+            seen.push((from, to, cause));
+        }
+    }
+    assert_eq!(
+        seen,
+        vec![
+            (4, 2, LimitCause::Allotment),
+            (2, 3, LimitCause::Allotment),
+            (3, 4, LimitCause::Allotment),
+        ]
+    );
+    assert_eq!(LimitCause::Allotment.as_str(), "allotment");
+}
