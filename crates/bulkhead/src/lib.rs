@@ -23,7 +23,9 @@
 //! **Limits are per instance.** A bulkhead counts the calls of the process it
 //! runs in: three instances of a service, each with `max_concurrent = 8`, allow
 //! up to **24** concurrent calls to the supplier, not 8. Divide what the supplier
-//! can take by the number of instances. It also cannot limit remote work that
+//! can take by the number of instances, or cap it fleet-wide: `seawall-fleet`'s
+//! `Fleet::cap` leases each instance a share of one cap through a shared store
+//! and applies it with [`Handle::set_allotment`]. It also cannot limit remote work that
 //! goes on after a caller gave up; it only stops counting when the local call
 //! really ends (see below).
 //!

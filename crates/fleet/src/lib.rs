@@ -292,7 +292,9 @@
 //!   the instance's calls end, and the reservations never sum above G while
 //!   every instance renews within its TTL. A store that lost its record (a flush,
 //!   a failover, a restart without persistence) cannot know which leases are still
-//!   in use, so for one TTL it grants nobody more than it holds.
+//!   in use, so for one TTL it grants nobody more than it holds. A fleet's very
+//!   first start looks the same to it: the cap is handed out one TTL after the
+//!   first claim (until then, capped calls are refused as full).
 //! - **Fencing by the instance's own clock.** An instance admits under an
 //!   answer only until `sent + ttl - longest_call`, measured from when it *sent*
 //!   the claim: before the store (whose expiry counts from when it applied the
