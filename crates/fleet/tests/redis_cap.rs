@@ -325,3 +325,24 @@ async fn available_overshoot_stays_within_the_documented_bound() {
         "available: high-water marks {marks:?} with the store killed, paused, flushed"
     ));
 }
+
+/// The supplier stops work on a request whose client gave up (its connection
+/// closed), so abandoned calls leave its count instead of inflating it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_supplier_stops_work_when_its_client_gives_up() {
+    let supplier = Supplier::start(Duration::from_secs(30)).await;
+    let call = tokio::spawn(client(supplier.addr, WATCHDOG).oneshot(()));
+    until("the request reached the supplier", || {
+        supplier.in_flight() == 1
+    })
+    .await;
+    // The caller gives up: its future is dropped, and its connection with it.
+    call.abort();
+    assert!(call.await.unwrap_err().is_cancelled());
+    until("the supplier stopped the abandoned request", || {
+        supplier.in_flight() == 0 && supplier.abandoned() == 1
+    })
+    .await;
+    assert_eq!(supplier.served(), 0);
+    assert_eq!(supplier.most(), 1);
+}

@@ -112,6 +112,11 @@ impl Supplier {
         self.counts.most.store(now, Ordering::SeqCst);
     }
 
+    /// Requests in flight now.
+    pub fn in_flight(&self) -> usize {
+        self.counts.now.load(Ordering::SeqCst)
+    }
+
     pub fn served(&self) -> u64 {
         self.counts.served.load(Ordering::SeqCst)
     }
