@@ -212,7 +212,7 @@ impl<S: CapStore> Fleet<S> {
             ops: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             renewals: AtomicU64::new(0),
-            fences: AtomicU64::new(0),
+            lapses: AtomicU64::new(0),
             disagreements: AtomicU64::new(0),
             telemetry: CapTelemetry::new(handle.name()),
             stopped: Mutex::new(false),
@@ -352,7 +352,7 @@ impl Capped {
             renewals: load(&s.renewals),
             store_ops: load(&s.ops),
             store_errors: load(&s.errors),
-            lapses: load(&s.fences),
+            lapses: load(&s.lapses),
             cap_disagreements: load(&s.disagreements),
         }
     }
@@ -429,7 +429,7 @@ struct CapShared {
     ops: AtomicU64,
     errors: AtomicU64,
     renewals: AtomicU64,
-    fences: AtomicU64,
+    lapses: AtomicU64,
     disagreements: AtomicU64,
     telemetry: CapTelemetry,
     stopped: Mutex<bool>,
@@ -582,7 +582,7 @@ impl<S: CapStore> CapTask<S> {
         } else {
             self.warned_cap = false;
         }
-        let was_fenced = self.fenced && shared.fences.load(Ordering::Relaxed) > 0;
+        let was_fenced = self.fenced && shared.lapses.load(Ordering::Relaxed) > 0;
         self.fenced = false;
         self.lease_until = Some(until);
         {
@@ -620,7 +620,7 @@ impl<S: CapStore> CapTask<S> {
         let fallback = shared.config.mode.fallback();
         shared.apply(fallback);
         if had_lease {
-            shared.fences.fetch_add(1, Ordering::Relaxed);
+            shared.lapses.fetch_add(1, Ordering::Relaxed);
             shared
                 .telemetry
                 .lapsed(&shared.name, shared.config.mode.as_str(), fallback);
