@@ -10,6 +10,7 @@
 #[path = "../examples/drill/scenario.rs"]
 mod scenario;
 
+use std::io::Write;
 use std::time::Duration;
 
 use scenario::freight::{Mode, PRICE_CENTS};
@@ -131,6 +132,21 @@ async fn the_fleet_drill_probes_one_at_a_time_with_coordination() {
     assert_eq!(run.probes.len(), scenario::SCHEDULE.len(), "{table}");
     assert_eq!(run.most_probes_at_once, 1, "{table}");
     assert_eq!(run.calls_while_open, 0, "{table}");
+    // The freight bulkheads share one cap of `max_concurrent` across the fleet: the
+    // capped fleet's supplier never sees more, give or take the calls whose
+    // deadline just fired (one per instance) whose connections it has not yet
+    // seen close; the independent fleet's may see N times as many.
+    let (capped, alone) = run.supplier_high_water;
+    let cap = test_config().policy.max_concurrent;
+    assert!(
+        capped <= cap + 3,
+        "capped fleet's supplier saw {capped}: {table}"
+    );
+    assert!(alone <= 3 * cap + 3, "{alone}");
+    let _ = writeln!(
+        std::io::stderr(),
+        "supplier high-water mark: capped fleet {capped}, independent fleet {alone} (cap {cap})"
+    );
     let coordinated: usize = run.probes.iter().map(|p| p.coordinated.probes).sum();
     let independent: usize = run.probes.iter().map(|p| p.independent.probes).sum();
     assert!(coordinated > 0 && independent > 0, "{table}");

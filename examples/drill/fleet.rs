@@ -1,6 +1,7 @@
 //! The drill's fleet mode (`--fleet N`): several shop instances share one store
-//! and coordinate their freight breakers through it, as replicas of one service
-//! would. The store is a `redis-server` the drill starts on a free loopback port,
+//! and coordinate their freight breakers through it, and cap their freight
+//! bulkheads fleet-wide (the policy's `max_concurrent` across all of them, not per
+//! instance), as replicas of one service would. The store is a `redis-server` the drill starts on a free loopback port,
 //! or, when none is on PATH, an in-process `LocalStore` (said so in the output).
 
 use std::io::{BufRead, BufReader};
@@ -8,7 +9,9 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 
 use seawall::config::Policies;
-use seawall::fleet::{Coordinated, Fleet, LocalStore, RedisStore};
+use std::time::Duration;
+
+use seawall::fleet::{CapConfig, Capped, Coordinated, Fleet, LocalStore, RedisStore};
 use seawall::BoxError;
 
 /// Ports tried before giving up on starting `redis-server` (another process may
@@ -60,29 +63,50 @@ impl FleetStore {
 
     /// Joins one shop instance to the fleet, with the settings of its policy
     /// document's `[fleet]` table: its freight breaker is coordinated with every
-    /// other instance's. Each instance gets a connection of its own, as a process
-    /// of its own would.
-    pub fn join(&self, policies: &Policies, shop: Members<'_>) -> Result<Membership, BoxError> {
+    /// other instance's, and its freight bulkhead's `max_concurrent` becomes the
+    /// fleet's cap (`longest_call` is the freight budget, the deadline of every
+    /// call). Each instance gets a connection of its own, as a process of its own
+    /// would.
+    pub fn join(
+        &self,
+        policies: &Policies,
+        shop: Members<'_>,
+        budget: Duration,
+    ) -> Result<Membership, BoxError> {
         let section = policies
             .fleet()
             .ok_or("the policy document has no [fleet] table")?;
-        let breaker = match (self, section.redis_url()) {
-            (FleetStore::Redis(_), Some(url)) => Fleet::builder(RedisStore::new(url)?)
-                .config(section.config())
-                .build()?
-                .coordinate(shop.breaker)?,
-            (FleetStore::Local(store), None) => Fleet::builder(store.clone())
-                .config(section.config())
-                .build()?
-                .coordinate(shop.breaker)?,
+        let cap = CapConfig::new(u32::try_from(shop.bulkhead.config().max_concurrent)?)
+            .renew_every(Duration::from_millis(200))
+            .ttl(budget + Duration::from_secs(1))
+            .longest_call(budget);
+        let (breaker, cap) = match (self, section.redis_url()) {
+            (FleetStore::Redis(_), Some(url)) => {
+                let fleet = Fleet::builder(RedisStore::new(url)?)
+                    .config(section.config())
+                    .build()?;
+                (
+                    fleet.coordinate(shop.breaker)?,
+                    fleet.cap(shop.bulkhead, cap)?,
+                )
+            }
+            (FleetStore::Local(store), None) => {
+                let fleet = Fleet::builder(store.clone())
+                    .config(section.config())
+                    .build()?;
+                (
+                    fleet.coordinate(shop.breaker)?,
+                    fleet.cap(shop.bulkhead, cap)?,
+                )
+            }
             _ => return Err("the [fleet] table names another store than the drill's".into()),
         };
-        Ok(Membership { breaker })
+        Ok(Membership { breaker, cap })
     }
 }
 
 /// What a shop instance brings to the fleet: the handles of the freight policy's
-/// layers. (A fleet-wide freight concurrency cap would join through `bulkhead`.)
+/// layers.
 #[derive(Clone, Copy)]
 pub struct Members<'a> {
     pub breaker: &'a seawall::circuit_breaker::Handle,
@@ -92,6 +116,8 @@ pub struct Members<'a> {
 /// One instance's part in the fleet; dropping it leaves the fleet.
 pub struct Membership {
     pub breaker: Coordinated,
+    /// The freight bulkhead's share of the fleet-wide cap.
+    pub cap: Capped,
 }
 
 /// A `redis-server` on 127.0.0.1: no persistence, killed when dropped.

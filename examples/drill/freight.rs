@@ -3,6 +3,7 @@
 //! remote supplier would, and counts every request it receives.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -59,6 +60,7 @@ pub struct Freight {
     addr: SocketAddr,
     mode: watch::Sender<Mode>,
     arrivals: Arc<Mutex<Vec<Instant>>>,
+    in_flight: Arc<InFlight>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -71,6 +73,8 @@ impl Freight {
         let (mode, mode_rx) = watch::channel(Mode::Healthy);
         let arrivals = Arc::new(Mutex::new(Vec::new()));
         let seen = arrivals.clone();
+        let in_flight = Arc::new(InFlight::default());
+        let counted = in_flight.clone();
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -78,12 +82,20 @@ impl Freight {
         let thread = std::thread::Builder::new()
             .name("freight".into())
             .spawn(move || {
-                runtime.block_on(serve(std_listener, addr, mode_rx, seen, slow_delay));
+                runtime.block_on(serve(
+                    std_listener,
+                    addr,
+                    mode_rx,
+                    seen,
+                    counted,
+                    slow_delay,
+                ));
             })?;
         Ok(Self {
             addr,
             mode,
             arrivals,
+            in_flight,
             thread: Some(thread),
         })
     }
@@ -94,6 +106,12 @@ impl Freight {
 
     pub fn set_mode(&self, mode: Mode) {
         self.mode.send_replace(mode);
+    }
+
+    /// The most requests it had in flight at once (a request whose client went
+    /// away stops counting when its connection closes).
+    pub fn most_in_flight(&self) -> usize {
+        self.in_flight.most.load(Ordering::SeqCst)
     }
 
     /// Arrival instants of every request received so far.
@@ -111,11 +129,36 @@ impl Drop for Freight {
     }
 }
 
+/// Requests in flight at the supplier, and the most at once.
+#[derive(Default)]
+struct InFlight {
+    now: AtomicUsize,
+    most: AtomicUsize,
+}
+
+/// Counts one request in flight until dropped (answered, or its connection gone).
+struct Serving(Arc<InFlight>);
+
+impl Serving {
+    fn new(counts: &Arc<InFlight>) -> Self {
+        let n = counts.now.fetch_add(1, Ordering::SeqCst) + 1;
+        counts.most.fetch_max(n, Ordering::SeqCst);
+        Self(counts.clone())
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.0.now.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 async fn serve(
     first: std::net::TcpListener,
     addr: SocketAddr,
     mut mode_rx: watch::Receiver<Mode>,
     arrivals: Arc<Mutex<Vec<Instant>>>,
+    in_flight: Arc<InFlight>,
     slow_delay: Duration,
 ) {
     let mut initial = Some(first);
@@ -143,7 +186,7 @@ async fn serve(
             tokio::select! {
                 accepted = listener.accept() => {
                     let Ok((stream, _)) = accepted else { continue };
-                    tokio::spawn(connection(stream, mode_rx.clone(), arrivals.clone(), slow_delay));
+                    tokio::spawn(connection(stream, mode_rx.clone(), arrivals.clone(), in_flight.clone(), slow_delay));
                 }
                 changed = mode_rx.changed() => {
                     if changed.is_err() { return; }
@@ -159,6 +202,7 @@ async fn connection(
     stream: tokio::net::TcpStream,
     mode_rx: watch::Receiver<Mode>,
     arrivals: Arc<Mutex<Vec<Instant>>>,
+    in_flight: Arc<InFlight>,
     slow_delay: Duration,
 ) {
     let handler_mode = mode_rx.clone();
@@ -167,7 +211,12 @@ async fn connection(
         if let Ok(mut a) = arrivals.lock() {
             a.push(Instant::now());
         }
-        async move { Ok::<_, std::convert::Infallible>(answer(mode, slow_delay).await) }
+        let serving = Serving::new(&in_flight);
+        async move {
+            let answer = answer(mode, slow_delay).await;
+            drop(serving);
+            Ok::<_, std::convert::Infallible>(answer)
+        }
     });
     let conn = http1::Builder::new()
         .keep_alive(true)

@@ -8,11 +8,14 @@
 //! ```
 //!
 //! `--fleet N` runs N shop instances whose freight breakers coordinate through one
-//! store: a `redis-server` the drill starts on a free loopback port, or an
-//! in-process `LocalStore` when none is on PATH (the output says which). Beside
+//! store, and whose freight bulkheads share one fleet-wide cap of the policy's
+//! `max_concurrent`: a `redis-server` the drill starts on a free loopback port, or
+//! an in-process `LocalStore` when none is on PATH (the output says which). Beside
 //! them run N instances that do not coordinate, against a supplier of their own,
 //! under the same schedule and load; the table (of the first coordinated instance)
-//! gains each fleet's probes per open interval at its supplier.
+//! gains each fleet's probes per open interval at its supplier, and the output
+//! each supplier's high-water mark of requests in flight (at most 8 across the
+//! capped fleet, up to 8 × N for the other).
 //!
 //! `--serve-dashboard[=ADDR]` serves the shop on `ADDR` (127.0.0.1:3000 by
 //! default) and prints the address of its incident dashboard (`/admin`), so that
@@ -187,6 +190,14 @@ async fn run_fleet(config: DrillConfig, n: usize) -> Result<(), seawall::BoxErro
     println!(
         "most probes in flight at once, coordinated fleet: {}; calls that reached a supplier from an open breaker, both fleets: {}",
         run.most_probes_at_once, run.calls_while_open
+    );
+    let (capped, alone) = run.supplier_high_water;
+    println!(
+        "freight supplier high-water mark (requests in flight at once): coordinated fleet {capped} \
+         (freight bulkheads capped fleet-wide at {}), independent fleet {alone} (up to {} × {n} = {})",
+        config.policy.max_concurrent,
+        config.policy.max_concurrent,
+        config.policy.max_concurrent * n,
     );
     let dir = PathBuf::from("target").join("drill");
     std::fs::create_dir_all(&dir)?;

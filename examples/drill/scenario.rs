@@ -186,6 +186,10 @@ pub async fn run_fleet(
         obs,
         probes,
         calls_while_open,
+        supplier_high_water: (
+            coordinated_supplier.most_in_flight(),
+            independent_supplier.most_in_flight(),
+        ),
         most_probes_at_once: report::most_probes_at_once(&coordinated, config.policy.budget),
     })
 }
@@ -200,6 +204,9 @@ pub struct FleetRun {
     pub calls_while_open: usize,
     /// The most probes the coordinated fleet had in flight at once.
     pub most_probes_at_once: usize,
+    /// The most requests each supplier had in flight at once: (the coordinated
+    /// fleet's, whose freight bulkheads share one cap; the independent fleet's).
+    pub supplier_high_water: (usize, usize),
 }
 
 /// Plays the schedule on `suppliers` while the load drives `shop` and `others`

@@ -243,6 +243,7 @@ pub async fn start_in_fleet(
                 breaker: &breaker_handle,
                 bulkhead: &bulkhead.handle(),
             },
+            p.budget,
         )?),
         None => None,
     };
