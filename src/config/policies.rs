@@ -103,7 +103,7 @@ pub struct PolicyHandles {
     /// The fallback's handle (`force`, `disable`, …).
     #[cfg(feature = "fallback")]
     #[cfg_attr(docsrs, doc(cfg(feature = "fallback")))]
-    pub fallback: Option<crate::fallback::FallbackHandle>,
+    pub fallback: Option<crate::fallback::Handle>,
 }
 
 /// Everything an operator needs to see, at one moment: the document in force and
@@ -153,7 +153,7 @@ pub struct PolicySnapshot {
     /// The fallback's counters and controls.
     #[cfg(feature = "fallback")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub fallback: Option<crate::fallback::FallbackSnapshot>,
+    pub fallback: Option<crate::fallback::Snapshot>,
 }
 
 fn section_path(name: &str, section: &str) -> String {

@@ -17,7 +17,7 @@ use crate::mode::Plain;
 use crate::plan::{ChainSteps, NoStrategy, Single, Spec};
 use crate::request::{CaptureFn, Captures, FallbackRequest, NoCapture};
 use crate::strategy::{
-    async_fn, service, sync_fn, unavailable, value, AsyncFn, Decline, Fallback, ServiceFallback,
+    async_fn, service, sync_fn, unavailable, value, AsyncFn, Decline, ServiceFallback, Strategy,
     SyncFn, Value,
 };
 
@@ -41,7 +41,7 @@ pub struct StepTimeout {
 /// and are set on the [`FallbackBuilder`].
 ///
 /// Apply one with [`FallbackBuilder::config`] or at run time with
-/// [`FallbackHandle::reconfigure`](crate::FallbackHandle::reconfigure). With the
+/// [`Handle::reconfigure`](crate::Handle::reconfigure). With the
 /// `serde` feature it loads from a file, e.g. in TOML:
 ///
 /// ```toml
@@ -381,7 +381,7 @@ impl<Cap: Captures, C, M> FallbackBuilder<Cap, NoStrategy, C, M> {
         self.fallback("unavailable", unavailable(reason))
     }
 
-    /// Answers with any [`Fallback`], under the step name `name`.
+    /// Answers with any [`Strategy`], under the step name `name`.
     pub fn fallback<F>(
         self,
         name: impl Into<Name>,
@@ -413,7 +413,7 @@ impl<Cap: Captures, C, M> FallbackBuilder<Cap, NoStrategy, C, M> {
         self.with_plan(ChainSteps::new()).step(name, timeout, f)
     }
 
-    /// Starts a chain with any [`Fallback`] as step `name`, bounded by `timeout` if
+    /// Starts a chain with any [`Strategy`] as step `name`, bounded by `timeout` if
     /// given (and always by what remains of the request's deadline).
     pub fn step_with<F>(
         self,
@@ -423,7 +423,7 @@ impl<Cap: Captures, C, M> FallbackBuilder<Cap, NoStrategy, C, M> {
     ) -> FallbackBuilder<Cap, ChainSteps<Cap::Output, F::Response>, C, M>
     where
         Cap::Output: Send + 'static,
-        F: Fallback<Cap::Output> + Send + Sync + 'static,
+        F: Strategy<Cap::Output> + Send + Sync + 'static,
         F::Future: Send + 'static,
         F::Response: Send + 'static,
     {
@@ -463,7 +463,7 @@ where
         self.step_with(name, Some(timeout), async_fn(f))
     }
 
-    /// Adds any [`Fallback`] as step `name`, bounded by `timeout` if given (and
+    /// Adds any [`Strategy`] as step `name`, bounded by `timeout` if given (and
     /// always by what remains of the request's deadline).
     #[must_use]
     pub fn step_with<F>(
@@ -473,7 +473,7 @@ where
         fallback: F,
     ) -> Self
     where
-        F: Fallback<K, Response = R> + Send + Sync + 'static,
+        F: Strategy<K, Response = R> + Send + Sync + 'static,
         F::Future: Send + 'static,
     {
         let name = name.into();

@@ -44,7 +44,7 @@ pin_project! {
 }
 
 pin_project! {
-    /// The response future of [`FallbackService`](crate::FallbackService).
+    /// The response future of [`Fallback`](crate::Fallback).
     ///
     /// While the primary answers, it is the primary's future plus the captured data:
     /// no allocation, no clock read, no counter. The fallback's future is created

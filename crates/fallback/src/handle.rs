@@ -1,4 +1,4 @@
-//! The fallback's shared runtime state and its operator [`FallbackHandle`].
+//! The fallback's shared runtime state and its operator [`Handle`].
 
 use std::error::Error;
 use std::fmt;
@@ -40,7 +40,7 @@ struct StepState {
     unavailable: AtomicU64,
 }
 
-/// Something that happened in a fallback layer, for [`FallbackHandle::subscribe`].
+/// Something that happened in a fallback layer, for [`Handle::subscribe`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum FallbackEvent {
@@ -80,7 +80,7 @@ pub enum FallbackEvent {
 }
 
 /// The state every service built from one layer shares (counters, controls,
-/// live configuration). Opaque; reached through [`FallbackHandle`].
+/// live configuration). Opaque; reached through [`Handle`].
 pub struct Runtime {
     pub(crate) name: Name,
     enabled: AtomicBool,
@@ -357,19 +357,19 @@ fn is_timeout(cause: &(dyn Error + 'static)) -> bool {
 /// - [`reconfigure`](Self::reconfigure) the rejection kinds and step timeouts at
 ///   run time, [`revert`](Self::revert) to the built configuration.
 #[derive(Clone)]
-pub struct FallbackHandle {
+pub struct Handle {
     rt: Arc<Runtime>,
 }
 
-impl fmt::Debug for FallbackHandle {
+impl fmt::Debug for Handle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FallbackHandle")
+        f.debug_struct("Handle")
             .field("name", &self.rt.name)
             .finish()
     }
 }
 
-impl FallbackHandle {
+impl Handle {
     pub(crate) fn new(rt: Arc<Runtime>) -> Self {
         Self { rt }
     }
@@ -380,7 +380,7 @@ impl FallbackHandle {
     }
 
     /// Counters and controls, now.
-    pub fn snapshot(&self) -> FallbackSnapshot {
+    pub fn snapshot(&self) -> Snapshot {
         let rt = &*self.rt;
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let steps: Vec<StepSnapshot> = rt
@@ -395,7 +395,7 @@ impl FallbackHandle {
                 unavailable: load(&s.unavailable),
             })
             .collect();
-        FallbackSnapshot {
+        Snapshot {
             name: rt.name.to_string(),
             enabled: rt.enabled(),
             forced: rt.forced.load(Ordering::Relaxed),
@@ -508,7 +508,7 @@ pub struct StepSnapshot {
 /// A fallback layer's counters and controls at one instant.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
-pub struct FallbackSnapshot {
+pub struct Snapshot {
     /// The layer's name.
     pub name: String,
     /// Whether the fallback is enabled.
@@ -531,7 +531,7 @@ pub struct FallbackSnapshot {
     pub steps: Vec<StepSnapshot>,
 }
 
-impl FallbackSnapshot {
+impl Snapshot {
     /// How often `trigger` fired.
     pub fn triggered(&self, trigger: Trigger) -> u64 {
         self.triggered

@@ -7,12 +7,12 @@ use seawall_core::Name;
 use tower_layer::Layer;
 
 use crate::config::FallbackBuilder;
-use crate::handle::{FallbackHandle, Runtime};
+use crate::handle::{Handle, Runtime};
 use crate::machine::{NoFailures, Triggers};
 use crate::mode::Plain;
 use crate::plan::NoStrategy;
 use crate::request::NoCapture;
-use crate::service::FallbackService;
+use crate::service::Fallback;
 
 /// What every service built from one layer shares.
 pub(crate) struct Shared<Cap, P, C, M> {
@@ -72,8 +72,8 @@ impl<Cap, P, C, M> FallbackLayer<Cap, P, C, M> {
     }
 
     /// The handle to this layer's shared state (counters, controls, configuration).
-    pub fn handle(&self) -> FallbackHandle {
-        FallbackHandle::new(Arc::clone(&self.shared.rt))
+    pub fn handle(&self) -> Handle {
+        Handle::new(Arc::clone(&self.shared.rt))
     }
 
     /// The layer's name.
@@ -83,9 +83,9 @@ impl<Cap, P, C, M> FallbackLayer<Cap, P, C, M> {
 }
 
 impl<S, Cap, P, C, M> Layer<S> for FallbackLayer<Cap, P, C, M> {
-    type Service = FallbackService<S, Cap, P, C, M>;
+    type Service = Fallback<S, Cap, P, C, M>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        FallbackService::new(inner, Arc::clone(&self.shared))
+        Fallback::new(inner, Arc::clone(&self.shared))
     }
 }

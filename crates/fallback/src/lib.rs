@@ -90,7 +90,7 @@
 //! | failed with an error of a selected type (downcast, anywhere in the chain) | [`on_error::<E>()`](FallbackBuilder::on_error) | `ErrorType` (`error_type`) |
 //! | failed with another error | the [`on_failure`](FallbackBuilder::on_failure) classifier says `Failure` | `FailedError` (`failed_error`) |
 //! | answered | the classifier says `Failure` (a `503` with [`HttpStatus`](seawall_core::HttpStatus); a `404` is a business answer and passes) | `FailedResponse` (`failed_response`) |
-//! | was not called | an operator [forced](FallbackHandle::force) the fallback | `Forced` (`forced`) |
+//! | was not called | an operator [forced](Handle::force) the fallback | `Forced` (`forced`) |
 //!
 //! A rejection is decided by its kind alone: the classifier never sees it.
 //!
@@ -101,7 +101,7 @@
 //! receiving a [`FallbackRequest`] (the captured data, the trigger, the primary's
 //! error, the deadline), any Tower [`service`](FallbackBuilder::service) over
 //! `FallbackRequest`, [`unavailable`](FallbackBuilder::unavailable), or your own
-//! [`Fallback`] — or a [`Chain`] of named [`step`](FallbackBuilder::step)s:
+//! [`Strategy`] — or a [`Chain`] of named [`step`](FallbackBuilder::step)s:
 //!
 //! ```text
 //!  primary failed (trigger) ──► step 1 ──answer──► served, marked Served { step 1, trigger }
@@ -168,13 +168,13 @@
 //!
 //! # Operating it
 //!
-//! [`FallbackHandle`]: [`snapshot`](FallbackHandle::snapshot) (per trigger, per step:
+//! [`Handle`]: [`snapshot`](Handle::snapshot) (per trigger, per step:
 //! served / failed / timed out / unavailable; exhausted; passed through),
-//! [`subscribe`](FallbackHandle::subscribe) to [`FallbackEvent`]s,
-//! [`disable`](FallbackHandle::disable) / [`force`](FallbackHandle::force), and
-//! [`reconfigure`](FallbackHandle::reconfigure) the rejection kinds and step
+//! [`subscribe`](Handle::subscribe) to [`FallbackEvent`]s,
+//! [`disable`](Handle::disable) / [`force`](Handle::force), and
+//! [`reconfigure`](Handle::reconfigure) the rejection kinds and step
 //! timeouts ([`FallbackConfig`], serde under the `serde` feature) with
-//! [`revert`](FallbackHandle::revert). Metrics and tracing: see the `metrics` and
+//! [`revert`](Handle::revert). Metrics and tracing: see the `metrics` and
 //! `tracing` features; metric names are `seawall_fallback_*` with a `name` label.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -197,9 +197,7 @@ mod telemetry;
 pub use config::{FallbackBuilder, FallbackConfig, StepTimeout};
 pub use error::{Mark, Served, StepTimedOut, Unavailable};
 pub use future::ResponseFuture;
-pub use handle::{
-    FallbackEvent, FallbackHandle, FallbackSnapshot, Runtime, StepSnapshot, TriggerCount,
-};
+pub use handle::{FallbackEvent, Handle, Runtime, Snapshot, StepSnapshot, TriggerCount};
 pub use layer::FallbackLayer;
 pub use machine::{NoFailures, Rejections, Trigger};
 pub use mode::{ErrorOrigin, Mode, Plain, Unmarked};
@@ -207,10 +205,10 @@ pub use plan::{
     Chain, ChainFuture, ChainSteps, Finished, NoStrategy, Plan, Single, SingleFuture, Spec,
 };
 pub use request::{Capture, CaptureFn, Captures, FallbackRequest, NoCapture};
-pub use service::FallbackService;
+pub use service::Fallback;
 pub use strategy::{
-    async_fn, service, sync_fn, unavailable, value, AsyncFn, Decline, ErrInto, Fallback,
-    ServiceFallback, SyncFn, Value,
+    async_fn, service, sync_fn, unavailable, value, AsyncFn, Decline, ErrInto, ServiceFallback,
+    Strategy, SyncFn, Value,
 };
 
 pub use seawall_core::{

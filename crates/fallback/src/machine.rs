@@ -28,7 +28,7 @@ pub enum Trigger {
     /// The primary failed with an error of a type selected with
     /// [`on_error`](crate::FallbackBuilder::on_error).
     ErrorType,
-    /// An operator forced the fallback ([`FallbackHandle::force`](crate::FallbackHandle::force)):
+    /// An operator forced the fallback ([`Handle::force`](crate::Handle::force)):
     /// the primary was not called.
     Forced,
 }

@@ -17,7 +17,7 @@ use crate::error::{StepTimedOut, Unavailable};
 use crate::handle::Runtime;
 use crate::machine::{step_bound, StepBound, Trigger};
 use crate::request::FallbackRequest;
-use crate::strategy::Fallback;
+use crate::strategy::Strategy;
 
 mod sealed {
     #[allow(unreachable_pub)]
@@ -129,7 +129,7 @@ impl<F> fmt::Debug for Single<F> {
 
 impl<F> sealed::Sealed for Single<F> {}
 
-impl<K, F: Fallback<K>> Spec<K> for Single<F> {
+impl<K, F: Strategy<K>> Spec<K> for Single<F> {
     type Plan = Single<F>;
 
     fn finish(self) -> Result<Finished<Single<F>>, ConfigError> {
@@ -141,7 +141,7 @@ impl<K, F: Fallback<K>> Spec<K> for Single<F> {
     }
 }
 
-impl<K, F: Fallback<K>> Plan<K> for Single<F> {
+impl<K, F: Strategy<K>> Plan<K> for Single<F> {
     type Response = F::Response;
     type Future = SingleFuture<F::Future>;
 
@@ -305,7 +305,7 @@ where
 
     pub(crate) fn push<F>(&mut self, name: Name, timeout: Option<Duration>, fallback: F)
     where
-        F: Fallback<K, Response = R> + Send + Sync + 'static,
+        F: Strategy<K, Response = R> + Send + Sync + 'static,
         F::Future: Send + 'static,
     {
         let immediate = fallback.is_immediate();

@@ -23,7 +23,7 @@ use crate::request::Capture;
 /// Any request type. A [`Deadline`] current when the request arrives (an overall
 /// budget set further out) caps the fallback's steps; it is read in `call`, or when
 /// the fallback fires if `call` ran in another task (tower's `Buffer`).
-pub struct FallbackService<S, Cap, P, C, M> {
+pub struct Fallback<S, Cap, P, C, M> {
     inner: S,
     shared: Arc<Shared<Cap, P, C, M>>,
     /// `poll_ready` found the fallback forced: `call` will not call the primary.
@@ -32,7 +32,7 @@ pub struct FallbackService<S, Cap, P, C, M> {
     held_error: Option<BoxError>,
 }
 
-impl<S, Cap, P, C, M> FallbackService<S, Cap, P, C, M> {
+impl<S, Cap, P, C, M> Fallback<S, Cap, P, C, M> {
     pub(crate) fn new(inner: S, shared: Arc<Shared<Cap, P, C, M>>) -> Self {
         Self {
             inner,
@@ -58,27 +58,27 @@ impl<S, Cap, P, C, M> FallbackService<S, Cap, P, C, M> {
     }
 
     /// The handle to the layer's shared state.
-    pub fn handle(&self) -> crate::FallbackHandle {
-        crate::FallbackHandle::new(Arc::clone(&self.shared.rt))
+    pub fn handle(&self) -> crate::Handle {
+        crate::Handle::new(Arc::clone(&self.shared.rt))
     }
 }
 
-impl<S: Clone, Cap, P, C, M> Clone for FallbackService<S, Cap, P, C, M> {
+impl<S: Clone, Cap, P, C, M> Clone for Fallback<S, Cap, P, C, M> {
     fn clone(&self) -> Self {
         Self::new(self.inner.clone(), Arc::clone(&self.shared))
     }
 }
 
-impl<S: fmt::Debug, Cap, P, C, M> fmt::Debug for FallbackService<S, Cap, P, C, M> {
+impl<S: fmt::Debug, Cap, P, C, M> fmt::Debug for Fallback<S, Cap, P, C, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FallbackService")
+        f.debug_struct("Fallback")
             .field("name", &self.shared.rt.name)
             .field("inner", &self.inner)
             .finish_non_exhaustive()
     }
 }
 
-impl<S, Req, Cap, P, C, M> Service<Req> for FallbackService<S, Cap, P, C, M>
+impl<S, Req, Cap, P, C, M> Service<Req> for Fallback<S, Cap, P, C, M>
 where
     S: Service<Req>,
     S::Error: Into<BoxError>,

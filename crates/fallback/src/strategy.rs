@@ -24,7 +24,7 @@ use crate::request::FallbackRequest;
 ///
 /// Implemented by [`Value`], [`SyncFn`], [`AsyncFn`], [`ServiceFallback`] and
 /// [`Decline`]; implement it for a type of your own when none fits.
-pub trait Fallback<K> {
+pub trait Strategy<K> {
     /// The answer.
     type Response;
     /// The future of one answer.
@@ -52,7 +52,7 @@ pub fn value<R: Clone>(v: R) -> Value<R> {
     Value(v)
 }
 
-impl<K, R: Clone> Fallback<K> for Value<R> {
+impl<K, R: Clone> Strategy<K> for Value<R> {
     type Response = R;
     type Future = Ready<Result<R, BoxError>>;
 
@@ -81,7 +81,7 @@ impl<F> fmt::Debug for SyncFn<F> {
     }
 }
 
-impl<K, F, R, E> Fallback<K> for SyncFn<F>
+impl<K, F, R, E> Strategy<K> for SyncFn<F>
 where
     F: Fn(FallbackRequest<K>) -> Result<R, E>,
     E: Into<BoxError>,
@@ -114,7 +114,7 @@ impl<F> fmt::Debug for AsyncFn<F> {
     }
 }
 
-impl<K, F, Fut, R, E> Fallback<K> for AsyncFn<F>
+impl<K, F, Fut, R, E> Strategy<K> for AsyncFn<F>
 where
     F: Fn(FallbackRequest<K>) -> Fut,
     Fut: Future<Output = Result<R, E>>,
@@ -144,7 +144,7 @@ pub fn service<S>(svc: S) -> ServiceFallback<S> {
     ServiceFallback(svc)
 }
 
-impl<K, S> Fallback<K> for ServiceFallback<S>
+impl<K, S> Strategy<K> for ServiceFallback<S>
 where
     S: Service<FallbackRequest<K>> + Clone,
     S::Error: Into<BoxError>,
@@ -192,7 +192,7 @@ pub fn unavailable<R>(reason: impl Into<Cow<'static, str>>) -> Decline<R> {
     }
 }
 
-impl<K, R> Fallback<K> for Decline<R> {
+impl<K, R> Strategy<K> for Decline<R> {
     type Response = R;
     type Future = Ready<Result<R, BoxError>>;
 
@@ -251,10 +251,10 @@ mod tests {
         let f = service(svc.boxed_clone());
         assert_eq!(f.call(req("PT")).await.unwrap(), "backup:PT");
         let f = unavailable::<u32>("no valid quote");
-        let err = Fallback::<String>::call(&f, req("PT")).await.unwrap_err();
+        let err = Strategy::<String>::call(&f, req("PT")).await.unwrap_err();
         assert_eq!(Unavailable::find(&*err).unwrap().reason(), "no valid quote");
-        assert!(Fallback::<()>::is_immediate(&value(1)));
-        assert!(Fallback::<String>::is_immediate(&f.clone()));
-        assert!(!Fallback::<String>::is_immediate(&service(svc)));
+        assert!(Strategy::<()>::is_immediate(&value(1)));
+        assert!(Strategy::<String>::is_immediate(&f.clone()));
+        assert!(!Strategy::<String>::is_immediate(&service(svc)));
     }
 }
