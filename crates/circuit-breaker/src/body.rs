@@ -10,7 +10,7 @@ use std::task::{ready, Context, Poll};
 use http_body::Body;
 use pin_project_lite::pin_project;
 use seawall_core::http::{guard_response, BodyEnd, ClassifyBodyEnd, Guarded, OnBodyEnd};
-use seawall_core::{on_unwind, Bounded, BoxError, Classify, ClassifyRequest, Outcome};
+use seawall_core::{on_unwind, BoundedByCurrent, BoxError, Classify, ClassifyRequest, Outcome};
 use tokio::time::Instant;
 use tower_layer::Layer;
 use tower_service::Service;
@@ -232,7 +232,7 @@ pin_project! {
     enum Kind<F, C> {
         Admitted {
             #[pin]
-            future: Bounded<F>,
+            future: BoundedByCurrent<F>,
             held: Option<(Guard, C)>,
         },
         Rejected {

@@ -9,7 +9,9 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use pin_project_lite::pin_project;
-use seawall_core::{on_unwind, Bounded, BoxError, CircuitOpen, Classify, Name, OpenCause, Outcome};
+use seawall_core::{
+    on_unwind, BoundedByCurrent, BoxError, CircuitOpen, Classify, Name, OpenCause, Outcome,
+};
 use tokio::time::Instant;
 
 use crate::breaker::Breaker;
@@ -122,7 +124,7 @@ pin_project! {
     enum Kind<F, C> {
         Admitted {
             #[pin]
-            future: Bounded<F>,
+            future: BoundedByCurrent<F>,
             guard: Guard,
             classifier: C,
         },
@@ -134,7 +136,7 @@ pin_project! {
 
 impl<F, C> ResponseFuture<F, C> {
     #[inline]
-    pub(crate) fn admitted(future: Bounded<F>, guard: Guard, classifier: C) -> Self {
+    pub(crate) fn admitted(future: BoundedByCurrent<F>, guard: Guard, classifier: C) -> Self {
         Self {
             kind: Kind::Admitted {
                 future,
@@ -148,7 +150,7 @@ impl<F, C> ResponseFuture<F, C> {
     /// polled; a rejected call's future as it is.
     #[cfg(feature = "http")]
     #[allow(clippy::result_large_err)] // not an error: the future, moved once, unboxed
-    pub(crate) fn into_admitted(self) -> Result<(Bounded<F>, Guard, C), Self> {
+    pub(crate) fn into_admitted(self) -> Result<(BoundedByCurrent<F>, Guard, C), Self> {
         match self.kind {
             Kind::Admitted {
                 future,

@@ -58,7 +58,16 @@ use crate::rejection::{BoxError, DeadlineExceeded};
 
 tokio::task_local! {
     /// The deadline of the request whose work is running on this task, if any.
-    static CURRENT: Deadline;
+    static CURRENT: Current;
+}
+
+/// What the task-local holds: the deadline, and whether a [`DeadlineFuture`] with a
+/// timer at that very instant is polling the work now (it wakes the task when the
+/// deadline passes, so a future inside it needs no timer of its own to notice).
+#[derive(Debug, Clone, Copy)]
+struct Current {
+    deadline: Deadline,
+    guarded: bool,
 }
 
 /// The instant by which a request must be answered.
@@ -96,13 +105,20 @@ impl Deadline {
     /// [`DeadlineLayer`] further out, or by [`scope`](Self::scope).
     #[inline]
     pub fn current() -> Option<Deadline> {
-        CURRENT.try_with(|d| *d).ok()
+        CURRENT.try_with(|c| c.deadline).ok()
     }
 
     /// Runs `f` with this deadline as the current one, or the current one if it is
     /// earlier (an inner budget never extends an outer one).
     pub fn sync_scope<R>(self, f: impl FnOnce() -> R) -> R {
-        CURRENT.sync_scope(self.or_earlier_current(), f)
+        let current = match CURRENT.try_with(|c| *c) {
+            Ok(outer) if outer.deadline <= self => outer,
+            _ => Current {
+                deadline: self,
+                guarded: false,
+            },
+        };
+        CURRENT.sync_scope(current, f)
     }
 
     /// `fut`, polled with this deadline as the current one (or the current one at
@@ -208,15 +224,84 @@ pub fn bounded<F: Future>(fut: F, deadline: Option<Deadline>) -> Bounded<F> {
 /// Bounds `fut` by the current deadline: the one in force now or, if there is none
 /// now, the one in force at the first poll (the case of a `call` run in another
 /// task, as tower's `Buffer` does).
+///
+/// Unlike [`Bounded`], it carries no timer inline: where a [`DeadlineLayer`]'s
+/// future polls it (the usual stack), that future's timer wakes the task at the
+/// deadline and this one only compares the clock with it when the inner future is
+/// pending; only under a deadline set another way ([`Deadline::scope`]) does it
+/// register a timer of its own, boxed, the first time the inner future is pending.
 #[inline]
-pub fn bounded_by_current<F: Future>(fut: F) -> Bounded<F> {
+pub fn bounded_by_current<F: Future>(fut: F) -> BoundedByCurrent<F> {
     let deadline = Deadline::current();
-    Bounded {
+    BoundedByCurrent {
         inner: fut,
         look: deadline.is_none(),
         deadline: deadline.map(|d| d.instant()),
         sleep: None,
     }
+}
+
+pin_project! {
+    /// A future bounded by the current deadline (see [`bounded_by_current`]): it
+    /// resolves to `Err(DeadlineExceeded)` if the deadline passes first. Small: the
+    /// inner future, the instant, and a pointer to a timer it rarely needs.
+    #[derive(Debug)]
+    pub struct BoundedByCurrent<F> {
+        #[pin]
+        inner: F,
+        deadline: Option<Instant>,
+        // Whether the first poll should look for the current deadline (none was
+        // known when the future was made).
+        look: bool,
+        // Only when no `DeadlineFuture` guards the deadline.
+        sleep: Option<Pin<Box<Sleep>>>,
+    }
+}
+
+impl<F: Future> Future for BoundedByCurrent<F> {
+    type Output = Result<F::Output, DeadlineExceeded>;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if *this.look {
+            *this.look = false;
+            *this.deadline = Deadline::current().map(|d| d.instant());
+        }
+        if let Poll::Ready(out) = this.inner.poll(cx) {
+            return Poll::Ready(Ok(out));
+        }
+        match *this.deadline {
+            Some(deadline) => poll_deadline(deadline, this.sleep, cx),
+            None => Poll::Pending,
+        }
+    }
+}
+
+/// The pending inner future's deadline: passed, or how the task will be woken at it.
+#[cold]
+fn poll_deadline<T>(
+    deadline: Instant,
+    sleep: &mut Option<Pin<Box<Sleep>>>,
+    cx: &mut Context<'_>,
+) -> Poll<Result<T, DeadlineExceeded>> {
+    if sleep.is_none() {
+        let guarded = CURRENT
+            .try_with(|c| c.guarded && c.deadline.instant() <= deadline)
+            .unwrap_or(false);
+        if guarded {
+            // A `DeadlineFuture` polling this one wakes the task when its timer, at
+            // this deadline or before, fires (and polls its inner future first).
+            return if Instant::now() >= deadline {
+                Poll::Ready(Err(DeadlineExceeded::new()))
+            } else {
+                Poll::Pending
+            };
+        }
+    }
+    let sleep = sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+    ready!(sleep.as_mut().poll(cx));
+    Poll::Ready(Err(DeadlineExceeded::new()))
 }
 
 impl<F: Future> Future for Bounded<F> {
@@ -461,7 +546,11 @@ where
         }
         self.headers.outgoing(&mut req, deadline.remaining(now));
         let inner = &mut self.inner;
-        let future = CURRENT.sync_scope(deadline, || inner.call(req));
+        let current = Current {
+            deadline,
+            guarded: true,
+        };
+        let future = CURRENT.sync_scope(current, || inner.call(req));
         DeadlineFuture {
             inner: bounded(future, Some(deadline)),
             deadline,
@@ -489,7 +578,12 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        let polled = CURRENT.sync_scope(*this.deadline, || this.inner.poll(cx));
+        // Its own timer is at this deadline: what it polls need not set one.
+        let current = Current {
+            deadline: *this.deadline,
+            guarded: true,
+        };
+        let polled = CURRENT.sync_scope(current, || this.inner.poll(cx));
         match ready!(polled) {
             Ok(result) => Poll::Ready(result.map_err(Into::into)),
             Err(exceeded) => {
@@ -657,6 +751,41 @@ mod tests {
         let mut fut = task::spawn(d.scope(fut));
         assert_pending!(fut.poll());
         tokio::time::advance(Duration::from_millis(100)).await;
+        assert!(assert_ready!(fut.poll()).is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn bounded_by_current_under_a_deadline_layer_notices_the_deadline_first() {
+        // The inner service's future is bounded by the current deadline and tells
+        // its own expiry apart; the layer's timer wakes the task, and the inner
+        // bound, polled first, is the one that reports the deadline.
+        let inner = tower::service_fn(|()| async {
+            match bounded_by_current(std::future::pending::<()>()).await {
+                Ok(()) => Ok::<_, BoxError>("answered"),
+                Err(DeadlineExceeded { .. }) => Err("the inner bound saw the deadline".into()),
+            }
+        });
+        let svc = DeadlineLayer::new(Duration::from_millis(100))
+            .unwrap()
+            .layer(inner);
+        let mut fut = task::spawn(svc.oneshot(()));
+        assert_pending!(fut.poll());
+        tokio::time::advance(Duration::from_millis(99)).await;
+        assert_pending!(fut.poll());
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(fut.is_woken());
+        let err = assert_ready!(fut.poll()).unwrap_err();
+        assert_eq!(err.to_string(), "the inner bound saw the deadline");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn bounded_by_current_under_a_plain_scope_sets_its_own_timer() {
+        // `Deadline::scope` has no timer: the bound must wake the task itself.
+        let d = Deadline::after(Instant::now(), Duration::from_millis(50));
+        let mut fut = task::spawn(d.scope(bounded_by_current(std::future::pending::<()>())));
+        assert_pending!(fut.poll());
+        tokio::time::advance(Duration::from_millis(50)).await;
+        assert!(fut.is_woken());
         assert!(assert_ready!(fut.poll()).is_err());
     }
 
