@@ -27,7 +27,7 @@ pin_project! {
     /// It resolves to [`BulkheadFull`] on its first poll when the bulkhead was full
     /// at call time; otherwise it waits in line for a slot (at most `max_wait` or
     /// what remains of the request's deadline, then [`BulkheadTimeout`]), drives
-    /// its own clone of the inner service to readiness, calls it, and holds the
+    /// its own copy of the inner service to readiness, calls it, and holds the
     /// slot until the inner future completes or this future is dropped.
     ///
     /// On the common path (a slot was free and the inner service was ready at call
@@ -149,44 +149,50 @@ where
     /// Admission as [`admit`](Self::admit) decides it, with `overload` kept for
     /// the adaptive limit.
     #[inline]
-    pub(crate) fn new(shared: &Arc<Shared>, inner: &S, req: Req, overload: O) -> Self {
+    pub(crate) fn new(shared: &Arc<Shared>, inner: &mut S, req: Req, overload: O) -> Self {
         Self::admit(shared, inner, req).with_overload(overload)
     }
 
     /// Admission, decided at call time: a free slot is taken at once (no lock, no
     /// allocation, no clock read); a full bulkhead rejects at once; otherwise the
-    /// call joins the line.
+    /// call joins the line (with a clone of the inner service, taken now).
     #[inline]
-    fn admit(shared: &Arc<Shared>, inner: &S, req: Req) -> Self {
+    fn admit(shared: &Arc<Shared>, inner: &mut S, req: Req) -> Self {
         if shared.machine.try_acquire() {
             shared.telemetry.admitted(Duration::ZERO);
-            return Self::admitted(Permit::new(shared.clone()), inner.clone(), req);
+            return Self::admitted(Permit::new(shared.clone()), inner, req);
         }
         Self::slow(shared, inner, req)
     }
 
-    /// Holding a slot: ask the clone of the inner service once, with a no-op
-    /// waker, whether it is ready. If it is, call it now; if not, park the call and
-    /// keep driving the clone (with the caller's waker) from the future.
+    /// Holding a slot: ask the inner service once, with a no-op waker, whether it
+    /// is ready. If it is, call it now, with no clone; if not, park the call with
+    /// the service that was asked (whatever its `poll_ready` started stays with the
+    /// call that needs it), leave a clone in its place, and keep driving the parked
+    /// one (with the caller's waker) from the future.
     #[inline]
-    fn admitted(permit: Permit, mut svc: S, req: Req) -> Self {
+    fn admitted(permit: Permit, svc: &mut S, req: Req) -> Self {
         let mut cx = Context::from_waker(Waker::noop());
         match svc.poll_ready(&mut cx) {
             Poll::Ready(Ok(())) => Self::call(permit, svc, req),
             Poll::Ready(Err(e)) => Self::rejected(e.into()),
-            Poll::Pending => Self::park(None, false, None, Some(permit), svc, req),
+            Poll::Pending => {
+                let fresh = svc.clone();
+                let polled = std::mem::replace(svc, fresh);
+                Self::park(None, false, None, Some(permit), polled, req)
+            }
         }
     }
 
     #[inline]
-    fn call(permit: Permit, mut svc: S, mut req: Req) -> Self {
+    fn call(permit: Permit, svc: &mut S, mut req: Req) -> Self {
         let permit = H::lend(permit, &mut req);
         let future = svc.call(req);
         Self::from_phase(Phase::Calling { future, permit })
     }
 
     #[cold]
-    fn slow(shared: &Arc<Shared>, inner: &S, req: Req) -> Self {
+    fn slow(shared: &Arc<Shared>, inner: &mut S, req: Req) -> Self {
         if shared.machine.is_full() {
             return Self::full(shared);
         }
@@ -208,7 +214,7 @@ where
         match enqueued {
             Enqueued::Admitted => {
                 shared.telemetry.admitted(Duration::ZERO);
-                Self::admitted(Permit::waited(shared.clone()), inner.clone(), req)
+                Self::admitted(Permit::waited(shared.clone()), inner, req)
             }
             Enqueued::Full => Self::full(shared),
             Enqueued::Expired => {

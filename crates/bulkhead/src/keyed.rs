@@ -475,7 +475,7 @@ where
         let ks = &*self.shared;
         // The map is not locked while the inner service is polled or called.
         match ks.bulkhead_for(key) {
-            Some(b) => ResponseFuture::new(&b, &self.inner, req, self.overload.clone()),
+            Some(b) => ResponseFuture::new(&b, &mut self.inner, req, self.overload.clone()),
             None => {
                 ks.rejected_key_limit.fetch_add(1, Ordering::Relaxed);
                 ks.telemetry.key_limit(&ks.name, ks.map.max_keys());

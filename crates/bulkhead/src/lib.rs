@@ -199,17 +199,18 @@
 //! [`Service::poll_ready`](tower_service::Service::poll_ready)
 //! is always ready and reserves nothing: no slot, no inner capacity (for the
 //! opposite, see [backpressure mode](#backpressure-mode)).
-//! [`call`](tower_service::Service::call) decides, on a clone of the inner service
-//! taken at call time (hence `S: Clone`, as hyper-util's client, tonic's `Channel`
-//! and axum's router are):
+//! [`call`](tower_service::Service::call) decides; a call that cannot go out at
+//! once takes a clone of the inner service with it (hence `S: Clone`, as
+//! hyper-util's client, tonic's `Channel` and axum's router are):
 //!
 //! - a slot is free and nobody waits: `call` takes it (one compare-and-swap), asks
-//!   the clone once whether it is ready, and if so calls it right there; if the
-//!   clone is not ready, the [`ResponseFuture`] keeps driving it, holding the slot;
+//!   the inner service once whether it is ready, and if so calls it right there
+//!   (no clone); if it is not ready, the [`ResponseFuture`] takes that service
+//!   along, leaves a clone in its place, and keeps driving it, holding the slot;
 //! - every slot is busy and the queue is full: the future fails with
 //!   [`BulkheadFull`] on its first poll;
-//! - otherwise the call joins the line, and the future waits for its slot, then
-//!   drives the clone to readiness and calls it.
+//! - otherwise the call joins the line with a clone taken at call time, and the
+//!   future waits for its slot, then drives the clone to readiness and calls it.
 //!
 //! So a caller that polled readiness but never called holds nothing, and a waiting
 //! caller holds no downstream capacity (no pooled connection).
@@ -300,8 +301,8 @@
 //! # What it costs
 //!
 //! An admitted call when a slot is free: one compare-and-swap on the bulkhead's
-//! word (which also counts the admission), one `Arc` clone into the permit, a
-//! clone of the inner service and one readiness poll of it, and one `fetch_sub`
+//! word (which also counts the admission), one `Arc` clone into the permit, one
+//! readiness poll of the inner service (no clone of it), and one `fetch_sub`
 //! when the call ends. No lock, no allocation, no clock read; the response future
 //! is the inner future plus a 40-byte permit (the slot, and the ticket an adaptive
 //! limit needs). With an adaptive limit, admission also reads a few relaxed

@@ -18,9 +18,10 @@ use crate::state::Shared;
 /// `poll_ready` is always ready and reserves nothing. `call` decides admission: a
 /// free slot is taken at once; a full bulkhead fails the response future with
 /// [`BulkheadFull`](seawall_core::BulkheadFull); otherwise the call waits in line
-/// inside its response future. Only once it holds a slot does the future drive a
-/// clone of the inner service (taken at call time, hence `S: Clone`) to readiness
-/// and call it, so a waiting caller holds nothing downstream.
+/// inside its response future, with a clone of the inner service taken at call
+/// time (hence `S: Clone`). Only once it holds a slot does the future drive that
+/// clone to readiness and call it, so a waiting caller holds nothing downstream. A
+/// call admitted at once to a ready inner service calls it directly, with no clone.
 ///
 /// Clones share the bulkhead with each other and with every service built from
 /// the same layer.
@@ -102,6 +103,6 @@ where
 
     #[inline]
     fn call(&mut self, req: Req) -> Self::Future {
-        ResponseFuture::new(&self.shared, &self.inner, req, self.overload.clone())
+        ResponseFuture::new(&self.shared, &mut self.inner, req, self.overload.clone())
     }
 }

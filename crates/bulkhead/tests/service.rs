@@ -458,6 +458,74 @@ async fn a_free_slot_with_an_unready_inner_service_waits_for_it_holding_the_slot
     assert_eq!(counts(&h), (0, 0));
 }
 
+/// A ready service that counts its clones and answers with the id of the copy
+/// that was called.
+#[derive(Debug)]
+struct Copies {
+    id: usize,
+    made: Arc<AtomicUsize>,
+    ready: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Clone for Copies {
+    fn clone(&self) -> Self {
+        Self {
+            id: self.made.fetch_add(1, Ordering::SeqCst) + 1,
+            made: self.made.clone(),
+            ready: self.ready.clone(),
+        }
+    }
+}
+
+impl Service<Req> for Copies {
+    type Response = usize;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<usize, Infallible>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        if self.ready.load(Ordering::SeqCst) {
+            Poll::Ready(Ok(()))
+        } else {
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    }
+
+    fn call(&mut self, _req: Req) -> Self::Future {
+        std::future::ready(Ok(self.id))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_admitted_at_once_calls_the_inner_service_without_cloning_it() {
+    let made = Arc::new(AtomicUsize::new(0));
+    let ready = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let inner = Copies {
+        id: 0,
+        made: made.clone(),
+        ready: ready.clone(),
+    };
+    let l = layer(2, 1);
+    let h = l.handle();
+    let mut svc = l.layer(inner);
+    for _ in 0..10 {
+        assert_eq!(svc.ready().await.unwrap().call(req("q")).await.unwrap(), 0);
+    }
+    assert_eq!(made.load(Ordering::SeqCst), 0);
+    // Not ready at call time: the call takes the service it asked (copy 0) and
+    // leaves a clone (copy 1) in its place, holding its slot meanwhile.
+    ready.store(false, Ordering::SeqCst);
+    let mut waiting = task::spawn(svc.call(req("q")));
+    assert_pending!(waiting.poll());
+    assert_eq!(counts(&h), (1, 0));
+    assert_eq!(made.load(Ordering::SeqCst), 1);
+    ready.store(true, Ordering::SeqCst);
+    assert_eq!(assert_ready_ok!(waiting.poll()), 0);
+    assert_eq!(counts(&h), (0, 0));
+    assert_eq!(svc.ready().await.unwrap().call(req("q")).await.unwrap(), 1);
+    assert_eq!(made.load(Ordering::SeqCst), 1);
+}
+
 #[tokio::test(start_paused = true)]
 async fn services_built_from_one_layer_share_one_bulkhead() {
     let l = layer(1, 0);
