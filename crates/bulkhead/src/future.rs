@@ -300,7 +300,7 @@ where
             .rejected_full(&shared.name, &shared.machine);
         shared.rejected(RejectionKind::BulkheadFull);
         let now = shared.machine.counts();
-        let full = BulkheadFull::new(shared.name.clone()).with_load(now.active, now.queued);
+        let full = BulkheadFull::named(&shared.name).with_load(now.active, now.queued);
         Self::rejected(Box::new(full))
     }
 

@@ -479,7 +479,7 @@ where
             None => {
                 ks.rejected_key_limit.fetch_add(1, Ordering::Relaxed);
                 ks.telemetry.key_limit(&ks.name, ks.map.max_keys());
-                ResponseFuture::rejected(Box::new(BulkheadFull::new(ks.name.clone())))
+                ResponseFuture::rejected(Box::new(BulkheadFull::named(&ks.name)))
             }
         }
     }

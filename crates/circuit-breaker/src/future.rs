@@ -129,7 +129,7 @@ pin_project! {
             classifier: C,
         },
         Rejected {
-            rejection: Option<(Name, Duration, OpenCause)>,
+            rejection: Option<CircuitOpen>,
         },
     }
 }
@@ -161,10 +161,12 @@ impl<F, C> ResponseFuture<F, C> {
         }
     }
 
-    pub(crate) fn rejected(name: Name, retry_after: Duration, cause: OpenCause) -> Self {
+    /// Built in `call`, boxed at the first poll; a short name is copied, not shared.
+    #[inline]
+    pub(crate) fn rejected(name: &Name, retry_after: Duration, cause: OpenCause) -> Self {
         Self {
             kind: Kind::Rejected {
-                rejection: Some((name, retry_after, cause)),
+                rejection: Some(CircuitOpen::named(name, cause, Some(retry_after))),
             },
         }
     }
@@ -229,9 +231,7 @@ where
                 }
             }
             KindProj::Rejected { rejection } => Poll::Ready(Err(match rejection.take() {
-                Some((name, retry_after, cause)) => {
-                    Box::new(CircuitOpen::because(name, cause, Some(retry_after)))
-                }
+                Some(open) => Box::new(open),
                 None => polled_after_completion(),
             })),
         }

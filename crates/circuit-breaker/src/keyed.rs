@@ -316,14 +316,14 @@ where
         let Some(breaker) = self.shared.breaker_for(key, Instant::now) else {
             // Unreachable: the configuration was validated when the layer was built.
             return ResponseFuture::rejected(
-                self.shared.name.clone(),
+                &self.shared.name,
                 crate::machine::MIN_RETRY_AFTER,
                 OpenCause::Open,
             );
         };
         match breaker.admit(Instant::now) {
             Admission::Rejected(retry_after, cause) => {
-                ResponseFuture::rejected(breaker.name().clone(), retry_after, cause)
+                ResponseFuture::rejected(breaker.name(), retry_after, cause)
             }
             Admission::Admitted(ticket) => {
                 // The guard exists before anything that may panic, so every path

@@ -134,7 +134,7 @@ where
         let readiness = std::mem::replace(&mut self.ready, Readiness::Unknown);
         match self.breaker.admit(Instant::now) {
             Admission::Rejected(retry_after, cause) => {
-                ResponseFuture::rejected(self.breaker.name().clone(), retry_after, cause)
+                ResponseFuture::rejected(self.breaker.name(), retry_after, cause)
             }
             Admission::Admitted(ticket) => {
                 if let Readiness::Skipped = readiness {
@@ -142,7 +142,7 @@ where
                     // service was not polled, so this call cannot go out.
                     self.breaker.turn_away(ticket, Instant::now);
                     return ResponseFuture::rejected(
-                        self.breaker.name().clone(),
+                        self.breaker.name(),
                         MIN_RETRY_AFTER,
                         OpenCause::Open,
                     );

@@ -17,6 +17,72 @@ pub type BoxError = Box<dyn Error + Send + Sync>;
 /// The name of a policy instance (a breaker, a bulkhead), cheap to clone into a rejection.
 pub type Name = Arc<str>;
 
+/// A rejection's copy of its policy's name. Building a rejection is the hot part
+/// of a turned-away call, so a short name (most are) is copied inline and touches
+/// no shared reference count; a longer one shares the policy's allocation.
+#[derive(Clone)]
+enum RejectionName {
+    Inline(InlineName),
+    Shared(Name),
+}
+
+/// A short name: its length in the first byte, then its bytes. Word-aligned so that
+/// moving a rejection moves whole words.
+#[derive(Clone, Copy)]
+#[repr(align(8))]
+struct InlineName([u8; INLINE_NAME + 1]);
+
+/// The longest name a rejection copies inline.
+const INLINE_NAME: usize = 23;
+
+impl RejectionName {
+    #[inline]
+    fn copied(name: &Name) -> Self {
+        let src = name.as_bytes();
+        match u8::try_from(src.len()) {
+            Ok(len) if src.len() <= INLINE_NAME => {
+                let mut bytes = [0; INLINE_NAME + 1];
+                bytes[0] = len;
+                bytes[1..=src.len()].copy_from_slice(src);
+                Self::Inline(InlineName(bytes))
+            }
+            _ => Self::Shared(Arc::clone(name)),
+        }
+    }
+
+    #[inline]
+    fn owned(name: Name) -> Self {
+        if name.len() <= INLINE_NAME {
+            Self::copied(&name)
+        } else {
+            Self::Shared(name)
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        match self {
+            // Copied whole from a `str`, so always UTF-8.
+            Self::Inline(InlineName(bytes)) => {
+                let len = usize::from(bytes[0]).min(INLINE_NAME);
+                std::str::from_utf8(&bytes[1..=len]).unwrap_or_default()
+            }
+            Self::Shared(name) => name,
+        }
+    }
+}
+
+impl fmt::Debug for RejectionName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl fmt::Display for RejectionName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Declares [`RejectionKind`] and everything listed per kind from one list, so a
 /// new kind is added in one place and reaches every per-kind table (fallback
 /// triggers and rejection sets, per-kind counters) without a match to update.
@@ -129,7 +195,7 @@ impl OpenCause {
 /// A circuit breaker turned the call away without calling the dependency.
 #[derive(Debug, Clone)]
 pub struct CircuitOpen {
-    name: Name,
+    name: RejectionName,
     retry_after: Option<Duration>,
     cause: OpenCause,
 }
@@ -144,6 +210,18 @@ impl CircuitOpen {
     /// A rejection by the breaker `name` for `cause`, with the retry-after it can
     /// promise (`None` when forced open).
     pub fn because(name: Name, cause: OpenCause, retry_after: Option<Duration>) -> Self {
+        Self::build(RejectionName::owned(name), cause, retry_after)
+    }
+
+    /// As [`because`](Self::because), borrowing the breaker's name: a short name is
+    /// copied, so turning a call away touches no shared reference count.
+    #[inline]
+    pub fn named(name: &Name, cause: OpenCause, retry_after: Option<Duration>) -> Self {
+        Self::build(RejectionName::copied(name), cause, retry_after)
+    }
+
+    #[inline]
+    fn build(name: RejectionName, cause: OpenCause, retry_after: Option<Duration>) -> Self {
         let retry_after = match cause {
             OpenCause::ForcedOpen => None,
             _ => retry_after,
@@ -157,7 +235,7 @@ impl CircuitOpen {
 
     /// The breaker's name.
     pub fn name(&self) -> &str {
-        &self.name
+        self.name.as_str()
     }
 
     /// Why the call was turned away.
@@ -193,14 +271,27 @@ impl Error for CircuitOpen {}
 /// A bulkhead had every slot busy and its waiting queue full.
 #[derive(Debug, Clone)]
 pub struct BulkheadFull {
-    name: Name,
+    name: RejectionName,
     load: Option<(usize, usize)>,
 }
 
 impl BulkheadFull {
     /// A rejection by the bulkhead `name`.
     pub fn new(name: Name) -> Self {
-        Self { name, load: None }
+        Self {
+            name: RejectionName::owned(name),
+            load: None,
+        }
+    }
+
+    /// As [`new`](Self::new), borrowing the bulkhead's name: a short name is
+    /// copied, so turning a call away touches no shared reference count.
+    #[inline]
+    pub fn named(name: &Name) -> Self {
+        Self {
+            name: RejectionName::copied(name),
+            load: None,
+        }
     }
 
     /// The same rejection, recording the calls `active` and `queued` when it was made.
@@ -212,7 +303,7 @@ impl BulkheadFull {
 
     /// The bulkhead's name.
     pub fn name(&self) -> &str {
-        &self.name
+        self.name.as_str()
     }
 
     /// The calls active and queued when the call was turned away, when recorded.
@@ -555,6 +646,41 @@ mod tests {
         let r = find_rejection(&*outer).unwrap();
         assert_eq!(r.kind(), RejectionKind::BulkheadFull);
         assert_eq!(r.name(), Some("freight"));
+    }
+
+    #[test]
+    fn short_and_long_names_read_back_the_same_however_built() {
+        let long: Name = "a-breaker-name-longer-than-twenty-two-bytes/with-key".into();
+        for name in [
+            Name::from(""),
+            Name::from("quote"),
+            Name::from("é𝄞".repeat(3)),
+            long,
+        ] {
+            let open: BoxError = Box::new(CircuitOpen::named(
+                &name,
+                OpenCause::Open,
+                Some(Duration::from_secs(2)),
+            ));
+            let r = find_rejection(&*open).unwrap();
+            assert_eq!(r.name(), Some(&*name));
+            assert_eq!(r.retry_after(), Some(Duration::from_secs(2)));
+            assert_eq!(
+                open.to_string(),
+                format!("circuit `{name}` is open; retry after 2s")
+            );
+            let by_value = CircuitOpen::because(name.clone(), OpenCause::Open, None);
+            assert_eq!(by_value.name(), &*name);
+            let debug = format!("{by_value:?}");
+            assert!(debug.contains(&format!("name: {:?}", &*name)), "{debug}");
+
+            let full: BoxError = Box::new(BulkheadFull::named(&name).with_load(3, 1));
+            let r = find_rejection(&*full).unwrap();
+            assert_eq!(r.name(), Some(&*name));
+            assert_eq!((r.active(), r.queued()), (Some(3), Some(1)));
+            assert_eq!(full.to_string(), format!("bulkhead `{name}` is full"));
+            assert_eq!(BulkheadFull::new(name.clone()).name(), &*name);
+        }
     }
 
     #[test]
