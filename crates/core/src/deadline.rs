@@ -235,10 +235,22 @@ pub fn bounded_by_current<F: Future>(fut: F) -> BoundedByCurrent<F> {
     let deadline = Deadline::current();
     BoundedByCurrent {
         inner: fut,
-        look: deadline.is_none(),
-        deadline: deadline.map(|d| d.instant()),
+        bound: match deadline {
+            Some(d) => Bound::At(d.instant()),
+            None => Bound::Look,
+        },
         sleep: None,
     }
+}
+
+/// What bounds a [`BoundedByCurrent`] (one word and a half, like the instant alone).
+#[derive(Debug, Clone, Copy)]
+enum Bound {
+    /// No deadline was current when the future was made: look at the first poll.
+    Look,
+    /// No deadline.
+    Unbounded,
+    At(Instant),
 }
 
 pin_project! {
@@ -249,10 +261,7 @@ pin_project! {
     pub struct BoundedByCurrent<F> {
         #[pin]
         inner: F,
-        deadline: Option<Instant>,
-        // Whether the first poll should look for the current deadline (none was
-        // known when the future was made).
-        look: bool,
+        bound: Bound,
         // Only when no `DeadlineFuture` guards the deadline.
         sleep: Option<Pin<Box<Sleep>>>,
     }
@@ -264,16 +273,15 @@ impl<F: Future> Future for BoundedByCurrent<F> {
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        if *this.look {
-            *this.look = false;
-            *this.deadline = Deadline::current().map(|d| d.instant());
+        if let Bound::Look = this.bound {
+            *this.bound = Deadline::current().map_or(Bound::Unbounded, |d| Bound::At(d.instant()));
         }
         if let Poll::Ready(out) = this.inner.poll(cx) {
             return Poll::Ready(Ok(out));
         }
-        match *this.deadline {
-            Some(deadline) => poll_deadline(deadline, this.sleep, cx),
-            None => Poll::Pending,
+        match *this.bound {
+            Bound::At(deadline) => poll_deadline(deadline, this.sleep, cx),
+            Bound::Look | Bound::Unbounded => Poll::Pending,
         }
     }
 }
