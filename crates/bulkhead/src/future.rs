@@ -146,23 +146,18 @@ where
     S::Error: Into<BoxError>,
     H: Lend<Req>,
 {
-    /// Admission as [`admit`](Self::admit) decides it, with `overload` kept for
-    /// the adaptive limit.
-    #[inline]
-    pub(crate) fn new(shared: &Arc<Shared>, inner: &mut S, req: Req, overload: O) -> Self {
-        Self::admit(shared, inner, req).with_overload(overload)
-    }
-
     /// Admission, decided at call time: a free slot is taken at once (no lock, no
     /// allocation, no clock read); a full bulkhead rejects at once; otherwise the
-    /// call joins the line (with a clone of the inner service, taken now).
+    /// call joins the line (with a clone of the inner service, taken now). A call
+    /// that may reach the inner service keeps `overload` for the adaptive limit; a
+    /// rejection is built where it is returned, so it is not copied on its way out.
     #[inline]
-    fn admit(shared: &Arc<Shared>, inner: &mut S, req: Req) -> Self {
+    pub(crate) fn new(shared: &Arc<Shared>, inner: &mut S, req: Req, overload: O) -> Self {
         if shared.machine.try_acquire() {
             shared.telemetry.admitted(Duration::ZERO);
-            return Self::admitted(Permit::new(shared.clone()), inner, req);
+            return Self::admitted(Permit::new(shared.clone()), inner, req).with_overload(overload);
         }
-        Self::slow(shared, inner, req)
+        Self::slow(shared, inner, req, overload)
     }
 
     /// Holding a slot: ask the inner service once, with a no-op waker, whether it
@@ -192,7 +187,7 @@ where
     }
 
     #[cold]
-    fn slow(shared: &Arc<Shared>, inner: &mut S, req: Req) -> Self {
+    fn slow(shared: &Arc<Shared>, inner: &mut S, req: Req, overload: O) -> Self {
         if shared.machine.is_full() {
             return Self::full(shared);
         }
@@ -214,7 +209,7 @@ where
         match enqueued {
             Enqueued::Admitted => {
                 shared.telemetry.admitted(Duration::ZERO);
-                Self::admitted(Permit::waited(shared.clone()), inner, req)
+                Self::admitted(Permit::waited(shared.clone()), inner, req).with_overload(overload)
             }
             Enqueued::Full => Self::full(shared),
             Enqueued::Expired => {
@@ -234,6 +229,7 @@ where
                 };
                 let sleep = tokio::time::sleep_until(until);
                 Self::park(Some(sleep), look, Some(waiter), None, inner.clone(), req)
+                    .with_overload(overload)
             }
         }
     }
