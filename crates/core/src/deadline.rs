@@ -287,7 +287,6 @@ impl<F: Future> Future for BoundedByCurrent<F> {
 }
 
 /// The pending inner future's deadline: passed, or how the task will be woken at it.
-#[cold]
 fn poll_deadline<T>(
     deadline: Instant,
     sleep: &mut Option<Pin<Box<Sleep>>>,
