@@ -160,9 +160,17 @@ impl Breaker {
 
     /// Whether a call made now would reach the inner service (reads the clock only
     /// when open, half-open or ramping).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn ready_hint(&self, clock: impl FnOnce() -> Instant) -> ReadyHint {
         let w = self.word.load(Ordering::Acquire);
+        if w & MODE_MASK == MODE_CLOSED {
+            return ReadyHint::Forward;
+        }
+        self.ready_hint_not_closed(w, clock)
+    }
+
+    #[inline(never)]
+    fn ready_hint_not_closed(&self, w: u64, clock: impl FnOnce() -> Instant) -> ReadyHint {
         match w & MODE_MASK {
             MODE_FORCED_OPEN => ReadyHint::SkipForced,
             MODE_OPEN => {
@@ -214,9 +222,18 @@ impl Breaker {
     /// time. The clock is read here even when `poll_ready` read it moments before:
     /// `call` may come much later, and a stale instant would turn away a call that
     /// is due to probe, with a retry-after that has already passed.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn admit(&self, clock: impl Fn() -> Instant) -> Admission {
         let w = self.word.load(Ordering::Acquire);
+        if w & MODE_MASK == MODE_CLOSED {
+            // The common case, inlined into `call`: one load.
+            return Admission::Admitted(Ticket::normal(epoch_of(w)));
+        }
+        self.admit_not_closed(w, clock)
+    }
+
+    #[inline(never)]
+    fn admit_not_closed(&self, w: u64, clock: impl Fn() -> Instant) -> Admission {
         match w & MODE_MASK {
             MODE_CLOSED => Admission::Admitted(Ticket::normal(epoch_of(w))),
             MODE_FORCED_OPEN => self.reject_fast(
