@@ -74,7 +74,7 @@ impl Guard {
         self.breaker.is_none()
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn finish(&mut self, outcome: Outcome, timed_out: bool) {
         if let Some(breaker) = self.breaker.take() {
             let (slow, now) = match self.started {
