@@ -14,6 +14,7 @@ struct Slot {
 }
 
 impl Drop for Slot {
+    #[inline]
     fn drop(&mut self) {
         self.shared.release_slot();
     }
