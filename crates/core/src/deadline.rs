@@ -236,7 +236,7 @@ pub fn bounded_by_current<F: Future>(fut: F) -> BoundedByCurrent<F> {
     BoundedByCurrent {
         inner: fut,
         bound: match deadline {
-            Some(d) => Bound::At(d.instant()),
+            Some(d) => Bound::At(d.instant(), false),
             None => Bound::Look,
         },
         sleep: None,
@@ -250,7 +250,9 @@ enum Bound {
     Look,
     /// No deadline.
     Unbounded,
-    At(Instant),
+    /// The deadline, and whether the inner future has been pending (only then can
+    /// its answer be late).
+    At(Instant, bool),
 }
 
 pin_project! {
@@ -274,13 +276,24 @@ impl<F: Future> Future for BoundedByCurrent<F> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         if let Bound::Look = this.bound {
-            *this.bound = Deadline::current().map_or(Bound::Unbounded, |d| Bound::At(d.instant()));
+            *this.bound =
+                Deadline::current().map_or(Bound::Unbounded, |d| Bound::At(d.instant(), false));
         }
         if let Poll::Ready(out) = this.inner.poll(cx) {
-            return Poll::Ready(Ok(out));
+            // Late when the deadline passed before this poll saw the answer, as in
+            // `Bounded`: it is a timeout, never a success past the budget.
+            return match *this.bound {
+                Bound::At(deadline, true) if Instant::now() > deadline => {
+                    Poll::Ready(Err(DeadlineExceeded::new()))
+                }
+                _ => Poll::Ready(Ok(out)),
+            };
         }
         match *this.bound {
-            Bound::At(deadline) => poll_deadline(deadline, this.sleep, cx),
+            Bound::At(deadline, _) => {
+                *this.bound = Bound::At(deadline, true);
+                poll_deadline(deadline, this.sleep, cx)
+            }
             Bound::Look | Bound::Unbounded => Poll::Pending,
         }
     }
@@ -321,7 +334,17 @@ impl<F: Future> Future for Bounded<F> {
             *this.deadline = Deadline::current().map(|d| d.instant());
         }
         if let Poll::Ready(out) = this.inner.poll(cx) {
-            return Poll::Ready(Ok(out));
+            // An answer is late when the deadline passed before this poll saw it
+            // (a busy runtime runs the timer and the answer's wake-up together):
+            // it is no answer, never a success past the budget. One seen at the
+            // deadline's instant is in time. Only a call that was pending before
+            // can be late, so only those read the clock.
+            return match *this.deadline {
+                Some(deadline) if this.sleep.is_some() && Instant::now() > deadline => {
+                    Poll::Ready(Err(DeadlineExceeded::new()))
+                }
+                _ => Poll::Ready(Ok(out)),
+            };
         }
         let Some(deadline) = *this.deadline else {
             return Poll::Pending;
@@ -814,6 +837,33 @@ mod tests {
         assert_pending!(fut.poll());
         tokio::time::advance(Duration::from_millis(1)).await;
         assert!(assert_ready!(fut.poll()).is_err());
+    }
+
+    /// A busy runtime runs the deadline's timer and the answer's wake-up together:
+    /// the answer came after the deadline, so it is a timeout, not a success.
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_seen_only_after_the_deadline_is_a_timeout() {
+        let d = Deadline::after(Instant::now(), Duration::from_millis(300));
+        let (tx, rx) = tokio::sync::oneshot::channel::<u32>();
+        let mut plain = task::spawn(bounded(rx, Some(d)));
+        assert_pending!(plain.poll());
+        let (tx2, rx2) = tokio::sync::oneshot::channel::<u32>();
+        let mut current = task::spawn(d.scope(bounded_by_current(rx2)));
+        assert_pending!(current.poll());
+        tokio::time::advance(Duration::from_millis(400)).await;
+        tx.send(1).unwrap();
+        tx2.send(2).unwrap();
+        assert!(assert_ready!(plain.poll()).is_err());
+        assert!(assert_ready!(current.poll()).is_err());
+
+        // An answer seen before the deadline is the answer.
+        let d = Deadline::after(Instant::now(), Duration::from_millis(300));
+        let (tx, rx) = tokio::sync::oneshot::channel::<u32>();
+        let mut in_time = task::spawn(bounded(rx, Some(d)));
+        assert_pending!(in_time.poll());
+        tokio::time::advance(Duration::from_millis(299)).await;
+        tx.send(3).unwrap();
+        assert_eq!(assert_ready!(in_time.poll()).unwrap().unwrap(), 3);
     }
 
     #[tokio::test(start_paused = true)]
