@@ -2,14 +2,14 @@
 //! word that lets the common cases through without taking it.
 //!
 //! The word packs the lock-free mode (closed, open, forced open, or "ask the
-//! machine"), the epoch, whether successes may be batched, and a count of successes
-//! not yet folded into the machine:
+//! machine"), the epoch, whether successes may be batched, whether the breaker is
+//! in shadow mode, and a count of successes not yet folded into the machine:
 //!
 //! ```text
-//!  63            32 31   27 26    25..24   23                 0
-//! +----------------+-------+-----+--------+--------------------+
-//! |     epoch      |   0   |batch|  mode  |  pending successes |
-//! +----------------+-------+-----+--------+--------------------+
+//!  63            32 31   28   27     26    25..24   23                 0
+//! +----------------+-------+------+-----+--------+--------------------+
+//! |     epoch      |   0   |shadow|batch|  mode  |  pending successes |
+//! +----------------+-------+------+-----+--------+--------------------+
 //! ```
 //!
 //! - A closed breaker admits with one load of the word (the ticket takes its epoch).
@@ -19,7 +19,11 @@
 //!   successes into the machine, so the machine sees them before any later failure:
 //!   the same sequence it would have seen one call at a time.
 //! - An open breaker rejects with one load of the word, one clock read and one load
-//!   of `reopen_at`; a forced-open one without the clock.
+//!   of `reopen_at`; a forced-open one without the clock. In shadow mode (a bit of
+//!   the word, so the closed path pays nothing for it) the same open call is let
+//!   through instead, with one more relaxed increment.
+//! - The `shadow` bit mirrors the machine's shadow mode; like the mode, it is
+//!   republished by the holder of the mutex.
 //! - Everything else (failures, probes, half-open, the ramp, operators) takes the
 //!   mutex, asks the machine, then republishes the word. Only the holder of the
 //!   mutex changes the epoch or the mode, so a success whose compare-and-swap
@@ -47,6 +51,7 @@ const MODE_OPEN: u64 = 1 << MODE_SHIFT;
 const MODE_FORCED_OPEN: u64 = 2 << MODE_SHIFT;
 const MODE_LOCKED: u64 = 3 << MODE_SHIFT;
 const BATCH: u64 = 1 << 26;
+const SHADOW: u64 = 1 << 27;
 const EPOCH_SHIFT: u32 = 32;
 
 /// Capacity of the transition channel handed to subscribers.
@@ -57,14 +62,17 @@ fn epoch_of(word: u64) -> u32 {
     (word >> EPOCH_SHIFT) as u32
 }
 
-fn encode(mode: Mode, batch: bool, epoch: u32) -> u64 {
+fn encode(mode: Mode, batch: bool, shadow: bool, epoch: u32) -> u64 {
     let mode = match mode {
         Mode::Closed => MODE_CLOSED,
         Mode::Open => MODE_OPEN,
         Mode::ForcedOpen => MODE_FORCED_OPEN,
         Mode::Locked => MODE_LOCKED,
     };
-    (u64::from(epoch) << EPOCH_SHIFT) | mode | if batch { BATCH } else { 0 }
+    (u64::from(epoch) << EPOCH_SHIFT)
+        | mode
+        | if batch { BATCH } else { 0 }
+        | if shadow { SHADOW } else { 0 }
 }
 
 /// What `poll_ready` should do.
@@ -91,6 +99,8 @@ pub(crate) struct Breaker {
     /// The slow-call threshold in nanoseconds; 0 when slow calls are not detected.
     slow_nanos: AtomicU64,
     short_circuited: AtomicU64,
+    /// Open calls let through in shadow mode on the lock-free path.
+    shadow_open: AtomicU64,
     ignored: AtomicU64,
     cancelled: AtomicU64,
     base: Instant,
@@ -106,6 +116,7 @@ pub(crate) struct Breaker {
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct FastCounts {
     pub(crate) short_circuited: u64,
+    pub(crate) shadow_open: u64,
     pub(crate) ignored: u64,
     pub(crate) cancelled: u64,
 }
@@ -131,7 +142,12 @@ impl Breaker {
         now: Instant,
     ) -> Result<Self, ConfigError> {
         let machine = Machine::new(config, random, now)?;
-        let word = encode(machine.mode(), machine.batches_successes(), machine.epoch());
+        let word = encode(
+            machine.mode(),
+            machine.batches_successes(),
+            machine.shadows(),
+            machine.epoch(),
+        );
         let slow = slow_nanos(machine.slow_threshold());
         let telemetry = Telemetry::new(series, machine.state(now));
         Ok(Self {
@@ -139,6 +155,7 @@ impl Breaker {
             reopen_at: AtomicU64::new(0),
             slow_nanos: AtomicU64::new(slow),
             short_circuited: AtomicU64::new(0),
+            shadow_open: AtomicU64::new(0),
             ignored: AtomicU64::new(0),
             cancelled: AtomicU64::new(0),
             base: now,
@@ -176,6 +193,9 @@ impl Breaker {
             MODE_OPEN => {
                 let now = clock();
                 if self.nanos(now) < self.reopen_at.load(Ordering::Acquire) {
+                    if w & SHADOW != 0 {
+                        return ReadyHint::Forward;
+                    }
                     return ReadyHint::SkipOpen;
                 }
                 // A probe is due: the call will take the lock anyway; ask whether
@@ -245,6 +265,9 @@ impl Breaker {
                 let at = self.nanos(now);
                 let until = self.reopen_at.load(Ordering::Acquire);
                 if at < until {
+                    if w & SHADOW != 0 {
+                        return self.shadow_fast(epoch_of(w));
+                    }
                     return self.reject_fast(Duration::from_nanos(until - at), OpenCause::Open);
                 }
                 self.admit_locked(now)
@@ -260,11 +283,24 @@ impl Breaker {
         Admission::Rejected(retry_after, cause)
     }
 
+    /// An open call let through in shadow mode, decided from the word alone (the
+    /// machine is left alone, as a fast rejection leaves it).
+    #[cold]
+    fn shadow_fast(&self, epoch: u32) -> Admission {
+        self.shadow_open.fetch_add(1, Ordering::Relaxed);
+        self.telemetry.shadow_rejected(&self.name, OpenCause::Open);
+        Admission::Shadow(Ticket::shadow(epoch), OpenCause::Open)
+    }
+
     #[cold]
     fn admit_locked(&self, now: Instant) -> Admission {
         let admission = self.locked(now, |m| m.acquire(now));
-        if let Admission::Rejected(retry_after, _) = admission {
-            self.telemetry.rejected(&self.name, retry_after);
+        match admission {
+            Admission::Rejected(retry_after, _) => {
+                self.telemetry.rejected(&self.name, retry_after);
+            }
+            Admission::Shadow(_, cause) => self.telemetry.shadow_rejected(&self.name, cause),
+            Admission::Admitted(_) => {}
         }
         admission
     }
@@ -279,7 +315,7 @@ impl Breaker {
         now: Option<Instant>,
         clock: impl FnOnce() -> Instant,
     ) {
-        if ticket.probe.is_none() {
+        if ticket.probe.is_none() && !ticket.shadow {
             match report.outcome {
                 Outcome::Success
                     if !report.slow
@@ -444,7 +480,7 @@ impl Breaker {
         }
         self.slow_nanos
             .store(slow_nanos(m.slow_threshold()), Ordering::Relaxed);
-        let bits = encode(mode, m.batches_successes(), m.epoch());
+        let bits = encode(mode, m.batches_successes(), m.shadows(), m.epoch());
         let mut current = self.word.load(Ordering::Acquire);
         loop {
             let same_epoch = epoch_of(current) == m.epoch();
@@ -496,6 +532,7 @@ impl Breaker {
     pub(crate) fn fast_counts(&self) -> FastCounts {
         FastCounts {
             short_circuited: self.short_circuited.load(Ordering::Relaxed),
+            shadow_open: self.shadow_open.load(Ordering::Relaxed),
             ignored: self.ignored.load(Ordering::Relaxed),
             cancelled: self.cancelled.load(Ordering::Relaxed),
         }
@@ -534,24 +571,30 @@ mod tests {
 
     fn admit(b: &Breaker, now: Instant) -> Option<Ticket> {
         match b.admit(|| now) {
-            Admission::Admitted(t) => Some(t),
+            Admission::Admitted(t) | Admission::Shadow(t, _) => Some(t),
             Admission::Rejected(..) => None,
         }
     }
 
     #[test]
     fn the_word_round_trips() {
-        let w = encode(Mode::Open, true, 0xdead_beef) | 17;
+        let w = encode(Mode::Open, true, false, 0xdead_beef) | 17;
         assert_eq!(epoch_of(w), 0xdead_beef);
         assert_eq!(w & MODE_MASK, MODE_OPEN);
         assert_eq!(w & BATCH, BATCH);
         assert_eq!(w & PENDING_MASK, 17);
-        assert_eq!(encode(Mode::Locked, false, 1) & MODE_MASK, MODE_LOCKED);
         assert_eq!(
-            encode(Mode::ForcedOpen, false, 1) & MODE_MASK,
+            encode(Mode::Locked, false, false, 1) & MODE_MASK,
+            MODE_LOCKED
+        );
+        assert_eq!(
+            encode(Mode::ForcedOpen, false, false, 1) & MODE_MASK,
             MODE_FORCED_OPEN
         );
-        assert_eq!(encode(Mode::Closed, false, 1) & MODE_MASK, MODE_CLOSED);
+        assert_eq!(
+            encode(Mode::Closed, false, false, 1) & MODE_MASK,
+            MODE_CLOSED
+        );
     }
 
     #[test]
@@ -612,6 +655,51 @@ mod tests {
     }
 
     #[test]
+    fn a_shadow_success_is_never_batched_into_the_window() {
+        let t0 = Instant::now();
+        let config = CircuitBreakerConfig {
+            policy: TripPolicy::ConsecutiveFailures { threshold: 3 },
+            ramp: Some(crate::config::RampConfig {
+                duration: S,
+                start_share: 0.1,
+            }),
+            shadow: true,
+            ..CircuitBreakerConfig::default()
+        };
+        let b = breaker(&config, t0);
+        let fail = |now| {
+            let t = admit(&b, now).unwrap();
+            assert!(!t.shadow);
+            b.complete(t, Report::of(Outcome::Failure), Some(now), || now);
+        };
+        for _ in 0..3 {
+            fail(t0);
+        }
+        let probe = admit(&b, t0 + 10 * S).unwrap();
+        assert!(probe.probe.is_some());
+        b.complete(probe, ok(), Some(t0 + 10 * S), || t0 + 10 * S);
+        // Ramping from a tenth: most calls are not in the share.
+        let ramping = t0 + 10 * S;
+        let shadowed = (0..10)
+            .find_map(|_| match b.admit(|| ramping) {
+                Admission::Shadow(t, OpenCause::Ramping) => Some(t),
+                Admission::Admitted(t) => {
+                    b.complete(t, ok(), Some(ramping), || ramping);
+                    None
+                }
+                other => panic!("{other:?}"),
+            })
+            .expect("a call let through in shadow mode while ramping");
+        // The ramp ends without a transition (same epoch); successes batch again.
+        let after = t0 + 12 * S;
+        fail(after);
+        fail(after);
+        b.complete(shadowed, ok(), None, || after);
+        fail(after);
+        b.locked(after, |m| assert_eq!(m.state(after), State::Open));
+    }
+
+    #[test]
     fn threads_lose_no_outcome() {
         let t0 = Instant::now();
         let b = breaker(
@@ -663,6 +751,7 @@ mod tests {
         Advance(u64),
         Reconfigure(u32),
         Operator(u8),
+        Shadow(bool),
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -678,6 +767,7 @@ mod tests {
             3 => (0u64..5_000).prop_map(Op::Advance),
             1 => (1u32..4).prop_map(Op::Reconfigure),
             1 => (0u8..4).prop_map(Op::Operator),
+            1 => any::<bool>().prop_map(Op::Shadow),
         ]
     }
 
@@ -690,9 +780,10 @@ mod tests {
     }
 
     proptest! {
-        /// Through the lock-free paths too: half-open never lets more than
-        /// `half_open_max` probes out, no slot leaks, stale outcomes change nothing,
-        /// and every call is counted exactly once.
+        /// Through the lock-free paths too, with shadow mode switched at random:
+        /// half-open never lets more than `half_open_max` probes out, no slot
+        /// leaks, stale outcomes change nothing, and every call is counted exactly
+        /// once.
         #[test]
         fn the_shared_breaker_keeps_the_machine_invariants(
             max in 1u32..4,
@@ -715,6 +806,11 @@ mod tests {
                                     let after = b.locked(now, |m| m.probes_in_flight());
                                     prop_assert!(before < max && after <= max, "{before} -> {after} > {max}");
                                 }
+                                held.push(t);
+                            }
+                            Admission::Shadow(t, cause) => {
+                                prop_assert!(t.shadow && t.probe.is_none());
+                                prop_assert!(cause != OpenCause::ForcedOpen);
                                 held.push(t);
                             }
                             Admission::Rejected(r, _) => {
@@ -751,6 +847,7 @@ mod tests {
                         2 => m.disable(now),
                         _ => m.reset(now),
                     }),
+                    Op::Shadow(on) => b.locked(now, |m| m.set_shadow(on)),
                     Op::Complete(..) | Op::Drop(_) => {}
                 }
                 let fast = b.fast_counts();

@@ -198,6 +198,11 @@ pub struct CircuitBreakerConfig {
     pub half_open_timeout: Duration,
     /// Optional ramp after closing.
     pub ramp: Option<RampConfig>,
+    /// Shadow mode: the breaker runs as if enforcing (it trips, opens, half-opens
+    /// and counts), but a call it would turn away for being open, for every probe
+    /// slot being taken or for the ramp goes to the dependency instead, counted as
+    /// a shadow rejection. Forced open still rejects. See the crate docs.
+    pub shadow: bool,
 }
 
 impl Default for CircuitBreakerConfig {
@@ -217,6 +222,7 @@ impl Default for CircuitBreakerConfig {
             probes_to_close: 1,
             half_open_timeout: Duration::from_secs(10),
             ramp: None,
+            shadow: false,
         }
     }
 }
@@ -292,6 +298,7 @@ pub(crate) struct Tuning {
     /// 0: no ramp.
     pub(crate) ramp_ns: u64,
     pub(crate) ramp_start: f64,
+    pub(crate) shadow: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -385,6 +392,7 @@ impl Tuning {
             half_open_timeout_ns: nanos(config.half_open_timeout),
             ramp_ns,
             ramp_start,
+            shadow: config.shadow,
         })
     }
 
@@ -430,6 +438,7 @@ impl Tuning {
                 duration: d(self.ramp_ns),
                 start_share: self.ramp_start,
             }),
+            shadow: self.shadow,
         }
     }
 }
@@ -578,6 +587,13 @@ impl<C> CircuitBreakerBuilder<C> {
         self
     }
 
+    /// Starts in shadow mode (see [`CircuitBreakerConfig::shadow`]); switch it at
+    /// run time with [`Handle::set_shadow`](crate::Handle::set_shadow).
+    pub fn shadow(mut self, shadow: bool) -> Self {
+        self.config.shadow = shadow;
+        self
+    }
+
     /// Decides which results count as failures (default [`ErrorsAsFailures`]); any
     /// seawall-core classifier or per-request factory.
     pub fn classifier<C2>(self, classifier: C2) -> CircuitBreakerBuilder<C2> {
@@ -600,7 +616,7 @@ impl<C> CircuitBreakerBuilder<C> {
     /// facade cannot remove a series: an evicted key's series (its state gauge
     /// back at 0) stay in the exporter until its idle timeout drops them (with
     /// `metrics-exporter-prometheus`, `PrometheusBuilder::idle_timeout`). Budget
-    /// 21 series per key seen within that timeout, plus operator transitions. Use it
+    /// 24 series per key seen within that timeout, plus operator transitions. Use it
     /// for keys from a fixed set (routes, configured tenants), not for a host or
     /// header a client picks.
     #[must_use]

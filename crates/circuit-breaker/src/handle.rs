@@ -61,7 +61,9 @@ impl Handle {
                 probes_in_flight: m.probes_in_flight(),
                 retrips: m.streak(),
                 ramp_share: m.ramp_share(now),
+                shadow: m.shadows(),
                 counters: Counters {
+                    shadow_rejections: tally.shadow.iter().sum::<u64>() + fast.shadow_open,
                     calls: tally.successes + tally.failures + ignored + cancelled + short_circuited,
                     successes: tally.successes,
                     failures: tally.failures,
@@ -129,6 +131,24 @@ impl Handle {
     pub fn reconfigure(&self, config: CircuitBreakerConfig) -> Result<(), ConfigError> {
         let now = Instant::now();
         self.breaker.locked(now, |m| m.reconfigure(&config, now))
+    }
+
+    /// Switches shadow mode on or off, from the next call on (see
+    /// [`CircuitBreakerConfig::shadow`]). The state is kept either way: switching
+    /// it on while open lets the next call through, switching it off while open
+    /// rejects the next one. A change of the configuration in force, like
+    /// [`reconfigure`](Self::reconfigure): [`revert`](Self::revert) undoes it.
+    pub fn set_shadow(&self, shadow: bool) {
+        let now = Instant::now();
+        self.breaker.locked(now, |m| m.set_shadow(shadow));
+        // A service in readiness mode waiting for the open interval to end may go now.
+        self.breaker.wake_ready_waiters();
+    }
+
+    /// Whether the breaker is in shadow mode.
+    pub fn is_shadow(&self) -> bool {
+        let now = Instant::now();
+        self.breaker.locked(now, |m| m.shadows())
     }
 
     /// Goes back to the configuration the breaker was built with, keeping the state.
@@ -243,6 +263,10 @@ pub struct Snapshot {
     pub retrips: u32,
     /// While ramping up after closing: the share of calls admitted.
     pub ramp_share: Option<f64>,
+    /// Whether the breaker is in shadow mode: it decides as if enforcing but lets
+    /// through what it would reject (but for forced open), counting it in
+    /// [`Counters::shadow_rejections`].
+    pub shadow: bool,
     /// Cumulative counters.
     pub counters: Counters,
 }
@@ -259,6 +283,11 @@ pub struct Counters {
     pub successes: u64,
     /// Calls classified as failures (deadline expiries, probes and stale outcomes included).
     pub failures: u64,
+    /// Calls let through in shadow mode that the breaker would have turned away
+    /// (open, every probe slot taken, or not in the ramp's share), counted when
+    /// admitted. Each is also counted by how it ended (`successes`, `failures`, …),
+    /// never in `short_circuited`.
+    pub shadow_rejections: u64,
     /// Calls classified as neither (e.g. an inner bulkhead's rejection).
     pub ignored: u64,
     /// Admitted calls dropped before they finished.

@@ -325,7 +325,7 @@ where
             Admission::Rejected(retry_after, cause) => {
                 ResponseFuture::rejected(breaker.name(), retry_after, cause)
             }
-            Admission::Admitted(ticket) => {
+            Admission::Admitted(ticket) | Admission::Shadow(ticket, _) => {
                 // The guard exists before anything that may panic, so every path
                 // (a panicking `call` included) reports the ticket.
                 let started = breaker.start_clock(Instant::now);

@@ -298,6 +298,41 @@
 //! # Ok(())
 //! # }
 //! ```
+//! # Shadow mode: try a policy on live traffic first
+//!
+//! With [`CircuitBreakerConfig::shadow`] (the builder's
+//! [`shadow`](CircuitBreakerBuilder::shadow), `shadow = true` in a policy file,
+//! [`Handle::set_shadow`] at run time), the breaker decides every call exactly as
+//! it would enforcing, but a call it would turn away goes to the dependency
+//! instead and is counted as a **shadow rejection**, by the cause it would have
+//! been rejected for (`open`, `probe_slots_full`, `ramping`):
+//! [`Counters::shadow_rejections`] and
+//! `seawall_breaker_shadow_rejections_total{name, cause}`.
+//!
+//! - **The machine runs as if enforcing.** It trips, opens, half-opens on
+//!   schedule, admits probes into its probe slots, ramps up, and counts its window
+//!   as it would; a call let through in shadow consumes what the rejection would
+//!   have (the ramp's share, the probe gate's hold) and nothing more.
+//! - **What is let through changes nothing.** It carries a shadow ticket: never a
+//!   probe, never recorded in the window, never a transition, so a success let
+//!   through while open does not close the breaker, and a failure let through
+//!   while half-open does not reopen it. Its outcome is still counted in the
+//!   breaker's counters by how it ended (`successes`, `failures`, `timeouts`, …;
+//!   in metrics `calls_total{outcome}`), because the dependency really answered it,
+//!   and never in `short_circuited`. The same sequence of calls therefore goes
+//!   through the same states in both modes, and the shadow rejections equal the
+//!   rejections enforcement would have made.
+//! - **Forced open is obeyed.** An operator's [`Handle::force_open`] is a decision,
+//!   not a limit being tried: it rejects in shadow mode too.
+//! - **Switching** takes effect on the next call and keeps the state: switch it off
+//!   while open and the next call is rejected. [`Handle::set_shadow`] changes the
+//!   configuration in force, so [`Handle::revert`] returns to the built one.
+//! - A call whose `poll_ready` ran before shadow mode was switched on, and found the
+//!   breaker open, did not poll the inner service; it is turned away (and counted
+//!   short-circuited) even though its `call` came after the switch.
+//! - **Cost:** the mode is a bit of the word the closed path already loads, so a
+//!   closed call pays nothing for it; an open call let through pays what an
+//!   admitted call pays, plus one relaxed increment.
 //!
 //! # Where state lives, and what `Clone` shares
 //!

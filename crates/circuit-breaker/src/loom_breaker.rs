@@ -44,7 +44,9 @@ fn breaker(policy: TripPolicy, now: Instant) -> Breaker {
 fn admit(b: &Breaker, now: Instant) -> Ticket {
     match b.admit(|| now) {
         Admission::Admitted(t) => t,
-        Admission::Rejected(..) => panic!("a closed breaker rejected a call"),
+        Admission::Rejected(..) | Admission::Shadow(..) => {
+            panic!("a closed breaker rejected a call")
+        }
     }
 }
 

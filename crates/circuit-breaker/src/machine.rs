@@ -175,11 +175,26 @@ pub struct Transition {
 pub(crate) struct Ticket {
     pub(crate) epoch: u32,
     pub(crate) probe: Option<u32>,
+    /// Let through in shadow mode although the breaker would have turned it away:
+    /// its outcome is counted, never recorded in the window, never a probe.
+    pub(crate) shadow: bool,
 }
 
 impl Ticket {
     pub(crate) const fn normal(epoch: u32) -> Self {
-        Self { epoch, probe: None }
+        Self {
+            epoch,
+            probe: None,
+            shadow: false,
+        }
+    }
+
+    pub(crate) const fn shadow(epoch: u32) -> Self {
+        Self {
+            epoch,
+            probe: None,
+            shadow: true,
+        }
     }
 }
 
@@ -189,6 +204,9 @@ pub(crate) enum Admission {
     Admitted(Ticket),
     /// Rejected for this cause; the caller may retry after this (never zero).
     Rejected(Duration, OpenCause),
+    /// Would have been rejected for this cause; let through in shadow mode with a
+    /// shadow ticket.
+    Shadow(Ticket, OpenCause),
 }
 
 /// The state as reported at some instant (lazy transitions included).
@@ -231,6 +249,8 @@ pub(crate) enum Recorded {
     Probe,
     /// Admitted in an older epoch: counted, but it changed nothing.
     Stale,
+    /// Let through in shadow mode: counted, but it changed nothing.
+    Shadow,
 }
 
 /// How the shared word should let calls through without the lock.
@@ -271,7 +291,26 @@ pub(crate) struct Tally {
     pub(crate) probe_failures: u64,
     pub(crate) probe_timeouts: u64,
     pub(crate) stale: u64,
+    /// Shadow rejections taken under the lock, by [`shadow_index`].
+    pub(crate) shadow: [u64; 3],
 }
+
+/// The slot of a shadow-rejection cause in [`Tally::shadow`] (forced open is never
+/// shadowed).
+pub(crate) const fn shadow_index(cause: OpenCause) -> usize {
+    match cause {
+        OpenCause::ProbeSlotsFull => 1,
+        OpenCause::Ramping => 2,
+        _ => 0,
+    }
+}
+
+/// The causes in [`Tally::shadow`] order.
+pub(crate) const SHADOW_CAUSES: [OpenCause; 3] = [
+    OpenCause::Open,
+    OpenCause::ProbeSlotsFull,
+    OpenCause::Ramping,
+];
 
 /// The counters every closed call may touch.
 #[derive(Debug, Clone, Copy, Default)]
@@ -418,6 +457,7 @@ struct Cold {
     probe_successes: u64,
     probe_failures: u64,
     probe_timeouts: u64,
+    shadow: [u64; 3],
     automatic: [u64; 6],
     /// Operator transitions by (from, to).
     manual: [[u32; 6]; 6],
@@ -616,6 +656,7 @@ impl Machine {
             t.probe_successes = c.probe_successes;
             t.probe_failures = c.probe_failures;
             t.probe_timeouts = c.probe_timeouts;
+            t.shadow = c.shadow;
         }
         t
     }
@@ -850,6 +891,10 @@ impl Machine {
     /// would reject it), taking nothing: no probe slot, no ramp credit.
     pub(crate) fn would_reject(&mut self, now: Instant) -> bool {
         self.advance(now);
+        if self.tuning.shadow {
+            // Only an operator's forced open rejects in shadow mode.
+            return matches!(self.phase, Phase::ForcedOpen);
+        }
         match self.phase {
             Phase::Open { .. } | Phase::ForcedOpen => true,
             Phase::HalfOpen {
@@ -878,8 +923,42 @@ impl Machine {
         }
     }
 
-    /// Asks to let one call through at `now`.
+    /// Asks to let one call through at `now`. In shadow mode a call the breaker
+    /// would turn away (but for forced open) is let through with a shadow ticket,
+    /// after the decision has changed the machine exactly as a rejection would
+    /// (the ramp's credit, the probe gate's hold).
     pub(crate) fn acquire(&mut self, now: Instant) -> Admission {
+        match self.decide(now) {
+            Admission::Rejected(_, cause)
+                if self.tuning.shadow && cause != OpenCause::ForcedOpen =>
+            {
+                self.cold().shadow[shadow_index(cause)] += 1;
+                Admission::Shadow(Ticket::shadow(self.epoch), cause)
+            }
+            rejected @ Admission::Rejected(..) => {
+                self.cold().short_circuited += 1;
+                rejected
+            }
+            admitted => admitted,
+        }
+    }
+
+    /// Whether shadow mode is on.
+    pub(crate) fn shadows(&self) -> bool {
+        self.tuning.shadow
+    }
+
+    /// Switches shadow mode, as a change of the configuration in force (so
+    /// [`Machine::revert`] returns to the built one).
+    pub(crate) fn set_shadow(&mut self, shadow: bool) {
+        if self.tuning.shadow != shadow {
+            let current = self.tuning;
+            self.cold().original.get_or_insert(current);
+            self.tuning.shadow = shadow;
+        }
+    }
+
+    fn decide(&mut self, now: Instant) -> Admission {
         self.advance(now);
         let epoch = self.epoch;
         let share = self.ramp_share(now);
@@ -922,7 +1001,6 @@ impl Machine {
                     // Remembered only while nothing is in flight, so probes in
                     // flight still finish (and time out) through the lock.
                     *held = (*in_flight == 0).then(|| later(now, wait));
-                    self.cold().short_circuited += 1;
                     return Admission::Rejected(wait, OpenCause::Open);
                 }
                 *held = None;
@@ -947,6 +1025,7 @@ impl Machine {
                     return Admission::Admitted(Ticket {
                         epoch,
                         probe: Some(slot as u32),
+                        shadow: false,
                     });
                 }
                 // Turned away while the probes are in flight: wait at most until the
@@ -957,7 +1036,6 @@ impl Machine {
                 (after, OpenCause::ProbeSlotsFull)
             }
         };
-        self.cold().short_circuited += 1;
         Admission::Rejected(positive(rejected), cause)
     }
 
@@ -975,6 +1053,11 @@ impl Machine {
         }
         if report.timed_out {
             self.hot.timeouts += 1;
+        }
+        if ticket.shadow {
+            // The enforcing breaker would not have made this call: whatever it
+            // answered is no evidence for the window or a probe.
+            return Recorded::Shadow;
         }
         if ticket.epoch != self.epoch {
             if recorded_outcome {

@@ -136,7 +136,7 @@ where
             Admission::Rejected(retry_after, cause) => {
                 ResponseFuture::rejected(self.breaker.name(), retry_after, cause)
             }
-            Admission::Admitted(ticket) => {
+            Admission::Admitted(ticket) | Admission::Shadow(ticket, _) => {
                 if let Readiness::Skipped = readiness {
                     // The breaker closed between `poll_ready` and `call`: the inner
                     // service was not polled, so this call cannot go out.

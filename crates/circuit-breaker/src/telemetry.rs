@@ -17,7 +17,10 @@
 //!   `success`, `failure` (not a timeout) or `timeout` (the deadline or the half-open
 //!   timeout ran out), so `half_open -> open` transitions = `failure` + `timeout`;
 //! - `seawall_breaker_outcome_reasons_total{outcome, reason}`: calls whose classifier
-//!   gave a reason (see `Classify::reason`), per reason.
+//!   gave a reason (see `Classify::reason`), per reason;
+//! - `seawall_breaker_shadow_rejections_total{cause}`: calls a breaker in shadow
+//!   mode let through although it would have rejected them (`open`,
+//!   `probe_slots_full`, `ramping`), counted when admitted.
 //!
 //! Also `seawall_breaker_transitions_total{from, to}` and the gauge
 //! `seawall_breaker_state{state}`: how many breakers of the series are in each state
@@ -109,6 +112,8 @@ struct Metrics {
     probe_success: metrics::Counter,
     probe_failure: metrics::Counter,
     probe_timeout: metrics::Counter,
+    /// Shadow rejections, in `SHADOW_CAUSES` order.
+    shadow: [metrics::Counter; 3],
     /// The automatic transitions, in [`AUTOMATIC`] order.
     automatic: [metrics::Counter; 4],
     state: [metrics::Gauge; 6],
@@ -159,6 +164,12 @@ impl Metrics {
             probe_success: probes("success"),
             probe_failure: probes("failure"),
             probe_timeout: probes("timeout"),
+            shadow: crate::machine::SHADOW_CAUSES.map(|cause| {
+                metrics::counter!(
+                    "seawall_breaker_shadow_rejections_total",
+                    with(l, &[("cause", cause.as_str())])
+                )
+            }),
             automatic: AUTOMATIC.map(|(from, to)| transition(l, from, to)),
             state: State::ALL.map(|s| {
                 metrics::gauge!("seawall_breaker_state", with(l, &[("state", s.as_str())]))
@@ -218,6 +229,11 @@ pub(crate) fn describe() {
         "seawall_breaker_outcome_reasons_total",
         Unit::Count,
         "Calls whose classifier gave a reason (a business refusal, say), by classified outcome and reason."
+    );
+    metrics::describe_counter!(
+        "seawall_breaker_shadow_rejections_total",
+        Unit::Count,
+        "Calls a breaker in shadow mode let through although it would have rejected them, by cause: open, probe_slots_full, ramping. Each is also counted in calls_total by how it ended, never as rejected."
     );
     metrics::describe_counter!(
         "seawall_breaker_transitions_total",
@@ -287,7 +303,7 @@ impl Telemetry {
                     Outcome::Ignore => {}
                 },
                 Recorded::Stale if counted => m.stale.increment(1),
-                Recorded::Stale | Recorded::Current => {}
+                Recorded::Stale | Recorded::Current | Recorded::Shadow => {}
             }
         }
     }
@@ -336,6 +352,22 @@ impl Telemetry {
             name = &**name,
             retry_after_ms = retry_after.as_millis() as u64,
             "call rejected: circuit open"
+        );
+    }
+
+    /// A call the breaker would have turned away for `cause`, let through in shadow mode.
+    #[inline]
+    pub(crate) fn shadow_rejected(&self, name: &Name, cause: seawall_core::OpenCause) {
+        #[cfg(feature = "metrics")]
+        if let Some(counter) = self.metrics.shadow.get(crate::machine::shadow_index(cause)) {
+            counter.increment(1);
+        }
+        #[cfg(feature = "tracing")]
+        tracing::debug!(
+            target: "seawall::circuit_breaker",
+            name = &**name,
+            cause = cause.as_str(),
+            "call let through in shadow mode: the breaker would have rejected it"
         );
     }
 

@@ -147,9 +147,10 @@ fn five_thousand_keys_leave_a_bounded_number_of_series_by_default() {
         .filter(|n| n.starts_with("seawall_breaker_"))
         .collect();
     // The series the layer registered when built: calls by outcome (6), slow
-    // calls, stale outcomes, probes by result (3), the automatic transitions (4)
-    // and the state gauge by state (6). No operator acted, no reason was given.
-    assert_eq!(breaker.len(), 21, "{breaker:#?}");
+    // calls, stale outcomes, probes by result (3), shadow rejections by cause (3),
+    // the automatic transitions (4) and the state gauge by state (6). No operator
+    // acted, no reason was given.
+    assert_eq!(breaker.len(), 24, "{breaker:#?}");
     assert!(
         breaker
             .iter()
@@ -159,7 +160,7 @@ fn five_thousand_keys_leave_a_bounded_number_of_series_by_default() {
     // Registered once, when the layer was built: the 5,000 new keys registered
     // nothing.
     let registered = series.2.load(Ordering::Relaxed);
-    assert_eq!(registered, 21, "{registered} registrations");
+    assert_eq!(registered, 24, "{registered} registrations");
 }
 
 #[test]

@@ -29,6 +29,7 @@ fn call(m: &mut Machine, outcome: Outcome, now: Instant) {
             m.complete(t, Report::of(outcome), now);
         }
         Admission::Rejected(r, _) => panic!("rejected, retry after {r:?}"),
+        Admission::Shadow(..) => panic!("shadow mode is off"),
     }
 }
 
@@ -467,6 +468,7 @@ mod props {
                                 held.push(t);
                             }
                             Admission::Rejected(r, _) => prop_assert!(r > Duration::ZERO),
+                            Admission::Shadow(..) => prop_assert!(false, "shadow mode is off"),
                         }
                         if before.0 != State::HalfOpen || before.1 >= max || hold.is_some_and(|h| now < h) {
                             prop_assert_eq!(gate.asked(), before.2, "asked outside a free half-open slot");

@@ -39,6 +39,7 @@ fn admit(m: &mut Machine, now: Instant) -> Ticket {
     match m.acquire(now) {
         Admission::Admitted(t) => t,
         Admission::Rejected(r, cause) => panic!("rejected ({cause:?}), retry after {r:?}"),
+        Admission::Shadow(..) => panic!("shadow mode is off"),
     }
 }
 

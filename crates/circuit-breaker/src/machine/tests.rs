@@ -31,13 +31,14 @@ fn admit(m: &mut Machine, now: Instant) -> Ticket {
     match m.acquire(now) {
         Admission::Admitted(t) => t,
         Admission::Rejected(r, _) => panic!("rejected, retry after {r:?}"),
+        Admission::Shadow(..) => panic!("shadow mode is off"),
     }
 }
 
 fn rejected(m: &mut Machine, now: Instant) -> Duration {
     match m.acquire(now) {
         Admission::Rejected(r, _) => r,
-        Admission::Admitted(t) => panic!("admitted {t:?}"),
+        Admission::Admitted(t) | Admission::Shadow(t, _) => panic!("admitted {t:?}"),
     }
 }
 
@@ -555,7 +556,7 @@ fn the_ramp_admits_a_growing_share_and_a_trip_during_it_reopens_with_backoff() {
     // A caller turned away by the ramp is told when the ramp ends.
     let retry_after = (0..3).find_map(|_| match m.acquire(t1 + 5 * S) {
         Admission::Rejected(r, _) => Some(r),
-        Admission::Admitted(t) => {
+        Admission::Admitted(t) | Admission::Shadow(t, _) => {
             finish(&mut m, t, Outcome::Success, t1 + 5 * S);
             None
         }
