@@ -315,11 +315,16 @@ impl<S, H, O: Clone> Backpressure<S, H, O> {
         S::Error: Into<BoxError>,
         H: Lend<Req>,
     {
-        if !self.shared.machine.try_acquire() {
+        let permit = if self.shared.machine.try_acquire() {
+            self.shared.telemetry.admitted(Duration::ZERO);
+            Permit::new(self.shared.clone())
+        } else if self.shared.shadows() {
+            self.shared
+                .admit_over_limit(crate::state::ShadowReason::Full);
+            Permit::over_limit(self.shared.clone())
+        } else {
             return ResponseFuture::full(&self.shared);
-        }
-        self.shared.telemetry.admitted(Duration::ZERO);
-        let permit = Permit::new(self.shared.clone());
+        };
         match self
             .inner
             .poll_ready(&mut Context::from_waker(Waker::noop()))

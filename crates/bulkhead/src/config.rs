@@ -39,6 +39,11 @@ pub struct BulkheadConfig {
     /// (default none: `max_concurrent` is the limit). See [`crate::adaptive`].
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
     pub adaptive: Option<AdaptiveConfig>,
+    /// Shadow mode: the bulkhead counts slots, queues and times out as if
+    /// enforcing, but a call it would reject (full, or no slot within the wait)
+    /// goes to the inner service anyway, beyond the limit, counted as a shadow
+    /// rejection. See the crate docs.
+    pub shadow: bool,
 }
 
 impl Default for BulkheadConfig {
@@ -48,6 +53,7 @@ impl Default for BulkheadConfig {
             max_queue: 10,
             max_wait: Duration::from_millis(20),
             adaptive: None,
+            shadow: false,
         }
     }
 }
@@ -123,6 +129,14 @@ impl BulkheadBuilder {
     #[must_use]
     pub fn adaptive(mut self, algorithm: impl Into<AdaptiveConfig>) -> Self {
         self.config.adaptive = Some(algorithm.into());
+        self
+    }
+
+    /// Starts in shadow mode (see [`BulkheadConfig::shadow`]); switch it at run
+    /// time with [`Handle::set_shadow`](crate::Handle::set_shadow).
+    #[must_use]
+    pub fn shadow(mut self, shadow: bool) -> Self {
+        self.config.shadow = shadow;
         self
     }
 

@@ -18,7 +18,7 @@ use tower_service::Service;
 use crate::hold::{Hold, Lend};
 use crate::machine::{Enqueued, Leave, Left, WaiterId};
 use crate::permit::Permit;
-use crate::state::Shared;
+use crate::state::{ShadowReason, Shared};
 
 pin_project! {
     /// The response future of [`Bulkhead`](crate::Bulkhead) and
@@ -100,9 +100,22 @@ impl Waiter {
                 }
             }
             // Timed out, unless a slot arrived together with the timer: then take it.
-            if shared.machine.leave(self.id, Leave::TimedOut) == Left::Removed {
-                let waited = Instant::now().saturating_duration_since(self.enqueued_at);
+            let shadow = shared.shadows();
+            let why = if shadow {
+                Leave::ShadowTimedOut
+            } else {
+                Leave::TimedOut
+            };
+            if shared.machine.leave(self.id, why) == Left::Removed {
                 shared.telemetry.dequeued();
+                if shadow {
+                    shared.admit_over_limit(ShadowReason::Timeout);
+                    return Poll::Ready(match self.shared.take() {
+                        Some(shared) => Ok(Permit::over_limit(shared)),
+                        None => Err(polled_after_completion()),
+                    });
+                }
+                let waited = Instant::now().saturating_duration_since(self.enqueued_at);
                 shared.telemetry.rejected_timeout(&shared.name, waited);
                 shared.rejected(RejectionKind::BulkheadTimeout);
                 let error = BulkheadTimeout::new(shared.name.clone(), waited);
@@ -189,7 +202,7 @@ where
     #[cold]
     fn slow(shared: &Arc<Shared>, inner: &mut S, req: Req, overload: O) -> Self {
         if shared.machine.is_full() {
-            return Self::full(shared);
+            return Self::full_or_over_limit(shared, inner, req);
         }
         let now = Instant::now();
         let mut until = now
@@ -201,8 +214,10 @@ where
         }
         let look = deadline.is_none();
         // A call whose deadline has passed takes a free slot but never joins the line.
+        // Read once: the decision and what is counted must agree.
+        let shadow = until <= now && shared.shadows();
         let enqueued = if until <= now {
-            shared.machine.enqueue_no_wait()
+            shared.machine.enqueue_no_wait(shadow)
         } else {
             shared.machine.enqueue()
         };
@@ -211,7 +226,11 @@ where
                 shared.telemetry.admitted(Duration::ZERO);
                 Self::admitted(Permit::waited(shared.clone()), inner, req).with_overload(overload)
             }
-            Enqueued::Full => Self::full(shared),
+            Enqueued::Full => Self::full_or_over_limit(shared, inner, req),
+            Enqueued::Expired if shadow => {
+                shared.admit_over_limit(ShadowReason::Timeout);
+                Self::admitted(Permit::over_limit(shared.clone()), inner, req)
+            }
             Enqueued::Expired => {
                 shared
                     .telemetry
@@ -232,6 +251,25 @@ where
                     .with_overload(overload)
             }
         }
+    }
+
+    /// A call let through beyond the limit of `shared` in shadow mode, already
+    /// counted by [`Shared::admit_over_limit`].
+    #[cold]
+    pub(crate) fn over_limit(shared: &Arc<Shared>, inner: &mut S, req: Req, overload: O) -> Self {
+        Self::admitted(Permit::over_limit(shared.clone()), inner, req)
+            .with_overload(overload)
+    }
+
+    /// A call that finds the bulkhead full: rejected, or in shadow mode let
+    /// through beyond the limit.
+    #[cold]
+    fn full_or_over_limit(shared: &Arc<Shared>, inner: &mut S, req: Req) -> Self {
+        if shared.shadows() {
+            shared.admit_over_limit(ShadowReason::Full);
+            return Self::admitted(Permit::over_limit(shared.clone()), inner, req);
+        }
+        Self::full(shared)
     }
 
     fn park(

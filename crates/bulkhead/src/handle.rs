@@ -120,6 +120,19 @@ impl Handle {
         self.shared.take_demand()
     }
 
+    /// Switches shadow mode on or off, from the next call on (see
+    /// [`BulkheadConfig::shadow`]). Calls in flight keep what they hold: a call
+    /// let through beyond the limit stays so until it ends. A change of the
+    /// configuration in force: [`revert`](Self::revert) undoes it.
+    pub fn set_shadow(&self, shadow: bool) {
+        self.shared.set_shadow(shadow);
+    }
+
+    /// Whether the bulkhead is in shadow mode.
+    pub fn is_shadow(&self) -> bool {
+        self.shared.shadows()
+    }
+
     /// Goes back to the limits the bulkhead was built with.
     pub fn revert(&self) {
         // The built configuration was validated when the layer was built.
@@ -167,7 +180,8 @@ impl Demand {
 /// A bulkhead's counts and limits at one moment (see [`Handle::snapshot`]).
 ///
 /// Counters run since the bulkhead was built. `admitted + rejected_full +
-/// rejected_timeout + abandoned` accounts for every call once it has been decided.
+/// rejected_timeout + shadow_rejected_full + shadow_rejected_timeout + abandoned`
+/// accounts for every call once it has been decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
@@ -216,6 +230,18 @@ pub struct Snapshot {
     pub rejected_timeout: u64,
     /// Calls whose caller gave up (dropped the future) while they waited.
     pub abandoned: u64,
+    /// Whether the bulkhead is in shadow mode.
+    pub shadow: bool,
+    /// Shadow mode: calls that found every slot busy and the queue full, let
+    /// through beyond the limit instead of rejected (never in `admitted`).
+    pub shadow_rejected_full: u64,
+    /// Shadow mode: calls that waited as long as allowed without a slot, let
+    /// through beyond the limit instead of rejected (never in `admitted`).
+    pub shadow_rejected_timeout: u64,
+    /// Calls let through beyond the limit and still in the inner service: they
+    /// hold no slot, so `active` never counts them, and `active + over_limit` is
+    /// what the inner service has now.
+    pub over_limit: usize,
     /// How long admitted calls waited for their slot.
     pub wait: WaitStats,
 }

@@ -6,7 +6,7 @@ use std::fmt;
 use std::hash::Hash;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -20,7 +20,7 @@ use crate::config::{BulkheadBuilder, BulkheadConfig};
 use crate::future::ResponseFuture;
 use crate::handle::Snapshot;
 use crate::hold::{Hold, Lend, UntilResponse};
-use crate::state::Shared;
+use crate::state::{ShadowReason, Shared};
 use crate::telemetry::{KeyedTelemetry, Series};
 
 /// Validates a new per-key configuration for a layer built `adaptive` or not: a
@@ -55,6 +55,10 @@ struct KeyedShared<K> {
     config: Mutex<BulkheadConfig>,
     map: KeyedMap<K, Arc<Shared>>,
     rejected_key_limit: AtomicU64,
+    /// Shadow mode: calls with a new key let through while every key was busy.
+    shadow_key_limit: AtomicU64,
+    /// What those calls hold instead of a key's slot (made at the first one).
+    over_keys: OnceLock<Arc<Shared>>,
     telemetry: KeyedTelemetry,
 }
 
@@ -115,6 +119,24 @@ impl<K: Hash + Eq + Clone> KeyedShared<K> {
             }
         }
         Some(b)
+    }
+
+    /// Counts a call with a new key let through in shadow mode while every key
+    /// was busy, and gives the bulkhead its over-limit permit counts against.
+    #[cold]
+    fn over_key_limit(&self) -> Arc<Shared> {
+        self.shadow_key_limit.fetch_add(1, Ordering::Relaxed);
+        let b = self.over_keys.get_or_init(|| {
+            let config = self.config();
+            Arc::new(match &self.series {
+                KeySeries::Shared(series) => {
+                    Shared::reporting_to(self.name.clone(), series, config, None)
+                }
+                KeySeries::PerKey(_) => Shared::new(self.name.clone(), config, None),
+            })
+        });
+        b.admit_over_limit(ShadowReason::Keys);
+        Arc::clone(b)
     }
 }
 
@@ -252,6 +274,15 @@ where
         self
     }
 
+    /// Starts in shadow mode (see [`BulkheadConfig::shadow`]): every key's
+    /// bulkhead, and a new key arriving while every key is busy, let through what
+    /// they would reject. Switch it with [`KeyedHandle::reconfigure`].
+    #[must_use]
+    pub fn shadow(mut self, shadow: bool) -> Self {
+        self.inner = self.inner.shadow(shadow);
+        self
+    }
+
     /// The most keys with a bulkhead at once (default [`DEFAULT_MAX_KEYS`], at least 1).
     #[must_use]
     pub fn max_keys(mut self, n: usize) -> Self {
@@ -267,7 +298,7 @@ where
     /// this makes. At most `max_keys` keys are live at once, but the `metrics`
     /// facade cannot remove a series: an evicted key's series stay in the exporter
     /// until its idle timeout drops them (with `metrics-exporter-prometheus`,
-    /// `PrometheusBuilder::idle_timeout`). Budget 9 series per key seen within that
+    /// `PrometheusBuilder::idle_timeout`). Budget 13 series per key seen within that
     /// timeout. Use it for keys from a fixed set (routes, configured tenants), not
     /// for a host or header a client picks.
     #[must_use]
@@ -309,6 +340,8 @@ where
                 config: Mutex::new(self.inner.config),
                 map: KeyedMap::new(self.max_keys),
                 rejected_key_limit: AtomicU64::new(0),
+                shadow_key_limit: AtomicU64::new(0),
+                over_keys: OnceLock::new(),
                 telemetry,
             }),
             key_fn: self.key_fn,
@@ -476,6 +509,10 @@ where
         // The map is not locked while the inner service is polled or called.
         match ks.bulkhead_for(key) {
             Some(b) => ResponseFuture::new(&b, &mut self.inner, req, self.overload.clone()),
+            None if ks.config().shadow => {
+                let b = ks.over_key_limit();
+                ResponseFuture::over_limit(&b, &mut self.inner, req, self.overload.clone())
+            }
             None => {
                 ks.rejected_key_limit.fetch_add(1, Ordering::Relaxed);
                 ks.telemetry.key_limit(&ks.name, ks.map.max_keys());
@@ -533,6 +570,7 @@ impl<K: Hash + Eq + Clone> KeyedHandle<K> {
             active: 0,
             queued: 0,
             rejected_key_limit: self.shared.rejected_key_limit.load(Ordering::Relaxed),
+            shadow_rejected_key_limit: self.shared.shadow_key_limit.load(Ordering::Relaxed),
             evicted: self.shared.map.evicted(),
         };
         // Summed in place: copying the bulkheads out would pin them meanwhile.
@@ -594,6 +632,9 @@ pub struct KeyedSnapshot {
     pub queued: usize,
     /// Calls rejected because they brought a new key while every key was busy.
     pub rejected_key_limit: u64,
+    /// Shadow mode: calls that brought a new key while every key was busy, let
+    /// through (holding no key's slot) instead of rejected.
+    pub shadow_rejected_key_limit: u64,
     /// Idle keys forgotten to make room for new ones.
     pub evicted: u64,
 }

@@ -298,6 +298,45 @@
 //! # }
 //! ```
 //!
+//! # Shadow mode: try a limit on live traffic first
+//!
+//! With [`BulkheadConfig::shadow`] (the builder's
+//! [`shadow`](BulkheadBuilder::shadow), `shadow = true` in a policy file,
+//! [`Handle::set_shadow`] at run time) the bulkhead admits, queues and times out
+//! exactly as it would enforcing, but where it would reject a call it lets it
+//! through **beyond the limit** and counts a **shadow rejection** by the reason it
+//! would have given: `full` (every slot busy, the queue full), `timeout` (no slot
+//! within `max_wait` or the deadline), `keys` (a keyed bulkhead with no room for a
+//! new key). They are in the [`Snapshot`] (`shadow_rejected_full`,
+//! `shadow_rejected_timeout`; [`KeyedSnapshot::shadow_rejected_key_limit`]) and in
+//! `seawall_bulkhead_shadow_rejections_total{name, reason}`.
+//!
+//! - **Slot accounting is the enforcing one.** A call let through beyond the limit
+//!   holds no slot: `active` counts only calls holding one, and `active ≤ limit`
+//!   holds in shadow mode as it does enforcing (the limit is what is on trial; the
+//!   dependency may see more). Such a call holds an *over-limit* permit instead,
+//!   counted in [`Snapshot::over_limit`] and the `seawall_bulkhead_over_limit` gauge
+//!   while it runs; when it ends it frees no slot and wakes no waiter. So the same
+//!   sequence of calls leaves the same active and queued counts in both modes,
+//!   and the shadow rejections are the rejections enforcement would have made.
+//! - **It still waits.** Waiting in line is part of the policy under trial, so a
+//!   call that finds every slot busy and room in the line waits as it would (at
+//!   most `max_wait`, or until its deadline), and only then goes through beyond
+//!   the limit. To try a limit without adding any wait, try it with
+//!   `max_queue = 0`: every call over the limit is then a `full` shadow rejection,
+//!   let through at once.
+//! - An adaptive limit learns nothing from calls let through beyond it (an
+//!   enforcing bulkhead would not have made them); `admitted` and the wait
+//!   histogram do not count them.
+//! - **Switching** ([`Handle::set_shadow`], or `reconfigure` with `shadow`) applies
+//!   from the next call; calls already over the limit stay so until they end.
+//!   [`Handle::revert`] returns to the built setting.
+//! - In backpressure mode, `poll_ready` still waits for a slot (a readiness signal
+//!   is not a rejection); only a call made without a reserved slot, which would
+//!   fail with [`BulkheadFull`], goes through beyond the limit.
+//! - **Cost:** none on the admitted path; a call that would be rejected reads the
+//!   mode with one relaxed load and counts itself with two relaxed increments.
+//!
 //! # What it costs
 //!
 //! An admitted call when a slot is free: one compare-and-swap on the bulkhead's

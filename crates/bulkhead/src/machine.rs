@@ -106,6 +106,9 @@ pub(crate) enum Leave {
     TimedOut,
     /// Its caller gave up (the future was dropped).
     Abandoned,
+    /// It waited as long as it was allowed to, in shadow mode: it goes on beyond
+    /// the limit instead of being rejected (counted by the shared state, not here).
+    ShadowTimedOut,
 }
 
 /// What [`Machine::leave`] found.
@@ -353,23 +356,25 @@ impl Machine {
     /// Takes a slot that freed meanwhile, rejects when the queue is full, or joins
     /// the back of the line. Counts an admission, not a rejection (see [`Machine::count_full`]).
     pub(crate) fn enqueue(&self) -> Enqueued {
-        self.join(true, None)
+        self.join(true, None, true)
     }
 
     /// As [`Machine::enqueue`], for a service waiting in `poll_ready` (backpressure
     /// mode): `max_queue` does not apply, since a service waits for readiness
     /// instead of a call waiting in line; only [`MAX_LIMIT`] waiters fit the word.
     pub(crate) fn enqueue_ready(&self) -> Enqueued {
-        self.join(true, Some(MAX_LIMIT))
+        self.join(true, Some(MAX_LIMIT), true)
     }
 
     /// As [`Machine::enqueue`], for a call that may not wait at all (its deadline
-    /// has passed): where it would join the line it is counted as timed out instead.
-    pub(crate) fn enqueue_no_wait(&self) -> Enqueued {
-        self.join(false, None)
+    /// has passed): where it would join the line it is counted as timed out instead
+    /// (unless `shadow`: then it is let through beyond the limit and counted as such
+    /// by the caller).
+    pub(crate) fn enqueue_no_wait(&self, shadow: bool) -> Enqueued {
+        self.join(false, None, !shadow)
     }
 
-    fn join(&self, may_wait: bool, max_queue: Option<usize>) -> Enqueued {
+    fn join(&self, may_wait: bool, max_queue: Option<usize>, count_expired: bool) -> Enqueued {
         let mut line = self.lock();
         // Only at its cap: below it, the word's count goes on numbering fast-path
         // admissions (which decides the ones an adaptive limit times).
@@ -385,7 +390,9 @@ impl Machine {
             } else if queued(word) >= max_queue {
                 return Enqueued::Full;
             } else if !may_wait {
-                line.rejected_timeout += 1;
+                if count_expired {
+                    line.rejected_timeout += 1;
+                }
                 return Enqueued::Expired;
             } else {
                 (word + ONE_QUEUED, Enqueued::Waiting(WaiterId(line.next_id)))
@@ -450,7 +457,8 @@ impl Machine {
         };
         match (why, left) {
             (Leave::TimedOut, Left::Removed) => line.rejected_timeout += 1,
-            (Leave::TimedOut, Left::HoldsSlot) => line.admitted += 1,
+            (Leave::TimedOut | Leave::ShadowTimedOut, Left::HoldsSlot) => line.admitted += 1,
+            (Leave::ShadowTimedOut, Left::Removed) => {}
             (Leave::Abandoned, _) => line.abandoned += 1,
         }
         left
@@ -853,13 +861,13 @@ mod tests {
     #[test]
     fn a_call_that_may_not_wait_takes_a_free_slot_or_is_counted_timed_out() {
         let m = Machine::new(1, 1);
-        assert_eq!(m.enqueue_no_wait(), Enqueued::Admitted);
-        assert_eq!(m.enqueue_no_wait(), Enqueued::Expired);
+        assert_eq!(m.enqueue_no_wait(false), Enqueued::Admitted);
+        assert_eq!(m.enqueue_no_wait(false), Enqueued::Expired);
         assert_eq!(m.rejected_timeout(), 1);
         assert_eq!(m.peaks().queued, 0);
         let _w = id(m.enqueue());
         // With the queue full, it is turned away as full, like everyone else.
-        assert_eq!(m.enqueue_no_wait(), Enqueued::Full);
+        assert_eq!(m.enqueue_no_wait(false), Enqueued::Full);
         assert_eq!(
             m.counts(),
             Counts {

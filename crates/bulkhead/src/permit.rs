@@ -9,14 +9,21 @@ use crate::feedback::Ticket;
 use crate::state::Shared;
 
 /// Owns one slot; dropping it frees the slot (and hands it to the next waiter).
+/// A call let through beyond the limit in shadow mode holds no slot: dropping its
+/// `Slot` only counts it out of the calls over the limit.
 struct Slot {
     shared: Arc<Shared>,
+    over_limit: bool,
 }
 
 impl Drop for Slot {
     #[inline]
     fn drop(&mut self) {
-        self.shared.release_slot();
+        if self.over_limit {
+            self.shared.release_over_limit();
+        } else {
+            self.shared.release_slot();
+        }
     }
 }
 
@@ -46,7 +53,10 @@ impl Permit {
     pub(crate) fn new(shared: Arc<Shared>) -> Self {
         let ticket = shared.feedback.issue(Some(&shared.machine));
         Self {
-            held: Held::Unique(Slot { shared }),
+            held: Held::Unique(Slot {
+                shared,
+                over_limit: false,
+            }),
             ticket,
         }
     }
@@ -56,8 +66,26 @@ impl Permit {
     pub(crate) fn waited(shared: Arc<Shared>) -> Self {
         let ticket = shared.feedback.issue(None);
         Self {
-            held: Held::Unique(Slot { shared }),
+            held: Held::Unique(Slot {
+                shared,
+                over_limit: false,
+            }),
             ticket,
+        }
+    }
+
+    /// A call let through beyond the limit in shadow mode, already counted by
+    /// [`Shared::admit_over_limit`]. It holds no slot and has no ticket: an
+    /// enforcing bulkhead would not have made it, so an adaptive limit learns
+    /// nothing from it.
+    #[cold]
+    pub(crate) fn over_limit(shared: Arc<Shared>) -> Self {
+        Self {
+            held: Held::Unique(Slot {
+                shared,
+                over_limit: true,
+            }),
+            ticket: None,
         }
     }
 

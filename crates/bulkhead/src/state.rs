@@ -1,6 +1,6 @@
 //! The state one bulkhead shares between its layer, services, futures, permits and handle.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -29,6 +29,24 @@ pub(crate) struct Shared {
     pub(crate) events: Events,
     /// `rejected_full` at the last [`Shared::take_demand`].
     full_at_last_demand: AtomicU64,
+    /// Shadow mode: read only where a call would be rejected.
+    shadow: AtomicBool,
+    /// Calls let through beyond the limit in shadow mode, by [`ShadowReason`].
+    shadow_rejections: [AtomicU64; 3],
+    /// Of those, the calls still holding no slot in the inner service.
+    over_limit: AtomicUsize,
+}
+
+/// Why a shadow bulkhead let a call through beyond its limit: the rejection it
+/// would have made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ShadowReason {
+    /// Every slot busy and the queue full (or no queue).
+    Full = 0,
+    /// No slot within `max_wait` or the request's deadline.
+    Timeout = 1,
+    /// A keyed bulkhead had no room for a new key.
+    Keys = 2,
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -63,6 +81,9 @@ impl Shared {
             feedback,
             events: Events::default(),
             full_at_last_demand: AtomicU64::new(0),
+            shadow: AtomicBool::new(config.shadow),
+            shadow_rejections: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
+            over_limit: AtomicUsize::new(0),
         }
     }
 
@@ -100,6 +121,36 @@ impl Shared {
             rejected_full: full.saturating_sub(before),
             own_limit: self.feedback.own_limit(),
         }
+    }
+
+    /// Whether a call that would be rejected now is let through instead (one
+    /// relaxed load, only on the way to a rejection).
+    #[inline]
+    pub(crate) fn shadows(&self) -> bool {
+        self.shadow.load(Ordering::Relaxed)
+    }
+
+    /// Switches shadow mode, as a change of the configuration in force.
+    pub(crate) fn set_shadow(&self, shadow: bool) {
+        let mut current = self.config.lock().unwrap_or_else(PoisonError::into_inner);
+        current.shadow = shadow;
+        self.shadow.store(shadow, Ordering::Relaxed);
+        drop(current);
+        self.telemetry.shadow_switched(&self.name, shadow);
+    }
+
+    /// Counts a call let through beyond the limit (its permit holds no slot).
+    #[cold]
+    pub(crate) fn admit_over_limit(&self, reason: ShadowReason) {
+        self.shadow_rejections[reason as usize].fetch_add(1, Ordering::Relaxed);
+        self.over_limit.fetch_add(1, Ordering::Relaxed);
+        self.telemetry.shadow_rejected(&self.name, reason);
+    }
+
+    /// A call let through beyond the limit ended (called by its permit's drop).
+    pub(crate) fn release_over_limit(&self) {
+        self.over_limit.fetch_sub(1, Ordering::Relaxed);
+        self.telemetry.over_limit_released();
     }
 
     /// Applies the limit in force to the admission machine (growing hands slots to
@@ -188,6 +239,7 @@ impl Shared {
             }
             self.max_wait_nanos
                 .store(nanos(new.max_wait), Ordering::Relaxed);
+            self.shadow.store(new.shadow, Ordering::Relaxed);
             let before = self.feedback.limit();
             self.feedback
                 .reconfigure(&new, Instant::now(), &self.events);
@@ -234,6 +286,12 @@ impl Shared {
             rejected_full: self.machine.rejected_full(),
             rejected_timeout: self.machine.rejected_timeout(),
             abandoned: self.machine.abandoned(),
+            shadow: config.shadow,
+            shadow_rejected_full: self.shadow_rejections[ShadowReason::Full as usize]
+                .load(Ordering::Relaxed),
+            shadow_rejected_timeout: self.shadow_rejections[ShadowReason::Timeout as usize]
+                .load(Ordering::Relaxed),
+            over_limit: self.over_limit.load(Ordering::Relaxed),
             wait: WaitStats {
                 p50: waits.p50,
                 p99: waits.p99,

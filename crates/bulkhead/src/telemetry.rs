@@ -16,6 +16,8 @@
 //! | `seawall_bulkhead_rejected_total{reason="keys"}` | counter | keyed: new key while every key was busy |
 //! | `seawall_bulkhead_abandoned_total` | counter | callers that gave up while waiting in line |
 //! | `seawall_bulkhead_wait_seconds` | histogram | admission wait (0 for immediate admissions) |
+//! | `seawall_bulkhead_shadow_rejections_total{reason}` | counter | shadow mode: let through beyond the limit instead of rejected (`full`, `timeout`, `keys`) |
+//! | `seawall_bulkhead_over_limit` | gauge | shadow mode: calls let through beyond the limit, still running |
 //!
 //! A keyed layer with an adaptive limit has one limit per key: in the layer's
 //! series, `seawall_bulkhead_limit` is the sum of its keys' limits in force (each key
@@ -24,7 +26,8 @@
 //! layer's keys all have `max_concurrent`, which the gauge shows.
 //!
 //! Every call handed to a bulkhead ends in exactly one of admitted, rejected (by
-//! reason) or abandoned, or is still queued; each admitted call records one wait.
+//! reason), shadow-rejected (by reason) or abandoned, or is still queued; each
+//! admitted call records one wait.
 //!
 //! The handles are registered once, when the bulkhead (a keyed layer: the layer) is
 //! built, with the recorder installed at that time; a call then costs a few dynamic
@@ -133,6 +136,21 @@ impl Series {
                     labels(&[("reason", "timeout")])
                 ),
                 abandoned: metrics::counter!("seawall_bulkhead_abandoned_total", labels(&[])),
+                shadow: [
+                    metrics::counter!(
+                        "seawall_bulkhead_shadow_rejections_total",
+                        labels(&[("reason", "full")])
+                    ),
+                    metrics::counter!(
+                        "seawall_bulkhead_shadow_rejections_total",
+                        labels(&[("reason", "timeout")])
+                    ),
+                    metrics::counter!(
+                        "seawall_bulkhead_shadow_rejections_total",
+                        labels(&[("reason", "keys")])
+                    ),
+                ],
+                over_limit: metrics::gauge!("seawall_bulkhead_over_limit", labels(&[])),
                 wait: metrics::histogram!("seawall_bulkhead_wait_seconds", labels(&[])),
             };
             Self {
@@ -177,6 +195,9 @@ struct Metrics {
     rejected_full: metrics::Counter,
     rejected_timeout: metrics::Counter,
     abandoned: metrics::Counter,
+    /// By `ShadowReason`.
+    shadow: [metrics::Counter; 3],
+    over_limit: metrics::Gauge,
     wait: metrics::Histogram,
 }
 
@@ -224,6 +245,16 @@ pub(crate) fn describe() {
         "seawall_bulkhead_abandoned_total",
         Unit::Count,
         "Calls whose caller gave up while they waited in line (the future was dropped)."
+    );
+    metrics::describe_counter!(
+        "seawall_bulkhead_shadow_rejections_total",
+        Unit::Count,
+        "Shadow mode: calls the bulkhead would have rejected (full, timeout, keys) and let through beyond its limit instead; never counted in admitted_total."
+    );
+    metrics::describe_gauge!(
+        "seawall_bulkhead_over_limit",
+        Unit::Count,
+        "Shadow mode: calls let through beyond the limit that are still running (they hold no slot, so active does not count them)."
     );
     metrics::describe_histogram!(
         "seawall_bulkhead_wait_seconds",
@@ -318,6 +349,48 @@ impl Telemetry {
         );
         #[cfg(feature = "metrics")]
         self.m.rejected_timeout.increment(1);
+    }
+
+    /// A call the bulkhead would have rejected for `reason` was let through
+    /// beyond the limit (shadow mode).
+    #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+    pub(crate) fn shadow_rejected(&self, name: &str, reason: crate::state::ShadowReason) {
+        #[cfg(feature = "tracing")]
+        tracing::debug!(
+            target: "seawall::bulkhead",
+            bulkhead = name,
+            reason = match reason {
+                crate::state::ShadowReason::Full => "full",
+                crate::state::ShadowReason::Timeout => "timeout",
+                crate::state::ShadowReason::Keys => "keys",
+            },
+            "call let through beyond the limit in shadow mode: the bulkhead would have rejected it"
+        );
+        #[cfg(feature = "metrics")]
+        {
+            if let Some(counter) = self.m.shadow.get(reason as usize) {
+                counter.increment(1);
+            }
+            self.m.over_limit.increment(1.0);
+        }
+    }
+
+    /// A call let through beyond the limit ended.
+    pub(crate) fn over_limit_released(&self) {
+        #[cfg(feature = "metrics")]
+        self.m.over_limit.decrement(1.0);
+    }
+
+    /// An operator switched shadow mode.
+    #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+    pub(crate) fn shadow_switched(&self, name: &str, shadow: bool) {
+        #[cfg(feature = "tracing")]
+        tracing::info!(
+            target: "seawall::bulkhead",
+            bulkhead = name,
+            shadow,
+            "bulkhead shadow mode switched"
+        );
     }
 
     /// The limits changed from `old` to `new`.

@@ -109,9 +109,10 @@ fn five_thousand_keys_leave_a_bounded_number_of_series_by_default() {
     });
     let names = series.names();
     // Active, queued, the configured limit and the limit in force, admitted,
-    // rejections by reason (full, timeout, keys), abandoned and the wait
-    // histogram: 10 series for any number of keys.
-    assert_eq!(names.len(), 10, "{names:#?}");
+    // rejections by reason (full, timeout, keys), abandoned, the wait histogram,
+    // shadow rejections by reason (full, timeout, keys) and the calls over the
+    // limit: 14 series for any number of keys.
+    assert_eq!(names.len(), 14, "{names:#?}");
     assert!(names
         .iter()
         .all(|n| n.contains("name=suppliers") && !n.contains("key=")));
@@ -146,7 +147,7 @@ fn per_key_series_are_an_opt_in_with_a_key_label() {
         1
     );
     let per_key = series.names().iter().filter(|n| n.contains("key=")).count();
-    assert_eq!(per_key, 6 * 9, "9 series per key seen");
+    assert_eq!(per_key, 6 * 13, "13 series per key seen");
 }
 
 #[test]

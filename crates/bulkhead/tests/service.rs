@@ -598,6 +598,7 @@ async fn growing_admits_waiters_at_once_shrinking_preempts_nothing_and_revert_re
         max_queue: 10,
         max_wait: ms(20),
         adaptive: None,
+        shadow: false,
     };
     assert_eq!(h.config(), built);
     assert_eq!(counts(&h), (2, 0));
