@@ -257,8 +257,7 @@ where
     /// counted by [`Shared::admit_over_limit`].
     #[cold]
     pub(crate) fn over_limit(shared: &Arc<Shared>, inner: &mut S, req: Req, overload: O) -> Self {
-        Self::admitted(Permit::over_limit(shared.clone()), inner, req)
-            .with_overload(overload)
+        Self::admitted(Permit::over_limit(shared.clone()), inner, req).with_overload(overload)
     }
 
     /// A call that finds the bulkhead full: rejected, or in shadow mode let

@@ -45,6 +45,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
@@ -418,12 +420,111 @@ pub fn format_grpc_timeout(d: Duration) -> String {
 /// and while its future is polled. When it passes, the call fails with
 /// [`DeadlineExceeded`] and the inner future is dropped.
 ///
-/// The layer holds no shared state; every service it builds is independent. The type
+/// The services a layer builds (and its clones') share only its shadow switch
+/// and counter ([`DeadlineHandle`]); each request's deadline is its own. The type
 /// parameter records the `grpc-timeout` handling chosen ([`NoHeaders`] by default).
-#[derive(Debug, Clone, Copy)]
+///
+/// # Shadow mode
+///
+/// With [`shadow`](Self::shadow) (or [`DeadlineHandle::set_shadow`] at run time)
+/// the layer computes each request's deadline as it would, enforces none of it,
+/// and counts the requests still running when it passed
+/// ([`DeadlineSnapshot::shadow_rejections`],
+/// `seawall_deadline_shadow_rejections_total`): the ones an enforcing layer would
+/// have failed with [`DeadlineExceeded`], here or, through the current deadline,
+/// in a breaker or bulkhead below. In shadow mode the deadline is not made current
+/// (layers below keep the one set further out, if any, and never see this one),
+/// not written into an outgoing `grpc-timeout`, and nothing is cancelled: the
+/// response arrives when the dependency gives it. Switching applies from the next
+/// request. Cost: one relaxed load per request; a request in shadow mode arms one
+/// timer if it is still pending after its first poll.
+#[derive(Debug, Clone)]
 pub struct DeadlineLayer<H = NoHeaders> {
     budget: Duration,
     headers: H,
+    shared: Arc<Shared>,
+}
+
+/// What the services of one [`DeadlineLayer`] share.
+#[derive(Debug)]
+struct Shared {
+    budget: Duration,
+    built_shadow: bool,
+    shadow: AtomicBool,
+    shadow_rejections: AtomicU64,
+}
+
+impl Shared {
+    fn new(budget: Duration, shadow: bool) -> Arc<Self> {
+        Arc::new(Self {
+            budget,
+            built_shadow: shadow,
+            shadow: AtomicBool::new(shadow),
+            shadow_rejections: AtomicU64::new(0),
+        })
+    }
+}
+
+/// Watches and switches a [`DeadlineLayer`] (and every layer cloned from it):
+/// shadow mode on or off, and what it counted. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct DeadlineHandle {
+    shared: Arc<Shared>,
+}
+
+/// A [`DeadlineLayer`]'s setting and counter at one moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct DeadlineSnapshot {
+    /// Each request's budget.
+    #[cfg_attr(feature = "serde", serde(with = "crate::duration_format"))]
+    pub budget: Duration,
+    /// Whether the layer is in shadow mode (it enforces nothing).
+    pub shadow: bool,
+    /// Requests still running when their deadline passed while the layer was in
+    /// shadow mode: those an enforcing layer would have failed.
+    pub shadow_rejections: u64,
+}
+
+impl DeadlineHandle {
+    /// Switches shadow mode on or off, from the next request on (requests in
+    /// flight keep the mode they started in).
+    pub fn set_shadow(&self, shadow: bool) {
+        let was = self.shared.shadow.swap(shadow, Ordering::Relaxed);
+        if was != shadow {
+            crate::telemetry::deadline_shadow_switched(shadow);
+        }
+    }
+
+    /// Whether the layer is in shadow mode.
+    pub fn is_shadow(&self) -> bool {
+        self.shared.shadow.load(Ordering::Relaxed)
+    }
+
+    /// Goes back to the shadow setting the layer was built with.
+    pub fn revert(&self) {
+        self.set_shadow(self.shared.built_shadow);
+    }
+
+    /// The setting and the counter now.
+    pub fn snapshot(&self) -> DeadlineSnapshot {
+        DeadlineSnapshot {
+            budget: self.shared.budget,
+            shadow: self.is_shadow(),
+            shadow_rejections: self.shared.shadow_rejections.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Another layer with the same budget that shares this switch and counter (a
+    /// second stack of the same policy, say).
+    pub fn layer(&self) -> DeadlineLayer {
+        DeadlineLayer {
+            budget: self.shared.budget,
+            headers: NoHeaders,
+            shared: Arc::clone(&self.shared),
+        }
+    }
 }
 
 /// Reads and writes no header: the default of [`DeadlineLayer`], for any request type.
@@ -485,6 +586,7 @@ impl DeadlineLayer {
         Ok(Self {
             budget,
             headers: NoHeaders,
+            shared: Shared::new(budget, false),
         })
     }
 }
@@ -495,11 +597,28 @@ impl<H> DeadlineLayer<H> {
         self.budget
     }
 
-    fn grpc(self) -> (Duration, GrpcTimeout)
+    /// Starts in shadow mode or not (see [Shadow mode](DeadlineLayer#shadow-mode)),
+    /// with a switch and counter of its own: set it before taking a
+    /// [`handle`](Self::handle).
+    #[must_use]
+    pub fn shadow(mut self, shadow: bool) -> Self {
+        self.shared = Shared::new(self.budget, shadow);
+        self
+    }
+
+    /// The handle on this layer's shadow switch and counter, shared by its clones
+    /// and the services they build.
+    pub fn handle(&self) -> DeadlineHandle {
+        DeadlineHandle {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    fn grpc(self) -> (Duration, GrpcTimeout, Arc<Shared>)
     where
         H: Into<GrpcTimeout>,
     {
-        (self.budget, self.headers.into())
+        (self.budget, self.headers.into(), self.shared)
     }
 
     /// For `http::Request`s: also honour an incoming `grpc-timeout` header when it is
@@ -509,9 +628,13 @@ impl<H> DeadlineLayer<H> {
     where
         H: Into<GrpcTimeout>,
     {
-        let (budget, mut headers) = self.grpc();
+        let (budget, mut headers, shared) = self.grpc();
         headers.honor = yes;
-        DeadlineLayer { budget, headers }
+        DeadlineLayer {
+            budget,
+            headers,
+            shared,
+        }
     }
 
     /// For `http::Request`s: write the remaining budget into the outgoing
@@ -522,9 +645,13 @@ impl<H> DeadlineLayer<H> {
     where
         H: Into<GrpcTimeout>,
     {
-        let (budget, mut headers) = self.grpc();
+        let (budget, mut headers, shared) = self.grpc();
         headers.propagate = yes;
-        DeadlineLayer { budget, headers }
+        DeadlineLayer {
+            budget,
+            headers,
+            shared,
+        }
     }
 }
 
@@ -542,6 +669,7 @@ impl<S, H: Clone> Layer<S> for DeadlineLayer<H> {
             inner,
             budget: self.budget,
             headers: self.headers.clone(),
+            shared: Arc::clone(&self.shared),
         }
     }
 }
@@ -552,6 +680,7 @@ pub struct DeadlineService<S, H = NoHeaders> {
     inner: S,
     budget: Duration,
     headers: H,
+    shared: Arc<Shared>,
 }
 
 impl<S, H, Req> Service<Req> for DeadlineService<S, H>
@@ -574,6 +703,17 @@ where
         if let Some(asked) = self.headers.incoming(&req) {
             deadline = deadline.min(Deadline::after(now, asked));
         }
+        if self.shared.shadow.load(Ordering::Relaxed) {
+            // Enforce nothing: not current, not propagated, not bounded; watched.
+            return DeadlineFuture {
+                kind: Kind::Shadow {
+                    inner: self.inner.call(req),
+                    sleep: None,
+                    at: deadline.instant(),
+                    watching: Some(Arc::clone(&self.shared)),
+                },
+            };
+        }
         self.headers.outgoing(&mut req, deadline.remaining(now));
         let inner = &mut self.inner;
         let current = Current {
@@ -582,20 +722,44 @@ where
         };
         let future = CURRENT.sync_scope(current, || inner.call(req));
         DeadlineFuture {
-            inner: bounded(future, Some(deadline)),
-            deadline,
+            kind: Kind::Enforcing {
+                inner: bounded(future, Some(deadline)),
+                deadline,
+            },
         }
     }
 }
 
 pin_project! {
     /// The response future of [`DeadlineService`]: polls the inner future with the
-    /// deadline current, and fails with [`DeadlineExceeded`] when it passes.
+    /// deadline current, and fails with [`DeadlineExceeded`] when it passes (in
+    /// shadow mode: counts it, and waits for the inner future).
     #[derive(Debug)]
     pub struct DeadlineFuture<F> {
         #[pin]
-        inner: Bounded<F>,
-        deadline: Deadline,
+        kind: Kind<F>,
+    }
+}
+
+pin_project! {
+    #[project = KindProj]
+    #[derive(Debug)]
+    enum Kind<F> {
+        Enforcing {
+            #[pin]
+            inner: Bounded<F>,
+            deadline: Deadline,
+        },
+        Shadow {
+            #[pin]
+            inner: F,
+            // Armed once the inner future is pending.
+            #[pin]
+            sleep: Option<Sleep>,
+            at: Instant,
+            // `Some` until the deadline has passed and been counted.
+            watching: Option<Arc<Shared>>,
+        },
     }
 }
 
@@ -607,18 +771,54 @@ where
     type Output = Result<T, BoxError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        // Its own timer is at this deadline: what it polls need not set one.
-        let current = Current {
-            deadline: *this.deadline,
-            guarded: true,
-        };
-        let polled = CURRENT.sync_scope(current, || this.inner.poll(cx));
-        match ready!(polled) {
-            Ok(result) => Poll::Ready(result.map_err(Into::into)),
-            Err(exceeded) => {
-                crate::telemetry::deadline_exceeded();
-                Poll::Ready(Err(Box::new(exceeded)))
+        match self.project().kind.project() {
+            KindProj::Enforcing { inner, deadline } => {
+                // Its own timer is at this deadline: what it polls need not set one.
+                let current = Current {
+                    deadline: *deadline,
+                    guarded: true,
+                };
+                let polled = CURRENT.sync_scope(current, || inner.poll(cx));
+                match ready!(polled) {
+                    Ok(result) => Poll::Ready(result.map_err(Into::into)),
+                    Err(exceeded) => {
+                        crate::telemetry::deadline_exceeded();
+                        Poll::Ready(Err(Box::new(exceeded)))
+                    }
+                }
+            }
+            KindProj::Shadow {
+                inner,
+                mut sleep,
+                at,
+                watching,
+            } => {
+                // The inner future first, as `Bounded` does: a response seen at
+                // the deadline is in time, one seen after it would have been cut.
+                if let Poll::Ready(result) = inner.poll(cx) {
+                    if sleep.is_some() && Instant::now() > *at {
+                        if let Some(shared) = watching.take() {
+                            shared.shadow_rejections.fetch_add(1, Ordering::Relaxed);
+                            crate::telemetry::deadline_shadow_rejected();
+                        }
+                    }
+                    return Poll::Ready(result.map_err(Into::into));
+                }
+                if watching.is_some() {
+                    if sleep.is_none() {
+                        sleep.set(Some(tokio::time::sleep_until(*at)));
+                    }
+                    if let Some(timer) = sleep.as_mut().as_pin_mut() {
+                        if timer.poll(cx).is_ready() {
+                            if let Some(shared) = watching.take() {
+                                shared.shadow_rejections.fetch_add(1, Ordering::Relaxed);
+                                crate::telemetry::deadline_shadow_rejected();
+                            }
+                            sleep.set(None);
+                        }
+                    }
+                }
+                Poll::Pending
             }
         }
     }

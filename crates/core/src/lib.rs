@@ -94,8 +94,9 @@ pub use classify::{
 pub use config::{check_duration, check_fraction, check_positive, ConfigError};
 pub use deadline::{
     bounded, bounded_by_current, format_grpc_timeout, parse_grpc_timeout, with_current_deadline,
-    Bounded, BoundedByCurrent, Deadline, DeadlineFuture, DeadlineHeaders, DeadlineLayer,
-    DeadlineService, GrpcTimeout, HasExtensions, NoHeaders, WithDeadline, GRPC_TIMEOUT,
+    Bounded, BoundedByCurrent, Deadline, DeadlineFuture, DeadlineHandle, DeadlineHeaders,
+    DeadlineLayer, DeadlineService, DeadlineSnapshot, GrpcTimeout, HasExtensions, NoHeaders,
+    WithDeadline, GRPC_TIMEOUT,
 };
 pub use keyed::{KeyedMap, MAX_PROBES};
 pub use random::{RandomSource, SeededRandom};

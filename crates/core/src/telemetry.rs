@@ -1,6 +1,7 @@
 //! Where core's tracing events and metrics are emitted, so call sites carry no `cfg`.
 //!
-//! Metrics (feature `metrics`): `seawall_deadline_exceeded_total`, registered at zero
+//! Metrics (feature `metrics`): `seawall_deadline_exceeded_total` and
+//! `seawall_deadline_shadow_rejections_total`, registered at zero
 //! when a [`DeadlineLayer`](crate::DeadlineLayer) is built, and the retry policy's
 //! (below), registered when it is built.
 
@@ -8,10 +9,35 @@
 #[cfg(feature = "metrics")]
 const DEADLINE_EXCEEDED: &str = "seawall_deadline_exceeded_total";
 
-/// Registers the deadline's counter, so it is exported (at zero) before its first event.
+/// The counter of requests a `DeadlineLayer` in shadow mode saw outlive their deadline.
+#[cfg(feature = "metrics")]
+const DEADLINE_SHADOW: &str = "seawall_deadline_shadow_rejections_total";
+
+/// Registers the deadline's counters, so they are exported (at zero) before their
+/// first event.
 pub(crate) fn deadline_layer_built() {
     #[cfg(feature = "metrics")]
-    let _ = metrics::counter!(DEADLINE_EXCEEDED);
+    {
+        let _ = metrics::counter!(DEADLINE_EXCEEDED);
+        let _ = metrics::counter!(DEADLINE_SHADOW);
+    }
+}
+
+/// A request outlived its deadline in a `DeadlineLayer` in shadow mode.
+pub(crate) fn deadline_shadow_rejected() {
+    #[cfg(feature = "tracing")]
+    tracing::debug!(
+        target: "seawall::deadline",
+        "deadline passed in shadow mode; the request goes on"
+    );
+    #[cfg(feature = "metrics")]
+    metrics::counter!(DEADLINE_SHADOW).increment(1);
+}
+
+#[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+pub(crate) fn deadline_shadow_switched(shadow: bool) {
+    #[cfg(feature = "tracing")]
+    tracing::info!(target: "seawall::deadline", shadow, "deadline shadow mode switched");
 }
 
 pub(crate) fn deadline_exceeded() {
@@ -121,6 +147,11 @@ pub(crate) fn describe() {
         DEADLINE_EXCEEDED,
         Unit::Count,
         "Requests whose deadline passed while the DeadlineLayer itself waited (segments without a breaker below it)."
+    );
+    metrics::describe_counter!(
+        DEADLINE_SHADOW,
+        Unit::Count,
+        "Shadow mode: requests still running when their deadline passed, which an enforcing DeadlineLayer (or a breaker or bulkhead below it) would have failed."
     );
     metrics::describe_counter!(
         "seawall_retry_attempts_total",
