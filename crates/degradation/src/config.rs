@@ -76,6 +76,11 @@ pub struct DegradationConfig {
     /// Highest probe failure rate over the window, in `0.0..=1.0`, that still allows the
     /// climb (default 0.1).
     pub probe_max_failure_rate: f64,
+    /// Shadow mode: the machine decides as it would, but every request is served
+    /// by the best level and a request it would have served lower is counted as a
+    /// shadow degradation. An operator's forced level is still served. See the
+    /// crate docs for what the machine can and cannot see then.
+    pub shadow: bool,
 }
 
 impl Default for DegradationConfig {
@@ -91,6 +96,7 @@ impl Default for DegradationConfig {
             probe_window: Duration::from_secs(60),
             probe_successes_to_recover: 20,
             probe_max_failure_rate: 0.1,
+            shadow: false,
         }
     }
 }

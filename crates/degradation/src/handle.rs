@@ -53,6 +53,12 @@ pub struct Snapshot {
     /// The machine's state: level, entered-at, failures, probe progress, floor, forced.
     #[cfg_attr(feature = "serde", serde(flatten))]
     pub state: MachineSnapshot,
+    /// Whether the layer is in shadow mode: `level_name` is where the machine
+    /// would serve, but the best level serves every request (unless forced).
+    pub shadow: bool,
+    /// Requests the machine would have served at a lower level, served by the best
+    /// level in shadow mode instead.
+    pub shadow_rejections: u64,
 }
 
 /// Picks a level by index (`0` is the best) or by name (`"router"`).
@@ -96,6 +102,11 @@ pub(crate) struct Shared {
     probe_from: AtomicU64,
     /// Whether a success at the current level would change nothing.
     quiet: AtomicBool,
+    /// Shadow mode and not forced: a request the machine sends lower is served by
+    /// the best level. Mirrored from the machine.
+    shadowing: AtomicBool,
+    /// Requests served by the best level in shadow mode instead of a lower one.
+    shadow_rejections: AtomicU64,
     machine: Mutex<DegradationMachine>,
     built: DegradationConfig,
     changes: OnceLock<broadcast::Sender<LevelChange>>,
@@ -128,6 +139,8 @@ impl Shared {
             state: AtomicU64::new(0),
             probe_from: AtomicU64::new(NEVER),
             quiet: AtomicBool::new(false),
+            shadowing: AtomicBool::new(false),
+            shadow_rejections: AtomicU64::new(0),
             machine: Mutex::new(machine),
             built,
             changes: OnceLock::new(),
@@ -156,6 +169,25 @@ impl Shared {
             .map_or(NEVER, |t| self.nanos_since_origin(t));
         self.probe_from.store(from, Ordering::Release);
         self.quiet.store(m.success_is_quiet(), Ordering::Release);
+        self.shadowing
+            .store(m.config().shadow && !m.is_forced(), Ordering::Release);
+    }
+
+    /// In shadow mode, turns a ticket for a lower level into one served by the
+    /// best level, counting it. One load, made only for a request sent lower.
+    #[inline]
+    pub(crate) fn shadowed(&self, ticket: Ticket) -> Ticket {
+        if ticket.level == 0 || !self.shadowing.load(Ordering::Acquire) {
+            return ticket;
+        }
+        self.shadow_rejections.fetch_add(1, Ordering::Relaxed);
+        self.telemetry.shadow_served(&self.name, ticket.level);
+        ticket.in_shadow()
+    }
+
+    /// Requests served by the best level in shadow mode instead of a lower one.
+    pub(crate) fn shadow_rejections(&self) -> u64 {
+        self.shadow_rejections.load(Ordering::Relaxed)
     }
 
     pub(crate) fn level_of(&self, index: usize) -> Level {
@@ -184,6 +216,7 @@ impl Shared {
             probe: false,
             epoch: state >> LEVEL_BITS,
             window: 0,
+            shadow: false,
         };
         let from = self.probe_from.load(Ordering::Acquire);
         if from == NEVER {
@@ -199,6 +232,9 @@ impl Shared {
     /// Records the outcome of a request admitted with `ticket`. A success at the
     /// current level that changes nothing takes no lock and reads no clock.
     pub(crate) fn record(&self, ticket: Ticket, outcome: Outcome) {
+        if ticket.shadow {
+            return;
+        }
         if ticket.probe {
             self.telemetry.probe(&self.name, outcome);
         }
@@ -282,11 +318,16 @@ impl Handle {
     /// Level, entered-at, failures, probe progress, floor and whether forced.
     pub fn snapshot(&self) -> Snapshot {
         let now = Instant::now();
-        let state = self.shared.lock().snapshot(now);
+        let (state, shadow) = {
+            let mut m = self.shared.lock();
+            (m.snapshot(now), m.config().shadow)
+        };
         Snapshot {
             name: self.shared.name.to_string(),
             level_name: self.shared.level_of(state.level).name.to_string(),
             state,
+            shadow,
+            shadow_rejections: self.shared.shadow_rejections(),
         }
     }
 
@@ -362,6 +403,20 @@ impl Handle {
         self.shared.mutate(|m| (m.reconfigure(config, now), None))?;
         telemetry::reconfigured(&self.shared.name);
         Ok(())
+    }
+
+    /// Switches shadow mode on or off, from the next request on (see
+    /// [`DegradationConfig::shadow`]); the level and probe progress are kept. A
+    /// change of the configuration in force: [`revert`](Self::revert) undoes it.
+    pub fn set_shadow(&self, shadow: bool) -> Result<(), ConfigError> {
+        let mut config = self.config();
+        config.shadow = shadow;
+        self.reconfigure(config)
+    }
+
+    /// Whether the layer is in shadow mode.
+    pub fn is_shadow(&self) -> bool {
+        self.shared.lock().config().shadow
     }
 
     /// Goes back to the configuration the layer was built with.

@@ -206,6 +206,13 @@ impl<Req, Res, C, X> DegradationLayerBuilder<Req, Res, C, X> {
         self
     }
 
+    /// Starts in shadow mode (see [`DegradationConfig::shadow`]); switch it at run
+    /// time with [`Handle::set_shadow`](crate::Handle::set_shadow).
+    pub fn shadow(mut self, shadow: bool) -> Self {
+        self.config.shadow = shadow;
+        self
+    }
+
     /// The source of the probe samples (default: seeded from entropy, different in
     /// every process so a fleet does not probe in lockstep).
     pub fn random(mut self, random: impl RandomSource) -> Self {

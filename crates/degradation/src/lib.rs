@@ -129,6 +129,34 @@
 //!   (`catch_unwind`, tower-http's `CatchPanicLayer`, a spawned task's `JoinError`).
 //!   A dropped future records nothing.
 //!
+//! # Shadow mode: try a policy on live traffic first
+//!
+//! With [`DegradationConfig::shadow`] (the builder's
+//! [`shadow`](DegradationLayerBuilder::shadow), `shadow = true` in a policy file,
+//! [`Handle::set_shadow`] at run time) the machine routes every request as it
+//! would, but a request it would serve at a lower level is served by the best
+//! level instead and counted as a shadow rejection
+//! ([`Snapshot::shadow_rejections`], `seawall_degradation_shadow_rejections_total`).
+//! The snapshot's level is the one the machine would serve at, so a shadow run
+//! shows when the policy would fall and when it would climb back.
+//!
+//! - **What the machine sees.** At the best level it sees every request, as it
+//!   would. Once it would have fallen, the levels below are never called, so it
+//!   cannot see them: a request served by the best level in place of a lower one
+//!   is **not recorded** (the best level's answer says nothing about the lower
+//!   one), and recovery probes, which go to the best level from the level just
+//!   below it, are recorded as probes. Its levels therefore follow the enforcing
+//!   machine's as long as the level it would fall to would have served; it never
+//!   falls below that level on its own (a floor still moves it).
+//! - **An operator's forced level is served**, shadow or not: forcing is a
+//!   decision, not a policy on trial. A floor (a health signal) is shadowed like
+//!   any level the machine chooses.
+//! - **Switching** applies from the next request and keeps the level and the probe
+//!   progress. [`Handle::set_shadow`] changes the configuration in force;
+//!   [`Handle::revert`] returns to the built one.
+//! - **Cost:** none at the best level; a request the machine sends lower reads the
+//!   mode with one load.
+//!
 //! # Where state lives, what `Clone` shares
 //!
 //! One state is created by [`DegradationLayerBuilder::build`]: every service the layer

@@ -107,9 +107,23 @@ pub struct Ticket {
     pub(crate) probe: bool,
     pub(crate) epoch: u64,
     pub(crate) window: u64,
+    /// Served by the best level in shadow mode instead of the level chosen: its
+    /// outcome says nothing about that level and is not recorded.
+    pub(crate) shadow: bool,
 }
 
 impl Ticket {
+    /// This ticket's request served by the best level instead, in shadow mode.
+    pub(crate) const fn in_shadow(self) -> Self {
+        Self {
+            level: 0,
+            probe: false,
+            epoch: self.epoch,
+            window: self.window,
+            shadow: true,
+        }
+    }
+
     /// The level that serves the request.
     pub fn level(&self) -> usize {
         self.level
@@ -330,6 +344,7 @@ impl DegradationMachine {
             probe: false,
             epoch: self.epoch,
             window: self.probes.seq,
+            shadow: false,
         }
     }
 
@@ -407,6 +422,7 @@ impl DegradationMachine {
             probe: true,
             epoch: self.epoch,
             window: self.probes.seq,
+            shadow: false,
         };
         (ticket, None)
     }
@@ -414,7 +430,8 @@ impl DegradationMachine {
     /// Records the outcome of a request admitted with `ticket`. Returns the level
     /// change it caused, if any.
     pub fn record(&mut self, ticket: Ticket, outcome: Outcome, now: Instant) -> Option<Change> {
-        if outcome == Outcome::Ignore || ticket.epoch != self.epoch || self.forced {
+        if outcome == Outcome::Ignore || ticket.epoch != self.epoch || self.forced || ticket.shadow
+        {
             return None;
         }
         if ticket.probe {
@@ -537,8 +554,15 @@ impl DegradationMachine {
         if config.trigger != self.config.trigger || config.rate_window != self.config.rate_window {
             self.rate = rate_window(&config, now)?;
         }
+        // Switching shadow mode alone changes no decision: probe progress stays.
+        let only_shadow = DegradationConfig {
+            shadow: self.config.shadow,
+            ..config
+        } == self.config;
         self.config = config;
-        self.probes.restart();
+        if !only_shadow {
+            self.probes.restart();
+        }
         Ok(())
     }
 

@@ -163,7 +163,7 @@ where
     }
 
     fn call(&mut self, mut req: Req) -> Self::Future {
-        let ticket = self.shared.admit();
+        let ticket = self.shared.shadowed(self.shared.admit());
         let shared = &self.shared;
         let in_force = ticket.level + usize::from(ticket.probe);
         self.extensions

@@ -36,6 +36,7 @@ struct Metrics {
     up: metrics::Counter,
     /// By outcome: success, failure, ignored.
     probes: [metrics::Counter; 3],
+    shadow: metrics::Counter,
 }
 
 impl Telemetry {
@@ -51,12 +52,27 @@ impl Telemetry {
                 probes: [Outcome::Success, Outcome::Failure, Outcome::Ignore].map(|o| {
                     metrics::counter!("seawall_degradation_probes_total", "name" => name.clone(), "result" => o.as_str())
                 }),
+                shadow: metrics::counter!("seawall_degradation_shadow_rejections_total", "name" => name.clone()),
             };
             m.level.set(level as f64);
             Self { m }
         }
         #[cfg(not(feature = "metrics"))]
         Self {}
+    }
+
+    /// A request the machine sent to `level` was served by the best level (shadow mode).
+    #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+    pub(crate) fn shadow_served(&self, name: &Name, level: usize) {
+        #[cfg(feature = "tracing")]
+        tracing::trace!(
+            target: "seawall::degradation",
+            name = %name,
+            level,
+            "served by the best level in shadow mode instead of a lower one"
+        );
+        #[cfg(feature = "metrics")]
+        self.m.shadow.increment(1);
     }
 
     /// A level change: a `tracing` event (warn going down, info going up) and metrics.
@@ -140,6 +156,11 @@ pub(crate) fn describe() {
         "seawall_degradation_probes_total",
         Unit::Count,
         "Recovery probes to the level above, by result (success, failure, ignored)."
+    );
+    metrics::describe_counter!(
+        "seawall_degradation_shadow_rejections_total",
+        Unit::Count,
+        "Shadow mode: requests the machine would have served at a lower level, served by the best level instead."
     );
     metrics::describe_counter!(
         "seawall_degradation_health_changes_total",
