@@ -14,6 +14,7 @@
 //! | `POST /policies/{name}/degradation/{set-floor, clear-floor, force, release}?level=L` | bound or pin the degradation level (`level` by name or index, percent-encoded as any query) | yes |
 //! | `POST /policies/{name}/fallback/{force, unforce, enable, disable}` | answer from the fallback without calling the primary, or let everything pass through | yes |
 //! | `POST /policies/{name}/bulkhead/pin-limit?limit=N`, `POST /policies/{name}/bulkhead/release-limit` | hold the bulkhead's limit of active calls at `N` (1 to 2^20; it overrides an adaptive algorithm), or let the algorithm (or `max_concurrent`) go on from there | yes |
+//! | `POST /policies/{name}/{deadline, bulkhead, breaker, degradation}/{shadow-on, shadow-off}` | shadow mode: the layer decides and counts as it would but lets through what it would reject (see each layer's docs); an override of this instance like `force-open`, undone by `shadow-off`, by `revert`, or by a reload that changes that section | yes |
 //!
 //! Nest it where you like (`Router::new().nest("/admin", admin::router(..))`) and
 //! bind it to loopback or an internal interface: the snapshots are readable by
@@ -418,9 +419,11 @@ async fn act(
             "no such policy, or none of its layers is built",
         );
     };
-    let done = match layer.as_str() {
+    let done = match (layer.as_str(), action.as_str()) {
+        (_, "shadow-on") => set_shadow(&handles, &layer, true),
+        (_, "shadow-off") => set_shadow(&handles, &layer, false),
         #[cfg(feature = "bulkhead")]
-        "bulkhead" => bulkhead::carry_out(&handles, &action, params.limit.as_deref()),
+        ("bulkhead", _) => bulkhead::carry_out(&handles, &action, params.limit.as_deref()),
         _ => carry_out(&handles, &layer, &action, params.level.as_deref()),
     };
     match done {
@@ -520,6 +523,53 @@ fn carry_out(
             "no such layer: breaker, bulkhead, degradation or fallback",
         )),
     }
+}
+
+/// Switches shadow mode of one of the policy's layers.
+fn set_shadow(
+    handles: &crate::config::PolicyHandles,
+    layer: &str,
+    shadow: bool,
+) -> Result<(), Refusal> {
+    match layer {
+        "deadline" => {
+            let h = handles
+                .deadline
+                .as_ref()
+                .ok_or(Refusal::NotFound(NO_LAYER))?;
+            h.set_shadow(shadow);
+        }
+        #[cfg(feature = "bulkhead")]
+        "bulkhead" => handles
+            .bulkhead
+            .as_ref()
+            .ok_or(Refusal::NotFound(NO_LAYER))?
+            .set_shadow(shadow),
+        #[cfg(feature = "circuit-breaker")]
+        "breaker" => handles
+            .breaker
+            .as_ref()
+            .ok_or(Refusal::NotFound(NO_LAYER))?
+            .set_shadow(shadow),
+        #[cfg(feature = "degradation")]
+        "degradation" => handles
+            .degradation
+            .as_ref()
+            .ok_or(Refusal::NotFound(NO_LAYER))?
+            .set_shadow(shadow)
+            .map_err(|e| Refusal::Invalid(e.to_string()))?,
+        "fallback" => {
+            return Err(Refusal::NotFound(
+                "a fallback rejects nothing, so it has no shadow mode",
+            ))
+        }
+        _ => {
+            return Err(Refusal::NotFound(
+                "no such layer with a shadow mode: deadline, bulkhead, breaker or degradation",
+            ))
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -566,6 +566,97 @@ async fn the_admin_route_reads_for_anyone_and_changes_only_with_the_token() {
 }
 
 #[tokio::test]
+async fn the_admin_route_switches_shadow_mode_only_with_the_token() {
+    let policies = Policies::from_toml(DOCUMENT).unwrap();
+    let deps = Deps::default();
+    let client = start(&policies, &deps).await;
+
+    // Trip the recommendations breaker: three failures in a row.
+    deps.recommendations.set(FAIL);
+    for _ in 0..3 {
+        client.get("/recommendations").await;
+    }
+    deps.recommendations.set(OK);
+    let open = client.get("/recommendations").await;
+    assert_eq!(open.status, StatusCode::SERVICE_UNAVAILABLE);
+    let breaker = &client.snapshot("recommendations").await["breaker"];
+    assert_eq!(
+        (breaker["state"].as_str(), breaker["shadow"].as_bool()),
+        (Some("open"), Some(false))
+    );
+
+    let on = "/policies/recommendations/breaker/shadow-on";
+    let refused = client.post(&format!("/admin{on}"), None).await;
+    assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
+    let wrong = client
+        .post(
+            &format!("/admin{on}"),
+            Some("Bearer test-admin-token-0123456788"),
+        )
+        .await;
+    assert_eq!(wrong.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        client.get("/recommendations").await.status,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+
+    let done = client.admin(on).await;
+    assert_eq!(done.status, StatusCode::OK);
+    assert_eq!(done.json()["breaker"]["shadow"], true);
+    // Still open, but the call goes through and is counted.
+    assert_eq!(
+        client.get("/recommendations").await.seen(),
+        (StatusCode::OK, RECOMMENDED)
+    );
+    let breaker = &client.snapshot("recommendations").await["breaker"];
+    assert_eq!(breaker["state"], "open");
+    assert_eq!(breaker["counters"]["shadow_rejections"], 1);
+
+    let off = client
+        .admin("/policies/recommendations/breaker/shadow-off")
+        .await;
+    assert_eq!(off.json()["breaker"]["shadow"], false);
+    assert_eq!(
+        client.get("/recommendations").await.status,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+
+    // The other layers with a shadow mode; the fallback has none.
+    for layer in ["deadline", "bulkhead"] {
+        let on = client
+            .admin(&format!("/policies/freight/{layer}/shadow-on"))
+            .await;
+        assert_eq!(on.status, StatusCode::OK, "{}", on.body);
+        assert_eq!(on.json()[layer]["shadow"], true, "{layer}");
+    }
+    let on = client
+        .admin("/policies/assistant/degradation/shadow-on")
+        .await;
+    assert_eq!(on.json()["degradation"]["shadow"], true);
+    assert_eq!(
+        client
+            .admin("/policies/freight/fallback/shadow-on")
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+    // Revert undoes every switch.
+    let reverted = client.admin("/revert").await.json();
+    let freight = &reverted["policies"]["freight"];
+    assert_eq!(
+        (
+            &freight["deadline"]["shadow"],
+            &freight["bulkhead"]["shadow"]
+        ),
+        (&Value::Bool(false), &Value::Bool(false))
+    );
+    assert_eq!(
+        reverted["policies"]["assistant"]["degradation"]["shadow"],
+        false
+    );
+}
+
+#[tokio::test]
 async fn without_a_configured_token_every_change_is_forbidden() {
     let policies = Policies::from_toml(DOCUMENT).unwrap();
     let client = Client::new(serve(app(&policies, &Deps::default(), None)).await);

@@ -597,3 +597,100 @@ fn a_document_nested_too_deep_names_its_position() {
     assert_eq!(*line_column, Some((3, 1)), "{e}");
     assert!(e.to_string().contains("nested deeper"), "{e}");
 }
+
+// ---------------------------------------------------------------------------
+// Shadow mode in the document.
+
+const SHADOWED: &str = r#"
+[policies.freight]
+deadline = "300ms"
+deadline_shadow = true
+bulkhead = { max_concurrent = 2, shadow = true }
+breaker = { shadow = true }
+
+[policies.assistant]
+degradation = { shadow = true }
+"#;
+
+#[test]
+fn shadow_settings_load_and_a_bad_one_is_named() {
+    let doc = PolicyDocument::from_toml(SHADOWED).unwrap();
+    let freight = &doc.policies["freight"];
+    assert!(freight.deadline_shadow);
+    assert!(freight.bulkhead.unwrap().shadow);
+    assert!(freight.breaker.as_ref().unwrap().shadow);
+    assert!(
+        doc.policies["assistant"]
+            .degradation
+            .as_ref()
+            .unwrap()
+            .shadow
+    );
+    // Left out, every layer enforces.
+    let good = PolicyDocument::from_toml(GOOD).unwrap();
+    assert!(!good.policies["freight"].deadline_shadow);
+    assert!(!good.policies["freight"].breaker.as_ref().unwrap().shadow);
+
+    for (text, field) in [
+        (
+            "[policies.freight.breaker]\nshadow = \"yes\"\n",
+            "policies.freight.breaker.shadow",
+        ),
+        (
+            "[policies.freight.bulkhead]\nshadow = 1\n",
+            "policies.freight.bulkhead.shadow",
+        ),
+        (
+            "[policies.freight]\ndeadline = \"1s\"\ndeadline_shadow = \"on\"\n",
+            "policies.freight.deadline_shadow",
+        ),
+        (
+            "[policies.freight.degradation]\nshadows = true\n",
+            "policies.freight.degradation.shadows",
+        ),
+    ] {
+        let (fields, message) = refused(text);
+        assert_eq!(fields, [field], "{text}: {message}");
+    }
+    // A deadline shadow with no deadline to shadow.
+    let (fields, message) = refused("[policies.freight]\ndeadline_shadow = true\nbreaker = {}\n");
+    assert_eq!(fields, ["policies.freight.deadline_shadow"], "{message}");
+    assert!(message.contains("needs a `deadline`"), "{message}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn shadow_settings_reach_the_layers_and_change_at_run_time() {
+    let policies = Policies::from_toml(SHADOWED).unwrap();
+    let deadline = policies.deadline("freight").unwrap();
+    let _bulkhead = policies.bulkhead("freight").unwrap();
+    let _breaker = policies.circuit_breaker("freight", |b| b).unwrap();
+    // A second deadline layer of the policy shares the first one's switch.
+    let again = policies.deadline("freight").unwrap();
+    assert!(deadline.handle().is_shadow() && again.handle().is_shadow());
+    let handles = policies.handles("freight").unwrap();
+    assert!(handles.deadline.as_ref().unwrap().is_shadow());
+    assert!(handles.bulkhead.as_ref().unwrap().is_shadow());
+    assert!(handles.breaker.as_ref().unwrap().is_shadow());
+
+    // A document that enforces: applied through the handles, keeping their state.
+    let enforcing = SHADOWED
+        .replace("deadline_shadow = true\n", "")
+        .replace(", shadow = true }", " }")
+        .replace("breaker = { shadow = true }", "breaker = {}");
+    policies.apply_toml(&enforcing).unwrap();
+    assert!(!again.handle().is_shadow());
+    assert!(!handles.bulkhead.as_ref().unwrap().is_shadow());
+    assert!(!handles.breaker.as_ref().unwrap().is_shadow());
+    let snapshot = policies.snapshot();
+    assert_eq!(
+        snapshot.policies["freight"]
+            .deadline
+            .as_ref()
+            .map(|d| d.shadow),
+        Some(false)
+    );
+    // Back to the start-up document: shadow again.
+    policies.revert();
+    assert!(deadline.handle().is_shadow());
+    assert!(handles.breaker.as_ref().unwrap().is_shadow());
+}

@@ -44,6 +44,7 @@ pub struct PolicyDocument {
 /// | key | type | what |
 /// |---|---|---|
 /// | `deadline` | `"300ms"` | the budget of the segment, admission included ([`DeadlineLayer`](seawall_core::DeadlineLayer)) |
+/// | `deadline_shadow` | `true` \| `false` | shadow mode for the deadline: computed and counted, not enforced (default `false`; needs `deadline`; may change at run time) |
 /// | `bulkhead` | table | [`BulkheadConfig`](crate::bulkhead::BulkheadConfig): `max_concurrent`, `max_queue`, `max_wait`, and `adaptive = { algorithm = "aimd" \| "gradient", min_limit, max_limit, initial_limit, … }` for a limit found at run time ([`AdaptiveConfig`](crate::bulkhead::AdaptiveConfig)) |
 /// | `breaker` | table | [`CircuitBreakerConfig`](crate::circuit_breaker::CircuitBreakerConfig): `policy = { kind = "count_window", size, min_calls, failure_rate }`, `open_for`, … |
 /// | `degradation` | table | [`DegradationConfig`](crate::degradation::DegradationConfig): `failures_to_degrade`, `min_dwell`, `probe_ratio`, … |
@@ -58,6 +59,12 @@ pub struct PolicyConfig {
         skip_serializing_if = "Option::is_none"
     )]
     pub deadline: Option<Duration>,
+    /// Shadow mode for the deadline: each request's deadline is computed and the
+    /// requests that outlive it are counted, but nothing is enforced (see
+    /// [`DeadlineLayer`](seawall_core::DeadlineLayer#shadow-mode)). The other
+    /// sections have their own `shadow` field.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub deadline_shadow: bool,
     /// The bulkhead's limits.
     #[cfg(feature = "bulkhead")]
     #[cfg_attr(docsrs, doc(cfg(feature = "bulkhead")))]
@@ -149,6 +156,12 @@ impl PolicyConfig {
             if let Err(e) = check_duration("deadline", d) {
                 out.push(e);
             }
+        }
+        if self.deadline_shadow && self.deadline.is_none() {
+            out.push(ConfigError::new(
+                "deadline_shadow",
+                "needs a `deadline` to shadow",
+            ));
         }
         #[cfg(feature = "bulkhead")]
         if let Some(Err(e)) = self.bulkhead.as_ref().map(|c| c.validate()) {

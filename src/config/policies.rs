@@ -88,6 +88,9 @@ impl fmt::Debug for Policies {
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct PolicyHandles {
+    /// The deadline's handle (its shadow switch), once [`Policies::deadline`] was
+    /// called: every layer it returns for the policy shares it.
+    pub deadline: Option<seawall_core::DeadlineHandle>,
     /// The bulkhead's handle.
     #[cfg(feature = "bulkhead")]
     #[cfg_attr(docsrs, doc(cfg(feature = "bulkhead")))]
@@ -138,6 +141,9 @@ pub struct PolicySnapshot {
     pub config: PolicyConfig,
     /// Whether it differs from the start-up document.
     pub changed_at_run_time: bool,
+    /// The deadline's shadow setting and count, once built.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<seawall_core::DeadlineSnapshot>,
     /// The bulkhead's counts and limits.
     #[cfg(feature = "bulkhead")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -322,10 +328,33 @@ impl Policies {
         }
     }
 
-    /// The [`DeadlineLayer`] of policy `name` (it holds no state; call it as often as needed).
+    /// The [`DeadlineLayer`] of policy `name`. Call it as often as needed: every
+    /// layer it returns for a policy shares one shadow switch and counter
+    /// (`deadline_shadow`), whose handle is in [`PolicyHandles::deadline`].
     pub fn deadline(&self, name: &str) -> Result<DeadlineLayer, ConfigError> {
-        let (budget, _) = self.sections(name, "deadline", |p| p.deadline.as_ref())?;
-        DeadlineLayer::new(budget).map_err(|e| within(e, &section_path(name, "deadline")))
+        const S: &str = "deadline";
+        let (budget, _) = self.sections(name, S, |p| p.deadline.as_ref())?;
+        if let Some(handle) = self.handles(name).and_then(|h| h.deadline) {
+            return Ok(handle.layer());
+        }
+        let shadow = |p: &PolicyConfig| p.deadline_shadow;
+        let started = self.inner.started.policies.get(name).is_some_and(shadow);
+        let now = self.lock().current.policies.get(name).is_some_and(shadow);
+        let layer = DeadlineLayer::new(budget)
+            .map_err(|e| within(e, &section_path(name, S)))?
+            .shadow(started);
+        let handle = layer.handle();
+        handle.set_shadow(now);
+        let mut state = self.lock();
+        let handles = state.built.entry(name.to_owned()).or_default();
+        // Built meanwhile by another caller: share theirs.
+        Ok(match &handles.deadline {
+            Some(theirs) => theirs.layer(),
+            None => {
+                handles.deadline = Some(handle);
+                layer
+            }
+        })
     }
 
     /// Builds the bulkhead of policy `name` (once; clone it to share it).
@@ -456,6 +485,7 @@ impl Policies {
                 let snapshot = PolicySnapshot {
                     config: config.clone(),
                     changed_at_run_time: self.inner.started.policies.get(name) != Some(config),
+                    deadline: built.deadline.as_ref().map(|h| h.snapshot()),
                     #[cfg(feature = "bulkhead")]
                     bulkhead: built.bulkhead.as_ref().map(|h| h.snapshot()),
                     #[cfg(feature = "circuit-breaker")]
@@ -575,6 +605,9 @@ impl Policies {
         let _changing = self.changing();
         let (_, built) = self.current_and_built();
         for handles in built.values() {
+            if let Some(h) = &handles.deadline {
+                h.revert();
+            }
             #[cfg(feature = "bulkhead")]
             if let Some(h) = &handles.bulkhead {
                 h.revert();
@@ -650,6 +683,11 @@ fn reconfigure(
         let (Some(old), Some(new)) = (from.policies.get(name), to.policies.get(name)) else {
             continue;
         };
+        if let Some(h) = &handles.deadline {
+            if old.deadline_shadow != new.deadline_shadow {
+                h.set_shadow(new.deadline_shadow);
+            }
+        }
         #[cfg(feature = "bulkhead")]
         if let (Some(h), Some(c)) = (&handles.bulkhead, &new.bulkhead) {
             if old.bulkhead.as_ref() != Some(c) {
@@ -706,7 +744,9 @@ fn changed_sections(from: &PolicyDocument, to: &PolicyDocument) -> Vec<String> {
 fn section_differs(old: &PolicyConfig, new: &PolicyConfig, s: super::Section) -> bool {
     use super::Section;
     match s {
-        Section::Deadline => old.deadline != new.deadline,
+        Section::Deadline => {
+            old.deadline != new.deadline || old.deadline_shadow != new.deadline_shadow
+        }
         #[cfg(feature = "bulkhead")]
         Section::Bulkhead => old.bulkhead != new.bulkhead,
         #[cfg(feature = "circuit-breaker")]
