@@ -176,6 +176,12 @@
 //! timeouts ([`FallbackConfig`], serde under the `serde` feature) with
 //! [`revert`](Handle::revert). Metrics and tracing: see the `metrics` and
 //! `tracing` features; metric names are `seawall_fallback_*` with a `name` label.
+//!
+//! **No shadow mode.** The breaker, the bulkhead, the deadline and the degradation
+//! layer can each be put in shadow mode (they decide as they would, and let through
+//! what they would reject). A fallback turns no call away: it answers in place of a
+//! failure, or passes the failure on. There is nothing for it to let through, so it
+//! has none; its own counters already say what it did.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod config;
