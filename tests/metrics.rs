@@ -543,6 +543,146 @@ fn every_call_handed_to_a_bulkhead_ends_once() {
 }
 
 #[test]
+fn shadow_rejections_are_counted_apart_and_every_call_still_ends_once() {
+    let recorder = prometheus::builder().unwrap().build_recorder();
+    let (families, breaker, bulkhead, deadline) = with_recorder(&recorder, || async {
+        let breaker = CircuitBreakerLayer::builder("s")
+            .consecutive_failures(2)
+            .open_for(Duration::from_secs(10))
+            .jitter(0.0)
+            .classifier(HttpStatus::default())
+            .shadow(true)
+            .build()
+            .unwrap();
+        let breaker_handle = breaker.handle();
+        let plain = breaker.layer(dependency());
+        let call = |b| plain.clone().oneshot(Req::new(b));
+        call(Behaviour::Fail).await.unwrap(); // failure 1
+        call(Behaviour::Fail).await.unwrap(); // failure 2: trips
+        call(Behaviour::Ok).await.unwrap(); // open: shadow 1, success 1
+        call(Behaviour::Ok).await.unwrap(); // open: shadow 2, success 2
+        call(Behaviour::Fail).await.unwrap(); // open: shadow 3, failure 3
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let probe = tokio::spawn(call(Behaviour::Slow(Duration::from_secs(1))));
+        tokio::task::yield_now().await;
+        call(Behaviour::Ok).await.unwrap(); // probe slot taken: shadow 4, success 3
+        probe.await.unwrap().unwrap(); // the probe: success 4, closes
+
+        let gate = Arc::new(Semaphore::new(0));
+        let held = {
+            let gate = gate.clone();
+            service_fn(move |_req: Req| {
+                let gate = gate.clone();
+                async move {
+                    gate.acquire().await.unwrap().forget();
+                    Ok::<_, BoxError>(Response::new(()))
+                }
+            })
+        };
+        let bulkhead = BulkheadLayer::builder("s")
+            .max_concurrent(1)
+            .max_queue(0)
+            .shadow(true)
+            .build()
+            .unwrap();
+        let bulkhead_handle = bulkhead.handle();
+        let svc = bulkhead.layer(held);
+        let calls: Vec<_> = (0..3)
+            .map(|_| tokio::spawn(svc.clone().oneshot(Req::new(Behaviour::Ok))))
+            .collect();
+        tokio::task::yield_now().await;
+        // One holds the slot, two went through beyond the limit.
+        let (during, _) = scrape(&recorder);
+        gate.add_permits(3);
+        for c in calls {
+            c.await.unwrap().unwrap();
+        }
+
+        let deadline = DeadlineLayer::new(Duration::from_millis(100))
+            .unwrap()
+            .shadow(true);
+        let deadline_handle = deadline.handle();
+        let late = deadline.layer(dependency());
+        late.clone()
+            .oneshot(Req::new(Behaviour::Slow(Duration::from_millis(200))))
+            .await
+            .unwrap(); // late: shadow 1
+        late.oneshot(Req::new(Behaviour::Ok)).await.unwrap(); // in time
+        let over_limit = value(&during, "seawall_bulkhead_over_limit", &[("name", "s")]);
+        assert_eq!(over_limit, 2.0);
+        (
+            scrape(&recorder).0,
+            breaker_handle.snapshot(),
+            bulkhead_handle.snapshot(),
+            deadline_handle.snapshot(),
+        )
+    });
+    let v = |family: &str, labels: &[(&str, &str)]| {
+        value(&families, family, &[&[("name", "s")], labels].concat())
+    };
+    let calls = |outcome| v("seawall_breaker_calls_total", &[("outcome", outcome)]);
+    let shadow = |cause| {
+        v(
+            "seawall_breaker_shadow_rejections_total",
+            &[("cause", cause)],
+        )
+    };
+    assert_eq!(
+        ["open", "probe_slots_full", "ramping"].map(shadow),
+        [3.0, 1.0, 0.0]
+    );
+    // Nothing rejected; each of the 7 calls ended once, by how the dependency answered.
+    assert_eq!(
+        [
+            "success",
+            "failure",
+            "timeout",
+            "ignored",
+            "cancelled",
+            "rejected"
+        ]
+        .map(calls),
+        [4.0, 3.0, 0.0, 0.0, 0.0, 0.0]
+    );
+    assert_eq!(v("seawall_breaker_calls_total", &[]), 7.0);
+    assert!(v("seawall_breaker_shadow_rejections_total", &[]) <= 7.0);
+    assert_eq!(breaker.counters.shadow_rejections, 4);
+    assert_eq!(breaker.counters.short_circuited, 0);
+    assert_eq!(breaker.state, seawall::circuit_breaker::State::Closed);
+    assert_eq!(
+        v(
+            "seawall_breaker_transitions_total",
+            &[("from", "half_open"), ("to", "closed")]
+        ),
+        1.0
+    );
+
+    let admitted = v("seawall_bulkhead_admitted_total", &[]);
+    let rejected = v("seawall_bulkhead_rejected_total", &[]);
+    let shadowed = v(
+        "seawall_bulkhead_shadow_rejections_total",
+        &[("reason", "full")],
+    );
+    // Three calls handed to it: one admitted, two through beyond the limit.
+    assert_eq!([admitted, rejected, shadowed], [1.0, 0.0, 2.0]);
+    assert_eq!(v("seawall_bulkhead_shadow_rejections_total", &[]), 2.0);
+    assert_eq!(v("seawall_bulkhead_over_limit", &[]), 0.0);
+    assert_eq!(v("seawall_bulkhead_active", &[]), 0.0);
+    assert_eq!(v("seawall_bulkhead_wait_seconds", &[]), admitted);
+    assert_eq!((bulkhead.shadow_rejected_full, bulkhead.over_limit), (2, 0));
+
+    assert_eq!(
+        value(&families, "seawall_deadline_shadow_rejections_total", &[]),
+        1.0
+    );
+    assert_eq!(
+        value(&families, "seawall_deadline_exceeded_total", &[]),
+        0.0
+    );
+    assert_eq!(deadline.shadow_rejections, 1);
+}
+
+#[test]
 fn every_triggered_fallback_ends_once_and_every_rendered_error_has_one_cause() {
     use std::sync::atomic::{AtomicU8, Ordering};
 
