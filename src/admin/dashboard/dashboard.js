@@ -38,6 +38,8 @@
     breakerCalls: "snapshot.breaker.counters.calls",
     breakerFailures: "snapshot.breaker.counters.failures",
     breakerShortCircuited: "snapshot.breaker.counters.short_circuited",
+    breakerShadow: "snapshot.breaker.shadow",
+    breakerShadowRejections: "snapshot.breaker.counters.shadow_rejections",
     lastBreakerFrom: "last.breaker.from",
     lastBreakerTo: "last.breaker.to",
     lastBreakerReason: "last.breaker.reason",
@@ -50,11 +52,17 @@
     bulkheadRejectedFull: "snapshot.bulkhead.rejected_full",
     bulkheadRejectedTimeout: "snapshot.bulkhead.rejected_timeout",
     bulkheadWaitP99: "snapshot.bulkhead.wait.p99",
+    bulkheadShadow: "snapshot.bulkhead.shadow",
+    bulkheadShadowFull: "snapshot.bulkhead.shadow_rejected_full",
+    bulkheadShadowTimeout: "snapshot.bulkhead.shadow_rejected_timeout",
+    bulkheadOverLimit: "snapshot.bulkhead.over_limit",
     degradation: "snapshot.degradation",
     level: "snapshot.degradation.level",
     levelName: "snapshot.degradation.level_name",
     levelFloor: "snapshot.degradation.floor",
     levelForced: "snapshot.degradation.forced",
+    levelShadow: "snapshot.degradation.shadow",
+    levelShadowRejections: "snapshot.degradation.shadow_rejections",
     levelTime: "snapshot.degradation.time_at_level",
     levelProbing: "snapshot.degradation.probing",
     levelProbeSuccesses: "snapshot.degradation.probe.successes",
@@ -403,7 +411,10 @@
       setText(card, "short-circuits-now", `${rate(last(hist.shortCircuits) || 0)}/s`);
       setText(card, "breaker-totals",
         `totals: ${read(p, "breakerCalls")} calls, ${read(p, "breakerFailures")} failed, ` +
-        `${read(p, "breakerShortCircuited")} short-circuited; ${rate(last(hist.calls) || 0)} calls/s now`);
+        `${read(p, "breakerShortCircuited")} short-circuited; ${rate(last(hist.calls) || 0)} calls/s now` +
+        (read(p, "breakerShadow")
+          ? `; shadow mode: ${read(p, "breakerShadowRejections")} calls it would have rejected went through`
+          : ""));
     }
 
     const bulkhead = card.querySelector("[data-panel=bulkhead]");
@@ -424,7 +435,11 @@
       setText(card, "queued", `${queued} / ${maxQueue}${maxQueue > 0 && queued >= maxQueue ? " (full)" : ""}`);
       setText(card, "rejected",
         `${rate(last(hist.rejected) || 0)}/s now; ${read(p, "bulkheadRejectedFull")} full, ` +
-        `${read(p, "bulkheadRejectedTimeout")} timed out in all`);
+        `${read(p, "bulkheadRejectedTimeout")} timed out in all` +
+        (read(p, "bulkheadShadow")
+          ? `; shadow mode: ${read(p, "bulkheadShadowFull")} full and ${read(p, "bulkheadShadowTimeout")} ` +
+            `timed out went through beyond the limit, ${read(p, "bulkheadOverLimit")} of them running now`
+          : ""));
       setText(card, "wait", human(ms(read(p, "bulkheadWaitP99"))));
     }
 
@@ -440,7 +455,10 @@
       const floor = read(p, "levelFloor");
       setText(card, "floor",
         (floor === null || floor === undefined ? "none" : `${levels[floor] || floor} (set by an operator or a health signal)`) +
-        (read(p, "levelForced") ? "; level pinned by an operator" : ""));
+        (read(p, "levelForced") ? "; level pinned by an operator" : "") +
+        (read(p, "levelShadow")
+          ? `; shadow mode: the best level serves (${read(p, "levelShadowRejections")} requests would have been served lower)`
+          : ""));
       setText(card, "level-probe", read(p, "levelProbing")
         ? `probing the level above: ${read(p, "levelProbeSuccesses")} of ${read(p, "levelProbeTarget")} successes`
         : "");
