@@ -225,3 +225,37 @@ async fn forced_open_rejects_even_in_shadow() {
     handle.reset();
     assert_eq!(svc.ready().await.unwrap().call(()).await.unwrap(), "quote");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_keyed_layer_shadows_every_key_and_switches_them_all() {
+    let layer = CircuitBreakerLayer::builder("suppliers")
+        .consecutive_failures(1)
+        .shadow(true)
+        .build_keyed(8, |(host, _fail): &(&'static str, bool)| *host)
+        .unwrap();
+    let handle = layer.handle();
+    let svc = layer.layer(service_fn(|(_, fail): (&'static str, bool)| async move {
+        if fail {
+            Err::<&'static str, BoxError>("down".into())
+        } else {
+            Ok("quote")
+        }
+    }));
+    assert!(svc.clone().oneshot(("a", true)).await.is_err());
+    let a = handle.get(&"a").unwrap();
+    assert_eq!(a.state(), State::Open);
+    // Open, in shadow: through, and counted on that key's breaker.
+    assert_eq!(svc.clone().oneshot(("a", false)).await.unwrap(), "quote");
+    assert_eq!(a.snapshot().counters.shadow_rejections, 1);
+    assert_eq!(a.state(), State::Open);
+
+    // Enforcing for every key, present and future.
+    let mut config = handle.config();
+    config.shadow = false;
+    handle.reconfigure(config).unwrap();
+    let e = svc.clone().oneshot(("a", false)).await.unwrap_err();
+    assert!(e.downcast_ref::<CircuitOpen>().is_some());
+    assert!(svc.clone().oneshot(("b", true)).await.is_err());
+    assert!(svc.clone().oneshot(("b", false)).await.is_err());
+    assert!(!handle.get(&"b").unwrap().is_shadow());
+}
