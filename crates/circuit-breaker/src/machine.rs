@@ -306,6 +306,7 @@ pub(crate) const fn shadow_index(cause: OpenCause) -> usize {
 }
 
 /// The causes in [`Tally::shadow`] order.
+#[cfg(feature = "metrics")]
 pub(crate) const SHADOW_CAUSES: [OpenCause; 3] = [
     OpenCause::Open,
     OpenCause::ProbeSlotsFull,
