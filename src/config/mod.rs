@@ -131,7 +131,10 @@
 //! starts its algorithm again from the limit in force), breaker thresholds, windows and
 //! intervals (a different window *shape* starts an empty window; the state stays),
 //! degradation triggers and probe settings, fallback triggers, step timeouts and
-//! `enabled`.
+//! `enabled`, and **shadow mode**: `shadow = true` in a `bulkhead`, `breaker` or
+//! `degradation` section, `deadline_shadow = true` beside a `deadline`. A layer in
+//! shadow mode decides as it would but lets through what it would reject, counting
+//! it (see `docs/operations.md`, "Trying a new limit in shadow mode").
 
 mod document;
 mod error;
