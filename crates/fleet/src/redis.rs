@@ -252,12 +252,22 @@ struct Inner {
 
 /// Subscribers by channel, fed by the connection's push sender.
 #[derive(Default)]
-struct Subscribers(Mutex<HashMap<String, Vec<mpsc::Sender<FleetEvent>>>>);
+struct Subscribers {
+    map: Mutex<HashMap<String, Vec<mpsc::Sender<FleetEvent>>>>,
+    /// Held while a SUBSCRIBE or UNSUBSCRIBE is sent and answered, so the store's
+    /// commands reach the server one at a time, each decided on the subscribers
+    /// registered when it is sent: the last one the server sees for a channel
+    /// agrees with whether anyone still listens. (Two commands sent from two tasks
+    /// at once may arrive in either order, and an UNSUBSCRIBE overtaken by a
+    /// SUBSCRIBE it knew nothing of would leave a live subscriber unheard, or the
+    /// reverse a subscription nobody reads.)
+    order: tokio::sync::Mutex<()>,
+}
 
 impl Subscribers {
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Vec<mpsc::Sender<FleetEvent>>>> {
         // Nothing panics while holding the lock; a poisoned map is still consistent.
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        self.map.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Forgets `gone` and every closed subscriber of `channel`; whether none is left
@@ -488,6 +498,7 @@ impl Store for RedisStore {
     async fn subscribe(&self, keys: &Keys) -> Result<Subscription, StoreError> {
         let mut con = self.connection().await?;
         let (tx, rx) = mpsc::channel(SUBSCRIPTION_CAPACITY);
+        let order = self.inner.subscribers.order.lock().await;
         // Registered before SUBSCRIBE, so nothing published after its answer is missed.
         self.inner
             .subscribers
@@ -495,34 +506,61 @@ impl Store for RedisStore {
             .entry(keys.channel().to_owned())
             .or_default()
             .push(tx.clone());
-        if let Err(e) = con.subscribe(keys.channel()).await {
-            let mut map = self.inner.subscribers.lock();
-            if let Some(txs) = map.get_mut(keys.channel()) {
-                txs.retain(|t| !t.same_channel(&tx));
-            }
-            return Err(store_error(e));
+        // Until it is answered, this subscription is released if the call fails or
+        // is dropped (a store timeout drops it with the SUBSCRIBE perhaps already
+        // applied: the server's subscription must not outlive it).
+        let mut pending = Release {
+            subscribers: Some(Arc::clone(&self.inner.subscribers)),
+            channel: keys.channel().to_owned(),
+            tx,
+            con: con.clone(),
+        };
+        let subscribed = con.subscribe(keys.channel()).await;
+        drop(order);
+        subscribed.map_err(store_error)?;
+        let release = Release {
+            subscribers: pending.subscribers.take(),
+            channel: pending.channel.clone(),
+            tx: pending.tx.clone(),
+            con: pending.con.clone(),
+        };
+        Ok(Subscription::with_release(rx, move || drop(release)))
+    }
+}
+
+/// One subscriber's claim on a channel; dropping it forgets the subscriber, and
+/// the last one of the channel ends the server's subscription (which would
+/// otherwise outlive it, and be restored by every reconnect).
+struct Release {
+    /// `None` once handed on (to the subscription, when SUBSCRIBE was answered).
+    subscribers: Option<Arc<Subscribers>>,
+    channel: String,
+    tx: mpsc::Sender<FleetEvent>,
+    con: ConnectionManager,
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        let Some(subscribers) = self.subscribers.take() else {
+            return;
+        };
+        if !subscribers.release(&self.channel, &self.tx) {
+            return;
         }
-        let subscribers = Arc::clone(&self.inner.subscribers);
-        let channel = keys.channel().to_owned();
-        Ok(Subscription::with_release(rx, move || {
-            if !subscribers.release(&channel, &tx) {
-                return;
-            }
-            // The last subscriber of the channel on this connection: end the
-            // server's subscription (which would otherwise outlive it, and be
-            // restored by every reconnect). Off the dropping thread.
-            let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-                return;
-            };
-            runtime.spawn(async move {
+        // Off the dropping thread, after any SUBSCRIBE or UNSUBSCRIBE in flight.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let channel = std::mem::take(&mut self.channel);
+        let mut con = self.con.clone();
+        runtime.spawn(async move {
+            let _order = subscribers.order.lock().await;
+            // A subscriber that came meanwhile has subscribed (before this task
+            // took the lock) or will (after): either way the channel is its to keep.
+            if !subscribers.has_live(&channel) {
                 let _ = con.unsubscribe(&channel).await;
-                // A subscriber that came meanwhile may have had its SUBSCRIBE
-                // overtaken by this UNSUBSCRIBE: subscribe again for it.
-                if subscribers.has_live(&channel) {
-                    let _ = con.subscribe(&channel).await;
-                }
-            });
-        }))
+            }
+        });
     }
 }
 
