@@ -416,8 +416,8 @@ impl Policies {
         &self,
         name: &str,
         customize: impl FnOnce(
-            crate::degradation::DegradationLayerBuilder<Req, Res>,
-        ) -> crate::degradation::DegradationLayerBuilder<Req, Res, C, X>,
+            crate::degradation::DegradationBuilder<Req, Res>,
+        ) -> crate::degradation::DegradationBuilder<Req, Res, C, X>,
     ) -> Result<crate::degradation::DegradationLayer<Req, Res, C, X>, ConfigError> {
         const S: &str = "degradation";
         let (first, now) = self.sections(name, S, |p| p.degradation.as_ref())?;

@@ -86,7 +86,7 @@ impl<S, Req, B, C: Clone, X: Clone> Layer<S> for UntilBodyEndLayer<Req, B, C, X>
 ///   served it (a recovery probe's, of the level above). A body dropped before its
 ///   end records nothing, as a dropped response future does: the request was
 ///   cancelled, which says nothing about the level.
-/// - [`ServedBy`] (with [`level_extensions`](crate::DegradationLayerBuilder::level_extensions))
+/// - [`ServedBy`] (with [`level_extensions`](crate::DegradationBuilder::level_extensions))
 ///   is written when the response arrives.
 ///
 /// Every level answers with `http::Response<B>` as in the default mode; only the

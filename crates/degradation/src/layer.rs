@@ -24,8 +24,8 @@ pub type DefaultClassifier = AdmissionAsFailure<ErrorsAsFailures>;
 /// Serves requests at the best level that works, falling fast and climbing back slowly.
 ///
 /// `layer(inner)` makes `inner` the best level (0); the lower levels are the services
-/// given to [`DegradationLayerBuilder::level`], in order. One state is created at
-/// [`build`](DegradationLayerBuilder::build): every service this layer makes, and every
+/// given to [`DegradationBuilder::level`], in order. One state is created at
+/// [`build`](DegradationBuilder::build): every service this layer makes, and every
 /// clone of them, shares one level machine and one set of lower-level services (like
 /// tower's `GlobalConcurrencyLimitLayer`, not `ConcurrencyLimitLayer`). Build one layer
 /// per thing that degrades.
@@ -60,8 +60,8 @@ impl<Req, Res, C: fmt::Debug, X: fmt::Debug> fmt::Debug for DegradationLayer<Req
 
 impl<Req, Res> DegradationLayer<Req, Res> {
     /// Starts a builder for the layer `name` (used in events and metrics).
-    pub fn builder(name: impl Into<Name>) -> DegradationLayerBuilder<Req, Res> {
-        DegradationLayerBuilder {
+    pub fn builder(name: impl Into<Name>) -> DegradationBuilder<Req, Res> {
+        DegradationBuilder {
             name: name.into(),
             top: "full".into(),
             lower: Vec::new(),
@@ -97,7 +97,7 @@ impl<S, Req, Res, C: Clone, X: Clone> Layer<S> for DegradationLayer<Req, Res, C,
 }
 
 /// Builds a [`DegradationLayer`]; see [`DegradationConfig`] for what each setting means.
-pub struct DegradationLayerBuilder<Req, Res, C = DefaultClassifier, X = NoExtensions> {
+pub struct DegradationBuilder<Req, Res, C = DefaultClassifier, X = NoExtensions> {
     name: Name,
     top: Name,
     lower: Vec<(Name, LevelService<Req, Res>)>,
@@ -107,11 +107,9 @@ pub struct DegradationLayerBuilder<Req, Res, C = DefaultClassifier, X = NoExtens
     extensions: X,
 }
 
-impl<Req, Res, C: fmt::Debug, X: fmt::Debug> fmt::Debug
-    for DegradationLayerBuilder<Req, Res, C, X>
-{
+impl<Req, Res, C: fmt::Debug, X: fmt::Debug> fmt::Debug for DegradationBuilder<Req, Res, C, X> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DegradationLayerBuilder")
+        f.debug_struct("DegradationBuilder")
             .field("name", &self.name)
             .field("top", &self.top)
             .field(
@@ -125,7 +123,7 @@ impl<Req, Res, C: fmt::Debug, X: fmt::Debug> fmt::Debug
     }
 }
 
-impl<Req, Res, C, X> DegradationLayerBuilder<Req, Res, C, X> {
+impl<Req, Res, C, X> DegradationBuilder<Req, Res, C, X> {
     /// Names the best level, served by the inner service (default `"full"`).
     pub fn inner_level(mut self, name: impl Into<Name>) -> Self {
         self.top = name.into();
@@ -228,8 +226,8 @@ impl<Req, Res, C, X> DegradationLayerBuilder<Req, Res, C, X> {
     /// Decides which results are failures of a level (default [`DefaultClassifier`]).
     /// Wrap your classifier in `AdmissionAsFailure` unless you mean a level's own
     /// breaker or bulkhead rejections to go unnoticed.
-    pub fn classifier<C2>(self, classifier: C2) -> DegradationLayerBuilder<Req, Res, C2, X> {
-        DegradationLayerBuilder {
+    pub fn classifier<C2>(self, classifier: C2) -> DegradationBuilder<Req, Res, C2, X> {
+        DegradationBuilder {
             name: self.name,
             top: self.top,
             lower: self.lower,
@@ -243,8 +241,8 @@ impl<Req, Res, C, X> DegradationLayerBuilder<Req, Res, C, X> {
     /// Inserts [`CurrentLevel`](crate::CurrentLevel) into each request's extensions and
     /// [`ServedBy`](crate::ServedBy) into each response's, for handlers that adapt.
     /// Off by default: each insert allocates.
-    pub fn level_extensions(self) -> DegradationLayerBuilder<Req, Res, C, WithLevelExtensions> {
-        DegradationLayerBuilder {
+    pub fn level_extensions(self) -> DegradationBuilder<Req, Res, C, WithLevelExtensions> {
+        DegradationBuilder {
             name: self.name,
             top: self.top,
             lower: self.lower,

@@ -132,7 +132,7 @@
 //! # Shadow mode: try a policy on live traffic first
 //!
 //! With [`DegradationConfig::shadow`] (the builder's
-//! [`shadow`](DegradationLayerBuilder::shadow), `shadow = true` in a policy file,
+//! [`shadow`](DegradationBuilder::shadow), `shadow = true` in a policy file,
 //! [`Handle::set_shadow`] at run time) the machine routes every request as it
 //! would, but a request it would serve at a lower level is served by the best
 //! level instead and counted as a shadow rejection
@@ -159,7 +159,7 @@
 //!
 //! # Where state lives, what `Clone` shares
 //!
-//! One state is created by [`DegradationLayerBuilder::build`]: every service the layer
+//! One state is created by [`DegradationBuilder::build`]: every service the layer
 //! makes and every clone of them share one machine, one [`Handle`] and the lower
 //! levels' services (as tower's `GlobalConcurrencyLimitLayer` does). The inner
 //! service (the best level) is owned by each service value, as usual in Tower. Build
@@ -214,7 +214,7 @@
 //! seawall-core's [`RespondLayer`](seawall_core::http::RespondLayer) outside the layer
 //! answers errors with `503` (and `Retry-After`) instead of an `Err`, so hyper and
 //! axum always get a response. Opt in with
-//! [`DegradationLayerBuilder::level_extensions`] to find [`CurrentLevel`] in each
+//! [`DegradationBuilder::level_extensions`] to find [`CurrentLevel`] in each
 //! request's extensions and [`ServedBy`] in each response's.
 //!
 //! # Health and feature plans
@@ -278,7 +278,7 @@ pub use config::{DegradationConfig, Trigger};
 pub use fixed::Fixed;
 pub use future::ResponseFuture;
 pub use handle::{Handle, Level, LevelChange, SelectLevel, Snapshot};
-pub use layer::{DefaultClassifier, DegradationLayer, DegradationLayerBuilder};
+pub use layer::{DefaultClassifier, DegradationBuilder, DegradationLayer};
 pub use machine::{
     Change, DegradationMachine, Direction, MachineSnapshot, ProbeProgress, Reason, Ticket,
     MAX_LEVELS,

@@ -16,7 +16,7 @@ pub type LevelService<Req, Res> = BoxCloneSyncService<Req, Res, BoxError>;
 
 /// The level in force when a request arrived, inserted into the request's extensions
 /// when the layer was built with
-/// [`level_extensions`](crate::DegradationLayerBuilder::level_extensions).
+/// [`level_extensions`](crate::DegradationBuilder::level_extensions).
 ///
 /// During a recovery probe this is the level in force, not the level above that serves
 /// the probe (see [`ServedBy`]).
@@ -25,7 +25,7 @@ pub struct CurrentLevel(pub Level);
 
 /// The level that served a response, recorded on the response's extensions when the
 /// layer was built with
-/// [`level_extensions`](crate::DegradationLayerBuilder::level_extensions).
+/// [`level_extensions`](crate::DegradationBuilder::level_extensions).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServedBy {
     /// The level that answered.
