@@ -11,7 +11,7 @@ use http::{HeaderMap, HeaderValue};
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 use seawall_circuit_breaker::{CircuitBreakerLayer, Handle, State, UntilBodyEndLayer};
-use seawall_core::{BoxError, GrpcStatus};
+use seawall_core::{classify_fn, BoxError, GrpcStatus, Outcome};
 use tokio::sync::mpsc;
 use tokio::time::advance;
 use tower::{service_fn, Layer, Service, ServiceExt};
@@ -146,6 +146,36 @@ async fn a_body_error_is_a_failure_and_a_body_dropped_early_is_cancelled() {
     assert_eq!(handle.state(), State::Open);
     let c = handle.snapshot().counters;
     assert_eq!(c.calls, 2);
+}
+
+/// A closure classifier holds calls to the body end too, wrapped in `classify_fn`:
+/// it judges the headers, and a body error is a failure.
+#[tokio::test(start_paused = true)]
+async fn a_closure_classifier_holds_a_call_until_its_body_ends() {
+    let layer = CircuitBreakerLayer::builder("closure-stream")
+        .consecutive_failures(1)
+        .open_for(10 * S)
+        .classifier(classify_fn(|r: Result<&http::Response<_>, _>| match r {
+            Ok(res) if res.status().is_server_error() => Outcome::Failure,
+            Ok(_) => Outcome::Success,
+            Err(_) => Outcome::Failure,
+        }))
+        .build()
+        .unwrap()
+        .hold_until_body_end();
+    let handle = layer.handle();
+    let (bodies, mut sent) = mpsc::unbounded_channel();
+    let svc = layer.layer(streaming_server(bodies));
+
+    let response = svc.clone().oneshot(http::Request::new(())).await.unwrap();
+    let tx = sent.recv().await.unwrap();
+    tx.send(message("quote 1")).unwrap();
+    // Healthy headers, body still open: nothing is recorded yet.
+    assert_eq!(calls(&handle), (0, 0, 0));
+    tx.send(Err(std::io::Error::other("stream reset"))).unwrap();
+    assert!(response.into_body().collect().await.is_err());
+    assert_eq!(calls(&handle), (0, 1, 0));
+    assert_eq!(handle.state(), State::Open);
 }
 
 #[tokio::test(start_paused = true)]

@@ -277,7 +277,7 @@ pub enum BodyEnd<'a> {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot classify the end of a response body",
     label = "expected a classifier that also implements `ClassifyBodyEnd`",
-    note = "holding a call until its body ends needs a classifier for the end too: `GrpcStatus`, `HttpStatus`, `ErrorsAsFailures` (or `AdmissionAsFailure`/`with_reason` around them), or a type of your own implementing `ClassifyBodyEnd`"
+    note = "holding a call until its body ends needs a classifier for the end too: `GrpcStatus`, `HttpStatus`, `ErrorsAsFailures` (or `AdmissionAsFailure`/`with_reason` around them), a closure wrapped in `classify_fn`, or a type of your own implementing `ClassifyBodyEnd`"
 )]
 pub trait ClassifyBodyEnd {
     /// The outcome once the body has ended as `end`.
@@ -317,6 +317,15 @@ impl ClassifyBodyEnd for GrpcStatus {
             },
             end => body_errors_as_failures(end),
         }
+    }
+}
+
+/// A closure classifier ([`classify_fn`](crate::classify_fn)) judged the headers;
+/// at the body's end, as for the provided HTTP classifiers, only a body error
+/// changes its verdict.
+impl<F> ClassifyBodyEnd for crate::ClassifyFn<F> {
+    fn classify_body_end(&self, end: BodyEnd<'_>) -> Outcome {
+        body_errors_as_failures(end)
     }
 }
 
