@@ -236,11 +236,21 @@ async fn drive(
     };
     let sample_every = Duration::from_millis(100);
     for (i, mode) in SCHEDULE.iter().enumerate() {
+        // A request tagged with a phase must never meet a kinder supplier than
+        // that phase's (the load reads the tag while the modes change): into a
+        // phase where the supplier quotes, the tag moves first; into one where it
+        // cannot, the supplier changes first.
+        let quotes = *mode == Mode::Healthy;
+        if quotes {
+            phase_tx.send_replace(i);
+        }
         for supplier in suppliers {
             supplier.set_mode(*mode);
         }
         recommender.set_mode(recommender_mode(i));
-        phase_tx.send_replace(i);
+        if !quotes {
+            phase_tx.send_replace(i);
+        }
         let start = Instant::now();
         let end = start + config.phase;
         shop.bulkhead.reset_peaks();
