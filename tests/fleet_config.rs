@@ -145,3 +145,115 @@ async fn the_admin_router_shows_the_fleet_settings_without_the_password() {
     let (status, _) = get(without, "/fleet").await;
     assert_eq!(status, http::StatusCode::NOT_FOUND);
 }
+
+const CAPPED: &str = r#"
+[policies.freight]
+bulkhead = { max_concurrent = 8 }
+
+[policies.search]
+bulkhead = { max_concurrent = 4 }
+
+[fleet]
+store = "local"
+
+[fleet.caps.freight]
+cap = 8
+renew_every = "500ms"
+ttl = "4s"
+longest_call = "2s"
+mode = "available"
+local_share = 2
+
+[fleet.caps.search]
+cap = 12
+"#;
+
+#[test]
+fn a_cap_table_gives_the_fleet_wide_cap_of_a_policys_bulkhead() {
+    use seawall::fleet::{CapConfig, CapMode};
+    let doc = PolicyDocument::from_toml(CAPPED).unwrap();
+    let caps = &doc.fleet.as_ref().unwrap().caps;
+    let freight = caps["freight"].config().unwrap();
+    assert_eq!(freight.cap, 8);
+    assert_eq!(freight.renew_every, Duration::from_millis(500));
+    assert_eq!(freight.ttl, Duration::from_secs(4));
+    assert_eq!(freight.longest_call, Duration::from_secs(2));
+    assert_eq!(freight.mode, CapMode::Available { local_share: 2 });
+    // Only `cap` given: strict, and the cap's own defaults.
+    let search = caps["search"].config().unwrap();
+    assert_eq!(search, CapConfig::new(12));
+    assert_eq!(search.mode, CapMode::Strict);
+    // No caps table, no caps.
+    let none = PolicyDocument::from_toml(DOC).unwrap();
+    assert!(none.fleet.unwrap().caps.is_empty());
+}
+
+#[test]
+fn each_bad_cap_value_is_named_by_its_path() {
+    let cases: &[(&str, &str)] = &[
+        ("cap = 0", "fleet.caps.freight.cap"),
+        ("cap = 2000000", "fleet.caps.freight.cap"),
+        ("cap = 8\nrenew_every = \"0s\"", "fleet.caps.freight.renew_every"),
+        ("cap = 8\nttl = \"0s\"", "fleet.caps.freight.ttl"),
+        // A TTL not above T.
+        (
+            "cap = 8\nrenew_every = \"2s\"\nttl = \"2s\"",
+            "fleet.caps.freight.ttl",
+        ),
+        (
+            "cap = 8\nttl = \"3s\"\nlongest_call = \"2s\"",
+            "fleet.caps.freight.longest_call",
+        ),
+        // A local share above G.
+        (
+            "cap = 8\nmode = \"available\"\nlocal_share = 9",
+            "fleet.caps.freight.local_share",
+        ),
+        (
+            "cap = 8\nmode = \"available\"",
+            "fleet.caps.freight.local_share",
+        ),
+        ("cap = 8\nlocal_share = 2", "fleet.caps.freight.local_share"),
+    ];
+    for (lines, field) in cases {
+        let text = format!(
+            "[policies.freight]\nbulkhead = {{}}\n[fleet]\n[fleet.caps.freight]\n{lines}\n"
+        );
+        let e = PolicyDocument::from_toml(&text).unwrap_err();
+        assert!(matches!(e, LoadError::Invalid { .. }), "{lines}: {e:?}");
+        assert_eq!(e.fields(), [*field], "{lines}: {e}");
+    }
+    // A cap on a policy without a bulkhead, or on no policy at all.
+    for (policy, section) in [
+        ("freight", "[policies.freight]\nbreaker = {}\n"),
+        ("nowhere", "[policies.freight]\nbulkhead = {}\n"),
+    ] {
+        let text = format!("{section}[fleet]\n[fleet.caps.{policy}]\ncap = 8\n");
+        let e = PolicyDocument::from_toml(&text).unwrap_err();
+        assert_eq!(e.fields(), [format!("fleet.caps.{policy}")], "{e}");
+    }
+    // Malformed shapes: named with their line.
+    for (lines, field) in [
+        ("renew_every = \"1s\"", "fleet.caps.freight.cap"),
+        ("cap = 8\nmode = \"eventual\"", "fleet.caps.freight.mode"),
+        ("cap = 8\nshare = 2", "fleet.caps.freight.share"),
+        ("cap = -1", "fleet.caps.freight.cap"),
+    ] {
+        let text = format!(
+            "[policies.freight]\nbulkhead = {{}}\n[fleet]\n[fleet.caps.freight]\n{lines}\n"
+        );
+        let e = PolicyDocument::from_toml(&text).unwrap_err();
+        assert!(matches!(e, LoadError::Malformed { .. }), "{lines}: {e:?}");
+        assert_eq!(e.fields(), [field], "{lines}: {e}");
+    }
+}
+
+#[test]
+fn the_caps_cannot_change_at_run_time() {
+    let policies = Policies::from_toml(CAPPED).unwrap();
+    let e = policies
+        .apply_toml(&CAPPED.replace("cap = 12", "cap = 16"))
+        .unwrap_err();
+    assert!(matches!(e, LoadError::NeedsRestart { .. }), "{e:?}");
+    assert_eq!(e.fields(), ["fleet"]);
+}

@@ -1,9 +1,12 @@
 //! The `[fleet]` table: where the fleet's store is and how its breakers coordinate.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use seawall_core::ConfigError;
-use seawall_fleet::{FleetConfig, TripTogether};
+use seawall_fleet::{CapConfig, CapMode, FleetConfig, TripTogether};
+
+use super::document::key;
 
 /// The `[fleet]` table of a policy document (feature `fleet`): the store every
 /// instance of the service shares and the coordination settings, for
@@ -18,13 +21,28 @@ use seawall_fleet::{FleetConfig, TripTogether};
 /// probe_window = "1s"               # the lease lives the breaker's half_open_timeout plus this
 /// disconnect_after = 3              # store failures in a row before falling back to local breakers
 /// trip_together = { instances = 3, within = "30s" }   # off unless given; instances >= 2
+///
+/// [fleet.caps.freight]             # a fleet-wide cap on policy `freight`'s bulkhead
+/// cap = 8                           # G: calls active at the dependency across every instance
+/// renew_every = "1s"                # T: how often each instance renews its allotment
+/// ttl = "3s"                        # a claim's life unrenewed; above renew_every
+/// longest_call = "2s"               # the deadline bounding every call; ttl - longest_call > renew_every
+/// mode = "available"                # or "strict" (the default): what an instance admits cut off from the store
+/// local_share = 2                   # only with "available": the slots it then admits, at most cap
 /// ```
+///
+/// The caps live in this table, keyed by policy, rather than in each policy's
+/// `bulkhead` section, because they share its nature: they need the store named
+/// here, and cannot change at run time (the renewal tasks hold their settings;
+/// G itself is kept by the store), while a policy's sections can be reloaded.
 ///
 /// Errors name the field: a `store` that is neither `"local"` nor a Redis URL
 /// that parses (`fleet.store`), an empty or malformed `prefix` (`fleet.prefix`),
 /// a zero `store_timeout` or `probe_window` (the lease TTL's part), a
 /// `trip_together` with fewer than 2 instances or a zero window
-/// (`fleet.trip_together.instances`, `fleet.trip_together.within`). A Redis URL
+/// (`fleet.trip_together.instances`, `fleet.trip_together.within`), a cap's
+/// setting (`fleet.caps.freight.ttl`, as [`CapConfig::validate`] rules), or a cap
+/// on a policy that declares no bulkhead (`fleet.caps.freight`). A Redis URL
 /// is only parsed: nothing is dialled while the document is checked. The table
 /// cannot change at run time (the coordinators hold their store).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -52,6 +70,92 @@ pub struct FleetSection {
     /// The fleet trip, off unless given ([`FleetConfig::trip_together`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trip_together: Option<TripTogetherSection>,
+    /// Fleet-wide caps, by the name of the policy whose bulkhead each caps.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub caps: BTreeMap<String, CapSection>,
+}
+
+/// `[fleet.caps.<policy>]`: a fleet-wide cap on the policy's bulkhead, for
+/// [`Fleet::cap`](crate::fleet::Fleet::cap). Only `cap` is required; the other
+/// fields take [`CapConfig::new`]'s values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct CapSection {
+    /// G: the calls active at the dependency across every instance ([`CapConfig::cap`]).
+    pub cap: u32,
+    /// T: how often an instance renews its claim ([`CapConfig::renew_every`]).
+    #[serde(default = "default_renew_every", with = "seawall_core::duration_format")]
+    pub renew_every: Duration,
+    /// How long a claim lives unrenewed ([`CapConfig::ttl`]).
+    #[serde(default = "default_ttl", with = "seawall_core::duration_format")]
+    pub ttl: Duration,
+    /// The longest a call admitted under the cap runs ([`CapConfig::longest_call`]).
+    #[serde(default = "default_longest_call", with = "seawall_core::duration_format")]
+    pub longest_call: Duration,
+    /// What an instance admits without a live lease ([`CapConfig::mode`]).
+    #[serde(default)]
+    pub mode: CapModeSection,
+    /// The slots an instance cut off from the store admits into: required with
+    /// `mode = "available"`, refused with `"strict"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_share: Option<u32>,
+}
+
+/// `mode = "strict" | "available"`: see [`CapMode`].
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum CapModeSection {
+    /// [`CapMode::Strict`], the default.
+    #[default]
+    Strict,
+    /// [`CapMode::Available`], with the section's `local_share`.
+    Available,
+}
+
+fn default_renew_every() -> Duration {
+    CapConfig::new(1).renew_every
+}
+
+fn default_ttl() -> Duration {
+    CapConfig::new(1).ttl
+}
+
+fn default_longest_call() -> Duration {
+    CapConfig::new(1).longest_call
+}
+
+impl CapSection {
+    /// The cap's settings, checked by [`CapConfig::validate`]; errors name the
+    /// field relative to the section (`ttl`, `local_share`).
+    pub fn config(&self) -> Result<CapConfig, ConfigError> {
+        let mode = match (self.mode, self.local_share) {
+            (CapModeSection::Strict, None) => CapMode::Strict,
+            (CapModeSection::Available, Some(local_share)) => CapMode::Available { local_share },
+            (CapModeSection::Strict, Some(_)) => {
+                return Err(ConfigError::new(
+                    "local_share",
+                    "only with mode = \"available\" (a strict cap admits nothing without a lease)",
+                ))
+            }
+            (CapModeSection::Available, None) => {
+                return Err(ConfigError::new(
+                    "local_share",
+                    "mode = \"available\" needs the slots an instance admits cut off from the store",
+                ))
+            }
+        };
+        let config = CapConfig::new(self.cap)
+            .renew_every(self.renew_every)
+            .ttl(self.ttl)
+            .longest_call(self.longest_call)
+            .mode(mode);
+        config.validate()?;
+        Ok(config)
+    }
 }
 
 /// `trip_together = { instances = 3, within = "30s" }`: see [`TripTogether`].
@@ -79,6 +183,7 @@ impl Default for FleetSection {
             probe_window: d.probe_window,
             disconnect_after: d.disconnect_after,
             trip_together: None,
+            caps: BTreeMap::new(),
         }
     }
 }
@@ -122,6 +227,11 @@ impl FleetSection {
         }
         if let Err(e) = self.config().validate() {
             out.push(e);
+        }
+        for (policy, cap) in &self.caps {
+            if let Err(e) = cap.config() {
+                out.push(e.within(&format!("caps.{}", key(policy))));
+            }
         }
         out
     }

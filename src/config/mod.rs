@@ -39,6 +39,9 @@
 //! store = "redis://redis.internal:6379/"   # or "local"
 //! prefix = "shop-v2"
 //! trip_together = { instances = 3, within = "30s" }
+//!
+//! [fleet.caps.freight]              # freight's bulkhead capped at 8 across the fleet
+//! cap = 8
 //! ```
 //!
 //! Each section is the crate's own configuration type ([`PolicyConfig`] lists
@@ -147,5 +150,5 @@ pub use document::{PolicyConfig, PolicyDocument, Section};
 pub use error::LoadError;
 #[cfg(feature = "fleet")]
 #[cfg_attr(docsrs, doc(cfg(feature = "fleet")))]
-pub use fleet::{FleetSection, TripTogetherSection};
+pub use fleet::{CapModeSection, CapSection, FleetSection, TripTogetherSection};
 pub use policies::{Policies, PoliciesSnapshot, PolicyHandles, PolicySnapshot};
