@@ -7,7 +7,7 @@
 //! | `GET /` (and `/dashboard.js`, `/dashboard.css`, `/events`) | the incident dashboard: every policy live in a browser, with controls once the operator enters the token ([below](#the-dashboard)) | no |
 //! | `GET /policies` | [`PoliciesSnapshot`] of every policy: configuration in force, breaker state and counters, bulkhead occupancy, degradation level, fallback counters (the policy file by name only; its full path with the token) | no |
 //! | `GET /policies/{name}` | one policy's [`PolicySnapshot`](crate::config::PolicySnapshot) | no |
-//! | `GET /fleet` | the `[fleet]` settings in force (feature `fleet`): store URL with its password as `***`, prefix, timeouts, `trip_together`; `404` without a `[fleet]` table | no |
+//! | `GET /fleet` | [`FleetStatus`](crate::config::FleetStatus) (feature `fleet`): the `[fleet]` settings in force (store URL with its password as `***`, prefix, timeouts, `trip_together`, `caps`) and, under `policies`, each policy whose coordination or cap the application registered ([`Policies::register_coordination`], [`Policies::register_cap`]): `connected`, the coordination (lease, verdicts applied, store errors) and the cap (G configured and stored, allotment, demand, mode, fleet reserved total, lapses), also in the policy's entry of `GET /policies`; `404` with neither | no |
 //! | `POST /reload` | re-read the policy file and apply it ([`Policies::reload`]) | yes |
 //! | `POST /revert` | back to the start-up document ([`Policies::revert`]) | yes |
 //! | `POST /policies/{name}/breaker/{force-open, force-closed, reset}` | hold the breaker open or closed; `reset` ends either and starts closed with an empty window | yes |
@@ -300,10 +300,11 @@ async fn all(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Response {
     json::<PoliciesSnapshot>(StatusCode::OK, &snapshot)
 }
 
-/// The `[fleet]` settings in force, redacted as in the policies' snapshot.
+/// The `[fleet]` settings in force, redacted as in the policies' snapshot, and
+/// each registered policy's coordination and cap.
 async fn fleet(State(admin): State<Arc<Admin>>) -> Response {
     #[cfg(feature = "fleet")]
-    if let Some(fleet) = admin.policies.snapshot().fleet {
+    if let Some(fleet) = admin.policies.fleet_status() {
         return json(StatusCode::OK, &fleet);
     }
     let _ = admin;

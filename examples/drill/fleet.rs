@@ -7,6 +7,7 @@
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 
 use seawall::config::Policies;
 use std::time::Duration;
@@ -101,6 +102,10 @@ impl FleetStore {
             }
             _ => return Err("the [fleet] table names another store than the drill's".into()),
         };
+        // Shown live by the shop's admin routes (`GET /admin/fleet`).
+        let (breaker, cap) = (Arc::new(breaker), Arc::new(cap));
+        policies.register_coordination(Arc::clone(&breaker))?;
+        policies.register_cap(Arc::clone(&cap))?;
         Ok(Membership { breaker, cap })
     }
 }
@@ -113,11 +118,12 @@ pub struct Members<'a> {
     pub bulkhead: &'a seawall::bulkhead::Handle,
 }
 
-/// One instance's part in the fleet; dropping it leaves the fleet.
+/// One instance's part in the fleet, also kept by its policies (for the admin
+/// routes) while they live.
 pub struct Membership {
-    pub breaker: Coordinated,
+    pub breaker: Arc<Coordinated>,
     /// The freight bulkhead's share of the fleet-wide cap.
-    pub cap: Capped,
+    pub cap: Arc<Capped>,
 }
 
 /// A `redis-server` on 127.0.0.1: no persistence, killed when dropped.

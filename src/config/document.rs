@@ -232,7 +232,11 @@ impl PolicyDocument {
         if let Some(fleet) = &self.fleet {
             errors.extend(fleet.problems().into_iter().map(|e| within(e, "fleet")));
             for policy in fleet.caps.keys() {
-                if self.policies.get(policy).is_none_or(|p| p.bulkhead.is_none()) {
+                if self
+                    .policies
+                    .get(policy)
+                    .is_none_or(|p| p.bulkhead.is_none())
+                {
                     errors.push(ConfigError::new(
                         format!("fleet.caps.{}", key(policy)),
                         format!("caps the policy `{policy}`, which declares no bulkhead"),

@@ -85,13 +85,19 @@ pub struct CapSection {
     /// G: the calls active at the dependency across every instance ([`CapConfig::cap`]).
     pub cap: u32,
     /// T: how often an instance renews its claim ([`CapConfig::renew_every`]).
-    #[serde(default = "default_renew_every", with = "seawall_core::duration_format")]
+    #[serde(
+        default = "default_renew_every",
+        with = "seawall_core::duration_format"
+    )]
     pub renew_every: Duration,
     /// How long a claim lives unrenewed ([`CapConfig::ttl`]).
     #[serde(default = "default_ttl", with = "seawall_core::duration_format")]
     pub ttl: Duration,
     /// The longest a call admitted under the cap runs ([`CapConfig::longest_call`]).
-    #[serde(default = "default_longest_call", with = "seawall_core::duration_format")]
+    #[serde(
+        default = "default_longest_call",
+        with = "seawall_core::duration_format"
+    )]
     pub longest_call: Duration,
     /// What an instance admits without a live lease ([`CapConfig::mode`]).
     #[serde(default)]
@@ -103,9 +109,7 @@ pub struct CapSection {
 }
 
 /// `mode = "strict" | "available"`: see [`CapMode`].
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize,
-)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum CapModeSection {
@@ -141,12 +145,10 @@ impl CapSection {
                     "only with mode = \"available\" (a strict cap admits nothing without a lease)",
                 ))
             }
-            (CapModeSection::Available, None) => {
-                return Err(ConfigError::new(
-                    "local_share",
-                    "mode = \"available\" needs the slots an instance admits cut off from the store",
-                ))
-            }
+            (CapModeSection::Available, None) => return Err(ConfigError::new(
+                "local_share",
+                "mode = \"available\" needs the slots an instance admits cut off from the store",
+            )),
         };
         let config = CapConfig::new(self.cap)
             .renew_every(self.renew_every)

@@ -143,6 +143,8 @@ mod document;
 mod error;
 #[cfg(feature = "fleet")]
 mod fleet;
+#[cfg(feature = "fleet")]
+mod fleet_status;
 mod locate;
 mod policies;
 
@@ -151,4 +153,7 @@ pub use error::LoadError;
 #[cfg(feature = "fleet")]
 #[cfg_attr(docsrs, doc(cfg(feature = "fleet")))]
 pub use fleet::{CapModeSection, CapSection, FleetSection, TripTogetherSection};
+#[cfg(feature = "fleet")]
+#[cfg_attr(docsrs, doc(cfg(feature = "fleet")))]
+pub use fleet_status::{CapStatus, CoordinationStatus, FleetStatus, PolicyFleetSnapshot};
 pub use policies::{Policies, PoliciesSnapshot, PolicyHandles, PolicySnapshot};

@@ -71,6 +71,9 @@ struct State {
     current: PolicyDocument,
     generation: u64,
     built: BTreeMap<String, PolicyHandles>,
+    /// The coordinations and caps registered, by policy.
+    #[cfg(feature = "fleet")]
+    fleet_parts: BTreeMap<String, super::fleet_status::FleetParts>,
 }
 
 impl fmt::Debug for Policies {
@@ -160,6 +163,12 @@ pub struct PolicySnapshot {
     #[cfg(feature = "fallback")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fallback: Option<crate::fallback::Snapshot>,
+    /// The policy's coordination and cap, once registered
+    /// ([`Policies::register_coordination`], [`Policies::register_cap`]).
+    #[cfg(feature = "fleet")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "fleet")))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<super::PolicyFleetSnapshot>,
 }
 
 fn section_path(name: &str, section: &str) -> String {
@@ -205,6 +214,8 @@ impl Policies {
                     current: document,
                     generation: 0,
                     built: BTreeMap::new(),
+                    #[cfg(feature = "fleet")]
+                    fleet_parts: BTreeMap::new(),
                 }),
             }),
         }
@@ -494,6 +505,8 @@ impl Policies {
                     degradation: built.degradation.as_ref().map(|h| h.snapshot()),
                     #[cfg(feature = "fallback")]
                     fallback: built.fallback.as_ref().map(|h| h.snapshot()),
+                    #[cfg(feature = "fleet")]
+                    fleet: state.fleet_parts.get(name).map(|p| p.snapshot()),
                 };
                 (name.clone(), snapshot)
             })
@@ -520,6 +533,74 @@ impl Policies {
     #[cfg_attr(docsrs, doc(cfg(feature = "fleet")))]
     pub fn fleet(&self) -> Option<&super::FleetSection> {
         self.inner.started.fleet.as_ref()
+    }
+
+    /// Shows the coordination of policy `coordinated.name()`'s breaker in the
+    /// policy's snapshot and at the admin router's `GET /fleet`. The policies keep
+    /// it (and so the coordination) for as long as they live; registering again
+    /// replaces it. Errors, naming `policies.<name>`, when no policy has that name.
+    #[cfg(feature = "fleet")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "fleet")))]
+    pub fn register_coordination(
+        &self,
+        coordinated: impl Into<Arc<crate::fleet::Coordinated>>,
+    ) -> Result<(), ConfigError> {
+        let coordinated = coordinated.into();
+        let name = coordinated.name().to_owned();
+        self.fleet_part(&name, |p| p.coordinated = Some(coordinated))
+    }
+
+    /// Shows the fleet-wide cap of policy `capped.name()`'s bulkhead in the
+    /// policy's snapshot and at `GET /fleet`, kept as
+    /// [`register_coordination`](Self::register_coordination) keeps a coordination.
+    #[cfg(feature = "fleet")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "fleet")))]
+    pub fn register_cap(
+        &self,
+        capped: impl Into<Arc<crate::fleet::Capped>>,
+    ) -> Result<(), ConfigError> {
+        let capped = capped.into();
+        let name = capped.name().to_owned();
+        self.fleet_part(&name, |p| p.capped = Some(capped))
+    }
+
+    #[cfg(feature = "fleet")]
+    fn fleet_part(
+        &self,
+        name: &str,
+        set: impl FnOnce(&mut super::fleet_status::FleetParts),
+    ) -> Result<(), ConfigError> {
+        let mut state = self.lock();
+        if !state.current.policies.contains_key(name) {
+            return Err(ConfigError::new(
+                format!("policies.{}", key(name)),
+                "no such policy: a coordination or cap is shown under the policy it was built from",
+            ));
+        }
+        set(state.fleet_parts.entry(name.to_owned()).or_default());
+        Ok(())
+    }
+
+    /// The `[fleet]` settings (redacted) and every registered policy's part in
+    /// the fleet; `None` with neither.
+    #[cfg(feature = "fleet")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "fleet")))]
+    pub fn fleet_status(&self) -> Option<super::FleetStatus> {
+        let state = self.lock();
+        let settings = state
+            .current
+            .fleet
+            .as_ref()
+            .map(super::FleetSection::redacted);
+        if settings.is_none() && state.fleet_parts.is_empty() {
+            return None;
+        }
+        let policies = state
+            .fleet_parts
+            .iter()
+            .map(|(name, parts)| (name.clone(), parts.snapshot()))
+            .collect();
+        Some(super::FleetStatus { settings, policies })
     }
 
     /// Applies a changed document to every built layer, keeping their state; all
