@@ -122,5 +122,6 @@ fn main() {
         let ops = subjects::fleet::store_ops_on_the_closed_path(&rt, 100_000);
         report::fleet::print(&rows, Some(&ops));
     }
+    report::fleet_cap::print_with_count(&rows, &rt);
     eprintln!("(took {:.1} s)", started.elapsed().as_secs_f64());
 }

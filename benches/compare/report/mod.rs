@@ -6,6 +6,7 @@
 
 mod composition;
 pub(crate) mod fleet;
+pub(crate) mod fleet_cap;
 mod fmt;
 mod targets;
 

@@ -11,6 +11,7 @@ mod bulkheads;
 mod degradation;
 mod fallbacks;
 pub(crate) mod fleet;
+pub(crate) mod fleet_cap;
 pub(crate) mod inner;
 mod reference;
 mod stacks;
@@ -67,6 +68,8 @@ pub(crate) enum Id {
     /// The same breaker, coordinated by a fleet over an in-process store.
     SwBreakerFleet,
     SwBulkhead,
+    /// The same bulkhead, capped across a fleet over an in-process store.
+    SwBulkheadFleet,
     /// The bulkhead with an adaptive (AIMD) limit.
     SwBulkheadAdaptive,
     SwDegradation,
@@ -95,6 +98,7 @@ impl Id {
             Id::SwBreaker => "breaker",
             Id::SwBreakerFleet => "breaker in a fleet",
             Id::SwBulkhead => "bulkhead",
+            Id::SwBulkheadFleet => "bulkhead in a fleet",
             Id::SwBulkheadAdaptive => "adaptive bulkhead",
             Id::SwDegradation => "degradation",
             Id::SwFallback => "fallback",
@@ -199,6 +203,7 @@ pub(crate) fn rows(rt: &Runtime) -> Vec<Row> {
     rows.extend(bulkheads::seawall());
     rows.extend(breakers::seawall(rt));
     rows.extend(fleet::rows(rt));
+    rows.extend(fleet_cap::rows(rt));
     rows.extend(fallbacks::seawall());
     rows.extend(degradation::rows(rt));
     rows.extend(stacks::rows(rt));
