@@ -359,8 +359,16 @@ fn documented_series_exist_at_zero_once_the_layers_are_built() {
         for (labels, v) in &family.series {
             let expected = match (name.as_str(), labels.get("state").map(String::as_str)) {
                 ("seawall_breaker_state", Some("closed")) => 1.0,
-                // The limits in force: the built max_concurrent, not adaptive.
-                ("seawall_bulkhead_max_concurrent" | "seawall_bulkhead_limit", _) => 3.0,
+                // The configured limit, and the limit in force (the built
+                // max_concurrent, not adaptive), summed over a keyed layer's live
+                // keys: none yet.
+                ("seawall_bulkhead_max_concurrent", _) => 3.0,
+                ("seawall_bulkhead_limit", _)
+                    if labels.get("name").map(String::as_str) == Some("per-host") =>
+                {
+                    0.0
+                }
+                ("seawall_bulkhead_limit", _) => 3.0,
                 _ => 0.0,
             };
             assert_eq!(*v, expected, "{name}{labels:?}");

@@ -322,13 +322,11 @@ where
                 series: match self.key_label {
                     Some(label) => KeySeries::PerKey(label),
                     None => {
-                        // Registered now, with the limit every key will have (or,
-                        // adaptive, the sum of none yet), so the series are
-                        // exported before the first key arrives.
-                        let mut series = Series::named(&name);
-                        if adaptive {
-                            series = series.summing_limits();
-                        }
+                        // Registered now, so the series are exported before the
+                        // first key arrives: the configured limit, and the limits in
+                        // force summed over the keys (none yet), as their active
+                        // calls are.
+                        let series = Series::named(&name).summing_limits();
                         series.limit(self.inner.config.max_concurrent);
                         KeySeries::Shared(series)
                     }

@@ -169,7 +169,8 @@
 //! slow host shrinks its own limit and no other. A key forgotten at the bound on
 //! keys forgets what it learned and comes back at the initial limit; in the
 //! layer's metric series `seawall_bulkhead_limit` is then the sum of the live
-//! keys' limits, as `seawall_bulkhead_active` is the sum of their active calls.
+//! keys' limits (as for a fixed keyed layer: each key adds its `max_concurrent`),
+//! as `seawall_bulkhead_active` is the sum of their active calls.
 //!
 //! # The life of a call
 //!
@@ -383,7 +384,7 @@
 //! | metric (label `name`) | kind |
 //! |---|---|
 //! | `seawall_bulkhead_active`, `seawall_bulkhead_queued`, `seawall_bulkhead_max_concurrent` | gauge |
-//! | `seawall_bulkhead_limit` (the limit in force: adaptive, pinned or `max_concurrent`) | gauge |
+//! | `seawall_bulkhead_limit` (the limit in force: adaptive, pinned or `max_concurrent`; a keyed layer's: summed over its live keys) | gauge |
 //! | `seawall_bulkhead_admitted_total` | counter |
 //! | `seawall_bulkhead_rejected_total{reason = "full" \| "timeout" \| "keys"}` | counter |
 //! | `seawall_bulkhead_wait_seconds` | histogram |

@@ -9,7 +9,7 @@
 //! | `seawall_bulkhead_active` | gauge | calls holding a slot |
 //! | `seawall_bulkhead_queued` | gauge | calls waiting for a slot |
 //! | `seawall_bulkhead_max_concurrent` | gauge | the configured limit (`max_concurrent`) |
-//! | `seawall_bulkhead_limit` | gauge | the limit in force: adaptive, pinned, or `max_concurrent`; a keyed adaptive layer's series: the sum over its keys |
+//! | `seawall_bulkhead_limit` | gauge | the limit in force (adaptive, pinned, or `max_concurrent`), summed over the bulkheads of the series, as `active` is |
 //! | `seawall_bulkhead_admitted_total` | counter | calls admitted |
 //! | `seawall_bulkhead_rejected_total{reason="full"}` | counter | turned away, queue full |
 //! | `seawall_bulkhead_rejected_total{reason="timeout"}` | counter | waited as long as allowed |
@@ -19,11 +19,13 @@
 //! | `seawall_bulkhead_shadow_rejections_total{reason}` | counter | shadow mode: let through beyond the limit instead of rejected (`full`, `timeout`, `keys`) |
 //! | `seawall_bulkhead_over_limit` | gauge | shadow mode: calls let through beyond the limit, still running |
 //!
-//! A keyed layer with an adaptive limit has one limit per key: in the layer's
-//! series, `seawall_bulkhead_limit` is the sum of its keys' limits in force (each key
-//! adds its own, moves it, and takes it out when forgotten), to read against
-//! `seawall_bulkhead_active`, which is a sum over its keys too. A fixed keyed
-//! layer's keys all have `max_concurrent`, which the gauge shows.
+//! `seawall_bulkhead_limit` has one meaning everywhere: the limits in force of the
+//! bulkheads reporting to the series, summed, to read against
+//! `seawall_bulkhead_active`, which is their sum too. For one bulkhead (or a
+//! per-key series) that is its own limit; in a keyed layer's shared series each
+//! live key adds its own limit, moves it, and takes it out when forgotten, whether
+//! the limit is fixed or adaptive. `seawall_bulkhead_max_concurrent` stays the
+//! configured limit of one bulkhead (of each key).
 //!
 //! Every call handed to a bulkhead ends in exactly one of admitted, rejected (by
 //! reason), shadow-rejected (by reason) or abandoned, or is still queued; each
@@ -57,8 +59,8 @@ use crate::machine::Machine;
 pub(crate) struct Series {
     #[cfg(feature = "metrics")]
     handles: std::sync::Arc<Metrics>,
-    /// The bulkheads' limits add up in `seawall_bulkhead_limit` (a keyed adaptive
-    /// layer's shared series), instead of each setting it.
+    /// The bulkheads' limits add up in `seawall_bulkhead_limit` (a keyed layer's
+    /// shared series), instead of each setting it.
     #[cfg(feature = "metrics")]
     summed_limits: bool,
 }
@@ -229,7 +231,7 @@ pub(crate) fn describe() {
     metrics::describe_gauge!(
         "seawall_bulkhead_limit",
         Unit::Count,
-        "The limit of active calls in force: an adaptive algorithm's, an operator's pinned limit, or max_concurrent."
+        "The limit of active calls in force (an adaptive algorithm's, an operator's pinned limit, or max_concurrent), summed over the keys of a keyed layer as active is."
     );
     metrics::describe_counter!(
         "seawall_bulkhead_admitted_total",

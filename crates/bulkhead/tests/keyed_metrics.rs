@@ -241,3 +241,38 @@ fn a_keyed_adaptive_layer_reports_the_sum_of_its_keys_limits() {
         assert!(kept == 19 || kept == 20, "{kept}");
     });
 }
+
+#[test]
+fn a_fixed_keyed_layer_reports_the_sum_of_its_live_keys_limits_too() {
+    let series = Series::default();
+    let limit = "seawall_bulkhead_limit{name=shops}";
+    let configured = "seawall_bulkhead_max_concurrent{name=shops}";
+    metrics::with_local_recorder(&series, || {
+        let layer = KeyedBulkheadLayer::builder("shops", body)
+            .max_concurrent(3)
+            .max_keys(2)
+            .build()
+            .unwrap();
+        assert_eq!(series.gauge(limit), 0.0, "no key yet");
+        assert_eq!(series.gauge(configured), 3.0);
+        let mut svc = layer.layer(service_fn(ok));
+        send(&mut svc, "a".to_owned());
+        assert_eq!(series.gauge(limit), 3.0);
+        send(&mut svc, "b".to_owned());
+        assert_eq!(series.gauge(limit), 6.0);
+        // A third key evicts an idle one: still two live keys.
+        send(&mut svc, "c".to_owned());
+        assert_eq!(layer.handle().snapshot().evicted, 1);
+        assert_eq!(series.gauge(limit), 6.0);
+        // A new limit for every key moves the sum with it.
+        layer
+            .handle()
+            .reconfigure(BulkheadConfig {
+                max_concurrent: 5,
+                ..layer.handle().config()
+            })
+            .unwrap();
+        assert_eq!(series.gauge(limit), 10.0);
+        assert_eq!(series.gauge(configured), 5.0);
+    });
+}
