@@ -103,26 +103,33 @@ impl FallbackConfig {
 /// strategy, no trigger, an empty or repeated step name, or a zero timeout is a
 /// [`ConfigError`].
 pub struct FallbackBuilder<Cap = NoCapture, P = NoStrategy, C = NoFailures, M = Plain> {
-    name: Name,
+    parts: Parts,
     capture: Cap,
     plan: P,
     classifier: C,
+    mode: M,
+}
+
+/// What the builder carries unchanged when a setter changes one of its type
+/// parameters (the capture, the strategy, the classifier or the mode).
+struct Parts {
+    name: Name,
     has_classifier: bool,
     error_types: Vec<ErrorMatcher>,
     config: FallbackConfig,
-    mode: M,
     hook: Option<StepHook>,
     problem: Option<ConfigError>,
 }
 
 impl<Cap, P: fmt::Debug, C, M> fmt::Debug for FallbackBuilder<Cap, P, C, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts = &self.parts;
         f.debug_struct("FallbackBuilder")
-            .field("name", &self.name)
+            .field("name", &parts.name)
             .field("plan", &self.plan)
-            .field("config", &self.config)
-            .field("has_classifier", &self.has_classifier)
-            .field("error_types", &self.error_types.len())
+            .field("config", &parts.config)
+            .field("has_classifier", &parts.has_classifier)
+            .field("error_types", &parts.error_types.len())
             .finish_non_exhaustive()
     }
 }
@@ -130,16 +137,18 @@ impl<Cap, P: fmt::Debug, C, M> fmt::Debug for FallbackBuilder<Cap, P, C, M> {
 impl FallbackBuilder {
     pub(crate) fn new(name: Name) -> Self {
         Self {
-            name,
+            parts: Parts {
+                name,
+                has_classifier: false,
+                error_types: Vec::new(),
+                config: FallbackConfig::default(),
+                hook: None,
+                problem: None,
+            },
             capture: NoCapture,
             plan: NoStrategy,
             classifier: NoFailures,
-            has_classifier: false,
-            error_types: Vec::new(),
-            config: FallbackConfig::default(),
             mode: Plain,
-            hook: None,
-            problem: None,
         }
     }
 }
@@ -147,31 +156,21 @@ impl FallbackBuilder {
 impl<Cap, P, C, M> FallbackBuilder<Cap, P, C, M> {
     fn with_plan<P2>(self, plan: P2) -> FallbackBuilder<Cap, P2, C, M> {
         FallbackBuilder {
-            name: self.name,
+            parts: self.parts,
             capture: self.capture,
             plan,
             classifier: self.classifier,
-            has_classifier: self.has_classifier,
-            error_types: self.error_types,
-            config: self.config,
             mode: self.mode,
-            hook: self.hook,
-            problem: self.problem,
         }
     }
 
     pub(crate) fn with_mode<M2>(self, mode: M2) -> FallbackBuilder<Cap, P, C, M2> {
         FallbackBuilder {
-            name: self.name,
+            parts: self.parts,
             capture: self.capture,
             plan: self.plan,
             classifier: self.classifier,
-            has_classifier: self.has_classifier,
-            error_types: self.error_types,
-            config: self.config,
             mode,
-            hook: self.hook,
-            problem: self.problem,
         }
     }
 
@@ -181,7 +180,7 @@ impl<Cap, P, C, M> FallbackBuilder<Cap, P, C, M> {
     }
 
     fn problem(&mut self, e: ConfigError) {
-        self.problem.get_or_insert(e);
+        self.parts.problem.get_or_insert(e);
     }
 
     /// Fires the fallback when a seawall rejection of `kind` is found in the
@@ -189,7 +188,7 @@ impl<Cap, P, C, M> FallbackBuilder<Cap, P, C, M> {
     /// A rejection of a kind not selected passes through untouched.
     #[must_use]
     pub fn on_rejection(mut self, kind: RejectionKind) -> Self {
-        self.config.on_rejections = self.config.on_rejections.with(kind);
+        self.parts.config.on_rejections = self.parts.config.on_rejections.with(kind);
         self
     }
 
@@ -197,7 +196,7 @@ impl<Cap, P, C, M> FallbackBuilder<Cap, P, C, M> {
     /// [`Rejections::ALL`], [`Rejections::ADMISSION`]); replaces the selection.
     #[must_use]
     pub fn on_rejections(mut self, kinds: Rejections) -> Self {
-        self.config.on_rejections = kinds;
+        self.parts.config.on_rejections = kinds;
         self
     }
 
@@ -205,7 +204,7 @@ impl<Cap, P, C, M> FallbackBuilder<Cap, P, C, M> {
     /// (found by downcasting). Checked after rejections, before the classifier.
     #[must_use]
     pub fn on_error<E: Error + 'static>(mut self) -> Self {
-        self.error_types.push(chain_has::<E> as ErrorMatcher);
+        self.parts.error_types.push(chain_has::<E> as ErrorMatcher);
         self
     }
 
@@ -215,18 +214,14 @@ impl<Cap, P, C, M> FallbackBuilder<Cap, P, C, M> {
     /// ("no quote for that destination", a business answer) does not. Seawall
     /// rejections are not given to the classifier: [`on_rejection`](Self::on_rejection)
     /// alone decides them.
-    pub fn on_failure<C2>(self, classifier: C2) -> FallbackBuilder<Cap, P, C2, M> {
+    pub fn on_failure<C2>(mut self, classifier: C2) -> FallbackBuilder<Cap, P, C2, M> {
+        self.parts.has_classifier = true;
         FallbackBuilder {
-            name: self.name,
+            parts: self.parts,
             capture: self.capture,
             plan: self.plan,
             classifier,
-            has_classifier: true,
-            error_types: self.error_types,
-            config: self.config,
             mode: self.mode,
-            hook: self.hook,
-            problem: self.problem,
         }
     }
 
@@ -238,7 +233,7 @@ impl<Cap, P, C, M> FallbackBuilder<Cap, P, C, M> {
     where
         H: Fn(&str, &(dyn Error + 'static)) + Send + Sync + 'static,
     {
-        self.hook = Some(Arc::new(hook));
+        self.parts.hook = Some(Arc::new(hook));
         self
     }
 
@@ -246,7 +241,7 @@ impl<Cap, P, C, M> FallbackBuilder<Cap, P, C, M> {
     /// named steps' timeouts, and may build the layer disabled.
     #[must_use]
     pub fn config(mut self, config: FallbackConfig) -> Self {
-        self.config = config;
+        self.parts.config = config;
         self
     }
 
@@ -256,33 +251,34 @@ impl<Cap, P, C, M> FallbackBuilder<Cap, P, C, M> {
         Cap: Captures,
         P: Spec<Cap::Output>,
     {
-        if let Some(problem) = self.problem {
+        let parts = self.parts;
+        if let Some(problem) = parts.problem {
             return Err(problem);
         }
-        if self.name.trim().is_empty() {
+        if parts.name.trim().is_empty() {
             return Err(ConfigError::new("name", "must not be empty"));
         }
         let finished = self.plan.finish()?;
-        let other_triggers = self.has_classifier || !self.error_types.is_empty();
-        if self.config.on_rejections.is_empty() && !other_triggers {
+        let other_triggers = parts.has_classifier || !parts.error_types.is_empty();
+        if parts.config.on_rejections.is_empty() && !other_triggers {
             return Err(ConfigError::new(
                 "triggers",
                 "nothing would fire the fallback: select rejections (on_rejection), a failure classifier (on_failure) or error types (on_error)",
             ));
         }
         let rt = Runtime::new(
-            self.name,
+            parts.name,
             &finished.steps,
             other_triggers,
-            &self.config,
-            self.hook,
+            &parts.config,
+            parts.hook,
         )?;
         Ok(FallbackLayer::from_shared(Shared {
             capture: self.capture,
             plan: finished.plan,
             triggers: Triggers {
                 classifier: self.classifier,
-                error_types: self.error_types,
+                error_types: parts.error_types,
             },
             mode: self.mode,
             rt: Arc::new(rt),
@@ -311,23 +307,18 @@ impl<C, M> FallbackBuilder<NoCapture, NoStrategy, C, M> {
     where
         G: Fn(&Req) -> K,
     {
-        self.with_parts_capture(CaptureFn::new(capture))
+        self.with_capture(CaptureFn::new(capture))
     }
 }
 
 impl<P, C, M> FallbackBuilder<NoCapture, P, C, M> {
-    fn with_parts_capture<Cap2>(self, capture: Cap2) -> FallbackBuilder<Cap2, P, C, M> {
+    fn with_capture<Cap2>(self, capture: Cap2) -> FallbackBuilder<Cap2, P, C, M> {
         FallbackBuilder {
-            name: self.name,
+            parts: self.parts,
             capture,
             plan: self.plan,
             classifier: self.classifier,
-            has_classifier: self.has_classifier,
-            error_types: self.error_types,
-            config: self.config,
             mode: self.mode,
-            hook: self.hook,
-            problem: self.problem,
         }
     }
 }
