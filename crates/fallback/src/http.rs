@@ -43,7 +43,7 @@ use seawall_core::{find_rejection, BoxError};
 use crate::config::FallbackBuilder;
 use crate::error::{Mark, Served, Unavailable};
 use crate::handle::Runtime;
-use crate::mode::{sealed, ErrorOrigin, Mode, Plain};
+use crate::mode::{sealed, ErrorOrigin, Mode, Plain, Responses};
 use crate::telemetry::Rendered;
 
 /// The response type of both HTTP modes: the primary's body on the left, a
@@ -53,41 +53,32 @@ pub type EitherResponse<B, FB> = Response<Either<B, FB>>;
 /// The generic body of the default failure response.
 pub const FAILURE_BODY: &str = "internal server error\n";
 
-/// The `Either`-body mode, errors stay errors. See the [module docs](self).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct EitherBody;
+/// Both HTTP modes make their responses the same way: one impl serves them.
+pub(crate) trait RightIsFallback: sealed::Sealed {}
 
-impl sealed::Sealed for EitherBody {}
-
-impl<B, FB> Mode<Response<B>, Response<FB>> for EitherBody {
+impl<B, FB, M: RightIsFallback> Responses<Response<B>, Response<FB>> for M {
     type Response = EitherResponse<B, FB>;
-    type Error = BoxError;
 
     #[inline]
     fn primary(&self, res: Response<B>) -> Self::Response {
         res.map(Either::Left)
     }
 
+    #[inline]
     fn served(&self, answer: Response<FB>, served: Served) -> Self::Response {
         let mut res = answer.map(Either::Right);
         res.mark(served);
         res
     }
-
-    fn fail(
-        &self,
-        error: BoxError,
-        _origin: ErrorOrigin,
-        _primary_retry_after: Option<Duration>,
-        _rt: &Runtime,
-    ) -> Result<Self::Response, BoxError> {
-        Err(error)
-    }
-
-    fn ready_error(&self, error: BoxError) -> Result<BoxError, BoxError> {
-        Err(error)
-    }
 }
+
+/// The `Either`-body mode, errors stay errors. See the [module docs](self).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EitherBody;
+
+impl sealed::Sealed for EitherBody {}
+impl sealed::KeepsErrors for EitherBody {}
+impl RightIsFallback for EitherBody {}
 
 /// The HTTP server mode: always a response, `Error = Infallible`. See the
 /// [module docs](self).
@@ -162,20 +153,10 @@ impl HttpServer {
 
 impl sealed::Sealed for HttpServer {}
 
+impl RightIsFallback for HttpServer {}
+
 impl<B, FB: From<Bytes>> Mode<Response<B>, Response<FB>> for HttpServer {
-    type Response = EitherResponse<B, FB>;
     type Error = Infallible;
-
-    #[inline]
-    fn primary(&self, res: Response<B>) -> Self::Response {
-        res.map(Either::Left)
-    }
-
-    fn served(&self, answer: Response<FB>, served: Served) -> Self::Response {
-        let mut res = answer.map(Either::Right);
-        res.mark(served);
-        res
-    }
 
     fn fail(
         &self,

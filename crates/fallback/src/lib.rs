@@ -206,7 +206,7 @@ pub use future::ResponseFuture;
 pub use handle::{FallbackEvent, Handle, Runtime, Snapshot, StepSnapshot, TriggerCount};
 pub use layer::FallbackLayer;
 pub use machine::{NoFailures, Rejections, Trigger};
-pub use mode::{ErrorOrigin, Mode, Plain, Unmarked};
+pub use mode::{ErrorOrigin, Mode, Plain, Responses, Unmarked};
 pub use plan::{
     Chain, ChainFuture, ChainSteps, Finished, NoStrategy, Plan, Single, SingleFuture, Spec,
 };

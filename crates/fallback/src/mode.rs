@@ -12,6 +12,11 @@ use crate::handle::Runtime;
 pub(crate) mod sealed {
     #[allow(unreachable_pub)]
     pub trait Sealed {}
+
+    /// A mode whose errors stay errors (`Error = BoxError`): one impl makes every
+    /// such mode a [`Mode`](super::Mode).
+    #[allow(unreachable_pub)]
+    pub trait KeepsErrors: Sealed {}
 }
 
 /// Where an error that reaches the mode came from.
@@ -24,20 +29,26 @@ pub enum ErrorOrigin {
     Fallback,
 }
 
-/// How the layer answers: the response and error types of its service. Sealed;
-/// chosen on the builder: [`Plain`] (the default), [`Unmarked`], or with the `http` feature
-/// `http::EitherBody` and `http::HttpServer`.
-pub trait Mode<Res, Ans>: sealed::Sealed {
+/// A mode's response type, and how it is made from the primary's answer or from a
+/// fallback's answer with its [`Served`] marker. Sealed; the half of a [`Mode`] that
+/// both HTTP modes share.
+pub trait Responses<Res, Ans>: sealed::Sealed {
     /// The service's response type.
     type Response;
-    /// The service's error type.
-    type Error;
 
     #[doc(hidden)]
     fn primary(&self, res: Res) -> Self::Response;
 
     #[doc(hidden)]
     fn served(&self, answer: Ans, served: Served) -> Self::Response;
+}
+
+/// How the layer answers: the response and error types of its service. Sealed;
+/// chosen on the builder: [`Plain`] (the default), [`Unmarked`], or with the `http` feature
+/// `http::EitherBody` and `http::HttpServer`.
+pub trait Mode<Res, Ans>: Responses<Res, Ans> {
+    /// The service's error type.
+    type Error;
 
     #[doc(hidden)]
     fn fail(
@@ -54,6 +65,24 @@ pub trait Mode<Res, Ans>: sealed::Sealed {
     fn ready_error(&self, error: BoxError) -> Result<BoxError, Self::Error>;
 }
 
+impl<Res, Ans, T: Responses<Res, Ans> + sealed::KeepsErrors> Mode<Res, Ans> for T {
+    type Error = BoxError;
+
+    fn fail(
+        &self,
+        error: BoxError,
+        _origin: ErrorOrigin,
+        _primary_retry_after: Option<Duration>,
+        _rt: &Runtime,
+    ) -> Result<Self::Response, BoxError> {
+        Err(error)
+    }
+
+    fn ready_error(&self, error: BoxError) -> Result<BoxError, BoxError> {
+        Err(error)
+    }
+}
+
 /// The generic mode (the default): the fallback answers with the primary's response
 /// type, which records the [`Served`] marker through [`Mark`] (see [`Unmarked`] for
 /// a type that cannot); errors are `BoxError`s
@@ -63,10 +92,10 @@ pub trait Mode<Res, Ans>: sealed::Sealed {
 pub struct Plain;
 
 impl sealed::Sealed for Plain {}
+impl sealed::KeepsErrors for Plain {}
 
-impl<Res: Mark> Mode<Res, Res> for Plain {
+impl<Res: Mark> Responses<Res, Res> for Plain {
     type Response = Res;
-    type Error = BoxError;
 
     #[inline]
     fn primary(&self, res: Res) -> Res {
@@ -77,20 +106,6 @@ impl<Res: Mark> Mode<Res, Res> for Plain {
     fn served(&self, mut answer: Res, served: Served) -> Res {
         answer.mark(served);
         answer
-    }
-
-    fn fail(
-        &self,
-        error: BoxError,
-        _origin: ErrorOrigin,
-        _primary_retry_after: Option<Duration>,
-        _rt: &Runtime,
-    ) -> Result<Res, BoxError> {
-        Err(error)
-    }
-
-    fn ready_error(&self, error: BoxError) -> Result<BoxError, BoxError> {
-        Err(error)
     }
 }
 
@@ -103,10 +118,10 @@ impl<Res: Mark> Mode<Res, Res> for Plain {
 pub struct Unmarked;
 
 impl sealed::Sealed for Unmarked {}
+impl sealed::KeepsErrors for Unmarked {}
 
-impl<Res> Mode<Res, Res> for Unmarked {
+impl<Res> Responses<Res, Res> for Unmarked {
     type Response = Res;
-    type Error = BoxError;
 
     #[inline]
     fn primary(&self, res: Res) -> Res {
@@ -116,19 +131,5 @@ impl<Res> Mode<Res, Res> for Unmarked {
     #[inline]
     fn served(&self, answer: Res, _served: Served) -> Res {
         answer
-    }
-
-    fn fail(
-        &self,
-        error: BoxError,
-        _origin: ErrorOrigin,
-        _primary_retry_after: Option<Duration>,
-        _rt: &Runtime,
-    ) -> Result<Res, BoxError> {
-        Err(error)
-    }
-
-    fn ready_error(&self, error: BoxError) -> Result<BoxError, BoxError> {
-        Err(error)
     }
 }
