@@ -39,9 +39,9 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use seawall::bulkhead::BulkheadLayer;
 use seawall::circuit_breaker::CircuitBreakerLayer;
-use seawall::core::http::Either;
 use seawall::core::{DeadlineLayer, DeadlineRetry, Jitter, RetrySnapshot};
-use seawall::fallback::{FallbackLayer, FallbackRequest, Rejections, Served, Trigger};
+use seawall::fallback::http::{served, EitherResponse};
+use seawall::fallback::{FallbackLayer, FallbackRequest, Rejections, Trigger};
 use seawall::{BoxError, HttpStatus, RejectionKind, ServiceBuilderExt};
 use tower::{ServiceBuilder, ServiceExt};
 
@@ -101,12 +101,12 @@ fn quote_request(addr: SocketAddr) -> http::Result<Request<Full<Bytes>>> {
 }
 
 /// What the caller got: the supplier's answer, or the fallback's and why.
-async fn describe(result: Result<Response<Either<Incoming, Full<Bytes>>>, BoxError>) -> String {
+async fn describe(result: Result<EitherResponse<Incoming, Full<Bytes>>, BoxError>) -> String {
     let res = match result {
         Ok(res) => res,
         Err(e) => return format!("error: {e}"),
     };
-    let served = res.extensions().get::<Served>().cloned();
+    let served = served(&res).cloned();
     let status = res.status();
     let body = match res.into_body().collect().await {
         Ok(body) => String::from_utf8_lossy(&body.to_bytes()).into_owned(),

@@ -24,6 +24,7 @@ use seawall::bulkhead::{BulkheadLayer, Hold, Lend};
 use seawall::circuit_breaker::{CircuitBreakerLayer, State};
 use seawall::core::http::Either;
 use seawall::core::DeadlineLayer;
+use seawall::fallback::http::{served, EitherResponse};
 use seawall::fallback::{FallbackLayer, FallbackRequest, Served, Trigger};
 use seawall::{find_rejection, BoxError, HttpStatus, RejectionKind};
 use tokio::sync::{watch, Semaphore};
@@ -142,7 +143,7 @@ fn stack<H, B>(
     breaker: CircuitBreakerLayer<HttpStatus>,
 ) -> impl Service<
     Request<Body>,
-    Response = Response<Either<B, Body>>,
+    Response = EitherResponse<B, Body>,
     Error = BoxError,
     Future = impl Send,
 > + Clone
@@ -176,8 +177,8 @@ fn get(addr: SocketAddr) -> Request<Body> {
         .unwrap()
 }
 
-fn trigger<B>(res: &Response<B>) -> Option<Trigger> {
-    res.extensions().get::<Served>().map(Served::trigger)
+fn trigger<B>(res: &EitherResponse<B, Body>) -> Option<Trigger> {
+    served(res).map(Served::trigger)
 }
 
 async fn call<S, B>(svc: &S, addr: SocketAddr) -> Result<Response<B>, BoxError>
@@ -188,7 +189,7 @@ where
 }
 
 /// The primary's body, read to its end.
-async fn text<B>(res: Response<Either<B, Body>>) -> String
+async fn text<B>(res: EitherResponse<B, Body>) -> String
 where
     B: http_body::Body<Data = Bytes>,
     B::Error: Into<BoxError>,

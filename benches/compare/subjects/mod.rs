@@ -74,6 +74,8 @@ pub(crate) enum Id {
     SwBulkheadAdaptive,
     SwDegradation,
     SwFallback,
+    /// The same fallback in the generic mode, its marker in the response's extensions.
+    SwFallbackExtensions,
     /// The recommended stack: deadline → bulkhead → breaker.
     SwStack,
     SwDeadlineBreaker,
@@ -102,6 +104,7 @@ impl Id {
             Id::SwBulkheadAdaptive => "adaptive bulkhead",
             Id::SwDegradation => "degradation",
             Id::SwFallback => "fallback",
+            Id::SwFallbackExtensions => "fallback, generic mode",
             Id::SwStack => "stack",
             Id::SwDeadlineBreaker => "deadline → breaker",
             Id::SwDeadlineBulkhead => "deadline → bulkhead",

@@ -15,9 +15,10 @@ use crate::machine::Trigger;
 /// why the primary's answer was not used (the `source` field, which tells
 /// callers and metrics fresh from stale).
 ///
-/// HTTP responses carry it in their extensions
-/// (`res.extensions().get::<Served>()`); a response of your own type receives it
-/// through [`Mark`].
+/// Where to find it depends on the mode: in the HTTP modes (feature `http`), in the
+/// response's body (`seawall_fallback::http::served(&res)`), at no cost; in the
+/// generic mode, a response of your own type receives it through [`Mark`], and an
+/// `http::Response` in its extensions (`res.extensions().get::<Served>()`).
 #[derive(Clone)]
 pub struct Served {
     origin: Arc<Origin>,
@@ -89,8 +90,10 @@ impl fmt::Debug for Served {
 
 /// How a response records that a fallback served it.
 ///
-/// Implemented for `http::Response<B>` (the [`Served`] marker goes into its
-/// extensions). For a response type of your own, store the marker (a `source`
+/// Implemented for `http::Response<B>`: the [`Served`] marker goes into its
+/// extensions, whose first insert allocates three times (the map, its table, the
+/// boxed value) per served answer; the HTTP modes (feature `http`) carry it in the
+/// body instead, at no cost. For a response type of your own, store the marker (a `source`
 /// field, as a product price does) — this is how the layer keeps every
 /// served answer distinguishable from a fresh one. A type with nowhere to put it
 /// (a `String`) uses the explicit [`unmarked`](crate::FallbackBuilder::unmarked) mode.

@@ -2,10 +2,12 @@
 //!
 //! A fallback or a rendered answer usually cannot produce the inner service's body
 //! type (hyper's `Incoming` cannot be constructed), so both modes answer with
-//! `http::Response<Either<B, FB>>` ([`EitherResponse`]): `Left(B)` is the primary's
-//! body, untouched; `Right(FB)` is a fallback's body or a rendered answer. The
-//! `Either` is seawall-core's (`http_body_util::Either`), a `Body` whenever both
-//! sides are bodies with the same data type; its error is a `BoxError`.
+//! `http::Response<Either<B, FallbackBody<FB>>>` ([`EitherResponse`]): `Left(B)` is
+//! the primary's body, untouched; `Right` is a fallback's body `FB` or a rendered
+//! answer, wrapped in a [`FallbackBody`] that carries the [`Served`] marker of the
+//! step that answered ([`served`] reads it). The `Either` is seawall-core's
+//! (`http_body_util::Either`), a `Body` whenever both sides are bodies with the same
+//! data type; its error is a `BoxError`.
 //!
 //! - [`EitherBody`] ([`FallbackBuilder::either_body`]): errors stay errors
 //!   (`Error = BoxError`), for clients (a hyper-util client, a tonic channel).
@@ -33,25 +35,113 @@
 
 use std::convert::Infallible;
 use std::error::Error;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
+use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
 use seawall_core::http::{rejection_response, retry_after_value, Either, UNAVAILABLE_BODY};
 use seawall_core::{find_rejection, BoxError};
 
 use crate::config::FallbackBuilder;
-use crate::error::{Mark, Served, Unavailable};
+use crate::error::{Served, Unavailable};
 use crate::handle::Runtime;
 use crate::mode::{sealed, ErrorOrigin, Mode, Plain, Responses};
 use crate::telemetry::Rendered;
 
 /// The response type of both HTTP modes: the primary's body on the left, a
 /// fallback's body or a rendered answer on the right.
-pub type EitherResponse<B, FB> = Response<Either<B, FB>>;
+pub type EitherResponse<B, FB> = Response<Either<B, FallbackBody<FB>>>;
 
 /// The generic body of the default failure response.
 pub const FAILURE_BODY: &str = "internal server error\n";
+
+pin_project! {
+    /// The right side of an [`EitherResponse`]: a fallback's body with the
+    /// [`Served`] marker of the step that answered, or an answer the layer rendered
+    /// (no marker).
+    ///
+    /// The marker travels in the body rather than in the response's extensions,
+    /// whose first insert allocates three times (the map, its table, the boxed
+    /// value): serving costs no allocation beyond the answer itself. Read it with
+    /// [`served`] or [`FallbackBody::served`]. A body erased into another type
+    /// (axum's `Body`) no longer carries it; outer layers that need it read it
+    /// before.
+    #[derive(Debug, Clone)]
+    pub struct FallbackBody<FB> {
+        #[pin]
+        body: FB,
+        served: Option<Served>,
+    }
+}
+
+impl<FB> FallbackBody<FB> {
+    /// Which fallback and step served this body, and why; `None` for an answer the
+    /// layer rendered (a `503`, the failure response).
+    pub fn served(&self) -> Option<&Served> {
+        self.served.as_ref()
+    }
+
+    /// The body itself.
+    pub fn get_ref(&self) -> &FB {
+        &self.body
+    }
+
+    /// The body itself, mutably.
+    pub fn get_mut(&mut self) -> &mut FB {
+        &mut self.body
+    }
+
+    /// The body itself.
+    pub fn into_inner(self) -> FB {
+        self.body
+    }
+}
+
+impl<FB: Body> Body for FallbackBody<FB> {
+    type Data = FB::Data;
+    type Error = FB::Error;
+
+    #[inline]
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        self.project().body.poll_frame(cx)
+    }
+
+    #[inline]
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    #[inline]
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// Which fallback and step served `res`, and why: `None` for the primary's answer
+/// and for a rendered one. The marker is in the body (see [`FallbackBody`]).
+pub fn served<B, FB>(res: &EitherResponse<B, FB>) -> Option<&Served> {
+    match res.body() {
+        Either::Left(_) => None,
+        Either::Right(body) => body.served(),
+    }
+}
+
+/// A rendered answer: on the right, unmarked.
+fn rendered<B, FB: From<Bytes>>(res: Response<Bytes>) -> EitherResponse<B, FB> {
+    res.map(|body| {
+        Either::Right(FallbackBody {
+            body: FB::from(body),
+            served: None,
+        })
+    })
+}
 
 /// Both HTTP modes make their responses the same way: one impl serves them.
 pub(crate) trait RightIsFallback: sealed::Sealed {}
@@ -66,9 +156,12 @@ impl<B, FB, M: RightIsFallback> Responses<Response<B>, Response<FB>> for M {
 
     #[inline]
     fn served(&self, answer: Response<FB>, served: Served) -> Self::Response {
-        let mut res = answer.map(Either::Right);
-        res.mark(served);
-        res
+        answer.map(|body| {
+            Either::Right(FallbackBody {
+                body,
+                served: Some(served),
+            })
+        })
     }
 }
 
@@ -108,10 +201,6 @@ impl Default for HttpServer {
 }
 
 impl HttpServer {
-    fn from_template<B, FB: From<Bytes>>(template: &Response<Bytes>) -> EitherResponse<B, FB> {
-        template.clone().map(|body| Either::Right(FB::from(body)))
-    }
-
     fn render<B, FB: From<Bytes>>(
         &self,
         error: &(dyn Error + 'static),
@@ -121,7 +210,7 @@ impl HttpServer {
     ) -> EitherResponse<B, FB> {
         if let Some(answer) = Unavailable::find(error) {
             rt.rendered(Rendered::Unavailable, error);
-            let mut res = Self::from_template(&self.unavailable);
+            let mut res = rendered(self.unavailable.clone());
             if let Some(d) = answer.retry_after() {
                 res.headers_mut()
                     .insert(header::RETRY_AFTER, retry_after_value(d));
@@ -135,19 +224,18 @@ impl HttpServer {
                 ErrorOrigin::PassedThrough => Rendered::Rejection(rejection.kind()),
             };
             rt.rendered(how, error);
-            let (mut parts, _) = rejection_response(&rejection).into_parts();
+            let mut res = rejection_response(&rejection)
+                .map(|_| Bytes::from_static(UNAVAILABLE_BODY.as_bytes()));
             if rejection.retry_after().is_none() {
                 if let Some(d) = primary_retry_after {
-                    parts
-                        .headers
+                    res.headers_mut()
                         .insert(header::RETRY_AFTER, retry_after_value(d));
                 }
             }
-            let body = FB::from(Bytes::from_static(UNAVAILABLE_BODY.as_bytes()));
-            return Response::from_parts(parts, Either::Right(body));
+            return rendered(res);
         }
         rt.rendered(Rendered::Failure, error);
-        Self::from_template(&self.failure)
+        rendered(self.failure.clone())
     }
 }
 

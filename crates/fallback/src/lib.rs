@@ -122,9 +122,17 @@
 //! is spent; a value step answers even when the overall deadline has passed.
 //!
 //! Every served answer is marked with [`Served`] (which fallback, which step, which
-//! trigger): in an HTTP response's extensions, or through
-//! [`Mark`] for a response type of your own. An [`Unavailable`] answer is a typed
-//! outcome of its own: counted apart, never turned into data.
+//! trigger), where the mode puts it:
+//!
+//! | mode | where [`Served`] is | cost per served answer |
+//! |---|---|---|
+//! | HTTP modes (feature `http`) | in the body: `seawall_fallback::http::served(&res)` | none |
+//! | generic, a type of your own | wherever its [`Mark`] impl records it (a `source` field) | what that impl does |
+//! | generic, an `http::Response` | its extensions: `res.extensions().get::<Served>()` | three allocations (the map, its table, the marker) |
+//! | [`unmarked`](FallbackBuilder::unmarked) | nowhere: the handle's counters and events still tell | none |
+//!
+//! An [`Unavailable`] answer is a typed outcome of its own: counted apart, never
+//! turned into data.
 //!
 //! # Response types
 //!
@@ -133,8 +141,9 @@
 //!   [`unmarked`](FallbackBuilder::unmarked) for a type with nowhere to record the
 //!   marker (a `String`).
 //! - `http` feature: `FallbackBuilder::either_body` answers
-//!   `http::Response<Either<B, FB>>` (the primary's body `B` untouched on the left,
-//!   the fallback's `FB` on the right) and keeps errors;
+//!   `http::Response<Either<B, FallbackBody<FB>>>` (the primary's body `B`
+//!   untouched on the left, the fallback's `FB` on the right with its marker) and
+//!   keeps errors;
 //!   `FallbackBuilder::http_server` answers the same type with
 //!   `Error = Infallible` (axum-compatible): rejections are answered by
 //!   seawall-core's answers table (`503`, `504` for a spent deadline, `Retry-After`
@@ -151,8 +160,10 @@
 //! `Arc` clone into the response future (a concrete type, no allocation), reading
 //! the request's deadline only when the strategy can wait (not for a value), and
 //! asking the classifier about the answer. No clock read, no counter, no event.
-//! Counters, events and tracing happen only when the fallback is used; a chain
-//! boxes its future and each step's.
+//! Counters, events and tracing happen only when the fallback is used. Serving a
+//! value costs its clone, the counters and the marker: one reference count, with no
+//! allocation, except for an `http::Response` in the generic mode (see the table
+//! above); a chain boxes its future and each step's.
 //!
 //! # Where to put it
 //!

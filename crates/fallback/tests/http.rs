@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{header, Response, StatusCode};
+use http_body::Body as _;
 use http_body_util::{BodyExt, Full};
 use seawall_core::http::{Either, UNAVAILABLE_BODY};
 use seawall_core::{BoxError, BulkheadFull, CircuitOpen, HttpStatus};
-use seawall_fallback::http::{EitherResponse, FAILURE_BODY};
+use seawall_fallback::http::{served, EitherResponse, FallbackBody, FAILURE_BODY};
 use seawall_fallback::{
-    FallbackLayer, FallbackRequest, RejectionKind, Rejections, Served, Trigger, Unavailable,
+    FallbackLayer, FallbackRequest, RejectionKind, Rejections, Trigger, Unavailable,
 };
 use tower::{service_fn, Layer, Service, ServiceExt};
 
@@ -56,7 +57,7 @@ fn fallback_page() -> Response<Body> {
 
 async fn text<B, FB>(res: EitherResponse<B, FB>) -> String
 where
-    Either<B, FB>: http_body::Body<Data = Bytes, Error = BoxError>,
+    Either<B, FallbackBody<FB>>: http_body::Body<Data = Bytes, Error = BoxError>,
 {
     let bytes = res.into_body().collect().await.unwrap().to_bytes();
     String::from_utf8(bytes.to_vec()).unwrap()
@@ -75,7 +76,7 @@ async fn a_rejection_that_passes_through_becomes_503_with_retry_after_and_nothin
     let res = res.unwrap();
     assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(res.headers()[header::RETRY_AFTER], "2"); // 1.2 s, rounded up
-    assert!(res.extensions().get::<Served>().is_none());
+    assert!(served(&res).is_none());
     let body = text(res).await;
     assert_eq!(body, UNAVAILABLE_BODY);
     assert!(!body.contains("freight") && !body.contains("circuit"));
@@ -93,22 +94,23 @@ async fn a_served_fallback_is_the_right_body_marked_and_the_primary_the_left_unt
     let res = layer.layer(failing(open)).oneshot(req()).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert!(matches!(res.body(), Either::Right(_)));
-    let served = res.extensions().get::<Served>().unwrap().clone();
+    let marker = served(&res).unwrap().clone();
     assert_eq!(
-        served.trigger(),
+        marker.trigger(),
         Trigger::Rejected(RejectionKind::CircuitOpen)
     );
+    assert_eq!((marker.fallback(), marker.step()), ("freight", "value"));
+    // The marker travels in the body: nothing was inserted into the extensions.
+    assert!(res.extensions().is_empty());
     assert_eq!(text(res).await, "cached quote");
 
     // A 503 answer fires it too; a 404 ("no quote for that destination") does not.
     let res = layer.layer(answering(503)).oneshot(req()).await.unwrap();
-    assert_eq!(
-        res.extensions().get::<Served>().unwrap().trigger(),
-        Trigger::FailedResponse
-    );
+    assert_eq!(served(&res).unwrap().trigger(), Trigger::FailedResponse);
     let res = layer.layer(answering(404)).oneshot(req()).await.unwrap();
     assert_eq!(res.status(), StatusCode::NOT_FOUND);
     assert!(matches!(res.body(), Either::Left(_)));
+    assert!(served(&res).is_none());
     assert_eq!(text(res).await, "from supplier");
 }
 
@@ -181,6 +183,7 @@ async fn other_errors_render_the_failure_response_without_internal_text() {
     let res = layer.layer(failing(secret)).oneshot(req()).await.unwrap();
     assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
     assert!(res.headers().get(header::RETRY_AFTER).is_none());
+    assert!(served(&res).is_none()); // rendered, not served
     let body = text(res).await;
     assert_eq!(body, FAILURE_BODY);
     assert!(!body.contains("password"));
@@ -217,7 +220,7 @@ async fn a_poll_ready_error_is_held_and_answered_with_a_response() {
     assert!(ready.is_ok());
     let res = svc.call(req()).await.unwrap();
     assert_eq!(
-        res.extensions().get::<Served>().unwrap().trigger(),
+        served(&res).unwrap().trigger(),
         Trigger::Rejected(RejectionKind::BulkheadFull)
     );
 }
@@ -234,13 +237,35 @@ async fn the_either_body_mode_keeps_errors_as_errors() {
         .unwrap();
     let res = layer.layer(failing(open)).oneshot(req()).await.unwrap();
     match res.body() {
-        Either::Right(body) => assert_eq!(body, "fallback for circuit_open"),
+        Either::Right(body) => {
+            assert_eq!(body.get_ref(), "fallback for circuit_open");
+            assert_eq!(body.served().map(|s| s.step()), Some("fn"));
+        }
         Either::Left(_) => panic!("expected the fallback's body"),
     }
-    assert_eq!(res.extensions().get::<Served>().unwrap().step(), "fn");
+    assert!(res.extensions().is_empty());
     let full = || -> BoxError { Box::new(BulkheadFull::new("pool".into())) };
     let err = layer.layer(failing(full)).oneshot(req()).await.unwrap_err();
     assert!(err.is::<BulkheadFull>());
+}
+
+#[tokio::test]
+async fn the_fallback_body_reads_as_the_fallbacks_own_body() {
+    let layer = FallbackLayer::builder("freight")
+        .on_rejection(RejectionKind::CircuitOpen)
+        .value(fallback_page())
+        .either_body()
+        .build()
+        .unwrap();
+    let res = layer.layer(failing(open)).oneshot(req()).await.unwrap();
+    let Either::Right(body) = res.into_body() else {
+        panic!("expected the fallback's body");
+    };
+    assert_eq!(body.size_hint().exact(), Some("cached quote".len() as u64));
+    assert!(!body.is_end_stream());
+    assert_eq!(body.served().map(|s| s.fallback()), Some("freight"));
+    let bytes = body.collect().await.unwrap().to_bytes();
+    assert_eq!(&bytes[..], b"cached quote");
 }
 
 #[test]
