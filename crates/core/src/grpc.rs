@@ -33,6 +33,7 @@ use tonic::{Code, Status};
 use tower_layer::Layer;
 use tower_service::Service;
 
+use crate::held::HeldError;
 use crate::rejection::{find_rejection, BoxError, Rejection, RejectionKind};
 
 /// The gRPC code for a rejection of `kind`.
@@ -151,7 +152,7 @@ impl<S, N> Layer<S> for GrpcRespondLayer<N> {
     fn layer(&self, inner: S) -> Self::Service {
         GrpcRespond {
             inner,
-            not_ready: None,
+            not_ready: HeldError::default(),
             _name: PhantomData,
         }
     }
@@ -160,8 +161,7 @@ impl<S, N> Layer<S> for GrpcRespondLayer<N> {
 /// The service built by [`GrpcRespondLayer`].
 pub struct GrpcRespond<S, N = ()> {
     inner: S,
-    /// Why the inner service could not become ready; answered by the next `call`.
-    not_ready: Option<BoxError>,
+    not_ready: HeldError,
     _name: PhantomData<fn() -> N>,
 }
 
@@ -169,7 +169,7 @@ impl<S: Clone, N> Clone for GrpcRespond<S, N> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
-            not_ready: None,
+            not_ready: HeldError::default(),
             _name: PhantomData,
         }
     }
@@ -198,29 +198,17 @@ where
     type Future = GrpcRespondFuture<S::Future, B>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        if self.not_ready.is_none() {
-            if let Err(e) = ready!(self.inner.poll_ready(cx)) {
-                // Answer the next call with it; never call the inner service after
-                // a failed readiness.
-                self.not_ready = Some(e.into());
-            }
-        }
-        Poll::Ready(Ok(()))
+        self.not_ready.poll_ready(&mut self.inner, cx)
     }
 
     fn call(&mut self, req: Req) -> Self::Future {
-        match self.not_ready.take() {
-            Some(e) => GrpcRespondFuture {
-                state: GrpcRespondState::Answered {
-                    response: Some(error_grpc_response(&*e)),
-                },
+        let state = match self.not_ready.call(&mut self.inner, req) {
+            Ok(inner) => GrpcRespondState::Calling { inner },
+            Err(held) => GrpcRespondState::Answered {
+                response: Some(error_grpc_response(&*held)),
             },
-            None => GrpcRespondFuture {
-                state: GrpcRespondState::Calling {
-                    inner: self.inner.call(req),
-                },
-            },
-        }
+        };
+        GrpcRespondFuture { state }
     }
 }
 

@@ -36,6 +36,7 @@ use tower_service::Service;
 pub use http_body_util::{Either, Full};
 
 use crate::classify::{AdmissionAsFailure, ErrorsAsFailures, GrpcStatus, HttpStatus, WithReason};
+use crate::held::HeldError;
 use crate::rejection::{find_rejection, BoxError, Rejection};
 use crate::Outcome;
 
@@ -135,26 +136,16 @@ impl<S> Layer<S> for RespondLayer {
     fn layer(&self, inner: S) -> Self::Service {
         Respond {
             inner,
-            not_ready: None,
+            not_ready: HeldError::default(),
         }
     }
 }
 
 /// The service built by [`RespondLayer`].
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Respond<S> {
     inner: S,
-    /// Why the inner service could not become ready; answered by the next `call`.
-    not_ready: Option<BoxError>,
-}
-
-impl<S: Clone> Clone for Respond<S> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-            not_ready: None,
-        }
-    }
+    not_ready: HeldError,
 }
 
 impl<S, Req, B> Service<Req> for Respond<S>
@@ -167,29 +158,17 @@ where
     type Future = RespondFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        if self.not_ready.is_none() {
-            if let Err(e) = ready!(self.inner.poll_ready(cx)) {
-                // Answer the next call with this failure instead of erroring here,
-                // and never call the inner service after a failed readiness.
-                self.not_ready = Some(e.into());
-            }
-        }
-        Poll::Ready(Ok(()))
+        self.not_ready.poll_ready(&mut self.inner, cx)
     }
 
     fn call(&mut self, req: Req) -> Self::Future {
-        match self.not_ready.take() {
-            Some(e) => RespondFuture {
-                state: RespondState::Failed {
-                    response: Some(error_response(&*e)),
-                },
+        let state = match self.not_ready.call(&mut self.inner, req) {
+            Ok(inner) => RespondState::Calling { inner },
+            Err(held) => RespondState::Failed {
+                response: Some(error_response(&*held)),
             },
-            None => RespondFuture {
-                state: RespondState::Calling {
-                    inner: self.inner.call(req),
-                },
-            },
-        }
+        };
+        RespondFuture { state }
     }
 }
 

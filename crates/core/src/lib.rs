@@ -72,6 +72,8 @@ pub mod duration_format;
 #[cfg(feature = "tonic")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
 pub mod grpc;
+#[cfg(any(feature = "http", feature = "tonic"))]
+mod held;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
