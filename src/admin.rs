@@ -92,7 +92,7 @@ use ::axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use ::axum::response::Response;
 use ::axum::routing::{get, post};
 use ::axum::Router;
-use seawall_core::ConfigError;
+use seawall_core::{ConfigError, LayerHandle};
 
 use crate::config::{Policies, PoliciesSnapshot};
 use crate::telemetry;
@@ -443,10 +443,40 @@ async fn act(
     }
 }
 
-#[cfg_attr(not(feature = "bulkhead"), allow(dead_code))]
 const NO_LAYER: &str = "this policy has no such layer built";
 #[cfg_attr(not(feature = "bulkhead"), allow(dead_code))]
 const NO_ACTION: &str = "no such action for this layer";
+
+/// The handle in `slot`, or why there is none.
+fn built<H>(slot: &Option<H>) -> Result<&H, Refusal> {
+    slot.as_ref().ok_or(Refusal::NotFound(NO_LAYER))
+}
+
+/// Holds the layer in `forced` (the verb of every layer, see [`LayerHandle::force`]).
+#[cfg_attr(
+    not(any(
+        feature = "bulkhead",
+        feature = "circuit-breaker",
+        feature = "degradation",
+        feature = "fallback"
+    )),
+    allow(dead_code)
+)]
+fn force<H: LayerHandle>(slot: &Option<H>, forced: H::Forced) -> Result<(), Refusal> {
+    built(slot)?
+        .force(forced)
+        .map_err(|e| Refusal::Invalid(e.to_string()))
+}
+
+/// Hands the layer back to its own policy ([`LayerHandle::release`]).
+#[cfg_attr(
+    not(any(feature = "bulkhead", feature = "degradation", feature = "fallback")),
+    allow(dead_code)
+)]
+fn release<H: LayerHandle>(slot: &Option<H>) -> Result<(), Refusal> {
+    built(slot)?.release();
+    Ok(())
+}
 
 #[cfg_attr(
     not(all(
@@ -465,24 +495,23 @@ fn carry_out(
     match layer {
         #[cfg(feature = "circuit-breaker")]
         "breaker" => {
-            let h = handles
-                .breaker
-                .as_ref()
-                .ok_or(Refusal::NotFound(NO_LAYER))?;
+            use crate::circuit_breaker::Forced;
+            let slot = &handles.breaker;
+            let h = built(slot)?;
             match action {
-                "force-open" => h.force_open(),
-                "force-closed" => h.force_closed(),
-                "reset" => h.reset(),
-                _ => return Err(Refusal::NotFound(NO_ACTION)),
+                "force-open" => force(slot, Forced::Open),
+                "force-closed" => force(slot, Forced::Closed),
+                "reset" => {
+                    h.reset();
+                    Ok(())
+                }
+                _ => Err(Refusal::NotFound(NO_ACTION)),
             }
-            Ok(())
         }
         #[cfg(feature = "degradation")]
         "degradation" => {
-            let h = handles
-                .degradation
-                .as_ref()
-                .ok_or(Refusal::NotFound(NO_LAYER))?;
+            let slot = &handles.degradation;
+            let h = built(slot)?;
             let pick = || -> Result<usize, Refusal> {
                 let l = level
                     .ok_or_else(|| Refusal::Invalid("needs `?level=<name or index>`".into()))?;
@@ -490,35 +519,36 @@ fn carry_out(
                     .or_else(|| l.parse::<usize>().ok().filter(|i| *i < h.levels().len()))
                     .ok_or_else(|| Refusal::Invalid(format!("no level `{l}`")))
             };
-            let invalid = |e: ConfigError| Refusal::Invalid(e.to_string());
             match action {
-                "set-floor" => h.set_floor(pick()?).map_err(invalid),
+                "set-floor" => h
+                    .set_floor(pick()?)
+                    .map_err(|e| Refusal::Invalid(e.to_string())),
                 "clear-floor" => {
                     h.clear_floor();
                     Ok(())
                 }
-                "force" => h.force(pick()?).map_err(invalid),
-                "release" => {
-                    h.release();
-                    Ok(())
-                }
+                "force" => force(slot, pick()?),
+                "release" => release(slot),
                 _ => Err(Refusal::NotFound(NO_ACTION)),
             }
         }
         #[cfg(feature = "fallback")]
         "fallback" => {
-            let h = handles
-                .fallback
-                .as_ref()
-                .ok_or(Refusal::NotFound(NO_LAYER))?;
+            let slot = &handles.fallback;
+            let h = built(slot)?;
             match action {
-                "force" => h.force(true),
-                "unforce" => h.force(false),
-                "enable" => h.enable(),
-                "disable" => h.disable(),
-                _ => return Err(Refusal::NotFound(NO_ACTION)),
+                "force" => force(slot, ()),
+                "unforce" => release(slot),
+                "enable" => {
+                    h.enable();
+                    Ok(())
+                }
+                "disable" => {
+                    h.disable();
+                    Ok(())
+                }
+                _ => Err(Refusal::NotFound(NO_ACTION)),
             }
-            Ok(())
         }
         _ => Err(Refusal::NotFound(
             "no such layer: breaker, bulkhead, degradation or fallback",
@@ -533,30 +563,13 @@ fn set_shadow(
     shadow: bool,
 ) -> Result<(), Refusal> {
     match layer {
-        "deadline" => {
-            let h = handles
-                .deadline
-                .as_ref()
-                .ok_or(Refusal::NotFound(NO_LAYER))?;
-            h.set_shadow(shadow);
-        }
+        "deadline" => built(&handles.deadline)?.set_shadow(shadow),
         #[cfg(feature = "bulkhead")]
-        "bulkhead" => handles
-            .bulkhead
-            .as_ref()
-            .ok_or(Refusal::NotFound(NO_LAYER))?
-            .set_shadow(shadow),
+        "bulkhead" => built(&handles.bulkhead)?.set_shadow(shadow),
         #[cfg(feature = "circuit-breaker")]
-        "breaker" => handles
-            .breaker
-            .as_ref()
-            .ok_or(Refusal::NotFound(NO_LAYER))?
-            .set_shadow(shadow),
+        "breaker" => built(&handles.breaker)?.set_shadow(shadow),
         #[cfg(feature = "degradation")]
-        "degradation" => handles
-            .degradation
-            .as_ref()
-            .ok_or(Refusal::NotFound(NO_LAYER))?
+        "degradation" => built(&handles.degradation)?
             .set_shadow(shadow)
             .map_err(|e| Refusal::Invalid(e.to_string()))?,
         "fallback" => {

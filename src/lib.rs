@@ -111,5 +111,5 @@ pub use seawall_fleet as fleet;
 
 pub use seawall_core::{
     find_rejection, BoxError, Category, Classify, ConfigError, Deadline, DeadlineLayer,
-    ErrorsAsFailures, GrpcStatus, HttpStatus, Outcome, Rejection, RejectionKind,
+    ErrorsAsFailures, GrpcStatus, HttpStatus, LayerHandle, Outcome, Rejection, RejectionKind,
 };

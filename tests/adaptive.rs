@@ -123,9 +123,9 @@ async fn the_limit_gauge_follows_the_limit_in_force() {
     svc.oneshot(http::Request::new(())).await.unwrap();
     assert_eq!(handle.snapshot().limit, 9);
     assert_eq!(gauge().as_deref(), Some("9"));
-    handle.pin_limit(3).unwrap();
+    handle.force(3).unwrap();
     assert_eq!(gauge().as_deref(), Some("3"));
-    handle.release_limit();
+    handle.release();
     assert_eq!(gauge().as_deref(), Some("3"));
 }
 

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use seawall::bulkhead::BulkheadLayer;
-use seawall::circuit_breaker::CircuitBreakerLayer;
+use seawall::circuit_breaker::{CircuitBreakerLayer, Forced};
 use seawall::core::grpc::error_grpc_response;
 use seawall::core::http::error_response;
 use seawall::core::{
@@ -100,7 +100,7 @@ async fn probe_slots_full_is_503_with_what_remains_of_the_oldest_probe() {
 #[tokio::test(start_paused = true)]
 async fn forced_open_is_503_without_a_retry_time() {
     let layer = CircuitBreakerLayer::builder("freight").build().unwrap();
-    layer.handle().force_open();
+    layer.handle().force(Forced::Open);
     let err = layer
         .layer(failing())
         .oneshot("q".into())

@@ -9,7 +9,7 @@ use std::time::Duration;
 mod support;
 use support::TempFile;
 
-use seawall::circuit_breaker::{State, TripPolicy};
+use seawall::circuit_breaker::{Forced, State, TripPolicy};
 use seawall::config::{LoadError, Policies, PolicyDocument};
 use seawall::core::{find_rejection, BoxError, RejectionKind};
 use seawall::ServiceBuilderExt;
@@ -418,7 +418,7 @@ async fn applying_a_changed_document_keeps_an_open_breaker_open_and_held_slots()
     assert!(policies.snapshot().as_started);
 
     // Held bulkhead slots survive a change of limits.
-    breaker.force_closed();
+    breaker.force(Forced::Closed);
     let mut hung = Box::pin(svc.clone().oneshot(request("/hang")));
     let waker = std::task::Waker::noop();
     assert!(hung

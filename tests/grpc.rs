@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use grpc_quote::{Behaviour, QuoteRequest, QuotesClient, QuotesServer};
 use seawall::bulkhead::{Bulkhead, BulkheadLayer, UntilBodyEnd};
-use seawall::circuit_breaker::{CircuitBreaker, CircuitBreakerLayer, State};
+use seawall::circuit_breaker::{CircuitBreaker, CircuitBreakerLayer, Forced, State};
 use seawall::core::grpc::{GrpcRespondLayer, RejectionStatus, RejectionStatusLayer};
 use seawall::core::{DeadlineLayer, DeadlineService};
 use seawall::{find_rejection, BoxError, GrpcStatus, RejectionKind};
@@ -191,7 +191,7 @@ async fn a_status_sent_in_body_trailers_is_not_seen_by_the_header_classifier() {
 async fn an_open_breaker_reaches_the_client_as_unavailable() {
     let server = QuotesServer::default();
     let (mut client, breaker) = client(&server).await;
-    breaker.force_open();
+    breaker.force(Forced::Open);
 
     let status = client.get(request()).await.unwrap_err();
     assert_eq!(status.code(), Code::Unavailable);
@@ -207,7 +207,7 @@ async fn without_the_status_layer_a_rejection_would_reach_the_client_as_unknown(
     let server = QuotesServer::default();
     let addr = server.serve().await.unwrap();
     let breaker = breaker();
-    breaker.handle().force_open();
+    breaker.handle().force(Forced::Open);
     let bare = ServiceBuilder::new().layer(breaker).service(channel(addr));
     let status = QuotesClient::new(bare).get(request()).await.unwrap_err();
     assert_eq!(
@@ -309,7 +309,7 @@ async fn a_rejection_on_the_server_is_a_trailers_only_response_the_client_unders
 
     // A breaker forced open on the server: UNAVAILABLE, and no retry pushback (only
     // an operator ends it, so no time can be promised).
-    breaker_handle.force_open();
+    breaker_handle.force(Forced::Open);
     let status = client.clone().get(request()).await.unwrap_err();
     assert_eq!(status.code(), Code::Unavailable);
     assert_eq!(status.message(), "service temporarily unavailable");

@@ -26,7 +26,7 @@ use http::{Request, Response, StatusCode};
 use metrics_exporter_prometheus::PrometheusRecorder;
 use prometheus_parse::{Scrape, Value};
 use seawall::bulkhead::{BulkheadLayer, KeyedBulkheadLayer};
-use seawall::circuit_breaker::CircuitBreakerLayer;
+use seawall::circuit_breaker::{CircuitBreakerLayer, Forced};
 use seawall::core::{
     with_reason, BoxError, BulkheadFull, ClassifyInput, DeadlineLayer, DeadlineRetry, HttpStatus,
     Outcome,
@@ -282,7 +282,7 @@ fn every_documented_family_is_exported_with_its_type_and_a_help_text() {
         let handle = breaker.handle();
         let svc = breaker.layer(dependency());
         svc.oneshot(Req::new(Behaviour::NotFound)).await.unwrap();
-        handle.force_open();
+        handle.force(Forced::Open);
         let out = scrape(&recorder);
         drop(layers);
         out

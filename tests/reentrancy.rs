@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use seawall::bulkhead::{BulkheadLayer, KeyedBulkheadLayer};
-use seawall::circuit_breaker::{CircuitBreakerLayer, State};
+use seawall::circuit_breaker::{CircuitBreakerLayer, Forced, State};
 use seawall::config::Policies;
 use seawall::core::BoxError;
 use seawall::degradation::{DegradationLayer, Fixed};
@@ -108,8 +108,8 @@ fn breaker_operator_actions_while_a_subscriber_reads_the_breaker() {
                 }
             });
             assert_eq!(handle.state(), State::Open);
-            handle.force_closed();
-            handle.force_open();
+            handle.force(Forced::Closed);
+            handle.force(Forced::Open);
             handle.disable();
             handle.reset();
             handle.reconfigure(handle.config()).unwrap();
@@ -205,15 +205,15 @@ fn bulkhead_events_while_subscribers_read_and_steer_the_bulkhead() {
                 drop(a);
                 drop(b);
             });
-            handle.pin_limit(1).unwrap();
-            handle.release_limit();
+            handle.force(1).unwrap();
+            handle.release();
             // A broadcast subscriber steering the bulkhead from what it receives.
             let mut kinds = Vec::new();
             while let Ok(event) = events.try_recv() {
                 kinds.push(match event {
                     BulkheadEvent::Saturated { .. } => "saturated",
                     BulkheadEvent::Relieved { .. } => {
-                        handle.pin_limit(2).unwrap();
+                        handle.force(2).unwrap();
                         "relieved"
                     }
                     BulkheadEvent::LimitChanged {
@@ -224,7 +224,7 @@ fn bulkhead_events_while_subscribers_read_and_steer_the_bulkhead() {
                         cause: LimitCause::Released,
                         ..
                     } => {
-                        handle.release_limit();
+                        handle.release();
                         "released"
                     }
                     _ => "other",
@@ -326,8 +326,8 @@ fn fallback_serving_and_controls_while_a_subscriber_reads_the_fallback() {
             block_on(async {
                 assert_eq!(svc.clone().oneshot(req()).await.unwrap(), "no quote");
             });
-            handle.force(true);
-            handle.force(false);
+            handle.force();
+            handle.release();
             handle.disable();
             handle.enable();
             handle.reconfigure(handle.config()).unwrap();

@@ -20,20 +20,11 @@ pub(super) fn carry_out(
     action: &str,
     limit: Option<&str>,
 ) -> Result<(), Refusal> {
-    let h = handles
-        .bulkhead
-        .as_ref()
-        .ok_or(Refusal::NotFound(super::NO_LAYER))?;
+    let slot = &handles.bulkhead;
+    super::built(slot)?;
     match action {
-        "pin-limit" => {
-            let limit = parse(limit)?;
-            h.pin_limit(limit)
-                .map_err(|e| Refusal::Invalid(e.to_string()))
-        }
-        "release-limit" => {
-            h.release_limit();
-            Ok(())
-        }
+        "pin-limit" => super::force(slot, parse(limit)?),
+        "release-limit" => super::release(slot),
         _ => Err(Refusal::NotFound(super::NO_ACTION)),
     }
 }

@@ -1244,7 +1244,7 @@ language-model = "assistant"
         assert_eq!(policy(&first, "freight")["last"]["bulkhead"], Value::Null);
 
         let bulkhead = shop.handles("freight").bulkhead.unwrap();
-        bulkhead.pin_limit(1).unwrap();
+        bulkhead.force(1).unwrap();
         let next = next_event(&mut body).await;
         assert_eq!(
             policy(&next, "freight")["last"]["bulkhead"],
@@ -1254,7 +1254,7 @@ language-model = "assistant"
         // Sent for the event, not for the tick.
         assert_eq!(Instant::now(), started);
 
-        bulkhead.release_limit();
+        bulkhead.release();
         let released = next_event(&mut body).await;
         assert_eq!(
             policy(&released, "freight")["last"]["bulkhead"]["reason"],

@@ -63,7 +63,7 @@
 //! # Code gives the shape, the document the numbers
 //!
 //! ```
-//! use seawall::circuit_breaker::State;
+//! use seawall::circuit_breaker::{Forced, State};
 //! use seawall::config::Policies;
 //! use seawall::core::{BoxError, HttpStatus};
 //! use seawall::ServiceBuilderExt;
@@ -92,7 +92,7 @@
 //! // An operator opens the breaker, then a changed document arrives: the breaker
 //! // stays open, with the new interval for its next trip.
 //! let breaker = policies.handles(&name).and_then(|h| h.breaker).unwrap();
-//! breaker.force_open();
+//! breaker.force(Forced::Open);
 //! policies.apply_toml(r#"
 //!     [policies.freight]
 //!     deadline = "300ms"
@@ -145,6 +145,7 @@ mod error;
 mod fleet;
 #[cfg(feature = "fleet")]
 mod fleet_status;
+mod layers;
 mod locate;
 mod policies;
 

@@ -16,10 +16,11 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use seawall_core::{ConfigError, DeadlineLayer};
+use seawall_core::{ConfigError, DeadlineLayer, LayerHandle};
 
 use super::document::{key, within, PolicyConfig, PolicyDocument};
 use super::error::LoadError;
+use super::layers::{each_layer, EachLayer, Place};
 use crate::telemetry;
 
 /// The layers built from a policy document, the handles of their shared state, and
@@ -137,7 +138,7 @@ pub struct PoliciesSnapshot {
 }
 
 /// One policy's configuration in force and its layers' snapshots.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct PolicySnapshot {
     /// The configuration in force.
@@ -339,6 +340,33 @@ impl Policies {
         }
     }
 
+    /// Builds the layer at `place` of policy `name`, once: from the start-up
+    /// section (so that its handle's `revert` returns to it), then reconfigured to
+    /// the section in force if that differs; then registers its handle.
+    fn build_layer<H: LayerHandle, L>(
+        &self,
+        name: &str,
+        place: &Place<H>,
+        build: impl FnOnce(H::Config) -> Result<L, ConfigError>,
+        handle: impl FnOnce(&L) -> H,
+    ) -> Result<L, ConfigError> {
+        let (first, now) = self.sections(name, place.key, place.section)?;
+        if self
+            .handles(name)
+            .is_some_and(|mut h| (place.handle)(&mut h).is_some())
+        {
+            return Err(built_twice(name, place.key));
+        }
+        let at = |e| within(e, &section_path(name, place.key));
+        let layer = build(first).map_err(at)?;
+        let handle = handle(&layer);
+        if let Some(now) = now {
+            handle.reconfigure(now).map_err(at)?;
+        }
+        self.register(name, place.key, |h| fill((place.handle)(h), handle))?;
+        Ok(layer)
+    }
+
     /// The [`DeadlineLayer`] of policy `name`. Call it as often as needed: every
     /// layer it returns for a policy shares one shadow switch and counter
     /// (`deadline_shadow`), whose handle is in [`PolicyHandles::deadline`].
@@ -372,19 +400,12 @@ impl Policies {
     #[cfg(feature = "bulkhead")]
     #[cfg_attr(docsrs, doc(cfg(feature = "bulkhead")))]
     pub fn bulkhead(&self, name: &str) -> Result<crate::bulkhead::BulkheadLayer, ConfigError> {
-        const S: &str = "bulkhead";
-        let (first, now) = self.sections(name, S, |p| p.bulkhead.as_ref())?;
-        if self.handles(name).is_some_and(|h| h.bulkhead.is_some()) {
-            return Err(built_twice(name, S));
-        }
-        let at = |e| within(e, &section_path(name, S));
-        let layer = crate::bulkhead::BulkheadLayer::from_config(name, first).map_err(at)?;
-        let handle = layer.handle();
-        if let Some(now) = now {
-            handle.reconfigure(now).map_err(at)?;
-        }
-        self.register(name, S, |h| fill(&mut h.bulkhead, handle))?;
-        Ok(layer)
+        self.build_layer(
+            name,
+            &super::layers::BULKHEAD,
+            |config| crate::bulkhead::BulkheadLayer::from_config(name, config),
+            crate::bulkhead::BulkheadLayer::handle,
+        )
     }
 
     /// Builds the circuit breaker of policy `name` (once; clone it to share it).
@@ -400,22 +421,16 @@ impl Policies {
             crate::circuit_breaker::CircuitBreakerBuilder,
         ) -> crate::circuit_breaker::CircuitBreakerBuilder<C>,
     ) -> Result<crate::circuit_breaker::CircuitBreakerLayer<C>, ConfigError> {
-        const S: &str = "breaker";
-        let (first, now) = self.sections(name, S, |p| p.breaker.as_ref())?;
-        if self.handles(name).is_some_and(|h| h.breaker.is_some()) {
-            return Err(built_twice(name, S));
-        }
-        let at = |e| within(e, &section_path(name, S));
-        let layer = customize(crate::circuit_breaker::CircuitBreakerLayer::builder(name))
-            .config(first)
-            .build()
-            .map_err(at)?;
-        let handle = layer.handle();
-        if let Some(now) = now {
-            handle.reconfigure(now).map_err(at)?;
-        }
-        self.register(name, S, |h| fill(&mut h.breaker, handle))?;
-        Ok(layer)
+        self.build_layer(
+            name,
+            &super::layers::BREAKER,
+            |config| {
+                customize(crate::circuit_breaker::CircuitBreakerLayer::builder(name))
+                    .config(config)
+                    .build()
+            },
+            crate::circuit_breaker::CircuitBreakerLayer::handle,
+        )
     }
 
     /// Builds the degradation layer of policy `name` (once; clone it to share it).
@@ -430,22 +445,16 @@ impl Policies {
             crate::degradation::DegradationBuilder<Req, Res>,
         ) -> crate::degradation::DegradationBuilder<Req, Res, C, X>,
     ) -> Result<crate::degradation::DegradationLayer<Req, Res, C, X>, ConfigError> {
-        const S: &str = "degradation";
-        let (first, now) = self.sections(name, S, |p| p.degradation.as_ref())?;
-        if self.handles(name).is_some_and(|h| h.degradation.is_some()) {
-            return Err(built_twice(name, S));
-        }
-        let at = |e| within(e, &section_path(name, S));
-        let layer = customize(crate::degradation::DegradationLayer::builder(name))
-            .config(first)
-            .build()
-            .map_err(at)?;
-        let handle = layer.handle();
-        if let Some(now) = now {
-            handle.reconfigure(now).map_err(at)?;
-        }
-        self.register(name, S, |h| fill(&mut h.degradation, handle))?;
-        Ok(layer)
+        self.build_layer(
+            name,
+            &super::layers::DEGRADATION,
+            |config| {
+                customize(crate::degradation::DegradationLayer::builder(name))
+                    .config(config)
+                    .build()
+            },
+            crate::degradation::DegradationLayer::handle,
+        )
     }
 
     /// Builds the fallback of policy `name` (once; clone it to share it).
@@ -466,22 +475,16 @@ impl Policies {
         Cap: crate::fallback::Captures,
         P: crate::fallback::Spec<Cap::Output>,
     {
-        const S: &str = "fallback";
-        let (first, now) = self.sections(name, S, |p| p.fallback.as_ref())?;
-        if self.handles(name).is_some_and(|h| h.fallback.is_some()) {
-            return Err(built_twice(name, S));
-        }
-        let at = |e| within(e, &section_path(name, S));
-        let layer = customize(crate::fallback::FallbackLayer::builder(name))
-            .config(first)
-            .build()
-            .map_err(at)?;
-        let handle = layer.handle();
-        if let Some(now) = now {
-            handle.reconfigure(now).map_err(at)?;
-        }
-        self.register(name, S, |h| fill(&mut h.fallback, handle))?;
-        Ok(layer)
+        self.build_layer(
+            name,
+            &super::layers::FALLBACK,
+            |config| {
+                customize(crate::fallback::FallbackLayer::builder(name))
+                    .config(config)
+                    .build()
+            },
+            crate::fallback::FallbackLayer::handle,
+        )
     }
 
     /// The document in force and every built layer's snapshot.
@@ -492,22 +495,17 @@ impl Policies {
             .policies
             .iter()
             .map(|(name, config)| {
-                let built = state.built.get(name).cloned().unwrap_or_default();
-                let snapshot = PolicySnapshot {
+                let mut built = state.built.get(name).cloned().unwrap_or_default();
+                let mut snapshot = PolicySnapshot {
                     config: config.clone(),
                     changed_at_run_time: self.inner.started.policies.get(name) != Some(config),
                     deadline: built.deadline.as_ref().map(|h| h.snapshot()),
-                    #[cfg(feature = "bulkhead")]
-                    bulkhead: built.bulkhead.as_ref().map(|h| h.snapshot()),
-                    #[cfg(feature = "circuit-breaker")]
-                    breaker: built.breaker.as_ref().map(|h| h.snapshot()),
-                    #[cfg(feature = "degradation")]
-                    degradation: built.degradation.as_ref().map(|h| h.snapshot()),
-                    #[cfg(feature = "fallback")]
-                    fallback: built.fallback.as_ref().map(|h| h.snapshot()),
                     #[cfg(feature = "fleet")]
                     fleet: state.fleet_parts.get(name).map(|p| p.snapshot()),
+                    ..PolicySnapshot::default()
                 };
+                // Snapshots take no error.
+                let _ = each_layer(&mut built, &mut Snapshots(&mut snapshot));
                 (name.clone(), snapshot)
             })
             .collect();
@@ -681,30 +679,15 @@ impl Policies {
     /// handle reverts to the configuration it was built with, keeping its state.
     /// Operator overrides are not configuration and stay until undone (a forced
     /// open breaker until `reset`, a degradation floor until `clear_floor`, a
-    /// forced level until `release`, a forced fallback until `force(false)`).
+    /// forced level until `release`, a forced fallback until `release`).
     pub fn revert(&self) {
         let _changing = self.changing();
         let (_, built) = self.current_and_built();
-        for handles in built.values() {
+        for mut handles in built.into_values() {
             if let Some(h) = &handles.deadline {
                 h.revert();
             }
-            #[cfg(feature = "bulkhead")]
-            if let Some(h) = &handles.bulkhead {
-                h.revert();
-            }
-            #[cfg(feature = "circuit-breaker")]
-            if let Some(h) = &handles.breaker {
-                h.revert();
-            }
-            #[cfg(feature = "degradation")]
-            if let Some(h) = &handles.degradation {
-                h.revert();
-            }
-            #[cfg(feature = "fallback")]
-            if let Some(h) = &handles.fallback {
-                h.revert();
-            }
+            let _ = each_layer(&mut handles, &mut Revert);
         }
         let generation = self.install(self.inner.started.clone());
         telemetry::reverted(generation);
@@ -761,44 +744,58 @@ fn reconfigure(
     to: &PolicyDocument,
 ) -> Result<(), ConfigError> {
     for (name, handles) in built {
-        let (Some(old), Some(new)) = (from.policies.get(name), to.policies.get(name)) else {
+        let (Some(from), Some(to)) = (from.policies.get(name), to.policies.get(name)) else {
             continue;
         };
         if let Some(h) = &handles.deadline {
-            if old.deadline_shadow != new.deadline_shadow {
-                h.set_shadow(new.deadline_shadow);
+            if from.deadline_shadow != to.deadline_shadow {
+                h.set_shadow(to.deadline_shadow);
             }
         }
-        #[cfg(feature = "bulkhead")]
-        if let (Some(h), Some(c)) = (&handles.bulkhead, &new.bulkhead) {
-            if old.bulkhead.as_ref() != Some(c) {
-                h.reconfigure(*c)
-                    .map_err(|e| within(e, &section_path(name, "bulkhead")))?;
-            }
-        }
-        #[cfg(feature = "circuit-breaker")]
-        if let (Some(h), Some(c)) = (&handles.breaker, &new.breaker) {
-            if old.breaker.as_ref() != Some(c) {
-                h.reconfigure(c.clone())
-                    .map_err(|e| within(e, &section_path(name, "breaker")))?;
-            }
-        }
-        #[cfg(feature = "degradation")]
-        if let (Some(h), Some(c)) = (&handles.degradation, &new.degradation) {
-            if old.degradation.as_ref() != Some(c) {
-                h.reconfigure(c.clone())
-                    .map_err(|e| within(e, &section_path(name, "degradation")))?;
-            }
-        }
-        #[cfg(feature = "fallback")]
-        if let (Some(h), Some(c)) = (&handles.fallback, &new.fallback) {
-            if old.fallback.as_ref() != Some(c) {
-                h.reconfigure(c.clone())
-                    .map_err(|e| within(e, &section_path(name, "fallback")))?;
-            }
-        }
+        each_layer(&mut handles.clone(), &mut Reconfigure { name, from, to })?;
     }
     Ok(())
+}
+
+/// Goes back to the built configuration.
+struct Revert;
+
+impl EachLayer for Revert {
+    fn layer<H: LayerHandle>(&mut self, handle: &H, _: &Place<H>) -> Result<(), ConfigError> {
+        handle.revert();
+        Ok(())
+    }
+}
+
+/// Hands policy `name`'s section to its layer where it differs between `from` and `to`.
+struct Reconfigure<'a> {
+    name: &'a str,
+    from: &'a PolicyConfig,
+    to: &'a PolicyConfig,
+}
+
+impl EachLayer for Reconfigure<'_> {
+    fn layer<H: LayerHandle>(&mut self, handle: &H, place: &Place<H>) -> Result<(), ConfigError> {
+        let Some(to) = (place.section)(self.to) else {
+            return Ok(());
+        };
+        if (place.section)(self.from) == Some(to) {
+            return Ok(());
+        }
+        handle
+            .reconfigure(to.clone())
+            .map_err(|e| within(e, &section_path(self.name, place.key)))
+    }
+}
+
+/// Fills a policy's snapshot with its layers'.
+struct Snapshots<'a>(&'a mut PolicySnapshot);
+
+impl EachLayer for Snapshots<'_> {
+    fn layer<H: LayerHandle>(&mut self, handle: &H, place: &Place<H>) -> Result<(), ConfigError> {
+        *(place.snapshot)(self.0) = Some(handle.snapshot());
+        Ok(())
+    }
 }
 
 /// The sections that differ, as `policies.<name>.<section>` paths.

@@ -106,9 +106,9 @@ pub enum BulkheadEvent {
 pub enum LimitCause {
     /// The adaptive algorithm learned from the calls.
     Adaptive,
-    /// An operator pinned it ([`Handle::pin_limit`](crate::Handle::pin_limit)).
+    /// An operator pinned it ([`Handle::force`](crate::Handle::force)).
     Pinned,
-    /// An operator released a pin ([`Handle::release_limit`](crate::Handle::release_limit)).
+    /// An operator released a pin ([`Handle::release`](crate::Handle::release)).
     Released,
     /// New limits ([`Handle::reconfigure`](crate::Handle::reconfigure) or
     /// [`Handle::revert`](crate::Handle::revert)).

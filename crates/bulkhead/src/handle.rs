@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use seawall_core::ConfigError;
+use seawall_core::{ConfigError, LayerHandle};
 use tokio::sync::broadcast;
 
 use crate::config::BulkheadConfig;
@@ -13,6 +13,9 @@ use crate::machine::MAX_LIMIT;
 use crate::state::Shared;
 
 /// Observes and controls one bulkhead. Cheap to clone; all clones see the same bulkhead.
+///
+/// Its name, configuration, snapshot and operator verbs are those of every seawall
+/// layer's handle ([`LayerHandle`], implemented by delegating to the methods here).
 #[derive(Clone)]
 pub struct Handle {
     shared: Arc<Shared>,
@@ -64,15 +67,14 @@ impl Handle {
     }
 
     /// Pins the limit of active calls at `limit` (1 to 2^20), overriding the
-    /// adaptive algorithm (or `max_concurrent`) until
-    /// [`release_limit`](Self::release_limit): the operator's hand on the valve
-    /// during an incident.
+    /// adaptive algorithm (or `max_concurrent`) until [`release`](Self::release):
+    /// the operator's hand on the valve during an incident.
     ///
     /// Like any smaller limit, a lower pin preempts no running call; it only admits
     /// fewer. While pinned, the algorithm learns nothing (the calls it would see
     /// were shaped by the pin, not by it), and [`reconfigure`](Self::reconfigure)
     /// and [`revert`](Self::revert) keep the pin.
-    pub fn pin_limit(&self, limit: usize) -> Result<(), ConfigError> {
+    pub fn force(&self, limit: usize) -> Result<(), ConfigError> {
         if limit == 0 || limit > MAX_LIMIT {
             return Err(ConfigError::new(
                 "limit",
@@ -87,7 +89,7 @@ impl Handle {
     /// pinned limit* (clamped to its bounds) and moves on from there, rather than
     /// jumping back to what it had before the incident; a fixed bulkhead returns to
     /// `max_concurrent`. Does nothing when no limit is pinned.
-    pub fn release_limit(&self) {
+    pub fn release(&self) {
         self.shared.release_limit();
     }
 
@@ -148,6 +150,41 @@ impl fmt::Debug for Handle {
     }
 }
 
+impl LayerHandle for Handle {
+    type Config = BulkheadConfig;
+    type Snapshot = Snapshot;
+    /// The limit of active calls to pin.
+    type Forced = usize;
+
+    fn name(&self) -> &str {
+        Handle::name(self)
+    }
+
+    fn config(&self) -> BulkheadConfig {
+        Handle::config(self)
+    }
+
+    fn reconfigure(&self, config: BulkheadConfig) -> Result<(), ConfigError> {
+        Handle::reconfigure(self, config)
+    }
+
+    fn revert(&self) {
+        Handle::revert(self);
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        Handle::snapshot(self)
+    }
+
+    fn force(&self, limit: usize) -> Result<(), ConfigError> {
+        Handle::force(self, limit)
+    }
+
+    fn release(&self) {
+        Handle::release(self);
+    }
+}
+
 /// A bulkhead's demand over one period (see [`Handle::take_demand`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -192,7 +229,7 @@ pub struct Snapshot {
     /// operator's pinned limit, or `max_concurrent`, lowered to the allotment
     /// when one is set.
     pub limit: usize,
-    /// Whether an operator pinned the limit ([`Handle::pin_limit`]).
+    /// Whether an operator pinned the limit ([`Handle::force`]).
     pub limit_pinned: bool,
     /// The ceiling set from outside ([`Handle::set_allotment`]), e.g. this
     /// instance's share of a fleet-wide cap; `limit` is never above it.

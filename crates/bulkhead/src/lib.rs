@@ -159,8 +159,8 @@
 //! - a gradient's limit dipping briefly every `min_rtt_every`: it is measuring its
 //!   baseline ([`AdaptiveSnapshot::measuring_min_rtt`], [`AdaptiveSnapshot::min_rtt`]).
 //!
-//! To take the valve in hand, [`Handle::pin_limit`] holds the limit at a value
-//! (the algorithm is not fed meanwhile) and [`Handle::release_limit`] lets it go on
+//! To take the valve in hand, [`Handle::force`] pins the limit at a value
+//! (the algorithm is not fed meanwhile) and [`Handle::release`] lets it go on
 //! *from that value*, so the end of an incident does not jump back to a limit
 //! learned before it.
 //!

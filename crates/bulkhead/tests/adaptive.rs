@@ -202,7 +202,7 @@ async fn a_falling_limit_preempts_nothing_and_admits_nobody_until_below_it() {
 async fn a_pinned_limit_overrides_the_algorithm_and_release_continues_from_it() {
     let (l, h) = layer(aimd(10, 5));
     let mut svc = l.layer(service_fn(supplier));
-    h.pin_limit(2).unwrap();
+    h.force(2).unwrap();
     let s = h.snapshot();
     assert_eq!((s.limit, s.limit_pinned), (2, true));
     let mut calls: Vec<_> = (0..3).map(|_| call(&mut svc)).collect();
@@ -213,7 +213,7 @@ async fn a_pinned_limit_overrides_the_algorithm_and_release_continues_from_it() 
     assert_eq!(counts(&h), (2, 0, 2));
     assert_eq!(h.snapshot().adaptive.unwrap().generation, 0);
 
-    h.release_limit();
+    h.release();
     let s = h.snapshot();
     assert_eq!((s.limit, s.limit_pinned), (2, false));
     // The algorithm goes on from the pinned limit: a 503 from a call admitted
@@ -224,17 +224,17 @@ async fn a_pinned_limit_overrides_the_algorithm_and_release_continues_from_it() 
     let _ = answer(c, tx, Reply::Status(503));
     assert_eq!(h.snapshot().limit, 1);
 
-    assert_eq!(h.pin_limit(0).unwrap_err().field(), "limit");
-    assert_eq!(h.pin_limit((1 << 20) + 1).unwrap_err().field(), "limit");
+    assert_eq!(h.force(0).unwrap_err().field(), "limit");
+    assert_eq!(h.force((1 << 20) + 1).unwrap_err().field(), "limit");
     // A pin raises the limit of a fixed bulkhead too; release restores max_concurrent.
     let fixed = BulkheadLayer::builder("fixed")
         .max_concurrent(3)
         .build()
         .unwrap();
     let fh = fixed.handle();
-    fh.pin_limit(7).unwrap();
+    fh.force(7).unwrap();
     assert_eq!(fh.snapshot().limit, 7);
-    fh.release_limit();
+    fh.release();
     let s = fh.snapshot();
     assert_eq!((s.limit, s.max_concurrent, s.limit_pinned), (3, 3, false));
     assert!(s.adaptive.is_none());

@@ -44,7 +44,7 @@ async fn the_limit_is_the_smaller_of_the_own_limit_and_the_allotment() {
     h.set_allotment(Some(usize::MAX));
     assert_eq!(h.snapshot().limit, 4);
     // A pin is lowered by the allotment too.
-    h.pin_limit(3).unwrap();
+    h.force(3).unwrap();
     h.set_allotment(Some(1));
     assert_eq!(h.snapshot().limit, 1);
     h.set_allotment(None);

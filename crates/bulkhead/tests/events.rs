@@ -187,7 +187,7 @@ async fn pins_releases_and_new_limits_are_sent_in_order() {
     let mut events = handle.subscribe();
     let t0 = Instant::now();
 
-    handle.pin_limit(1).unwrap();
+    handle.force(1).unwrap();
     assert_eq!(
         next(&mut events),
         BulkheadEvent::LimitChanged {
@@ -198,7 +198,7 @@ async fn pins_releases_and_new_limits_are_sent_in_order() {
         }
     );
     // A pin at the limit in force is still news.
-    handle.pin_limit(1).unwrap();
+    handle.force(1).unwrap();
     assert!(matches!(
         next(&mut events),
         BulkheadEvent::LimitChanged {
@@ -209,10 +209,10 @@ async fn pins_releases_and_new_limits_are_sent_in_order() {
         }
     ));
     // Refused: nothing sent.
-    assert!(handle.pin_limit(0).is_err());
+    assert!(handle.force(0).is_err());
     nothing_more(&mut events);
 
-    handle.release_limit();
+    handle.release();
     assert!(matches!(
         next(&mut events),
         BulkheadEvent::LimitChanged {
@@ -223,7 +223,7 @@ async fn pins_releases_and_new_limits_are_sent_in_order() {
         }
     ));
     // Nothing pinned: nothing released, nothing sent.
-    handle.release_limit();
+    handle.release();
     nothing_more(&mut events);
 
     let built = handle.config();
@@ -334,7 +334,7 @@ async fn a_subscriber_that_falls_behind_is_told_it_lagged() {
     let (_layer, handle) = fixed(4, 1);
     let mut events = handle.subscribe();
     for n in 0..70 {
-        handle.pin_limit(1 + n % 3).unwrap();
+        handle.force(1 + n % 3).unwrap();
     }
     assert_eq!(
         events.try_recv().unwrap_err(),

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use seawall_core::{ConfigError, WindowCounts};
+use seawall_core::{ConfigError, LayerHandle, WindowCounts};
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
@@ -13,6 +13,9 @@ use crate::hooks::{ProbeGate, Verdict, VerdictOutcome};
 use crate::machine::{State, Transition};
 
 /// Watches and steers one breaker. Cheap to clone; every clone controls the same breaker.
+///
+/// Its name, configuration, snapshot and operator verbs are those of every seawall
+/// layer's handle ([`LayerHandle`], implemented by delegating to the methods here).
 #[derive(Debug, Clone)]
 pub struct Handle {
     breaker: Arc<Breaker>,
@@ -94,22 +97,35 @@ impl Handle {
         self.breaker.subscribe()
     }
 
-    /// Holds the breaker open: every call is rejected until [`reset`](Self::reset)
-    /// (or another override). Calls in flight finish but change nothing.
-    pub fn force_open(&self) {
+    /// Holds the breaker in `forced` until [`release`](Self::release) (or
+    /// [`reset`](Self::reset), or another override). [`Forced::Open`]: every call
+    /// is rejected; calls in flight finish but change nothing. [`Forced::Closed`]:
+    /// every call goes through and is recorded, but the breaker never trips.
+    pub fn force(&self, forced: Forced) {
         let now = Instant::now();
-        self.breaker.locked(now, |m| m.force_open(now));
+        self.breaker.locked(now, |m| match forced {
+            Forced::Open => m.force_open(now),
+            Forced::Closed => m.force_closed(now),
+        });
     }
 
-    /// Holds the breaker closed: every call goes through and is recorded, but it never
-    /// trips, until [`reset`](Self::reset).
-    pub fn force_closed(&self) {
+    /// Hands a forced or disabled breaker back to its own policy: it starts afresh,
+    /// as [`reset`](Self::reset) does. A breaker no operator holds (closed, open,
+    /// half-open) is left as it is.
+    pub fn release(&self) {
         let now = Instant::now();
-        self.breaker.locked(now, |m| m.force_closed(now));
+        self.breaker.locked(now, |m| {
+            if matches!(
+                m.state(now),
+                State::ForcedOpen | State::ForcedClosed | State::Disabled
+            ) {
+                m.reset(now);
+            }
+        });
     }
 
     /// Takes the breaker out of the way: every call goes through, only the counters
-    /// move, until [`reset`](Self::reset).
+    /// move, until [`release`](Self::release) or [`reset`](Self::reset).
     pub fn disable(&self) {
         let now = Instant::now();
         self.breaker.locked(now, |m| m.disable(now));
@@ -205,6 +221,51 @@ impl Handle {
     pub fn trip_with_peers(&self) -> VerdictOutcome {
         let now = Instant::now();
         self.breaker.locked(now, |m| m.trip_with_peers(now))
+    }
+}
+
+/// What an operator can hold a breaker at (see [`Handle::force`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forced {
+    /// Every call is rejected ([`State::ForcedOpen`]).
+    Open,
+    /// Every call goes through and is recorded; the breaker never trips
+    /// ([`State::ForcedClosed`]).
+    Closed,
+}
+
+impl LayerHandle for Handle {
+    type Config = CircuitBreakerConfig;
+    type Snapshot = Snapshot;
+    type Forced = Forced;
+
+    fn name(&self) -> &str {
+        Handle::name(self)
+    }
+
+    fn config(&self) -> CircuitBreakerConfig {
+        Handle::config(self)
+    }
+
+    fn reconfigure(&self, config: CircuitBreakerConfig) -> Result<(), ConfigError> {
+        Handle::reconfigure(self, config)
+    }
+
+    fn revert(&self) {
+        Handle::revert(self);
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        Handle::snapshot(self)
+    }
+
+    fn force(&self, forced: Forced) -> Result<(), ConfigError> {
+        Handle::force(self, forced);
+        Ok(())
+    }
+
+    fn release(&self) {
+        Handle::release(self);
     }
 }
 

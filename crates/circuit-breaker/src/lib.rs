@@ -67,10 +67,11 @@
 //!   |                               (V1) close   -> CLOSED (through the ramp)
 //!   |                               (V2) reopen  -> OPEN   (interval from now, backoff)
 //!   |
-//!   |   operators, from any state:  (6) force_open   -> FORCED_OPEN
-//!   |                               (7) force_closed -> FORCED_CLOSED
-//!   |                               (8) disable      -> DISABLED
-//!   +------------------------------ (9) reset        -> CLOSED (fresh)
+//!   |   operators, from any state:  (6) force(Open)   -> FORCED_OPEN
+//!   |                               (7) force(Closed) -> FORCED_CLOSED
+//!   |                               (8) disable       -> DISABLED
+//!   +------------------------------ (9) reset         -> CLOSED (fresh)
+//!                                       (release: reset, from 6, 7 or 8 only)
 //! ```
 //!
 //! Every transition increments the breaker's *epoch*. Each admitted call carries
@@ -322,7 +323,7 @@
 //!   and never in `short_circuited`. The same sequence of calls therefore goes
 //!   through the same states in both modes, and the shadow rejections equal the
 //!   rejections enforcement would have made.
-//! - **Forced open is obeyed.** An operator's [`Handle::force_open`] is a decision,
+//! - **Forced open is obeyed.** An operator's [`Handle::force`]`(Forced::Open)` is a decision,
 //!   not a limit being tried: it rejects in shadow mode too.
 //! - **Switching** takes effect on the next call and keeps the state: switch it off
 //!   while open and the next call is rejected. [`Handle::set_shadow`] changes the
@@ -401,7 +402,7 @@ pub use config::{
     MAX_COUNT_WINDOW, MAX_HALF_OPEN_PROBES,
 };
 pub use future::ResponseFuture;
-pub use handle::{Counters, Handle, Snapshot, TransitionCount};
+pub use handle::{Counters, Forced, Handle, Snapshot, TransitionCount};
 pub use hooks::{ProbeDecision, ProbeGate, ProbeRequest, Verdict, VerdictOutcome};
 pub use keyed::{KeyedCircuitBreaker, KeyedCircuitBreakerLayer, KeyedHandle};
 pub use layer::CircuitBreakerLayer;

@@ -87,7 +87,7 @@ impl<S, C: Clone> Layer<S> for PendingWhileOpenLayer<C> {
 ///   (the breaker closes or reopens, or an ignored or cancelled probe frees its
 ///   slot), at the latest when the oldest probe's half-open timeout ends.
 /// - **Forced open:** pending; nothing but an operator ends it, so it is woken by
-///   any operator change ([`Handle::force_closed`], [`Handle::reset`], …) at once,
+///   any operator change ([`Handle::force`], [`Handle::release`], [`Handle::reset`], …) at once,
 ///   and otherwise polled again every `open_for` (the retry-after a forced-open
 ///   rejection gives).
 /// - **Closed, forced closed, disabled:** as [`CircuitBreaker`]: the inner

@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use seawall_circuit_breaker::{
-    CircuitBreakerLayer, Handle, ProbeDecision, ProbeRequest, Reason, State, Verdict,
+    CircuitBreakerLayer, Forced, Handle, ProbeDecision, ProbeRequest, Reason, State, Verdict,
     VerdictOutcome,
 };
 use seawall_core::{find_rejection, BoxError, RejectionKind};
@@ -230,7 +230,7 @@ async fn a_reopen_verdict_restarts_the_interval_and_an_operator_overrides_verdic
     assert_eq!(snap.consecutive_failed_probes, 1);
     assert_eq!(snap.trip_epoch, Some(trip_epoch));
 
-    handle.force_open();
+    handle.force(Forced::Open);
     assert_eq!(
         handle.apply_verdict(Verdict::Close, trip_epoch),
         VerdictOutcome::Overridden

@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use seawall_circuit_breaker::{
-    CircuitBreakerLayer, Handle, PendingWhileOpen, PendingWhileOpenLayer, State,
+    CircuitBreakerLayer, Forced, Handle, PendingWhileOpen, PendingWhileOpenLayer, State,
 };
 use seawall_core::{find_rejection, BoxError, ErrorsAsFailures, RejectionKind};
 use tokio::time::advance;
@@ -238,7 +238,7 @@ async fn a_probe_past_its_half_open_timeout_wakes_the_others_at_the_timeout() {
 async fn forced_open_waits_for_an_operator_and_is_woken_by_one() {
     let l = layer();
     let mut e = Endpoint::new(&l);
-    e.handle.force_open();
+    e.handle.force(Forced::Open);
     assert_pending!(e.svc.poll_ready());
 
     // Nothing ends it but an operator: looked at again every open interval, still pending.
@@ -251,7 +251,7 @@ async fn forced_open_waits_for_an_operator_and_is_woken_by_one() {
 
     let mut idle = e.clone_svc();
     assert_pending!(idle.poll_ready());
-    e.handle.force_closed();
+    e.handle.force(Forced::Closed);
     assert!(e.svc.is_woken(), "the operator's change woke it at once");
     assert!(idle.is_woken());
     assert_ready_ok!(e.svc.poll_ready());

@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use seawall_circuit_breaker::{
-    CircuitBreakerConfig, CircuitBreakerLayer, Handle, Reason, State, TripPolicy,
+    CircuitBreakerConfig, CircuitBreakerLayer, Forced, Handle, Reason, State, TripPolicy,
 };
 use seawall_core::{find_rejection, BoxError, BulkheadFull, Deadline, RejectionKind, WindowCounts};
 use tokio::time::{advance, Instant};
@@ -422,7 +422,7 @@ async fn forced_open_rejects_without_polling_and_a_reset_between_ready_and_call_
     let layer = seed_layer();
     let handle = layer.handle();
     let mut svc = layer.layer(inner.clone());
-    handle.force_open();
+    handle.force(Forced::Open);
     let err = send(&mut svc).await.unwrap_err();
     // Only an operator ends a forced open: no retry time is promised.
     let rejection = find_rejection(&*err).unwrap();
@@ -479,7 +479,7 @@ async fn the_handle_reports_transitions_and_operators_steer() {
         send(&mut svc).await.unwrap_err();
     }
     assert_eq!(handle.state(), State::Disabled);
-    handle.force_closed();
+    handle.force(Forced::Closed);
     assert_eq!(events.recv().await.unwrap().to, State::Disabled);
     assert_eq!(events.recv().await.unwrap().to, State::ForcedClosed);
     handle.reset();

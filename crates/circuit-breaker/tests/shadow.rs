@@ -9,7 +9,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use seawall_circuit_breaker::{CircuitBreakerLayer, State};
+use seawall_circuit_breaker::{CircuitBreakerLayer, Forced, State};
 use seawall_core::{BoxError, CircuitOpen};
 use tokio::time::{advance, Instant};
 use tokio_test::task;
@@ -218,7 +218,7 @@ async fn forced_open_rejects_even_in_shadow() {
         .unwrap();
     let handle = layer.handle();
     let mut svc = layer.layer(service_fn(|(): ()| async { Ok::<_, BoxError>("quote") }));
-    handle.force_open();
+    handle.force(Forced::Open);
     let e = svc.ready().await.unwrap().call(()).await.unwrap_err();
     assert!(e.downcast_ref::<CircuitOpen>().is_some());
     assert_eq!(handle.snapshot().counters.shadow_rejections, 0);

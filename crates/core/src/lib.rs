@@ -31,6 +31,9 @@
 //!   `UNAVAILABLE` / `RESOURCE_EXHAUSTED` / `DEADLINE_EXCEEDED` statuses for tonic
 //!   clients, and as
 //!   trailers-only responses for servers.
+//! - **One handle shape** ([`LayerHandle`]): the name, configuration, run-time
+//!   reconfiguration, revert, snapshot and operator verbs (`force`, `release`) that
+//!   every layer's handle has, so code can treat the layers alike.
 //! - **Configuration errors** ([`ConfigError`]) naming the field at fault, and the
 //!   longest duration any setting accepts ([`MAX_DURATION`], a year) with
 //!   instant arithmetic that cannot panic ([`later`]).
@@ -72,6 +75,7 @@ pub mod duration_format;
 #[cfg(feature = "tonic")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
 pub mod grpc;
+mod handle;
 #[cfg(any(feature = "http", feature = "tonic"))]
 mod held;
 #[cfg(feature = "http")]
@@ -100,6 +104,7 @@ pub use deadline::{
     DeadlineLayer, DeadlineService, DeadlineSnapshot, GrpcTimeout, HasExtensions, NoHeaders,
     WithDeadline, GRPC_TIMEOUT,
 };
+pub use handle::LayerHandle;
 pub use keyed::{KeyedMap, MAX_PROBES};
 pub use random::{RandomSource, SeededRandom};
 #[cfg(feature = "metrics")]

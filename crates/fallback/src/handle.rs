@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use seawall_core::{BoxError, ConfigError, FallbacksExhausted, Name, StepFailure};
+use seawall_core::{BoxError, ConfigError, FallbacksExhausted, LayerHandle, Name, StepFailure};
 use tokio::sync::broadcast;
 
 use crate::config::{FallbackConfig, StepTimeout};
@@ -353,9 +353,14 @@ fn is_timeout(cause: &(dyn Error + 'static)) -> bool {
 ///   allocated when first asked for).
 /// - [`disable`](Self::disable) / [`enable`](Self::enable): let everything pass
 ///   through untouched; [`force`](Self::force): skip the primary and answer from the
-///   fallback (a drill, or a supplier known to be down).
+///   fallback (a drill, or a supplier known to be down), until
+///   [`release`](Self::release).
 /// - [`reconfigure`](Self::reconfigure) the rejection kinds and step timeouts at
 ///   run time, [`revert`](Self::revert) to the built configuration.
+///
+/// Its name, configuration, snapshot and operator verbs are those of every seawall
+/// layer's handle ([`LayerHandle`], implemented by delegating to the methods here;
+/// there `force` takes `()`, a fallback having one forced state).
 #[derive(Clone)]
 pub struct Handle {
     rt: Arc<Runtime>,
@@ -443,10 +448,20 @@ impl Handle {
         self.control();
     }
 
-    /// Forces the fallback (`true`): the primary is not called at all, every call is
-    /// answered by the fallback with [`Trigger::Forced`]. Takes effect from the next
-    /// `poll_ready`. A disabled fallback is never forced.
-    pub fn force(&self, forced: bool) {
+    /// Forces the fallback until [`release`](Self::release): the primary is not
+    /// called at all, every call is answered by the fallback with
+    /// [`Trigger::Forced`]. Takes effect from the next `poll_ready`. A disabled
+    /// fallback is never forced.
+    pub fn force(&self) {
+        self.set_forced(true);
+    }
+
+    /// Calls the primary again after [`force`](Self::force).
+    pub fn release(&self) {
+        self.set_forced(false);
+    }
+
+    fn set_forced(&self, forced: bool) {
         self.rt.forced.store(forced, Ordering::Relaxed);
         self.control();
     }
@@ -470,6 +485,42 @@ impl Handle {
         // The built configuration was validated against this layer when it was built.
         let _ = self.rt.apply(&self.rt.built);
         self.control();
+    }
+}
+
+impl LayerHandle for Handle {
+    type Config = FallbackConfig;
+    type Snapshot = Snapshot;
+    /// A fallback has one forced state: answering every call.
+    type Forced = ();
+
+    fn name(&self) -> &str {
+        Handle::name(self)
+    }
+
+    fn config(&self) -> FallbackConfig {
+        Handle::config(self)
+    }
+
+    fn reconfigure(&self, config: FallbackConfig) -> Result<(), ConfigError> {
+        Handle::reconfigure(self, config)
+    }
+
+    fn revert(&self) {
+        Handle::revert(self);
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        Handle::snapshot(self)
+    }
+
+    fn force(&self, (): ()) -> Result<(), ConfigError> {
+        Handle::force(self);
+        Ok(())
+    }
+
+    fn release(&self) {
+        Handle::release(self);
     }
 }
 

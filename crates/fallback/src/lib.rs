@@ -182,7 +182,7 @@
 //! [`Handle`]: [`snapshot`](Handle::snapshot) (per trigger, per step:
 //! served / failed / timed out / unavailable; exhausted; passed through),
 //! [`subscribe`](Handle::subscribe) to [`FallbackEvent`]s,
-//! [`disable`](Handle::disable) / [`force`](Handle::force), and
+//! [`disable`](Handle::disable) / [`force`](Handle::force) / [`release`](Handle::release), and
 //! [`reconfigure`](Handle::reconfigure) the rejection kinds and step
 //! timeouts ([`FallbackConfig`], serde under the `serde` feature) with
 //! [`revert`](Handle::revert). Metrics and tracing: see the `metrics` and

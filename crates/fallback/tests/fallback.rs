@@ -653,13 +653,13 @@ async fn disabled_passes_everything_through_and_forced_skips_the_primary() {
     assert!(err.is::<CircuitOpen>());
     handle.enable();
 
-    handle.force(true);
+    handle.force();
     let (mock, mut inner) = tower_test::mock::pair::<Req, Quote>();
     inner.allow(0); // the primary is not ready, and must not be asked
     let mut svc = layer.layer(mock);
     let quote = svc.ready().await.unwrap().call(req("PT")).await.unwrap();
     assert_eq!(quote.source.unwrap().trigger(), Trigger::Forced);
-    handle.force(false);
+    handle.release();
     assert_eq!(
         events.recv().await.unwrap(),
         FallbackEvent::Control {

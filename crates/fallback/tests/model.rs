@@ -277,7 +277,11 @@ fn check(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     model.disabled = !on;
                 }
                 Op::Force(on) => {
-                    handle.force(on);
+                    if on {
+                        handle.force();
+                    } else {
+                        handle.release();
+                    }
                     model.forced = on;
                 }
                 Op::Select(kinds) => {

@@ -174,7 +174,7 @@
 //!   may say more about that instance (a bad local network, a bad deploy on one
 //!   replica) than about the dependency: one sick client must not open a healthy
 //!   fleet. Operators win: a forced or disabled breaker is left alone, and an
-//!   operator's `force_open` is no trip to count.
+//!   operator's `force(Forced::Open)` is no trip to count.
 //!
 //! ## When two probes can overlap
 //!

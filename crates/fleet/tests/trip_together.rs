@@ -8,7 +8,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use seawall_circuit_breaker::{Reason, State};
+use seawall_circuit_breaker::{Forced, Reason, State};
 use seawall_fleet::{Faults, Fleet, Keys, LocalStore};
 use support::{breaker_config, instance, load, run_for, Dependency, Instance};
 use tokio::time::Instant;
@@ -184,8 +184,8 @@ async fn operators_win_and_a_forced_open_is_no_trip_to_count() {
     let f = fleetlet(5, Some(2), WINDOW, 5);
     run_for(S).await;
     // An operator opens instance 4 and pins instance 3 closed.
-    f.instances[4].handle.force_open();
-    f.instances[3].handle.force_closed();
+    f.instances[4].handle.force(Forced::Open);
+    f.instances[3].handle.force(Forced::Closed);
     // One real trip and one forced open: not two trips.
     f.trip(0).await;
     load(&f.instances[1..3], 100 * MS, 5 * S).await;

@@ -1,0 +1,67 @@
+//! [`LayerHandle`]: what every seawall layer's handle offers, under one set of names.
+
+use crate::ConfigError;
+
+/// The operator's side of one layer: what every seawall layer's `Handle` (breaker,
+/// bulkhead, degradation, fallback) has, with the same names and the same meaning.
+///
+/// Each handle also has these as inherent methods, so calling them needs no import;
+/// the trait is for code that treats layers alike (reconfiguring every layer of a
+/// policy from a document, reverting them all, an admin route per operation).
+///
+/// # Configuration
+///
+/// [`config`](Self::config) is the configuration in force;
+/// [`reconfigure`](Self::reconfigure) validates a new one and applies it at run
+/// time, keeping the layer's state (an open breaker stays open, running calls keep
+/// their bulkhead slots), or refuses it with the field at fault and changes
+/// nothing; [`revert`](Self::revert) goes back to the configuration the layer was
+/// built with.
+///
+/// # Operator verbs
+///
+/// [`force`](Self::force) holds the layer in a state its own policy would not
+/// choose, until [`release`](Self::release) hands control back:
+///
+/// | layer | `force(..)` takes | while forced | `release()` |
+/// |---|---|---|---|
+/// | circuit breaker | `Forced::Open` or `Forced::Closed` | every call rejected, or every call let through and never tripping | a fresh closed breaker |
+/// | bulkhead | a limit of active calls | the limit, whatever the adaptive algorithm says | the algorithm (or `max_concurrent`) goes on from that limit |
+/// | degradation | a level | that level, no probes | the machine picks again, with a fresh dwell |
+/// | fallback | `()` | the primary is not called; the fallback answers | the primary is called again |
+///
+/// A forced state is an override, not configuration: `reconfigure` and `revert`
+/// keep it, and only `release` ends it. `release` on a layer that is not forced
+/// changes nothing.
+pub trait LayerHandle: Clone + Send + Sync + 'static {
+    /// The layer's configuration, as `reconfigure` takes it and `config` gives it.
+    type Config: Clone + PartialEq + Send + Sync + 'static;
+    /// The layer's state and counters at one instant.
+    type Snapshot;
+    /// The states an operator can hold the layer in (see [`force`](Self::force)).
+    type Forced;
+
+    /// The layer's name.
+    fn name(&self) -> &str;
+
+    /// The configuration in force.
+    fn config(&self) -> Self::Config;
+
+    /// Applies `config` at run time after validating it, keeping the layer's state;
+    /// refused, changing nothing, if it is invalid.
+    fn reconfigure(&self, config: Self::Config) -> Result<(), ConfigError>;
+
+    /// Goes back to the configuration the layer was built with, keeping its state.
+    fn revert(&self);
+
+    /// The layer's state and counters now.
+    fn snapshot(&self) -> Self::Snapshot;
+
+    /// Holds the layer in `forced` until [`release`](Self::release); refused,
+    /// changing nothing, when `forced` is out of range for this layer (a level it
+    /// does not have, a zero limit).
+    fn force(&self, forced: Self::Forced) -> Result<(), ConfigError>;
+
+    /// Hands control back to the layer's own policy after [`force`](Self::force).
+    fn release(&self);
+}
