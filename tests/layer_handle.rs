@@ -171,3 +171,35 @@ async fn every_handle_reconfigures_reverts_forces_and_releases_alike() {
     )
     .unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn release_hands_back_only_what_an_operator_forced() {
+    use seawall::BoxError;
+    use tower::{service_fn, Layer, ServiceExt};
+
+    let breaker = CircuitBreakerLayer::builder("breaker")
+        .consecutive_failures(1)
+        .build()
+        .unwrap();
+    let h = breaker.handle();
+    let failing = breaker.layer(service_fn(|()| async {
+        Err::<(), BoxError>("down".into())
+    }));
+    assert!(failing.oneshot(()).await.is_err());
+    assert_eq!(h.state(), State::Open, "tripped by itself");
+    h.release();
+    assert_eq!(
+        h.state(),
+        State::Open,
+        "no operator held it: release leaves the trip"
+    );
+    h.disable();
+    assert_eq!(h.state(), State::Disabled);
+    h.release();
+    assert_eq!(
+        h.state(),
+        State::Closed,
+        "a disabled breaker is handed back fresh"
+    );
+    assert_eq!(h.snapshot().consecutive_failures, Some(0));
+}

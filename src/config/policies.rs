@@ -99,7 +99,7 @@ pub struct PolicyHandles {
     #[cfg(feature = "bulkhead")]
     #[cfg_attr(docsrs, doc(cfg(feature = "bulkhead")))]
     pub bulkhead: Option<crate::bulkhead::Handle>,
-    /// The breaker's handle (`force_open`, `force_closed`, `reset`, …).
+    /// The breaker's handle (`force`, `release`, `reset`, …).
     #[cfg(feature = "circuit-breaker")]
     #[cfg_attr(docsrs, doc(cfg(feature = "circuit-breaker")))]
     pub breaker: Option<crate::circuit_breaker::Handle>,
