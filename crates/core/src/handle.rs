@@ -31,8 +31,8 @@ use crate::ConfigError;
 /// | fallback | `()` | the primary is not called; the fallback answers | the primary is called again |
 ///
 /// A forced state is an override, not configuration: `reconfigure` and `revert`
-/// keep it, and only `release` ends it. `release` on a layer that is not forced
-/// changes nothing.
+/// keep it, and `release` ends it (a layer's own verbs may end it too, such as
+/// the breaker's `reset`). `release` on a layer that is not forced changes nothing.
 pub trait LayerHandle: Clone + Send + Sync + 'static {
     /// The layer's configuration, as `reconfigure` takes it and `config` gives it.
     type Config: Clone + PartialEq + Send + Sync + 'static;
