@@ -69,13 +69,13 @@ fn main() {
 
     let mut rows = subjects::rows(&rt);
     if let Some(filter) = &o.filter {
-        rows.retain(|r| r.id == subjects::Id::Bare || r.label.to_lowercase().contains(filter));
+        rows.retain(|r| r.id == subjects::Id::Bare || options::matches(filter, &r.label));
     }
 
     if let Some(spin) = o.spin {
         // With a filter, the bare row (always kept for the tables) runs only if it matches.
         let wanted = |r: &subjects::Row| match &o.filter {
-            Some(f) if r.id == subjects::Id::Bare => r.label.to_lowercase().contains(f),
+            Some(f) if r.id == subjects::Id::Bare => options::matches(f, &r.label),
             _ => true,
         };
         for row in rows.iter_mut().filter(|r| wanted(r)) {

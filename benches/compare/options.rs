@@ -7,7 +7,7 @@ use crate::harness::{Mode, CHILD};
 pub(crate) struct Options {
     pub(crate) single: Rounds,
     pub(crate) contended: Runs,
-    /// Only rows whose label contains this (lowercase); the bare row always stays.
+    /// Only rows whose label contains this (lowercase; `a|b`: either); the bare row always stays.
     pub(crate) filter: Option<String>,
     pub(crate) quick: bool,
     /// Run the matching rows' paths instead of measuring them (for `perf`).
@@ -41,6 +41,13 @@ pub(crate) struct Runs {
     pub(crate) measure: Duration,
     /// Numbers of tasks.
     pub(crate) tasks: Vec<usize>,
+}
+
+/// Whether `label` contains `filter`, or one of its `|`-separated alternatives
+/// (`bulkhead|concurrencylimit`: seawall's bulkheads and the peers they are judged by).
+pub(crate) fn matches(filter: &str, label: &str) -> bool {
+    let label = label.to_lowercase();
+    filter.split('|').any(|f| label.contains(f))
 }
 
 const USAGE: &str =
