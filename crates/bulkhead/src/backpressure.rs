@@ -16,8 +16,8 @@ use tower_service::Service;
 use crate::future::ResponseFuture;
 use crate::handle::Handle;
 use crate::hold::{Hold, Lend, UntilResponse};
-use crate::machine::{Enqueued, Leave, Left, WaiterId};
 use crate::permit::Permit;
+use crate::semaphore::{Enqueued, Leave, Left, WaiterId};
 use crate::state::Shared;
 
 /// Applies a bulkhead in backpressure mode; made by
@@ -142,11 +142,11 @@ impl Waiter {
         let Some(shared) = &self.shared else {
             return Poll::Ready(None);
         };
-        if !shared.machine.poll_waiter(self.id, cx.waker()) {
+        if !shared.semaphore.poll_waiter(self.id, cx.waker()) {
             return Poll::Pending;
         }
         let waited = Instant::now().saturating_duration_since(self.enqueued_at);
-        shared.machine.record_wait(waited);
+        shared.semaphore.record_wait(waited);
         shared.telemetry.dequeued();
         shared.telemetry.admitted(waited);
         Poll::Ready(self.shared.take().map(Permit::waited))
@@ -157,7 +157,7 @@ impl Drop for Waiter {
     fn drop(&mut self) {
         if let Some(shared) = self.shared.take() {
             shared.telemetry.dequeued();
-            if shared.machine.leave(self.id, Leave::Abandoned) == Left::HoldsSlot {
+            if shared.semaphore.leave(self.id, Leave::Abandoned) == Left::HoldsSlot {
                 // Handed a slot, but the service is gone: pass it on.
                 shared.release_handed_over();
             }
@@ -198,7 +198,7 @@ impl<S, H, O> Backpressure<S, H, O> {
             match &mut self.slot {
                 Slot::Held(_) => return Poll::Ready(()),
                 Slot::Empty | Slot::Overflow => {
-                    if self.shared.machine.try_acquire() {
+                    if self.shared.semaphore.try_acquire() {
                         self.shared.telemetry.admitted(Duration::ZERO);
                         self.slot = Slot::Held(Permit::new(self.shared.clone()));
                         return Poll::Ready(());
@@ -219,7 +219,7 @@ impl<S, H, O> Backpressure<S, H, O> {
     #[cold]
     fn join(&self) -> Slot {
         let shared = &self.shared;
-        match shared.machine.enqueue_ready() {
+        match shared.semaphore.enqueue_ready() {
             Enqueued::Admitted => {
                 shared.telemetry.admitted(Duration::ZERO);
                 Slot::Held(Permit::waited(shared.clone()))
@@ -315,7 +315,7 @@ impl<S, H, O: Clone> Backpressure<S, H, O> {
         S::Error: Into<BoxError>,
         H: Lend<Req>,
     {
-        let permit = if self.shared.machine.try_acquire() {
+        let permit = if self.shared.semaphore.try_acquire() {
             self.shared.telemetry.admitted(Duration::ZERO);
             Permit::new(self.shared.clone())
         } else if self.shared.shadows() {

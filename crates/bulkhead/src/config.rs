@@ -6,7 +6,7 @@ use seawall_core::{check_duration, check_positive, ConfigError, Name};
 
 use crate::adaptive::AdaptiveConfig;
 use crate::layer::BulkheadLayer;
-use crate::machine::MAX_LIMIT;
+use crate::semaphore::MAX_LIMIT;
 
 /// The limits of one bulkhead. `Default` is a starting point to calibrate, not a measured limit: 8 active calls,
 /// 10 waiting, 20 ms in the queue at most.

@@ -8,7 +8,7 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 use crate::config::BulkheadConfig;
-use crate::machine::Machine;
+use crate::semaphore::Semaphore;
 
 /// Events buffered for a slow subscriber before it lags.
 const SUBSCRIBER_BUFFER: usize = 64;
@@ -165,7 +165,7 @@ impl Events {
 
     /// A call was turned away by `rejection`: whether this began a saturation
     /// (and was sent). One relaxed load once saturated.
-    pub(crate) fn rejected(&self, rejection: RejectionKind, machine: &Machine) -> bool {
+    pub(crate) fn rejected(&self, rejection: RejectionKind, semaphore: &Semaphore) -> bool {
         if self.saturated.load(Ordering::Relaxed) {
             return false;
         }
@@ -175,7 +175,7 @@ impl Events {
         }
         *edge = true;
         self.saturated.store(true, Ordering::Relaxed);
-        let counts = machine.counts();
+        let counts = semaphore.counts();
         self.send(|| BulkheadEvent::Saturated {
             rejection,
             active: counts.active,
@@ -189,26 +189,26 @@ impl Events {
     /// half the limit in use), the saturation ends. Whether it did (and was sent).
     /// One relaxed load unless saturated.
     #[inline]
-    pub(crate) fn released(&self, machine: &Machine) -> bool {
+    pub(crate) fn released(&self, semaphore: &Semaphore) -> bool {
         if !self.saturated.load(Ordering::Relaxed) {
             return false;
         }
-        self.relieve(machine)
+        self.relieve(semaphore)
     }
 
     #[cold]
-    fn relieve(&self, machine: &Machine) -> bool {
-        let drained = |m: &Machine| {
+    fn relieve(&self, semaphore: &Semaphore) -> bool {
+        let drained = |m: &Semaphore| {
             let counts = m.counts();
             let limit = m.max_concurrent();
             (counts.queued == 0 && counts.active * 2 <= limit).then_some((counts.active, limit))
         };
-        if drained(machine).is_none() {
+        if drained(semaphore).is_none() {
             return false;
         }
         let mut edge = self.edge.lock().unwrap_or_else(PoisonError::into_inner);
         // Looked at again under the lock: a rejection may have come in between.
-        let Some((active, limit)) = drained(machine).filter(|_| *edge) else {
+        let Some((active, limit)) = drained(semaphore).filter(|_| *edge) else {
             return false;
         };
         *edge = false;

@@ -6,7 +6,7 @@
 //! for its slot) or that reports overload in the current generation takes the
 //! lock, after it completed, and a measured call served in time only if the
 //! algorithm could learn from it (see `Feedback::quiet_below`); no lock is held while the limit is applied to the
-//! admission machine, so a waiter woken by a larger limit may call back into
+//! admission semaphore, so a waiter woken by a larger limit may call back into
 //! the bulkhead at once.
 
 use std::error::Error;
@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use crate::adaptive::{AdaptiveConfig, Aimd, Gradient, LimitAlgorithm, Observation, Sample};
 use crate::config::BulkheadConfig;
 use crate::events::{BulkheadEvent, Events, LimitCause};
-use crate::machine::Machine;
+use crate::semaphore::Semaphore;
 
 /// What an admitted call carries for the algorithm: the generation it was admitted
 /// in and, if its latency is measured, when it was admitted.
@@ -112,7 +112,7 @@ pub(crate) struct Feedback {
     /// `sample_every - 1` (a power of two minus one), or 0 while the algorithm
     /// wants every call's latency.
     sample_mask: AtomicU64,
-    /// The limit in force, which the machine applies.
+    /// The limit in force, which the semaphore applies.
     limit: AtomicUsize,
     /// A served call with fewer calls in flight than this at its end, and a latency
     /// of at most `quiet_latency_nanos`, cannot move the algorithm (AIMD grows only
@@ -195,15 +195,15 @@ impl Feedback {
     }
 
     /// The ticket of a call admitted now, or `None` when no algorithm is fed (then
-    /// nothing else is read). A call admitted on the fast path of `machine` is
+    /// nothing else is read). A call admitted on the fast path of `semaphore` is
     /// timed when its admission count is a multiple of `sample_every`; one
     /// admitted on the slow path (`None`) is always timed.
     #[inline]
-    pub(crate) fn issue(&self, fast_path: Option<&Machine>) -> Option<Ticket> {
+    pub(crate) fn issue(&self, fast_path: Option<&Semaphore>) -> Option<Ticket> {
         if !self.on.load(Ordering::Relaxed) {
             return None;
         }
-        Some(self.ticket(fast_path.map(Machine::admissions_hint)))
+        Some(self.ticket(fast_path.map(Semaphore::admissions_hint)))
     }
 
     /// The ticket of an admission numbered `admissions` (`None`: slow path).
@@ -219,13 +219,13 @@ impl Feedback {
 
     /// Learns from a completed call; the limits before and after when the limit in
     /// force changed (sent to `events` under the lock, so in order; the caller then
-    /// applies it to the machine).
+    /// applies it to the semaphore).
     pub(crate) fn observe<Res, O>(
         &self,
         ticket: Ticket,
         overload: &O,
         result: &Result<Res, BoxError>,
-        machine: &Machine,
+        semaphore: &Semaphore,
         events: &Events,
     ) -> Option<(usize, usize)>
     where
@@ -252,7 +252,7 @@ impl Feedback {
                 (Observation::Overloaded, Instant::now())
             }
         };
-        let inflight = machine.counts().active;
+        let inflight = semaphore.counts().active;
         if let Observation::Served(latency) = observation {
             if inflight < self.quiet_below.load(Ordering::Relaxed)
                 && latency.as_nanos()
@@ -437,7 +437,7 @@ mod tests {
         );
         // A call that waited for its slot is always timed.
         assert!(f.issue(None).unwrap().started.is_some());
-        let m = Machine::new(4, 0);
+        let m = Semaphore::new(4, 0);
         assert!(m.try_acquire());
         assert!(
             f.issue(Some(&m)).unwrap().started.is_none(),
@@ -448,7 +448,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_pinned_limit_overrides_and_release_restarts_from_it() {
         let f = Feedback::new(&config(Some(aimd())), Some(1));
-        let m = Machine::new(10, 0);
+        let m = Semaphore::new(10, 0);
         assert_eq!(f.pin(3, &Events::default()), 10);
         assert_eq!(f.limit(), 3);
         assert!(f.issue(None).is_none(), "a pinned limit feeds no algorithm");
@@ -497,7 +497,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn ignored_and_untimed_served_calls_take_no_lock_and_change_nothing() {
         let f = Feedback::new(&config(Some(aimd())), Some(1));
-        let m = Machine::new(10, 0);
+        let m = Semaphore::new(10, 0);
         let untimed = f.ticket(Some(1));
         let ok: Result<(), BoxError> = Ok(());
         assert!(f
@@ -517,7 +517,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn reconfiguring_restarts_a_changed_algorithm_from_the_limit_in_force() {
         let f = Feedback::new(&config(Some(aimd())), Some(1));
-        let m = Machine::new(10, 0);
+        let m = Semaphore::new(10, 0);
         let overloaded: Result<(), BoxError> = Err(Box::new(seawall_core::DeadlineExceeded::new()));
         let t = f.ticket(Some(1));
         f.observe(t, &TimeoutsAsOverload, &overloaded, &m, &Events::default());
@@ -548,7 +548,7 @@ mod tests {
 mod schedule {
     //! Random schedules of arrivals, completions (served, overloaded, failed,
     //! timed out, short-circuited), waits, clock advances and operator pins,
-    //! through the admission machine and an adaptive algorithm together, checked
+    //! through the admission semaphore and an adaptive algorithm together, checked
     //! after every step.
     use std::sync::Arc;
     use std::task::{Wake, Waker};
@@ -558,7 +558,7 @@ mod schedule {
 
     use super::*;
     use crate::adaptive::{AimdConfig, GradientConfig};
-    use crate::machine::{Enqueued, Leave, Left, WaiterId};
+    use crate::semaphore::{Enqueued, Leave, Left, WaiterId};
     use crate::state::Shared;
 
     struct Noop;
@@ -672,7 +672,7 @@ mod schedule {
                 AdaptiveConfig::Gradient(c) => (c.min_limit, c.max_limit),
             };
             let shared = Shared::new("schedule".into(), config, Some(3));
-            let m = &shared.machine;
+            let m = &shared.semaphore;
             let waker = Waker::from(Arc::new(Noop));
             let mut holders: Vec<Option<Ticket>> = Vec::new();
             let mut waiters: Vec<WaiterId> = Vec::new();
@@ -766,7 +766,7 @@ mod schedule {
     }
 
     /// Waiters already handed a slot (they hold it, but have not polled yet).
-    fn handed(m: &Machine, waiters: &[WaiterId]) -> usize {
+    fn handed(m: &Semaphore, waiters: &[WaiterId]) -> usize {
         waiters.len() - m.counts().queued
     }
 
@@ -794,7 +794,7 @@ mod schedule {
             let f = Feedback::new(&bulkhead(config), Some(1));
             let mut bare = Aimd::new(config);
             let events = Events::default();
-            let m = Machine::new(crate::machine::MAX_LIMIT, 0);
+            let m = Semaphore::new(crate::semaphore::MAX_LIMIT, 0);
             let mut held = 0;
             for &(latency, inflight, pause) in samples {
                 tokio::time::advance(Duration::from_millis(pause)).await;

@@ -16,8 +16,8 @@ use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
 use crate::hold::{Hold, Lend};
-use crate::machine::{Enqueued, Leave, Left, WaiterId};
 use crate::permit::Permit;
+use crate::semaphore::{Enqueued, Leave, Left, WaiterId};
 use crate::state::{ShadowReason, Shared};
 
 pin_project! {
@@ -93,7 +93,7 @@ impl Waiter {
         let Some(shared) = &self.shared else {
             return Poll::Ready(Err(polled_after_completion()));
         };
-        if !shared.machine.poll_waiter(self.id, cx.waker()) {
+        if !shared.semaphore.poll_waiter(self.id, cx.waker()) {
             if let Some(sleep) = sleep.as_pin_mut() {
                 if sleep.poll(cx).is_pending() {
                     return Poll::Pending;
@@ -106,7 +106,7 @@ impl Waiter {
             } else {
                 Leave::TimedOut
             };
-            if shared.machine.leave(self.id, why) == Left::Removed {
+            if shared.semaphore.leave(self.id, why) == Left::Removed {
                 shared.telemetry.dequeued();
                 if shadow {
                     shared.admit_over_limit(ShadowReason::Timeout);
@@ -127,7 +127,7 @@ impl Waiter {
         Poll::Ready(match self.shared.take() {
             Some(shared) => {
                 let waited = Instant::now().saturating_duration_since(self.enqueued_at);
-                shared.machine.record_wait(waited);
+                shared.semaphore.record_wait(waited);
                 shared.telemetry.dequeued();
                 shared.telemetry.admitted(waited);
                 Ok(Permit::waited(shared))
@@ -141,7 +141,7 @@ impl Drop for Waiter {
     fn drop(&mut self) {
         if let Some(shared) = self.shared.take() {
             shared.telemetry.abandoned();
-            if shared.machine.leave(self.id, Leave::Abandoned) == Left::HoldsSlot {
+            if shared.semaphore.leave(self.id, Leave::Abandoned) == Left::HoldsSlot {
                 // Handed a slot, but the caller is gone: pass it on.
                 shared.release_handed_over();
             }
@@ -166,7 +166,7 @@ where
     /// rejection is built where it is returned, so it is not copied on its way out.
     #[inline]
     pub(crate) fn new(shared: &Arc<Shared>, inner: &mut S, req: Req, overload: O) -> Self {
-        if shared.machine.try_acquire() {
+        if shared.semaphore.try_acquire() {
             shared.telemetry.admitted(Duration::ZERO);
             return Self::admitted(Permit::new(shared.clone()), inner, req).with_overload(overload);
         }
@@ -201,25 +201,22 @@ where
 
     #[cold]
     fn slow(shared: &Arc<Shared>, inner: &mut S, req: Req, overload: O) -> Self {
-        if shared.machine.is_full() {
+        if shared.semaphore.is_full() {
             return Self::full_or_over_limit(shared, inner, req);
         }
         let now = Instant::now();
-        let mut until = now
-            .checked_add(shared.max_wait())
-            .unwrap_or_else(|| far_future(now));
         let deadline = Deadline::current();
-        if let Some(deadline) = deadline {
-            until = until.min(deadline.instant());
-        }
         let look = deadline.is_none();
+        let until = shared
+            .queue_policy()
+            .wait_until(now, deadline.map(|d| d.instant()));
         // A call whose deadline has passed takes a free slot but never joins the line.
         // Read once: the decision and what is counted must agree.
-        let shadow = until <= now && shared.shadows();
-        let enqueued = if until <= now {
-            shared.machine.enqueue_no_wait(shadow)
-        } else {
-            shared.machine.enqueue()
+        let shadow = until.is_none() && shared.shadows();
+        // Only `enqueue`, with a bound, can answer `Waiting`.
+        let (enqueued, until) = match until {
+            Some(until) => (shared.semaphore.enqueue(), until),
+            None => (shared.semaphore.enqueue_no_wait(shadow), now),
         };
         match enqueued {
             Enqueued::Admitted => {
@@ -327,12 +324,12 @@ where
     /// A call turned away because the bulkhead is full.
     #[cold]
     pub(crate) fn full(shared: &Shared) -> Self {
-        shared.machine.count_full();
+        shared.semaphore.count_full();
         shared
             .telemetry
-            .rejected_full(&shared.name, &shared.machine);
+            .rejected_full(&shared.name, &shared.semaphore);
         shared.rejected(RejectionKind::BulkheadFull);
-        let now = shared.machine.counts();
+        let now = shared.semaphore.counts();
         let full = BulkheadFull::named(&shared.name).with_load(now.active, now.queued);
         Self::rejected(Box::new(full))
     }
@@ -341,11 +338,6 @@ where
     pub(crate) fn rejected(error: BoxError) -> Self {
         Self::from_phase(Phase::Rejected { error: Some(error) })
     }
-}
-
-fn far_future(now: Instant) -> Instant {
-    // About 30 years, as tokio uses for "never".
-    seawall_core::later(now, Duration::from_secs(86_400 * 365 * 30))
 }
 
 impl<S, Req, H, O> Future for ResponseFuture<S, Req, H, O>

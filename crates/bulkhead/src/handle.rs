@@ -9,7 +9,7 @@ use tokio::sync::broadcast;
 
 use crate::config::BulkheadConfig;
 use crate::events::BulkheadEvent;
-use crate::machine::MAX_LIMIT;
+use crate::semaphore::MAX_LIMIT;
 use crate::state::Shared;
 
 /// Observes and controls one bulkhead. Cheap to clone; all clones see the same bulkhead.
@@ -63,7 +63,7 @@ impl Handle {
     /// Starts new peaks (see [`Snapshot::peak_active`]) from the current counts,
     /// e.g. at the start of an observation period or an incident.
     pub fn reset_peaks(&self) {
-        self.shared.machine.reset_peaks();
+        self.shared.semaphore.reset_peaks();
     }
 
     /// Pins the limit of active calls at `limit` (1 to 2^20), overriding the

@@ -573,7 +573,7 @@ impl<K: Hash + Eq + Clone> KeyedHandle<K> {
         };
         // Summed in place: copying the bulkheads out would pin them meanwhile.
         self.shared.map.for_each(|_, b| {
-            let counts = b.machine.counts();
+            let counts = b.semaphore.counts();
             s.keys += 1;
             s.active += counts.active;
             s.queued += counts.queued;

@@ -422,9 +422,10 @@ mod hold;
 mod keyed;
 mod layer;
 #[cfg(all(test, loom))]
-mod loom_machine;
-mod machine;
+mod loom_semaphore;
 mod permit;
+pub mod queue;
+mod semaphore;
 mod service;
 mod state;
 mod stats;

@@ -1,5 +1,5 @@
-//! Loom models of the bulkhead's admission word (see `machine.rs`), driving the
-//! production [`Machine`] through the `sync` shim: every interleaving of a release
+//! Loom models of the bulkhead's admission word (see `semaphore.rs`), driving the
+//! production [`Semaphore`] through the `sync` shim: every interleaving of a release
 //! handing its slot over with a waiter timing out, a newcomer on the fast path, and
 //! a resize.
 //!
@@ -27,7 +27,7 @@ use std::task::{Wake, Waker};
 
 use loom::thread;
 
-use crate::machine::{Counts, Enqueued, Leave, Left, Machine, WaiterId};
+use crate::semaphore::{Counts, Enqueued, Leave, Left, Semaphore, WaiterId};
 
 struct Flag(AtomicBool);
 
@@ -50,7 +50,7 @@ fn waiting(e: Enqueued) -> WaiterId {
 
 /// A waiter whose timer fires: it takes the slot if one was handed to it (by poll
 /// or as `leave` finds it), else leaves the line. Whether it holds a slot.
-fn time_out(m: &Machine, id: WaiterId) -> bool {
+fn time_out(m: &Semaphore, id: WaiterId) -> bool {
     if m.poll_waiter(id, &waker()) {
         return true;
     }
@@ -62,7 +62,7 @@ fn time_out(m: &Machine, id: WaiterId) -> bool {
 #[test]
 fn loom_a_hand_over_racing_a_waiters_timeout_leaks_no_slot() {
     loom::model(|| {
-        let m = Arc::new(Machine::new(1, 1));
+        let m = Arc::new(Semaphore::new(1, 1));
         assert!(m.try_acquire());
         let id = waiting(m.enqueue());
         let release = {
@@ -98,7 +98,7 @@ fn loom_a_hand_over_racing_a_waiters_timeout_leaks_no_slot() {
 #[test]
 fn loom_a_newcomer_never_overtakes_a_waiter() {
     loom::model(|| {
-        let m = Arc::new(Machine::new(1, 1));
+        let m = Arc::new(Semaphore::new(1, 1));
         assert!(m.try_acquire());
         let id = waiting(m.enqueue());
         let release = {
@@ -127,7 +127,7 @@ fn loom_a_newcomer_never_overtakes_a_waiter() {
 #[test]
 fn loom_a_hand_over_racing_a_timeout_and_a_resize_keeps_the_limits() {
     loom::model(|| {
-        let m = Arc::new(Machine::new(1, 2));
+        let m = Arc::new(Semaphore::new(1, 2));
         assert!(m.try_acquire());
         let first = waiting(m.enqueue());
         let second = waiting(m.enqueue());

@@ -51,7 +51,7 @@ impl Permit {
     /// a clock read for one admission in `sample_every`).
     #[inline]
     pub(crate) fn new(shared: Arc<Shared>) -> Self {
-        let ticket = shared.feedback.issue(Some(&shared.machine));
+        let ticket = shared.feedback.issue(Some(&shared.semaphore));
         Self {
             held: Held::Unique(Slot {
                 shared,
@@ -104,7 +104,7 @@ impl Permit {
         if let Some((before, after)) =
             shared
                 .feedback
-                .observe(ticket, overload, result, &shared.machine, &shared.events)
+                .observe(ticket, overload, result, &shared.semaphore, &shared.events)
         {
             shared.apply_limit(before, after);
         }

@@ -1,7 +1,10 @@
-//! The admission state of one bulkhead, as plain synchronous code.
+//! The bulkhead's semaphore: slots counted in one atomic word, and a line of
+//! waiters behind a mutex (the shape of tokio's batch semaphore).
 //!
-//! No clock, no timers, no futures: the adapter reads the clock and owns the
-//! timers; this struct only counts slots and keeps the waiting line in order.
+//! This is a concurrency primitive, not a sans-IO machine: its state is shared
+//! atomics that racing callers change. No clock, no timers, no futures: the
+//! response future reads the clock and owns the timers; this struct only counts
+//! slots and keeps the waiting line in order.
 //!
 //! # How admission works
 //!
@@ -10,20 +13,20 @@
 //! admitted on the fast path since the last flush (bits 43–63). Bit 42 flips at
 //! every change of `max_concurrent` (see below).
 //!
-//! - **Fast path** ([`Machine::try_acquire`]): when nobody is waiting and a slot is
+//! - **Fast path** ([`Semaphore::try_acquire`]): when nobody is waiting and a slot is
 //!   free, one compare-and-swap takes it and counts the admission in the same
 //!   word. No lock, no allocation, no clock, no second atomic. Nobody waiting is
 //!   part of the condition, so a newcomer never overtakes a waiter (first in,
 //!   first out). When the admission count in the word reaches its cap (every
 //!   two million calls), the call takes the slow path, which moves that count
 //!   into the total kept under the lock.
-//! - **Full** ([`Machine::is_full`]): one load decides that there is neither a slot
+//! - **Full** ([`Semaphore::is_full`]): one load decides that there is neither a slot
 //!   for the newcomer nor room in the queue.
-//! - **Slow path** ([`Machine::enqueue`]): under the queue lock, either take a slot
+//! - **Slow path** ([`Semaphore::enqueue`]): under the queue lock, either take a slot
 //!   that freed meanwhile, reject when the queue is full, or join the back of the
 //!   line. The waiting count changes only under the lock, so it always equals the
 //!   length of the line.
-//! - **Release** ([`Machine::release`]): one `fetch_sub`. Only when the old word
+//! - **Release** ([`Semaphore::release`]): one `fetch_sub`. Only when the old word
 //!   shows waiters does it take the lock and hand free slots to the front of the
 //!   line, in order (a hand-over moves one call from waiting to active in one
 //!   compare-and-swap, so no newcomer can slip in between).
@@ -46,6 +49,7 @@ use std::sync::PoisonError;
 use std::task::Waker;
 use std::time::Duration;
 
+use crate::queue::{Load, Place};
 use crate::stats::WaitHistogram;
 use crate::sync::{fence, AtomicU64, AtomicUsize, Mutex, MutexGuard};
 
@@ -81,20 +85,29 @@ fn fresh_admitted(word: u64) -> u64 {
     word >> ADMITTED_SHIFT
 }
 
+#[inline]
+fn load(word: u64, limit: usize) -> Load {
+    Load {
+        active: active(word),
+        queued: queued(word),
+        limit,
+    }
+}
+
 /// The number a waiter holds in the line (ids only grow, so the line is sorted).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct WaiterId(u64);
 
-/// What [`Machine::enqueue`] decided.
+/// What [`Semaphore::enqueue`] decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Enqueued {
     /// A slot was free after all (it freed between the fast path and the lock).
     Admitted,
     /// No slot and no room in the queue.
     Full,
-    /// In line; poll with [`Machine::poll_waiter`], leave with [`Machine::leave`].
+    /// In line; poll with [`Semaphore::poll_waiter`], leave with [`Semaphore::leave`].
     Waiting(WaiterId),
-    /// It would have had to wait but may not (see [`Machine::enqueue_no_wait`]):
+    /// It would have had to wait but may not (see [`Semaphore::enqueue_no_wait`]):
     /// counted as timed out, not put in line.
     Expired,
 }
@@ -111,7 +124,7 @@ pub(crate) enum Leave {
     ShadowTimedOut,
 }
 
-/// What [`Machine::leave`] found.
+/// What [`Semaphore::leave`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Left {
     /// The waiter was still in line and has left it.
@@ -187,7 +200,7 @@ impl WakeList {
 /// The admission state of one bulkhead. See the module docs.
 #[derive(Debug)]
 #[repr(C)]
-pub(crate) struct Machine {
+pub(crate) struct Semaphore {
     // Hot fields first, together: the fast path touches only these.
     state: AtomicU64,
     max_concurrent: AtomicUsize,
@@ -195,7 +208,7 @@ pub(crate) struct Machine {
     // Colder: peaks, rejections, waits and the line.
     peak_active: AtomicUsize,
     peak_queued: AtomicUsize,
-    /// Peaks since the last [`Machine::take_window_peaks`] (a demand period);
+    /// Peaks since the last [`Semaphore::take_window_peaks`] (a demand period);
     /// never above the peaks above, so the fast path reads only this one.
     window_active: AtomicUsize,
     window_queued: AtomicUsize,
@@ -204,7 +217,7 @@ pub(crate) struct Machine {
     line: Mutex<Line>,
 }
 
-impl Machine {
+impl Semaphore {
     /// A bulkhead with `max_concurrent` slots and room for `max_queue` waiters.
     /// The limits are assumed valid (at most [`MAX_LIMIT`]); the config validates them.
     pub(crate) fn new(max_concurrent: usize, max_queue: usize) -> Self {
@@ -237,7 +250,7 @@ impl Machine {
         let mut word = self.state.load(Ordering::Acquire);
         loop {
             let limit = self.max_concurrent.load(Ordering::Relaxed);
-            if queued(word) != 0 || active(word) >= limit || fresh_admitted(word) == ADMITTED_CAP {
+            if !load(word, limit).slot_free() || fresh_admitted(word) == ADMITTED_CAP {
                 return false;
             }
             match self.state.compare_exchange_weak(
@@ -343,9 +356,8 @@ impl Machine {
     #[inline]
     pub(crate) fn is_full(&self) -> bool {
         let word = self.state.load(Ordering::Relaxed);
-        let slot_free =
-            queued(word) == 0 && active(word) < self.max_concurrent.load(Ordering::Relaxed);
-        !slot_free && queued(word) >= self.max_queue.load(Ordering::Relaxed)
+        let load = load(word, self.max_concurrent.load(Ordering::Relaxed));
+        Place::of(load, self.max_queue.load(Ordering::Relaxed), false) == Place::Full
     }
 
     /// Counts a call turned away because the bulkhead was full.
@@ -354,19 +366,19 @@ impl Machine {
     }
 
     /// Takes a slot that freed meanwhile, rejects when the queue is full, or joins
-    /// the back of the line. Counts an admission, not a rejection (see [`Machine::count_full`]).
+    /// the back of the line. Counts an admission, not a rejection (see [`Semaphore::count_full`]).
     pub(crate) fn enqueue(&self) -> Enqueued {
         self.join(true, None, true)
     }
 
-    /// As [`Machine::enqueue`], for a service waiting in `poll_ready` (backpressure
+    /// As [`Semaphore::enqueue`], for a service waiting in `poll_ready` (backpressure
     /// mode): `max_queue` does not apply, since a service waits for readiness
     /// instead of a call waiting in line; only [`MAX_LIMIT`] waiters fit the word.
     pub(crate) fn enqueue_ready(&self) -> Enqueued {
         self.join(true, Some(MAX_LIMIT), true)
     }
 
-    /// As [`Machine::enqueue`], for a call that may not wait at all (its deadline
+    /// As [`Semaphore::enqueue`], for a call that may not wait at all (its deadline
     /// has passed): where it would join the line it is counted as timed out instead
     /// (unless `shadow`: then it is let through beyond the limit and counted as such
     /// by the caller).
@@ -385,17 +397,16 @@ impl Machine {
         let max_queue = max_queue.unwrap_or_else(|| self.max_queue.load(Ordering::Relaxed));
         let mut word = self.state.load(Ordering::Acquire);
         loop {
-            let (next, outcome) = if queued(word) == 0 && active(word) < limit {
-                (word + 1, Enqueued::Admitted)
-            } else if queued(word) >= max_queue {
-                return Enqueued::Full;
-            } else if !may_wait {
-                if count_expired {
-                    line.rejected_timeout += 1;
+            let (next, outcome) = match Place::of(load(word, limit), max_queue, may_wait) {
+                Place::Admit => (word + 1, Enqueued::Admitted),
+                Place::Full => return Enqueued::Full,
+                Place::Expired => {
+                    if count_expired {
+                        line.rejected_timeout += 1;
+                    }
+                    return Enqueued::Expired;
                 }
-                return Enqueued::Expired;
-            } else {
-                (word + ONE_QUEUED, Enqueued::Waiting(WaiterId(line.next_id)))
+                Place::Wait => (word + ONE_QUEUED, Enqueued::Waiting(WaiterId(line.next_id))),
             };
             match self
                 .state
@@ -498,7 +509,7 @@ impl Machine {
         let limit = self.max_concurrent.load(Ordering::Relaxed);
         let mut word = self.state.load(Ordering::Acquire);
         loop {
-            if queued(word) == 0 || active(word) >= limit {
+            if !load(word, limit).hands_over() {
                 return false;
             }
             if wakers.is_full() {
@@ -554,6 +565,11 @@ impl Machine {
     /// The limit of active calls now.
     pub(crate) fn max_concurrent(&self) -> usize {
         self.max_concurrent.load(Ordering::Relaxed)
+    }
+
+    /// The room in the line now.
+    pub(crate) fn max_queue(&self) -> usize {
+        self.max_queue.load(Ordering::Relaxed)
     }
 
     /// A count that grows by one with each fast-path admission (it restarts every
@@ -640,7 +656,7 @@ mod tests {
 
     #[test]
     fn fills_slots_then_queue_then_is_full() {
-        let m = Machine::new(2, 1);
+        let m = Semaphore::new(2, 1);
         assert!(m.try_acquire());
         assert!(m.try_acquire());
         assert!(!m.try_acquire());
@@ -672,7 +688,7 @@ mod tests {
 
     #[test]
     fn peaks_are_recorded_at_every_change_and_reset_to_the_current_counts() {
-        let m = Machine::new(3, 2);
+        let m = Semaphore::new(3, 2);
         for _ in 0..3 {
             assert!(m.try_acquire());
         }
@@ -725,7 +741,7 @@ mod tests {
 
     #[test]
     fn newcomers_do_not_overtake_waiters() {
-        let m = Machine::new(1, 5);
+        let m = Semaphore::new(1, 5);
         assert!(m.try_acquire());
         let a = id(m.enqueue());
         // The slot frees and goes to `a`, not to a newcomer on the fast path.
@@ -738,7 +754,7 @@ mod tests {
 
     #[test]
     fn hands_over_in_order_and_skips_those_who_left() {
-        let m = Machine::new(1, 5);
+        let m = Semaphore::new(1, 5);
         assert!(m.try_acquire());
         let ids: Vec<_> = (0..4).map(|_| id(m.enqueue())).collect();
         let (_f, waker) = flag();
@@ -766,7 +782,7 @@ mod tests {
 
     #[test]
     fn growing_admits_waiters_and_shrinking_preempts_nothing() {
-        let m = Machine::new(2, 10);
+        let m = Semaphore::new(2, 10);
         assert!(m.try_acquire());
         assert!(m.try_acquire());
         let ids: Vec<_> = (0..5).map(|_| id(m.enqueue())).collect();
@@ -809,7 +825,7 @@ mod tests {
 
     #[test]
     fn a_limit_change_fails_a_racing_fast_path_compare_and_swap() {
-        let m = Machine::new(3, 0);
+        let m = Semaphore::new(3, 0);
         assert!(m.try_acquire());
         assert!(m.try_acquire());
         // A fast-path caller has read the word and the old limit (3 > 2 active)...
@@ -832,7 +848,7 @@ mod tests {
 
     #[test]
     fn a_large_grow_wakes_every_batch() {
-        let m = Machine::new(1, 100);
+        let m = Semaphore::new(1, 100);
         assert!(m.try_acquire());
         let flags: Vec<_> = (0..40)
             .map(|_| {
@@ -849,7 +865,7 @@ mod tests {
 
     #[test]
     fn enqueue_takes_a_slot_that_freed_and_rejects_when_the_queue_is_full() {
-        let m = Machine::new(1, 0);
+        let m = Semaphore::new(1, 0);
         assert_eq!(m.enqueue(), Enqueued::Admitted);
         assert_eq!(m.admitted(), 1);
         assert!(m.is_full());
@@ -860,7 +876,7 @@ mod tests {
 
     #[test]
     fn a_call_that_may_not_wait_takes_a_free_slot_or_is_counted_timed_out() {
-        let m = Machine::new(1, 1);
+        let m = Semaphore::new(1, 1);
         assert_eq!(m.enqueue_no_wait(false), Enqueued::Admitted);
         assert_eq!(m.enqueue_no_wait(false), Enqueued::Expired);
         assert_eq!(m.rejected_timeout(), 1);
@@ -879,7 +895,7 @@ mod tests {
 
     #[test]
     fn the_admission_count_is_flushed_at_its_cap_and_stays_exact() {
-        let m = Machine::new(2, 1);
+        let m = Semaphore::new(2, 1);
         m.preset_fresh_admitted(ADMITTED_CAP - 1);
         assert!(m.try_acquire());
         assert_eq!(m.admitted(), ADMITTED_CAP);
@@ -902,7 +918,7 @@ mod tests {
 
     #[test]
     fn threads_racing_never_exceed_the_limit_and_return_every_slot() {
-        let m = Arc::new(Machine::new(3, 4));
+        let m = Arc::new(Semaphore::new(3, 4));
         let threads: Vec<_> = (0..4)
             .map(|t| {
                 let m = m.clone();
@@ -987,7 +1003,7 @@ mod tests {
             ]
         }
 
-        /// What the machine should do, written as plainly as possible.
+        /// What the semaphore should do, written as plainly as possible.
         struct Model {
             limit: usize,
             max_queue: usize,
@@ -1017,7 +1033,7 @@ mod tests {
                 max_queue in 0..5usize,
                 ops in proptest::collection::vec(op(), 1..200),
             ) {
-                let m = Machine::new(limit, max_queue);
+                let m = Semaphore::new(limit, max_queue);
                 let mut model = Model {
                     limit, max_queue, active: 0, line: VecDeque::new(),
                     handed: HashSet::new(), next_id: 0,

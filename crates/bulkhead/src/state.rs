@@ -12,14 +12,15 @@ use crate::config::BulkheadConfig;
 use crate::events::{BulkheadEvent, Events};
 use crate::feedback::Feedback;
 use crate::handle::{AdaptiveSnapshot, Demand, Snapshot, WaitStats};
-use crate::machine::Machine;
+use crate::queue::QueuePolicy;
+use crate::semaphore::Semaphore;
 use crate::telemetry::{Series, Telemetry};
 
-/// One bulkhead: the admission machine plus its name, limits and telemetry.
+/// One bulkhead: the admission semaphore plus its name, limits and telemetry.
 #[derive(Debug)]
 #[repr(C)]
 pub(crate) struct Shared {
-    pub(crate) machine: Machine,
+    pub(crate) semaphore: Semaphore,
     pub(crate) name: Name,
     max_wait_nanos: AtomicU64,
     config: Mutex<BulkheadConfig>,
@@ -72,7 +73,7 @@ impl Shared {
         let telemetry = Telemetry::new(series, &config);
         telemetry.limit_in_force(feedback.limit());
         Self {
-            machine: Machine::new(feedback.limit(), config.max_queue),
+            semaphore: Semaphore::new(feedback.limit(), config.max_queue),
             name,
             max_wait_nanos: AtomicU64::new(nanos(config.max_wait)),
             config: Mutex::new(config),
@@ -102,7 +103,7 @@ impl Shared {
         let config = self.config.lock().unwrap_or_else(PoisonError::into_inner);
         let (before, after) = self.feedback.set_allotment(allotment, &self.events);
         let queue = self.queue_in_force(config.max_queue);
-        self.machine
+        self.semaphore
             .set_limits_with(|| self.feedback.limit(), Some(queue));
         drop(config);
         if before != after {
@@ -112,8 +113,8 @@ impl Shared {
 
     /// Demand over the period since the previous call.
     pub(crate) fn take_demand(&self) -> Demand {
-        let peaks = self.machine.take_window_peaks();
-        let full = self.machine.rejected_full();
+        let peaks = self.semaphore.take_window_peaks();
+        let full = self.semaphore.rejected_full();
         let before = self.full_at_last_demand.swap(full, Ordering::Relaxed);
         Demand {
             peak_active: peaks.active,
@@ -153,10 +154,11 @@ impl Shared {
         self.telemetry.over_limit_released();
     }
 
-    /// Applies the limit in force to the admission machine (growing hands slots to
+    /// Applies the limit in force to the admission semaphore (growing hands slots to
     /// waiters; shrinking preempts nothing) and reports the change.
     pub(crate) fn apply_limit(&self, before: usize, after: usize) {
-        self.machine.set_limits_with(|| self.feedback.limit(), None);
+        self.semaphore
+            .set_limits_with(|| self.feedback.limit(), None);
         if before != after {
             self.telemetry
                 .limit_moved(&self.name, before, self.feedback.limit());
@@ -180,10 +182,10 @@ impl Shared {
     /// Frees one slot (called by the permit's drop).
     #[inline]
     pub(crate) fn release_slot(&self) {
-        self.machine.release();
+        self.semaphore.release();
         self.telemetry.released();
-        if self.events.released(&self.machine) {
-            self.telemetry.relieved(&self.name, &self.machine);
+        if self.events.released(&self.semaphore) {
+            self.telemetry.relieved(&self.name, &self.semaphore);
         }
     }
 
@@ -191,9 +193,9 @@ impl Shared {
     /// as active in the metrics), and passes it on as [`Shared::release_slot`] does.
     #[cold]
     pub(crate) fn release_handed_over(&self) {
-        self.machine.release();
-        if self.events.released(&self.machine) {
-            self.telemetry.relieved(&self.name, &self.machine);
+        self.semaphore.release();
+        if self.events.released(&self.semaphore) {
+            self.telemetry.relieved(&self.name, &self.semaphore);
         }
     }
 
@@ -201,15 +203,23 @@ impl Shared {
     /// room begins a saturation (an event, and a log once the event's lock is released).
     #[cold]
     pub(crate) fn rejected(&self, rejection: RejectionKind) {
-        if self.events.rejected(rejection, &self.machine) {
+        if self.events.rejected(rejection, &self.semaphore) {
             self.telemetry
-                .saturated(&self.name, rejection, &self.machine);
+                .saturated(&self.name, rejection, &self.semaphore);
         }
     }
 
     /// The current `max_wait`.
     pub(crate) fn max_wait(&self) -> Duration {
         Duration::from_nanos(self.max_wait_nanos.load(Ordering::Relaxed))
+    }
+
+    /// The queue's bounds in force (no queue while the allotment is 0).
+    pub(crate) fn queue_policy(&self) -> QueuePolicy {
+        QueuePolicy {
+            max_queue: self.semaphore.max_queue(),
+            max_wait: self.max_wait(),
+        }
     }
 
     /// The current limits.
@@ -244,7 +254,7 @@ impl Shared {
             self.feedback
                 .reconfigure(&new, Instant::now(), &self.events);
             let queue = self.queue_in_force(new.max_queue);
-            self.machine
+            self.semaphore
                 .set_limits_with(|| self.feedback.limit(), Some(queue));
             (old, before)
         };
@@ -258,14 +268,14 @@ impl Shared {
     /// Counts and states now.
     pub(crate) fn snapshot(&self) -> Snapshot {
         let config = self.config();
-        let counts = self.machine.counts();
-        let peaks = self.machine.peaks();
-        let admitted = self.machine.admitted();
-        let waits = self.machine.waits().summary(admitted);
+        let counts = self.semaphore.counts();
+        let peaks = self.semaphore.peaks();
+        let admitted = self.semaphore.admitted();
+        let waits = self.semaphore.waits().summary(admitted);
         let view = self.feedback.view();
         Snapshot {
             name: self.name.to_string(),
-            limit: self.machine.max_concurrent(),
+            limit: self.semaphore.max_concurrent(),
             limit_pinned: view.pinned,
             allotment: self.feedback.allotment(),
             adaptive: view.algorithm.map(|algorithm| AdaptiveSnapshot {
@@ -283,9 +293,9 @@ impl Shared {
             peak_active: peaks.active,
             peak_queued: peaks.queued,
             admitted,
-            rejected_full: self.machine.rejected_full(),
-            rejected_timeout: self.machine.rejected_timeout(),
-            abandoned: self.machine.abandoned(),
+            rejected_full: self.semaphore.rejected_full(),
+            rejected_timeout: self.semaphore.rejected_timeout(),
+            abandoned: self.semaphore.abandoned(),
             shadow: config.shadow,
             shadow_rejected_full: self.shadow_rejections[ShadowReason::Full as usize]
                 .load(Ordering::Relaxed),

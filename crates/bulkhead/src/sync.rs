@@ -1,6 +1,6 @@
-//! The atomics and the mutex of the admission machine: `std`'s, or loom's when the
+//! The atomics and the mutex of the admission semaphore: `std`'s, or loom's when the
 //! crate's own tests are built with `--cfg loom`, so the loom models drive the
-//! production [`Machine`](crate::machine::Machine), not a copy of it.
+//! production [`Semaphore`](crate::semaphore::Semaphore), not a copy of it.
 //!
 //! Only `cfg(all(test, loom))` switches: a user who builds with `--cfg loom` for
 //! their own models still gets plain `std` types here.

@@ -48,7 +48,7 @@ use std::time::Duration;
 use seawall_core::Name;
 
 use crate::config::BulkheadConfig;
-use crate::machine::Machine;
+use crate::semaphore::Semaphore;
 
 /// The series bulkheads report to: the layer's `name`, and a `key` label for the
 /// keys of a keyed layer that opted into per-key series. The handles are registered
@@ -323,10 +323,10 @@ impl Telemetry {
 
     /// A call was turned away because every slot was busy and the queue full.
     #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
-    pub(crate) fn rejected_full(&self, name: &str, machine: &Machine) {
+    pub(crate) fn rejected_full(&self, name: &str, semaphore: &Semaphore) {
         #[cfg(feature = "tracing")]
         if tracing::enabled!(target: "seawall::bulkhead", tracing::Level::DEBUG) {
-            let counts = machine.counts();
+            let counts = semaphore.counts();
             tracing::debug!(
                 target: "seawall::bulkhead",
                 bulkhead = name,
@@ -470,11 +470,11 @@ impl Telemetry {
         &self,
         name: &str,
         rejection: seawall_core::RejectionKind,
-        machine: &Machine,
+        semaphore: &Semaphore,
     ) {
         #[cfg(feature = "tracing")]
         {
-            let counts = machine.counts();
+            let counts = semaphore.counts();
             tracing::warn!(
                 target: "seawall::bulkhead",
                 bulkhead = name,
@@ -488,13 +488,13 @@ impl Telemetry {
 
     /// The bulkhead has room again after being saturated.
     #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
-    pub(crate) fn relieved(&self, name: &str, machine: &Machine) {
+    pub(crate) fn relieved(&self, name: &str, semaphore: &Semaphore) {
         #[cfg(feature = "tracing")]
         tracing::info!(
             target: "seawall::bulkhead",
             bulkhead = name,
-            active = machine.counts().active,
-            limit = machine.max_concurrent(),
+            active = semaphore.counts().active,
+            limit = semaphore.max_concurrent(),
             "bulkhead relieved: room again"
         );
     }

@@ -6,7 +6,7 @@
 //! bound, the typed rejections, the permit held until the work ends) and lets an
 //! algorithm move the limit from what the calls it admitted say.
 //!
-//! Each algorithm here is a plain machine, like the bulkhead's own: no clock, no
+//! Each algorithm here is a plain machine, like the bulkhead's queue policy: no clock, no
 //! I/O. Feed it [`Sample`]s with the time they were taken and read the limit back
 //! ([`LimitAlgorithm`]). The bulkhead does that from each response future: the
 //! call's outcome, classified once as overloaded, served or no evidence (see
@@ -54,7 +54,7 @@ use std::time::Duration;
 use seawall_core::{check_duration, ConfigError};
 use tokio::time::Instant;
 
-use crate::machine::MAX_LIMIT;
+use crate::semaphore::MAX_LIMIT;
 
 mod aimd;
 mod gradient;
