@@ -170,6 +170,11 @@ where
             shared.telemetry.admitted(Duration::ZERO);
             return Self::admitted(Permit::new(shared.clone()), inner, req).with_overload(overload);
         }
+        // Turned away without moving the request into another function: it is
+        // dropped here (a shadow bulkhead lets it through on the slow path).
+        if shared.semaphore.is_full() && !shared.shadows() {
+            return Self::full(shared);
+        }
         Self::slow(shared, inner, req, overload)
     }
 
@@ -369,42 +374,11 @@ where
                         _ => Err(polled_after_completion()),
                     });
                 }
-                PhaseProj::Parked { parked } => {
-                    let mut p = parked.as_mut().project();
-                    if std::mem::take(p.look) {
-                        // The caller's deadline, if the call was made in another task.
-                        if let (Some(d), Some(sleep)) =
-                            (Deadline::current(), p.sleep.as_mut().as_pin_mut())
-                        {
-                            if d.instant() < sleep.deadline() {
-                                sleep.reset(d.instant());
-                            }
-                        }
-                    }
-                    if let Some(waiter) = p.waiter {
-                        match ready!(waiter.poll_slot(p.sleep, cx)) {
-                            Ok(permit) => {
-                                *p.permit = Some(permit);
-                                *p.waiter = None;
-                            }
-                            Err(e) => {
-                                phase.set(Phase::Done);
-                                return Poll::Ready(Err(e));
-                            }
-                        }
-                    }
-                    // Holding the slot: drive the inner service to readiness.
-                    if let Err(e) = ready!(p.svc.poll_ready(cx)) {
+                PhaseProj::Parked { .. } => {
+                    if let Err(e) = ready!(poll_parked::<S, Req, H>(phase.as_mut(), cx)) {
                         phase.set(Phase::Done);
-                        return Poll::Ready(Err(e.into()));
+                        return Poll::Ready(Err(e));
                     }
-                    let (Some(permit), Some(mut req)) = (p.permit.take(), p.req.take()) else {
-                        phase.set(Phase::Done);
-                        return Poll::Ready(Err(polled_after_completion()));
-                    };
-                    let permit = H::lend(permit, &mut req);
-                    let future = p.svc.call(req);
-                    phase.set(Phase::Calling { future, permit });
                 }
                 PhaseProj::Rejected { error } => {
                     let error = error.take().unwrap_or_else(polled_after_completion);
@@ -415,6 +389,47 @@ where
             }
         }
     }
+}
+
+/// Drives a parked call: waits for its slot, then for the inner service, then
+/// calls it and moves `phase` to `Calling`. Out of line, so the common path's
+/// `poll` stays small enough to inline into the caller's.
+#[inline(never)]
+fn poll_parked<S, Req, H>(
+    mut phase: Pin<&mut Phase<S, Req, S::Future>>,
+    cx: &mut Context<'_>,
+) -> Poll<Result<(), BoxError>>
+where
+    S: Service<Req>,
+    S::Error: Into<BoxError>,
+    H: Lend<Req>,
+{
+    let PhaseProj::Parked { parked } = phase.as_mut().project() else {
+        return Poll::Ready(Ok(()));
+    };
+    let mut p = parked.as_mut().project();
+    if std::mem::take(p.look) {
+        // The caller's deadline, if the call was made in another task.
+        if let (Some(d), Some(sleep)) = (Deadline::current(), p.sleep.as_mut().as_pin_mut()) {
+            if d.instant() < sleep.deadline() {
+                sleep.reset(d.instant());
+            }
+        }
+    }
+    if let Some(waiter) = p.waiter {
+        let permit = ready!(waiter.poll_slot(p.sleep, cx))?;
+        *p.permit = Some(permit);
+        *p.waiter = None;
+    }
+    // Holding the slot: drive the inner service to readiness.
+    ready!(p.svc.poll_ready(cx)).map_err(Into::into)?;
+    let (Some(permit), Some(mut req)) = (p.permit.take(), p.req.take()) else {
+        return Poll::Ready(Err(polled_after_completion()));
+    };
+    let permit = H::lend(permit, &mut req);
+    let future = p.svc.call(req);
+    phase.set(Phase::Calling { future, permit });
+    Poll::Ready(Ok(()))
 }
 
 impl<S, Req, H, O> fmt::Debug for ResponseFuture<S, Req, H, O>

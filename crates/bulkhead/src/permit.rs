@@ -97,9 +97,19 @@ impl Permit {
         overload: Option<&O>,
         result: &Result<Res, BoxError>,
     ) {
-        let (Some(ticket), Some(overload)) = (self.ticket.take(), overload) else {
-            return;
-        };
+        // A fixed limit issues no ticket: one test, no call.
+        if let (Some(ticket), Some(overload)) = (self.ticket.take(), overload) {
+            self.learn(ticket, overload, result);
+        }
+    }
+
+    #[inline(never)]
+    fn learn<Res, O: Classify<Res>>(
+        &self,
+        ticket: Ticket,
+        overload: &O,
+        result: &Result<Res, BoxError>,
+    ) {
         let shared = &self.slot().shared;
         if let Some((before, after)) =
             shared
