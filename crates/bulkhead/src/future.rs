@@ -37,8 +37,11 @@ pin_project! {
     where
         S: Service<Req>,
     {
+        // Declared before the permit, so the inner future is dropped first.
         #[pin]
         phase: Phase<S, Req, S::Future>,
+        // The slot, once admitted and while the inner service has the call.
+        permit: Option<Permit>,
         // What an adaptive limit learns from the result (`None` for a rejection).
         overload: Option<O>,
         _hold: PhantomData<fn() -> H>,
@@ -47,10 +50,9 @@ pin_project! {
 
 pin_project! {
     #[project = PhaseProj]
-    #[project_replace = PhaseOwned]
     enum Phase<S, Req, F> {
-        // Holding a slot; the inner service has the call.
-        Calling { #[pin] future: F, permit: Permit },
+        // Holding a slot (the future's `permit`); the inner service has the call.
+        Calling { #[pin] future: F },
         // Waiting for a slot, or holding one and waiting for the inner service.
         Parked { parked: Pin<Box<Parked<S, Req>>> },
         // Turned away at call time; the error is handed out on the first poll.
@@ -201,7 +203,7 @@ where
     fn call(permit: Permit, svc: &mut S, mut req: Req) -> Self {
         let permit = H::lend(permit, &mut req);
         let future = svc.call(req);
-        Self::from_phase(Phase::Calling { future, permit })
+        Self::calling(future, permit)
     }
 
     #[cold]
@@ -302,6 +304,17 @@ where
     fn from_phase(phase: Phase<S, Req, S::Future>) -> Self {
         Self {
             phase,
+            permit: None,
+            overload: None,
+            _hold: PhantomData,
+        }
+    }
+
+    #[inline]
+    fn calling(future: S::Future, permit: Permit) -> Self {
+        Self {
+            phase: Phase::Calling { future },
+            permit: Some(permit),
             overload: None,
             _hold: PhantomData,
         }
@@ -316,7 +329,7 @@ where
     {
         let permit = H::lend(permit, &mut req);
         let future = svc.call(req);
-        Self::from_phase(Phase::Calling { future, permit })
+        Self::calling(future, permit)
     }
 
     /// Keeps `overload` to tell an adaptive limit how the call ended.
@@ -359,23 +372,19 @@ where
         let mut phase = this.phase;
         loop {
             match phase.as_mut().project() {
-                PhaseProj::Calling { future, .. } => {
-                    let result = ready!(future.poll(cx));
+                PhaseProj::Calling { future } => {
+                    let result = ready!(future.poll(cx)).map_err(Into::into);
                     // Drop the inner future, then hand the permit to the hold mode.
-                    return Poll::Ready(match phase.as_mut().project_replace(Phase::Done) {
-                        PhaseOwned::Calling { mut permit, .. } => {
-                            let result = result.map_err(Into::into);
-                            permit.observe(this.overload.as_ref(), &result);
-                            match result {
-                                Ok(response) => Ok(H::hold(response, permit)),
-                                Err(e) => Err(e),
-                            }
-                        }
-                        _ => Err(polled_after_completion()),
-                    });
+                    phase.set(Phase::Done);
+                    let Some(mut permit) = this.permit.take() else {
+                        return Poll::Ready(Err(polled_after_completion()));
+                    };
+                    permit.observe(this.overload.as_ref(), &result);
+                    return Poll::Ready(result.map(|response| H::hold(response, permit)));
                 }
                 PhaseProj::Parked { .. } => {
-                    if let Err(e) = ready!(poll_parked::<S, Req, H>(phase.as_mut(), cx)) {
+                    let parked = poll_parked::<S, Req, H>(phase.as_mut(), this.permit, cx);
+                    if let Err(e) = ready!(parked) {
                         phase.set(Phase::Done);
                         return Poll::Ready(Err(e));
                     }
@@ -397,6 +406,7 @@ where
 #[inline(never)]
 fn poll_parked<S, Req, H>(
     mut phase: Pin<&mut Phase<S, Req, S::Future>>,
+    calling_permit: &mut Option<Permit>,
     cx: &mut Context<'_>,
 ) -> Poll<Result<(), BoxError>>
 where
@@ -428,7 +438,8 @@ where
     };
     let permit = H::lend(permit, &mut req);
     let future = p.svc.call(req);
-    phase.set(Phase::Calling { future, permit });
+    phase.set(Phase::Calling { future });
+    *calling_permit = Some(permit);
     Poll::Ready(Ok(()))
 }
 
