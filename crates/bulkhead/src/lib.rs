@@ -345,7 +345,7 @@
 //! readiness poll of the inner service (no clone of it), and one `fetch_sub`
 //! when the call ends. No lock, no allocation, no clock read; the response future
 //! is the inner future plus a 40-byte permit (the slot, and the ticket an adaptive
-//! limit needs). With an adaptive limit, admission also reads a few relaxed
+//! limit needs) and a word for its phase. With an adaptive limit, admission also reads a few relaxed
 //! atomics (is an algorithm fed, its generation, the sampling rate, the admission
 //! count) and the completion classifies the result (a status comparison); one admission in
 //! `sample_every` reads the clock at admission and completion, and takes the
@@ -354,7 +354,8 @@
 //! such a sample is dropped after two relaxed loads), as does an overload answer
 //! of the current generation.
 //! Still no allocation. A rejection when full: a few loads,
-//! one counter, and the boxed [`BulkheadFull`]; no lock, no timer. Only a call
+//! one counter, and the boxed [`BulkheadFull`]; no lock, no timer, and the request
+//! is dropped where it was received. Only a call
 //! that waits (for a slot, or for an inner service that was not ready) takes the
 //! queue's lock, reads the clock, and parks its request in one allocation.
 //!
@@ -396,6 +397,21 @@
 //! ([`Category::Admission`](seawall_core::Category::Admission)): decided locally,
 //! no evidence about the dependency, so a circuit breaker ignores them. Find them
 //! with [`find_rejection`](seawall_core::find_rejection).
+//!
+//! # Layout
+//!
+//! | file | what it holds |
+//! |---|---|
+//! | `queue.rs` | [`queue`]: the pure queue policy (who takes a slot, who waits and until when, who is turned away) |
+//! | `semaphore.rs` | the semaphore that applies it: slots and waiters counted in one atomic word, the line behind a mutex |
+//! | `loom_semaphore.rs` | loom models driving that semaphore (through `sync.rs`, loom's atomics under `--cfg loom`) |
+//! | `state.rs` | what one bulkhead shares: the semaphore, its configuration in force, limits, telemetry |
+//! | `config.rs`, `layer.rs` | [`BulkheadConfig`], [`BulkheadBuilder`] and [`BulkheadLayer`] |
+//! | `service.rs`, `future.rs` | [`Bulkhead`] and its [`ResponseFuture`]: admission in `call`, the wait, the inner call |
+//! | `permit.rs`, `hold.rs` | the slot a call holds, and how long it keeps it ([`Hold`]) |
+//! | `feedback.rs`, `adaptive/` | the limit in force, and the algorithms that move it |
+//! | `handle.rs`, `events.rs`, `stats.rs`, `telemetry.rs` | snapshots and controls, events, the wait histogram, `tracing` and `metrics` |
+//! | `keyed.rs`, `backpressure.rs` | a bulkhead per key; backpressure mode |
 //!
 //! # Features
 //!

@@ -1,9 +1,10 @@
 //! The queue policy: who takes a slot, who waits for one and until when, and who
 //! is turned away. Pure functions of the counts and of `now`.
 //!
-//! The bulkhead's [semaphore](crate::semaphore) applies these decisions under its
-//! own atomics and lock; this module is the policy alone, so that it can be read,
-//! tested and driven in a user's own tests without a runtime:
+//! The bulkhead's semaphore (slots and waiters counted in one atomic word, the
+//! line behind a mutex) applies these decisions under its own atomics and lock;
+//! this module is the policy alone, so that it can be read, tested and driven in
+//! a user's own tests without a runtime:
 //!
 //! 1. **How long may a call wait?** At most `max_wait` after it arrives, and never
 //!    past the request's deadline: a wait that outlives the budget only turns a
