@@ -614,11 +614,18 @@ impl<H> DeadlineLayer<H> {
         }
     }
 
-    fn grpc(self) -> (Duration, GrpcTimeout, Arc<Shared>)
+    /// This layer with gRPC timeout headers, changed by `set`.
+    fn with_grpc_timeout(self, set: impl FnOnce(&mut GrpcTimeout)) -> DeadlineLayer<GrpcTimeout>
     where
         H: Into<GrpcTimeout>,
     {
-        (self.budget, self.headers.into(), self.shared)
+        let mut headers = self.headers.into();
+        set(&mut headers);
+        DeadlineLayer {
+            budget: self.budget,
+            headers,
+            shared: self.shared,
+        }
     }
 
     /// For `http::Request`s: also honour an incoming `grpc-timeout` header when it is
@@ -628,13 +635,7 @@ impl<H> DeadlineLayer<H> {
     where
         H: Into<GrpcTimeout>,
     {
-        let (budget, mut headers, shared) = self.grpc();
-        headers.honor = yes;
-        DeadlineLayer {
-            budget,
-            headers,
-            shared,
-        }
+        self.with_grpc_timeout(|headers| headers.honor = yes)
     }
 
     /// For `http::Request`s: write the remaining budget into the outgoing
@@ -645,13 +646,7 @@ impl<H> DeadlineLayer<H> {
     where
         H: Into<GrpcTimeout>,
     {
-        let (budget, mut headers, shared) = self.grpc();
-        headers.propagate = yes;
-        DeadlineLayer {
-            budget,
-            headers,
-            shared,
-        }
+        self.with_grpc_timeout(|headers| headers.propagate = yes)
     }
 }
 
@@ -1087,8 +1082,12 @@ mod tests {
         assert_pending!(never.poll());
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn layer_sets_the_deadline_and_enforces_it() {
+    /// One request through a 300 ms deadline over a mock, polled once and taken by
+    /// the mock: its future, and the mock's way to answer it.
+    async fn a_call_taken_under_300ms() -> (
+        task::Spawn<impl Future<Output = Result<&'static str, BoxError>>>,
+        mock::SendResponse<&'static str>,
+    ) {
         let (svc, mut handle) = mock::pair::<http::Request<()>, &'static str>();
         let mut svc = DeadlineLayer::new(Duration::from_millis(300))
             .unwrap()
@@ -1096,7 +1095,13 @@ mod tests {
         handle.allow(1);
         let mut fut = task::spawn(svc.ready().await.unwrap().call(http::Request::new(())));
         assert_pending!(fut.poll());
-        let (_req, _send) = handle.next_request().await.unwrap();
+        let (_req, send) = handle.next_request().await.unwrap();
+        (fut, send)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn layer_sets_the_deadline_and_enforces_it() {
+        let (mut fut, _send) = a_call_taken_under_300ms().await;
         tokio::time::advance(Duration::from_millis(300)).await;
         let err = assert_ready!(fut.poll()).unwrap_err();
         assert_eq!(
@@ -1133,14 +1138,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_response_in_time_passes_through() {
-        let (svc, mut handle) = mock::pair::<http::Request<()>, &'static str>();
-        let mut svc = DeadlineLayer::new(Duration::from_millis(300))
-            .unwrap()
-            .layer(svc);
-        handle.allow(1);
-        let mut fut = task::spawn(svc.ready().await.unwrap().call(http::Request::new(())));
-        assert_pending!(fut.poll());
-        let (_req, send) = handle.next_request().await.unwrap();
+        let (mut fut, send) = a_call_taken_under_300ms().await;
         tokio::time::advance(Duration::from_millis(299)).await;
         send.send_response("quote");
         assert_eq!(assert_ready!(fut.poll()).unwrap(), "quote");

@@ -240,48 +240,34 @@ mod tests {
     use proptest::prelude::*;
     use std::collections::VecDeque;
 
+    fn counts(calls: u32, failures: u32, slow: u32) -> WindowCounts {
+        WindowCounts {
+            calls,
+            failures,
+            slow,
+        }
+    }
+
+    /// Records `n` outcomes alike.
+    fn record_n(w: &mut CountWindow, n: usize, failed: bool, slow: bool) {
+        for _ in 0..n {
+            w.record(failed, slow);
+        }
+    }
+
     #[test]
     fn count_window_slides() {
         let mut w = CountWindow::new(10).unwrap();
-        for _ in 0..1000 {
-            w.record(false, false);
-        }
-        assert_eq!(
-            w.counts(),
-            WindowCounts {
-                calls: 10,
-                failures: 0,
-                slow: 0
-            }
-        );
-        for _ in 0..5 {
-            w.record(true, false);
-        }
+        record_n(&mut w, 1000, false, false);
+        assert_eq!(w.counts(), counts(10, 0, 0));
+        record_n(&mut w, 5, true, false);
         assert_eq!(w.counts().failures, 5);
         assert_eq!(w.counts().calls, 10);
         assert!((w.counts().failure_rate() - 0.5).abs() < f64::EPSILON);
-        for _ in 0..5 {
-            w.record(false, true);
-        }
-        assert_eq!(
-            w.counts(),
-            WindowCounts {
-                calls: 10,
-                failures: 5,
-                slow: 5
-            }
-        );
-        for _ in 0..5 {
-            w.record(false, false);
-        }
-        assert_eq!(
-            w.counts(),
-            WindowCounts {
-                calls: 10,
-                failures: 0,
-                slow: 5
-            }
-        );
+        record_n(&mut w, 5, false, true);
+        assert_eq!(w.counts(), counts(10, 5, 5));
+        record_n(&mut w, 5, false, false);
+        assert_eq!(w.counts(), counts(10, 0, 5));
         w.reset();
         assert_eq!(w.counts(), WindowCounts::default());
         assert_eq!(w.counts().failure_rate(), 0.0);
@@ -337,30 +323,9 @@ mod tests {
         w.record(t0, true, false);
         w.record(t0 + s, false, true);
         w.record(t0 + 2 * s, false, false);
-        assert_eq!(
-            w.counts(t0 + 2 * s),
-            WindowCounts {
-                calls: 3,
-                failures: 1,
-                slow: 1
-            }
-        );
-        assert_eq!(
-            w.counts(t0 + 3 * s),
-            WindowCounts {
-                calls: 2,
-                failures: 0,
-                slow: 1
-            }
-        );
-        assert_eq!(
-            w.counts(t0 + 4 * s),
-            WindowCounts {
-                calls: 1,
-                failures: 0,
-                slow: 0
-            }
-        );
+        assert_eq!(w.counts(t0 + 2 * s), counts(3, 1, 1));
+        assert_eq!(w.counts(t0 + 3 * s), counts(2, 0, 1));
+        assert_eq!(w.counts(t0 + 4 * s), counts(1, 0, 0));
         // A long silence clears everything without walking more than the ring.
         assert_eq!(w.counts(t0 + 3600 * s), WindowCounts::default());
     }

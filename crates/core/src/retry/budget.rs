@@ -200,6 +200,13 @@ mod tests {
         RetryBudget::new(10 * SECOND, share, reserve, t0)
     }
 
+    /// Deposits `n` first attempts at `now`.
+    fn deposit_n(b: &RetryBudget, n: usize, now: Instant) {
+        for _ in 0..n {
+            b.deposit(now);
+        }
+    }
+
     fn drain(b: &RetryBudget, now: Instant) -> u64 {
         let mut taken = 0;
         while b.withdraw(now) {
@@ -222,9 +229,7 @@ mod tests {
     fn a_share_of_first_attempts_is_earned_rounded_down() {
         let t0 = Instant::now();
         let b = budget(0.2, 0, t0);
-        for _ in 0..4 {
-            b.deposit(t0);
-        }
+        deposit_n(&b, 4, t0);
         // 4 × 0.2 = 0.8: not yet a whole retry.
         assert!(!b.withdraw(t0));
         b.deposit(t0);
@@ -233,9 +238,7 @@ mod tests {
         // Shares that a reciprocal would round: 0.7 of 10 is 7, 0.3 of 10 is 3.
         for (share, expected) in [(0.7, 7), (0.3, 3), (0.25, 2), (1.0, 10), (0.0, 0)] {
             let b = budget(share, 0, t0);
-            for _ in 0..10 {
-                b.deposit(t0);
-            }
+            deposit_n(&b, 10, t0);
             assert_eq!(drain(&b, t0), expected, "share {share}");
         }
     }
@@ -267,9 +270,7 @@ mod tests {
     fn a_bucket_reused_after_a_long_idle_spell_starts_over() {
         let t0 = Instant::now();
         let b = budget(1.0, 0, t0);
-        for _ in 0..5 {
-            b.deposit(t0);
-        }
+        deposit_n(&b, 5, t0);
         // An instant before the budget was made counts as its start.
         assert_eq!(b.available(t0.checked_sub(SECOND).unwrap_or(t0)), 5);
         // Ten windows later, the same slot: the old count is gone.

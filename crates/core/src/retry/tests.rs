@@ -60,18 +60,84 @@ fn boom() -> BoxError {
     "boom".into()
 }
 
-#[tokio::test(start_paused = true)]
-async fn attempts_count_the_first() {
+/// `policy` under tower's `Retry`, over a dependency that takes `takes` to fail
+/// with "boom", its calls recorded in `calls`.
+fn retrying<P>(
+    policy: P,
+    calls: &Calls,
+    takes: Duration,
+) -> impl Service<Req, Response = (), Error = BoxError, Future: Send> + Clone
+where
+    P: Policy<Req, (), BoxError, Future: Send> + Clone + Send,
+{
+    ServiceBuilder::new()
+        .layer(RetryLayer::new(policy))
+        .service(failing(calls, takes, boom))
+}
+
+/// As [`retrying`], inside a 300 ms deadline.
+fn retrying_within_300ms(
+    policy: DeadlineRetry,
+    calls: &Calls,
+    takes: Duration,
+) -> impl Service<Req, Response = (), Error = BoxError, Future: Send> + Clone {
+    ServiceBuilder::new()
+        .layer(DeadlineLayer::new(300 * MS).unwrap())
+        .service(retrying(policy, calls, takes))
+}
+
+/// A policy of `attempts` with every jitter sample 0.5 and the given backoff.
+fn backing_off(attempts: usize, base: Duration, max: Duration, jitter: Jitter) -> DeadlineRetry {
+    waiting(attempts, base, max, jitter).build().unwrap()
+}
+
+/// A builder for `attempts` with every jitter sample 0.5 and the given backoff.
+fn waiting(attempts: usize, base: Duration, max: Duration, jitter: Jitter) -> DeadlineRetryBuilder {
+    half().max_attempts(attempts).backoff(base, max, jitter)
+}
+
+/// One request inside a 300 ms deadline, through a policy of 5 attempts that
+/// needs `min_attempt_time` for each and waits with full jitter from `base` to
+/// `max`, over a dependency that takes 100 ms to fail: its error, when each
+/// attempt started (in milliseconds), how long it took, and the policy's counters.
+async fn within_300ms_over_100ms_failures(
+    min_attempt_time: Duration,
+    base: Duration,
+    max: Duration,
+) -> (BoxError, Vec<u128>, Duration, RetrySnapshot) {
     let calls = Calls::default();
-    let policy = half()
-        .max_attempts(3)
-        .backoff(Duration::ZERO, Duration::ZERO, Jitter::Full)
+    let policy = waiting(5, base, max, Jitter::Full)
+        .min_attempt_time(min_attempt_time)
         .build()
         .unwrap();
     let handle = policy.handle();
-    let svc = ServiceBuilder::new()
-        .layer(RetryLayer::new(policy))
-        .service(failing(&calls, Duration::ZERO, boom));
+    let svc = retrying_within_300ms(policy, &calls, 100 * MS);
+    let t0 = Instant::now();
+    let err = svc.oneshot(Req::new(())).await.unwrap_err();
+    (
+        err,
+        calls.offsets_ms(t0),
+        Instant::now() - t0,
+        handle.snapshot(),
+    )
+}
+
+/// One request through `policy` over a dependency that fails at once: when each
+/// of its attempts started, in milliseconds.
+async fn attempt_starts_ms(policy: DeadlineRetry) -> Vec<u128> {
+    let calls = Calls::default();
+    let t0 = Instant::now();
+    let svc = retrying(policy, &calls, Duration::ZERO);
+    assert!(svc.oneshot(Req::new(())).await.is_err());
+    calls.offsets_ms(t0)
+}
+
+#[tokio::test(start_paused = true)]
+async fn attempts_count_the_first() {
+    let calls = Calls::default();
+    let policy = backing_off(3, Duration::ZERO, Duration::ZERO, Jitter::Full);
+    let handle = policy.handle();
+    let svc = retrying(policy, &calls, Duration::ZERO);
     assert!(svc.oneshot(Req::new(())).await.is_err());
     assert_eq!(calls.count(), 3);
     let s = handle.snapshot();
@@ -80,44 +146,23 @@ async fn attempts_count_the_first() {
 
 #[tokio::test(start_paused = true)]
 async fn waits_follow_the_full_jitter_schedule() {
-    let calls = Calls::default();
     // base 10 ms, cap 100 ms, samples of 0.5: ceilings 10, 20, 40, 80 ms, so waits
     // of 5, 10, 20, 40 ms, and calls starting at 0, 5, 15, 35, 75 ms.
-    let policy = half()
-        .max_attempts(5)
-        .backoff(10 * MS, 100 * MS, Jitter::Full)
-        .build()
-        .unwrap();
-    let svc = ServiceBuilder::new()
-        .layer(RetryLayer::new(policy))
-        .service(failing(&calls, Duration::ZERO, boom));
-    let t0 = Instant::now();
-    assert!(svc.oneshot(Req::new(())).await.is_err());
-    assert_eq!(calls.offsets_ms(t0), [0, 5, 15, 35, 75]);
+    let policy = backing_off(5, 10 * MS, 100 * MS, Jitter::Full);
+    assert_eq!(attempt_starts_ms(policy).await, [0, 5, 15, 35, 75]);
 }
 
 #[tokio::test(start_paused = true)]
 async fn waits_follow_the_decorrelated_schedule() {
-    let calls = Calls::default();
     // base 8 ms, cap 100 ms, samples of 0.5, each wait uniform in [8, 3 × previous]:
     // [8, 24] -> 16, [8, 48] -> 28, [8, 84] -> 46, [8, 138] -> 73, [8, 219] -> 113.5,
     // capped at 100. Calls start at 0, 16, 44, 90, 163, 263 ms.
-    let policy = half()
-        .max_attempts(6)
-        .backoff(8 * MS, 100 * MS, Jitter::Decorrelated)
-        .build()
-        .unwrap();
-    let svc = ServiceBuilder::new()
-        .layer(RetryLayer::new(policy))
-        .service(failing(&calls, Duration::ZERO, boom));
-    let t0 = Instant::now();
-    assert!(svc.oneshot(Req::new(())).await.is_err());
-    assert_eq!(calls.offsets_ms(t0), [0, 16, 44, 90, 163, 263]);
+    let policy = backing_off(6, 8 * MS, 100 * MS, Jitter::Decorrelated);
+    assert_eq!(attempt_starts_ms(policy).await, [0, 16, 44, 90, 163, 263]);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_source_out_of_range_waits_as_if_it_drew_zero() {
-    let calls = Calls::default();
     let mut bad = [f64::NAN, 1.0, -0.5].into_iter().cycle();
     let policy = DeadlineRetry::builder("test")
         .random_source(move || bad.next().unwrap_or(f64::NAN))
@@ -125,65 +170,33 @@ async fn a_source_out_of_range_waits_as_if_it_drew_zero() {
         .backoff(10 * MS, 100 * MS, Jitter::Full)
         .build()
         .unwrap();
-    let svc = ServiceBuilder::new()
-        .layer(RetryLayer::new(policy))
-        .service(failing(&calls, Duration::ZERO, boom));
-    let t0 = Instant::now();
-    assert!(svc.oneshot(Req::new(())).await.is_err());
-    assert_eq!(calls.offsets_ms(t0), [0, 0, 0, 0]);
+    assert_eq!(attempt_starts_ms(policy).await, [0, 0, 0, 0]);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_retry_whose_wait_and_attempt_cannot_fit_is_not_made() {
-    let calls = Calls::default();
     // A 300 ms budget; each attempt fails after 100 ms; a retry needs its wait plus
     // 60 ms. Waits (samples 0.5, base 40 ms): 20 ms, then 40 ms.
     //   0-100   first attempt; retry 1: 20 + 60 = 80 ms fit in the 200 left
     //   120-220 second attempt; retry 2: 40 + 60 = 100 ms do not fit in the 80 left
-    let policy = half()
-        .max_attempts(5)
-        .min_attempt_time(60 * MS)
-        .backoff(40 * MS, 400 * MS, Jitter::Full)
-        .build()
-        .unwrap();
-    let handle = policy.handle();
-    let svc = ServiceBuilder::new()
-        .layer(DeadlineLayer::new(300 * MS).unwrap())
-        .layer(RetryLayer::new(policy))
-        .service(failing(&calls, 100 * MS, boom));
-    let t0 = Instant::now();
-    let err = svc.oneshot(Req::new(())).await.unwrap_err();
+    let (err, starts, took, s) = within_300ms_over_100ms_failures(60 * MS, 40 * MS, 400 * MS).await;
     // The caller gets the last attempt's error as soon as it arrives, not a
     // deadline exceeded at 300 ms.
     assert_eq!(err.to_string(), "boom");
-    assert_eq!(Instant::now() - t0, 220 * MS);
-    assert_eq!(calls.offsets_ms(t0), [0, 120]);
-    let s = handle.snapshot();
+    assert_eq!(took, 220 * MS);
+    assert_eq!(starts, [0, 120]);
     assert_eq!((s.retries, s.refused_deadline, s.refused_budget), (1, 1, 0));
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_retry_that_fits_exactly_is_made() {
-    let calls = Calls::default();
     // 300 ms budget, attempts fail after 100 ms, no wait, 100 ms needed: retries at
     // 100 ms (200 left) and 200 ms (100 left, exactly enough); none at 300 ms
     // (nothing left), where the third attempt's error reaches the caller.
-    let policy = half()
-        .max_attempts(5)
-        .min_attempt_time(100 * MS)
-        .backoff(Duration::ZERO, Duration::ZERO, Jitter::Full)
-        .build()
-        .unwrap();
-    let handle = policy.handle();
-    let svc = ServiceBuilder::new()
-        .layer(DeadlineLayer::new(300 * MS).unwrap())
-        .layer(RetryLayer::new(policy))
-        .service(failing(&calls, 100 * MS, boom));
-    let t0 = Instant::now();
-    let err = svc.oneshot(Req::new(())).await.unwrap_err();
+    let (err, starts, _, s) =
+        within_300ms_over_100ms_failures(100 * MS, Duration::ZERO, Duration::ZERO).await;
     assert_eq!(err.to_string(), "boom");
-    assert_eq!(calls.offsets_ms(t0), [0, 100, 200]);
-    let s = handle.snapshot();
+    assert_eq!(starts, [0, 100, 200]);
     assert_eq!((s.retries, s.refused_deadline), (2, 1));
 }
 
@@ -273,9 +286,7 @@ async fn a_post_is_not_retried_unless_the_predicate_allows_it() {
 
     let calls = Calls::default();
     let default_rule = half().max_attempts(3).build().unwrap();
-    let svc = ServiceBuilder::new()
-        .layer(RetryLayer::new(default_rule))
-        .service(failing(&calls, Duration::ZERO, boom));
+    let svc = retrying(default_rule, &calls, Duration::ZERO);
     assert!(svc.oneshot(post()).await.is_err());
     assert_eq!(calls.count(), 1);
 
@@ -285,9 +296,7 @@ async fn a_post_is_not_retried_unless_the_predicate_allows_it() {
         .retry_if(|_: &Req, _: ClassifyInput<'_, ()>, outcome: Outcome| outcome == Outcome::Failure)
         .build()
         .unwrap();
-    let svc = ServiceBuilder::new()
-        .layer(RetryLayer::new(any_failure))
-        .service(failing(&calls, Duration::ZERO, boom));
+    let svc = retrying(any_failure, &calls, Duration::ZERO);
     assert!(svc.oneshot(post()).await.is_err());
     assert_eq!(calls.count(), 3);
 }
@@ -315,13 +324,8 @@ async fn an_open_breaker_below_stops_the_retries_at_once() {
         .service(breaker_below);
 
     // Two failures, then the breaker's rejection ends the retries with two attempts left.
-    let err = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(Req::new(()))
-        .await
-        .unwrap_err();
+    let ready = svc.ready().await.unwrap();
+    let err = ready.call(Req::new(())).await.unwrap_err();
     assert!(err.is::<CircuitOpen>(), "{err}");
     assert_eq!(calls.load(Ordering::SeqCst), 3);
 
@@ -354,9 +358,7 @@ async fn the_budget_bounds_the_load_of_an_outage() {
         .build()
         .unwrap();
     let handle = policy.handle();
-    let svc = ServiceBuilder::new()
-        .layer(RetryLayer::new(policy))
-        .service(failing(&calls, Duration::ZERO, boom));
+    let svc = retrying(policy, &calls, Duration::ZERO);
     let t0 = Instant::now();
     for _ in 0..100 {
         assert!(svc.clone().oneshot(Req::new(())).await.is_err());
@@ -421,35 +423,20 @@ async fn one_retry_layer_keeps_the_deepest_calls_at_the_attempts() {
 #[tokio::test(start_paused = true)]
 async fn the_longest_durations_refuse_the_retry_instead_of_panicking() {
     let calls = Calls::default();
-    let policy = half()
-        .max_attempts(3)
-        .min_attempt_time(MAX_DURATION)
-        .backoff(MAX_DURATION, MAX_DURATION, Jitter::Decorrelated)
-        .build()
-        .unwrap();
+    let year_long = waiting(3, MAX_DURATION, MAX_DURATION, Jitter::Decorrelated);
+    let policy = year_long.min_attempt_time(MAX_DURATION).build().unwrap();
     let handle = policy.handle();
-    let mut svc = ServiceBuilder::new()
-        .layer(DeadlineLayer::new(300 * MS).unwrap())
-        .layer(RetryLayer::new(policy))
-        .service(failing(&calls, Duration::ZERO, boom));
+    let mut svc = retrying_within_300ms(policy, &calls, Duration::ZERO);
     let mut call = task::spawn(svc.ready().await.unwrap().call(Req::new(())));
     assert_eq!(assert_ready!(call.poll()).unwrap_err().to_string(), "boom");
     assert_eq!(calls.count(), 1);
     assert_eq!(handle.snapshot().refused_deadline, 1);
 
     // Without a deadline the year-long wait is made (paused time jumps over it).
-    let calls = Calls::default();
-    let policy = half()
-        .max_attempts(2)
-        .backoff(MAX_DURATION, MAX_DURATION, Jitter::Decorrelated)
-        .build()
-        .unwrap();
-    let svc = ServiceBuilder::new()
-        .layer(RetryLayer::new(policy))
-        .service(failing(&calls, Duration::ZERO, boom));
+    let policy = backing_off(2, MAX_DURATION, MAX_DURATION, Jitter::Decorrelated);
     let t0 = Instant::now();
-    assert!(svc.oneshot(Req::new(())).await.is_err());
-    assert_eq!(calls.count(), 2);
+    let starts = attempt_starts_ms(policy).await;
+    assert_eq!(starts.len(), 2);
     assert_eq!(Instant::now() - t0, MAX_DURATION);
 }
 
