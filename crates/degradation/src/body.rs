@@ -10,11 +10,11 @@ use std::task::{ready, Context, Poll};
 use http_body::Body;
 use pin_project_lite::pin_project;
 use seawall_core::http::{guard_response, BodyEnd, ClassifyBodyEnd, Guarded, OnBodyEnd};
-use seawall_core::{on_unwind, BoxError, Classify, ClassifyRequest, Outcome};
+use seawall_core::{BoxError, Classify, ClassifyRequest, Outcome};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::future::{drive, internal, State};
+use crate::future::{internal, Driving};
 use crate::handle::Shared;
 use crate::layer::DegradationLayer;
 use crate::machine::Ticket;
@@ -141,12 +141,10 @@ where
     }
 
     fn call(&mut self, req: Req) -> Self::Future {
-        let (state, ticket, shared, classifier, extensions) = self.inner.call(req).into_parts();
+        let (driving, shared, classifier, extensions) = self.inner.call(req).into_parts();
         UntilBodyEndFuture {
-            state,
-            ticket,
+            driving,
             held: Some((shared, classifier, extensions)),
-            panicked: false,
         }
     }
 }
@@ -160,10 +158,8 @@ pin_project! {
         S: Service<Req>,
     {
         #[pin]
-        state: State<S, Req, http::Response<B>>,
-        ticket: Ticket,
+        driving: Driving<S, Req, http::Response<B>>,
         held: Option<(Arc<Shared>, K, X)>,
-        panicked: bool,
     }
 }
 
@@ -173,7 +169,7 @@ where
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("UntilBodyEndFuture")
-            .field("ticket", &self.ticket)
+            .field("ticket", &self.driving.ticket())
             .finish_non_exhaustive()
     }
 }
@@ -190,25 +186,11 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
-        if *this.panicked {
-            return Poll::Ready(Err(internal("polled after the level panicked")));
-        }
-        let ticket = *this.ticket;
+        let ticket = this.driving.ticket();
         let Some((shared, _, _)) = this.held.as_ref() else {
             return Poll::Ready(Err(internal("polled after completion")));
         };
-        let panicked = &mut *this.panicked;
-        let state = this.state.as_mut();
-        // A panic in the level's service is its failure, recorded while it unwinds.
-        let polled = on_unwind(
-            || drive(state, cx),
-            || {
-                *panicked = true;
-                shared.record(ticket, Outcome::Failure);
-            },
-        );
-        let result = ready!(polled);
-        this.state.set(State::Done);
+        let result = ready!(this.driving.as_mut().poll_level(cx, shared));
         let Some((shared, classifier, extensions)) = this.held.take() else {
             return Poll::Ready(Err(internal("polled after completion")));
         };

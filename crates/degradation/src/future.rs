@@ -37,6 +37,70 @@ pin_project! {
 }
 
 pin_project! {
+    /// A request on its way through its chosen level, under its ticket: the part
+    /// both response futures share.
+    pub(crate) struct Driving<S, Req, Res>
+    where
+        S: Service<Req>,
+    {
+        #[pin]
+        state: State<S, Req, Res>,
+        ticket: Ticket,
+        panicked: bool,
+    }
+}
+
+impl<S, Req, Res> Driving<S, Req, Res>
+where
+    S: Service<Req>,
+{
+    pub(crate) fn new(state: State<S, Req, Res>, ticket: Ticket) -> Self {
+        Self {
+            state,
+            ticket,
+            panicked: false,
+        }
+    }
+
+    pub(crate) fn ticket(&self) -> Ticket {
+        self.ticket
+    }
+}
+
+impl<S, Req, Res> Driving<S, Req, Res>
+where
+    S: Service<Req, Response = Res>,
+    S::Error: Into<BoxError>,
+{
+    /// Polls the level until it answers. A panic in the level's service is its
+    /// failure, recorded in `shared` while it unwinds; polled again after that, or
+    /// after the answer, it answers an error.
+    pub(crate) fn poll_level(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        shared: &Shared,
+    ) -> Poll<Result<Res, BoxError>> {
+        let this = self.project();
+        if *this.panicked {
+            return Poll::Ready(Err(internal("polled after the level panicked")));
+        }
+        let ticket = *this.ticket;
+        let panicked = this.panicked;
+        let mut state = this.state;
+        let polled = on_unwind(
+            || drive(state.as_mut(), cx),
+            || {
+                *panicked = true;
+                shared.record(ticket, Outcome::Failure);
+            },
+        );
+        let result = ready!(polled);
+        state.set(State::Done);
+        Poll::Ready(result)
+    }
+}
+
+pin_project! {
     /// The future returned by [`Degradation`](crate::Degradation).
     ///
     /// Records the classified outcome once, when it completes: a dropped future
@@ -49,12 +113,10 @@ pin_project! {
         S: Service<Req>,
     {
         #[pin]
-        state: State<S, Req, Res>,
-        ticket: Ticket,
+        driving: Driving<S, Req, Res>,
         shared: Arc<Shared>,
         classifier: K,
         extensions: X,
-        panicked: bool,
     }
 }
 
@@ -64,7 +126,7 @@ where
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ResponseFuture")
-            .field("ticket", &self.ticket)
+            .field("ticket", &self.driving.ticket())
             .finish_non_exhaustive()
     }
 }
@@ -81,12 +143,10 @@ where
         extensions: X,
     ) -> Self {
         Self {
-            state,
-            ticket,
+            driving: Driving::new(state, ticket),
             shared,
             classifier,
             extensions,
-            panicked: false,
         }
     }
 }
@@ -97,16 +157,10 @@ where
     S: Service<Req>,
 {
     /// The parts of a future not yet polled, for a holder that reports later (a
-    /// response body): where the request is, its ticket, the shared state, the
+    /// response body): the request under its ticket, the shared state, the
     /// classifier and what is written into extensions.
-    pub(crate) fn into_parts(self) -> (State<S, Req, Res>, Ticket, Arc<Shared>, K, X) {
-        (
-            self.state,
-            self.ticket,
-            self.shared,
-            self.classifier,
-            self.extensions,
-        )
+    pub(crate) fn into_parts(self) -> (Driving<S, Req, Res>, Arc<Shared>, K, X) {
+        (self.driving, self.shared, self.classifier, self.extensions)
     }
 }
 
@@ -127,7 +181,7 @@ pub(crate) fn internal(what: &'static str) -> BoxError {
 }
 
 /// Drives the chosen level: its readiness, its call, its future.
-pub(crate) fn drive<S, Req, Res>(
+fn drive<S, Req, Res>(
     mut state: Pin<&mut State<S, Req, Res>>,
     cx: &mut Context<'_>,
 ) -> Poll<Result<Res, BoxError>>
@@ -180,26 +234,11 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
-        if *this.panicked {
-            return Poll::Ready(Err(internal("polled after the level panicked")));
-        }
-        let shared = &**this.shared;
-        let ticket = *this.ticket;
-        let panicked = &mut *this.panicked;
-        let state = this.state.as_mut();
-        let polled = on_unwind(
-            || drive(state, cx),
-            || {
-                *panicked = true;
-                shared.record(ticket, Outcome::Failure);
-            },
-        );
-        let result = ready!(polled);
-        this.state.set(State::Done);
+        let result = ready!(this.driving.as_mut().poll_level(cx, this.shared));
         let outcome = this
             .classifier
             .classify(result.as_ref().map_err(|e| &**e as &(dyn Error + 'static)));
-        let ticket = *this.ticket;
+        let ticket = this.driving.ticket();
         this.shared.record(ticket, outcome);
         let mut result = result;
         if let Ok(res) = &mut result {

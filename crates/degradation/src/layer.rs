@@ -157,58 +157,61 @@ impl<Req, Res, C, X> DegradationBuilder<Req, Res, C, X> {
         self
     }
 
-    /// Falls one level after `n` consecutive failures at the level (the default, 5).
-    pub fn consecutive_failures(mut self, n: u32) -> Self {
-        self.config.trigger = Trigger::ConsecutiveFailures;
-        self.config.failures_to_degrade = n;
+    /// The builder with one setting of its configuration changed by `set`
+    /// (checked with the rest by [`build`](Self::build)).
+    fn tuned(mut self, set: impl FnOnce(&mut DegradationConfig)) -> Self {
+        set(&mut self.config);
         self
+    }
+
+    /// Falls one level after `n` consecutive failures at the level (the default, 5).
+    pub fn consecutive_failures(self, n: u32) -> Self {
+        self.tuned(|c| {
+            c.trigger = Trigger::ConsecutiveFailures;
+            c.failures_to_degrade = n;
+        })
     }
 
     /// Falls one level when at least `rate` of the outcomes over the last `window` failed,
     /// once `min_calls` outcomes are in it.
-    pub fn failure_rate(mut self, rate: f64, window: Duration, min_calls: u32) -> Self {
-        self.config.trigger = Trigger::FailureRate;
-        self.config.failure_rate = rate;
-        self.config.rate_window = window;
-        self.config.min_calls = min_calls;
-        self
+    pub fn failure_rate(self, rate: f64, window: Duration, min_calls: u32) -> Self {
+        self.tuned(|c| {
+            c.trigger = Trigger::FailureRate;
+            c.failure_rate = rate;
+            c.rate_window = window;
+            c.min_calls = min_calls;
+        })
     }
 
     /// Minimum time at a level before it may climb (default 60 s).
-    pub fn min_dwell(mut self, dwell: Duration) -> Self {
-        self.config.min_dwell = dwell;
-        self
+    pub fn min_dwell(self, dwell: Duration) -> Self {
+        self.tuned(|c| c.min_dwell = dwell)
     }
 
     /// Share of requests sent as probes to the level above after the dwell (default 0.05).
-    pub fn probe_ratio(mut self, ratio: f64) -> Self {
-        self.config.probe_ratio = ratio;
-        self
+    pub fn probe_ratio(self, ratio: f64) -> Self {
+        self.tuned(|c| c.probe_ratio = ratio)
     }
 
     /// How long probe outcomes are gathered before judging (default 60 s).
-    pub fn probe_window(mut self, window: Duration) -> Self {
-        self.config.probe_window = window;
-        self
+    pub fn probe_window(self, window: Duration) -> Self {
+        self.tuned(|c| c.probe_window = window)
     }
 
     /// Probe successes needed within a window to climb (default 20).
-    pub fn probe_successes_to_recover(mut self, n: u32) -> Self {
-        self.config.probe_successes_to_recover = n;
-        self
+    pub fn probe_successes_to_recover(self, n: u32) -> Self {
+        self.tuned(|c| c.probe_successes_to_recover = n)
     }
 
     /// Highest probe failure rate over a window that still allows the climb (default 0.1).
-    pub fn probe_max_failure_rate(mut self, rate: f64) -> Self {
-        self.config.probe_max_failure_rate = rate;
-        self
+    pub fn probe_max_failure_rate(self, rate: f64) -> Self {
+        self.tuned(|c| c.probe_max_failure_rate = rate)
     }
 
     /// Starts in shadow mode (see [`DegradationConfig::shadow`]); switch it at run
     /// time with [`Handle::set_shadow`](crate::Handle::set_shadow).
-    pub fn shadow(mut self, shadow: bool) -> Self {
-        self.config.shadow = shadow;
-        self
+    pub fn shadow(self, shadow: bool) -> Self {
+        self.tuned(|c| c.shadow = shadow)
     }
 
     /// The source of the probe samples (default: seeded from entropy, different in

@@ -89,28 +89,28 @@ impl Telemetry {
     ) {
         let down = change.direction() == crate::machine::Direction::Down;
         #[cfg(feature = "tracing")]
-        if down {
-            tracing::warn!(
-                target: "seawall::degradation",
-                name = %name,
-                from,
-                to,
-                from_level = change.from,
-                to_level = change.to,
-                reason = change.reason.as_str(),
-                "degradation level went down"
-            );
-        } else {
-            tracing::info!(
-                target: "seawall::degradation",
-                name = %name,
-                from,
-                to,
-                from_level = change.from,
-                to_level = change.to,
-                reason = change.reason.as_str(),
-                "degradation level went up"
-            );
+        {
+            // One event, at warn going down and info going up: a callsite's level is
+            // fixed when it is compiled.
+            macro_rules! changed {
+                ($level:ident, $message:literal) => {
+                    tracing::$level!(
+                        target: "seawall::degradation",
+                        name = %name,
+                        from,
+                        to,
+                        from_level = change.from,
+                        to_level = change.to,
+                        reason = change.reason.as_str(),
+                        $message
+                    )
+                };
+            }
+            if down {
+                changed!(warn, "degradation level went down");
+            } else {
+                changed!(info, "degradation level went up");
+            }
         }
         #[cfg(feature = "metrics")]
         {
