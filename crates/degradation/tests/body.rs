@@ -10,7 +10,9 @@ use http::{HeaderMap, HeaderValue};
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 use seawall_core::{AdmissionAsFailure, BoxError, GrpcStatus};
-use seawall_degradation::{DegradationLayer, Handle, UntilBodyEndLayer};
+use seawall_degradation::{
+    DegradationLayer, Handle, NoExtensions, UntilBodyEnd, UntilBodyEndLayer,
+};
 use tokio::sync::mpsc;
 use tower::{service_fn, Layer, Service, ServiceExt};
 
@@ -64,8 +66,7 @@ fn cached(
 
 fn layer(
     failures: u32,
-) -> UntilBodyEndLayer<Req, Stream, AdmissionAsFailure<GrpcStatus>, seawall_degradation::NoExtensions>
-{
+) -> UntilBodyEndLayer<Req, Stream, AdmissionAsFailure<GrpcStatus>, NoExtensions> {
     DegradationLayer::builder("prices")
         .inner_level("live")
         .level("cached", cached())
@@ -76,6 +77,37 @@ fn layer(
         .hold_until_body_end()
 }
 
+type Feeds = mpsc::UnboundedReceiver<mpsc::UnboundedSender<Sent>>;
+
+/// The layer (falling after `failures`) over the streaming level: the service, its
+/// handle, and the senders of the bodies it answers with, one per request.
+fn streamed(
+    failures: u32,
+) -> (
+    UntilBodyEnd<
+        impl Service<Req, Response = Res, Error = BoxError, Future: Send> + Clone,
+        Req,
+        Stream,
+        AdmissionAsFailure<GrpcStatus>,
+        NoExtensions,
+    >,
+    Handle,
+    Feeds,
+) {
+    let layer = layer(failures);
+    let (feeds, fed) = mpsc::unbounded_channel();
+    (layer.layer(streaming(feeds)), layer.handle(), fed)
+}
+
+/// One request: its response, and the sender that writes its body.
+async fn request<S>(svc: &S, fed: &mut Feeds) -> (S::Response, mpsc::UnboundedSender<Sent>)
+where
+    S: Service<Req, Error = BoxError> + Clone,
+{
+    let response = svc.clone().oneshot(Req::new(())).await.unwrap();
+    (response, fed.recv().await.unwrap())
+}
+
 fn level(handle: &Handle) -> (String, u32) {
     let s = handle.snapshot();
     (s.level_name, s.state.failures)
@@ -83,14 +115,10 @@ fn level(handle: &Handle) -> (String, u32) {
 
 #[tokio::test(start_paused = true)]
 async fn a_stream_that_fails_in_its_trailers_is_a_failure_of_its_level() {
-    let layer = layer(2);
-    let handle = layer.handle();
-    let (feeds, mut fed) = mpsc::unbounded_channel();
-    let svc = layer.layer(streaming(feeds));
+    let (svc, handle, mut fed) = streamed(2);
 
     // OK in the trailers: nothing counted against the level.
-    let response = svc.clone().oneshot(Req::new(())).await.unwrap();
-    let tx = fed.recv().await.unwrap();
+    let (response, tx) = request(&svc, &mut fed).await;
     assert!(response.body().is_holding());
     tx.send(message("price 1")).unwrap();
     tx.send(trailers("0")).unwrap();
@@ -101,8 +129,7 @@ async fn a_stream_that_fails_in_its_trailers_is_a_failure_of_its_level() {
 
     // Two messages, then UNAVAILABLE in the trailers: a failure, counted at the end.
     for round in 1..=2 {
-        let response = svc.clone().oneshot(Req::new(())).await.unwrap();
-        let tx = fed.recv().await.unwrap();
+        let (response, tx) = request(&svc, &mut fed).await;
         tx.send(message("price 1")).unwrap();
         tx.send(message("price 2")).unwrap();
         tx.send(trailers("14")).unwrap();
@@ -127,21 +154,16 @@ async fn a_stream_that_fails_in_its_trailers_is_a_failure_of_its_level() {
 
 #[tokio::test(start_paused = true)]
 async fn a_dropped_stream_records_nothing_and_a_body_error_is_a_failure() {
-    let layer = layer(1);
-    let handle = layer.handle();
-    let (feeds, mut fed) = mpsc::unbounded_channel();
-    let svc = layer.layer(streaming(feeds));
+    let (svc, handle, mut fed) = streamed(1);
 
-    let response = svc.clone().oneshot(Req::new(())).await.unwrap();
-    let tx = fed.recv().await.unwrap();
+    let (response, tx) = request(&svc, &mut fed).await;
     tx.send(message("price 1")).unwrap();
     let mut body = response.into_body();
     assert!(body.frame().await.unwrap().unwrap().is_data());
     drop(body);
     assert_eq!(level(&handle), ("live".into(), 0));
 
-    let response = svc.clone().oneshot(Req::new(())).await.unwrap();
-    let tx = fed.recv().await.unwrap();
+    let (response, tx) = request(&svc, &mut fed).await;
     tx.send(Err(std::io::Error::other("stream reset"))).unwrap();
     assert!(response.into_body().collect().await.is_err());
     assert_eq!(level(&handle).0, "cached");

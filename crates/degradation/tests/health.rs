@@ -243,27 +243,21 @@ async fn the_monitor_publishes_feature_modes_for_handlers() {
     assert_eq!(checkout, Some(FeatureMode::Degraded));
     assert_eq!(recommendations, Some(FeatureMode::Disabled));
 
-    tokio::time::sleep(5 * S).await;
-    let modes = svc.clone().oneshot(http::Request::new(())).await.unwrap();
-    assert_eq!(
-        modes,
-        (Some(FeatureMode::Normal), Some(FeatureMode::Normal))
-    );
-
-    recs.fail(true);
-    tokio::time::sleep(40 * S).await;
-    let modes = svc.clone().oneshot(http::Request::new(())).await.unwrap();
-    assert_eq!(
-        modes,
-        (Some(FeatureMode::Normal), Some(FeatureMode::Disabled))
-    );
-    payments.fail(true);
-    tokio::time::sleep(40 * S).await;
-    let modes = svc.oneshot(http::Request::new(())).await.unwrap();
-    assert_eq!(
-        modes,
-        (Some(FeatureMode::Degraded), Some(FeatureMode::Disabled))
-    );
+    use FeatureMode::{Degraded, Disabled, Normal};
+    // What starts failing, how long it has to show, then checkout's and
+    // recommendations' modes.
+    for (failing, wait, modes) in [
+        (None, 5 * S, (Normal, Normal)),
+        (Some(&recs), 40 * S, (Normal, Disabled)),
+        (Some(&payments), 40 * S, (Degraded, Disabled)),
+    ] {
+        if let Some(dependency) = failing {
+            dependency.fail(true);
+        }
+        tokio::time::sleep(wait).await;
+        let got = svc.clone().oneshot(http::Request::new(())).await.unwrap();
+        assert_eq!(got, (Some(modes.0), Some(modes.1)), "after {wait:?}");
+    }
     assert!(monitor.features().is_some());
 }
 
@@ -278,24 +272,20 @@ async fn the_builder_validates() {
         .start()
         .unwrap_err();
     assert_eq!(e.field(), "checks");
-    let bad = CheckConfig {
+    let refused = |bad: CheckConfig| {
+        let e = HealthMonitor::builder().check("a", bad, ok).start();
+        e.unwrap_err().field().to_owned()
+    };
+    let no_interval = CheckConfig {
         interval: Duration::ZERO,
         ..config()
     };
-    let e = HealthMonitor::builder()
-        .check("a", bad, ok)
-        .start()
-        .unwrap_err();
-    assert_eq!(e.field(), "checks.a.interval");
-    let bad = CheckConfig {
+    assert_eq!(refused(no_interval), "checks.a.interval");
+    let one_failure = CheckConfig {
         unhealthy_after: 1,
         ..config()
     };
-    let e = HealthMonitor::builder()
-        .check("a", bad, ok)
-        .start()
-        .unwrap_err();
-    assert_eq!(e.field(), "checks.a.unhealthy_after");
+    assert_eq!(refused(one_failure), "checks.a.unhealthy_after");
 }
 
 #[test]

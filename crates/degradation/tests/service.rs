@@ -76,6 +76,16 @@ async fn send(svc: &mut Svc, req: Req) -> task::Spawn<Fut> {
     fut
 }
 
+/// Sends `req`, which must reach `level` as it is, and has `level` answer
+/// `answer`: what the caller got.
+async fn answered(svc: &mut Svc, level: &mut MockHandle, req: Req, answer: &str) -> Res {
+    let mut fut = send(svc, req).await;
+    let (seen, reply) = level.next_request().await.unwrap();
+    assert_eq!(seen, req);
+    reply.send_response(answer.to_owned());
+    assert_ready_ok!(fut.poll())
+}
+
 /// Makes the best level fail `n` times.
 async fn fail_full(r: &mut Rig, n: usize) {
     for _ in 0..n {
@@ -89,21 +99,19 @@ async fn fail_full(r: &mut Rig, n: usize) {
 #[tokio::test(start_paused = true)]
 async fn requests_go_to_the_level_in_force() {
     let mut r = rig();
-    let mut fut = send(&mut r.svc, "hello").await;
-    let (req, reply) = r.full.next_request().await.unwrap();
-    assert_eq!(req, "hello");
-    reply.send_response("full answer".to_owned());
-    assert_eq!(assert_ready_ok!(fut.poll()), "full answer");
+    assert_eq!(
+        answered(&mut r.svc, &mut r.full, "hello", "full answer").await,
+        "full answer"
+    );
 
     fail_full(&mut r, 5).await;
     assert_eq!(r.handle.level().index, 1);
     assert_eq!(&*r.handle.level().name, "reduced");
 
-    let mut fut = send(&mut r.svc, "again").await;
-    let (req, reply) = r.reduced.next_request().await.unwrap();
-    assert_eq!(req, "again");
-    reply.send_response("short answer".to_owned());
-    assert_eq!(assert_ready_ok!(fut.poll()), "short answer");
+    assert_eq!(
+        answered(&mut r.svc, &mut r.reduced, "again", "short answer").await,
+        "short answer"
+    );
     assert!(
         r.full.poll_request().is_pending(),
         "the best level saw nothing"
@@ -153,29 +161,26 @@ async fn probes_go_to_the_level_above_only_after_the_dwell() {
     r.dice.set(0.0);
     // During the dwell, even a sample that would probe serves at the current level.
     tokio::time::advance(Duration::from_secs(59)).await;
-    let mut fut = send(&mut r.svc, "during dwell").await;
-    let (req, reply) = r.reduced.next_request().await.unwrap();
-    assert_eq!(req, "during dwell");
-    reply.send_response("short".to_owned());
-    assert_ready_ok!(fut.poll());
+    assert_eq!(
+        answered(&mut r.svc, &mut r.reduced, "during dwell", "short").await,
+        "short"
+    );
 
     tokio::time::advance(Duration::from_secs(1)).await;
-    let mut fut = send(&mut r.svc, "probe").await;
-    let (req, reply) = r.full.next_request().await.unwrap();
-    assert_eq!(req, "probe");
-    reply.send_response("full answer".to_owned());
-    assert_eq!(assert_ready_ok!(fut.poll()), "full answer");
+    assert_eq!(
+        answered(&mut r.svc, &mut r.full, "probe", "full answer").await,
+        "full answer"
+    );
     let snap = r.handle.snapshot();
     assert_eq!(snap.state.probe.successes, 1);
     assert_eq!(snap.state.level, 1);
 
     // A sample at or above the ratio stays at the current level.
     r.dice.set(0.05);
-    let mut fut = send(&mut r.svc, "not a probe").await;
-    let (req, reply) = r.reduced.next_request().await.unwrap();
-    assert_eq!(req, "not a probe");
-    reply.send_response("short".to_owned());
-    assert_ready_ok!(fut.poll());
+    assert_eq!(
+        answered(&mut r.svc, &mut r.reduced, "not a probe", "short").await,
+        "short"
+    );
 
     // A failed probe is answered with its failure and not counted against "reduced".
     r.dice.set(0.0);
@@ -202,19 +207,12 @@ async fn enough_probe_successes_over_a_whole_window_climb_one_level() {
     tokio::time::advance(Duration::from_secs(60)).await;
     r.dice.set(0.0);
     for _ in 0..20 {
-        let mut fut = send(&mut r.svc, "probe").await;
-        let (_, reply) = r.full.next_request().await.unwrap();
-        reply.send_response("ok".to_owned());
-        assert_ready_ok!(fut.poll());
+        answered(&mut r.svc, &mut r.full, "probe", "ok").await;
     }
     assert_eq!(r.handle.level().index, 1);
     tokio::time::advance(Duration::from_secs(60)).await;
     // The next request ends the window and is served at the recovered level.
-    let mut fut = send(&mut r.svc, "after").await;
-    let (req, reply) = r.full.next_request().await.unwrap();
-    assert_eq!(req, "after");
-    reply.send_response("ok".to_owned());
-    assert_ready_ok!(fut.poll());
+    assert_eq!(answered(&mut r.svc, &mut r.full, "after", "ok").await, "ok");
     assert_eq!(r.handle.level().index, 0);
     let up = changes.try_recv().unwrap();
     assert_eq!(
@@ -261,10 +259,7 @@ async fn a_lower_level_that_is_never_ready_does_not_block_the_best_level() {
     let mut r = rig();
     r.reduced.allow(0);
     for _ in 0..3 {
-        let mut fut = send(&mut r.svc, "hello").await;
-        let (_, reply) = r.full.next_request().await.unwrap();
-        reply.send_response("full".to_owned());
-        assert_ready_ok!(fut.poll());
+        answered(&mut r.svc, &mut r.full, "hello", "full").await;
     }
 }
 
@@ -346,25 +341,11 @@ async fn floor_force_reconfigure_and_revert_through_the_handle() {
     r.handle.set_floor("reduced").unwrap();
     let c = changes.try_recv().unwrap();
     assert_eq!((c.to.index, c.reason), (1, Reason::Floor));
-    let mut fut = send(&mut r.svc, "x").await;
-    r.reduced
-        .next_request()
-        .await
-        .unwrap()
-        .1
-        .send_response("r".into());
-    assert_ready_ok!(fut.poll());
+    answered(&mut r.svc, &mut r.reduced, "x", "r").await;
     // At the floor no probe is sent, however long.
     r.dice.set(0.0);
     tokio::time::advance(Duration::from_secs(3600)).await;
-    let mut fut = send(&mut r.svc, "x").await;
-    r.reduced
-        .next_request()
-        .await
-        .unwrap()
-        .1
-        .send_response("r".into());
-    assert_ready_ok!(fut.poll());
+    answered(&mut r.svc, &mut r.reduced, "x", "r").await;
     assert!(!r.handle.snapshot().state.probing);
 
     r.handle.force(0).unwrap();
@@ -457,13 +438,8 @@ mod http_extensions {
 
         handle.force("message").unwrap();
         handle.release();
-        let res = svc
-            .ready()
-            .await
-            .unwrap()
-            .call(Request::new(()))
-            .await
-            .unwrap();
+        let ready = svc.ready().await.unwrap();
+        let res = ready.call(Request::new(())).await.unwrap();
         assert_eq!(*res.body(), "sorry");
         assert_eq!(res.extensions().get::<ServedBy>().unwrap().level.index, 1);
 
@@ -569,13 +545,8 @@ mod respond_dont_error {
             assert_eq!(res.headers()[http::header::RETRY_AFTER], "30");
         }
         assert_eq!(&*handle.level().name, "message");
-        let res = svc
-            .ready()
-            .await
-            .unwrap()
-            .call(Request::new(()))
-            .await
-            .unwrap();
+        let ready = svc.ready().await.unwrap();
+        let res = ready.call(Request::new(())).await.unwrap();
         assert_eq!(res.status(), StatusCode::OK);
         let body = res.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(&body[..], b"Please try again in a few minutes.");

@@ -31,6 +31,14 @@ fn machine_with(
     (DegradationMachine::new(4, config, random, t0).unwrap(), t0)
 }
 
+/// Four levels, the defaults changed by `set`, every request a probe candidate
+/// that probes.
+fn probing_with(set: impl FnOnce(&mut DegradationConfig)) -> (DegradationMachine, Instant) {
+    let mut config = DegradationConfig::default();
+    set(&mut config);
+    machine_with(config, fixed(0.0))
+}
+
 /// Four levels, the defaults, every request a probe candidate that probes.
 fn machine() -> (DegradationMachine, Instant) {
     machine_with(DegradationConfig::default(), fixed(0.0))
@@ -691,27 +699,17 @@ mod schedules {
 fn a_dwell_or_probe_window_too_long_to_add_to_an_instant_never_panics() {
     // "Never climb on its own" written as the longest durations: they validate, so the
     // machine must treat them as "not yet", not overflow the clock.
-    let (mut m, t0) = machine_with(
-        DegradationConfig {
-            min_dwell: Duration::MAX,
-            ..DegradationConfig::default()
-        },
-        fixed(0.0),
-    );
+    let (mut m, t0) = probing_with(|c| c.min_dwell = Duration::MAX);
     fail_at_current(&mut m, 5, t0);
     let (t, c) = m.route(t0 + 3600 * S);
     assert!(!t.is_probe());
     assert_eq!(c, None);
     assert!(!m.snapshot(t0 + 3600 * S).probing);
 
-    let (mut m, t0) = machine_with(
-        DegradationConfig {
-            min_dwell: Duration::ZERO,
-            probe_window: Duration::MAX,
-            ..DegradationConfig::default()
-        },
-        fixed(0.0),
-    );
+    let (mut m, t0) = probing_with(|c| {
+        c.min_dwell = Duration::ZERO;
+        c.probe_window = Duration::MAX;
+    });
     fail_at_current(&mut m, 5, t0);
     assert_eq!(probes(&mut m, 100, Outcome::Success, t0 + 3600 * S), None);
     assert_eq!(m.level(), 1);
@@ -722,13 +720,7 @@ fn a_dwell_or_probe_window_too_long_to_add_to_an_instant_never_panics() {
 fn a_zero_probe_window_climbs_once_enough_probes_in_a_row_succeeded() {
     // Zero judges at every probe outcome; that must not throw away the successes
     // gathered so far, or more than one needed success could never be reached.
-    let (mut m, t0) = machine_with(
-        DegradationConfig {
-            probe_window: Duration::ZERO,
-            ..DegradationConfig::default()
-        },
-        fixed(0.0),
-    );
+    let (mut m, t0) = probing_with(|c| c.probe_window = Duration::ZERO);
     fail_at_current(&mut m, 5, t0);
     let now = t0 + 60 * S;
     assert_eq!(probes(&mut m, 19, Outcome::Success, now), None);
