@@ -44,6 +44,14 @@ fn machine() -> (DegradationMachine, Instant) {
     machine_with(DegradationConfig::default(), fixed(0.0))
 }
 
+/// A machine of [`machine`] fallen one level by five failures: the instant its
+/// dwell there is over.
+fn fallen_one_level() -> (DegradationMachine, Instant) {
+    let (mut m, t0) = machine();
+    fail_at_current(&mut m, 5, t0);
+    (m, t0 + 60 * S)
+}
+
 fn fail_at_current(m: &mut DegradationMachine, n: u32, now: Instant) -> Option<Change> {
     let mut last = None;
     for _ in 0..n {
@@ -179,9 +187,7 @@ fn successes_at_the_current_level_never_promote() {
 
 #[test]
 fn climbs_only_at_the_end_of_a_whole_probe_window() {
-    let (mut m, t0) = machine();
-    fail_at_current(&mut m, 5, t0);
-    let start = t0 + 60 * S;
+    let (mut m, start) = fallen_one_level();
     // Far more than 20 probe successes, all inside the window: no climb yet.
     assert_eq!(probes(&mut m, 100, Outcome::Success, start), None);
     assert_eq!(probes(&mut m, 100, Outcome::Success, start + 59 * S), None);
@@ -199,9 +205,7 @@ fn climbs_only_at_the_end_of_a_whole_probe_window() {
 
 #[test]
 fn a_window_ending_with_too_few_successes_starts_a_new_one() {
-    let (mut m, t0) = machine();
-    fail_at_current(&mut m, 5, t0);
-    let start = t0 + 60 * S;
+    let (mut m, start) = fallen_one_level();
     probes(&mut m, 19, Outcome::Success, start);
     // The window is judged when it has ended: 19 < 20, so a new window starts at the
     // next probe, and that probe's success is the first of the new window.
@@ -255,9 +259,7 @@ fn a_failed_probe_resets_probe_progress_but_not_the_current_levels_failures() {
 
 #[test]
 fn a_failure_at_the_current_level_resets_probe_progress() {
-    let (mut m, t0) = machine();
-    fail_at_current(&mut m, 5, t0);
-    let start = t0 + 60 * S;
+    let (mut m, start) = fallen_one_level();
     probes(&mut m, 30, Outcome::Success, start);
     let stale = m.route(start).0;
     assert!(stale.is_probe());
@@ -273,9 +275,7 @@ fn a_failure_at_the_current_level_resets_probe_progress() {
 
 #[test]
 fn too_many_failed_probes_in_the_window_block_the_climb() {
-    let (mut m, t0) = machine();
-    fail_at_current(&mut m, 5, t0);
-    let start = t0 + 60 * S;
+    let (mut m, start) = fallen_one_level();
     // 5 failures then 25 successes: 25 successes since the last failure, but a probe
     // failure rate of 1/6 above the 10 % bar.
     probes(&mut m, 5, Outcome::Failure, start);
