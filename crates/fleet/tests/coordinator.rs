@@ -4,13 +4,17 @@
 
 mod support;
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use seawall_circuit_breaker::Handle;
 use seawall_circuit_breaker::{CircuitBreakerLayer, ProbeDecision, ProbeRequest, State};
+use seawall_core::BoxError;
 use seawall_fleet::{
-    Faults, Fleet, FleetConfig, Keys, LeaseReply, LeaseRequest, LeaseStatus, LocalStore,
-    ProbeResult, Store, StoreError, Subscription, Token,
+    Coordinated, Faults, Fleet, FleetConfig, FleetEpoch, FleetVerdict, Keys, LeaseReply,
+    LeaseRequest, LeaseStatus, LocalStore, ProbeResult, Store, StoreError, Subscription, Token,
+    TripRecord, TripReply,
 };
 use support::{
     breaker_config, instance, load, most_overlapping, run_for, total, Dependency, Instance,
@@ -251,17 +255,85 @@ async fn a_store_outage_falls_back_to_the_local_breaker_and_rejoins() {
     assert_eq!(total(&fleet_instances).other, 0);
 }
 
-/// A store whose takes answer only after a second: each one times out (and is
-/// applied later), while reads answer at once.
-struct SlowTakes(LocalStore);
+/// A store whose takes are answered by `take` (given the store, the keys and the
+/// request); every other operation goes to the store itself.
+struct TakesBy<F> {
+    store: LocalStore,
+    take: F,
+}
 
-impl Store for SlowTakes {
+impl<F, Fut> Store for TakesBy<F>
+where
+    F: Fn(LocalStore, Keys, LeaseRequest) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<LeaseReply, StoreError>> + Send,
+{
     async fn take_lease(
         &self,
         keys: &Keys,
         request: LeaseRequest,
     ) -> Result<LeaseReply, StoreError> {
-        let (store, keys) = (self.0.clone(), keys.clone());
+        (self.take)(self.store.clone(), keys.clone(), request).await
+    }
+    async fn release_lease(&self, keys: &Keys, token: Token) -> Result<bool, StoreError> {
+        self.store.release_lease(keys, token).await
+    }
+    async fn publish_verdict(
+        &self,
+        keys: &Keys,
+        token: Token,
+        result: ProbeResult,
+    ) -> Result<Option<FleetVerdict>, StoreError> {
+        self.store.publish_verdict(keys, token, result).await
+    }
+    async fn read_verdict(&self, keys: &Keys) -> Result<Option<FleetVerdict>, StoreError> {
+        self.store.read_verdict(keys).await
+    }
+    async fn record_trip(&self, keys: &Keys, trip: TripRecord) -> Result<TripReply, StoreError> {
+        self.store.record_trip(keys, trip).await
+    }
+    async fn read_fleet_trip(&self, keys: &Keys) -> Result<Option<FleetEpoch>, StoreError> {
+        self.store.read_fleet_trip(keys).await
+    }
+    async fn subscribe(&self, keys: &Keys) -> Result<Subscription, StoreError> {
+        self.store.subscribe(keys).await
+    }
+}
+
+/// A breaker called `freight` coordinated by a fleet over `store`, both seeded with
+/// `seed`, and tripped by three failures through a service over it: the fleet, the
+/// breaker's handle, its coordination, and that service.
+async fn tripped_over<S: Store>(
+    store: S,
+    seed: u64,
+) -> (
+    Fleet<S>,
+    Handle,
+    Coordinated,
+    impl Service<http::Request<()>, Response = &'static str, Error = BoxError>,
+) {
+    let fleet = Fleet::builder(store).seed(seed).build().unwrap();
+    let layer = CircuitBreakerLayer::builder("freight")
+        .config(breaker_config())
+        .random_source(seawall_core::SeededRandom::new(seed))
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let coordinated = fleet.coordinate(&handle).unwrap();
+    let failing = tower::service_fn(|_: http::Request<()>| async {
+        Err::<&str, BoxError>("supplier down".into())
+    });
+    let mut svc = tower::Layer::layer(&layer, failing);
+    for _ in 0..3 {
+        let ready = svc.ready().await.unwrap();
+        let _ = ready.call(http::Request::new(())).await;
+    }
+    (fleet, handle, coordinated, svc)
+}
+
+/// A store whose takes answer only after a second: each one times out (and is
+/// applied later), while reads answer at once.
+fn slow_takes(store: LocalStore) -> impl Store {
+    let take = |store: LocalStore, keys: Keys, request: LeaseRequest| async move {
         let applied = tokio::spawn(async move {
             tokio::time::sleep(S).await;
             store.take_lease(&keys, request).await
@@ -269,69 +341,15 @@ impl Store for SlowTakes {
         applied
             .await
             .unwrap_or_else(|e| Err(StoreError::Other(e.into())))
-    }
-    async fn release_lease(&self, keys: &Keys, token: Token) -> Result<bool, StoreError> {
-        self.0.release_lease(keys, token).await
-    }
-    async fn publish_verdict(
-        &self,
-        keys: &Keys,
-        token: Token,
-        result: ProbeResult,
-    ) -> Result<Option<seawall_fleet::FleetVerdict>, StoreError> {
-        self.0.publish_verdict(keys, token, result).await
-    }
-    async fn read_verdict(
-        &self,
-        keys: &Keys,
-    ) -> Result<Option<seawall_fleet::FleetVerdict>, StoreError> {
-        self.0.read_verdict(keys).await
-    }
-    async fn record_trip(
-        &self,
-        keys: &Keys,
-        trip: seawall_fleet::TripRecord,
-    ) -> Result<seawall_fleet::TripReply, StoreError> {
-        self.0.record_trip(keys, trip).await
-    }
-    async fn read_fleet_trip(
-        &self,
-        keys: &Keys,
-    ) -> Result<Option<seawall_fleet::FleetEpoch>, StoreError> {
-        self.0.read_fleet_trip(keys).await
-    }
-    async fn subscribe(&self, keys: &Keys) -> Result<Subscription, StoreError> {
-        self.0.subscribe(keys).await
-    }
+    };
+    TakesBy { store, take }
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_timed_out_take_counts_as_maybe_held_and_no_probe_goes_until_its_ttl_ends() {
     let local = LocalStore::new();
-    let fleet = Fleet::builder(SlowTakes(local.clone()))
-        .seed(6)
-        .build()
-        .unwrap();
-    let layer = CircuitBreakerLayer::builder("freight")
-        .config(breaker_config())
-        .random_source(seawall_core::SeededRandom::new(6))
-        .build()
-        .unwrap();
-    let handle = layer.handle();
-    let coordinated = fleet.coordinate(&handle).unwrap();
-    // Trip by hand-fed failures through a service over this very breaker.
-    let failing = tower::service_fn(|_: http::Request<()>| async {
-        Err::<&str, seawall_core::BoxError>("supplier down".into())
-    });
-    let mut svc = tower::Layer::layer(&layer, failing);
-    for _ in 0..3 {
-        let _ = svc
-            .ready()
-            .await
-            .unwrap()
-            .call(http::Request::new(()))
-            .await;
-    }
+    // Tripped by hand-fed failures through a service over this very breaker.
+    let (_fleet, handle, coordinated, mut svc) = tripped_over(slow_takes(local.clone()), 6).await;
     assert_eq!(handle.state(), State::Open);
     // At the end of the interval (10 s, up to 20 % more) the take times out.
     run_for(9 * S).await;
@@ -478,76 +496,20 @@ fn coordinating_outside_a_runtime_is_an_error_not_a_panic() {
     assert!(layer.handle().set_probe_gate(None).is_none());
 }
 
-/// A store that answers every take with an absurd holder: the largest epoch, a
-/// lease that never ends.
-struct Absurd(LocalStore);
-
-impl Store for Absurd {
-    async fn take_lease(&self, _: &Keys, _: LeaseRequest) -> Result<LeaseReply, StoreError> {
-        Ok(LeaseReply::Held {
-            epoch: seawall_fleet::FleetEpoch(u64::MAX),
-            remaining: Duration::MAX,
-        })
-    }
-    async fn release_lease(&self, keys: &Keys, token: Token) -> Result<bool, StoreError> {
-        self.0.release_lease(keys, token).await
-    }
-    async fn publish_verdict(
-        &self,
-        keys: &Keys,
-        token: Token,
-        result: ProbeResult,
-    ) -> Result<Option<seawall_fleet::FleetVerdict>, StoreError> {
-        self.0.publish_verdict(keys, token, result).await
-    }
-    async fn read_verdict(
-        &self,
-        keys: &Keys,
-    ) -> Result<Option<seawall_fleet::FleetVerdict>, StoreError> {
-        self.0.read_verdict(keys).await
-    }
-    async fn record_trip(
-        &self,
-        keys: &Keys,
-        trip: seawall_fleet::TripRecord,
-    ) -> Result<seawall_fleet::TripReply, StoreError> {
-        self.0.record_trip(keys, trip).await
-    }
-    async fn read_fleet_trip(
-        &self,
-        keys: &Keys,
-    ) -> Result<Option<seawall_fleet::FleetEpoch>, StoreError> {
-        self.0.read_fleet_trip(keys).await
-    }
-    async fn subscribe(&self, keys: &Keys) -> Result<Subscription, StoreError> {
-        self.0.subscribe(keys).await
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn an_absurd_answer_from_the_store_is_bounded_not_a_panic() {
-    let fleet = Fleet::builder(Absurd(LocalStore::new()))
-        .seed(10)
-        .build()
-        .unwrap();
-    let layer = CircuitBreakerLayer::builder("freight")
-        .config(breaker_config())
-        .random_source(seawall_core::SeededRandom::new(10))
-        .build()
-        .unwrap();
-    let coordinated = fleet.coordinate(&layer.handle()).unwrap();
-    let failing = tower::service_fn(|_: http::Request<()>| async {
-        Err::<&str, seawall_core::BoxError>("supplier down".into())
-    });
-    let mut svc = tower::Layer::layer(&layer, failing);
-    for _ in 0..3 {
-        let _ = svc
-            .ready()
-            .await
-            .unwrap()
-            .call(http::Request::new(()))
-            .await;
-    }
+    // Every take answered with an absurd holder: the largest epoch, a lease that
+    // never ends.
+    let absurd = TakesBy {
+        store: LocalStore::new(),
+        take: |_: LocalStore, _: Keys, _: LeaseRequest| async {
+            Ok(LeaseReply::Held {
+                epoch: FleetEpoch(u64::MAX),
+                remaining: Duration::MAX,
+            })
+        },
+    };
+    let (_fleet, _, coordinated, _svc) = tripped_over(absurd, 10).await;
     run_for(13 * S).await;
     let snap = coordinated.snapshot();
     let LeaseStatus::Elsewhere { epoch, remaining } = snap.lease else {

@@ -205,6 +205,48 @@ async fn five_instances_probe_one_at_a_time_and_all_close() {
     assert!(applied > 0);
 }
 
+/// Something that happens to the server, for a while, and how it ends.
+struct Outage {
+    what: &'static str,
+    lasts: Duration,
+    begin: fn(&mut RedisServer),
+    end: fn(&mut RedisServer),
+}
+
+impl Outage {
+    /// Three instances open on a failing dependency when the outage begins; they
+    /// fall back to their own breakers, keep serving through it, rejoin when it
+    /// ends, and close once the dependency heals. No call fails because of the store.
+    async fn mid_incident(&self, server: &mut RedisServer) {
+        let dep = Dependency::new(Duration::from_millis(20));
+        dep.fail(true);
+        let xs = instances(&server.url(), 3, &dep, &breaker());
+        load_until(&xs, "connected", all_connected(true)).await;
+        load_until(&xs, "all open", all_in(State::Open)).await;
+
+        let before = total(&xs);
+        (self.begin)(server);
+        load_until(&xs, "fell back to local mode", all_connected(false)).await;
+        load(&xs, PERIOD, self.lasts).await;
+        let during = total(&xs);
+        (self.end)(server);
+        load_until(&xs, "rejoined", all_connected(true)).await;
+        dep.fail(false);
+        load_until(&xs, "all closed", all_in(State::Closed)).await;
+
+        let t = total(&xs);
+        report(&format!(
+            "redis {}: {} calls during the outage, {} failed because of the store; {} calls in all",
+            self.what,
+            calls(during) - calls(before),
+            during.other - before.other,
+            calls(t),
+        ));
+        assert_eq!(t.other, 0, "a call failed because of the store: {t:?}");
+        assert!(calls(during) > calls(before));
+    }
+}
+
 /// Redis killed mid-incident: no call fails because of it, every instance falls
 /// back to its own breaker, and all rejoin once it is back on the same port.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -214,32 +256,14 @@ async fn redis_killed_mid_incident_fails_no_call_and_the_fleet_rejoins() {
     else {
         return;
     };
-    let dep = Dependency::new(Duration::from_millis(20));
-    dep.fail(true);
-    let xs = instances(&server.url(), 3, &dep, &breaker());
-    load_until(&xs, "connected", all_connected(true)).await;
-    load_until(&xs, "all open", all_in(State::Open)).await;
-
-    let before = total(&xs);
-    server.kill();
-    load_until(&xs, "fell back to local mode", all_connected(false)).await;
     // Some intervals in local mode: each breaker probes on its own.
-    load(&xs, PERIOD, Duration::from_secs(3)).await;
-    let during = total(&xs);
-    server.restart();
-    load_until(&xs, "rejoined", all_connected(true)).await;
-    dep.fail(false);
-    load_until(&xs, "all closed", all_in(State::Closed)).await;
-
-    let t = total(&xs);
-    report(&format!(
-        "redis killed: {} calls during the outage, {} failed because of the store; {} calls in all",
-        calls(during) - calls(before),
-        during.other - before.other,
-        calls(t),
-    ));
-    assert_eq!(t.other, 0, "a call failed because of the store: {t:?}");
-    assert!(calls(during) > calls(before));
+    let outage = Outage {
+        what: "killed",
+        lasts: Duration::from_secs(3),
+        begin: RedisServer::kill,
+        end: RedisServer::restart,
+    };
+    outage.mid_incident(&mut server).await;
 }
 
 /// `FLUSHALL` while a probe runs under a lease: the store may grant a second
@@ -331,36 +355,18 @@ async fn a_holder_dropped_mid_probe_is_succeeded_after_its_ttl_never_alongside()
 /// writes are applied late. No call fails because of it, and the fleet rejoins.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_paused_then_resumed_fails_no_call_and_the_fleet_rejoins() {
-    let Some(server) =
+    let Some(mut server) =
         RedisServer::start("redis_paused_then_resumed_fails_no_call_and_the_fleet_rejoins")
     else {
         return;
     };
-    let dep = Dependency::new(Duration::from_millis(20));
-    dep.fail(true);
-    let xs = instances(&server.url(), 3, &dep, &breaker());
-    load_until(&xs, "connected", all_connected(true)).await;
-    load_until(&xs, "all open", all_in(State::Open)).await;
-
-    let before = total(&xs);
-    server.pause();
-    load_until(&xs, "fell back to local mode", all_connected(false)).await;
-    load(&xs, PERIOD, Duration::from_secs(2)).await;
-    let during = total(&xs);
-    server.resume();
-    load_until(&xs, "rejoined", all_connected(true)).await;
-    dep.fail(false);
-    load_until(&xs, "all closed", all_in(State::Closed)).await;
-
-    let t = total(&xs);
-    report(&format!(
-        "redis paused: {} calls during the pause, {} failed because of the store; {} calls in all",
-        calls(during) - calls(before),
-        during.other - before.other,
-        calls(t),
-    ));
-    assert_eq!(t.other, 0, "a call failed because of the store: {t:?}");
-    assert!(calls(during) > calls(before));
+    let outage = Outage {
+        what: "paused",
+        lasts: Duration::from_secs(2),
+        begin: |server| server.pause(),
+        end: |server| server.resume(),
+    };
+    outage.mid_incident(&mut server).await;
 }
 
 /// Values the store did not write (another program, an older layout) come back
