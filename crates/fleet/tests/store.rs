@@ -24,6 +24,15 @@ fn take(token: Token, ttl: Duration, seen: u64) -> LeaseRequest {
     LeaseRequest::new(token, ttl, FleetEpoch(seen))
 }
 
+/// A store, seeded with `seed`, that answers every operation after 5 ms.
+fn with_latency(seed: u64) -> LocalStore {
+    let store = LocalStore::with_seed(seed);
+    store
+        .set_faults(Faults::latency(Duration::from_millis(5)))
+        .unwrap();
+    store
+}
+
 #[tokio::test(start_paused = true)]
 async fn local_store_keeps_the_contract() {
     support::contract::all(&LocalStore::new(), "test").await;
@@ -32,20 +41,12 @@ async fn local_store_keeps_the_contract() {
 #[tokio::test(start_paused = true)]
 async fn local_store_keeps_the_cap_contract() {
     support::contract::cap_claims(&LocalStore::new(), "test").await;
-    let store = LocalStore::with_seed(3);
-    store
-        .set_faults(Faults::latency(Duration::from_millis(5)))
-        .unwrap();
-    support::contract::cap_claims(&store, "latency").await;
+    support::contract::cap_claims(&with_latency(3), "latency").await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn local_store_keeps_the_contract_with_latency() {
-    let store = LocalStore::with_seed(1);
-    store
-        .set_faults(Faults::latency(Duration::from_millis(5)))
-        .unwrap();
-    support::contract::all(&store, "test").await;
+    support::contract::all(&with_latency(1), "test").await;
 }
 
 #[tokio::test(start_paused = true)]

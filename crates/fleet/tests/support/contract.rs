@@ -39,6 +39,27 @@ fn taken(epoch: u64) -> LeaseReply {
     }
 }
 
+/// `token`'s take of the lease of `k` for `ttl`, having seen epoch `seen`.
+async fn take_as<S: Store>(
+    store: &S,
+    k: &Keys,
+    token: Token,
+    ttl: Duration,
+    seen: u64,
+) -> LeaseReply {
+    store.take_lease(k, take(token, ttl, seen)).await.unwrap()
+}
+
+/// `token` publishing `result` as the holder of the lease of `k`.
+async fn publish_as<S: Store>(
+    store: &S,
+    k: &Keys,
+    token: Token,
+    result: ProbeResult,
+) -> Option<FleetVerdict> {
+    store.publish_verdict(k, token, result).await.unwrap()
+}
+
 /// Runs every check, each under its own prefix of `prefix`.
 pub async fn all<S: Store>(store: &S, prefix: &str) {
     lease_is_exclusive_and_idempotent(store, &format!("{prefix}-lease")).await;
@@ -53,13 +74,10 @@ pub async fn all<S: Store>(store: &S, prefix: &str) {
 /// unchanged; the TTL runs on the store's clock.
 pub async fn lease_is_exclusive_and_idempotent<S: Store>(store: &S, prefix: &str) {
     let k = keys(prefix);
-    assert_eq!(
-        store.take_lease(&k, take(A, LONG, 0)).await.unwrap(),
-        taken(1)
-    );
+    assert_eq!(take_as(store, &k, A, LONG, 0).await, taken(1));
     let waited = Duration::from_millis(100);
     sleep(waited).await;
-    match store.take_lease(&k, take(B, LONG, 0)).await.unwrap() {
+    match take_as(store, &k, B, LONG, 0).await {
         LeaseReply::Held { epoch, remaining } => {
             assert_eq!(epoch, FleetEpoch(1));
             // At least `waited` of the store's time passed between the two takes.
@@ -68,39 +86,24 @@ pub async fn lease_is_exclusive_and_idempotent<S: Store>(store: &S, prefix: &str
         other => panic!("a second token took a live lease: {other:?}"),
     }
     // A replayed take of the holder changes nothing.
-    assert_eq!(
-        store.take_lease(&k, take(A, LONG, 0)).await.unwrap(),
-        taken(1)
-    );
+    assert_eq!(take_as(store, &k, A, LONG, 0).await, taken(1));
     assert!(store.release_lease(&k, A).await.unwrap());
     // Released: the next take gets the next epoch; expired: the one after.
-    assert_eq!(
-        store.take_lease(&k, take(B, SHORT, 0)).await.unwrap(),
-        taken(2)
-    );
+    assert_eq!(take_as(store, &k, B, SHORT, 0).await, taken(2));
     sleep(SHORT + GRACE).await;
-    assert_eq!(
-        store.take_lease(&k, take(A, LONG, 0)).await.unwrap(),
-        taken(3)
-    );
+    assert_eq!(take_as(store, &k, A, LONG, 0).await, taken(3));
 }
 
 /// Release and publish compare the token: a stale holder changes nothing.
 pub async fn stale_tokens_are_refused<S: Store>(store: &S, prefix: &str) {
     let k = keys(prefix);
-    store.take_lease(&k, take(A, SHORT, 0)).await.unwrap();
+    take_as(store, &k, A, SHORT, 0).await;
     sleep(SHORT + GRACE).await;
-    let LeaseReply::Taken { epoch } = store.take_lease(&k, take(B, LONG, 0)).await.unwrap() else {
+    let LeaseReply::Taken { epoch } = take_as(store, &k, B, LONG, 0).await else {
         panic!("the expired lease was still held");
     };
     // A (whose lease expired) can neither publish nor release B's lease.
-    assert_eq!(
-        store
-            .publish_verdict(&k, A, ProbeResult::Succeeded)
-            .await
-            .unwrap(),
-        None
-    );
+    assert_eq!(publish_as(store, &k, A, ProbeResult::Succeeded).await, None);
     assert!(!store.release_lease(&k, A).await.unwrap());
     assert_eq!(store.read_verdict(&k).await.unwrap(), None);
     // B can, once; the lease is gone after.
@@ -109,31 +112,19 @@ pub async fn stale_tokens_are_refused<S: Store>(store: &S, prefix: &str) {
         result: ProbeResult::Failed,
     };
     assert_eq!(
-        store
-            .publish_verdict(&k, B, ProbeResult::Failed)
-            .await
-            .unwrap(),
+        publish_as(store, &k, B, ProbeResult::Failed).await,
         Some(expected)
     );
     // A replayed publish stores the same verdict again: idempotent.
     assert_eq!(
-        store
-            .publish_verdict(&k, B, ProbeResult::Failed)
-            .await
-            .unwrap(),
+        publish_as(store, &k, B, ProbeResult::Failed).await,
         Some(expected)
     );
     assert_eq!(store.read_verdict(&k).await.unwrap(), Some(expected));
     assert!(store.release_lease(&k, B).await.unwrap());
     assert!(!store.release_lease(&k, B).await.unwrap());
     // After the release, a late publish of B is refused too.
-    assert_eq!(
-        store
-            .publish_verdict(&k, B, ProbeResult::Succeeded)
-            .await
-            .unwrap(),
-        None
-    );
+    assert_eq!(publish_as(store, &k, B, ProbeResult::Succeeded).await, None);
     assert_eq!(store.read_verdict(&k).await.unwrap(), Some(expected));
 }
 
@@ -141,23 +132,14 @@ pub async fn stale_tokens_are_refused<S: Store>(store: &S, prefix: &str) {
 /// still orders new verdicts after old ones; and they only increase.
 pub async fn epochs_stay_above_what_the_taker_saw<S: Store>(store: &S, prefix: &str) {
     let k = keys(prefix);
-    assert_eq!(
-        store.take_lease(&k, take(A, LONG, 41)).await.unwrap(),
-        taken(42)
-    );
+    assert_eq!(take_as(store, &k, A, LONG, 41).await, taken(42));
     assert!(store.release_lease(&k, A).await.unwrap());
     // A taker that saw less still gets the next one.
-    assert_eq!(
-        store.take_lease(&k, take(B, LONG, 3)).await.unwrap(),
-        taken(43)
-    );
+    assert_eq!(take_as(store, &k, B, LONG, 3).await, taken(43));
     assert!(store.release_lease(&k, B).await.unwrap());
     // Far beyond what a Lua number (a double) holds exactly.
     let big = (1u64 << 60) + 1;
-    assert_eq!(
-        store.take_lease(&k, take(A, LONG, big)).await.unwrap(),
-        taken(big + 1)
-    );
+    assert_eq!(take_as(store, &k, A, LONG, big).await, taken(big + 1));
 }
 
 /// Publishing pushes the verdict to every subscriber of that breaker, and a read
@@ -170,15 +152,11 @@ pub async fn verdicts_are_pushed_and_the_latest_is_read<S: Store>(store: &S, pre
     let mut elsewhere = store.subscribe(&other).await.unwrap();
     let mut verdicts = Vec::new();
     for (token, result) in [(A, ProbeResult::Succeeded), (B, ProbeResult::Failed)] {
-        let LeaseReply::Taken { epoch } = store.take_lease(&k, take(token, LONG, 0)).await.unwrap()
-        else {
+        let LeaseReply::Taken { epoch } = take_as(store, &k, token, LONG, 0).await else {
             panic!("not taken");
         };
         let expected = FleetVerdict { epoch, result };
-        assert_eq!(
-            store.publish_verdict(&k, token, result).await.unwrap(),
-            Some(expected)
-        );
+        assert_eq!(publish_as(store, &k, token, result).await, Some(expected));
         for feed in [&mut one, &mut two] {
             let heard = timeout(WATCHDOG, feed.next()).await.expect("watchdog");
             assert_eq!(heard, Some(FleetEvent::Verdict(expected)));
@@ -229,23 +207,14 @@ pub async fn a_fleet_trip_needs_enough_distinct_instances<S: Store>(store: &S, p
         .await
         .is_err());
     // The lease counter moved past the fleet trip: a probe after it is newer.
-    assert_eq!(
-        store.take_lease(&k, take(A, LONG, 0)).await.unwrap(),
-        taken(43)
-    );
+    assert_eq!(take_as(store, &k, A, LONG, 0).await, taken(43));
     // A failure forgets nothing; a success forgets the trips and the fleet trip.
-    store
-        .publish_verdict(&k, A, ProbeResult::Failed)
-        .await
-        .unwrap();
+    publish_as(store, &k, A, ProbeResult::Failed).await;
     assert_eq!(
         store.read_fleet_trip(&k).await.unwrap(),
         Some(FleetEpoch(42))
     );
-    store
-        .publish_verdict(&k, A, ProbeResult::Succeeded)
-        .await
-        .unwrap();
+    publish_as(store, &k, A, ProbeResult::Succeeded).await;
     assert_eq!(store.read_fleet_trip(&k).await.unwrap(), None);
     let r = record(B, 0).await.unwrap();
     assert_eq!((r.tripped, r.fleet_trip), (1, None));
