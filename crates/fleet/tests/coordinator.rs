@@ -35,6 +35,22 @@ fn instances(n: usize, dep: &Arc<Dependency>, fleet: &Fleet<LocalStore>) -> Vec<
         .collect()
 }
 
+/// `n` instances coordinated by one fleet over `store` (seeded with `seed`), in
+/// front of one dependency answering after `latency`, a second after they started:
+/// the dependency, the fleet and the instances.
+async fn settled(
+    store: &LocalStore,
+    seed: u64,
+    n: usize,
+    latency: Duration,
+) -> (Arc<Dependency>, Fleet<LocalStore>, Vec<Instance>) {
+    let dep = Dependency::new(latency);
+    let fleet = fleet(store, seed);
+    let fleet_instances = instances(n, &dep, &fleet);
+    run_for(S).await;
+    (dep, fleet, fleet_instances)
+}
+
 fn states(instances: &[Instance]) -> Vec<State> {
     instances.iter().map(Instance::state).collect()
 }
@@ -43,10 +59,7 @@ fn states(instances: &[Instance]) -> Vec<State> {
 async fn a_closed_call_makes_no_store_operation_and_never_waits() {
     let store = LocalStore::new();
     store.set_faults(Faults::latency(2 * MS)).unwrap();
-    let dep = Dependency::new(Duration::ZERO);
-    let fleet = fleet(&store, 1);
-    let fleet_instances = instances(3, &dep, &fleet);
-    run_for(S).await;
+    let (_, _fleet, fleet_instances) = settled(&store, 1, 3, Duration::ZERO).await;
     let ops = store.ops();
     let counted: Vec<u64> = fleet_instances
         .iter()
@@ -152,10 +165,7 @@ async fn only_the_lease_holder_probes_and_its_success_closes_every_instance() {
 #[tokio::test(start_paused = true)]
 async fn a_failed_probe_reopens_every_instance_from_the_verdict() {
     let store = LocalStore::new();
-    let dep = Dependency::new(20 * MS);
-    let fleet = fleet(&store, 3);
-    let fleet_instances = instances(4, &dep, &fleet);
-    run_for(S).await;
+    let (dep, _fleet, fleet_instances) = settled(&store, 3, 4, 20 * MS).await;
     dep.fail(true);
     // Trip, then run up to the first probe's verdict and a little after.
     load(&fleet_instances, 100 * MS, 14 * S).await;
@@ -178,10 +188,7 @@ async fn with_every_push_lost_the_reconcile_read_still_closes_each_instance_with
     store
         .set_faults(Faults::latency(2 * MS).with_push_loss(1.0))
         .unwrap();
-    let dep = Dependency::new(20 * MS);
-    let fleet = fleet(&store, 4);
-    let fleet_instances = instances(5, &dep, &fleet);
-    run_for(S).await;
+    let (dep, _fleet, fleet_instances) = settled(&store, 4, 5, 20 * MS).await;
     dep.fail(true);
     load(&fleet_instances, 100 * MS, 15 * S).await;
     dep.fail(false);
@@ -219,10 +226,7 @@ async fn with_every_push_lost_the_reconcile_read_still_closes_each_instance_with
 #[tokio::test(start_paused = true)]
 async fn a_store_outage_falls_back_to_the_local_breaker_and_rejoins() {
     let store = LocalStore::new();
-    let dep = Dependency::new(20 * MS);
-    let fleet = fleet(&store, 5);
-    let fleet_instances = instances(3, &dep, &fleet);
-    run_for(S).await;
+    let (dep, _fleet, fleet_instances) = settled(&store, 5, 3, 20 * MS).await;
     store.go_down();
     // Closed: calls never notice.
     load(&fleet_instances, 100 * MS, 3 * S).await;
@@ -387,10 +391,7 @@ async fn a_timed_out_take_counts_as_maybe_held_and_no_probe_goes_until_its_ttl_e
 async fn a_wipe_during_a_lease_lets_at_most_two_probes_overlap() {
     let store = LocalStore::new();
     // Probes take 1.5 s (under the 2 s half-open timeout): long enough to overlap.
-    let dep = Dependency::new(1500 * MS);
-    let fleet = fleet(&store, 7);
-    let fleet_instances = instances(5, &dep, &fleet);
-    run_for(S).await;
+    let (dep, _fleet, fleet_instances) = settled(&store, 7, 5, 1500 * MS).await;
     dep.fail(true);
     let keys = Keys::new("seawall", "freight").unwrap();
     // Drive the load until a lease is held, then wipe the store under it.
