@@ -55,6 +55,11 @@ fn states(instances: &[Instance]) -> Vec<State> {
     instances.iter().map(Instance::state).collect()
 }
 
+fn assert_all_in(instances: &[Instance], state: State) {
+    let states = states(instances);
+    assert!(states.iter().all(|s| *s == state), "{states:?}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_closed_call_makes_no_store_operation_and_never_waits() {
     let store = LocalStore::new();
@@ -128,11 +133,7 @@ async fn only_the_lease_holder_probes_and_its_success_closes_every_instance() {
     dep.fail(false);
     load(&fleet_instances, 100 * MS, 20 * S).await;
 
-    assert!(
-        states(&fleet_instances).iter().all(|s| *s == State::Closed),
-        "{:?}",
-        states(&fleet_instances)
-    );
+    assert_all_in(&fleet_instances, State::Closed);
     let probes = dep.probes();
     // Five instances, two failed intervals and one good one: three probes, not fifteen.
     assert_eq!(probes.len(), 3, "{probes:?}");
@@ -208,11 +209,7 @@ async fn with_every_push_lost_the_reconcile_read_still_closes_each_instance_with
         deadline.saturating_duration_since(Instant::now()),
     )
     .await;
-    assert!(
-        states(&fleet_instances).iter().all(|s| *s == State::Closed),
-        "{:?}",
-        states(&fleet_instances)
-    );
+    assert_all_in(&fleet_instances, State::Closed);
     // Nobody heard a push; the verdicts came through reads, and no instance
     // probed on its own.
     let applied: u64 = fleet_instances
@@ -241,14 +238,10 @@ async fn a_store_outage_falls_back_to_the_local_breaker_and_rejoins() {
     // own (one interval, one lease TTL of caution, then its own probe).
     dep.fail(true);
     load(&fleet_instances, 100 * MS, 5 * S).await;
-    assert!(states(&fleet_instances).iter().all(|s| *s == State::Open));
+    assert_all_in(&fleet_instances, State::Open);
     dep.fail(false);
     load(&fleet_instances, 100 * MS, 15 * S).await;
-    assert!(
-        states(&fleet_instances).iter().all(|s| *s == State::Closed),
-        "{:?}",
-        states(&fleet_instances)
-    );
+    assert_all_in(&fleet_instances, State::Closed);
     assert_eq!(dep.probes().len(), 3);
     // Back up: every instance rejoins by itself.
     store.come_up();
