@@ -17,19 +17,9 @@ use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
 
 const EXAMPLE: &str = include_str!("../examples/axum_routes.toml");
 
-const GOOD: &str = r#"
-[policies.freight]
-deadline = "300ms"
-
-[policies.freight.bulkhead]
-max_concurrent = 2
-max_queue = 0
-max_wait = "20ms"
-
-[policies.freight.breaker]
-policy = { kind = "count_window", size = 4, min_calls = 4, failure_rate = 0.5 }
-open_for = "10s"
-
+const GOOD: &str = concat!(
+    support::freight_policy!(),
+    r#"
 [policies.freight.fallback]
 on_rejections = ["circuit_open", "bulkhead_full"]
 
@@ -41,7 +31,8 @@ failures_to_degrade = 3
 
 [dependencies]
 freight-supplier = "freight"
-"#;
+"#
+);
 
 #[test]
 fn the_examples_document_and_a_good_one_load() {

@@ -4,9 +4,14 @@
 //! One scenario per crate, each with a subscriber that reads on every event.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod support;
+
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, RecvTimeoutError};
 use std::sync::Arc;
+use std::task::{Context, Waker};
 use std::time::Duration;
 
 use seawall::bulkhead::{BulkheadLayer, KeyedBulkheadLayer};
@@ -90,6 +95,43 @@ fn failing() -> impl Service<Req, Response = Res, Error = BoxError, Future: Send
     service_fn(|_: Req| async { Err::<Res, BoxError>("supplier: 503".into()) })
 }
 
+/// A dependency that never answers.
+fn hanging() -> impl Service<Req, Response = Res, Error = BoxError, Future: Send> + Clone + Send {
+    service_fn(|_: Req| std::future::pending::<Result<Res, BoxError>>())
+}
+
+/// Sends `n` requests through `svc`, one after the other, whatever they answer.
+fn send<S>(svc: &S, n: usize)
+where
+    S: Service<Req> + Clone,
+{
+    block_on(async {
+        for _ in 0..n {
+            let _ = svc.clone().oneshot(req()).await;
+        }
+    });
+}
+
+/// `call`, polled once: it must be waiting (holding what it was admitted to).
+fn started<F: Future>(call: F) -> Pin<Box<F>> {
+    let mut call = Box::pin(call);
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(call.as_mut().poll(&mut cx).is_pending());
+    call
+}
+
+/// A reader for [`with_reader`]: `read` on a clone of `handle`.
+fn reading<H, T>(
+    handle: &H,
+    read: impl Fn(&H) -> T + Send + Sync + 'static,
+) -> impl Fn() + Send + Sync
+where
+    H: Clone + Send + Sync + 'static,
+{
+    let handle = handle.clone();
+    move || drop(read(&handle))
+}
+
 #[test]
 fn breaker_operator_actions_while_a_subscriber_reads_the_breaker() {
     let layer = CircuitBreakerLayer::builder("quotes")
@@ -97,25 +139,16 @@ fn breaker_operator_actions_while_a_subscriber_reads_the_breaker() {
         .build()
         .unwrap();
     let handle = layer.handle();
-    let reader = handle.clone();
-    let events = with_reader(
-        move || drop(reader.snapshot()),
-        move || {
-            let svc = layer.layer(failing());
-            block_on(async {
-                for _ in 0..3 {
-                    let _ = svc.clone().oneshot(req()).await;
-                }
-            });
-            assert_eq!(handle.state(), State::Open);
-            handle.force(Forced::Closed);
-            handle.force(Forced::Open);
-            handle.disable();
-            handle.reset();
-            handle.reconfigure(handle.config()).unwrap();
-            handle.revert();
-        },
-    );
+    let events = with_reader(reading(&handle, |h| h.snapshot()), move || {
+        send(&layer.layer(failing()), 3);
+        assert_eq!(handle.state(), State::Open);
+        handle.force(Forced::Closed);
+        handle.force(Forced::Open);
+        handle.disable();
+        handle.reset();
+        handle.reconfigure(handle.config()).unwrap();
+        handle.revert();
+    });
     assert!(events >= 5, "{events} events");
 }
 
@@ -126,20 +159,11 @@ fn keyed_breaker_reconfigured_while_a_subscriber_reads_every_key() {
         .build_keyed(8, |r: &Req| r.uri().path().to_owned())
         .unwrap();
     let handle = layer.handle();
-    let reader = handle.clone();
-    let events = with_reader(
-        move || drop(reader.snapshots()),
-        move || {
-            let svc = layer.layer(failing());
-            block_on(async {
-                for _ in 0..2 {
-                    let _ = svc.clone().oneshot(req()).await;
-                }
-            });
-            handle.reconfigure(handle.config()).unwrap();
-            handle.revert().unwrap();
-        },
-    );
+    let events = with_reader(reading(&handle, |h| h.snapshots()), move || {
+        send(&layer.layer(failing()), 2);
+        handle.reconfigure(handle.config()).unwrap();
+        handle.revert().unwrap();
+    });
     assert!(events >= 2, "{events} events");
 }
 
@@ -151,25 +175,17 @@ fn bulkhead_rejections_and_changes_while_a_subscriber_reads_the_bulkhead() {
         .build()
         .unwrap();
     let handle = layer.handle();
-    let reader = handle.clone();
-    let events = with_reader(
-        move || drop(reader.snapshot()),
-        move || {
-            let hang = service_fn(|_: Req| std::future::pending::<Result<Res, BoxError>>());
-            let svc = layer.layer(hang);
-            block_on(async {
-                let mut held = Box::pin(svc.clone().oneshot(req()));
-                let waker = std::task::Waker::noop();
-                let mut cx = std::task::Context::from_waker(waker);
-                assert!(std::future::Future::poll(held.as_mut(), &mut cx).is_pending());
-                assert!(svc.clone().oneshot(req()).await.is_err());
-            });
-            let mut wider = handle.config();
-            wider.max_concurrent = 2;
-            handle.reconfigure(wider).unwrap();
-            handle.revert();
-        },
-    );
+    let events = with_reader(reading(&handle, |h| h.snapshot()), move || {
+        let svc = layer.layer(hanging());
+        block_on(async {
+            let _held = started(svc.clone().oneshot(req()));
+            assert!(svc.clone().oneshot(req()).await.is_err());
+        });
+        let mut wider = handle.config();
+        wider.max_concurrent = 2;
+        handle.reconfigure(wider).unwrap();
+        handle.revert();
+    });
     assert!(events >= 2, "{events} events");
 }
 
@@ -191,15 +207,10 @@ fn bulkhead_events_while_subscribers_read_and_steer_the_bulkhead() {
             drop(reader.subscribe());
         },
         move || {
-            let hang = service_fn(|_: Req| std::future::pending::<Result<Res, BoxError>>());
-            let svc = layer.layer(hang);
+            let svc = layer.layer(hanging());
             block_on(async {
-                let waker = std::task::Waker::noop();
-                let mut cx = std::task::Context::from_waker(waker);
-                let mut a = Box::pin(svc.clone().oneshot(req()));
-                let mut b = Box::pin(svc.clone().oneshot(req()));
-                assert!(std::future::Future::poll(a.as_mut(), &mut cx).is_pending());
-                assert!(std::future::Future::poll(b.as_mut(), &mut cx).is_pending());
+                let a = started(svc.clone().oneshot(req()));
+                let b = started(svc.clone().oneshot(req()));
                 // Saturated, then relieved once one of the two slots is free.
                 assert!(svc.clone().oneshot(req()).await.is_err());
                 drop(a);
@@ -255,19 +266,15 @@ fn keyed_bulkhead_reconfigured_while_a_subscriber_reads_every_key() {
         .build()
         .unwrap();
     let handle = layer.handle();
-    let reader = handle.clone();
-    let events = with_reader(
-        move || drop(reader.snapshot()),
-        move || {
-            let ok = service_fn(|_: Req| async { Ok::<Res, BoxError>(http::Response::new(())) });
-            let svc = layer.layer(ok);
-            block_on(async { svc.clone().oneshot(req()).await.unwrap() });
-            let mut wider = handle.config();
-            wider.max_concurrent = 3;
-            handle.reconfigure(wider).unwrap();
-            handle.revert();
-        },
-    );
+    let events = with_reader(reading(&handle, |h| h.snapshot()), move || {
+        let ok = service_fn(|_: Req| async { Ok::<Res, BoxError>(http::Response::new(())) });
+        let svc = layer.layer(ok);
+        block_on(async { svc.clone().oneshot(req()).await.unwrap() });
+        let mut wider = handle.config();
+        wider.max_concurrent = 3;
+        handle.reconfigure(wider).unwrap();
+        handle.revert();
+    });
     assert!(events >= 1, "{events} events");
 }
 
@@ -279,25 +286,16 @@ fn degradation_changes_and_controls_while_a_subscriber_reads_the_layer() {
         .build()
         .unwrap();
     let handle = layer.handle();
-    let reader = handle.clone();
-    let events = with_reader(
-        move || drop(reader.snapshot()),
-        move || {
-            let svc = layer.layer(failing());
-            block_on(async {
-                for _ in 0..2 {
-                    let _ = svc.clone().oneshot(req()).await;
-                }
-            });
-            assert_eq!(handle.level().index, 1);
-            handle.force(0).unwrap();
-            handle.release();
-            handle.set_floor("canned").unwrap();
-            handle.clear_floor();
-            handle.reconfigure(handle.config()).unwrap();
-            handle.revert();
-        },
-    );
+    let events = with_reader(reading(&handle, |h| h.snapshot()), move || {
+        send(&layer.layer(failing()), 2);
+        assert_eq!(handle.level().index, 1);
+        handle.force(0).unwrap();
+        handle.release();
+        handle.set_floor("canned").unwrap();
+        handle.clear_floor();
+        handle.reconfigure(handle.config()).unwrap();
+        handle.revert();
+    });
     // The level change, then one event per control at least.
     assert!(events >= 7, "{events} events");
 }
@@ -312,44 +310,28 @@ fn fallback_serving_and_controls_while_a_subscriber_reads_the_fallback() {
         .build()
         .unwrap();
     let handle = layer.handle();
-    let reader = handle.clone();
-    let events = with_reader(
-        move || drop(reader.snapshot()),
-        move || {
-            let open = service_fn(|_: Req| async {
-                Err::<String, BoxError>(Box::new(seawall::core::CircuitOpen::new(
-                    "supplier".into(),
-                    Duration::from_secs(1),
-                )))
-            });
-            let svc = layer.layer(open);
-            block_on(async {
-                assert_eq!(svc.clone().oneshot(req()).await.unwrap(), "no quote");
-            });
-            handle.force();
-            handle.release();
-            handle.disable();
-            handle.enable();
-            handle.reconfigure(handle.config()).unwrap();
-            handle.revert();
-        },
-    );
+    let events = with_reader(reading(&handle, |h| h.snapshot()), move || {
+        let open = service_fn(|_: Req| async {
+            Err::<String, BoxError>(Box::new(seawall::core::CircuitOpen::new(
+                "supplier".into(),
+                Duration::from_secs(1),
+            )))
+        });
+        let svc = layer.layer(open);
+        block_on(async {
+            assert_eq!(svc.clone().oneshot(req()).await.unwrap(), "no quote");
+        });
+        handle.force();
+        handle.release();
+        handle.disable();
+        handle.enable();
+        handle.reconfigure(handle.config()).unwrap();
+        handle.revert();
+    });
     assert!(events >= 1, "{events} events");
 }
 
-const POLICIES: &str = r#"
-[policies.freight]
-deadline = "300ms"
-
-[policies.freight.bulkhead]
-max_concurrent = 2
-max_queue = 0
-max_wait = "20ms"
-
-[policies.freight.breaker]
-policy = { kind = "count_window", size = 4, min_calls = 4, failure_rate = 0.5 }
-open_for = "10s"
-"#;
+const POLICIES: &str = support::freight_policy!();
 
 #[test]
 fn policies_apply_refuse_and_revert_while_a_subscriber_reads_the_policies() {

@@ -29,3 +29,26 @@ impl Drop for TempFile {
         let _ = std::fs::remove_file(&self.0);
     }
 }
+
+/// The `freight` policy the policy documents of these tests start with: a
+/// deadline, a bulkhead that queues nothing, a count-window breaker. A macro, so
+/// `concat!` can extend it into a longer document.
+macro_rules! freight_policy {
+    () => {
+        r#"
+[policies.freight]
+deadline = "300ms"
+
+[policies.freight.bulkhead]
+max_concurrent = 2
+max_queue = 0
+max_wait = "20ms"
+
+[policies.freight.breaker]
+policy = { kind = "count_window", size = 4, min_calls = 4, failure_rate = 0.5 }
+open_for = "10s"
+"#
+    };
+}
+#[allow(unused_imports)] // each test file uses a part
+pub(crate) use freight_policy;
