@@ -35,6 +35,7 @@ use seawall::fallback::{FallbackLayer, Rejections};
 use seawall::ServiceBuilderExt;
 use serde_json::Value;
 use tokio::sync::Semaphore;
+use tower::layer::util::{Identity, Stack};
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
 const TOKEN: &str = "test-admin-token-0123456789";
@@ -188,6 +189,22 @@ fn policy(policies: &Policies, route: &str) -> String {
     policies.policy_for_route(route).unwrap()
 }
 
+/// A route's deadline, bulkhead and breaker (judging by HTTP status), outermost first.
+type Guards =
+    Stack<CircuitBreakerLayer<HttpStatus>, Stack<BulkheadLayer, Stack<DeadlineLayer, Identity>>>;
+
+fn guards(policies: &Policies, policy: &str) -> Guards {
+    ServiceBuilder::new()
+        .deadline(policies.deadline(policy).unwrap())
+        .bulkhead(policies.bulkhead(policy).unwrap())
+        .circuit_breaker(
+            policies
+                .circuit_breaker(policy, |b| b.classifier(HttpStatus::default()))
+                .unwrap(),
+        )
+        .into_inner()
+}
+
 fn app(policies: &Policies, deps: &Deps, token: Option<AdminToken>) -> Router {
     let freight = policy(policies, "/quote");
     let quote_stack = route_layer(
@@ -199,25 +216,13 @@ fn app(policies: &Policies, deps: &Deps, token: Option<AdminToken>) -> Router {
                     })
                     .unwrap(),
             )
-            .deadline(policies.deadline(&freight).unwrap())
-            .bulkhead(policies.bulkhead(&freight).unwrap())
-            .circuit_breaker(
-                policies
-                    .circuit_breaker(&freight, |b| b.classifier(HttpStatus::default()))
-                    .unwrap(),
-            ),
+            .layer(guards(policies, &freight)),
     );
     let recs = policy(policies, "/recommendations");
     let recs_stack = route_layer(
         ServiceBuilder::new()
             .respond()
-            .deadline(policies.deadline(&recs).unwrap())
-            .bulkhead(policies.bulkhead(&recs).unwrap())
-            .circuit_breaker(
-                policies
-                    .circuit_breaker(&recs, |b| b.classifier(HttpStatus::default()))
-                    .unwrap(),
-            ),
+            .layer(guards(policies, &recs)),
     );
     let assistant = policy(policies, "/assistant");
     let assistant_stack = route_layer(
@@ -354,6 +359,16 @@ impl Client {
         assert_eq!(a.status, StatusCode::OK, "{}", a.body);
         a.json()
     }
+
+    /// The snapshot of `policy`'s bulkhead, as the admin route shows it.
+    async fn bulkhead(&self, policy: &str) -> Value {
+        self.snapshot(policy).await["bulkhead"].clone()
+    }
+
+    /// The state of `policy`'s breaker, as the admin route shows it.
+    async fn breaker_state(&self, policy: &str) -> Value {
+        self.snapshot(policy).await["breaker"]["state"].clone()
+    }
 }
 
 async fn start(policies: &Policies, deps: &Deps) -> Client {
@@ -403,7 +418,7 @@ async fn a_failing_dependency_trips_its_routes_breaker_and_no_other_route_change
     assert_eq!(rejected.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(rejected.headers[header::RETRY_AFTER], "60");
     assert!(!rejected.body.contains("freight"), "{}", rejected.body);
-    assert_eq!(client.snapshot("freight").await["breaker"]["state"], "open");
+    assert_eq!(client.breaker_state("freight").await, "open");
 
     // Every other route answers exactly as before, interleaved with more failures.
     for _ in 0..3 {
@@ -434,15 +449,12 @@ async fn a_hanging_dependency_fills_only_its_own_bulkhead() {
         })
         .collect();
     deps.freight.hanging(2).await;
-    assert_eq!(client.snapshot("freight").await["bulkhead"]["active"], 2);
+    assert_eq!(client.bulkhead("freight").await["active"], 2);
 
     // The freight bulkhead is full: the next quote is answered at once, "no quote".
     let full = client.get("/quote").await;
     assert_eq!(full.status, StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(
-        client.snapshot("freight").await["bulkhead"]["rejected_full"],
-        1
-    );
+    assert_eq!(client.bulkhead("freight").await["rejected_full"], 1);
     assert_eq!(
         client.snapshot("freight").await["fallback"]["triggered"][1],
         serde_json::json!({"trigger": "bulkhead_full", "count": 1})
@@ -454,12 +466,9 @@ async fn a_hanging_dependency_fills_only_its_own_bulkhead() {
     for h in hung {
         assert_eq!(h.await.unwrap().seen(), (StatusCode::OK, QUOTE));
     }
-    assert_eq!(client.snapshot("freight").await["bulkhead"]["active"], 0);
+    assert_eq!(client.bulkhead("freight").await["active"], 0);
     // The slow calls were no failures of the supplier: the breaker stayed closed.
-    assert_eq!(
-        client.snapshot("freight").await["breaker"]["state"],
-        "closed"
-    );
+    assert_eq!(client.breaker_state("freight").await, "closed");
 }
 
 // ---------------------------------------------------------------------------
@@ -501,20 +510,14 @@ async fn the_admin_route_reads_for_anyone_and_changes_only_with_the_token() {
         .await;
     assert_eq!(wrong.status, StatusCode::FORBIDDEN);
     // Refused changes changed nothing.
-    assert_eq!(
-        client.snapshot("freight").await["breaker"]["state"],
-        "closed"
-    );
+    assert_eq!(client.breaker_state("freight").await, "closed");
     assert_eq!(client.get("/quote").await.seen(), (StatusCode::OK, QUOTE));
 
     // With the token: applied, and the answer is the new snapshot.
     let done = client.admin("/policies/freight/breaker/force-open").await;
     assert_eq!(done.status, StatusCode::OK);
     assert_eq!(done.json()["breaker"]["state"], "forced_open");
-    assert_eq!(
-        client.snapshot("freight").await["breaker"]["state"],
-        "forced_open"
-    );
+    assert_eq!(client.breaker_state("freight").await, "forced_open");
     assert_eq!(
         client.get("/quote").await.status,
         StatusCode::SERVICE_UNAVAILABLE
@@ -674,10 +677,7 @@ async fn without_a_configured_token_every_change_is_forbidden() {
         client.post("/admin/revert", None).await.status,
         StatusCode::FORBIDDEN
     );
-    assert_eq!(
-        client.snapshot("freight").await["breaker"]["state"],
-        "closed"
-    );
+    assert_eq!(client.breaker_state("freight").await, "closed");
 }
 
 #[tokio::test]
@@ -806,13 +806,10 @@ async fn the_bulkhead_limit_is_pinned_and_released_with_the_token_and_bad_limits
         async move { client.get("/quote").await }
     });
     deps.freight.hanging(1).await;
-    assert_eq!(client.snapshot("freight").await["bulkhead"]["active"], 1);
+    assert_eq!(client.bulkhead("freight").await["active"], 1);
     let turned_away = client.get("/quote").await;
     assert_eq!(turned_away.status, StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(
-        client.snapshot("freight").await["bulkhead"]["rejected_full"],
-        1
-    );
+    assert_eq!(client.bulkhead("freight").await["rejected_full"], 1);
 
     // Released: back to the configured limit.
     let a = client

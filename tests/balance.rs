@@ -10,6 +10,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -23,7 +25,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioExecutor;
 use seawall::bulkhead::BulkheadLayer;
 use seawall::circuit_breaker::{CircuitBreakerLayer, State};
 use seawall::{find_rejection, BoxError, HttpStatus, RejectionKind};
@@ -85,21 +87,8 @@ impl Server {
     }
 
     async fn serve(&self) -> SocketAddr {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
         let server = self.clone();
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let server = server.clone();
-                tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(move |req| server.clone().handle(req));
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .await;
-                });
-            }
-        });
-        addr
+        support::serve_http1(move |req| server.clone().handle(req)).await
     }
 }
 
@@ -201,6 +190,19 @@ where
     seen
 }
 
+/// Of 100 calls, the sick endpoint saw the three failures that opened its breaker,
+/// then nothing; the healthy one served the rest, and no caller got a rejection.
+fn assert_the_sick_left_after_three_failures(sick: &Server, healthy: &Server, seen: Seen) {
+    assert_eq!(sick.received(), 3);
+    assert_eq!(healthy.received(), 97);
+    let expected = Seen {
+        ok: 97,
+        server_error: 3,
+        circuit_open: 0,
+    };
+    assert_eq!(seen, expected);
+}
+
 // ---------------------------------------------------------------------------------
 // A failing endpoint, each client behind its own breaker
 // ---------------------------------------------------------------------------------
@@ -224,16 +226,7 @@ async fn in_readiness_mode_an_open_breaker_takes_its_endpoint_out_of_the_balance
     // The sick endpoint saw the three failures that opened its breaker, then nothing:
     // pending, it was never chosen again, and no caller got a rejection.
     assert_eq!(sick_handle.state(), State::Open);
-    assert_eq!(sick.received(), 3);
-    assert_eq!(healthy.received(), 97);
-    assert_eq!(
-        seen,
-        Seen {
-            ok: 97,
-            server_error: 3,
-            circuit_open: 0
-        }
-    );
+    assert_the_sick_left_after_three_failures(&sick, &healthy, seen);
 }
 
 #[tokio::test]
@@ -379,14 +372,5 @@ async fn both_modes_stacked_per_replica_under_a_load_measuring_balancer() {
 
     let seen = send_one_at_a_time(&mut balance, 100).await;
 
-    assert_eq!(sick.received(), 3);
-    assert_eq!(healthy.received(), 97);
-    assert_eq!(
-        seen,
-        Seen {
-            ok: 97,
-            server_error: 3,
-            circuit_open: 0
-        }
-    );
+    assert_the_sick_left_after_three_failures(&sick, &healthy, seen);
 }

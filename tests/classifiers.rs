@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use seawall::circuit_breaker::{CircuitBreakerLayer, State};
-use seawall::core::{classify_fn, BoxError, ClassifyInput, Outcome, PerRequest};
+use seawall::circuit_breaker::{CircuitBreakerLayer, Handle, State};
+use seawall::core::{classify_fn, BoxError, ClassifyInput, ClassifyRequest, Outcome, PerRequest};
 use seawall::degradation::{DegradationLayer, Fixed};
 use seawall::fallback::FallbackLayer;
 use tower::{service_fn, Layer, Service, ServiceExt};
@@ -17,6 +17,36 @@ fn answers() -> impl Service<String, Response = String, Error = BoxError, Future
        + Sync
        + 'static {
     service_fn(|q: String| async move { Ok::<_, BoxError>(q) })
+}
+
+/// `q` asked of `svc` from a task of its own (so the classifier runs inside a
+/// spawned future): the answer.
+async fn asked<S>(svc: &S, q: &str) -> String
+where
+    S: Service<String, Response = String, Error = BoxError> + Clone + Send + 'static,
+    S::Future: Send,
+{
+    let answer = tokio::spawn(svc.clone().oneshot(q.to_owned())).await;
+    answer.unwrap().unwrap()
+}
+
+/// A breaker over [`answers`] that opens at the first failure `classifier` sees:
+/// its handle and its service.
+fn opening_at_once<C>(
+    classifier: C,
+) -> (
+    Handle,
+    impl Service<String, Response = String, Error = BoxError, Future: Send> + Clone + Send + 'static,
+)
+where
+    C: ClassifyRequest<String, String, Classifier: Send + 'static> + Clone + Send + 'static,
+{
+    let layer = CircuitBreakerLayer::builder("oracle")
+        .consecutive_failures(1)
+        .classifier(classifier)
+        .build()
+        .unwrap();
+    (layer.handle(), layer.layer(answers()))
 }
 
 fn no_is_a_failure(r: ClassifyInput<'_, String>) -> Outcome {
@@ -38,10 +68,7 @@ async fn a_plain_closure_classifies_for_the_breaker_inside_spawned_tasks() {
     let handle = layer.handle();
     let svc = layer.layer(answers());
     for q in ["yes", "no", "no"] {
-        let answer = tokio::spawn(svc.clone().oneshot(q.to_owned()))
-            .await
-            .unwrap();
-        assert_eq!(answer.unwrap(), q);
+        assert_eq!(asked(&svc, q).await, q);
     }
     assert_eq!(handle.state(), State::Open);
     assert_eq!(handle.snapshot().counters.failures, 2);
@@ -49,61 +76,31 @@ async fn a_plain_closure_classifies_for_the_breaker_inside_spawned_tasks() {
 
 #[tokio::test(start_paused = true)]
 async fn a_function_item_and_classify_fn_classify_too() {
-    let layer = CircuitBreakerLayer::builder("oracle")
-        .consecutive_failures(1)
-        .classifier(no_is_a_failure)
-        .build()
-        .unwrap();
-    let handle = layer.handle();
-    let svc = layer.layer(answers());
-    tokio::spawn(svc.oneshot("no".to_owned()))
-        .await
-        .unwrap()
-        .unwrap();
+    let (handle, svc) = opening_at_once(no_is_a_failure);
+    asked(&svc, "no").await;
     assert_eq!(handle.state(), State::Open);
 
-    let layer = CircuitBreakerLayer::builder("oracle")
-        .consecutive_failures(1)
-        .classifier(classify_fn(|r: Result<&String, _>| match r {
-            Ok(a) if a == "no" => Outcome::Failure,
-            _ => Outcome::Success,
-        }))
-        .build()
-        .unwrap();
-    let handle = layer.handle();
-    let svc = layer.layer(answers());
-    tokio::spawn(svc.oneshot("no".to_owned()))
-        .await
-        .unwrap()
-        .unwrap();
+    let (handle, svc) = opening_at_once(classify_fn(|r: Result<&String, _>| match r {
+        Ok(a) if a == "no" => Outcome::Failure,
+        _ => Outcome::Success,
+    }));
+    asked(&svc, "no").await;
     assert_eq!(handle.state(), State::Open);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_request_aware_closure_counts_one_request_and_ignores_another() {
     // Writes are not idempotent here: only their "no" counts against the oracle.
-    let layer = CircuitBreakerLayer::builder("oracle")
-        .consecutive_failures(1)
-        .classifier(PerRequest::new(|q: &String| {
-            let write = q.starts_with("SET");
-            move |r: ClassifyInput<'_, String>| match r {
-                Ok(a) if write && a.ends_with("no") => Outcome::Failure,
-                _ => Outcome::Success,
-            }
-        }))
-        .build()
-        .unwrap();
-    let handle = layer.handle();
-    let svc = layer.layer(answers());
-    tokio::spawn(svc.clone().oneshot("GET no".to_owned()))
-        .await
-        .unwrap()
-        .unwrap();
+    let (handle, svc) = opening_at_once(PerRequest::new(|q: &String| {
+        let write = q.starts_with("SET");
+        move |r: ClassifyInput<'_, String>| match r {
+            Ok(a) if write && a.ends_with("no") => Outcome::Failure,
+            _ => Outcome::Success,
+        }
+    }));
+    asked(&svc, "GET no").await;
     assert_eq!(handle.state(), State::Closed);
-    tokio::spawn(svc.oneshot("SET no".to_owned()))
-        .await
-        .unwrap()
-        .unwrap();
+    asked(&svc, "SET no").await;
     assert_eq!(handle.state(), State::Open);
 }
 
@@ -118,10 +115,7 @@ async fn closures_classify_for_degradation_and_fallback() {
     let handle = layer.handle();
     let svc = layer.layer(answers());
     for _ in 0..2 {
-        tokio::spawn(svc.clone().oneshot("no".to_owned()))
-            .await
-            .unwrap()
-            .unwrap();
+        asked(&svc, "no").await;
     }
     assert_eq!(handle.level().name.as_ref(), "canned");
 
@@ -132,10 +126,6 @@ async fn closures_classify_for_degradation_and_fallback() {
         .build()
         .unwrap();
     let svc = fallback.layer(answers());
-    let answer = tokio::spawn(svc.clone().oneshot("no".to_owned()))
-        .await
-        .unwrap();
-    assert_eq!(answer.unwrap(), "maybe");
-    let answer = tokio::spawn(svc.oneshot("yes".to_owned())).await.unwrap();
-    assert_eq!(answer.unwrap(), "yes");
+    assert_eq!(asked(&svc, "no").await, "maybe");
+    assert_eq!(asked(&svc, "yes").await, "yes");
 }

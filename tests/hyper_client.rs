@@ -7,6 +7,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
@@ -19,9 +21,9 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioExecutor;
 use seawall::bulkhead::{BulkheadLayer, Hold, Lend};
-use seawall::circuit_breaker::{CircuitBreakerLayer, State};
+use seawall::circuit_breaker::{CircuitBreakerLayer, Handle, State};
 use seawall::core::http::Either;
 use seawall::core::DeadlineLayer;
 use seawall::fallback::http::{served, EitherResponse};
@@ -88,21 +90,8 @@ impl Supplier {
     }
 
     async fn serve(&self) -> SocketAddr {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
         let supplier = self.clone();
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let supplier = supplier.clone();
-                tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(move |req| supplier.clone().handle(req));
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .await;
-                });
-            }
-        });
-        addr
+        support::serve_http1(move |req| supplier.clone().handle(req)).await
     }
 }
 
@@ -202,13 +191,41 @@ where
 // The breaker, end to end
 // ---------------------------------------------------------------------------------
 
+/// A supplier answering `status`, serving: it and its address.
+async fn serving(status: u16) -> (Supplier, SocketAddr) {
+    let supplier = Supplier::new(status);
+    let addr = supplier.serve().await;
+    (supplier, addr)
+}
+
+/// The stack with eight slots and a breaker of its own: the breaker's handle and
+/// the stack.
+fn guarded_by_a_breaker() -> (
+    Handle,
+    impl Service<
+            Request<Body>,
+            Response = EitherResponse<Incoming, Body>,
+            Error = BoxError,
+            Future = impl Send,
+        > + Clone
+        + Send
+        + 'static,
+) {
+    let breaker = breaker();
+    (breaker.handle(), stack(bulkhead(8), breaker))
+}
+
+/// Closed, and every call it saw (`n`) a success.
+fn assert_closed_after_successes(breaker: &Handle, n: u64) {
+    assert_eq!(breaker.state(), State::Closed);
+    let counters = breaker.snapshot().counters;
+    assert_eq!((counters.successes, counters.failures), (n, 0));
+}
+
 #[tokio::test]
 async fn server_errors_trip_the_breaker_then_no_request_reaches_the_server() {
-    let supplier = Supplier::new(503);
-    let addr = supplier.serve().await;
-    let breaker = breaker();
-    let handle = breaker.handle();
-    let svc = stack(bulkhead(8), breaker);
+    let (supplier, addr) = serving(503).await;
+    let (handle, svc) = guarded_by_a_breaker();
 
     // Each 503 is a failure for the breaker and fires the fallback.
     for _ in 0..4 {
@@ -240,11 +257,8 @@ async fn server_errors_trip_the_breaker_then_no_request_reaches_the_server() {
 
 #[tokio::test]
 async fn a_404_is_a_business_answer_and_does_not_trip_the_breaker() {
-    let supplier = Supplier::new(404);
-    let addr = supplier.serve().await;
-    let breaker = breaker();
-    let handle = breaker.handle();
-    let svc = stack(bulkhead(8), breaker);
+    let (supplier, addr) = serving(404).await;
+    let (handle, svc) = guarded_by_a_breaker();
 
     for _ in 0..10 {
         let res = call(&svc, addr).await.unwrap();
@@ -253,9 +267,7 @@ async fn a_404_is_a_business_answer_and_does_not_trip_the_breaker() {
         assert!(matches!(res.body(), Either::Left(_)));
     }
     assert_eq!(supplier.received(), 10);
-    assert_eq!(handle.state(), State::Closed);
-    let counters = handle.snapshot().counters;
-    assert_eq!((counters.successes, counters.failures), (10, 0));
+    assert_closed_after_successes(&handle, 10);
 }
 
 #[tokio::test]
@@ -265,9 +277,7 @@ async fn a_refused_connection_is_a_failure_that_trips_the_breaker() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         listener.local_addr().unwrap()
     };
-    let breaker = breaker();
-    let handle = breaker.handle();
-    let svc = stack(bulkhead(8), breaker);
+    let (handle, svc) = guarded_by_a_breaker();
 
     for _ in 0..4 {
         let res = call(&svc, addr).await.unwrap();

@@ -443,18 +443,7 @@ fn breaker_counters_say_one_thing_each_and_add_up() {
     };
     let calls = |outcome| v("seawall_breaker_calls_total", &[("outcome", outcome)]);
     // Each ended call once, under one outcome: 16 calls were made.
-    assert_eq!(
-        [
-            "success",
-            "failure",
-            "timeout",
-            "ignored",
-            "cancelled",
-            "rejected"
-        ]
-        .map(calls),
-        [7.0, 2.0, 2.0, 1.0, 1.0, 3.0]
-    );
+    assert_eq!(CALL_OUTCOMES.map(calls), [7.0, 2.0, 2.0, 1.0, 1.0, 3.0]);
     assert_eq!(v("seawall_breaker_calls_total", &[]), 16.0);
     // Subsets, not second counts.
     assert_eq!(v("seawall_breaker_stale_outcomes_total", &[]), 1.0);
@@ -494,21 +483,36 @@ fn breaker_counters_say_one_thing_each_and_add_up() {
     assert_eq!(counters.stale, 1);
 }
 
+/// Every `outcome` label of `seawall_breaker_calls_total`.
+const CALL_OUTCOMES: [&str; 6] = [
+    "success",
+    "failure",
+    "timeout",
+    "ignored",
+    "cancelled",
+    "rejected",
+];
+
+/// A dependency whose every call waits for a permit of `gate`, then answers.
+fn gated(
+    gate: &Arc<Semaphore>,
+) -> impl Service<Req, Response = Response<()>, Error = BoxError, Future: Send> + Clone {
+    let gate = gate.clone();
+    service_fn(move |_req: Req| {
+        let gate = gate.clone();
+        async move {
+            gate.acquire().await.unwrap().forget();
+            Ok::<_, BoxError>(Response::new(()))
+        }
+    })
+}
+
 #[test]
 fn every_call_handed_to_a_bulkhead_ends_once() {
     let recorder = prometheus::builder().unwrap().build_recorder();
     let families = with_recorder(&recorder, || async {
         let gate = Arc::new(Semaphore::new(0));
-        let inner = {
-            let gate = gate.clone();
-            service_fn(move |_req: Req| {
-                let gate = gate.clone();
-                async move {
-                    gate.acquire().await.unwrap().forget();
-                    Ok::<_, BoxError>(Response::new(()))
-                }
-            })
-        };
+        let inner = gated(&gate);
         let bulkhead = BulkheadLayer::builder("k")
             .max_concurrent(1)
             .max_queue(1)
@@ -577,16 +581,7 @@ fn shadow_rejections_are_counted_apart_and_every_call_still_ends_once() {
         probe.await.unwrap().unwrap(); // the probe: success 4, closes
 
         let gate = Arc::new(Semaphore::new(0));
-        let held = {
-            let gate = gate.clone();
-            service_fn(move |_req: Req| {
-                let gate = gate.clone();
-                async move {
-                    gate.acquire().await.unwrap().forget();
-                    Ok::<_, BoxError>(Response::new(()))
-                }
-            })
-        };
+        let held = gated(&gate);
         let bulkhead = BulkheadLayer::builder("s")
             .max_concurrent(1)
             .max_queue(0)
@@ -640,18 +635,7 @@ fn shadow_rejections_are_counted_apart_and_every_call_still_ends_once() {
         [3.0, 1.0, 0.0]
     );
     // Nothing rejected; each of the 7 calls ended once, by how the dependency answered.
-    assert_eq!(
-        [
-            "success",
-            "failure",
-            "timeout",
-            "ignored",
-            "cancelled",
-            "rejected"
-        ]
-        .map(calls),
-        [4.0, 3.0, 0.0, 0.0, 0.0, 0.0]
-    );
+    assert_eq!(CALL_OUTCOMES.map(calls), [4.0, 3.0, 0.0, 0.0, 0.0, 0.0]);
     assert_eq!(v("seawall_breaker_calls_total", &[]), 7.0);
     assert!(v("seawall_breaker_shadow_rejections_total", &[]) <= 7.0);
     assert_eq!(breaker.counters.shadow_rejections, 4);

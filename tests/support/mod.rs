@@ -1,8 +1,17 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code, unreachable_pub)]
 
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
 
 /// A unique file under the system's temporary directory, removed on drop.
 pub struct TempFile(pub PathBuf);
@@ -30,9 +39,32 @@ impl Drop for TempFile {
     }
 }
 
+/// Serves HTTP/1 on a fresh loopback port, every request answered by `handle`,
+/// until the runtime ends: the address.
+pub async fn serve_http1<F, Fut>(handle: F) -> SocketAddr
+where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = Result<Response<Full<Bytes>>, Infallible>> + Send + 'static,
+{
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let svc = hyper::service::service_fn(handle.clone());
+            tokio::spawn(async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
 /// The `freight` policy the policy documents of these tests start with: a
 /// deadline, a bulkhead that queues nothing, a count-window breaker. A macro, so
 /// `concat!` can extend it into a longer document.
+#[allow(unused_macros)] // each test file uses a part
 macro_rules! freight_policy {
     () => {
         r#"
