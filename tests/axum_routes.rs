@@ -371,6 +371,15 @@ impl Client {
     }
 }
 
+/// The app of [`DOCUMENT`] over fresh dependencies, serving: the dependencies
+/// and a client.
+async fn started() -> (Deps, Client) {
+    let policies = Policies::from_toml(DOCUMENT).unwrap();
+    let deps = Deps::default();
+    let client = start(&policies, &deps).await;
+    (deps, client)
+}
+
 async fn start(policies: &Policies, deps: &Deps) -> Client {
     let token = AdminToken::new(TOKEN).unwrap();
     Client::new(serve(app(policies, deps, Some(token))).await)
@@ -394,9 +403,7 @@ fn seen(answers: &[Answer]) -> Vec<(StatusCode, &str)> {
 
 #[tokio::test]
 async fn a_failing_dependency_trips_its_routes_breaker_and_no_other_route_changes_its_answers() {
-    let policies = Policies::from_toml(DOCUMENT).unwrap();
-    let deps = Deps::default();
-    let client = start(&policies, &deps).await;
+    let (deps, client) = started().await;
 
     let healthy = others(&client).await;
     assert_eq!(
@@ -436,9 +443,7 @@ async fn a_failing_dependency_trips_its_routes_breaker_and_no_other_route_change
 
 #[tokio::test]
 async fn a_hanging_dependency_fills_only_its_own_bulkhead() {
-    let policies = Policies::from_toml(DOCUMENT).unwrap();
-    let deps = Deps::default();
-    let client = start(&policies, &deps).await;
+    let (deps, client) = started().await;
     let healthy = others(&client).await;
 
     deps.freight.set(HANG);
@@ -476,9 +481,7 @@ async fn a_hanging_dependency_fills_only_its_own_bulkhead() {
 
 #[tokio::test]
 async fn the_admin_route_reads_for_anyone_and_changes_only_with_the_token() {
-    let policies = Policies::from_toml(DOCUMENT).unwrap();
-    let deps = Deps::default();
-    let client = start(&policies, &deps).await;
+    let (_, client) = started().await;
 
     let all = client.get("/admin/policies").await;
     assert_eq!(all.status, StatusCode::OK);
@@ -570,9 +573,7 @@ async fn the_admin_route_reads_for_anyone_and_changes_only_with_the_token() {
 
 #[tokio::test]
 async fn the_admin_route_switches_shadow_mode_only_with_the_token() {
-    let policies = Policies::from_toml(DOCUMENT).unwrap();
-    let deps = Deps::default();
-    let client = start(&policies, &deps).await;
+    let (deps, client) = started().await;
 
     // Trip the recommendations breaker: three failures in a row.
     deps.recommendations.set(FAIL);
@@ -728,9 +729,7 @@ async fn a_change_sent_with_a_body_is_refused_and_changes_nothing() {
 
 #[tokio::test]
 async fn the_bulkhead_limit_is_pinned_and_released_with_the_token_and_bad_limits_are_refused() {
-    let policies = Policies::from_toml(DOCUMENT).unwrap();
-    let deps = Deps::default();
-    let client = start(&policies, &deps).await;
+    let (deps, client) = started().await;
     let pin = "/admin/policies/freight/bulkhead/pin-limit?limit=1";
     let limit = |v: &Value| {
         (

@@ -10,13 +10,15 @@
 #[path = "../examples/shared/grpc_quote.rs"]
 mod grpc_quote;
 
+mod support;
+
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use grpc_quote::{Behaviour, QuoteRequest, QuotesClient, QuotesServer};
 use seawall::bulkhead::{Bulkhead, BulkheadLayer, UntilBodyEnd};
-use seawall::circuit_breaker::{CircuitBreaker, CircuitBreakerLayer, Forced, Handle, State};
+use seawall::circuit_breaker::{CircuitBreaker, CircuitBreakerLayer, Forced, State};
 use seawall::core::grpc::{GrpcRespondLayer, RejectionStatus, RejectionStatusLayer};
 use seawall::core::{DeadlineLayer, DeadlineService};
 use seawall::{find_rejection, BoxError, GrpcStatus, RejectionKind};
@@ -145,13 +147,6 @@ async fn unavailable_trips_the_breaker_then_calls_fail_fast_without_reaching_the
     assert_eq!(breaker.snapshot().counters.short_circuited, 5);
 }
 
-/// Closed, and every call it saw (`n`) a success.
-fn assert_closed_after_successes(breaker: &Handle, n: u64) {
-    assert_eq!(breaker.state(), State::Closed);
-    let counters = breaker.snapshot().counters;
-    assert_eq!((counters.successes, counters.failures), (n, 0));
-}
-
 #[tokio::test]
 async fn not_found_is_a_business_answer_and_does_not_trip_the_breaker() {
     let server = QuotesServer::default();
@@ -163,7 +158,7 @@ async fn not_found_is_a_business_answer_and_does_not_trip_the_breaker() {
         assert_eq!(status.code(), Code::NotFound);
     }
     assert_eq!(server.received(), 10);
-    assert_closed_after_successes(&breaker, 10);
+    support::assert_closed_after_successes(&breaker, 10);
 }
 
 /// The documented limit of the header classifier: a status that arrives only in the
@@ -183,7 +178,7 @@ async fn a_status_sent_in_body_trailers_is_not_seen_by_the_header_classifier() {
         assert_eq!(status.message(), "supplier overloaded");
     }
     assert_eq!(server.received(), 6);
-    assert_closed_after_successes(&breaker, 6);
+    support::assert_closed_after_successes(&breaker, 6);
 }
 
 // ---------------------------------------------------------------------------------

@@ -215,13 +215,6 @@ fn guarded_by_a_breaker() -> (
     (breaker.handle(), stack(bulkhead(8), breaker))
 }
 
-/// Closed, and every call it saw (`n`) a success.
-fn assert_closed_after_successes(breaker: &Handle, n: u64) {
-    assert_eq!(breaker.state(), State::Closed);
-    let counters = breaker.snapshot().counters;
-    assert_eq!((counters.successes, counters.failures), (n, 0));
-}
-
 #[tokio::test]
 async fn server_errors_trip_the_breaker_then_no_request_reaches_the_server() {
     let (supplier, addr) = serving(503).await;
@@ -267,7 +260,7 @@ async fn a_404_is_a_business_answer_and_does_not_trip_the_breaker() {
         assert!(matches!(res.body(), Either::Left(_)));
     }
     assert_eq!(supplier.received(), 10);
-    assert_closed_after_successes(&handle, 10);
+    support::assert_closed_after_successes(&handle, 10);
 }
 
 #[tokio::test]

@@ -61,6 +61,14 @@ where
     addr
 }
 
+/// Closed, and every call it saw (`n`) a success.
+#[cfg(feature = "circuit-breaker")]
+pub fn assert_closed_after_successes(breaker: &seawall::circuit_breaker::Handle, n: u64) {
+    assert_eq!(breaker.state(), seawall::circuit_breaker::State::Closed);
+    let counters = breaker.snapshot().counters;
+    assert_eq!((counters.successes, counters.failures), (n, 0));
+}
+
 /// The `freight` policy the policy documents of these tests start with: a
 /// deadline, a bulkhead that queues nothing, a count-window breaker. A macro, so
 /// `concat!` can extend it into a longer document.
