@@ -24,6 +24,20 @@ store_timeout = "150ms"
 trip_together = { instances = 3, within = "30s" }
 "#;
 
+/// `text` is refused as invalid, naming `field` alone; `what` names the case.
+fn assert_invalid(text: &str, field: &str, what: &str) {
+    let e = PolicyDocument::from_toml(text).unwrap_err();
+    assert!(matches!(e, LoadError::Invalid { .. }), "{what}: {e:?}");
+    assert_eq!(e.fields(), [field], "{what}: {e}");
+}
+
+/// `text` is refused as malformed, naming `field` alone; `what` names the case.
+fn assert_malformed(text: &str, field: &str, what: &str) {
+    let e = PolicyDocument::from_toml(text).unwrap_err();
+    assert!(matches!(e, LoadError::Malformed { .. }), "{what}: {e:?}");
+    assert_eq!(e.fields(), [field], "{what}: {e}");
+}
+
 #[test]
 fn the_fleet_table_gives_the_store_and_the_settings() {
     let doc = PolicyDocument::from_toml(DOC).unwrap();
@@ -82,9 +96,7 @@ fn each_bad_fleet_value_is_named_by_its_path() {
     ];
     for (line, field) in cases {
         let text = format!("[policies.a]\nbreaker = {{}}\n[fleet]\n{line}\n");
-        let e = PolicyDocument::from_toml(&text).unwrap_err();
-        assert!(matches!(e, LoadError::Invalid { .. }), "{line}: {e:?}");
-        assert_eq!(e.fields(), [*field], "{line}: {e}");
+        assert_invalid(&text, field, line);
     }
     // Malformed shapes are named with their line, as everywhere in the document.
     for (line, field) in [
@@ -96,9 +108,7 @@ fn each_bad_fleet_value_is_named_by_its_path() {
         ),
     ] {
         let text = format!("[policies.a]\nbreaker = {{}}\n[fleet]\n{line}\n");
-        let e = PolicyDocument::from_toml(&text).unwrap_err();
-        assert!(matches!(e, LoadError::Malformed { .. }), "{line}: {e:?}");
-        assert_eq!(e.fields(), [field], "{line}: {e}");
+        assert_malformed(&text, field, line);
     }
 }
 
@@ -228,9 +238,7 @@ fn each_bad_cap_value_is_named_by_its_path() {
         let text = format!(
             "[policies.freight]\nbulkhead = {{}}\n[fleet]\n[fleet.caps.freight]\n{lines}\n"
         );
-        let e = PolicyDocument::from_toml(&text).unwrap_err();
-        assert!(matches!(e, LoadError::Invalid { .. }), "{lines}: {e:?}");
-        assert_eq!(e.fields(), [*field], "{lines}: {e}");
+        assert_invalid(&text, field, lines);
     }
     // A cap on a policy without a bulkhead, or on no policy at all.
     for (policy, section) in [
@@ -251,9 +259,7 @@ fn each_bad_cap_value_is_named_by_its_path() {
         let text = format!(
             "[policies.freight]\nbulkhead = {{}}\n[fleet]\n[fleet.caps.freight]\n{lines}\n"
         );
-        let e = PolicyDocument::from_toml(&text).unwrap_err();
-        assert!(matches!(e, LoadError::Malformed { .. }), "{lines}: {e:?}");
-        assert_eq!(e.fields(), [field], "{lines}: {e}");
+        assert_malformed(&text, field, lines);
     }
 }
 

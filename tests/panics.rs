@@ -48,6 +48,14 @@ struct Supplier {
     calls: Arc<AtomicUsize>,
 }
 
+impl Supplier {
+    /// Neither panics nor fails from now on.
+    fn heal(&self) {
+        self.panicking.store(false, Ordering::Relaxed);
+        self.failing.store(false, Ordering::Relaxed);
+    }
+}
+
 impl Service<Req> for Supplier {
     type Response = Res;
     type Error = BoxError;
@@ -142,8 +150,7 @@ async fn a_probe_whose_call_panics_reopens_and_frees_its_slot() {
     assert_eq!(snapshot.state, State::Open);
 
     // The next interval's probe is admitted (the slot was not kept) and closes it.
-    supplier.panicking.store(false, Ordering::Relaxed);
-    supplier.failing.store(false, Ordering::Relaxed);
+    supplier.heal();
     tokio::time::advance(Duration::from_secs(10)).await;
     svc.ready().await.unwrap().call(req()).await.unwrap();
     assert_eq!(handle.state(), State::Closed);
@@ -176,8 +183,7 @@ async fn keyed_a_probe_whose_call_panics_frees_its_slot_and_is_counted() {
     assert_eq!(snapshot.counters.failures, 2);
     assert_eq!(snapshot.state, State::Open);
 
-    supplier.panicking.store(false, Ordering::Relaxed);
-    supplier.failing.store(false, Ordering::Relaxed);
+    supplier.heal();
     tokio::time::advance(Duration::from_secs(10)).await;
     svc.ready().await.unwrap().call(req()).await.unwrap();
     assert_eq!(handle.get(&key).unwrap().state(), State::Closed);
