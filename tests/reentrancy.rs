@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::task::{Context, Waker};
 use std::time::Duration;
 
-use seawall::bulkhead::{BulkheadLayer, KeyedBulkheadLayer};
+use seawall::bulkhead::{BulkheadConfig, BulkheadLayer, KeyedBulkheadLayer};
 use seawall::circuit_breaker::{CircuitBreakerLayer, Forced, State};
 use seawall::config::Policies;
 use seawall::core::BoxError;
@@ -120,6 +120,14 @@ fn started<F: Future>(call: F) -> Pin<Box<F>> {
     call
 }
 
+/// `config` with room for `max_concurrent` calls.
+fn wider(config: BulkheadConfig, max_concurrent: usize) -> BulkheadConfig {
+    BulkheadConfig {
+        max_concurrent,
+        ..config
+    }
+}
+
 /// A reader for [`with_reader`]: `read` on a clone of `handle`.
 fn reading<H, T>(
     handle: &H,
@@ -181,9 +189,7 @@ fn bulkhead_rejections_and_changes_while_a_subscriber_reads_the_bulkhead() {
             let _held = started(svc.clone().oneshot(req()));
             assert!(svc.clone().oneshot(req()).await.is_err());
         });
-        let mut wider = handle.config();
-        wider.max_concurrent = 2;
-        handle.reconfigure(wider).unwrap();
+        handle.reconfigure(wider(handle.config(), 2)).unwrap();
         handle.revert();
     });
     assert!(events >= 2, "{events} events");
@@ -270,9 +276,7 @@ fn keyed_bulkhead_reconfigured_while_a_subscriber_reads_every_key() {
         let ok = service_fn(|_: Req| async { Ok::<Res, BoxError>(http::Response::new(())) });
         let svc = layer.layer(ok);
         block_on(async { svc.clone().oneshot(req()).await.unwrap() });
-        let mut wider = handle.config();
-        wider.max_concurrent = 3;
-        handle.reconfigure(wider).unwrap();
+        handle.reconfigure(wider(handle.config(), 3)).unwrap();
         handle.revert();
     });
     assert!(events >= 1, "{events} events");
