@@ -192,7 +192,7 @@ where
 
 /// Of 100 calls, the sick endpoint saw the three failures that opened its breaker,
 /// then nothing; the healthy one served the rest, and no caller got a rejection.
-fn assert_the_sick_left_after_three_failures(sick: &Server, healthy: &Server, seen: Seen) {
+fn assert_the_sick_left_after_three_failures(sick: &Server, healthy: &Server, seen: &Seen) {
     assert_eq!(sick.received(), 3);
     assert_eq!(healthy.received(), 97);
     let expected = Seen {
@@ -200,7 +200,7 @@ fn assert_the_sick_left_after_three_failures(sick: &Server, healthy: &Server, se
         server_error: 3,
         circuit_open: 0,
     };
-    assert_eq!(seen, expected);
+    assert_eq!(*seen, expected);
 }
 
 // ---------------------------------------------------------------------------------
@@ -226,7 +226,7 @@ async fn in_readiness_mode_an_open_breaker_takes_its_endpoint_out_of_the_balance
     // The sick endpoint saw the three failures that opened its breaker, then nothing:
     // pending, it was never chosen again, and no caller got a rejection.
     assert_eq!(sick_handle.state(), State::Open);
-    assert_the_sick_left_after_three_failures(&sick, &healthy, seen);
+    assert_the_sick_left_after_three_failures(&sick, &healthy, &seen);
 }
 
 #[tokio::test]
@@ -372,5 +372,5 @@ async fn both_modes_stacked_per_replica_under_a_load_measuring_balancer() {
 
     let seen = send_one_at_a_time(&mut balance, 100).await;
 
-    assert_the_sick_left_after_three_failures(&sick, &healthy, seen);
+    assert_the_sick_left_after_three_failures(&sick, &healthy, &seen);
 }

@@ -14,6 +14,7 @@ use seawall_degradation::{
     DegradationLayer, Handle, NoExtensions, UntilBodyEnd, UntilBodyEndLayer,
 };
 use tokio::sync::mpsc;
+use tower::util::BoxCloneSyncService;
 use tower::{service_fn, Layer, Service, ServiceExt};
 
 type Sent = Result<Frame<Bytes>, std::io::Error>;
@@ -64,9 +65,7 @@ fn cached(
     })
 }
 
-fn layer(
-    failures: u32,
-) -> UntilBodyEndLayer<Req, Stream, AdmissionAsFailure<GrpcStatus>, NoExtensions> {
+fn layer(failures: u32) -> UntilBodyEndLayer<Req, Stream, Classifier, NoExtensions> {
     DegradationLayer::builder("prices")
         .inner_level("live")
         .level("cached", cached())
@@ -77,26 +76,19 @@ fn layer(
         .hold_until_body_end()
 }
 
+type Classifier = AdmissionAsFailure<GrpcStatus>;
 type Feeds = mpsc::UnboundedReceiver<mpsc::UnboundedSender<Sent>>;
 
-/// The layer (falling after `failures`) over the streaming level: the service, its
-/// handle, and the senders of the bodies it answers with, one per request.
-fn streamed(
-    failures: u32,
-) -> (
-    UntilBodyEnd<
-        impl Service<Req, Response = Res, Error = BoxError, Future: Send> + Clone,
-        Req,
-        Stream,
-        AdmissionAsFailure<GrpcStatus>,
-        NoExtensions,
-    >,
-    Handle,
-    Feeds,
-) {
-    let layer = layer(failures);
+/// The layer's service over the streaming level (erased, so it can be named).
+type Streamed =
+    UntilBodyEnd<BoxCloneSyncService<Req, Res, BoxError>, Req, Stream, Classifier, NoExtensions>;
+
+/// The layer (falling after `failures`) over the streaming level: the service,
+/// and the senders of the bodies it answers with, one per request.
+fn streamed(failures: u32) -> (Streamed, Feeds) {
     let (feeds, fed) = mpsc::unbounded_channel();
-    (layer.layer(streaming(feeds)), layer.handle(), fed)
+    let live = BoxCloneSyncService::new(streaming(feeds));
+    (layer(failures).layer(live), fed)
 }
 
 /// One request: its response, and the sender that writes its body.
@@ -115,7 +107,8 @@ fn level(handle: &Handle) -> (String, u32) {
 
 #[tokio::test(start_paused = true)]
 async fn a_stream_that_fails_in_its_trailers_is_a_failure_of_its_level() {
-    let (svc, handle, mut fed) = streamed(2);
+    let (svc, mut fed) = streamed(2);
+    let handle = svc.handle();
 
     // OK in the trailers: nothing counted against the level.
     let (response, tx) = request(&svc, &mut fed).await;
@@ -154,7 +147,8 @@ async fn a_stream_that_fails_in_its_trailers_is_a_failure_of_its_level() {
 
 #[tokio::test(start_paused = true)]
 async fn a_dropped_stream_records_nothing_and_a_body_error_is_a_failure() {
-    let (svc, handle, mut fed) = streamed(1);
+    let (svc, mut fed) = streamed(1);
+    let handle = svc.handle();
 
     let (response, tx) = request(&svc, &mut fed).await;
     tx.send(message("price 1")).unwrap();
