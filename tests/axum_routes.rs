@@ -281,6 +281,17 @@ struct Answer {
 }
 
 impl Answer {
+    /// The whole of `res`, its body read to the end.
+    async fn read(res: http::Response<hyper::body::Incoming>) -> Self {
+        let (parts, body) = res.into_parts();
+        let body = body.collect().await.unwrap().to_bytes();
+        Self {
+            status: parts.status,
+            headers: parts.headers,
+            body: String::from_utf8(body.to_vec()).unwrap(),
+        }
+    }
+
     fn json(&self) -> Value {
         serde_json::from_str(&self.body).expect(&self.body)
     }
@@ -311,13 +322,7 @@ impl Client {
             .request(req.body(Empty::new()).unwrap())
             .await
             .unwrap();
-        let (parts, body) = res.into_parts();
-        let body = body.collect().await.unwrap().to_bytes();
-        Answer {
-            status: parts.status,
-            headers: parts.headers,
-            body: String::from_utf8(body.to_vec()).unwrap(),
-        }
+        Answer::read(res).await
     }
 
     /// A POST with a body, on a client of its own (the shared one sends no body).
@@ -332,13 +337,7 @@ impl Client {
             )))
             .unwrap();
         let res = http.request(req).await.unwrap();
-        let (parts, body) = res.into_parts();
-        let body = body.collect().await.unwrap().to_bytes();
-        Answer {
-            status: parts.status,
-            headers: parts.headers,
-            body: String::from_utf8(body.to_vec()).unwrap(),
-        }
+        Answer::read(res).await
     }
 
     async fn get(&self, path: &str) -> Answer {
