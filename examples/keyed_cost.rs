@@ -4,27 +4,43 @@
 //!
 //! Run with `cargo run --release --example keyed_cost`. Keys are `u64`s, so the
 //! figures are the layers' own cost, not the cost of extracting a key; the inner
-//! service answers at once. Each figure is the median of five runs.
+//! service answers at once.
+//!
+//! Every round measures every row once, close together in time; each figure is the
+//! median over the rounds with its p25–p75. Growth is read per round (the cost at
+//! a size over the cost at 10 keys, in the same round), so a machine that slows
+//! down between rounds moves both sides alike. Two rows split the new-key cost:
+//!
+//! - **the map alone** (`KeyedMap<u64, Arc<u64>>`, nothing pinned, no layer): the
+//!   lock, the index, the eviction sweep;
+//! - **the memory floor**: a plain `HashMap<u64, Box<[u8; 512]>>` that inserts a
+//!   fresh key with a fresh value and removes (and frees) the oldest, with no lock,
+//!   no eviction policy and no layer. Its growth with the size is the memory
+//!   hierarchy's, not an algorithm's: an evicted entry was last touched 10^5 new
+//!   keys ago, so its index bucket and its value are no longer in cache, and a
+//!   10^5-entry table does not fit in a core's L2.
 #![allow(clippy::print_stdout)]
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::{ready, Future, Ready};
 use std::hint::black_box;
 use std::pin::pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 use seawall::bulkhead::KeyedBulkheadLayer;
 use seawall::circuit_breaker::CircuitBreakerLayer;
-use seawall::core::BoxError;
+use seawall::core::{BoxError, KeyedMap};
 use tower::{Layer, Service};
 
 const SIZES: [usize; 3] = [10, 1_000, 100_000];
 /// Calls are spread over this many of the resident keys (all of them when fewer).
 const SPREAD: u64 = 1_000;
-const CALLS: u64 = 200_000;
+const CALLS: u64 = 100_000;
 const FRESH: u64 = 50_000;
-const RUNS: usize = 5;
+const ROUNDS: usize = 9;
 
 fn answer(_key: u64) -> Ready<Result<(), Infallible>> {
     ready(Ok(()))
@@ -59,92 +75,154 @@ impl Spread {
     }
 }
 
-struct Row {
-    per_call: f64,
-    new_key: f64,
+/// Nanoseconds per iteration of `f` over `0..n`.
+fn per(n: u64, mut f: impl FnMut(u64)) -> f64 {
+    let started = Instant::now();
+    for i in 0..n {
+        f(i);
+    }
+    started.elapsed().as_nanos() as f64 / n as f64
 }
 
 /// Per-call and per-new-key nanoseconds for a service over a map of `n` keys.
-fn measure<S: Service<u64, Error = BoxError>>(mut svc: S, n: usize) -> Row {
+fn layer_row<S: Service<u64, Error = BoxError>>(mut svc: S, n: usize) -> (f64, f64) {
     let mut cx = Context::from_waker(Waker::noop());
     for k in 0..n as u64 {
         call(&mut svc, &mut cx, k);
     }
     let spread = SPREAD.min(n as u64);
     let mut pick = Spread(0x9E37_79B9_7F4A_7C15);
-    let started = Instant::now();
-    for _ in 0..CALLS {
-        let k = pick.next(spread);
-        call(&mut svc, &mut cx, k);
-    }
-    let per_call = started.elapsed().as_nanos() as f64 / CALLS as f64;
+    let per_call = per(CALLS, |_| call(&mut svc, &mut cx, pick.next(spread)));
     // Never-seen keys, each evicting a resident one.
-    let started = Instant::now();
-    for fresh in 0..FRESH {
-        call(&mut svc, &mut cx, (1 << 40) + fresh);
-    }
-    let new_key = started.elapsed().as_nanos() as f64 / FRESH as f64;
-    Row { per_call, new_key }
+    let new_key = per(FRESH, |i| call(&mut svc, &mut cx, (1 << 40) + i));
+    (per_call, new_key)
 }
 
-/// The floor under any map of `n` keys: a plain `HashMap` that inserts a fresh key
-/// with a freshly allocated value and removes (and frees) the oldest, with no lock,
-/// no eviction policy and no layer. Its growth with `n` is the memory hierarchy's
-/// (cache and TLB misses on a cold entry), not an algorithm's.
-fn baseline(n: usize) -> Row {
-    let mut map: std::collections::HashMap<u64, std::sync::Arc<Vec<u8>>> = (0..n as u64)
-        .map(|k| (k, std::sync::Arc::new(vec![0; 512])))
-        .collect();
-    let started = Instant::now();
-    for fresh in 0..FRESH {
-        let k = n as u64 + fresh;
-        map.insert(k, std::sync::Arc::new(vec![0; 512]));
-        black_box(map.remove(&(k - n as u64)));
-    }
-    let new_key = started.elapsed().as_nanos() as f64 / FRESH as f64;
-    Row {
-        per_call: f64::NAN,
-        new_key,
-    }
-}
-
-fn median(mut runs: Vec<f64>) -> f64 {
-    runs.sort_by(f64::total_cmp);
-    runs[runs.len() / 2]
-}
-
-fn report(layer: &str, n: usize, run: impl Fn() -> Result<Row, BoxError>) -> Result<(), BoxError> {
-    let rows = (0..RUNS).map(|_| run()).collect::<Result<Vec<Row>, _>>()?;
-    let per_call = median(rows.iter().map(|r| r.per_call).collect());
-    let new_key = median(rows.iter().map(|r| r.new_key).collect());
-    let per_call = if per_call.is_nan() {
-        "–".to_owned()
-    } else {
-        format!("{per_call:.0} ns")
+/// Per-new-key nanoseconds of the map alone, full with `n` keys none of which is
+/// pinned.
+fn map_row(n: usize) -> f64 {
+    let map: KeyedMap<u64, Arc<u64>> = KeyedMap::new(n);
+    let insert = |k: u64| {
+        let made = map.get_or_insert_with(k, |_| false, |k| Ok::<_, Infallible>(Arc::new(*k)));
+        black_box(made.is_ok());
     };
-    println!("| {layer} | {n} | {per_call} | {new_key:.0} ns |");
-    Ok(())
+    (0..n as u64).for_each(insert);
+    per(FRESH, |i| insert((1 << 40) + i))
+}
+
+/// Per-new-key nanoseconds of the memory floor at `n` keys (see the module docs).
+fn floor_row(n: usize) -> f64 {
+    let n = n as u64;
+    let mut map: HashMap<u64, Box<[u8; 512]>> = (0..n).map(|k| (k, Box::new([0; 512]))).collect();
+    per(FRESH, |i| {
+        black_box(map.remove(&i));
+        map.insert(n + i, Box::new([i as u8; 512]));
+    })
+}
+
+/// The 25th, 50th and 75th percentiles, linearly interpolated.
+fn quartiles(values: &[f64]) -> [f64; 3] {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    [0.25, 0.5, 0.75].map(|q| {
+        let pos = q * (v.len() - 1) as f64;
+        let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+        v[lo] + (v[hi] - v[lo]) * (pos - lo as f64)
+    })
+}
+
+fn ns(values: &[f64]) -> String {
+    let [p25, median, p75] = quartiles(values);
+    format!("{median:.0} ns ({p25:.0}–{p75:.0})")
+}
+
+fn ratio(values: &[f64]) -> String {
+    let [p25, median, p75] = quartiles(values);
+    format!("{median:.2}× ({p25:.2}–{p75:.2})")
+}
+
+/// One row's figures: per round, per size.
+struct Figures {
+    label: &'static str,
+    /// Empty for the rows that only insert.
+    per_call: [Vec<f64>; 3],
+    new_key: [Vec<f64>; 3],
+}
+
+impl Figures {
+    fn new(label: &'static str) -> Self {
+        Self {
+            label,
+            per_call: Default::default(),
+            new_key: Default::default(),
+        }
+    }
+
+    /// The new-key cost at size `i` over the cost at 10 keys, round by round.
+    fn growth(&self, i: usize) -> Vec<f64> {
+        let base = &self.new_key[0];
+        self.new_key[i].iter().zip(base).map(|(x, b)| x / b).collect()
+    }
 }
 
 fn main() -> Result<(), BoxError> {
-    println!("| layer | keys resident | per call (over 10^3 keys) | per never-seen key |");
-    println!("|---|---:|---:|---:|");
-    for n in SIZES {
-        report("keyed breaker", n, || {
+    let mut breaker = Figures::new("keyed breaker");
+    let mut bulkhead = Figures::new("keyed bulkhead");
+    let mut map = Figures::new("KeyedMap alone");
+    let mut floor = Figures::new("std HashMap floor");
+    for _ in 0..ROUNDS {
+        for (i, &n) in SIZES.iter().enumerate() {
             let layer = CircuitBreakerLayer::builder("suppliers").build_keyed(n, key)?;
-            Ok(measure(layer.layer(tower::service_fn(answer)), n))
-        })?;
-    }
-    for n in SIZES {
-        report("std HashMap floor", n, || Ok(baseline(n)))?;
-    }
-    for n in SIZES {
-        report("keyed bulkhead", n, || {
+            let (c, k) = layer_row(layer.layer(tower::service_fn(answer)), n);
+            breaker.per_call[i].push(c);
+            breaker.new_key[i].push(k);
+
             let layer = KeyedBulkheadLayer::builder("suppliers", key)
                 .max_keys(n)
                 .build()?;
-            Ok(measure(layer.layer(tower::service_fn(answer)), n))
-        })?;
+            let (c, k) = layer_row(layer.layer(tower::service_fn(answer)), n);
+            bulkhead.per_call[i].push(c);
+            bulkhead.new_key[i].push(k);
+
+            map.new_key[i].push(map_row(n));
+            floor.new_key[i].push(floor_row(n));
+        }
+    }
+    println!("Median of {ROUNDS} rounds (p25–p75).\n");
+    println!("| row | keys resident | per call (over 10^3 keys) | per never-seen key | never-seen key vs 10 keys |");
+    println!("|---|---:|---:|---:|---:|");
+    for row in [&breaker, &bulkhead, &map, &floor] {
+        for (i, n) in SIZES.iter().enumerate() {
+            let per_call = if row.per_call[i].is_empty() {
+                "–".to_owned()
+            } else {
+                ns(&row.per_call[i])
+            };
+            let growth = if i == 0 {
+                "–".to_owned()
+            } else {
+                ratio(&row.growth(i))
+            };
+            let new_key = ns(&row.new_key[i]);
+            println!("| {} | {n} | {per_call} | {new_key} | {growth} |", row.label);
+        }
+    }
+    // The verdict: how much of each layer's growth at 10^5 keys the memory floor
+    // shows too, round by round.
+    let last = SIZES.len() - 1;
+    println!();
+    for row in [&breaker, &bulkhead, &map] {
+        let extra: Vec<f64> = row.new_key[last]
+            .iter()
+            .zip(&row.new_key[0])
+            .zip(floor.new_key[last].iter().zip(&floor.new_key[0]))
+            .map(|((x, b), (fx, fb))| (x - b) - (fx - fb))
+            .collect();
+        let [p25, median, p75] = quartiles(&extra);
+        println!(
+            "{}: a never-seen key at {} keys costs {median:.0} ns ({p25:.0}–{p75:.0}) more than at 10 keys beyond what the memory floor adds",
+            row.label, SIZES[last]
+        );
     }
     Ok(())
 }
