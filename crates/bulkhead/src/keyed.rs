@@ -549,9 +549,7 @@ impl<K: Hash + Eq + Clone> KeyedHandle<K> {
 
     /// The keys that have a bulkhead now.
     pub fn keys(&self) -> Vec<K> {
-        // Keys are cloned after the map's lock is released.
-        let entries = self.shared.map.entries();
-        entries.iter().map(|(k, _)| K::clone(k)).collect()
+        self.shared.map.entries().into_iter().map(|(k, _)| k).collect()
     }
 
     /// The snapshot of `key`'s bulkhead, if the key has one.

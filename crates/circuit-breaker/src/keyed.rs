@@ -168,12 +168,7 @@ where
     }
 
     fn breakers(&self) -> Vec<(K, Arc<Breaker>)> {
-        // Keys are cloned after the map's lock is released.
-        self.map
-            .entries()
-            .into_iter()
-            .map(|(k, b)| (K::clone(&k), b))
-            .collect()
+        self.map.entries()
     }
 }
 

@@ -1,10 +1,11 @@
 //! The bounded map shared by the keyed layers; see [`KeyedMap`].
 
-use std::collections::HashMap;
 use std::fmt;
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash, RandomState};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use hashbrown::HashTable;
 
 /// The most slots one insert looks at before giving up on finding one to evict.
 pub const MAX_PROBES: usize = 64;
@@ -54,16 +55,30 @@ pub const MAX_PROBES: usize = 64;
 /// which is enough for state whose loss costs little: an evicted closed breaker
 /// forgets its window, an idle bulkhead its counters.
 ///
+/// # Layout: one slot per key, a small index
+///
+/// Each key is kept once, in its slot, with its hash and its value; the index
+/// holds only slot numbers (4 bytes a key), found by that hash. So the index of
+/// 10^5 keys is about half a megabyte and stays in a core's cache, the sweep reads
+/// the slots in order, and evicting a key removes its slot number from the index
+/// by the kept hash, without reading or hashing the evicted key again. The slots
+/// and the index grow with the keys and stop growing once the map is full: in a
+/// flood, each new key takes an evicted key's slot and index entry.
+///
+/// What still grows with the map is the memory hierarchy's share: an evicted
+/// value was last used many new keys ago, so reading whether it is pinned and
+/// dropping it miss the cache, as they would in any map of that size.
+///
 /// # What runs under the lock
 ///
-/// One `RwLock`: lookups share it, inserts take it briefly, twice. Under it run only
-/// the key's `Hash` and `Eq` (a map cannot find a key otherwise), the value's
-/// `Clone` (an `Arc` in every seawall layer) and the pinning predicate (which must
-/// be cheap and run no user code). Cloning the new key (the index keeps it inline,
-/// so a lookup reads no other allocation; its slot keeps a shared copy for the
-/// sweep and the handles), building the new value, dropping an evicted key and
-/// value, and the caller's own work (polling or calling the inner service, tracing
-/// events, a metrics recorder) all happen with the lock released.
+/// One `RwLock`: lookups share it, inserts take it briefly, twice. Keys are hashed
+/// before it is taken; under it run only the key's `Eq` (to tell keys of one hash
+/// apart), the value's `Clone` (an `Arc` in every seawall layer) and the pinning
+/// predicate (which must be cheap and run no user code). Building the new value,
+/// dropping an evicted key and value, and the caller's own work (polling or
+/// calling the inner service, tracing events, a metrics recorder) all happen with
+/// the lock released; only [`entries`](Self::entries) clones keys under it (a
+/// handle's read, not a call's).
 ///
 /// # Example
 ///
@@ -87,24 +102,35 @@ pub const MAX_PROBES: usize = 64;
 /// ```
 pub struct KeyedMap<K, V> {
     max_keys: usize,
+    /// Keys are hashed with it before the lock is taken.
+    hasher: RandomState,
     table: RwLock<Table<K, V>>,
     evicted: AtomicU64,
 }
 
 struct Table<K, V> {
-    /// Keys inline, so a lookup reads no other allocation than its bucket's.
-    index: HashMap<K, usize>,
+    /// Slot numbers, found by the hash kept in each slot: 4 bytes a key, so the index
+    /// of 10^5 keys stays in a core's cache, and an eviction finds the evicted key's
+    /// bucket by its slot number without reading, hashing or comparing the key.
+    index: HashTable<u32>,
     slots: Vec<Slot<K, V>>,
     /// Slots with no entry, ready for a new key.
-    free: Vec<usize>,
+    free: Vec<u32>,
     /// Slots taken by inserts that are building their value (no entry, not free).
     reserved: usize,
     hand: usize,
 }
 
 struct Slot<K, V> {
-    entry: Option<(Arc<K>, V)>,
+    entry: Option<Entry<K, V>>,
     referenced: AtomicBool,
+}
+
+/// A key, kept once (the index holds only slot numbers), with its hash and value.
+struct Entry<K, V> {
+    hash: u64,
+    key: K,
+    value: V,
 }
 
 impl<K, V> fmt::Debug for KeyedMap<K, V> {
@@ -118,13 +144,15 @@ impl<K, V> fmt::Debug for KeyedMap<K, V> {
 }
 
 impl<K, V> KeyedMap<K, V> {
-    /// An empty map that keeps at most `max_keys` keys (at least one). Nothing is
-    /// allocated until keys arrive.
+    /// An empty map that keeps at most `max_keys` keys (at least one, at most
+    /// `u32::MAX`). Nothing is allocated until keys arrive; the index and the slots
+    /// grow with the keys, and stop growing once the map is full.
     pub fn new(max_keys: usize) -> Self {
         Self {
-            max_keys: max_keys.max(1),
+            max_keys: max_keys.clamp(1, u32::MAX as usize),
+            hasher: RandomState::new(),
             table: RwLock::new(Table {
-                index: HashMap::new(),
+                index: HashTable::new(),
                 slots: Vec::new(),
                 free: Vec::new(),
                 reserved: 0,
@@ -169,20 +197,23 @@ impl<K: Hash + Eq, V: Clone> KeyedMap<K, V> {
     /// The value of `key`, marked as recently used.
     #[inline]
     pub fn get(&self, key: &K) -> Option<V> {
+        self.get_hashed(self.hasher.hash_one(key), key)
+    }
+
+    #[inline]
+    fn get_hashed(&self, hash: u64, key: &K) -> Option<V> {
         let table = self.read();
-        let slot = table.slots.get(*table.index.get(key)?)?;
-        let (_, value) = slot.entry.as_ref()?;
+        let slot = table.slot_of(hash, key)?;
         if !slot.referenced.load(Ordering::Relaxed) {
             slot.referenced.store(true, Ordering::Relaxed);
         }
-        Some(value.clone())
+        slot.entry.as_ref().map(|e| e.value.clone())
     }
 
     /// The value of `key` without marking it used (for handles and snapshots).
     pub fn peek(&self, key: &K) -> Option<V> {
-        let table = self.read();
-        let slot = table.slots.get(*table.index.get(key)?)?;
-        slot.entry.as_ref().map(|(_, v)| v.clone())
+        let hash = self.hasher.hash_one(key);
+        self.read().value_of(hash, key)
     }
 
     /// The value of `key`, or a new one built by `make` (with the lock released) in
@@ -198,16 +229,15 @@ impl<K: Hash + Eq, V: Clone> KeyedMap<K, V> {
         key: K,
         pinned: impl Fn(&V) -> bool,
         make: impl FnOnce(&K) -> Result<V, E>,
-    ) -> Result<Option<V>, E>
-    where
-        K: Clone,
-    {
-        if let Some(v) = self.get(&key) {
+    ) -> Result<Option<V>, E> {
+        // Hashed once, with the lock released; the hash is kept in the key's slot.
+        let hash = self.hasher.hash_one(&key);
+        if let Some(v) = self.get_hashed(hash, &key) {
             return Ok(Some(v));
         }
         let (reservation, evicted) = {
             let mut table = self.write();
-            if let Some(v) = table.value_of(&key) {
+            if let Some(v) = table.value_of(hash, &key) {
                 return Ok(Some(v));
             }
             match table.reserve(self.max_keys, &pinned) {
@@ -225,17 +255,19 @@ impl<K: Hash + Eq, V: Clone> KeyedMap<K, V> {
             slot: Some(reservation),
         };
         let value = make(&key)?;
-        Ok(Some(reservation.fill(key, value)))
+        Ok(Some(reservation.fill(hash, key, value)))
     }
 
-    /// Every key with its value, copied out (cloning `Arc`s only), in no order.
-    pub fn entries(&self) -> Vec<(Arc<K>, V)> {
+    /// Every key with its value, copied out, in no order. The keys are cloned under
+    /// the shared lock (lookups go on; inserts wait): for handles, not for a hot path.
+    pub fn entries(&self) -> Vec<(K, V)>
+    where
+        K: Clone,
+    {
         let table = self.read();
         table
-            .slots
-            .iter()
-            .filter_map(|s| s.entry.as_ref())
-            .map(|(k, v)| (Arc::clone(k), v.clone()))
+            .entries()
+            .map(|e| (e.key.clone(), e.value.clone()))
             .collect()
     }
 
@@ -244,20 +276,15 @@ impl<K: Hash + Eq, V: Clone> KeyedMap<K, V> {
     /// by copying it out. `f` must run no user code.
     pub fn for_each(&self, mut f: impl FnMut(&K, &V)) {
         let table = self.read();
-        for (k, v) in table.slots.iter().filter_map(|s| s.entry.as_ref()) {
-            f(k, v);
+        for e in table.entries() {
+            f(&e.key, &e.value);
         }
     }
 
     /// Every value, copied out, in no order.
     pub fn values(&self) -> Vec<V> {
         let table = self.read();
-        table
-            .slots
-            .iter()
-            .filter_map(|s| s.entry.as_ref())
-            .map(|(_, v)| v.clone())
-            .collect()
+        table.entries().map(|e| e.value.clone()).collect()
     }
 }
 
@@ -265,36 +292,37 @@ impl<K: Hash + Eq, V: Clone> KeyedMap<K, V> {
 /// value is never stored (`make` failed or panicked).
 struct Reservation<'a, K: Hash + Eq, V: Clone> {
     map: &'a KeyedMap<K, V>,
-    slot: Option<usize>,
+    slot: Option<u32>,
 }
 
 impl<K: Hash + Eq, V: Clone> Reservation<'_, K, V> {
-    fn fill(mut self, key: K, value: V) -> V
-    where
-        K: Clone,
-    {
+    fn fill(mut self, hash: u64, key: K, value: V) -> V {
         let Some(i) = self.slot.take() else {
             return value;
         };
-        // The slot's copy of the key (for the sweep and the handles), made with the
-        // lock released.
-        let shared = Arc::new(key.clone());
         let mut table = self.map.write();
         table.reserved -= 1;
-        if let Some(existing) = table.value_of(&key) {
-            // Inserted meanwhile by another caller: keep theirs. Ours (and our copy
-            // of the key) is dropped after the lock is released.
+        if let Some(existing) = table.value_of(hash, &key) {
+            // Inserted meanwhile by another caller: keep theirs. Ours is dropped
+            // after the lock is released.
             table.free.push(i);
             drop(table);
-            drop((key, shared, value));
+            drop((key, value));
             return existing;
         }
-        // The index first: if the key's `Hash` or `Eq` panicked, nothing changed.
-        table.index.insert(key, i);
-        if let Some(slot) = table.slots.get_mut(i) {
-            slot.entry = Some((shared, value.clone()));
-            *slot.referenced.get_mut() = false;
-        }
+        let Table { index, slots, .. } = &mut *table;
+        let Some(slot) = slots.get_mut(i as usize) else {
+            return value;
+        };
+        slot.entry = Some(Entry {
+            hash,
+            key,
+            value: value.clone(),
+        });
+        *slot.referenced.get_mut() = false;
+        // Growing the index rehashes from the hashes kept in the slots: no key's
+        // `Hash` runs under the lock.
+        index.insert_unique(hash, i, |&j| hash_of(slots, j));
         value
     }
 }
@@ -309,63 +337,106 @@ impl<K: Hash + Eq, V: Clone> Drop for Reservation<'_, K, V> {
     }
 }
 
-/// What an eviction took out of the map, dropped once the lock is released.
-type Evicted<K, V> = Option<((K, usize), (Arc<K>, V))>;
+/// The hash kept in slot `i`, for the index to rehash by.
+fn hash_of<K, V>(slots: &[Slot<K, V>], i: u32) -> u64 {
+    slots
+        .get(i as usize)
+        .and_then(|s| s.entry.as_ref())
+        .map_or(0, |e| e.hash)
+}
 
-impl<K: Hash + Eq, V: Clone> Table<K, V> {
-    fn value_of(&self, key: &K) -> Option<V> {
-        let slot = self.slots.get(*self.index.get(key)?)?;
-        slot.entry.as_ref().map(|(_, v)| v.clone())
+impl<K: Eq, V: Clone> Table<K, V> {
+    fn slot_of(&self, hash: u64, key: &K) -> Option<&Slot<K, V>> {
+        let slots = &self.slots;
+        let i = self.index.find(hash, |&i| {
+            slots
+                .get(i as usize)
+                .and_then(|s| s.entry.as_ref())
+                .is_some_and(|e| e.key == *key)
+        })?;
+        slots.get(*i as usize)
+    }
+
+    fn value_of(&self, hash: u64, key: &K) -> Option<V> {
+        let entry = self.slot_of(hash, key)?.entry.as_ref()?;
+        Some(entry.value.clone())
+    }
+
+    fn entries(&self) -> impl Iterator<Item = &Entry<K, V>> {
+        self.slots.iter().filter_map(|s| s.entry.as_ref())
     }
 
     /// A slot for a new key: a free one while the map is not full, else the slot of
-    /// a key the bounded sweep evicts. `None` when every slot it looked at is pinned.
+    /// a key the bounded sweep evicts, with what it held. `None` when every slot it
+    /// looked at is pinned.
     fn reserve(
         &mut self,
         max_keys: usize,
         pinned: &impl Fn(&V) -> bool,
-    ) -> Option<(usize, Evicted<K, V>)> {
+    ) -> Option<(u32, Option<Entry<K, V>>)> {
         if self.index.len() + self.reserved < max_keys {
-            let i = self.free.pop().unwrap_or_else(|| {
-                self.slots.push(Slot {
-                    entry: None,
-                    referenced: AtomicBool::new(false),
-                });
-                self.slots.len() - 1
-            });
+            let i = match self.free.pop() {
+                Some(i) => i,
+                None => {
+                    // Below `max_keys`, which fits in a `u32`.
+                    let i = u32::try_from(self.slots.len()).ok()?;
+                    self.slots.push(Slot {
+                        entry: None,
+                        referenced: AtomicBool::new(false),
+                    });
+                    i
+                }
+            };
             self.reserved += 1;
+            if self.index.len() + self.reserved == max_keys {
+                self.make_room(max_keys);
+            }
             return Some((i, None));
         }
         let victim = self.sweep(pinned)?;
-        let slot = self.slots.get_mut(victim)?;
-        let key = Arc::clone(&slot.entry.as_ref()?.0);
-        // The index first: if the key's `Hash` or `Eq` panicked, nothing changed.
-        let indexed = self.index.remove_entry(&*key);
-        let entry = self.slots.get_mut(victim)?.entry.take();
-        drop(key);
+        let entry = self.slots.get_mut(victim as usize)?.entry.take()?;
+        // Found by its slot number: the evicted key is not read again.
+        if let Ok(bucket) = self.index.find_entry(entry.hash, |&i| i == victim) {
+            bucket.remove();
+        }
         self.reserved += 1;
-        Some((victim, indexed.zip(entry)))
+        Some((victim, Some(entry)))
+    }
+
+    /// Sizes the index once the map is full, when every insert from now on follows
+    /// an eviction: with room for twice the keys, the markers its removals leave
+    /// stay rare, so it never has to rehash (reading every slot) while new keys
+    /// keep coming. Done by the insert that fills the map, as a growth would be.
+    #[cold]
+    fn make_room(&mut self, max_keys: usize) {
+        let room = max_keys.saturating_mul(2);
+        if self.index.capacity() < room {
+            let Table { index, slots, .. } = self;
+            index.reserve(room - index.len(), |&j| hash_of(slots, j));
+        }
     }
 
     /// Moves the hand over at most [`MAX_PROBES`] slots; the slot to evict.
-    fn sweep(&mut self, pinned: &impl Fn(&V) -> bool) -> Option<usize> {
+    fn sweep(&mut self, pinned: &impl Fn(&V) -> bool) -> Option<u32> {
         let n = self.slots.len();
         let mut second_choice = None;
         for _ in 0..MAX_PROBES.min(n) {
             let i = self.hand;
-            self.hand = if i + 1 == n { 0 } else { i + 1 };
+            self.hand = if i + 1 >= n { 0 } else { i + 1 };
             let Some(slot) = self.slots.get_mut(i) else {
                 continue;
             };
-            let Some((_, value)) = &slot.entry else {
+            let Some(entry) = &slot.entry else {
                 // Reserved by an insert still building its value.
                 continue;
             };
+            // Slot numbers fit in a `u32` (see `KeyedMap::new`).
+            let i = i as u32;
             if std::mem::take(slot.referenced.get_mut()) {
-                if second_choice.is_none() && !pinned(value) {
+                if second_choice.is_none() && !pinned(&entry.value) {
                     second_choice = Some(i);
                 }
-            } else if !pinned(value) {
+            } else if !pinned(&entry.value) {
                 return Some(i);
             }
         }
@@ -377,6 +448,7 @@ impl<K: Hash + Eq, V: Clone> Table<K, V> {
 mod tests {
     use super::*;
     use std::convert::Infallible;
+    use std::sync::Arc;
 
     type Map = KeyedMap<u32, Arc<u32>>;
 
@@ -390,7 +462,7 @@ mod tests {
     }
 
     fn keys(map: &Map) -> Vec<u32> {
-        let mut keys: Vec<u32> = map.entries().iter().map(|(k, _)| **k).collect();
+        let mut keys: Vec<u32> = map.entries().iter().map(|(k, _)| *k).collect();
         keys.sort_unstable();
         keys
     }
@@ -577,6 +649,68 @@ mod tests {
         }
         assert_eq!(map.len(), 4);
         assert_eq!(map.evicted(), 0);
+    }
+
+    /// A key that counts its hashes and checks that the map is not locked then.
+    #[derive(Clone, PartialEq, Eq)]
+    struct Counted(u32);
+
+    static COUNTED_MAP: std::sync::OnceLock<KeyedMap<Counted, Arc<u32>>> =
+        std::sync::OnceLock::new();
+    static HASHED: AtomicU64 = AtomicU64::new(0);
+
+    impl Hash for Counted {
+        fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+            if let Some(map) = COUNTED_MAP.get() {
+                assert!(map.table.try_write().is_ok(), "hashed under the lock");
+            }
+            HASHED.fetch_add(1, Ordering::SeqCst);
+            self.0.hash(state);
+        }
+    }
+
+    #[test]
+    fn a_key_is_hashed_once_per_call_with_the_lock_released_and_never_to_evict_or_grow() {
+        let map = COUNTED_MAP.get_or_init(|| KeyedMap::new(100));
+        let make = |k: &Counted| Ok::<_, Infallible>(Arc::new(k.0));
+        // Growing the index from empty to full, then a flood that evicts.
+        for k in 0..1_000 {
+            let v = map.get_or_insert_with(Counted(k), held, make).unwrap();
+            assert_eq!(*v.unwrap(), k);
+        }
+        assert_eq!(HASHED.load(Ordering::SeqCst), 1_000);
+        assert_eq!(map.evicted(), 900);
+        assert_eq!(*map.get(&Counted(999)).unwrap(), 999);
+        assert_eq!(*map.peek(&Counted(998)).unwrap(), 998);
+        assert_eq!(HASHED.load(Ordering::SeqCst), 1_002);
+    }
+
+    #[test]
+    fn the_index_stops_growing_once_the_map_is_full() {
+        let map = Map::new(1_000);
+        for k in 0..1_000 {
+            insert(&map, k);
+        }
+        let capacity = map.read().index.capacity();
+        assert!(capacity >= 2_000, "sized once full: {capacity}");
+        for fresh in 0..100_000 {
+            insert(&map, 1_000_000 + fresh);
+        }
+        // Not grown (it would double), and still room for twice the keys: the
+        // markers the evictions left are few.
+        let after = map.read().index.capacity();
+        assert!(after <= capacity && after >= 2_000, "{capacity} then {after}");
+        assert_eq!(map.len(), 1_000);
+        assert_eq!(map.read().slots.len(), 1_000);
+    }
+
+    #[test]
+    fn a_huge_max_keys_allocates_nothing_up_front() {
+        let map = Map::new(usize::MAX);
+        assert_eq!(map.max_keys(), u32::MAX as usize);
+        assert_eq!(map.read().index.capacity(), 0);
+        assert!(insert(&map, 1).is_some());
+        assert!(map.read().index.capacity() < 1_000);
     }
 
     #[test]
