@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
-use seawall::bulkhead::KeyedBulkheadLayer;
+use seawall::bulkhead::BulkheadLayer;
 use seawall::circuit_breaker::CircuitBreakerLayer;
 use seawall::core::{BoxError, KeyedMap};
 use tower::{Layer, Service};
@@ -161,7 +161,11 @@ impl Figures {
     /// The new-key cost at size `i` over the cost at 10 keys, round by round.
     fn growth(&self, i: usize) -> Vec<f64> {
         let base = &self.new_key[0];
-        self.new_key[i].iter().zip(base).map(|(x, b)| x / b).collect()
+        self.new_key[i]
+            .iter()
+            .zip(base)
+            .map(|(x, b)| x / b)
+            .collect()
     }
 }
 
@@ -172,12 +176,16 @@ fn main() -> Result<(), BoxError> {
     let mut floor = Figures::new("std HashMap floor");
     for _ in 0..ROUNDS {
         for (i, &n) in SIZES.iter().enumerate() {
-            let layer = CircuitBreakerLayer::builder("suppliers").build_keyed(n, key)?;
+            let layer = CircuitBreakerLayer::builder("suppliers")
+                .keyed(key)
+                .max_keys(n)
+                .build()?;
             let (c, k) = layer_row(layer.layer(tower::service_fn(answer)), n);
             breaker.per_call[i].push(c);
             breaker.new_key[i].push(k);
 
-            let layer = KeyedBulkheadLayer::builder("suppliers", key)
+            let layer = BulkheadLayer::builder("suppliers")
+                .keyed(key)
                 .max_keys(n)
                 .build()?;
             let (c, k) = layer_row(layer.layer(tower::service_fn(answer)), n);
@@ -204,7 +212,10 @@ fn main() -> Result<(), BoxError> {
                 ratio(&row.growth(i))
             };
             let new_key = ns(&row.new_key[i]);
-            println!("| {} | {n} | {per_call} | {new_key} | {growth} |", row.label);
+            println!(
+                "| {} | {n} | {per_call} | {new_key} | {growth} |",
+                row.label
+            );
         }
     }
     // The verdict: how much of each layer's growth at 10^5 keys the memory floor

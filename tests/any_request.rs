@@ -8,7 +8,7 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use bytes::Bytes;
-use seawall::bulkhead::{BulkheadLayer, KeyedBulkheadLayer};
+use seawall::bulkhead::BulkheadLayer;
 use seawall::circuit_breaker::CircuitBreakerLayer;
 use seawall::core::{
     find_rejection, with_current_deadline, BoxError, Deadline, DeadlineLayer, RejectionKind,
@@ -38,7 +38,9 @@ where
     );
 
     let keyed = CircuitBreakerLayer::builder("k")
-        .build_keyed(4, |r: &Req| format!("{r:?}").len())
+        .keyed(|r: &Req| format!("{r:?}").len())
+        .max_keys(4)
+        .build()
         .unwrap();
     assert_eq!(keyed.layer(echo()).oneshot(req.clone()).await.unwrap(), req);
 
@@ -48,7 +50,8 @@ where
         req
     );
 
-    let keyed = KeyedBulkheadLayer::builder("kh", |r: &Req| format!("{r:?}").len())
+    let keyed = BulkheadLayer::builder("kh")
+        .keyed(|r: &Req| format!("{r:?}").len())
         .build()
         .unwrap();
     assert_eq!(keyed.layer(echo()).oneshot(req.clone()).await.unwrap(), req);

@@ -25,7 +25,7 @@ use std::time::Duration;
 use http::{Request, Response, StatusCode};
 use metrics_exporter_prometheus::PrometheusRecorder;
 use prometheus_parse::{Scrape, Value};
-use seawall::bulkhead::{BulkheadLayer, KeyedBulkheadLayer};
+use seawall::bulkhead::BulkheadLayer;
 use seawall::circuit_breaker::{CircuitBreakerLayer, Forced};
 use seawall::core::{
     with_reason, BoxError, BulkheadFull, ClassifyInput, DeadlineLayer, DeadlineRetry, HttpStatus,
@@ -225,8 +225,9 @@ fn build_every_layer() -> impl Sized {
         .max_concurrent(3)
         .build()
         .unwrap();
-    let keyed = KeyedBulkheadLayer::builder("per-host", |req: &Req| format!("{:?}", req.body()))
+    let keyed = BulkheadLayer::builder("per-host")
         .max_concurrent(3)
+        .keyed(|req: &Req| format!("{:?}", req.body()))
         .build()
         .unwrap();
     let breaker = CircuitBreakerLayer::builder("shop")

@@ -162,7 +162,9 @@ async fn keyed_a_probe_whose_call_panics_frees_its_slot_and_is_counted() {
     let layer = CircuitBreakerLayer::builder("suppliers")
         .consecutive_failures(1)
         .open_for(Duration::from_secs(10))
-        .build_keyed(16, |r: &Req| r.uri().host().unwrap_or("").to_owned())
+        .keyed(|r: &Req| r.uri().host().unwrap_or("").to_owned())
+        .max_keys(16)
+        .build()
         .unwrap();
     let handle = layer.handle();
     let mut svc = layer.layer(supplier.clone());

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::task::{Context, Waker};
 use std::time::Duration;
 
-use seawall::bulkhead::{BulkheadConfig, BulkheadLayer, KeyedBulkheadLayer};
+use seawall::bulkhead::{BulkheadConfig, BulkheadLayer};
 use seawall::circuit_breaker::{CircuitBreakerLayer, Forced, State};
 use seawall::config::Policies;
 use seawall::core::BoxError;
@@ -164,7 +164,9 @@ fn breaker_operator_actions_while_a_subscriber_reads_the_breaker() {
 fn keyed_breaker_reconfigured_while_a_subscriber_reads_every_key() {
     let layer = CircuitBreakerLayer::builder("hosts")
         .consecutive_failures(1)
-        .build_keyed(8, |r: &Req| r.uri().path().to_owned())
+        .keyed(|r: &Req| r.uri().path().to_owned())
+        .max_keys(8)
+        .build()
         .unwrap();
     let handle = layer.handle();
     let events = with_reader(reading(&handle, |h| h.snapshots()), move || {
@@ -267,8 +269,9 @@ fn bulkhead_events_while_subscribers_read_and_steer_the_bulkhead() {
 
 #[test]
 fn keyed_bulkhead_reconfigured_while_a_subscriber_reads_every_key() {
-    let layer = KeyedBulkheadLayer::builder("hosts", |r: &Req| r.uri().path().to_owned())
+    let layer = BulkheadLayer::builder("hosts")
         .max_concurrent(1)
+        .keyed(|r: &Req| r.uri().path().to_owned())
         .build()
         .unwrap();
     let handle = layer.handle();

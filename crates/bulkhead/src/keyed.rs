@@ -8,10 +8,10 @@ use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use seawall_core::{
     BoxError, BulkheadFull, Classify, ConfigError, KeyedMap, Name, TimeoutsAsOverload,
+    DEFAULT_MAX_KEYS,
 };
 use tower_layer::Layer;
 use tower_service::Service;
@@ -40,9 +40,6 @@ fn check_keyed(config: &BulkheadConfig, adaptive: bool) -> Result<(), ConfigErro
         _ => Ok(()),
     }
 }
-
-/// The default bound on keys of a [`KeyedBulkheadLayer`].
-pub const DEFAULT_MAX_KEYS: usize = 1024;
 
 struct KeyedShared<K> {
     name: Name,
@@ -149,7 +146,7 @@ impl<K: Hash + Eq + Clone> KeyedShared<K> {
 ///
 /// # An adaptive limit per key
 ///
-/// With [`adaptive`](KeyedBulkheadBuilder::adaptive), each key gets its own
+/// With [`adaptive`](BulkheadBuilder::adaptive), each key gets its own
 /// instance of the algorithm, fed only by that key's calls: a slow host shrinks
 /// its own limit, not its neighbours'. What counts as overload is the layer's
 /// classifier ([`overload`](KeyedBulkheadLayer::overload)), as for
@@ -160,7 +157,9 @@ impl<K: Hash + Eq + Clone> KeyedShared<K> {
 /// initial limit: keep the initial limit one a new, unknown key can be trusted
 /// with. A layer built adaptive stays adaptive (and a fixed one fixed):
 /// [`KeyedHandle::reconfigure`] may change the algorithm's settings, not drop
-/// it. See [`KeyedHandle::snapshot_of`] for a key's limit now.
+/// it. See [`KeyedHandle::snapshot_of`] for a key's limit now. A
+/// [`seed`](BulkheadBuilder::seed) fixes the keys' random choices for tests: each
+/// key still gets its own, derived from the seed and the order keys arrive in.
 ///
 /// # The bound on keys
 ///
@@ -172,12 +171,15 @@ impl<K: Hash + Eq + Clone> KeyedShared<K> {
 /// key, in a map of up to [`MAX_PROBES`](seawall_core::MAX_PROBES) keys), the call
 /// is rejected at once with [`BulkheadFull`] (carrying the layer's name) and
 /// counted in [`KeyedSnapshot::rejected_key_limit`]; calls for known keys are
-/// unaffected.
+/// unaffected. In [shadow mode](BulkheadBuilder::shadow) it goes through instead,
+/// holding no key's slot, counted in [`KeyedSnapshot::shadow_rejected_key_limit`].
 ///
 /// A call costs a shared read lock, a hash of the key and an `Arc` clone on top of
-/// the bulkhead itself; the first call of a key allocates its bulkhead, and costs
-/// the same at 10 keys as at 100,000. No lock is held while a bulkhead is built or
-/// dropped, or while the inner service is polled or called.
+/// the bulkhead itself; the first call of a key allocates its bulkhead, and does the
+/// same work at 10 keys as at 100,000 (what grows is the memory hierarchy's share:
+/// the evicted key's bulkhead was last used long ago, so dropping it misses the
+/// cache). No lock is held while a bulkhead is built or dropped, or while the inner
+/// service is polled or called.
 ///
 /// # Metrics
 ///
@@ -187,6 +189,9 @@ impl<K: Hash + Eq + Clone> KeyedShared<K> {
 /// the keys clients send. Per-key series are an opt-in,
 /// [`per_key_metrics`](KeyedBulkheadBuilder::per_key_metrics), whose docs give
 /// their cardinality.
+///
+/// Built by [`BulkheadBuilder::keyed`]: `BulkheadLayer::builder(name)`, the
+/// limits, `.keyed(key_fn)`, the bound on keys, `.build()`.
 pub struct KeyedBulkheadLayer<K, F, H = UntilResponse, O = TimeoutsAsOverload> {
     shared: Arc<KeyedShared<K>>,
     key_fn: F,
@@ -194,28 +199,31 @@ pub struct KeyedBulkheadLayer<K, F, H = UntilResponse, O = TimeoutsAsOverload> {
     _hold: PhantomData<fn() -> H>,
 }
 
-/// Builds a [`KeyedBulkheadLayer`]; see [`KeyedBulkheadLayer::builder`].
-pub struct KeyedBulkheadBuilder<K, F> {
-    inner: BulkheadBuilder,
-    max_keys: usize,
-    key_label: Option<fn(&K) -> String>,
-    key_fn: F,
-    _key: PhantomData<fn() -> K>,
-}
-
-impl<K, F> KeyedBulkheadLayer<K, F>
-where
-    K: Hash + Eq + Clone + Send + Sync + 'static,
-{
-    /// Starts building a keyed bulkhead named `name`, with `key_fn` extracting the
-    /// key from each request. Each key gets the defaults (8 active, 10
-    /// waiting, 20 ms) unless set otherwise.
-    pub fn builder<Req>(name: impl Into<Name>, key_fn: F) -> KeyedBulkheadBuilder<K, F>
+impl BulkheadBuilder {
+    /// One bulkhead per key that `key_fn` extracts from the request (a host, a
+    /// route, a tenant) instead of one shared bulkhead: every setting so far applies
+    /// to each key's bulkhead (an [`adaptive`](Self::adaptive) limit becomes one
+    /// algorithm per key); the bound on keys and per-key series are set on what this
+    /// returns.
+    ///
+    /// ```
+    /// use seawall_bulkhead::BulkheadLayer;
+    ///
+    /// let per_host = BulkheadLayer::builder("suppliers")
+    ///     .max_concurrent(4)
+    ///     .keyed(|req: &http::Request<()>| req.uri().host().unwrap_or("").to_owned())
+    ///     .max_keys(64)
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = per_host;
+    /// ```
+    pub fn keyed<Req, K, F>(self, key_fn: F) -> KeyedBulkheadBuilder<K, F>
     where
         F: Fn(&Req) -> K,
+        K: Hash + Eq + Clone + Send + Sync + 'static,
     {
         KeyedBulkheadBuilder {
-            inner: BulkheadBuilder::new(name.into()),
+            bulkhead: self,
             max_keys: DEFAULT_MAX_KEYS,
             key_label: None,
             key_fn,
@@ -224,65 +232,20 @@ where
     }
 }
 
+/// Builds a [`KeyedBulkheadLayer`]: the settings only a keyed layer has. Made by
+/// [`BulkheadBuilder::keyed`], after the bulkhead's own settings.
+pub struct KeyedBulkheadBuilder<K, F> {
+    bulkhead: BulkheadBuilder,
+    max_keys: usize,
+    key_label: Option<fn(&K) -> String>,
+    key_fn: F,
+    _key: PhantomData<fn() -> K>,
+}
+
 impl<K, F> KeyedBulkheadBuilder<K, F>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
 {
-    /// Calls allowed at once per key (default 8, per instance).
-    #[must_use]
-    pub fn max_concurrent(mut self, n: usize) -> Self {
-        self.inner = self.inner.max_concurrent(n);
-        self
-    }
-
-    /// Calls allowed to wait per key (default 10).
-    #[must_use]
-    pub fn max_queue(mut self, n: usize) -> Self {
-        self.inner = self.inner.max_queue(n);
-        self
-    }
-
-    /// The longest a call waits for a slot (default 20 ms).
-    #[must_use]
-    pub fn max_wait(mut self, d: Duration) -> Self {
-        self.inner = self.inner.max_wait(d);
-        self
-    }
-
-    /// Replaces all per-key limits at once.
-    #[must_use]
-    pub fn config(mut self, config: BulkheadConfig) -> Self {
-        self.inner = self.inner.config(config);
-        self
-    }
-
-    /// Gives each key its own instance of an algorithm that finds its limit of
-    /// active calls, instead of `max_concurrent` (see
-    /// [An adaptive limit per key](KeyedBulkheadLayer#an-adaptive-limit-per-key)).
-    #[must_use]
-    pub fn adaptive(mut self, algorithm: impl Into<crate::AdaptiveConfig>) -> Self {
-        self.inner = self.inner.adaptive(algorithm);
-        self
-    }
-
-    /// Fixes the random choices of the keys' algorithms, for reproducible tests
-    /// (each key still gets its own, derived from this seed and the order in which
-    /// keys arrive).
-    #[must_use]
-    pub fn seed(mut self, seed: u64) -> Self {
-        self.inner = self.inner.seed(seed);
-        self
-    }
-
-    /// Starts in shadow mode (see [`BulkheadConfig::shadow`]): every key's
-    /// bulkhead, and a new key arriving while every key is busy, let through what
-    /// they would reject. Switch it with [`KeyedHandle::reconfigure`].
-    #[must_use]
-    pub fn shadow(mut self, shadow: bool) -> Self {
-        self.inner = self.inner.shadow(shadow);
-        self
-    }
-
     /// The most keys with a bulkhead at once (default [`DEFAULT_MAX_KEYS`], at least 1).
     #[must_use]
     pub fn max_keys(mut self, n: usize) -> Self {
@@ -312,10 +275,10 @@ where
 
     /// Validates the configuration and creates the layer.
     pub fn build(self) -> Result<KeyedBulkheadLayer<K, F>, ConfigError> {
-        let adaptive = self.inner.config.adaptive.is_some();
-        check_keyed(&self.inner.config, adaptive)?;
+        let adaptive = self.bulkhead.config.adaptive.is_some();
+        check_keyed(&self.bulkhead.config, adaptive)?;
         seawall_core::check_positive("max_keys", self.max_keys)?;
-        let name = self.inner.name;
+        let name = self.bulkhead.name;
         let telemetry = KeyedTelemetry::new(&name);
         Ok(KeyedBulkheadLayer {
             shared: Arc::new(KeyedShared {
@@ -327,15 +290,15 @@ where
                         // force summed over the keys (none yet), as their active
                         // calls are.
                         let series = Series::named(&name).summing_limits();
-                        series.limit(self.inner.config.max_concurrent);
+                        series.limit(self.bulkhead.config.max_concurrent);
                         KeySeries::Shared(series)
                     }
                 },
                 name,
-                built: self.inner.config,
-                seed: self.inner.seed,
+                built: self.bulkhead.config,
+                seed: self.bulkhead.seed,
                 made: AtomicU64::new(0),
-                config: Mutex::new(self.inner.config),
+                config: Mutex::new(self.bulkhead.config),
                 map: KeyedMap::new(self.max_keys),
                 rejected_key_limit: AtomicU64::new(0),
                 shadow_key_limit: AtomicU64::new(0),
@@ -421,7 +384,7 @@ impl<K, F, H, O> fmt::Debug for KeyedBulkheadLayer<K, F, H, O> {
 impl<K, F> fmt::Debug for KeyedBulkheadBuilder<K, F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedBulkheadBuilder")
-            .field("inner", &self.inner)
+            .field("bulkhead", &self.bulkhead)
             .field("max_keys", &self.max_keys)
             .finish()
     }
@@ -549,7 +512,12 @@ impl<K: Hash + Eq + Clone> KeyedHandle<K> {
 
     /// The keys that have a bulkhead now.
     pub fn keys(&self) -> Vec<K> {
-        self.shared.map.entries().into_iter().map(|(k, _)| k).collect()
+        self.shared
+            .map
+            .entries()
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect()
     }
 
     /// The snapshot of `key`'s bulkhead, if the key has one.

@@ -34,8 +34,8 @@
 //! of them count against the same slots (like tower's
 //! `GlobalConcurrencyLimitLayer`). Separate dependencies need separate layers
 //! (per-dependency pools: payments 30, inventory 20, recommendations 10); for one
-//! bulkhead per host, route or tenant, use [`KeyedBulkheadLayer`], which bounds
-//! the number of keys.
+//! bulkhead per host, route or tenant, use [`KeyedBulkheadLayer`]
+//! ([`BulkheadBuilder::keyed`]), which bounds the number of keys.
 //!
 //! # Example
 //!
@@ -164,7 +164,8 @@
 //! *from that value*, so the end of an incident does not jump back to a limit
 //! learned before it.
 //!
-//! **Per key.** [`KeyedBulkheadBuilder::adaptive`] gives every key of a
+//! **Per key.** [`BulkheadBuilder::adaptive`] followed by
+//! [`keyed`](BulkheadBuilder::keyed) gives every key of a
 //! [`KeyedBulkheadLayer`] its own algorithm, fed only by that key's calls, so one
 //! slow host shrinks its own limit and no other. A key forgotten at the bound on
 //! keys forgets what it learned and comes back at the initial limit; in the
@@ -460,10 +461,10 @@ pub use hold::UntilBodyEnd;
 pub use hold::{Hold, Lend, UntilResponse, WithPermitHandle};
 pub use keyed::{
     KeyedBulkhead, KeyedBulkheadBuilder, KeyedBulkheadLayer, KeyedHandle, KeyedSnapshot,
-    DEFAULT_MAX_KEYS,
 };
 pub use layer::BulkheadLayer;
 pub use permit::{Permit, PermitHandle};
+pub use seawall_core::DEFAULT_MAX_KEYS;
 pub use service::Bulkhead;
 
 pub use seawall_core::{

@@ -305,17 +305,16 @@ async fn backpressure_mode_feeds_the_same_algorithm() {
 
 #[test]
 fn a_keyed_bulkhead_names_an_invalid_adaptive_field() {
-    let e = seawall_bulkhead::KeyedBulkheadLayer::builder("hosts", |r: &http::Request<()>| {
-        r.uri().host().map(str::to_owned)
-    })
-    .adaptive(AimdConfig {
-        min_limit: 5,
-        initial_limit: 2,
-        ..AimdConfig::default()
-    })
-    .build()
-    .err()
-    .unwrap();
+    let e = seawall_bulkhead::BulkheadLayer::builder("hosts")
+        .adaptive(AimdConfig {
+            min_limit: 5,
+            initial_limit: 2,
+            ..AimdConfig::default()
+        })
+        .keyed(|r: &http::Request<()>| r.uri().host().map(str::to_owned))
+        .build()
+        .err()
+        .unwrap();
     assert_eq!(e.field(), "adaptive.initial_limit");
 }
 

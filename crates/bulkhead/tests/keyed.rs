@@ -4,7 +4,7 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use seawall_bulkhead::{BulkheadConfig, KeyedBulkheadLayer};
+use seawall_bulkhead::{BulkheadConfig, BulkheadLayer, KeyedBulkheadLayer};
 use seawall_core::{find_rejection, RejectionKind};
 use tokio_test::{assert_pending, assert_ready, task};
 use tower::{service_fn, Layer, Service};
@@ -25,9 +25,10 @@ fn hang(_req: Req) -> std::future::Pending<Result<(), Infallible>> {
 
 #[tokio::test(start_paused = true)]
 async fn each_key_has_its_own_bulkhead() {
-    let l = KeyedBulkheadLayer::builder("suppliers", host)
+    let l = BulkheadLayer::builder("suppliers")
         .max_concurrent(1)
         .max_queue(0)
+        .keyed(host)
         .build()
         .unwrap();
     let h = l.handle();
@@ -54,9 +55,10 @@ async fn each_key_has_its_own_bulkhead() {
 
 #[tokio::test(start_paused = true)]
 async fn at_the_key_bound_idle_keys_are_evicted_and_busy_keys_turn_new_ones_away() {
-    let l = KeyedBulkheadLayer::builder("suppliers", host)
+    let l = BulkheadLayer::builder("suppliers")
         .max_concurrent(1)
         .max_queue(0)
+        .keyed(host)
         .max_keys(2)
         .build()
         .unwrap();
@@ -89,9 +91,10 @@ async fn at_the_key_bound_idle_keys_are_evicted_and_busy_keys_turn_new_ones_away
 
 #[tokio::test(start_paused = true)]
 async fn reconfigure_changes_every_key_and_revert_restores() {
-    let l = KeyedBulkheadLayer::builder("suppliers", host)
+    let l = BulkheadLayer::builder("suppliers")
         .max_concurrent(1)
         .max_queue(5)
+        .keyed(host)
         .build()
         .unwrap();
     let h = l.handle();
@@ -133,7 +136,8 @@ async fn reconfigure_changes_every_key_and_revert_restores() {
 
 #[test]
 fn the_key_bound_is_validated() {
-    let err = KeyedBulkheadLayer::builder("suppliers", host)
+    let err = BulkheadLayer::builder("suppliers")
+        .keyed(host)
         .max_keys(0)
         .build()
         .unwrap_err();
@@ -182,7 +186,8 @@ fn the_inner_service_may_use_the_keyed_layer_while_it_is_polled_and_called() {
     let (done, finished) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let body = (|r: &http::Request<String>| r.body().clone()) as fn(&_) -> String;
-        let layer = KeyedBulkheadLayer::builder("suppliers", body)
+        let layer = BulkheadLayer::builder("suppliers")
+            .keyed(body)
             .max_keys(2)
             .build()
             .unwrap();
@@ -208,9 +213,10 @@ fn the_inner_service_may_use_the_keyed_layer_while_it_is_polled_and_called() {
 
 #[tokio::test(start_paused = true)]
 async fn a_flood_of_new_keys_never_evicts_a_busy_key() {
-    let l = KeyedBulkheadLayer::builder("suppliers", |r: &http::Request<String>| r.body().clone())
+    let l = BulkheadLayer::builder("suppliers")
         .max_concurrent(1)
         .max_queue(1)
+        .keyed(|r: &http::Request<String>| r.body().clone())
         .max_keys(16)
         .build()
         .unwrap();
@@ -242,4 +248,47 @@ async fn a_flood_of_new_keys_never_evicts_a_busy_key() {
         assert_eq!((b.active, b.queued), (1, 1));
     }
     assert_eq!(s.evicted, 10_000 - 8);
+}
+
+/// The settings a plain layer is built with, given to a keyed one by `.keyed(..)`.
+fn one_at_a_time() -> seawall_bulkhead::BulkheadBuilder {
+    BulkheadLayer::builder("suppliers")
+        .max_concurrent(1)
+        .max_queue(0)
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_builder_makes_a_shared_bulkhead_or_one_per_key_with_the_same_limits() {
+    let shared = one_at_a_time().build().unwrap();
+    let keyed = one_at_a_time().keyed(host).max_keys(2).build().unwrap();
+    assert_eq!(shared.handle().config(), keyed.handle().config());
+    assert_eq!(keyed.handle().snapshot().max_keys, 2);
+    let default = one_at_a_time().keyed(host).build().unwrap();
+    assert_eq!(
+        default.handle().snapshot().max_keys,
+        seawall_bulkhead::DEFAULT_MAX_KEYS
+    );
+
+    let mut one = shared.layer(service_fn(hang));
+    let mut per_host = keyed.layer(service_fn(hang));
+    let mut a = task::spawn(one.call(req("a.example")));
+    let mut a_keyed = task::spawn(per_host.call(req("a.example")));
+    assert_pending!(a.poll());
+    assert_pending!(a_keyed.poll());
+    // One slot: the shared bulkhead turns another host away, the keyed one only
+    // the same host.
+    let mut b = task::spawn(one.call(req("b.example")));
+    let err = assert_ready!(b.poll()).unwrap_err();
+    assert_eq!(
+        find_rejection(&*err).unwrap().kind(),
+        RejectionKind::BulkheadFull
+    );
+    let mut b_keyed = task::spawn(per_host.call(req("b.example")));
+    assert_pending!(b_keyed.poll());
+    let mut a_again = task::spawn(per_host.call(req("a.example")));
+    let err = assert_ready!(a_again.poll()).unwrap_err();
+    assert_eq!(
+        find_rejection(&*err).unwrap().kind(),
+        RejectionKind::BulkheadFull
+    );
 }

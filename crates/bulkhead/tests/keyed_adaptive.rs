@@ -7,7 +7,9 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use seawall_bulkhead::adaptive::{AimdConfig, GradientConfig};
-use seawall_bulkhead::{BulkheadConfig, KeyedBulkheadLayer, KeyedHandle, OverloadStatus};
+use seawall_bulkhead::{
+    BulkheadConfig, BulkheadLayer, KeyedBulkheadLayer, KeyedHandle, OverloadStatus,
+};
 use seawall_core::{find_rejection, BoxError, RejectionKind};
 use tokio::sync::oneshot;
 use tokio_test::{assert_pending, assert_ready, task};
@@ -72,10 +74,11 @@ fn layer(
     max_keys: usize,
 ) -> KeyedBulkheadLayer<String, fn(&Req) -> String, seawall_bulkhead::UntilResponse, OverloadStatus>
 {
-    KeyedBulkheadLayer::builder("hosts", host as fn(&Req) -> String)
+    BulkheadLayer::builder("hosts")
         .max_queue(0)
-        .max_keys(max_keys)
         .adaptive(aimd())
+        .keyed(host as fn(&Req) -> String)
+        .max_keys(max_keys)
         .build()
         .unwrap()
         .overload(OverloadStatus::default())
@@ -178,7 +181,8 @@ async fn reconfiguring_keeps_the_kind_of_limit_and_restarts_every_key_from_its_o
     };
     let err = h.reconfigure(fixed).unwrap_err();
     assert_eq!(err.field(), "adaptive");
-    let err = KeyedBulkheadLayer::builder("fixed", host)
+    let err = BulkheadLayer::builder("fixed")
+        .keyed(host)
         .build()
         .unwrap()
         .handle()

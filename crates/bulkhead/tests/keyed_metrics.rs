@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
-use seawall_bulkhead::{BulkheadConfig, KeyedBulkheadLayer, KeyedHandle};
+use seawall_bulkhead::{BulkheadConfig, BulkheadLayer, KeyedHandle};
 use tokio_test::{assert_ready, task};
 use tower::{service_fn, Layer, Service};
 
@@ -97,7 +97,8 @@ where
 fn five_thousand_keys_leave_a_bounded_number_of_series_by_default() {
     let series = Series::default();
     metrics::with_local_recorder(&series, || {
-        let layer = KeyedBulkheadLayer::builder("suppliers", body)
+        let layer = BulkheadLayer::builder("suppliers")
+            .keyed(body)
             .max_keys(16)
             .build()
             .unwrap();
@@ -126,7 +127,8 @@ fn five_thousand_keys_leave_a_bounded_number_of_series_by_default() {
 fn per_key_series_are_an_opt_in_with_a_key_label() {
     let series = Series::default();
     metrics::with_local_recorder(&series, || {
-        let layer = KeyedBulkheadLayer::builder("routes", body)
+        let layer = BulkheadLayer::builder("routes")
+            .keyed(body)
             .max_keys(4)
             .per_key_metrics()
             .build()
@@ -172,8 +174,9 @@ fn a_key_made_while_the_limits_change_gets_the_new_limits() {
         }));
     }
     metrics::with_local_recorder(series, || {
-        let layer = KeyedBulkheadLayer::builder("suppliers", body)
+        let layer = BulkheadLayer::builder("suppliers")
             .max_concurrent(1)
+            .keyed(body)
             .per_key_metrics()
             .build()
             .unwrap();
@@ -193,13 +196,14 @@ fn a_keyed_adaptive_layer_reports_the_sum_of_its_keys_limits() {
     let series = Series::default();
     let limit = "seawall_bulkhead_limit{name=hosts}";
     metrics::with_local_recorder(&series, || {
-        let layer = KeyedBulkheadLayer::builder("hosts", body)
-            .max_keys(2)
+        let layer = BulkheadLayer::builder("hosts")
             .adaptive(AimdConfig {
                 initial_limit: 10,
                 sample_every: 1,
                 ..AimdConfig::default()
             })
+            .keyed(body)
+            .max_keys(2)
             .build()
             .unwrap();
         assert_eq!(series.gauge(limit), 0.0, "no key yet");
@@ -248,8 +252,9 @@ fn a_fixed_keyed_layer_reports_the_sum_of_its_live_keys_limits_too() {
     let limit = "seawall_bulkhead_limit{name=shops}";
     let configured = "seawall_bulkhead_max_concurrent{name=shops}";
     metrics::with_local_recorder(&series, || {
-        let layer = KeyedBulkheadLayer::builder("shops", body)
+        let layer = BulkheadLayer::builder("shops")
             .max_concurrent(3)
+            .keyed(body)
             .max_keys(2)
             .build()
             .unwrap();

@@ -221,13 +221,13 @@ async fn switching_shadow_at_run_time_takes_effect_on_the_next_call() {
 
 #[tokio::test(start_paused = true)]
 async fn a_keyed_bulkhead_in_shadow_lets_a_new_key_through_when_every_key_is_busy() {
-    use seawall_bulkhead::KeyedBulkheadLayer;
     for shadow in [false, true] {
-        let layer = KeyedBulkheadLayer::builder("suppliers", |key: &u64| *key)
+        let layer = BulkheadLayer::builder("suppliers")
             .max_concurrent(1)
             .max_queue(0)
-            .max_keys(1)
             .shadow(shadow)
+            .keyed(|key: &u64| *key)
+            .max_keys(1)
             .build()
             .unwrap();
         let handle = layer.handle();

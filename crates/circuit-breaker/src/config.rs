@@ -1,14 +1,11 @@
 //! The breaker's configuration as plain data, its validation, and the builder.
 
-use std::fmt;
-use std::hash::Hash;
 use std::time::Duration;
 
 use seawall_core::{
     check_duration, check_fraction, ConfigError, ErrorsAsFailures, Name, RandomSource, MAX_BUCKETS,
 };
 
-use crate::keyed::KeyedCircuitBreakerLayer;
 use crate::layer::CircuitBreakerLayer;
 
 /// The largest count window accepted (one byte of memory per slot).
@@ -443,14 +440,13 @@ impl Tuning {
     }
 }
 
-/// Builds a [`CircuitBreakerLayer`] (or a keyed one); every setter is validated by
-/// [`build`](Self::build), which names the field at fault.
+/// Builds a [`CircuitBreakerLayer`], or with [`keyed`](Self::keyed) one breaker per
+/// key; every setter is validated by `build`, which names the field at fault.
 pub struct CircuitBreakerBuilder<C = ErrorsAsFailures> {
     pub(crate) name: Name,
     pub(crate) config: CircuitBreakerConfig,
     pub(crate) classifier: C,
     pub(crate) random: Option<Box<dyn RandomSource>>,
-    pub(crate) per_key_metrics: bool,
 }
 
 impl<C: std::fmt::Debug> std::fmt::Debug for CircuitBreakerBuilder<C> {
@@ -470,7 +466,6 @@ impl CircuitBreakerBuilder {
             config: CircuitBreakerConfig::default(),
             classifier: ErrorsAsFailures,
             random: None,
-            per_key_metrics: false,
         }
     }
 }
@@ -602,58 +597,12 @@ impl<C> CircuitBreakerBuilder<C> {
             config: self.config,
             classifier,
             random: self.random,
-            per_key_metrics: self.per_key_metrics,
         }
-    }
-
-    /// For a keyed layer ([`build_keyed`](Self::build_keyed)): report each key's
-    /// breaker in series of its own, labelled `name` (the layer's) and `key` (the
-    /// key's `Display`), instead of all keys together under the layer's name. No
-    /// effect on [`build`](Self::build).
-    ///
-    /// **Cardinality:** keys come from requests, so clients choose how many series
-    /// this makes. At most `max_keys` keys are live at once, but the `metrics`
-    /// facade cannot remove a series: an evicted key's series (its state gauge
-    /// back at 0) stay in the exporter until its idle timeout drops them (with
-    /// `metrics-exporter-prometheus`, `PrometheusBuilder::idle_timeout`). Budget
-    /// 24 series per key seen within that timeout, plus operator transitions. Use it
-    /// for keys from a fixed set (routes, configured tenants), not for a host or
-    /// header a client picks.
-    #[must_use]
-    pub fn per_key_metrics(mut self) -> Self {
-        self.per_key_metrics = true;
-        self
     }
 
     /// Validates the configuration and creates the layer and its one shared breaker.
     pub fn build(self) -> Result<CircuitBreakerLayer<C>, ConfigError> {
         CircuitBreakerLayer::from_parts(self)
-    }
-
-    /// Validates the configuration and creates a keyed layer: one breaker per key
-    /// that `key` extracts from the request (a host, a route, a tenant), at most
-    /// `max_keys` of them (see [`KeyedCircuitBreakerLayer`] for the eviction rule).
-    ///
-    /// ```
-    /// use seawall_circuit_breaker::CircuitBreakerLayer;
-    ///
-    /// let per_host = CircuitBreakerLayer::builder("suppliers")
-    ///     .build_keyed(64, |req: &http::Request<()>| {
-    ///         req.uri().host().unwrap_or("").to_owned()
-    ///     })
-    ///     .unwrap();
-    /// # let _ = per_host;
-    /// ```
-    pub fn build_keyed<Req, K, F>(
-        self,
-        max_keys: usize,
-        key: F,
-    ) -> Result<KeyedCircuitBreakerLayer<K, F, C>, ConfigError>
-    where
-        F: Fn(&Req) -> K,
-        K: Hash + Eq + Clone + fmt::Display,
-    {
-        KeyedCircuitBreakerLayer::from_parts(self, max_keys, key)
     }
 }
 

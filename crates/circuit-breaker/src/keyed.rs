@@ -2,12 +2,13 @@
 
 use std::fmt;
 use std::hash::Hash;
+use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::{Context, Poll};
 
 use seawall_core::{
-    bounded_by_current, BoxError, ClassifyRequest, ConfigError, KeyedMap, Name, OpenCause,
-    RandomSource, SeededRandom,
+    bounded_by_current, check_positive, BoxError, ClassifyRequest, ConfigError, KeyedMap, Name,
+    OpenCause, RandomSource, SeededRandom, DEFAULT_MAX_KEYS,
 };
 use tokio::time::Instant;
 use tower_layer::Layer;
@@ -31,8 +32,10 @@ use crate::telemetry::Series;
 ///
 /// **Bound and eviction.** At most `max_keys` breakers are kept, in a
 /// [`KeyedMap`]: a call costs a shared read lock, a hash of the key and an `Arc`
-/// clone on top of the breaker itself, and a new key costs the same at 10 keys as
-/// at 100,000. When a new key meets a full map, a bounded CLOCK sweep evicts a key
+/// clone on top of the breaker itself, and a new key does the same work at 10 keys
+/// as at 100,000 (what grows is the memory hierarchy's share: the evicted key's
+/// breaker was last used long ago, so reading and dropping it misses the cache).
+/// When a new key meets a full map, a bounded CLOCK sweep evicts a key
 /// not used lately whose breaker is plainly closed (not open, half-open, ramping,
 /// forced or disabled) — a closed breaker's window is the only history lost. An
 /// open breaker is never evicted: if every breaker the sweep looks at is pinned
@@ -48,8 +51,8 @@ use crate::telemetry::Series;
 /// the layer's `name`, so `seawall_breaker_calls_total{name}` counts all keys and
 /// `seawall_breaker_state{name, state}` is the number of keys in each state.
 /// Per-key series are an opt-in,
-/// [`per_key_metrics`](CircuitBreakerBuilder::per_key_metrics), whose docs give
-/// their cardinality.
+/// [`per_key_metrics`](KeyedCircuitBreakerBuilder::per_key_metrics), whose docs
+/// give their cardinality.
 ///
 /// **Readiness.** The key is known only in `call`, so `poll_ready` always polls the
 /// inner service; a call rejected because its key is open does not reach it.
@@ -172,35 +175,112 @@ where
     }
 }
 
-impl<K, F, C> KeyedCircuitBreakerLayer<K, F, C> {
-    pub(crate) fn from_parts(
-        builder: CircuitBreakerBuilder<C>,
-        max_keys: usize,
-        key: F,
-    ) -> Result<Self, ConfigError> {
-        builder.config.validate()?;
-        if max_keys == 0 {
-            return Err(ConfigError::new("max_keys", "must be at least 1"));
+impl<C> CircuitBreakerBuilder<C> {
+    /// One breaker per key that `key` extracts from the request (a host, a route, a
+    /// tenant) instead of one shared breaker: every setting so far applies to each
+    /// key's breaker; the bound on keys and per-key series are set on what this
+    /// returns (see [`KeyedCircuitBreakerLayer`] for the eviction rule).
+    ///
+    /// ```
+    /// use seawall_circuit_breaker::CircuitBreakerLayer;
+    ///
+    /// let per_host = CircuitBreakerLayer::builder("suppliers")
+    ///     .consecutive_failures(5)
+    ///     .keyed(|req: &http::Request<()>| req.uri().host().unwrap_or("").to_owned())
+    ///     .max_keys(64)
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = per_host;
+    /// ```
+    pub fn keyed<Req, K, F>(self, key: F) -> KeyedCircuitBreakerBuilder<K, F, C>
+    where
+        F: Fn(&Req) -> K,
+        K: Hash + Eq + Clone + fmt::Display,
+    {
+        KeyedCircuitBreakerBuilder {
+            breaker: self,
+            key,
+            max_keys: DEFAULT_MAX_KEYS,
+            per_key_metrics: false,
+            _key: PhantomData,
         }
-        let random = builder.random;
-        Ok(Self {
+    }
+}
+
+/// Builds a [`KeyedCircuitBreakerLayer`]: the settings only a keyed layer has. Made
+/// by [`CircuitBreakerBuilder::keyed`], after the breaker's own settings.
+pub struct KeyedCircuitBreakerBuilder<K, F, C> {
+    breaker: CircuitBreakerBuilder<C>,
+    key: F,
+    max_keys: usize,
+    per_key_metrics: bool,
+    _key: PhantomData<fn() -> K>,
+}
+
+impl<K, F, C: fmt::Debug> fmt::Debug for KeyedCircuitBreakerBuilder<K, F, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedCircuitBreakerBuilder")
+            .field("breaker", &self.breaker)
+            .field("max_keys", &self.max_keys)
+            .field("per_key_metrics", &self.per_key_metrics)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K, F, C> KeyedCircuitBreakerBuilder<K, F, C>
+where
+    K: Hash + Eq + Clone + fmt::Display,
+{
+    /// The most keys with a breaker at once (default [`DEFAULT_MAX_KEYS`], at least 1).
+    #[must_use]
+    pub fn max_keys(mut self, n: usize) -> Self {
+        self.max_keys = n;
+        self
+    }
+
+    /// Reports each key's breaker in series of its own, labelled `name` (the
+    /// layer's) and `key` (the key's `Display`), instead of all keys together under
+    /// the layer's name.
+    ///
+    /// **Cardinality:** keys come from requests, so clients choose how many series
+    /// this makes. At most `max_keys` keys are live at once, but the `metrics`
+    /// facade cannot remove a series: an evicted key's series (its state gauge
+    /// back at 0) stay in the exporter until its idle timeout drops them (with
+    /// `metrics-exporter-prometheus`, `PrometheusBuilder::idle_timeout`). Budget
+    /// 24 series per key seen within that timeout, plus operator transitions. Use it
+    /// for keys from a fixed set (routes, configured tenants), not for a host or
+    /// header a client picks.
+    #[must_use]
+    pub fn per_key_metrics(mut self) -> Self {
+        self.per_key_metrics = true;
+        self
+    }
+
+    /// Validates the configuration and creates the layer and its map of breakers.
+    pub fn build(self) -> Result<KeyedCircuitBreakerLayer<K, F, C>, ConfigError> {
+        let builder = self.breaker;
+        builder.config.validate()?;
+        check_positive("max_keys", self.max_keys)?;
+        Ok(KeyedCircuitBreakerLayer {
             shared: Arc::new(Keyed {
                 series: Series::named(&builder.name),
                 name: builder.name,
-                per_key_metrics: builder.per_key_metrics,
+                per_key_metrics: self.per_key_metrics,
                 settings: Mutex::new(Settings {
                     built: builder.config.clone(),
                     config: builder.config,
-                    random,
+                    random: builder.random,
                 }),
-                map: KeyedMap::new(max_keys),
+                map: KeyedMap::new(self.max_keys),
                 overflow: OnceLock::new(),
             }),
-            key,
+            key: self.key,
             classifier: builder.classifier,
         })
     }
+}
 
+impl<K, F, C> KeyedCircuitBreakerLayer<K, F, C> {
     /// The operator's handle on every key's breaker.
     pub fn handle(&self) -> KeyedHandle<K> {
         KeyedHandle {

@@ -342,7 +342,7 @@
 //! clone of the layer share it; a readiness-mode service's wait is its own. A service clone does not share the inner service's reserved
 //! readiness. Breakers are per process. For one breaker per host, route or tenant,
 //! with a bound on the number of keys, use [`KeyedCircuitBreakerLayer`]
-//! ([`CircuitBreakerBuilder::build_keyed`]).
+//! ([`CircuitBreakerBuilder::keyed`]).
 //!
 //! # Cost
 //!
@@ -404,11 +404,13 @@ pub use config::{
 pub use future::ResponseFuture;
 pub use handle::{Counters, Forced, Handle, Snapshot, TransitionCount};
 pub use hooks::{ProbeDecision, ProbeGate, ProbeRequest, Verdict, VerdictOutcome};
-pub use keyed::{KeyedCircuitBreaker, KeyedCircuitBreakerLayer, KeyedHandle};
+pub use keyed::{
+    KeyedCircuitBreaker, KeyedCircuitBreakerBuilder, KeyedCircuitBreakerLayer, KeyedHandle,
+};
 pub use layer::CircuitBreakerLayer;
 pub use machine::{Reason, State, Transition};
 pub use readiness::{PendingWhileOpen, PendingWhileOpenLayer};
-pub use seawall_core::{CircuitOpen, DeadlineExceeded};
+pub use seawall_core::{CircuitOpen, DeadlineExceeded, DEFAULT_MAX_KEYS};
 pub use service::CircuitBreaker;
 
 /// Gives the breaker's metrics their help text and unit.

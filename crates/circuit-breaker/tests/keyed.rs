@@ -77,7 +77,9 @@ fn is_open_rejection(err: &BoxError, name: &str) -> bool {
 async fn one_sick_host_is_cut_off_while_the_others_keep_working() {
     let layer = CircuitBreakerLayer::builder("suppliers")
         .consecutive_failures(3)
-        .build_keyed(8, host)
+        .keyed(host)
+        .max_keys(8)
+        .build()
         .unwrap();
     let handle = layer.handle();
     let suppliers = Suppliers::default();
@@ -121,7 +123,9 @@ async fn one_sick_host_is_cut_off_while_the_others_keep_working() {
 async fn a_full_map_evicts_a_closed_key_not_used_lately() {
     let layer = CircuitBreakerLayer::builder("suppliers")
         .consecutive_failures(1)
-        .build_keyed(3, host)
+        .keyed(host)
+        .max_keys(3)
+        .build()
         .unwrap();
     let handle = layer.handle();
     let suppliers = Suppliers::default();
@@ -145,7 +149,9 @@ async fn a_full_map_evicts_a_closed_key_not_used_lately() {
 async fn when_every_key_is_open_new_keys_share_the_overflow_breaker() {
     let layer = CircuitBreakerLayer::builder("suppliers")
         .consecutive_failures(1)
-        .build_keyed(2, host)
+        .keyed(host)
+        .max_keys(2)
+        .build()
         .unwrap();
     let handle = layer.handle();
     let suppliers = Suppliers::default();
@@ -173,7 +179,9 @@ async fn when_every_key_is_open_new_keys_share_the_overflow_breaker() {
 async fn reconfiguring_applies_to_every_key_and_to_new_ones() {
     let layer = CircuitBreakerLayer::builder("suppliers")
         .consecutive_failures(5)
-        .build_keyed(8, host)
+        .keyed(host)
+        .max_keys(8)
+        .build()
         .unwrap();
     let handle = layer.handle();
     let suppliers = Suppliers::default();
@@ -217,7 +225,9 @@ async fn reconfiguring_applies_to_every_key_and_to_new_ones() {
 #[test]
 fn zero_keys_is_a_config_error() {
     let err = CircuitBreakerLayer::builder("suppliers")
-        .build_keyed(0, host)
+        .keyed(host)
+        .max_keys(0)
+        .build()
         .unwrap_err();
     assert_eq!(err.field(), "max_keys");
 }
@@ -265,7 +275,9 @@ fn the_inner_service_may_use_the_keyed_layer_while_it_is_polled_and_called() {
     let (done, finished) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let layer = CircuitBreakerLayer::builder("suppliers")
-            .build_keyed(2, host as fn(&Req) -> String)
+            .keyed(host as fn(&Req) -> String)
+            .max_keys(2)
+            .build()
             .unwrap();
         let handle = layer.handle();
         let mut svc = layer.layer(Nested {
@@ -290,4 +302,40 @@ fn the_inner_service_may_use_the_keyed_layer_while_it_is_polled_and_called() {
         .expect("the keyed layer deadlocked with its inner service");
     // Six keys went through a map of two.
     assert_eq!(evicted, 4);
+}
+
+/// The settings a plain layer is built with, given to a keyed one by `.keyed(..)`.
+fn three_strikes() -> seawall_circuit_breaker::CircuitBreakerBuilder {
+    CircuitBreakerLayer::builder("suppliers")
+        .consecutive_failures(3)
+        .open_for(Duration::from_secs(30))
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_builder_makes_a_shared_breaker_or_one_per_key_with_the_same_settings() {
+    let shared = three_strikes().build().unwrap();
+    let keyed = three_strikes().keyed(host).max_keys(2).build().unwrap();
+    assert_eq!(shared.handle().config(), keyed.handle().config());
+    assert_eq!(keyed.handle().max_keys(), 2);
+    let default = three_strikes().keyed(host).build().unwrap();
+    assert_eq!(
+        default.handle().max_keys(),
+        seawall_circuit_breaker::DEFAULT_MAX_KEYS
+    );
+
+    let suppliers = Suppliers::default();
+    suppliers.down("a.example");
+    let mut one = shared.layer(suppliers.clone());
+    let mut per_host = keyed.layer(suppliers.clone());
+    for _ in 0..3 {
+        send(&mut one, "a.example").await.unwrap_err();
+        send(&mut per_host, "a.example").await.unwrap_err();
+    }
+    // Three failures trip both; the shared breaker turns every host away, the
+    // keyed one only the sick host.
+    let err = send(&mut one, "b.example").await.unwrap_err();
+    assert!(is_open_rejection(&err, "suppliers"), "{err}");
+    let err = send(&mut per_host, "a.example").await.unwrap_err();
+    assert!(is_open_rejection(&err, "suppliers/a.example"), "{err}");
+    assert_eq!(send(&mut per_host, "b.example").await.unwrap(), "quote");
 }

@@ -112,7 +112,9 @@ fn five_thousand_keys_leave_a_bounded_number_of_series_by_default() {
     metrics::with_local_recorder(&series, || {
         let layer = CircuitBreakerLayer::builder("suppliers")
             .consecutive_failures(1)
-            .build_keyed(16, |host: &String| host.clone())
+            .keyed(|host: &String| host.clone())
+            .max_keys(16)
+            .build()
             .unwrap();
         let handle = layer.handle();
         let svc = layer.layer(suppliers());
@@ -169,8 +171,10 @@ fn per_key_series_are_an_opt_in_with_a_key_label() {
     metrics::with_local_recorder(&series, || {
         let layer = CircuitBreakerLayer::builder("routes")
             .consecutive_failures(1)
+            .keyed(|route: &String| route.clone())
+            .max_keys(4)
             .per_key_metrics()
-            .build_keyed(4, |route: &String| route.clone())
+            .build()
             .unwrap();
         let handle = layer.handle();
         let svc = layer.layer(suppliers());
@@ -232,8 +236,10 @@ fn a_key_made_while_the_configuration_changes_gets_the_new_one() {
     metrics::with_local_recorder(series, || {
         let layer = CircuitBreakerLayer::builder("suppliers")
             .consecutive_failures(5)
+            .keyed(|host: &String| host.clone())
+            .max_keys(4)
             .per_key_metrics()
-            .build_keyed(4, |host: &String| host.clone())
+            .build()
             .unwrap();
         let _ = handle.set(layer.handle());
         let svc = layer.layer(suppliers());

@@ -231,7 +231,9 @@ async fn a_keyed_layer_shadows_every_key_and_switches_them_all() {
     let layer = CircuitBreakerLayer::builder("suppliers")
         .consecutive_failures(1)
         .shadow(true)
-        .build_keyed(8, |(host, _fail): &(&'static str, bool)| *host)
+        .keyed(|(host, _fail): &(&'static str, bool)| *host)
+        .max_keys(8)
+        .build()
         .unwrap();
     let handle = layer.handle();
     let svc = layer.layer(service_fn(|(_, fail): (&'static str, bool)| async move {

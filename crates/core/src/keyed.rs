@@ -10,6 +10,9 @@ use hashbrown::HashTable;
 /// The most slots one insert looks at before giving up on finding one to evict.
 pub const MAX_PROBES: usize = 64;
 
+/// The bound on keys of a keyed layer unless its builder's `max_keys` says otherwise.
+pub const DEFAULT_MAX_KEYS: usize = 1024;
+
 /// A bounded map from keys to shared state, for the keyed layers.
 ///
 /// Keys often come from the request (a host, a route, a tenant header), so a client
@@ -699,7 +702,10 @@ mod tests {
         // Not grown (it would double), and still room for twice the keys: the
         // markers the evictions left are few.
         let after = map.read().index.capacity();
-        assert!(after <= capacity && after >= 2_000, "{capacity} then {after}");
+        assert!(
+            after <= capacity && after >= 2_000,
+            "{capacity} then {after}"
+        );
         assert_eq!(map.len(), 1_000);
         assert_eq!(map.read().slots.len(), 1_000);
     }

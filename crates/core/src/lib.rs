@@ -105,7 +105,7 @@ pub use deadline::{
     WithDeadline, GRPC_TIMEOUT,
 };
 pub use handle::LayerHandle;
-pub use keyed::{KeyedMap, MAX_PROBES};
+pub use keyed::{KeyedMap, DEFAULT_MAX_KEYS, MAX_PROBES};
 pub use random::{RandomSource, SeededRandom};
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
