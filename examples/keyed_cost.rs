@@ -19,6 +19,13 @@
 //!   hierarchy's, not an algorithm's: an evicted entry was last touched 10^5 new
 //!   keys ago, so its index bucket and its value are no longer in cache, and a
 //!   10^5-entry table does not fit in a core's L2.
+//!
+//! Wall-clock figures move with the machine's load; instruction counts do not. To
+//! see that the work per new key is the same at every size, run a flood under
+//! `valgrind --tool=cachegrind --cache-sim=yes --LL=2097152,16,64` (a 2 MiB
+//! last-level cache, a core's L2) and difference two flood lengths: the map alone
+//! runs about 680 instructions per new key at 10 keys and at 10^5, and what grows
+//! is the misses, about 1.8 per new key at 10^5, as a plain `HashMap` shows too.
 #![allow(clippy::print_stdout)]
 
 use std::collections::HashMap;
