@@ -604,7 +604,8 @@ struct Task<S> {
     peer_trip: Option<FleetEpoch>,
 }
 
-async fn next_push(feed: &mut Option<Subscription>) -> Option<FleetEvent> {
+/// The next push of `feed`; never, without one.
+pub(crate) async fn next_push(feed: &mut Option<Subscription>) -> Option<FleetEvent> {
     match feed {
         Some(feed) => feed.next().await,
         None => std::future::pending().await,
@@ -639,6 +640,8 @@ impl<S: Store> Task<S> {
                     Some(FleetEvent::Tripped(epoch)) => {
                         self.consider_fleet_trip(epoch);
                     }
+                    // A cap's news, never pushed on a breaker's channel.
+                    Some(FleetEvent::SlotsFreed(_)) => {}
                     None => {
                         self.feed = None;
                         let e = StoreError::Unavailable("the subscription ended".into());

@@ -57,9 +57,12 @@ impl<T: Copy + Ord> Ledger<T> {
     }
 
     /// Applies `claim` at `now`: it expires at `expires` (`now` plus its TTL).
-    pub(crate) fn claim(&mut self, claim: &Claim, now: T, expires: T) -> ClaimReply {
+    /// Also says whether to push [`SlotsFreed`](crate::FleetEvent::SlotsFreed):
+    /// fewer slots are reserved than before while another claim wants more.
+    pub(crate) fn claim(&mut self, claim: &Claim, now: T, expires: T) -> (ClaimReply, bool) {
         let settled = *self.settled.get_or_insert(expires);
         let settling = now < settled;
+        let before = self.reserved();
         self.claims.retain(|_, e| e.expires > now);
         let me = claim.instance.0;
         let stale = self.claims.get(&me).is_some_and(|e| e.seq >= claim.seq);
@@ -96,13 +99,22 @@ impl<T: Copy + Ord> Ledger<T> {
                     expires,
                 },
             );
-            return self.reply(grant, false);
+            let wanting = self
+                .claims
+                .iter()
+                .any(|(id, e)| *id != me && e.demand > e.reserved);
+            let freed = self.reserved() < before && wanting;
+            return (self.reply(grant, false), freed);
         }
-        self.reply(0, true)
+        (self.reply(0, true), false)
+    }
+
+    fn reserved(&self) -> u64 {
+        self.claims.values().map(|e| u64::from(e.reserved)).sum()
     }
 
     fn reply(&self, allotment: u32, stale: bool) -> ClaimReply {
-        let reserved: u64 = self.claims.values().map(|e| u64::from(e.reserved)).sum();
+        let reserved = self.reserved();
         ClaimReply {
             allotment,
             cap: self.cap,
@@ -124,7 +136,7 @@ mod tests {
     /// A record settled at 0 (by a claim that expired at once).
     fn settled(cap: u32) -> Ledger<u64> {
         let mut l = Ledger::new(cap);
-        l.claim(&claim(99, 1, 0, 0), 0, 0);
+        let _ = l.claim(&claim(99, 1, 0, 0), 0, 0);
         l
     }
 
@@ -152,29 +164,55 @@ mod tests {
     fn a_share_lowered_by_the_division_is_kept_reserved_until_the_holder_drains() {
         let mut l = settled(10);
         // A alone: all 10.
-        assert_eq!(l.claim(&claim(1, 1, 10, 0), 0, 100).allotment, 10);
+        assert_eq!(l.claim(&claim(1, 1, 10, 0), 0, 100).0.allotment, 10);
         // B arrives: its fair share is 5, but A still has 10 reserved.
-        let b = l.claim(&claim(2, 1, 10, 0), 1, 101);
+        let b = l.claim(&claim(2, 1, 10, 0), 1, 101).0;
         assert_eq!((b.allotment, b.reserved), (0, 10));
         // A renews still holding 10: granted 5, but 10 stays reserved.
-        let a = l.claim(&claim(1, 2, 10, 10), 2, 102);
+        let a = l.claim(&claim(1, 2, 10, 10), 2, 102).0;
         assert_eq!((a.allotment, a.reserved), (5, 10));
         // A renews holding 5 (its calls above 5 ended): B now gets its 5.
-        assert_eq!(l.claim(&claim(1, 3, 10, 5), 3, 103).reserved, 5);
-        let b = l.claim(&claim(2, 2, 10, 0), 4, 104);
+        assert_eq!(l.claim(&claim(1, 3, 10, 5), 3, 103).0.reserved, 5);
+        let b = l.claim(&claim(2, 2, 10, 0), 4, 104).0;
         assert_eq!((b.allotment, b.reserved, b.claimants), (5, 10, 2));
+    }
+
+    #[test]
+    fn freed_slots_are_told_only_while_another_claim_wants_more() {
+        let mut l = settled(10);
+        let _ = l.claim(&claim(1, 1, 10, 0), 0, 100);
+        // B wants 10 and gets nothing: A holds all of it. Nothing freed yet.
+        let (b, freed) = l.claim(&claim(2, 1, 10, 0), 1, 101);
+        assert_eq!((b.allotment, freed), (0, false));
+        // A's demand is gone and so are its calls: 10 freed while B wants them.
+        let (a, freed) = l.claim(&claim(1, 2, 0, 0), 2, 102);
+        assert_eq!((a.allotment, a.reserved, freed), (0, 0, true));
+        let (b, freed) = l.claim(&claim(2, 2, 10, 0), 3, 103);
+        assert_eq!((b.allotment, freed), (10, false));
+        // B gives back half with nobody short of demand: nothing to tell.
+        let (_, freed) = l.claim(&claim(2, 3, 5, 5), 4, 104);
+        assert!(!freed);
+        // A wants 8 again and gets the 5 free; B lowering to 2 frees 3 for A.
+        let _ = l.claim(&claim(1, 3, 8, 0), 5, 105);
+        let (_, freed) = l.claim(&claim(2, 4, 2, 2), 6, 106);
+        assert!(freed);
+        // D gets the 3 left; C finds A's and B's claims expired: freed while D wants more.
+        let (d, _) = l.claim(&claim(4, 1, 10, 0), 7, 1000);
+        assert_eq!(d.allotment, 3);
+        let (c, freed) = l.claim(&claim(3, 1, 10, 0), 106, 206);
+        assert_eq!((c.allotment, freed), (5, true));
     }
 
     #[test]
     fn expired_claims_are_reclaimed_and_late_copies_change_nothing() {
         let mut l = settled(10);
-        l.claim(&claim(1, 1, 10, 0), 0, 100);
-        assert_eq!(l.claim(&claim(2, 1, 10, 0), 1, 101).allotment, 0);
+        let _ = l.claim(&claim(1, 1, 10, 0), 0, 100);
+        assert_eq!(l.claim(&claim(2, 1, 10, 0), 1, 101).0.allotment, 0);
         // At 100 A's claim is gone: B gets everything.
-        let b = l.claim(&claim(2, 2, 10, 0), 100, 200);
+        let b = l.claim(&claim(2, 2, 10, 0), 100, 200).0;
         assert_eq!((b.allotment, b.claimants), (10, 1));
         // A late copy of B's first claim: stale, B keeps its reservation.
-        let late = l.claim(&claim(2, 1, 0, 0), 101, 201);
+        let late = l.claim(&claim(2, 1, 0, 0), 101, 201).0;
         assert!(late.stale);
         assert_eq!((late.allotment, late.reserved), (0, 10));
     }
@@ -183,12 +221,12 @@ mod tests {
     fn a_settling_record_grants_no_more_than_is_held() {
         let mut l = Ledger::new(10);
         // Begun at 0 by a claim living until 100: settling until then.
-        assert_eq!(l.claim(&claim(1, 1, 10, 0), 0, 100).allotment, 0);
-        assert_eq!(l.claim(&claim(2, 1, 10, 4), 0, 100).allotment, 4);
-        assert_eq!(l.claim(&claim(2, 2, 10, 9), 1, 101).allotment, 5);
-        assert_eq!(l.claim(&claim(1, 2, 10, 0), 99, 199).allotment, 0);
+        assert_eq!(l.claim(&claim(1, 1, 10, 0), 0, 100).0.allotment, 0);
+        assert_eq!(l.claim(&claim(2, 1, 10, 4), 0, 100).0.allotment, 4);
+        assert_eq!(l.claim(&claim(2, 2, 10, 9), 1, 101).0.allotment, 5);
+        assert_eq!(l.claim(&claim(1, 2, 10, 0), 99, 199).0.allotment, 0);
         // Settled: shares by fairness and what is free.
-        assert_eq!(l.claim(&claim(1, 3, 10, 0), 100, 200).allotment, 1);
+        assert_eq!(l.claim(&claim(1, 3, 10, 0), 100, 200).0.allotment, 1);
     }
 
     proptest! {
@@ -231,7 +269,7 @@ mod tests {
                 let held = grant[i].max(active[i]);
                 seq[i] += 1;
                 let c = Claim::new(InstanceId(who), seq[i], demand, held, Duration::from_secs(1), cap);
-                let r = l.claim(&c, now, now + 1_000_000);
+                let r = l.claim(&c, now, now + 1_000_000).0;
                 prop_assert!(r.reserved <= cap, "reserved {} over {}", r.reserved, cap);
                 grant[i] = r.allotment;
                 active[i] = active[i].max(grant[i].min(demand));

@@ -290,7 +290,7 @@ impl State {
             let end = now.checked_add(trip.within).unwrap_or(now);
             self.fleet_trips
                 .insert(keys.fleet_trip().to_owned(), (epoch, end));
-            self.push(keys, FleetEvent::Tripped(epoch));
+            self.push(keys.channel(), FleetEvent::Tripped(epoch));
             fleet_trip = Some(epoch);
         }
         TripReply {
@@ -333,13 +333,13 @@ impl State {
                 self.trips.remove(keys.trips());
                 self.fleet_trips.remove(keys.fleet_trip());
             }
-            self.push(keys, FleetEvent::Verdict(verdict));
+            self.push(keys.channel(), FleetEvent::Verdict(verdict));
         }
         Some(stored)
     }
 
-    fn push(&mut self, keys: &Keys, event: FleetEvent) {
-        let Some(subscribers) = self.subscribers.get_mut(keys.channel()) else {
+    fn push(&mut self, channel: &str, event: FleetEvent) {
+        let Some(subscribers) = self.subscribers.get_mut(channel) else {
             return;
         };
         subscribers.retain(|tx| !tx.is_closed());
@@ -583,7 +583,14 @@ impl Store for LocalStore {
     }
 
     async fn subscribe(&self, keys: &Keys) -> Result<Subscription, StoreError> {
-        let channel = keys.channel().to_owned();
+        self.listen(keys.channel()).await
+    }
+}
+
+impl LocalStore {
+    /// Pushes on `channel` from now on.
+    async fn listen(&self, channel: &str) -> Result<Subscription, StoreError> {
+        let channel = channel.to_owned();
         let (tx, rx) = mpsc::channel(SUBSCRIPTION_CAPACITY);
         self.run(move |s, _| {
             s.subscribers.entry(channel).or_default().push(tx);
@@ -595,13 +602,24 @@ impl Store for LocalStore {
 
 impl CapStore for LocalStore {
     async fn claim(&self, keys: &CapKeys, claim: Claim) -> Result<ClaimReply, StoreError> {
-        let key = keys.claims().to_owned();
+        let keys = keys.clone();
         self.run(move |s, now| {
-            let ledger = s.caps.entry(key).or_insert_with(|| Ledger::new(claim.cap));
+            let ledger = s
+                .caps
+                .entry(keys.claims().to_owned())
+                .or_insert_with(|| Ledger::new(claim.cap));
             let expires = now.checked_add(claim.ttl).unwrap_or(now);
-            ledger.claim(&claim, now, expires)
+            let (reply, freed) = ledger.claim(&claim, now, expires);
+            if freed {
+                s.push(keys.freed(), FleetEvent::SlotsFreed(claim.instance));
+            }
+            reply
         })
         .await
+    }
+
+    async fn watch_freed(&self, keys: &CapKeys) -> Result<Subscription, StoreError> {
+        self.listen(keys.freed()).await
     }
 
     async fn set_cap(&self, keys: &CapKeys, cap: u32) -> Result<(), StoreError> {

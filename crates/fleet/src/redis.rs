@@ -18,6 +18,11 @@
 //!   TTL; `<epoch>:T` is `PUBLISH`ed on `…:verdicts` when it starts. A
 //!   successful verdict deletes both: they were about the sickness it ended.
 //!
+//! Under a capped bulkhead's [`CapKeys`], one hash holds the cap (`g`), when
+//! the record settles (`settled`) and each live claim (`i:<instance>` as
+//! `<seq>:<demand>:<reserved>:<expiry ms>`); a claim that frees slots while
+//! another wants more publishes `freed:<instance>` on `…:freed`.
+//!
 //! Epochs travel as decimal strings, never as Lua numbers (doubles), so they stay
 //! exact. Each breaker's keys share one hash tag, so a script touching several of
 //! them stays in one cluster slot.
@@ -51,8 +56,9 @@ use seawall_core::ConfigError;
 use tokio::sync::{mpsc, OnceCell};
 
 use crate::store::{
-    CapKeys, CapStore, Claim, ClaimReply, FleetEpoch, FleetEvent, FleetVerdict, Keys, LeaseReply,
-    LeaseRequest, ProbeResult, Store, StoreError, Subscription, Token, TripRecord, TripReply,
+    CapKeys, CapStore, Claim, ClaimReply, FleetEpoch, FleetEvent, FleetVerdict, InstanceId, Keys,
+    LeaseReply, LeaseRequest, ProbeResult, Store, StoreError, Subscription, Token, TripRecord,
+    TripReply,
 };
 
 /// Pushed verdicts a slow subscriber may have pending before newer ones are
@@ -148,8 +154,9 @@ return {tripped, fleet_trip or ''}
 ";
 
 /// KEYS: the cap's hash. ARGV: instance (32 hex digits), seq, demand, held, ttl
-/// in ms, configured cap. Returns {allotment, cap, reserved, demand, claimants,
-/// stale}. The steps of `CapStore`'s contract, with the server's `TIME`.
+/// in ms, configured cap, the freed channel. Returns {allotment, cap, reserved,
+/// demand, claimants, stale}. The steps of `CapStore`'s contract, with the
+/// server's `TIME`; `freed:<instance>` is published as step 6.
 const CLAIM: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -168,11 +175,12 @@ end
 local me = 'i:' .. ARGV[1]
 local all = redis.call('HGETALL', KEYS[1])
 local claims = {}
-local others, mine = 0, nil
+local others, mine, before, wanting = 0, nil, 0, false
 for i = 1, #all, 2 do
   local field, value = all[i], all[i + 1]
   if string.sub(field, 1, 2) == 'i:' then
     local seq, d, r, e = string.match(value, '^(%d+):(%d+):(%d+):(%d+)$')
+    if seq then before = before + tonumber(r) end
     if not seq or tonumber(e) <= now then
       redis.call('HDEL', KEYS[1], field)
     elseif field == me then
@@ -180,6 +188,7 @@ for i = 1, #all, 2 do
     else
       claims[#claims + 1] = {field, tonumber(d)}
       others = others + tonumber(r)
+      if tonumber(d) > tonumber(r) then wanting = true end
     end
   end
 end
@@ -209,6 +218,9 @@ local grant = math.min(fair, free)
 if now < settled then grant = math.min(grant, held) end
 local reserved = math.max(grant, held)
 redis.call('HSET', KEYS[1], me, ARGV[2] .. ':' .. demand .. ':' .. reserved .. ':' .. (now + ttl))
+if wanting and others + reserved < before then
+  redis.call('PUBLISH', ARGV[7], 'freed:' .. ARGV[1])
+end
 return {grant, g, others + reserved, total, #claims, 0}
 ";
 
@@ -496,6 +508,13 @@ impl Store for RedisStore {
     }
 
     async fn subscribe(&self, keys: &Keys) -> Result<Subscription, StoreError> {
+        self.listen(keys.channel()).await
+    }
+}
+
+impl RedisStore {
+    /// Pushes on `channel` from now on: registered, then `SUBSCRIBE`d.
+    async fn listen(&self, channel: &str) -> Result<Subscription, StoreError> {
         let mut con = self.connection().await?;
         let (tx, rx) = mpsc::channel(SUBSCRIPTION_CAPACITY);
         let order = self.inner.subscribers.order.lock().await;
@@ -503,7 +522,7 @@ impl Store for RedisStore {
         self.inner
             .subscribers
             .lock()
-            .entry(keys.channel().to_owned())
+            .entry(channel.to_owned())
             .or_default()
             .push(tx.clone());
         // Until it is answered, this subscription is released if the call fails or
@@ -511,11 +530,11 @@ impl Store for RedisStore {
         // applied: the server's subscription must not outlive it).
         let mut pending = Release {
             subscribers: Some(Arc::clone(&self.inner.subscribers)),
-            channel: keys.channel().to_owned(),
+            channel: channel.to_owned(),
             tx,
             con: con.clone(),
         };
-        let subscribed = con.subscribe(keys.channel()).await;
+        let subscribed = con.subscribe(channel).await;
         drop(order);
         subscribed.map_err(store_error)?;
         let release = Release {
@@ -580,6 +599,7 @@ impl CapStore for RedisStore {
             .arg(claim.held)
             .arg(ttl_ms)
             .arg(claim.cap)
+            .arg(keys.freed())
             .invoke_async(&mut con)
             .await
             .map_err(store_error)?;
@@ -597,6 +617,10 @@ impl CapStore for RedisStore {
             .await
             .map_err(store_error)?;
         Ok(())
+    }
+
+    async fn watch_freed(&self, keys: &CapKeys) -> Result<Subscription, StoreError> {
+        self.listen(keys.freed()).await
     }
 }
 
@@ -674,8 +698,16 @@ fn parse_trip_reply(reply: &[Value]) -> Option<TripReply> {
     })
 }
 
-/// A pushed payload: a verdict (`<epoch>:S`, `<epoch>:F`) or a fleet trip (`<epoch>:T`).
+/// A pushed payload: a verdict (`<epoch>:S`, `<epoch>:F`), a fleet trip
+/// (`<epoch>:T`) or a cap's freed slots (`freed:<instance>`).
 fn parse_event(s: &str) -> Option<FleetEvent> {
+    if let Some(instance) = s.strip_prefix("freed:") {
+        let valid = instance.len() == 32 && instance.bytes().all(|b| b.is_ascii_hexdigit());
+        return valid
+            .then(|| u128::from_str_radix(instance, 16).ok())
+            .flatten()
+            .map(|id| FleetEvent::SlotsFreed(InstanceId(id)));
+    }
     match s.strip_suffix(":T") {
         Some(epoch) => parse_epoch(epoch).map(FleetEvent::Tripped),
         None => parse_verdict(s).map(FleetEvent::Verdict),
@@ -739,6 +771,17 @@ mod tests {
         );
         assert!(matches!(parse_event("12:F"), Some(FleetEvent::Verdict(_))));
         for bad in [":T", "+1:T", "x:T", "1:T:T"] {
+            assert_eq!(parse_event(bad), None, "{bad:?}");
+        }
+        assert_eq!(
+            parse_event("freed:000000000000000000000000000000ff"),
+            Some(FleetEvent::SlotsFreed(InstanceId(255)))
+        );
+        for bad in [
+            "freed:",
+            "freed:ff",
+            "freed:+00000000000000000000000000000ff",
+        ] {
             assert_eq!(parse_event(bad), None, "{bad:?}");
         }
         assert_eq!(

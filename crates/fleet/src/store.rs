@@ -119,6 +119,10 @@ pub enum FleetEvent {
     /// Enough instances tripped within the window: the fleet trips together, as of
     /// this epoch (see [`FleetConfig::trip_together`](crate::FleetConfig::trip_together)).
     Tripped(FleetEpoch),
+    /// A claim to a fleet-wide cap, by this instance, lowered the slots reserved
+    /// while another live claim wanted more than it holds (pushed on
+    /// [`CapKeys::freed`]): a claim sent now may be granted more.
+    SlotsFreed(InstanceId),
 }
 
 /// An instance's trip, recorded for the fleet trip
@@ -228,7 +232,8 @@ impl std::error::Error for StoreError {
     }
 }
 
-/// A stream of [`FleetEvent`]s (verdicts, fleet trips) pushed by the store for one breaker.
+/// A stream of [`FleetEvent`]s pushed by the store: verdicts and fleet trips for
+/// one breaker, or freed slots for one capped bulkhead.
 ///
 /// Built by a store from the receiving half of a Tokio channel it feeds. `None`
 /// from [`next`](Self::next) means the subscription is gone (a dropped
@@ -489,32 +494,41 @@ pub trait Store: Send + Sync + 'static {
 
 /// The store's key for one capped bulkhead: the cap, when the store's record of it
 /// began, and every live claim, in one hash (so a flush or an eviction loses all
-/// of it together, never half).
+/// of it together, never half); and the channel that says slots were freed.
 ///
 /// ```
 /// use seawall_fleet::CapKeys;
 ///
 /// let keys = CapKeys::new("shop", "freight").unwrap();
 /// assert_eq!(keys.claims(), "shop:v1:cap:{freight}");
+/// assert_eq!(keys.freed(), "shop:v1:cap:{freight}:freed");
 /// assert!(CapKeys::new("", "freight").is_err());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CapKeys {
     claims: String,
+    freed: String,
 }
 
 impl CapKeys {
     /// The key of bulkhead `name` under `prefix` (the rules of [`Keys::new`]).
     pub fn new(prefix: &str, name: &str) -> Result<Self, ConfigError> {
         check_prefix(prefix)?;
+        let claims = format!("{prefix}:v{SCHEMA_VERSION}:cap:{{{}}}", escape(name));
         Ok(Self {
-            claims: format!("{prefix}:v{SCHEMA_VERSION}:cap:{{{}}}", escape(name)),
+            freed: format!("{claims}:freed"),
+            claims,
         })
     }
 
     /// Holds the cap, its start and the claims.
     pub fn claims(&self) -> &str {
         &self.claims
+    }
+
+    /// The channel [`FleetEvent::SlotsFreed`] is pushed on.
+    pub fn freed(&self) -> &str {
+        &self.freed
     }
 }
 
@@ -624,11 +638,17 @@ pub struct ClaimReply {
 /// 4. grants `min(fair share, cap - what the others have reserved)`, and, until
 ///    the record settles (a new or wiped store cannot know what older leases are
 ///    still in use), no more than `held`;
-/// 5. reserves `max(grant, held)` for the instance until `now + ttl`.
+/// 5. reserves `max(grant, held)` for the instance until `now + ttl`;
+/// 6. if the slots reserved across the fleet are now fewer than before the
+///    claim (its own reservation lowered, expired claims dropped) while another
+///    live claim's demand is above its reservation, pushes
+///    [`FleetEvent::SlotsFreed`]`(claim.instance)` on [`CapKeys::freed`], in
+///    the same atomic step.
 ///
 /// So the reservations never sum above the cap while every instance renews
-/// within its TTL, and an allotment lowered by the division frees its slots only
-/// as the instance's calls end.
+/// within its TTL, an allotment lowered by the division frees its slots only
+/// as the instance's calls end, and an instance short of its demand hears of
+/// freed slots at once instead of at its next renewal.
 pub trait CapStore: Send + Sync + 'static {
     /// Applies `claim` (see the trait's contract) and answers the allotment.
     fn claim(
@@ -644,4 +664,12 @@ pub trait CapStore: Send + Sync + 'static {
         keys: &CapKeys,
         cap: u32,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// [`FleetEvent::SlotsFreed`] pushes from now on (step 6 of the contract).
+    /// Best effort, as for [`Store::subscribe`]: a lost push costs its listener
+    /// the wait until its next renewal.
+    fn watch_freed(
+        &self,
+        keys: &CapKeys,
+    ) -> impl Future<Output = Result<Subscription, StoreError>> + Send;
 }

@@ -41,7 +41,10 @@ async fn local_store_keeps_the_contract() {
 #[tokio::test(start_paused = true)]
 async fn local_store_keeps_the_cap_contract() {
     support::contract::cap_claims(&LocalStore::new(), "test").await;
-    support::contract::cap_claims(&with_latency(3), "latency").await;
+    let store = with_latency(3);
+    support::contract::cap_claims(&store, "latency").await;
+    support::contract::freed_slots_are_pushed(&store, "latency").await;
+    support::contract::freed_slots_are_pushed(&LocalStore::new(), "test").await;
 }
 
 #[tokio::test(start_paused = true)]

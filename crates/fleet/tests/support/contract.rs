@@ -288,3 +288,35 @@ pub async fn cap_claims<S: CapStore>(store: &S, prefix: &str) {
     let r = store.claim(&k, claim(2, 3, 10, 6, LONG, 10)).await.unwrap();
     assert_eq!(shape(&r), (10, 20, 14, 14, 2, false));
 }
+
+/// Step 6 of `CapStore`'s contract: a claim that lowers the reservations while
+/// another claim wants more is pushed to the watchers of that cap, and only then.
+pub async fn freed_slots_are_pushed<S: CapStore>(store: &S, prefix: &str) {
+    let k = CapKeys::new(prefix, "parcels").unwrap();
+    let other = CapKeys::new(prefix, "payments").unwrap();
+    let mut watching = store.watch_freed(&k).await.unwrap();
+    let mut elsewhere = store.watch_freed(&other).await.unwrap();
+    let _ = store.claim(&k, claim(3, 1, 0, 0, SHORT, 10)).await.unwrap();
+    sleep(SHORT + GRACE).await;
+    // Instance 3 takes all 10 and gives them back with nobody wanting them: no push.
+    let r = store.claim(&k, claim(3, 2, 10, 0, LONG, 10)).await.unwrap();
+    assert_eq!(r.allotment, 10);
+    let r = store.claim(&k, claim(3, 3, 0, 0, LONG, 10)).await.unwrap();
+    assert_eq!(r.reserved, 0);
+    // Instance 1 takes them; 2 wants them too and gets nothing.
+    let r = store.claim(&k, claim(1, 1, 10, 0, LONG, 10)).await.unwrap();
+    assert_eq!(r.allotment, 10);
+    let r = store.claim(&k, claim(2, 1, 10, 0, LONG, 10)).await.unwrap();
+    assert_eq!(r.allotment, 0);
+    // Instance 1's demand is gone: freed while 2 wants them, pushed.
+    let r = store.claim(&k, claim(1, 2, 0, 0, LONG, 10)).await.unwrap();
+    assert_eq!(r.reserved, 0);
+    let heard = timeout(WATCHDOG, watching.next()).await.expect("watchdog");
+    assert_eq!(heard, Some(FleetEvent::SlotsFreed(InstanceId(1))));
+    let r = store.claim(&k, claim(2, 2, 10, 0, LONG, 10)).await.unwrap();
+    assert_eq!(r.allotment, 10);
+    // Another cap's watchers heard nothing.
+    assert!(timeout(Duration::from_millis(200), elsewhere.next())
+        .await
+        .is_err());
+}
