@@ -152,6 +152,9 @@ pub struct CapStatus {
     pub lease_remaining: Option<Duration>,
     /// Renewals answered.
     pub renewals: u64,
+    /// Claims sent between renewals because slots were freed while this
+    /// instance wanted more.
+    pub early_claims: u64,
     /// Store operations sent (none by a call).
     pub store_ops: u64,
     /// Store operations that failed or timed out.
@@ -180,6 +183,7 @@ impl From<CapSnapshot> for CapStatus {
             claimants: s.claimants,
             lease_remaining: s.lease_remaining,
             renewals: s.renewals,
+            early_claims: s.early_claims,
             store_ops: s.store_ops,
             store_errors: s.store_errors,
             lapses: s.lapses,

@@ -8,18 +8,23 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use seawall_bulkhead::Handle;
+use seawall_bulkhead::{Demand, Handle};
 use seawall_core::{later, ConfigError};
 use tokio::task::AbortHandle;
 use tokio::time::{sleep_until, Instant};
 
 use crate::config::MAX_SETTING;
-use crate::coordinator::Fleet;
-use crate::store::{CapKeys, CapStore, Claim, ClaimReply, InstanceId, StoreError};
+use crate::coordinator::{next_push, Fleet};
+use crate::store::{
+    CapKeys, CapStore, Claim, ClaimReply, FleetEvent, InstanceId, StoreError, Subscription,
+};
 use crate::telemetry::CapTelemetry;
 
 /// The largest cap accepted: a bulkhead's own largest limit (2^20).
 pub const MAX_CAP: u32 = 1 << 20;
+
+/// Early claims an instance may send back to back (then one per quarter period).
+const EARLY_BURST: u32 = 4;
 
 /// What an instance admits when it holds no live lease (the store is unreachable,
 /// slow, or has not answered yet).
@@ -212,6 +217,7 @@ impl<S: CapStore> Fleet<S> {
             ops: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             renewals: AtomicU64::new(0),
+            early_claims: AtomicU64::new(0),
             lapses: AtomicU64::new(0),
             disagreements: AtomicU64::new(0),
             telemetry: CapTelemetry::new(handle.name()),
@@ -227,6 +233,11 @@ impl<S: CapStore> Fleet<S> {
             lease_until: None,
             fenced: false,
             warned_cap: false,
+            freed: None,
+            period: None,
+            last_demand: 0,
+            early_due: None,
+            early_paced: Instant::now(),
         };
         let join = runtime.spawn(task.run());
         Ok(Capped {
@@ -350,6 +361,7 @@ impl Capped {
                 .filter(|until| now < *until)
                 .map(|until| until - now),
             renewals: load(&s.renewals),
+            early_claims: load(&s.early_claims),
             store_ops: load(&s.ops),
             store_errors: load(&s.errors),
             lapses: load(&s.lapses),
@@ -396,9 +408,14 @@ pub struct CapSnapshot {
     /// What remains of the lease, by this instance's clock from when the renewal
     /// was sent; `None` without a live lease (then the mode decides).
     pub lease_remaining: Option<Duration>,
-    /// Renewals answered.
+    /// Renewals answered (the periodic claims and the early ones).
     pub renewals: u64,
-    /// Store operations sent (none is ever sent by a call).
+    /// Claims sent early, between renewals, because the store said slots were
+    /// freed while this instance wanted more than it held (four back to back
+    /// at most, then one per quarter of `renew_every`).
+    pub early_claims: u64,
+    /// Store operations sent (none is ever sent by a call): claims, and the
+    /// subscription to freed slots.
     pub store_ops: u64,
     /// Store operations that failed or timed out.
     pub store_errors: u64,
@@ -429,6 +446,7 @@ struct CapShared {
     ops: AtomicU64,
     errors: AtomicU64,
     renewals: AtomicU64,
+    early_claims: AtomicU64,
     lapses: AtomicU64,
     disagreements: AtomicU64,
     telemetry: CapTelemetry,
@@ -468,6 +486,33 @@ struct CapTask<S> {
     /// The mode's fallback is in force (the lease lapsed or never came).
     fenced: bool,
     warned_cap: bool,
+    /// The store's pushes of freed slots; `None` until subscribed, and again
+    /// once the subscription ends (renewed after the next answered claim).
+    freed: Option<Subscription>,
+    /// The demand measured since the last periodic claim (an early claim reads
+    /// it without ending the period).
+    period: Option<Demand>,
+    /// The demand the last periodic claim sent: what a whole period asked for.
+    last_demand: u32,
+    /// When an early claim is due (slots were freed and this instance wants more).
+    early_due: Option<Instant>,
+    /// The pace of early claims: one per quarter period on average, a burst of
+    /// [`EARLY_BURST`] at most (so a fleet whose demand flaps cannot multiply
+    /// the store's load). Each early claim moves it a quarter period on from
+    /// itself or now, whichever is later; one may go out from
+    /// `EARLY_BURST - 1` quarters before it.
+    early_paced: Instant,
+}
+
+/// Why a claim is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Claiming {
+    /// The renewal of every period: measures the period's demand and gives back
+    /// what it did not use.
+    Renewal,
+    /// Between renewals, on the store's word that slots were freed while this
+    /// instance wants more than it holds.
+    Early,
 }
 
 impl<S: CapStore> CapTask<S> {
@@ -475,7 +520,10 @@ impl<S: CapStore> CapTask<S> {
         let every = self.shared.config.renew_every;
         let mut tick = Instant::now();
         loop {
-            self.renew().await;
+            let answered = self.renew(Claiming::Renewal).await;
+            if answered && self.freed.is_none() {
+                self.watch_freed().await;
+            }
             tick = later(tick, every);
             // A renewal slower than a period: the next one at once, not a burst.
             tick = tick.max(Instant::now());
@@ -492,28 +540,119 @@ impl<S: CapStore> CapTask<S> {
         }
     }
 
-    /// Sleeps until `at`, lapsing the lease on time if it ends before.
+    /// Sleeps until `at`, lapsing the lease on time if it ends before, and
+    /// claiming early when the store says slots were freed.
     async fn wait_until(&mut self, at: Instant) {
-        while let Some(lapse) = self.lapse_due() {
-            if lapse >= at {
-                break;
+        loop {
+            let lapse = self.lapse_due().filter(|lapse| *lapse < at);
+            let early = self.early_due.filter(|due| *due < at);
+            tokio::select! {
+                biased;
+                () = sleep_until_due(lapse) => self.lapse(),
+                () = sleep_until(at) => return,
+                () = sleep_until_due(early) => {
+                    self.early_due = None;
+                    self.renew(Claiming::Early).await;
+                }
+                pushed = next_push(&mut self.freed) => match pushed {
+                    Some(FleetEvent::SlotsFreed(by)) if by != self.shared.instance => {
+                        self.heard_freed();
+                    }
+                    Some(_) => {}
+                    None => self.freed = None,
+                },
             }
-            sleep_until(lapse).await;
-            self.lapse();
         }
-        sleep_until(at).await;
     }
 
-    /// One claim: the demand of the period just ended, what is held now.
-    async fn renew(&mut self) {
+    /// Subscribes to the store's pushes of freed slots, under the store timeout.
+    async fn watch_freed(&mut self) {
+        let store = Arc::clone(&self.store);
+        let keys = self.keys.clone();
+        match self.op(store.watch_freed(&keys)).await {
+            Ok(subscription) => self.freed = Some(subscription),
+            Err(e) => {
+                let shared = &self.shared;
+                shared.errors.fetch_add(1, Ordering::Relaxed);
+                shared.telemetry.store_error(&shared.name, &e);
+            }
+        }
+    }
+
+    /// Slots were freed: an early claim, if this instance wants more than it
+    /// holds, at once or as soon as the pace of early claims allows.
+    fn heard_freed(&mut self) {
+        if self.short_of_demand().is_none() {
+            return;
+        }
+        let due = Instant::now().max(self.early_allowed());
+        self.early_due = Some(self.early_due.map_or(due, |d| d.min(due)));
+    }
+
+    /// The first instant an early claim may go out.
+    fn early_allowed(&self) -> Instant {
+        let burst = self.shared.config.renew_every / 4 * (EARLY_BURST - 1);
+        self.early_paced
+            .checked_sub(burst)
+            .unwrap_or(self.early_paced)
+    }
+
+    /// Folds what the bulkhead was asked for since the last look into the period.
+    fn measure(&mut self) {
+        let d = self.shared.handle.take_demand();
+        match &mut self.period {
+            None => self.period = Some(d),
+            Some(p) => {
+                p.peak_active = p.peak_active.max(d.peak_active);
+                p.peak_queued = p.peak_queued.max(d.peak_queued);
+                p.rejected_full = p.rejected_full.saturating_add(d.rejected_full);
+                p.own_limit = d.own_limit;
+            }
+        }
+    }
+
+    /// The demand an early claim sends, if above the allotment held: the last
+    /// whole period's or this one's so far, the larger (a claim between
+    /// renewals must not understate what the period will show).
+    fn short_of_demand(&mut self) -> Option<u32> {
+        self.measure();
+        let so_far = self.period.map_or(0, |d| clamp(d.wanted()));
+        let demand = so_far.max(self.last_demand);
+        let held = self.shared.handle.allotment().map_or(u32::MAX, clamp);
+        (demand > held).then_some(demand)
+    }
+
+    /// One claim: the demand of the period just ended (a renewal) or of the
+    /// period so far (an early claim), and what is held now. Whether the store
+    /// answered in time.
+    async fn renew(&mut self, why: Claiming) -> bool {
         let shared = Arc::clone(&self.shared);
         let config = shared.config;
-        let demand = clamp(shared.handle.take_demand().wanted());
+        let demand = match why {
+            Claiming::Renewal => {
+                self.measure();
+                let demand = self.period.take().map_or(0, |d| clamp(d.wanted()));
+                self.last_demand = demand;
+                // This claim takes whatever was freed: no early one is owed.
+                self.early_due = None;
+                demand
+            }
+            Claiming::Early => match self.short_of_demand() {
+                Some(demand) => {
+                    shared.early_claims.fetch_add(1, Ordering::Relaxed);
+                    let from = self.early_paced.max(Instant::now());
+                    self.early_paced = later(from, config.renew_every / 4);
+                    demand
+                }
+                None => return false,
+            },
+        };
         let snap = shared.handle.snapshot();
         let (limit, active) = (clamp(snap.limit), clamp(snap.active));
         // The answer grants at most the demand: give back what the period did
         // not use now, so the store can hand it on at this renewal rather than
-        // the next (what is active stays).
+        // the next (what is active stays). An early claim wants more than it
+        // holds: it gives nothing back.
         let held = limit.min(demand).max(active);
         if held < limit {
             shared.apply(held);
@@ -534,10 +673,16 @@ impl<S: CapStore> CapTask<S> {
         let result = self.op(store.claim(&keys, claim)).await;
         match result {
             Ok(reply) if !reply.stale => self.granted(reply, sent),
-            Ok(_) => self.failed(&StoreError::Other(
-                "the store holds a newer claim of this instance".into(),
-            )),
-            Err(e) => self.failed(&e),
+            Ok(_) => {
+                self.failed(&StoreError::Other(
+                    "the store holds a newer claim of this instance".into(),
+                ));
+                false
+            }
+            Err(e) => {
+                self.failed(&e);
+                false
+            }
         }
     }
 
@@ -562,12 +707,14 @@ impl<S: CapStore> CapTask<S> {
         }
     }
 
-    fn granted(&mut self, reply: ClaimReply, sent: Instant) {
+    /// Admits under `reply` until its lease ends; whether it came in time to.
+    fn granted(&mut self, reply: ClaimReply, sent: Instant) -> bool {
         let shared = Arc::clone(&self.shared);
         let until = later(sent, shared.config.lease_span());
         if Instant::now() >= until {
             // Answered too late to admit under: as good as no answer.
-            return self.failed(&StoreError::TimedOut);
+            self.failed(&StoreError::TimedOut);
+            return false;
         }
         shared.renewals.fetch_add(1, Ordering::Relaxed);
         shared.telemetry.renewed(true);
@@ -597,6 +744,7 @@ impl<S: CapStore> CapTask<S> {
         if was_fenced {
             shared.telemetry.rejoined(&shared.name, reply.allotment);
         }
+        true
     }
 
     fn failed(&mut self, e: &StoreError) {
@@ -625,6 +773,14 @@ impl<S: CapStore> CapTask<S> {
                 .telemetry
                 .lapsed(&shared.name, shared.config.mode.as_str(), fallback);
         }
+    }
+}
+
+/// Sleeps until `at`; never, without one.
+async fn sleep_until_due(at: Option<Instant>) {
+    match at {
+        Some(at) => sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

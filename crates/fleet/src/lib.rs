@@ -272,6 +272,13 @@
 //!   ◄──────────────────────────── grant ───
 //!   ceiling := grant, lease until sent + TTL - longest_call (A's own clock)
 //!   no answer by then: strict → 0, available → local share
+//!                                            the reservations fell while another
+//!                                            claim wants more than it holds:
+//!   instance B (short of its demand)         PUBLISH …:freed  SlotsFreed(A)
+//!   ◄──────────────────────────────── push ───
+//!   at once (early claims: four back to back, then one per T/4):
+//!     demand := max(last period's, this period's so far)
+//!   ─── claim(B, seq, demand, held, TTL, G) ──►  the same step: B takes what A freed
 //! ```
 //!
 //! - **Leased allotments, not per-call locks.** A call takes a local permit from
@@ -300,11 +307,38 @@
 //!   the claim: before the store (whose expiry counts from when it applied the
 //!   claim) can hand its share to another, and early enough that a call admitted
 //!   just before has ended. No clocks are compared across hosts.
-//! - **Follows demand** within three renewal periods plus the longest call, in
-//!   the worst alignment of the renewals: one period to measure that the old
-//!   holder's demand is gone, one for it to give the slots back (as its calls
-//!   end), one for the new holder's next claim to take them. About two periods is
-//!   typical (1.1 s with T = 500 ms in the simulation).
+//! - **Follows demand** within **2T plus the longest call plus three store round
+//!   trips**, in the worst alignment of the renewals. Say demand moves from A to
+//!   B at `t0`. A's first renewal after `t0` still measures a period that began
+//!   before it (demand is the peak over the last T), so it keeps its slots; its
+//!   second, before `t0 + 2T`, sees no demand and gives back all but the calls
+//!   still running; should calls admitted before `t0` still run then, the first
+//!   renewal after they end (before `t0 + T + longest call`) gives back the rest.
+//!   A claim that gives slots back while B wants more makes the store push
+//!   [`FleetEvent::SlotsFreed`] in the same atomic step, and B claims at once
+//!   instead of at its next renewal: A's claim, the push, B's claim are the
+//!   three round trips. So B holds its share by `t0 + max(2T, T + longest call)`
+//!   plus those round trips, within 2T + longest call. (If other instances' slots
+//!   freed just before made B spend its four early claims, the pace of one per
+//!   T/4 may add up to T/4 when the longest call is shorter than that.) A lost push, or a
+//!   subscription being renewed, costs B at most one period: its next renewal
+//!   takes the slots. In the simulation (T = 500 ms, 100 instances): see the
+//!   example `fleet_sim`.
+//! - **Why a push and not an earlier release.** Demand is measured at the
+//!   renewals only, over whole periods, so that a claim never understates it;
+//!   what waited a period before was the *new* holder's next claim, and the
+//!   push removes exactly that wait at the cost of one message per freeing claim,
+//!   nothing on the call path. Giving slots back as soon as the last old call
+//!   ends would need the bulkhead to signal the renewal task from every call's
+//!   end, and would only turn `T + longest call` into `longest call`, which the
+//!   bound above already covers.
+//! - **Store load.** One claim per instance per T; an instance short of its
+//!   demand also claims early on a push: four back to back at most, then one per
+//!   T/4 (so a fleet whose demand flaps cannot multiply the load): at most 5
+//!   claims per instance per T on average while demand moves (9 in the worst
+//!   single period), 1 under steady demand (the store pushes only when
+//!   reservations fall while someone wants more), plus one subscription per
+//!   instance. [`CapSnapshot::early_claims`] counts the early ones.
 //! - **G lives in the store**, set by the first instance to claim. An instance
 //!   configured with another G follows the store's, counts it
 //!   ([`CapSnapshot::cap_disagreements`]) and warns; [`Fleet::set_cap`] changes it
@@ -335,12 +369,15 @@
 //!   agreed with its owners, across every caller fleet that shares this prefix. A
 //!   bulkhead's own `max_concurrent` still applies: set it to what one instance
 //!   may use at most (often G itself, or a little above G / instances for headroom).
-//! - **T** (`renew_every`): how fast the cap follows demand (about 2T, at most 3T
-//!   plus a call) against store load (one operation per instance per T: 100
-//!   instances at 500 ms is 200 a second). 100 ms–1 s suits most fleets.
+//! - **T** (`renew_every`): how fast the cap follows demand (within 2T plus the
+//!   longest call and three store round trips) against store load (one claim per
+//!   instance per T under steady demand, at most five while demand moves: 100
+//!   instances at 500 ms is 200 claims a second, at most 1000). 100 ms–1 s suits
+//!   most fleets.
 //! - **TTL**: how many renewals may fail before a lapse; TTL − longest call
-//!   above 2T rides out one lost renewal, above 3T two. It is also how long a
-//!   dead instance's share stays away. 3–5 × T is typical.
+//!   above 2T rides out one lost renewal, above 3T two (an early claim renews the
+//!   lease too, but is not to be counted on). It is also how long a dead
+//!   instance's share stays away, whatever T: 3–5 × T is typical.
 //! - **`longest_call`**: the deadline of the calls behind the bulkhead (bound them
 //!   with a [`DeadlineLayer`](seawall_core::DeadlineLayer)); it shortens every lease
 //!   by as much, so keep it well under TTL − T.
@@ -353,8 +390,8 @@
 //! # Stores
 //!
 //! [`Store`] is five operations, and two more for the fleet trip; see its module
-//! docs for the contract. The cap's [`CapStore`] is two more (claim, set the
-//! cap), implemented by both stores.
+//! docs for the contract. The cap's [`CapStore`] is three more (claim, set the
+//! cap, watch for freed slots), implemented by both stores.
 //! [`LocalStore`] keeps everything in process (TTLs on Tokio's clock, so paused
 //! time drives them) and injects delay, loss and outages for tests and
 //! simulations; it is also the embedded default when all instances live in one

@@ -209,6 +209,58 @@ async fn five_instances_never_exceed_the_cap_and_the_cap_follows_demand() {
     assert_eq!(sum(&xs, |s| s.other.load(Ordering::SeqCst)), 0);
 }
 
+/// Demand moved from instance to instance, six times: each time the new holder
+/// is served (under a watchdog) and at no sample do the allotments, nor ever the
+/// supplier's concurrency, exceed the cap. How long each move took, and how many
+/// claims went out early on the store's word that slots were freed, are reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demand_moved_between_instances_is_served_and_the_cap_holds() {
+    let Some(server) =
+        RedisServer::start("demand_moved_between_instances_is_served_and_the_cap_holds")
+    else {
+        return;
+    };
+    let supplier = Supplier::start(WORK).await;
+    let xs = shops(&server.url(), 3, &supplier, config(8));
+    saturate(&xs, &[0]);
+    until("instance 0 holding the cap", || xs[0].allotment() == 8).await;
+    let mut took = Vec::new();
+    for round in 0..6 {
+        let to = (round + 1) % 3;
+        saturate(&xs, &[to]);
+        let start = Instant::now();
+        loop {
+            let allotted: usize = xs.iter().map(|s| s.allotment()).sum();
+            assert!(
+                allotted <= 8,
+                "round {round}: allotments summed to {allotted}"
+            );
+            if xs[to].allotment() == 8 {
+                break;
+            }
+            assert!(
+                start.elapsed() < WATCHDOG,
+                "watchdog: round {round} never served"
+            );
+            sleep(Duration::from_millis(2)).await;
+        }
+        took.push(start.elapsed());
+    }
+    let early: u64 = sum(&xs, |s| {
+        s.capped
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map_or(0, |c| c.snapshot().early_claims)
+    });
+    report(&format!(
+        "demand moved six times on redis: served at the new holder after {took:?} \
+         ({early} early claims; T {T:?}, longest call {LONGEST:?})"
+    ));
+    assert!(supplier.most() <= 8, "supplier saw {}", supplier.most());
+    assert_eq!(sum(&xs, |s| s.other.load(Ordering::SeqCst)), 0);
+}
+
 /// Kill, SIGSTOP and FLUSHALL under load, in strict mode: the supplier never
 /// sees more than the cap, and no call fails because of the store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
