@@ -349,18 +349,23 @@ pub fn table(runs: &[(CapSim, CapRun)]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "| N | G | mode, store | peak concurrency | G used while saturated | demand moved → 90 % of G there (max) | calls served | refused full | store ops (claims and subscriptions; per call: 0) | per instance per s (early claims) | lapses | longest call | calls failed by the store |"
+        "| N | G | mode, store | peak concurrency | G used while saturated | demand moved → 90 % of G there (slowest, median) | calls served | refused full | store ops (claims and subscriptions; per call: 0) | per instance per s (early claims) | lapses | longest call | calls failed by the store |"
     );
     let _ = writeln!(
         s,
         "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for (sim, r) in runs {
-        let follow = r
-            .follow
-            .iter()
-            .max()
-            .map_or("never".to_owned(), |d| format!("{:.2} s", d.as_secs_f64()));
+        let mut moves = r.follow.clone();
+        moves.sort_unstable();
+        let follow = match (moves.last(), moves.get(moves.len() / 2)) {
+            (Some(most), Some(median)) => format!(
+                "{:.2} s, median {:.2} s",
+                most.as_secs_f64(),
+                median.as_secs_f64()
+            ),
+            _ => "never".to_owned(),
+        };
         let _ = writeln!(
             s,
             "| {} | {} | {} | {} | {:.1} % | {follow} ({} moves) | {} | {} | {} | {:.2} ({}) | {} | {:?} | {} |",
