@@ -119,6 +119,21 @@ async fn the_drill_keeps_its_promises() {
     assert_eq!(obs.held_at_end, 0);
 }
 
+/// The shop's document in a fleet caps freight as users would: a
+/// `[fleet.caps.freight]` table, checked when the document loads.
+#[test]
+fn the_fleet_document_caps_freight_in_its_fleet_table() {
+    let p = test_config().policy;
+    let document = scenario::shop::document_in_fleet(&p, Some("local"));
+    let policies = seawall::config::Policies::from_toml(&document).unwrap();
+    let fleet = policies.fleet().unwrap();
+    let cap = fleet.caps["freight"].config().unwrap();
+    assert_eq!(cap.cap, 8);
+    assert_eq!(cap.longest_call, p.budget);
+    assert_eq!(cap.mode, seawall::fleet::CapMode::Strict);
+    assert!(scenario::shop::document(&p).find("[fleet").is_none());
+}
+
 /// `--fleet 3` on the in-process store (the drill's own choice when no
 /// `redis-server` is on PATH): the coordinated fleet never has two probes at its
 /// supplier at once, and no call reaches a supplier from an open breaker.
@@ -132,12 +147,14 @@ async fn the_fleet_drill_probes_one_at_a_time_with_coordination() {
     assert_eq!(run.probes.len(), scenario::SCHEDULE.len(), "{table}");
     assert_eq!(run.most_probes_at_once, 1, "{table}");
     assert_eq!(run.calls_while_open, 0, "{table}");
-    // The freight bulkheads share one cap of `max_concurrent` across the fleet: the
-    // capped fleet's supplier never sees more, give or take the calls whose
-    // deadline just fired (one per instance) whose connections it has not yet
-    // seen close; the independent fleet's may see N times as many.
+    // The freight bulkheads share the cap of the document's `[fleet.caps.freight]`
+    // (8, the supplier's capacity) across the fleet: the capped fleet's supplier
+    // never sees more, give or take the calls whose deadline just fired (one per
+    // instance) whose connections it has not yet seen close; the independent
+    // fleet's may see N times as many.
     let (capped, alone) = run.supplier_high_water;
-    let cap = test_config().policy.max_concurrent;
+    assert_eq!(run.fleet_cap, 8, "{table}");
+    let cap = run.fleet_cap as usize;
     assert!(
         capped <= cap + 3,
         "capped fleet's supplier saw {capped}: {table}"

@@ -1,7 +1,8 @@
 //! The drill's fleet mode (`--fleet N`): several shop instances share one store
 //! and coordinate their freight breakers through it, and cap their freight
-//! bulkheads fleet-wide (the policy's `max_concurrent` across all of them, not per
-//! instance), as replicas of one service would. The store is a `redis-server` the drill starts on a free loopback port,
+//! bulkheads fleet-wide (the `[fleet.caps.freight]` table of the policy document:
+//! that many calls across all of them, not per instance), as replicas of one
+//! service would. The store is a `redis-server` the drill starts on a free loopback port,
 //! or, when none is on PATH, an in-process `LocalStore` (said so in the output).
 
 use std::io::{BufRead, BufReader};
@@ -10,9 +11,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
 use seawall::config::Policies;
-use std::time::Duration;
 
-use seawall::fleet::{CapConfig, Capped, Coordinated, Fleet, LocalStore, RedisStore};
+use seawall::fleet::{Capped, Coordinated, Fleet, LocalStore, RedisStore};
 use seawall::BoxError;
 
 /// Ports tried before giving up on starting `redis-server` (another process may
@@ -64,23 +64,19 @@ impl FleetStore {
 
     /// Joins one shop instance to the fleet, with the settings of its policy
     /// document's `[fleet]` table: its freight breaker is coordinated with every
-    /// other instance's, and its freight bulkhead's `max_concurrent` becomes the
-    /// fleet's cap (`longest_call` is the freight budget, the deadline of every
-    /// call). Each instance gets a connection of its own, as a process of its own
-    /// would.
-    pub fn join(
-        &self,
-        policies: &Policies,
-        shop: Members<'_>,
-        budget: Duration,
-    ) -> Result<Membership, BoxError> {
+    /// other instance's, and its freight bulkhead is capped fleet-wide as
+    /// `[fleet.caps.freight]` says. Each instance gets a connection of its own, as
+    /// a process of its own would.
+    pub fn join(&self, policies: &Policies, shop: Members<'_>) -> Result<Membership, BoxError> {
         let section = policies
             .fleet()
             .ok_or("the policy document has no [fleet] table")?;
-        let cap = CapConfig::new(u32::try_from(shop.bulkhead.config().max_concurrent)?)
-            .renew_every(Duration::from_millis(200))
-            .ttl(budget + Duration::from_secs(1))
-            .longest_call(budget);
+        // Checked when the document was loaded, each bad value named by its path.
+        let cap = section
+            .caps
+            .get("freight")
+            .ok_or("the policy document has no [fleet.caps.freight] table")?
+            .config()?;
         let (breaker, cap) = match (self, section.redis_url()) {
             (FleetStore::Redis(_), Some(url)) => {
                 let fleet = Fleet::builder(RedisStore::new(url)?)

@@ -8,8 +8,8 @@
 //! ```
 //!
 //! `--fleet N` runs N shop instances whose freight breakers coordinate through one
-//! store, and whose freight bulkheads share one fleet-wide cap of the policy's
-//! `max_concurrent`: a `redis-server` the drill starts on a free loopback port, or
+//! store, and whose freight bulkheads share one fleet-wide cap (the policy
+//! document's `[fleet.caps.freight]`, 8): a `redis-server` the drill starts on a free loopback port, or
 //! an in-process `LocalStore` when none is on PATH (the output says which). Beside
 //! them run N instances that do not coordinate, against a supplier of their own,
 //! under the same schedule and load; the table (of the first coordinated instance)
@@ -195,7 +195,7 @@ async fn run_fleet(config: DrillConfig, n: usize) -> Result<(), seawall::BoxErro
     println!(
         "freight supplier high-water mark (requests in flight at once): coordinated fleet {capped} \
          (freight bulkheads capped fleet-wide at {}), independent fleet {alone} (up to {} × {n} = {})",
-        config.policy.max_concurrent,
+        run.fleet_cap,
         config.policy.max_concurrent,
         config.policy.max_concurrent * n,
     );

@@ -182,10 +182,17 @@ pub async fn run_fleet(
         .flat_map(|s| s.dependency_calls.log())
         .filter(|c| c.breaker_state == "open")
         .count();
+    // G as the store keeps it (the `[fleet.caps.freight]` table, stored by the
+    // first instance to claim), or as configured before any answer.
+    let fleet_cap = first.fleet.as_ref().map_or(0, |m| {
+        let s = m.cap.snapshot();
+        s.store_cap.unwrap_or(s.cap)
+    });
     Ok(FleetRun {
         obs,
         probes,
         calls_while_open,
+        fleet_cap,
         supplier_high_water: (
             coordinated_supplier.most_in_flight(),
             independent_supplier.most_in_flight(),
@@ -204,6 +211,8 @@ pub struct FleetRun {
     pub calls_while_open: usize,
     /// The most probes the coordinated fleet had in flight at once.
     pub most_probes_at_once: usize,
+    /// The coordinated fleet's freight cap, G.
+    pub fleet_cap: u32,
     /// The most requests each supplier had in flight at once: (the coordinated
     /// fleet's, whose freight bulkheads share one cap; the independent fleet's).
     pub supplier_high_water: (usize, usize),

@@ -137,8 +137,27 @@ pub fn document(p: &Policy) -> String {
 /// [`document`], with a `[fleet]` table naming `store` when the shop is one of a fleet.
 pub fn document_in_fleet(p: &Policy, store: Option<&str>) -> String {
     let d = duration_format::format;
+    // The freight supplier takes `max_concurrent` calls at once in all: in a
+    // fleet, that is the fleet-wide cap of freight's bulkhead, renewed every
+    // 200 ms, its calls bounded by the freight budget.
     let fleet = match store {
-        Some(store) => format!("\n[fleet]\nstore = \"{store}\"\nprefix = \"drill\"\n"),
+        Some(store) => format!(
+            r#"
+[fleet]
+store = "{store}"
+prefix = "drill"
+
+[fleet.caps.freight]
+cap = {max_concurrent}
+renew_every = "200ms"
+ttl = "{ttl}"
+longest_call = "{budget}"
+mode = "strict"
+"#,
+            max_concurrent = p.max_concurrent,
+            ttl = d(p.budget + Duration::from_secs(1)),
+            budget = d(p.budget),
+        ),
         None => String::new(),
     };
     let policies = format!(
@@ -243,7 +262,6 @@ pub async fn start_in_fleet(
                 breaker: &breaker_handle,
                 bulkhead: &bulkhead.handle(),
             },
-            p.budget,
         )?),
         None => None,
     };
