@@ -653,9 +653,14 @@ impl<S: CapStore> CapTask<S> {
         // not use now, so the store can hand it on at this renewal rather than
         // the next (what is active stays). An early claim wants more than it
         // holds: it gives nothing back.
-        let held = limit.min(demand).max(active);
+        let mut held = limit.min(demand).max(active);
         if held < limit {
             shared.apply(held);
+            // A call admitted between the snapshot and the lower ceiling runs on,
+            // and slots given back are taken by others at once: hold it too. The
+            // new ceiling fails any admission still deciding under the old one,
+            // so the count read now has every call that may be running.
+            held = held.max(clamp(shared.handle.snapshot().active));
         }
         self.seq += 1;
         let claim = Claim::new(
