@@ -72,13 +72,70 @@ impl Rates {
     }
 }
 
+/// The phase the load tags its requests with, and how many requests of each phase
+/// are still in flight: before the supplier becomes kinder, the scenario waits
+/// until no request tagged with an earlier, harsher phase can still reach it.
+#[derive(Clone)]
+pub struct Tags {
+    current: watch::Receiver<usize>,
+    in_flight: Arc<watch::Sender<Vec<usize>>>,
+}
+
+impl Tags {
+    /// Tags for `phases` phases, starting at the first; the scenario moves them
+    /// with the returned sender.
+    pub fn new(phases: usize) -> (watch::Sender<usize>, Self) {
+        let (current_tx, current) = watch::channel(0);
+        let (in_flight, _) = watch::channel(vec![0; phases]);
+        let tags = Self {
+            current,
+            in_flight: Arc::new(in_flight),
+        };
+        (current_tx, tags)
+    }
+
+    /// A request starts: tagged with the current phase, counted in flight until
+    /// the returned guard drops.
+    fn start(&self) -> InFlight {
+        let phase = *self.current.borrow();
+        self.in_flight.send_modify(|n| {
+            if let Some(n) = n.get_mut(phase) {
+                *n += 1;
+            }
+        });
+        InFlight {
+            phase,
+            in_flight: Arc::clone(&self.in_flight),
+        }
+    }
+
+    /// Waits until every request tagged with a phase before `phase` has ended.
+    pub async fn drained_before(&self, phase: usize) {
+        let mut counts = self.in_flight.subscribe();
+        let _ = counts
+            .wait_for(|n| n.iter().take(phase).all(|&n| n == 0))
+            .await;
+    }
+}
+
+/// One request in flight, counted under its phase until dropped.
+struct InFlight {
+    phase: usize,
+    in_flight: Arc<watch::Sender<Vec<usize>>>,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.in_flight.send_modify(|n| {
+            if let Some(n) = n.get_mut(self.phase) {
+                *n = n.saturating_sub(1);
+            }
+        });
+    }
+}
+
 /// Drives the shop at `rates` for `duration`, tagging answers with the current phase.
-pub async fn run(
-    shop: SocketAddr,
-    rates: Rates,
-    duration: Duration,
-    phase: watch::Receiver<usize>,
-) -> Vec<Answer> {
+pub async fn run(shop: SocketAddr, rates: Rates, duration: Duration, tags: Tags) -> Vec<Answer> {
     let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(30))
         .build_http();
@@ -91,7 +148,7 @@ pub async fn run(
         }
         let client = client.clone();
         let answers = answers.clone();
-        let phase = phase.clone();
+        let tags = tags.clone();
         generators.push(tokio::spawn(async move {
             let mut in_flight = Vec::new();
             let period = Duration::from_secs(1) / rate;
@@ -105,9 +162,10 @@ pub async fn run(
                 }
                 let client = client.clone();
                 let answers = answers.clone();
-                let phase = *phase.borrow();
+                let started = tags.start();
                 in_flight.push(tokio::spawn(async move {
-                    let answer = one(&client, shop, endpoint, phase).await;
+                    let answer = one(&client, shop, endpoint, started.phase).await;
+                    drop(started);
                     if let Ok(mut a) = answers.lock() {
                         a.push(answer);
                     }

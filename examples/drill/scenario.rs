@@ -19,7 +19,6 @@ pub mod tap;
 use std::time::Duration;
 
 use seawall::BoxError;
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 use freight::{Freight, Mode};
@@ -229,12 +228,12 @@ async fn drive(
 ) -> Result<Observations, BoxError> {
     let mut breaker_changes = shop.breaker.subscribe();
     let mut level_changes = shop.degradation.subscribe();
-    let (phase_tx, phase_rx) = watch::channel(0usize);
+    let (phase_tx, tags) = load::Tags::new(SCHEDULE.len());
     let total = config.phase * SCHEDULE.len() as u32;
-    let load = tokio::spawn(load::run(shop.addr, config.rates, total, phase_rx.clone()));
+    let load = tokio::spawn(load::run(shop.addr, config.rates, total, tags.clone()));
     let other_loads: Vec<_> = others
         .iter()
-        .map(|s| tokio::spawn(load::run(s.addr, config.rates, total, phase_rx.clone())))
+        .map(|s| tokio::spawn(load::run(s.addr, config.rates, total, tags.clone())))
         .collect();
 
     let mut obs = Observations {
@@ -247,11 +246,13 @@ async fn drive(
     for (i, mode) in SCHEDULE.iter().enumerate() {
         // A request tagged with a phase must never meet a kinder supplier than
         // that phase's (the load reads the tag while the modes change): into a
-        // phase where the supplier quotes, the tag moves first; into one where it
-        // cannot, the supplier changes first.
+        // phase where the supplier quotes, the tag moves first, and the supplier
+        // heals once every request tagged before has ended (each is bounded by
+        // its budget); into one where it cannot, the supplier changes first.
         let quotes = *mode == Mode::Healthy;
         if quotes {
             phase_tx.send_replace(i);
+            tags.drained_before(i).await;
         }
         for supplier in suppliers {
             supplier.set_mode(*mode);
