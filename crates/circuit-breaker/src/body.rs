@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::breaker::Breaker;
+use crate::state::Breaker;
 use crate::future::{polled_after_completion, Guard, ResponseFuture};
 use crate::handle::Handle;
 use crate::layer::CircuitBreakerLayer;

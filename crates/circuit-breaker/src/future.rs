@@ -14,7 +14,7 @@ use seawall_core::{
 };
 use tokio::time::Instant;
 
-use crate::breaker::Breaker;
+use crate::state::Breaker;
 use crate::machine::{Report, Ticket};
 
 /// An admitted call's ticket. Reports the outcome once with [`Guard::finish`], or,

@@ -7,7 +7,7 @@ use seawall_core::{ConfigError, LayerHandle, WindowCounts};
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
-use crate::breaker::Breaker;
+use crate::state::Breaker;
 use crate::config::CircuitBreakerConfig;
 use crate::hooks::{ProbeGate, Verdict, VerdictOutcome};
 use crate::machine::{State, Transition};

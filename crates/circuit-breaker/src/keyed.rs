@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::breaker::Breaker;
+use crate::state::Breaker;
 use crate::config::{CircuitBreakerBuilder, CircuitBreakerConfig};
 use crate::future::{Guard, ResponseFuture};
 use crate::handle::{Handle, Snapshot};

@@ -7,7 +7,7 @@ use seawall_core::{ConfigError, ErrorsAsFailures, Name};
 use tokio::time::Instant;
 use tower_layer::Layer;
 
-use crate::breaker::Breaker;
+use crate::state::Breaker;
 use crate::config::{CircuitBreakerBuilder, CircuitBreakerConfig};
 use crate::handle::Handle;
 use crate::service::CircuitBreaker;

@@ -379,7 +379,6 @@
 
 #[cfg(feature = "http")]
 mod body;
-mod breaker;
 mod config;
 mod future;
 mod handle;
@@ -391,6 +390,7 @@ mod loom_breaker;
 mod machine;
 mod readiness;
 mod service;
+mod state;
 mod sync;
 mod telemetry;
 

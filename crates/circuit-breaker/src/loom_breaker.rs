@@ -1,4 +1,4 @@
-//! Loom models of the breaker's lock-free closed-path word (see `breaker.rs`),
+//! Loom models of the breaker's lock-free closed-path word (see `state.rs`),
 //! driving the production [`Breaker`] through the `sync` shim: every interleaving
 //! of a success tallied without the lock with a change of epoch made under it.
 //!
@@ -25,7 +25,7 @@ use loom::thread;
 use seawall_core::{Outcome, SeededRandom};
 use tokio::time::Instant;
 
-use crate::breaker::Breaker;
+use crate::state::Breaker;
 use crate::config::{CircuitBreakerConfig, TripPolicy};
 use crate::machine::{Admission, Report, State, Ticket};
 

@@ -277,7 +277,7 @@ pub(crate) fn positive(d: Duration) -> Duration {
     }
 }
 
-/// Counters kept by the machine (the lock-free paths keep a few more, see `breaker.rs`).
+/// Counters kept by the machine (the lock-free paths keep a few more, see `state.rs`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Tally {
     pub(crate) successes: u64,

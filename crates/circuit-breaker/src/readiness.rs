@@ -13,7 +13,7 @@ use tokio::time::{Instant, Sleep};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::breaker::{Breaker, ReadyHint};
+use crate::state::{Breaker, ReadyHint};
 use crate::future::ResponseFuture;
 use crate::handle::Handle;
 use crate::layer::CircuitBreakerLayer;

@@ -8,7 +8,7 @@ use seawall_core::{bounded_by_current, BoxError, ClassifyRequest, OpenCause};
 use tokio::time::Instant;
 use tower_service::Service;
 
-use crate::breaker::{Breaker, ReadyHint};
+use crate::state::{Breaker, ReadyHint};
 use crate::future::{Guard, ResponseFuture};
 use crate::handle::Handle;
 use crate::machine::{Admission, MIN_RETRY_AFTER};

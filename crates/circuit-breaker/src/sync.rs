@@ -1,6 +1,6 @@
 //! The atomics and the mutex of a breaker's shared state: `std`'s, or loom's when
 //! the crate's own tests are built with `--cfg loom`, so the loom models drive the
-//! production [`Breaker`](crate::breaker::Breaker), not a copy of it.
+//! production [`Breaker`](crate::state::Breaker), not a copy of it.
 //!
 //! Only `cfg(all(test, loom))` switches: a user who builds with `--cfg loom` for
 //! their own models still gets plain `std` types here.
