@@ -15,12 +15,12 @@ use tokio::time::Instant;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::state::Breaker;
 use crate::future::{polled_after_completion, Guard, ResponseFuture};
 use crate::handle::Handle;
 use crate::layer::CircuitBreakerLayer;
 use crate::machine::{Report, Ticket};
 use crate::service::CircuitBreaker;
+use crate::state::Breaker;
 
 impl<C> CircuitBreakerLayer<C> {
     /// The same breaker, but a call whose response looks healthy is reported when

@@ -14,8 +14,8 @@ use seawall_core::{
 };
 use tokio::time::Instant;
 
-use crate::state::Breaker;
 use crate::machine::{Report, Ticket};
+use crate::state::Breaker;
 
 /// An admitted call's ticket. Reports the outcome once with [`Guard::finish`], or,
 /// if dropped first, reports the call as cancelled (which frees a probe slot).

@@ -7,10 +7,10 @@ use seawall_core::{ConfigError, LayerHandle, WindowCounts};
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
-use crate::state::Breaker;
 use crate::config::CircuitBreakerConfig;
 use crate::hooks::{ProbeGate, Verdict, VerdictOutcome};
 use crate::machine::{State, Transition};
+use crate::state::Breaker;
 
 /// Watches and steers one breaker. Cheap to clone; every clone controls the same breaker.
 ///
@@ -176,7 +176,7 @@ impl Handle {
     /// The configuration in force.
     pub fn config(&self) -> CircuitBreakerConfig {
         let now = Instant::now();
-        self.breaker.locked(now, |m| m.config())
+        self.breaker.locked(now, |m| m.config().clone())
     }
 
     /// Installs a [`ProbeGate`], asked before each half-open probe is admitted, or

@@ -14,11 +14,12 @@ use tokio::time::Instant;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::state::Breaker;
-use crate::config::{CircuitBreakerBuilder, CircuitBreakerConfig};
+use crate::config::CircuitBreakerConfig;
 use crate::future::{Guard, ResponseFuture};
 use crate::handle::{Handle, Snapshot};
+use crate::layer::CircuitBreakerBuilder;
 use crate::machine::{Admission, State};
+use crate::state::Breaker;
 use crate::telemetry::Series;
 
 /// Wraps services in one circuit breaker per key extracted from the request, so one

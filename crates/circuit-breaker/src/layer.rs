@@ -1,16 +1,17 @@
-//! The layer, and where its state lives.
+//! The layer, where its state lives, and its builder.
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
-use seawall_core::{ConfigError, ErrorsAsFailures, Name};
+use seawall_core::{ConfigError, ErrorsAsFailures, Name, RandomSource};
 use tokio::time::Instant;
 use tower_layer::Layer;
 
-use crate::state::Breaker;
-use crate::config::{CircuitBreakerBuilder, CircuitBreakerConfig};
+use crate::config::{CircuitBreakerConfig, RampConfig, SlowCallConfig, TripPolicy};
 use crate::handle::Handle;
 use crate::service::CircuitBreaker;
+use crate::state::Breaker;
 
 /// Wraps services in a circuit breaker.
 ///
@@ -100,5 +101,171 @@ impl<S, C: Clone> Layer<S> for CircuitBreakerLayer<C> {
 
     fn layer(&self, inner: S) -> Self::Service {
         CircuitBreaker::new(inner, Arc::clone(&self.breaker), self.classifier.clone())
+    }
+}
+
+/// Builds a [`CircuitBreakerLayer`], or with [`keyed`](Self::keyed) one breaker per
+/// key; every setter is validated by `build`, which names the field at fault.
+pub struct CircuitBreakerBuilder<C = ErrorsAsFailures> {
+    pub(crate) name: Name,
+    pub(crate) config: CircuitBreakerConfig,
+    pub(crate) classifier: C,
+    pub(crate) random: Option<Box<dyn RandomSource>>,
+}
+
+impl<C: std::fmt::Debug> std::fmt::Debug for CircuitBreakerBuilder<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CircuitBreakerBuilder")
+            .field("name", &self.name)
+            .field("config", &self.config)
+            .field("classifier", &self.classifier)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CircuitBreakerBuilder {
+    pub(crate) fn new(name: Name) -> Self {
+        Self {
+            name,
+            config: CircuitBreakerConfig::default(),
+            classifier: ErrorsAsFailures,
+            random: None,
+        }
+    }
+}
+
+impl<C> CircuitBreakerBuilder<C> {
+    /// Replaces the whole configuration (e.g. one loaded from a file).
+    #[must_use]
+    pub fn config(mut self, config: CircuitBreakerConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Trips on `threshold` consecutive failures.
+    #[must_use]
+    pub fn consecutive_failures(mut self, threshold: u32) -> Self {
+        self.config.policy = TripPolicy::ConsecutiveFailures { threshold };
+        self
+    }
+
+    /// Trips on the failure rate of the last `size` outcomes, once `min_calls` are in.
+    #[must_use]
+    pub fn count_window(mut self, size: u32, min_calls: u32, failure_rate: f64) -> Self {
+        self.config.policy = TripPolicy::CountWindow {
+            size,
+            min_calls,
+            failure_rate,
+        };
+        self
+    }
+
+    /// Trips on the failure rate of the last `window` of time (buckets of `bucket`),
+    /// once `min_calls` outcomes are in it.
+    #[must_use]
+    pub fn time_window(
+        mut self,
+        window: Duration,
+        bucket: Duration,
+        min_calls: u32,
+        failure_rate: f64,
+    ) -> Self {
+        self.config.policy = TripPolicy::TimeWindow {
+            window,
+            bucket,
+            min_calls,
+            failure_rate,
+        };
+        self
+    }
+
+    /// Also trips when at least `rate` of the window's calls took `threshold` or longer.
+    #[must_use]
+    pub fn slow_calls(mut self, threshold: Duration, rate: f64) -> Self {
+        self.config.slow_call = Some(SlowCallConfig { threshold, rate });
+        self
+    }
+
+    /// How long the breaker stays open after a trip.
+    #[must_use]
+    pub fn open_for(mut self, open_for: Duration) -> Self {
+        self.config.open_for = open_for;
+        self
+    }
+
+    /// Grows the open interval by `multiplier` on each re-trip, up to `max_open_for`.
+    #[must_use]
+    pub fn backoff(mut self, multiplier: f64, max_open_for: Duration) -> Self {
+        self.config.backoff_multiplier = multiplier;
+        self.config.max_open_for = max_open_for;
+        self
+    }
+
+    /// Stretches each open interval by a random fraction in `[0, jitter)` of itself.
+    #[must_use]
+    pub fn jitter(mut self, jitter: f64) -> Self {
+        self.config.jitter = jitter;
+        self
+    }
+
+    /// The source of the jitter samples (default: seeded from entropy).
+    #[must_use]
+    pub fn random_source(mut self, random: impl RandomSource) -> Self {
+        self.random = Some(Box::new(random));
+        self
+    }
+
+    /// Probes allowed in flight at once while half-open (default 1).
+    #[must_use]
+    pub fn half_open_max(mut self, probes: u32) -> Self {
+        self.config.half_open_max = probes;
+        self
+    }
+
+    /// Successful probes needed to close (default 1).
+    #[must_use]
+    pub fn probes_to_close(mut self, probes: u32) -> Self {
+        self.config.probes_to_close = probes;
+        self
+    }
+
+    /// A probe still running after this long counts as failed (default 10 s).
+    #[must_use]
+    pub fn half_open_timeout(mut self, timeout: Duration) -> Self {
+        self.config.half_open_timeout = timeout;
+        self
+    }
+
+    /// After closing, admits `start_share` of the calls, growing to all of them over `duration`.
+    #[must_use]
+    pub fn ramp(mut self, duration: Duration, start_share: f64) -> Self {
+        self.config.ramp = Some(RampConfig {
+            duration,
+            start_share,
+        });
+        self
+    }
+
+    /// Starts in shadow mode (see [`CircuitBreakerConfig::shadow`]); switch it at
+    /// run time with [`Handle::set_shadow`](crate::Handle::set_shadow).
+    pub fn shadow(mut self, shadow: bool) -> Self {
+        self.config.shadow = shadow;
+        self
+    }
+
+    /// Decides which results count as failures (default [`ErrorsAsFailures`]); any
+    /// seawall-core classifier or per-request factory.
+    pub fn classifier<C2>(self, classifier: C2) -> CircuitBreakerBuilder<C2> {
+        CircuitBreakerBuilder {
+            name: self.name,
+            config: self.config,
+            classifier,
+            random: self.random,
+        }
+    }
+
+    /// Validates the configuration and creates the layer and its one shared breaker.
+    pub fn build(self) -> Result<CircuitBreakerLayer<C>, ConfigError> {
+        CircuitBreakerLayer::from_parts(self)
     }
 }

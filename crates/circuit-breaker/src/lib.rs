@@ -398,8 +398,8 @@ mod telemetry;
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use body::{HeldTicket, UntilBodyEnd, UntilBodyEndFuture, UntilBodyEndLayer};
 pub use config::{
-    CircuitBreakerBuilder, CircuitBreakerConfig, RampConfig, SlowCallConfig, TripPolicy,
-    MAX_COUNT_WINDOW, MAX_HALF_OPEN_PROBES,
+    CircuitBreakerConfig, RampConfig, SlowCallConfig, TripPolicy, MAX_COUNT_WINDOW,
+    MAX_HALF_OPEN_PROBES,
 };
 pub use future::ResponseFuture;
 pub use handle::{Counters, Forced, Handle, Snapshot, TransitionCount};
@@ -407,7 +407,7 @@ pub use hooks::{ProbeDecision, ProbeGate, ProbeRequest, Verdict, VerdictOutcome}
 pub use keyed::{
     KeyedCircuitBreaker, KeyedCircuitBreakerBuilder, KeyedCircuitBreakerLayer, KeyedHandle,
 };
-pub use layer::CircuitBreakerLayer;
+pub use layer::{CircuitBreakerBuilder, CircuitBreakerLayer};
 pub use machine::{Reason, State, Transition};
 pub use readiness::{PendingWhileOpen, PendingWhileOpenLayer};
 pub use seawall_core::{CircuitOpen, DeadlineExceeded, DEFAULT_MAX_KEYS};

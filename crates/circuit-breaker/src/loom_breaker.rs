@@ -25,9 +25,9 @@ use loom::thread;
 use seawall_core::{Outcome, SeededRandom};
 use tokio::time::Instant;
 
-use crate::state::Breaker;
 use crate::config::{CircuitBreakerConfig, TripPolicy};
 use crate::machine::{Admission, Report, State, Ticket};
+use crate::state::Breaker;
 
 fn breaker(policy: TripPolicy, now: Instant) -> Breaker {
     let config = CircuitBreakerConfig {

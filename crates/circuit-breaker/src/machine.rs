@@ -15,7 +15,7 @@ use seawall_core::{
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
-use crate::config::{CircuitBreakerConfig, Policy, Tuning};
+use crate::config::{CircuitBreakerConfig, SlowCallConfig, TripPolicy};
 use crate::hooks::{Gate, ProbeDecision, ProbeGate, ProbeRequest, Verdict, VerdictOutcome};
 
 /// The state of a breaker, as reported to operators.
@@ -374,25 +374,42 @@ enum Window {
 }
 
 impl Window {
-    fn new(policy: &Policy, now: Instant) -> Result<Self, ConfigError> {
+    fn new(policy: &TripPolicy, now: Instant) -> Result<Self, ConfigError> {
         Ok(match *policy {
-            Policy::Consecutive { .. } => Window::Consecutive(0),
-            Policy::Count { size, .. } => {
+            TripPolicy::ConsecutiveFailures { .. } => Window::Consecutive(0),
+            TripPolicy::CountWindow { size, .. } => {
                 Window::Count(CountWindow::new(size as usize).map_err(|e| e.within("policy"))?)
             }
-            Policy::Time {
-                window_ns,
-                bucket_ns,
-                ..
-            } => Window::Time(Box::new(
-                TimeWindow::new(
-                    Duration::from_nanos(window_ns),
-                    Duration::from_nanos(bucket_ns),
-                    now,
-                )
-                .map_err(|e| e.within("policy"))?,
+            TripPolicy::TimeWindow { window, bucket, .. } => Window::Time(Box::new(
+                TimeWindow::new(window, bucket, now).map_err(|e| e.within("policy"))?,
             )),
         })
+    }
+
+    /// Whether the window kept for `a` serves `b` as it is (so reconfiguring from
+    /// one to the other keeps the outcomes recorded).
+    fn same_shape(a: &TripPolicy, b: &TripPolicy) -> bool {
+        match (a, b) {
+            (TripPolicy::ConsecutiveFailures { .. }, TripPolicy::ConsecutiveFailures { .. }) => {
+                true
+            }
+            (TripPolicy::CountWindow { size: a, .. }, TripPolicy::CountWindow { size: b, .. }) => {
+                a == b
+            }
+            (
+                TripPolicy::TimeWindow {
+                    window: wa,
+                    bucket: ba,
+                    ..
+                },
+                TripPolicy::TimeWindow {
+                    window: wb,
+                    bucket: bb,
+                    ..
+                },
+            ) => wa == wb && ba == bb,
+            _ => false,
+        }
     }
 
     fn record(&mut self, failed: bool, slow: bool, now: Instant) {
@@ -430,6 +447,45 @@ impl Window {
         }
     }
 
+    /// Why the outcomes recorded so far trip `policy` (with slow-call detection,
+    /// if configured), if they do.
+    fn trip_reason(
+        &mut self,
+        policy: &TripPolicy,
+        slow_call: Option<&SlowCallConfig>,
+        now: Instant,
+    ) -> Option<Reason> {
+        let (min_calls, failure_rate) = match *policy {
+            TripPolicy::ConsecutiveFailures { threshold } => {
+                return match self {
+                    Window::Consecutive(n) if *n >= threshold => Some(Reason::ConsecutiveFailures),
+                    _ => None,
+                };
+            }
+            TripPolicy::CountWindow {
+                min_calls,
+                failure_rate,
+                ..
+            }
+            | TripPolicy::TimeWindow {
+                min_calls,
+                failure_rate,
+                ..
+            } => (min_calls, failure_rate),
+        };
+        let counts = self.counts(now)?;
+        if counts.calls < min_calls {
+            return None;
+        }
+        if counts.failure_rate() >= failure_rate {
+            return Some(Reason::FailureRate);
+        }
+        if slow_call.is_some_and(|slow| counts.slow_rate() >= slow.rate) {
+            return Some(Reason::SlowCallRate);
+        }
+        None
+    }
+
     fn reset(&mut self) {
         match self {
             Window::Consecutive(n) => *n = 0,
@@ -445,7 +501,7 @@ impl Window {
 #[derive(Debug, Default)]
 struct Cold {
     /// The configuration before the first `reconfigure`, for `revert`.
-    original: Option<Tuning>,
+    original: Option<CircuitBreakerConfig>,
     /// The probes of the half-open period, one slot per allowed probe (plus the
     /// judged streams still open).
     probes: Vec<ProbeSlot>,
@@ -502,7 +558,7 @@ enum ProbeSlot {
 /// The breaker's policy. See the crate docs for the state diagram.
 #[derive(Debug)]
 pub(crate) struct Machine {
-    tuning: Tuning,
+    config: CircuitBreakerConfig,
     phase: Phase,
     since: Instant,
     epoch: u32,
@@ -517,11 +573,11 @@ impl Machine {
         random: Option<Box<dyn RandomSource>>,
         now: Instant,
     ) -> Result<Self, ConfigError> {
-        let tuning = Tuning::new(config)?;
-        let window = Window::new(&tuning.policy, now)?;
+        config.validate()?;
+        let window = Window::new(&config.policy, now)?;
         let random = match random {
             Some(r) => Some(r),
-            None if tuning.jitter > 0.0 => Some(entropy()),
+            None if config.jitter > 0.0 => Some(entropy()),
             None => None,
         };
         let cold = random.map(|random| {
@@ -531,7 +587,7 @@ impl Machine {
             })
         });
         Ok(Self {
-            tuning,
+            config: config.clone(),
             phase: Phase::Closed { ramp: None },
             since: now,
             epoch: 0,
@@ -604,7 +660,7 @@ impl Machine {
                         return open(due, later(due, next));
                     }
                     successes += 1;
-                    if successes >= self.tuning.probes_to_close {
+                    if successes >= self.config.probes_to_close {
                         return Reported {
                             state: State::Closed,
                             since: due,
@@ -631,8 +687,8 @@ impl Machine {
     }
 
     /// The configuration in force.
-    pub(crate) fn config(&self) -> CircuitBreakerConfig {
-        self.tuning.config()
+    pub(crate) fn config(&self) -> &CircuitBreakerConfig {
+        &self.config
     }
 
     /// When the current state began.
@@ -735,13 +791,15 @@ impl Machine {
     /// The share of calls to admit while ramping up after closing, if ramping at `now`.
     pub(crate) fn ramp_share(&self, now: Instant) -> Option<f64> {
         match self.phase {
-            Phase::Closed { ramp: Some(_) } if self.tuning.ramp_ns != 0 => {
+            Phase::Closed { ramp: Some(_) } => {
+                let ramp = self.config.ramp?;
                 let elapsed = nanos_between(self.since, now);
-                if elapsed >= self.tuning.ramp_ns {
+                let duration = nanos(ramp.duration);
+                if elapsed >= duration {
                     None
                 } else {
-                    let progress = elapsed as f64 / self.tuning.ramp_ns as f64;
-                    let start = self.tuning.ramp_start;
+                    let progress = elapsed as f64 / duration as f64;
+                    let start = ramp.start_share;
                     Some((start + (1.0 - start) * progress).clamp(0.0, 1.0))
                 }
             }
@@ -797,12 +855,12 @@ impl Machine {
 
     /// The open interval used when forced open, as a retry-after hint.
     pub(crate) fn base_open_for(&self) -> Duration {
-        Duration::from_nanos(self.tuning.open_for_ns)
+        self.config.open_for
     }
 
     /// The slow-call threshold, if slow calls are detected.
     pub(crate) fn slow_threshold(&self) -> Option<Duration> {
-        (self.tuning.slow_ns != 0).then(|| Duration::from_nanos(self.tuning.slow_ns))
+        self.config.slow_call.map(|slow| slow.threshold)
     }
 
     /// The transitions made since the last call.
@@ -892,7 +950,7 @@ impl Machine {
     /// would reject it), taking nothing: no probe slot, no ramp credit.
     pub(crate) fn would_reject(&mut self, now: Instant) -> bool {
         self.advance(now);
-        if self.tuning.shadow {
+        if self.config.shadow {
             // Only an operator's forced open rejects in shadow mode.
             return matches!(self.phase, Phase::ForcedOpen);
         }
@@ -901,7 +959,7 @@ impl Machine {
             Phase::HalfOpen {
                 in_flight, held, ..
             } => {
-                if in_flight >= self.tuning.half_open_max || held.is_some_and(|until| now < until) {
+                if in_flight >= self.config.half_open_max || held.is_some_and(|until| now < until) {
                     return true;
                 }
                 match self.ask_gate(now, in_flight) {
@@ -931,7 +989,7 @@ impl Machine {
     pub(crate) fn acquire(&mut self, now: Instant) -> Admission {
         match self.decide(now) {
             Admission::Rejected(_, cause)
-                if self.tuning.shadow && cause != OpenCause::ForcedOpen =>
+                if self.config.shadow && cause != OpenCause::ForcedOpen =>
             {
                 self.cold().shadow[shadow_index(cause)] += 1;
                 Admission::Shadow(Ticket::shadow(self.epoch), cause)
@@ -946,16 +1004,16 @@ impl Machine {
 
     /// Whether shadow mode is on.
     pub(crate) fn shadows(&self) -> bool {
-        self.tuning.shadow
+        self.config.shadow
     }
 
     /// Switches shadow mode, as a change of the configuration in force (so
     /// [`Machine::revert`] returns to the built one).
     pub(crate) fn set_shadow(&mut self, shadow: bool) {
-        if self.tuning.shadow != shadow {
-            let current = self.tuning;
+        if self.config.shadow != shadow {
+            let current = self.config.clone();
             self.cold().original.get_or_insert(current);
-            self.tuning.shadow = shadow;
+            self.config.shadow = shadow;
         }
     }
 
@@ -966,7 +1024,7 @@ impl Machine {
         let gate = match self.phase {
             Phase::HalfOpen {
                 in_flight, held, ..
-            } if in_flight < self.tuning.half_open_max && held.is_none_or(|until| now >= until) => {
+            } if in_flight < self.config.half_open_max && held.is_none_or(|until| now >= until) => {
                 self.ask_gate(now, in_flight)
             }
             _ => None,
@@ -981,14 +1039,12 @@ impl Machine {
                     *credit -= 1.0;
                     return Admission::Admitted(Ticket::normal(epoch));
                 }
-                let end = later(self.since, Duration::from_nanos(self.tuning.ramp_ns));
+                let ramp = self.config.ramp.map_or(Duration::ZERO, |r| r.duration);
+                let end = later(self.since, ramp);
                 (end.saturating_duration_since(now), OpenCause::Ramping)
             }
             Phase::Open { until } => (until.saturating_duration_since(now), OpenCause::Open),
-            Phase::ForcedOpen => (
-                Duration::from_nanos(self.tuning.open_for_ns),
-                OpenCause::ForcedOpen,
-            ),
+            Phase::ForcedOpen => (self.config.open_for, OpenCause::ForcedOpen),
             // Held off by the probe gate: as open until the hold ends.
             Phase::HalfOpen {
                 held: Some(until), ..
@@ -996,7 +1052,7 @@ impl Machine {
             Phase::HalfOpen {
                 in_flight, held, ..
             } => {
-                let max = self.tuning.half_open_max;
+                let max = self.config.half_open_max;
                 if let Some(ProbeDecision::HoldOff(wait)) = gate {
                     let wait = positive(wait.min(MAX_DURATION));
                     // Remembered only while nothing is in flight, so probes in
@@ -1206,15 +1262,15 @@ impl Machine {
         config: &CircuitBreakerConfig,
         now: Instant,
     ) -> Result<(), ConfigError> {
-        let tuning = Tuning::new(config)?;
-        let window = if self.tuning.policy.same_window(&tuning.policy) {
+        config.validate()?;
+        let window = if Window::same_shape(&self.config.policy, &config.policy) {
             None
         } else {
-            Some(Window::new(&tuning.policy, now)?)
+            Some(Window::new(&config.policy, now)?)
         };
-        let current = self.tuning;
+        let current = std::mem::replace(&mut self.config, config.clone());
         self.cold().original.get_or_insert(current);
-        self.apply(tuning, window);
+        self.apply(window);
         Ok(())
     }
 
@@ -1223,11 +1279,15 @@ impl Machine {
         let Some(original) = self.cold.as_mut().and_then(|c| c.original.take()) else {
             return;
         };
-        if self.tuning.policy.same_window(&original.policy) {
-            self.apply(original, None);
+        if Window::same_shape(&self.config.policy, &original.policy) {
+            self.config = original;
+            self.apply(None);
         } else {
             match Window::new(&original.policy, now) {
-                Ok(window) => self.apply(original, Some(window)),
+                Ok(window) => {
+                    self.config = original;
+                    self.apply(Some(window));
+                }
                 // Unreachable: the built configuration was validated.
                 Err(_) => self.cold().original = Some(original),
             }
@@ -1324,9 +1384,9 @@ impl Machine {
 
     // ----- internals -------------------------------------------------------------
 
-    fn apply(&mut self, tuning: Tuning, window: Option<Window>) {
-        self.tuning = tuning;
-        if tuning.jitter > 0.0 {
+    /// Puts the configuration just set in force, with `window` if its shape changed.
+    fn apply(&mut self, window: Option<Window>) {
+        if self.config.jitter > 0.0 {
             self.cold().random.get_or_insert_with(entropy);
         }
         if let Some(window) = window {
@@ -1353,7 +1413,7 @@ impl Machine {
     }
 
     fn half_open_timeout(&self) -> Duration {
-        Duration::from_nanos(self.tuning.half_open_timeout_ns)
+        self.config.half_open_timeout
     }
 
     /// The probes in flight: slot, start, streaming.
@@ -1403,35 +1463,8 @@ impl Machine {
     }
 
     fn should_trip(&mut self, now: Instant) -> Option<Reason> {
-        let (min_calls, failure_rate) = match self.tuning.policy {
-            Policy::Consecutive { threshold } => {
-                return match self.window {
-                    Window::Consecutive(n) if n >= threshold => Some(Reason::ConsecutiveFailures),
-                    _ => None,
-                };
-            }
-            Policy::Count {
-                min_calls,
-                failure_rate,
-                ..
-            }
-            | Policy::Time {
-                min_calls,
-                failure_rate,
-                ..
-            } => (min_calls, failure_rate),
-        };
-        let counts = self.window.counts(now)?;
-        if counts.calls < min_calls {
-            return None;
-        }
-        if counts.failure_rate() >= failure_rate {
-            return Some(Reason::FailureRate);
-        }
-        if self.tuning.slow_ns != 0 && counts.slow_rate() >= self.tuning.slow_rate {
-            return Some(Reason::SlowCallRate);
-        }
-        None
+        self.window
+            .trip_reason(&self.config.policy, self.config.slow_call.as_ref(), now)
     }
 
     fn trip(&mut self, now: Instant, reason: Reason) {
@@ -1467,7 +1500,7 @@ impl Machine {
         self.cold().probe_successes += 1;
         if let Phase::HalfOpen { successes, .. } = &mut self.phase {
             *successes += 1;
-            if *successes >= self.tuning.probes_to_close {
+            if *successes >= self.config.probes_to_close {
                 self.close(now, Reason::ProbesSucceeded);
             }
         }
@@ -1486,7 +1519,7 @@ impl Machine {
     fn close(&mut self, now: Instant, reason: Reason) {
         self.window.reset();
         // The first call after closing goes through.
-        let ramp = (self.tuning.ramp_ns != 0).then_some(1.0 - self.tuning.ramp_start);
+        let ramp = self.config.ramp.map(|r| 1.0 - r.start_share);
         let cold = self.cold();
         cold.failed_probes = 0;
         if ramp.is_none() {
@@ -1497,24 +1530,25 @@ impl Machine {
 
     /// The open interval for `streak`: grown by the backoff, capped, then jittered.
     fn open_interval(&self, streak: u32, u: f64) -> Duration {
-        let t = &self.tuning;
-        let mut nanos = t.open_for_ns as f64;
+        let c = &self.config;
+        let open_for = nanos(c.open_for);
+        let mut interval = open_for as f64;
         let mut exact = true;
-        if streak > 0 && t.backoff > 1.0 {
+        if streak > 0 && c.backoff_multiplier > 1.0 {
             let exp = i32::try_from(streak).unwrap_or(i32::MAX);
-            let cap = t.max_open_for_ns.max(t.open_for_ns) as f64;
-            nanos = (nanos * t.backoff.powi(exp)).min(cap);
+            let cap = nanos(c.max_open_for).max(open_for) as f64;
+            interval = (interval * c.backoff_multiplier.powi(exp)).min(cap);
             exact = false;
         }
-        if t.jitter > 0.0 {
-            nanos *= 1.0 + t.jitter * u;
+        if c.jitter > 0.0 {
+            interval *= 1.0 + c.jitter * u;
             exact = false;
         }
         if exact {
-            Duration::from_nanos(t.open_for_ns)
+            c.open_for
         } else {
             // `as` saturates; the values are bounded far below anyway.
-            Duration::from_nanos(nanos as u64)
+            Duration::from_nanos(interval as u64)
         }
     }
 
@@ -1545,7 +1579,7 @@ impl Machine {
         self.since = at;
         self.epoch = self.epoch.wrapping_add(1);
         let epoch = self.epoch;
-        let max = self.tuning.half_open_max as usize;
+        let max = self.config.half_open_max as usize;
         let cold = self.cold();
         if leaving_half_open {
             cold.probes.iter_mut().for_each(|p| *p = ProbeSlot::Free);
@@ -1593,7 +1627,12 @@ fn sample(random: &mut dyn RandomSource) -> f64 {
 
 /// Nanoseconds from `from` to `to` (0 if `to` is earlier).
 fn nanos_between(from: Instant, to: Instant) -> u64 {
-    u64::try_from(to.saturating_duration_since(from).as_nanos()).unwrap_or(u64::MAX)
+    nanos(to.saturating_duration_since(from))
+}
+
+/// A duration in nanoseconds (every configured one is at most a year, far below `u64::MAX`).
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

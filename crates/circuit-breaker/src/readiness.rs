@@ -13,12 +13,12 @@ use tokio::time::{Instant, Sleep};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::state::{Breaker, ReadyHint};
 use crate::future::ResponseFuture;
 use crate::handle::Handle;
 use crate::layer::CircuitBreakerLayer;
 use crate::machine::State;
 use crate::service::CircuitBreaker;
+use crate::state::{Breaker, ReadyHint};
 
 /// The shortest timer set while waiting, so that a wake-up that finds the breaker
 /// still closed to calls (a clock at the edge of the interval) never spins.

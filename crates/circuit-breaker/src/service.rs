@@ -8,10 +8,10 @@ use seawall_core::{bounded_by_current, BoxError, ClassifyRequest, OpenCause};
 use tokio::time::Instant;
 use tower_service::Service;
 
-use crate::state::{Breaker, ReadyHint};
 use crate::future::{Guard, ResponseFuture};
 use crate::handle::Handle;
 use crate::machine::{Admission, MIN_RETRY_AFTER};
+use crate::state::{Breaker, ReadyHint};
 
 /// A service guarded by a circuit breaker; built by
 /// [`CircuitBreakerLayer`](crate::CircuitBreakerLayer).

@@ -747,11 +747,47 @@ fn reconfigure_keeps_the_state_and_revert_restores_the_built_configuration() {
     assert_eq!(m.state(t0), State::Open);
     assert_eq!(m.consecutive_failures(), Some(0));
     m.revert(t0);
-    assert_eq!(m.config(), built);
+    assert_eq!(m.config(), &built);
     assert_eq!(m.state(t0), State::Open);
     // Reverting twice is harmless.
     m.revert(t0);
-    assert_eq!(m.config(), built);
+    assert_eq!(m.config(), &built);
+}
+
+#[test]
+fn the_configuration_in_force_is_the_one_given_to_the_last_nanosecond() {
+    let t0 = Instant::now();
+    let configs = [
+        CircuitBreakerConfig {
+            policy: TripPolicy::TimeWindow {
+                window: 60 * S,
+                bucket: ms(500),
+                min_calls: 7,
+                failure_rate: 0.3,
+            },
+            slow_call: Some(SlowCallConfig {
+                threshold: Duration::from_nanos(300_000_001),
+                rate: 0.9,
+            }),
+            ramp: Some(RampConfig {
+                duration: 30 * S,
+                start_share: 0.0,
+            }),
+            backoff_multiplier: 1.5,
+            jitter: 0.25,
+            ..CircuitBreakerConfig::default()
+        },
+        consecutive(3),
+        CircuitBreakerConfig::default(),
+    ];
+    let mut m = machine_at(configs[0].clone(), t0);
+    assert_eq!(m.config(), &configs[0]);
+    for c in &configs[1..] {
+        m.reconfigure(c, t0).unwrap();
+        assert_eq!(m.config(), c);
+    }
+    m.revert(t0);
+    assert_eq!(m.config(), &configs[0]);
 }
 
 #[test]
