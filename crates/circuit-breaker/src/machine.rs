@@ -5,14 +5,13 @@
 //! applied by [`Machine::advance`], which every call-path method runs first;
 //! [`Machine::state`] reports them without applying them.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
 use seawall_core::{
-    later, ConfigError, CountWindow, OpenCause, Outcome, RandomSource, SeededRandom, TimeWindow,
-    WindowCounts, MAX_DURATION,
+    later, ConfigError, CountWindow, OpenCause, Outcome, TimeWindow, WindowCounts, MAX_DURATION,
 };
-use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 use crate::config::{CircuitBreakerConfig, SlowCallConfig, TripPolicy};
@@ -146,7 +145,7 @@ impl Reason {
         }
     }
 
-    const fn is_operator(self) -> bool {
+    pub(crate) const fn is_operator(self) -> bool {
         matches!(
             self,
             Reason::ForcedOpen | Reason::ForcedClosed | Reason::Disabled | Reason::Reset
@@ -168,6 +167,18 @@ pub struct Transition {
     pub at: Instant,
     /// The breaker's epoch after the transition.
     pub epoch: u32,
+}
+
+/// Something the machine did on its own account, to be taken with
+/// [`Machine::take_events`]: whoever drives the machine counts, logs and
+/// broadcasts these; the machine keeps no counters and sends nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Event {
+    /// A change of state.
+    Transition(Transition),
+    /// A streaming probe was judged a success at its half-open timeout (its body
+    /// still open): a probe success that no call's end reported.
+    StreamJudged,
 }
 
 /// The admission of one call: the epoch it was admitted in, and its probe slot if it is a probe.
@@ -253,19 +264,6 @@ pub(crate) enum Recorded {
     Shadow,
 }
 
-/// How the shared word should let calls through without the lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Mode {
-    /// Admit every call without the lock (closed without ramp, forced closed, disabled).
-    Closed,
-    /// Reject without the lock while `now < reopen_at`.
-    Open,
-    /// Reject every call without the lock.
-    ForcedOpen,
-    /// Take the lock for every admission (half-open, ramping).
-    Locked,
-}
-
 /// The smallest retry-after ever given (a rejection always tells the caller to wait).
 pub(crate) const MIN_RETRY_AFTER: Duration = Duration::from_millis(1);
 
@@ -276,62 +274,6 @@ pub(crate) fn positive(d: Duration) -> Duration {
         d
     }
 }
-
-/// Counters kept by the machine (the lock-free paths keep a few more, see `state.rs`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Tally {
-    pub(crate) successes: u64,
-    pub(crate) failures: u64,
-    pub(crate) ignored: u64,
-    pub(crate) cancelled: u64,
-    pub(crate) slow: u64,
-    pub(crate) timeouts: u64,
-    pub(crate) short_circuited: u64,
-    pub(crate) probe_successes: u64,
-    pub(crate) probe_failures: u64,
-    pub(crate) probe_timeouts: u64,
-    pub(crate) stale: u64,
-    /// Shadow rejections taken under the lock, by [`shadow_index`].
-    pub(crate) shadow: [u64; 3],
-}
-
-/// The slot of a shadow-rejection cause in [`Tally::shadow`] (forced open is never
-/// shadowed).
-pub(crate) const fn shadow_index(cause: OpenCause) -> usize {
-    match cause {
-        OpenCause::ProbeSlotsFull => 1,
-        OpenCause::Ramping => 2,
-        _ => 0,
-    }
-}
-
-/// The causes in [`Tally::shadow`] order.
-#[cfg(feature = "metrics")]
-pub(crate) const SHADOW_CAUSES: [OpenCause; 3] = [
-    OpenCause::Open,
-    OpenCause::ProbeSlotsFull,
-    OpenCause::Ramping,
-];
-
-/// The counters every closed call may touch.
-#[derive(Debug, Clone, Copy, Default)]
-struct Hot {
-    successes: u64,
-    failures: u64,
-    slow: u64,
-    timeouts: u64,
-}
-
-/// The automatic transitions (made by the breaker or by a verdict), in this order.
-const AUTOMATIC: [(State, State); 6] = [
-    (State::Closed, State::Open),
-    (State::Open, State::HalfOpen),
-    (State::HalfOpen, State::Closed),
-    (State::HalfOpen, State::Open),
-    // Only verdicts make these two.
-    (State::Open, State::Closed),
-    (State::Open, State::Open),
-];
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Phase {
@@ -505,19 +447,6 @@ struct Cold {
     /// The probes of the half-open period, one slot per allowed probe (plus the
     /// judged streams still open).
     probes: Vec<ProbeSlot>,
-    /// Streaming probes judged a success at their half-open timeout.
-    streams_judged: u64,
-    ignored: u64,
-    cancelled: u64,
-    short_circuited: u64,
-    stale: u64,
-    probe_successes: u64,
-    probe_failures: u64,
-    probe_timeouts: u64,
-    shadow: [u64; 3],
-    automatic: [u64; 6],
-    /// Operator transitions by (from, to).
-    manual: [[u32; 6]; 6],
     /// Opens since the breaker last recovered fully (drives the backoff).
     streak: u32,
     /// Probes that failed (or timed out) in a row since the last close.
@@ -526,15 +455,11 @@ struct Cold {
     spell_since: Option<Instant>,
     /// Time spent in finished open spells.
     open_total: Duration,
-    /// Transitions not yet taken by the caller.
-    events: Vec<Transition>,
-    /// Where transitions are sent, once someone subscribed.
-    subscribers: Option<broadcast::Sender<Transition>>,
-    /// The jitter source, when one was supplied or jitter is used.
-    random: Option<Box<dyn RandomSource>>,
-    /// The jitter sample for the next open interval (drawn ahead, so `state(now)` can
-    /// report exactly what the next call will see).
-    next_u: Option<f64>,
+    /// What happened and was not yet taken by the driver.
+    events: Vec<Event>,
+    /// Jitter samples in `[0, 1)` for the next open intervals, fed by the driver
+    /// ahead of need (so `state(now)` can report exactly what the next call will see).
+    samples: VecDeque<f64>,
     /// The epoch at which the last trip began (the current one while open or half-open).
     trip_epoch: u32,
     /// Asked before a probe is admitted, when installed.
@@ -563,37 +488,21 @@ pub(crate) struct Machine {
     since: Instant,
     epoch: u32,
     window: Window,
-    hot: Hot,
     cold: Option<Box<Cold>>,
 }
 
 impl Machine {
-    pub(crate) fn new(
-        config: &CircuitBreakerConfig,
-        random: Option<Box<dyn RandomSource>>,
-        now: Instant,
-    ) -> Result<Self, ConfigError> {
+    /// A closed breaker with an empty window from `now`, once `config` is valid.
+    pub(crate) fn new(config: &CircuitBreakerConfig, now: Instant) -> Result<Self, ConfigError> {
         config.validate()?;
         let window = Window::new(&config.policy, now)?;
-        let random = match random {
-            Some(r) => Some(r),
-            None if config.jitter > 0.0 => Some(entropy()),
-            None => None,
-        };
-        let cold = random.map(|random| {
-            Box::new(Cold {
-                random: Some(random),
-                ..Cold::default()
-            })
-        });
         Ok(Self {
             config: config.clone(),
             phase: Phase::Closed { ramp: None },
             since: now,
             epoch: 0,
             window,
-            hot: Hot::default(),
-            cold,
+            cold: None,
         })
     }
 
@@ -606,7 +515,24 @@ impl Machine {
     }
 
     fn next_u(&self) -> f64 {
-        self.cold.as_ref().and_then(|c| c.next_u).unwrap_or(0.0)
+        self.cold
+            .as_ref()
+            .and_then(|c| c.samples.front().copied())
+            .unwrap_or(0.0)
+    }
+
+    /// How many jitter samples to feed with [`Machine::feed_sample`] so that the
+    /// next opens (at most two in one step: a probe timing out, then a failure or
+    /// a verdict) each have their own. Without samples the interval is not jittered.
+    pub(crate) fn samples_wanted(&self) -> usize {
+        const AHEAD: usize = 2;
+        AHEAD.saturating_sub(self.cold.as_ref().map_or(0, |c| c.samples.len()))
+    }
+
+    /// Feeds one jitter sample, a number in `[0, 1)` (anything else counts as 0).
+    pub(crate) fn feed_sample(&mut self, u: f64) {
+        let u = if (0.0..1.0).contains(&u) { u } else { 0.0 };
+        self.cold().samples.push_back(u);
     }
 
     // ----- reporting -------------------------------------------------------------
@@ -697,49 +623,6 @@ impl Machine {
         self.since
     }
 
-    pub(crate) fn tally(&self) -> Tally {
-        let mut t = Tally {
-            successes: self.hot.successes,
-            failures: self.hot.failures,
-            slow: self.hot.slow,
-            timeouts: self.hot.timeouts,
-            ..Tally::default()
-        };
-        if let Some(c) = &self.cold {
-            t.ignored = c.ignored;
-            t.cancelled = c.cancelled;
-            t.short_circuited = c.short_circuited;
-            t.stale = c.stale;
-            t.probe_successes = c.probe_successes;
-            t.probe_failures = c.probe_failures;
-            t.probe_timeouts = c.probe_timeouts;
-            t.shadow = c.shadow;
-        }
-        t
-    }
-
-    /// Transition counts by (from, to), non-zero only.
-    pub(crate) fn transition_counts(&self) -> Vec<(State, State, u64)> {
-        let Some(c) = &self.cold else {
-            return Vec::new();
-        };
-        let mut out: Vec<(State, State, u64)> = AUTOMATIC
-            .iter()
-            .zip(c.automatic)
-            .filter(|(_, n)| *n > 0)
-            .map(|((from, to), n)| (*from, *to, n))
-            .collect();
-        for from in State::ALL {
-            for to in State::ALL {
-                let n = c.manual[from.index()][to.index()];
-                if n > 0 {
-                    out.push((from, to, u64::from(n)));
-                }
-            }
-        }
-        out
-    }
-
     pub(crate) fn window_counts(&mut self, now: Instant) -> Option<WindowCounts> {
         self.window.counts(now)
     }
@@ -807,20 +690,20 @@ impl Machine {
         }
     }
 
-    /// How the lock-free paths should treat calls.
-    pub(crate) fn mode(&self) -> Mode {
-        match self.phase {
-            Phase::Closed { ramp: None } | Phase::ForcedClosed | Phase::Disabled => Mode::Closed,
-            // Held off by the probe gate, nothing in flight: reject until the hold ends.
-            Phase::Open { .. }
-            | Phase::HalfOpen {
-                in_flight: 0,
-                held: Some(_),
-                ..
-            } => Mode::Open,
-            Phase::ForcedOpen => Mode::ForcedOpen,
-            Phase::Closed { ramp: Some(_) } | Phase::HalfOpen { .. } => Mode::Locked,
-        }
+    /// Whether every call is admitted, whatever the instant, until the machine is
+    /// next driven (closed without a ramp, forced closed, disabled): a driver may
+    /// admit calls without asking.
+    pub(crate) fn admits_all(&self) -> bool {
+        matches!(
+            self.phase,
+            Phase::Closed { ramp: None } | Phase::ForcedClosed | Phase::Disabled
+        )
+    }
+
+    /// Whether every call is rejected, whatever the instant, until an operator
+    /// acts (forced open).
+    pub(crate) fn rejects_all(&self) -> bool {
+        matches!(self.phase, Phase::ForcedOpen)
     }
 
     /// Whether successes may be tallied without the lock and folded in later with
@@ -839,8 +722,9 @@ impl Machine {
         }
     }
 
-    /// When an open breaker (or a half-open one whose probe the gate held off) will
-    /// next consider a probe.
+    /// When an open breaker (or a half-open one whose probe the gate held off, with
+    /// none in flight) will next consider a probe: until then every call is
+    /// rejected, and a driver may reject without asking.
     pub(crate) fn reopen_at(&self) -> Option<Instant> {
         match self.phase {
             Phase::Open { until } => Some(until),
@@ -863,34 +747,13 @@ impl Machine {
         self.config.slow_call.map(|slow| slow.threshold)
     }
 
-    /// The transitions made since the last call.
-    #[cfg(test)]
-    pub(crate) fn take_transitions(&mut self) -> impl Iterator<Item = Transition> + '_ {
+    /// What happened since the events were last taken, oldest first.
+    pub(crate) fn take_events(&mut self) -> impl Iterator<Item = Event> + '_ {
         self.cold
             .as_mut()
             .map(|c| c.events.drain(..))
             .into_iter()
             .flatten()
-    }
-
-    /// Hands each transition made since the last call to `f`, with the subscribers' channel.
-    pub(crate) fn emit(
-        &mut self,
-        mut f: impl FnMut(&Transition, Option<&broadcast::Sender<Transition>>),
-    ) {
-        if let Some(c) = self.cold.as_mut() {
-            for t in c.events.drain(..) {
-                f(&t, c.subscribers.as_ref());
-            }
-        }
-    }
-
-    /// A receiver of every transition from now on (the channel is created on first use).
-    pub(crate) fn subscribe(&mut self, capacity: usize) -> broadcast::Receiver<Transition> {
-        self.cold()
-            .subscribers
-            .get_or_insert_with(|| broadcast::channel(capacity).0)
-            .subscribe()
     }
 
     // ----- the call path ---------------------------------------------------------
@@ -926,8 +789,6 @@ impl Machine {
                             continue;
                         }
                         let cold = self.cold();
-                        cold.probe_timeouts += 1;
-                        cold.probe_failures += 1;
                         cold.failed_probes = cold.failed_probes.saturating_add(1);
                         cold.streak = cold.streak.saturating_add(1);
                         self.open_at(due, Reason::ProbeTimedOut);
@@ -991,14 +852,9 @@ impl Machine {
             Admission::Rejected(_, cause)
                 if self.config.shadow && cause != OpenCause::ForcedOpen =>
             {
-                self.cold().shadow[shadow_index(cause)] += 1;
                 Admission::Shadow(Ticket::shadow(self.epoch), cause)
             }
-            rejected @ Admission::Rejected(..) => {
-                self.cold().short_circuited += 1;
-                rejected
-            }
-            admitted => admitted,
+            decided => decided,
         }
     }
 
@@ -1100,26 +956,12 @@ impl Machine {
     pub(crate) fn complete(&mut self, ticket: Ticket, report: Report, now: Instant) -> Recorded {
         self.advance(now);
         let recorded_outcome = report.outcome != Outcome::Ignore;
-        match report.outcome {
-            Outcome::Success => self.hot.successes += 1,
-            Outcome::Failure => self.hot.failures += 1,
-            Outcome::Ignore => self.cold().ignored += 1,
-        }
-        if report.slow && recorded_outcome {
-            self.hot.slow += 1;
-        }
-        if report.timed_out {
-            self.hot.timeouts += 1;
-        }
         if ticket.shadow {
             // The enforcing breaker would not have made this call: whatever it
             // answered is no evidence for the window or a probe.
             return Recorded::Shadow;
         }
         if ticket.epoch != self.epoch {
-            if recorded_outcome {
-                self.cold().stale += 1;
-            }
             return Recorded::Stale;
         }
         match (ticket.probe, self.phase) {
@@ -1127,17 +969,9 @@ impl Machine {
                 // A stream whose verdict was given at its half-open timeout: its end
                 // is counted, never acted on.
                 self.free_probe(slot);
-                if recorded_outcome {
-                    self.cold().stale += 1;
-                }
                 Recorded::Stale
             }
             (Some(slot), Phase::HalfOpen { .. }) => {
-                if report.timed_out {
-                    // The deadline cut the probe off: a probe timeout, like one that
-                    // outlived the half-open timeout (and a probe failure too).
-                    self.cold().probe_timeouts += 1;
-                }
                 self.finish_probe(slot, report.outcome, now);
                 Recorded::Probe
             }
@@ -1159,19 +993,16 @@ impl Machine {
 
     /// Folds in `n` successes (none slow) of calls admitted in `epoch`, tallied
     /// without the lock. Equivalent to `n` calls to [`Machine::complete`] with a
-    /// success, for the ordinary (non-probe) calls of a closed or disabled breaker.
-    pub(crate) fn record_successes(&mut self, epoch: u32, n: u64, now: Instant) {
-        if n == 0 {
-            return;
-        }
-        self.hot.successes += n;
+    /// success, for the ordinary (non-probe) calls of a closed or disabled breaker:
+    /// [`Recorded::Stale`] if they were admitted in an older epoch.
+    pub(crate) fn record_successes(&mut self, epoch: u32, n: u64, now: Instant) -> Recorded {
         if epoch != self.epoch {
-            self.cold().stale += n;
-            return;
+            return Recorded::Stale;
         }
         if let Phase::Closed { .. } | Phase::ForcedClosed = self.phase {
             self.window.record_successes(n, now);
         }
+        Recorded::Current
     }
 
     /// Reports that a probe's response has arrived, looked healthy, and that its body
@@ -1192,16 +1023,10 @@ impl Machine {
         }
     }
 
-    /// How many streaming probes were judged a success at their half-open timeout.
-    pub(crate) fn streams_judged(&self) -> u64 {
-        self.cold.as_ref().map_or(0, |c| c.streams_judged)
-    }
-
     /// Reports that an admitted call was dropped before it finished: not recorded,
     /// but a probe's slot is freed.
     pub(crate) fn cancel(&mut self, ticket: Ticket, now: Instant) {
         self.advance(now);
-        self.cold().cancelled += 1;
         if ticket.epoch == self.epoch {
             if let Some(slot) = ticket.probe {
                 self.free_probe(slot);
@@ -1213,7 +1038,6 @@ impl Machine {
     /// was not ready for it): the call counts as short-circuited, a probe's slot is freed.
     pub(crate) fn give_back(&mut self, ticket: Ticket, now: Instant) {
         self.advance(now);
-        self.cold().short_circuited += 1;
         if ticket.epoch == self.epoch {
             if let Some(slot) = ticket.probe {
                 self.free_probe(slot);
@@ -1386,9 +1210,6 @@ impl Machine {
 
     /// Puts the configuration just set in force, with `window` if its shape changed.
     fn apply(&mut self, window: Option<Window>) {
-        if self.config.jitter > 0.0 {
-            self.cold().random.get_or_insert_with(entropy);
-        }
         if let Some(window) = window {
             self.window = window;
             // Outcomes of calls admitted under the old window must not land in the
@@ -1455,7 +1276,7 @@ impl Machine {
     fn judge_stream(&mut self, slot: usize, due: Instant) {
         let cold = self.cold();
         cold.probes[slot] = ProbeSlot::Judged;
-        cold.streams_judged += 1;
+        cold.events.push(Event::StreamJudged);
         if let Phase::HalfOpen { in_flight, .. } = &mut self.phase {
             *in_flight -= 1;
         }
@@ -1487,7 +1308,6 @@ impl Machine {
             Outcome::Success => self.probe_succeeded(now),
             Outcome::Failure => {
                 let cold = self.cold();
-                cold.probe_failures += 1;
                 cold.failed_probes = cold.failed_probes.saturating_add(1);
                 cold.streak = cold.streak.saturating_add(1);
                 self.open_at(now, Reason::ProbeFailed);
@@ -1497,7 +1317,6 @@ impl Machine {
     }
 
     fn probe_succeeded(&mut self, now: Instant) {
-        self.cold().probe_successes += 1;
         if let Phase::HalfOpen { successes, .. } = &mut self.phase {
             *successes += 1;
             if *successes >= self.config.probes_to_close {
@@ -1553,14 +1372,7 @@ impl Machine {
     }
 
     fn open_at(&mut self, at: Instant, reason: Reason) {
-        let cold = self.cold();
-        let mut draw = || cold.random.as_deref_mut().map_or(0.0, sample);
-        let u = match cold.next_u.take() {
-            Some(u) => u,
-            None => draw(),
-        };
-        let next = draw();
-        cold.next_u = Some(next);
+        let u = self.cold().samples.pop_front().unwrap_or(0.0);
         let open_for = self.open_interval(self.streak_of(), u);
         self.transition(
             Phase::Open {
@@ -1595,33 +1407,13 @@ impl Machine {
                 cold.spell_since.get_or_insert(at);
             }
         }
-        if reason.is_operator() {
-            let n = &mut cold.manual[from.index()][to_state.index()];
-            *n = n.saturating_add(1);
-        } else if let Some(i) = AUTOMATIC.iter().position(|p| *p == (from, to_state)) {
-            cold.automatic[i] += 1;
-        }
-        cold.events.push(Transition {
+        cold.events.push(Event::Transition(Transition {
             from,
             to: to_state,
             reason,
             at,
             epoch,
-        });
-    }
-}
-
-fn entropy() -> Box<dyn RandomSource> {
-    Box::new(SeededRandom::from_entropy())
-}
-
-/// A sample in `[0, 1)`, whatever the source returns.
-fn sample(random: &mut dyn RandomSource) -> f64 {
-    let u = random.next_f64();
-    if (0.0..1.0).contains(&u) {
-        u
-    } else {
-        0.0
+        }));
     }
 }
 

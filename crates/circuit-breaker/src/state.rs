@@ -1,5 +1,7 @@
-//! Where a breaker's state lives: the [`Machine`] behind a mutex, plus one atomic
-//! word that lets the common cases through without taking it.
+//! Where a breaker's state lives: the pure [`Machine`](crate::machine::Machine),
+//! with the counters, subscribers and random source it leaves to its driver
+//! ([`Driven`], `state/driven.rs`), behind a mutex; plus one atomic word that lets
+//! the common cases through without taking it.
 //!
 //! The word packs the lock-free mode (closed, open, forced open, or "ask the
 //! machine"), the epoch, whether successes may be batched, whether the breaker is
@@ -39,9 +41,15 @@ use tokio::sync::{broadcast, Notify};
 use tokio::time::Instant;
 
 use crate::config::CircuitBreakerConfig;
-use crate::machine::{positive, Admission, Machine, Mode, Report, State, Ticket, Transition};
+use crate::machine::{positive, Admission, Report, State, Ticket, Transition};
 use crate::sync::{AtomicU64, Mutex, MutexGuard};
 use crate::telemetry::{Series, Telemetry};
+
+mod driven;
+
+#[cfg(feature = "metrics")]
+pub(crate) use driven::SHADOW_CAUSES;
+pub(crate) use driven::{shadow_index, Driven, Mode};
 
 const PENDING_MASK: u64 = (1 << 24) - 1;
 const MODE_SHIFT: u32 = 24;
@@ -105,7 +113,7 @@ pub(crate) struct Breaker {
     cancelled: AtomicU64,
     base: Instant,
     name: Name,
-    machine: Mutex<Machine>,
+    machine: Mutex<Driven>,
     telemetry: Telemetry,
     /// Services in readiness mode waiting for the breaker to let calls through;
     /// created by the first one, so other breakers never notify anyone.
@@ -141,7 +149,7 @@ impl Breaker {
         random: Option<Box<dyn RandomSource>>,
         now: Instant,
     ) -> Result<Self, ConfigError> {
-        let machine = Machine::new(config, random, now)?;
+        let machine = Driven::new(config, random, now)?;
         let word = encode(
             machine.mode(),
             machine.batches_successes(),
@@ -380,7 +388,7 @@ impl Breaker {
     }
 
     /// Reports that an admitted probe's response looked healthy and its body is
-    /// being read (see [`Machine::probe_streaming`]). Nothing for ordinary calls.
+    /// being read (see [`Machine::probe_streaming`](crate::machine::Machine::probe_streaming)). Nothing for ordinary calls.
     #[cfg(feature = "http")]
     pub(crate) fn probe_streaming(&self, ticket: Ticket, clock: impl FnOnce() -> Instant) {
         if ticket.probe.is_some() {
@@ -406,7 +414,7 @@ impl Breaker {
     /// first, then republishes the word and sends the transitions made: counted and
     /// sent to subscribers under the lock (in order), logged after it is released
     /// (a tracing subscriber is user code and may read the breaker's snapshot).
-    pub(crate) fn locked<R>(&self, now: Instant, f: impl FnOnce(&mut Machine) -> R) -> R {
+    pub(crate) fn locked<R>(&self, now: Instant, f: impl FnOnce(&mut Driven) -> R) -> R {
         let mut to_log = Vec::new();
         let (out, freed) = {
             let mut m = self.lock();
@@ -458,13 +466,13 @@ impl Breaker {
         Arc::clone(self.ready_waiters.get_or_init(Default::default))
     }
 
-    fn lock(&self) -> MutexGuard<'_, Machine> {
+    fn lock(&self) -> MutexGuard<'_, Driven> {
         // The machine never panics while holding the lock; if a panic elsewhere
         // poisoned it, its state is still consistent.
         self.machine.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn publish(&self, m: &mut Machine, now: Instant) {
+    fn publish(&self, m: &mut Driven, now: Instant) {
         let mode = m.mode();
         match mode {
             Mode::Open => {

@@ -164,7 +164,7 @@ impl Metrics {
             probe_success: probes("success"),
             probe_failure: probes("failure"),
             probe_timeout: probes("timeout"),
-            shadow: crate::machine::SHADOW_CAUSES.map(|cause| {
+            shadow: crate::state::SHADOW_CAUSES.map(|cause| {
                 metrics::counter!(
                     "seawall_breaker_shadow_rejections_total",
                     with(l, &[("cause", cause.as_str())])
@@ -359,7 +359,7 @@ impl Telemetry {
     #[inline]
     pub(crate) fn shadow_rejected(&self, name: &Name, cause: seawall_core::OpenCause) {
         #[cfg(feature = "metrics")]
-        if let Some(counter) = self.metrics.shadow.get(crate::machine::shadow_index(cause)) {
+        if let Some(counter) = self.metrics.shadow.get(crate::state::shadow_index(cause)) {
             counter.increment(1);
         }
         #[cfg(feature = "tracing")]

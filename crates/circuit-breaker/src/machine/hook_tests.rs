@@ -9,11 +9,12 @@ use tokio::time::Instant;
 
 use super::*;
 use crate::config::{CircuitBreakerConfig, RampConfig, TripPolicy};
+use crate::state::{Driven, Mode};
 
 const S: Duration = Duration::from_secs(1);
 
-fn machine_at(config: &CircuitBreakerConfig, t0: Instant) -> Machine {
-    Machine::new(config, Some(Box::new(SeededRandom::new(7))), t0).unwrap()
+fn machine_at(config: &CircuitBreakerConfig, t0: Instant) -> Driven {
+    Driven::new(config, Some(Box::new(SeededRandom::new(7))), t0).unwrap()
 }
 
 fn consecutive(threshold: u32) -> CircuitBreakerConfig {
@@ -23,7 +24,7 @@ fn consecutive(threshold: u32) -> CircuitBreakerConfig {
     }
 }
 
-fn call(m: &mut Machine, outcome: Outcome, now: Instant) {
+fn call(m: &mut Driven, outcome: Outcome, now: Instant) {
     match m.acquire(now) {
         Admission::Admitted(t) => {
             m.complete(t, Report::of(outcome), now);
@@ -34,7 +35,7 @@ fn call(m: &mut Machine, outcome: Outcome, now: Instant) {
 }
 
 /// Trips a breaker with a consecutive(2) policy at `now`.
-fn trip(m: &mut Machine, now: Instant) {
+fn trip(m: &mut Driven, now: Instant) {
     call(m, Outcome::Failure, now);
     call(m, Outcome::Failure, now);
     assert_eq!(m.state(now), State::Open);
@@ -69,7 +70,7 @@ impl ProbeGate for TestGate {
     }
 }
 
-fn gated(config: &CircuitBreakerConfig, t0: Instant) -> (Machine, Arc<TestGate>) {
+fn gated(config: &CircuitBreakerConfig, t0: Instant) -> (Driven, Arc<TestGate>) {
     let mut m = machine_at(config, t0);
     let gate = Arc::new(TestGate::default());
     assert!(m.set_gate(Some(gate.clone())).is_none());

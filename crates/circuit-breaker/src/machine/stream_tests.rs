@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use super::*;
 use crate::config::CircuitBreakerConfig;
+use crate::state::Driven;
 
 const S: Duration = Duration::from_secs(1);
 
@@ -23,8 +24,8 @@ fn config(half_open_max: u32, probes_to_close: u32) -> CircuitBreakerConfig {
 }
 
 /// A machine tripped at `t0` (10 failures), so half-open from `t0 + 10 s`.
-fn tripped(config: &CircuitBreakerConfig, t0: Instant) -> Machine {
-    let mut m = Machine::new(config, Some(Box::new(SeededRandom::new(7))), t0).unwrap();
+fn tripped(config: &CircuitBreakerConfig, t0: Instant) -> Driven {
+    let mut m = Driven::new(config, Some(Box::new(SeededRandom::new(7))), t0).unwrap();
     for _ in 0..10 {
         if let Admission::Admitted(t) = m.acquire(t0) {
             m.complete(t, Report::of(Outcome::Failure), t0);
@@ -35,7 +36,7 @@ fn tripped(config: &CircuitBreakerConfig, t0: Instant) -> Machine {
     m
 }
 
-fn admit(m: &mut Machine, now: Instant) -> Ticket {
+fn admit(m: &mut Driven, now: Instant) -> Ticket {
     match m.acquire(now) {
         Admission::Admitted(t) => t,
         Admission::Rejected(r, cause) => panic!("rejected ({cause:?}), retry after {r:?}"),
@@ -43,7 +44,7 @@ fn admit(m: &mut Machine, now: Instant) -> Ticket {
     }
 }
 
-fn transitions(m: &mut Machine) -> Vec<(State, State, Reason, Instant)> {
+fn transitions(m: &mut Driven) -> Vec<(State, State, Reason, Instant)> {
     m.take_transitions()
         .map(|t| (t.from, t.to, t.reason, t.at))
         .collect()
@@ -298,7 +299,7 @@ proptest::proptest! {
             policy: crate::config::TripPolicy::ConsecutiveFailures { threshold: 2 },
             ..config(max, to_close)
         };
-        let mut m = Machine::new(&config, Some(Box::new(SeededRandom::new(3))), t0).unwrap();
+        let mut m = Driven::new(&config, Some(Box::new(SeededRandom::new(3))), t0).unwrap();
         let mut outstanding: Vec<Ticket> = Vec::new();
         let mut probes_admitted = 0u64;
         for op in ops {

@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use super::*;
 use crate::config::{CircuitBreakerConfig, RampConfig, SlowCallConfig, TripPolicy};
+use crate::state::{Driven, Mode};
 
 const S: Duration = Duration::from_secs(1);
 
@@ -16,8 +17,8 @@ fn ms(n: u64) -> Duration {
 }
 
 #[allow(clippy::needless_pass_by_value)] // reads better at the call sites
-fn machine_at(config: CircuitBreakerConfig, t0: Instant) -> Machine {
-    Machine::new(&config, Some(Box::new(SeededRandom::new(7))), t0).unwrap()
+fn machine_at(config: CircuitBreakerConfig, t0: Instant) -> Driven {
+    Driven::new(&config, Some(Box::new(SeededRandom::new(7))), t0).unwrap()
 }
 
 fn consecutive(threshold: u32) -> CircuitBreakerConfig {
@@ -27,7 +28,7 @@ fn consecutive(threshold: u32) -> CircuitBreakerConfig {
     }
 }
 
-fn admit(m: &mut Machine, now: Instant) -> Ticket {
+fn admit(m: &mut Driven, now: Instant) -> Ticket {
     match m.acquire(now) {
         Admission::Admitted(t) => t,
         Admission::Rejected(r, _) => panic!("rejected, retry after {r:?}"),
@@ -35,31 +36,31 @@ fn admit(m: &mut Machine, now: Instant) -> Ticket {
     }
 }
 
-fn rejected(m: &mut Machine, now: Instant) -> Duration {
+fn rejected(m: &mut Driven, now: Instant) -> Duration {
     match m.acquire(now) {
         Admission::Rejected(r, _) => r,
         Admission::Admitted(t) | Admission::Shadow(t, _) => panic!("admitted {t:?}"),
     }
 }
 
-fn finish(m: &mut Machine, t: Ticket, outcome: Outcome, now: Instant) -> Recorded {
+fn finish(m: &mut Driven, t: Ticket, outcome: Outcome, now: Instant) -> Recorded {
     m.complete(t, Report::of(outcome), now)
 }
 
 /// One call admitted and finished at `now`.
-fn call(m: &mut Machine, outcome: Outcome, now: Instant) {
+fn call(m: &mut Driven, outcome: Outcome, now: Instant) {
     let t = admit(m, now);
     finish(m, t, outcome, now);
 }
 
-fn transitions(m: &mut Machine) -> Vec<(State, State, Reason)> {
+fn transitions(m: &mut Driven) -> Vec<(State, State, Reason)> {
     m.take_transitions()
         .map(|t| (t.from, t.to, t.reason))
         .collect()
 }
 
 /// Trips a default-configured machine at `now` (10 failures).
-fn trip(m: &mut Machine, now: Instant) {
+fn trip(m: &mut Driven, now: Instant) {
     for _ in 0..10 {
         if m.state(now) != State::Closed {
             break;
@@ -160,7 +161,7 @@ fn the_window_needs_min_calls_and_a_success_alone_never_trips() {
     assert_eq!(m.state(t0), State::Open);
 }
 
-fn time_window_machine(t0: Instant) -> Machine {
+fn time_window_machine(t0: Instant) -> Driven {
     machine_at(
         CircuitBreakerConfig {
             policy: TripPolicy::TimeWindow {
@@ -483,12 +484,12 @@ fn jitter_stretches_the_interval_by_the_injected_sample() {
         jitter: 0.2,
         ..CircuitBreakerConfig::default()
     };
-    let mut m = Machine::new(&config, Some(Box::new(|| 0.5)), t0).unwrap();
+    let mut m = Driven::new(&config, Some(Box::new(|| 0.5)), t0).unwrap();
     trip(&mut m, t0);
     assert_eq!(m.current_open_for(), Some(11 * S));
     assert_eq!(m.state(t0 + 11 * S - Duration::from_nanos(1)), State::Open);
     // A source out of range is treated as 0, never as a negative or huge stretch.
-    let mut odd = Machine::new(
+    let mut odd = Driven::new(
         &CircuitBreakerConfig {
             jitter: 1.0,
             ..CircuitBreakerConfig::default()
@@ -502,7 +503,7 @@ fn jitter_stretches_the_interval_by_the_injected_sample() {
     // Two seeded fleets members differ.
     let spread: Vec<_> = (0..2)
         .map(|seed| {
-            let mut m = Machine::new(
+            let mut m = Driven::new(
                 &CircuitBreakerConfig {
                     jitter: 0.5,
                     ..CircuitBreakerConfig::default()
@@ -539,7 +540,7 @@ fn the_ramp_admits_a_growing_share_and_a_trip_during_it_reopens_with_backoff() {
     assert_eq!(m.ramp_share(t1), Some(0.2));
     assert_eq!(m.mode(), Mode::Locked);
 
-    let admitted_of_100 = |m: &mut Machine, now: Instant| {
+    let admitted_of_100 = |m: &mut Driven, now: Instant| {
         let mut admitted = 0;
         for _ in 0..100 {
             if let Admission::Admitted(t) = m.acquire(now) {
