@@ -6,16 +6,13 @@
 //! [`Machine::state`] reports them without applying them.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 use std::time::Duration;
 
-use seawall_core::{
-    later, ConfigError, CountWindow, OpenCause, Outcome, TimeWindow, WindowCounts, MAX_DURATION,
-};
+use seawall_core::{later, ConfigError, WindowCounts};
 use tokio::time::Instant;
 
-use crate::config::{CircuitBreakerConfig, SlowCallConfig, TripPolicy};
-use crate::hooks::{Gate, ProbeDecision, ProbeGate, ProbeRequest, Verdict, VerdictOutcome};
+use crate::config::CircuitBreakerConfig;
+use crate::hooks::{Gate, Verdict, VerdictOutcome};
 
 /// The state of a breaker, as reported to operators.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -181,45 +178,6 @@ pub(crate) enum Event {
     StreamJudged,
 }
 
-/// The admission of one call: the epoch it was admitted in, and its probe slot if it is a probe.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Ticket {
-    pub(crate) epoch: u32,
-    pub(crate) probe: Option<u32>,
-    /// Let through in shadow mode although the breaker would have turned it away:
-    /// its outcome is counted, never recorded in the window, never a probe.
-    pub(crate) shadow: bool,
-}
-
-impl Ticket {
-    pub(crate) const fn normal(epoch: u32) -> Self {
-        Self {
-            epoch,
-            probe: None,
-            shadow: false,
-        }
-    }
-
-    pub(crate) const fn shadow(epoch: u32) -> Self {
-        Self {
-            epoch,
-            probe: None,
-            shadow: true,
-        }
-    }
-}
-
-/// The answer to a call asking to go through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Admission {
-    Admitted(Ticket),
-    /// Rejected for this cause; the caller may retry after this (never zero).
-    Rejected(Duration, OpenCause),
-    /// Would have been rejected for this cause; let through in shadow mode with a
-    /// shadow ticket.
-    Shadow(Ticket, OpenCause),
-}
-
 /// The state as reported at some instant (lazy transitions included).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Reported {
@@ -228,51 +186,6 @@ pub(crate) struct Reported {
     pub(crate) since: Instant,
     /// If open: when it admits a probe.
     pub(crate) until: Option<Instant>,
-}
-
-/// What a finished call reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Report {
-    pub(crate) outcome: Outcome,
-    /// It took at least the slow-call threshold.
-    pub(crate) slow: bool,
-    /// It ran out of its deadline (recorded as a failure).
-    pub(crate) timed_out: bool,
-}
-
-impl Report {
-    #[cfg(test)]
-    pub(crate) const fn of(outcome: Outcome) -> Self {
-        Self {
-            outcome,
-            slow: false,
-            timed_out: false,
-        }
-    }
-}
-
-/// What the machine made of a finished call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Recorded {
-    /// An ordinary call of the current epoch.
-    Current,
-    /// A probe of the current half-open period.
-    Probe,
-    /// Admitted in an older epoch: counted, but it changed nothing.
-    Stale,
-    /// Let through in shadow mode: counted, but it changed nothing.
-    Shadow,
-}
-
-/// The smallest retry-after ever given (a rejection always tells the caller to wait).
-pub(crate) const MIN_RETRY_AFTER: Duration = Duration::from_millis(1);
-
-pub(crate) fn positive(d: Duration) -> Duration {
-    if d.is_zero() {
-        MIN_RETRY_AFTER
-    } else {
-        d
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -308,135 +221,6 @@ impl Phase {
     }
 }
 
-#[derive(Debug)]
-enum Window {
-    Consecutive(u32),
-    Count(CountWindow),
-    Time(Box<TimeWindow>),
-}
-
-impl Window {
-    fn new(policy: &TripPolicy, now: Instant) -> Result<Self, ConfigError> {
-        Ok(match *policy {
-            TripPolicy::ConsecutiveFailures { .. } => Window::Consecutive(0),
-            TripPolicy::CountWindow { size, .. } => {
-                Window::Count(CountWindow::new(size as usize).map_err(|e| e.within("policy"))?)
-            }
-            TripPolicy::TimeWindow { window, bucket, .. } => Window::Time(Box::new(
-                TimeWindow::new(window, bucket, now).map_err(|e| e.within("policy"))?,
-            )),
-        })
-    }
-
-    /// Whether the window kept for `a` serves `b` as it is (so reconfiguring from
-    /// one to the other keeps the outcomes recorded).
-    fn same_shape(a: &TripPolicy, b: &TripPolicy) -> bool {
-        match (a, b) {
-            (TripPolicy::ConsecutiveFailures { .. }, TripPolicy::ConsecutiveFailures { .. }) => {
-                true
-            }
-            (TripPolicy::CountWindow { size: a, .. }, TripPolicy::CountWindow { size: b, .. }) => {
-                a == b
-            }
-            (
-                TripPolicy::TimeWindow {
-                    window: wa,
-                    bucket: ba,
-                    ..
-                },
-                TripPolicy::TimeWindow {
-                    window: wb,
-                    bucket: bb,
-                    ..
-                },
-            ) => wa == wb && ba == bb,
-            _ => false,
-        }
-    }
-
-    fn record(&mut self, failed: bool, slow: bool, now: Instant) {
-        match self {
-            Window::Consecutive(n) => *n = if failed { n.saturating_add(1) } else { 0 },
-            Window::Count(w) => w.record(failed, slow),
-            Window::Time(w) => w.record(now, failed, slow),
-        }
-    }
-
-    /// `n` successes that were not slow, in a row.
-    fn record_successes(&mut self, n: u64, now: Instant) {
-        match self {
-            Window::Consecutive(f) => *f = 0,
-            Window::Count(w) => {
-                for _ in 0..n.min(w.size() as u64) {
-                    w.record(false, false);
-                }
-            }
-            // Never batched by the service (a time window needs each call's instant),
-            // but correct if it were, as long as `n` is small.
-            Window::Time(w) => {
-                for _ in 0..n {
-                    w.record(now, false, false);
-                }
-            }
-        }
-    }
-
-    fn counts(&mut self, now: Instant) -> Option<WindowCounts> {
-        match self {
-            Window::Consecutive(_) => None,
-            Window::Count(w) => Some(w.counts()),
-            Window::Time(w) => Some(w.counts(now)),
-        }
-    }
-
-    /// Why the outcomes recorded so far trip `policy` (with slow-call detection,
-    /// if configured), if they do.
-    fn trip_reason(
-        &mut self,
-        policy: &TripPolicy,
-        slow_call: Option<&SlowCallConfig>,
-        now: Instant,
-    ) -> Option<Reason> {
-        let (min_calls, failure_rate) = match *policy {
-            TripPolicy::ConsecutiveFailures { threshold } => {
-                return match self {
-                    Window::Consecutive(n) if *n >= threshold => Some(Reason::ConsecutiveFailures),
-                    _ => None,
-                };
-            }
-            TripPolicy::CountWindow {
-                min_calls,
-                failure_rate,
-                ..
-            }
-            | TripPolicy::TimeWindow {
-                min_calls,
-                failure_rate,
-                ..
-            } => (min_calls, failure_rate),
-        };
-        let counts = self.counts(now)?;
-        if counts.calls < min_calls {
-            return None;
-        }
-        if counts.failure_rate() >= failure_rate {
-            return Some(Reason::FailureRate);
-        }
-        if slow_call.is_some_and(|slow| counts.slow_rate() >= slow.rate) {
-            return Some(Reason::SlowCallRate);
-        }
-        None
-    }
-
-    fn reset(&mut self) {
-        match self {
-            Window::Consecutive(n) => *n = 0,
-            Window::Count(w) => w.reset(),
-            Window::Time(w) => w.reset(),
-        }
-    }
-}
-
 /// What only matters once the breaker has left the plain closed state (tripped,
 /// probed, forced, reconfigured): allocated then, kept afterwards. A breaker that
 /// never trips never pays for it.
@@ -464,20 +248,6 @@ struct Cold {
     trip_epoch: u32,
     /// Asked before a probe is admitted, when installed.
     gate: Option<Gate>,
-}
-
-/// One probe slot of a half-open period.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-enum ProbeSlot {
-    #[default]
-    Free,
-    /// A probe in flight since `started`. `streaming`: its response has arrived and
-    /// looked healthy, and its body is still being read.
-    Running { started: Instant, streaming: bool },
-    /// A streaming probe judged a success at its half-open timeout. The slot stays
-    /// taken (but not in flight) until the body ends, so that the late end is known
-    /// for what it is and not mistaken for another probe's.
-    Judged,
 }
 
 /// The breaker's policy. See the crate docs for the state diagram.
@@ -712,12 +482,7 @@ impl Machine {
     pub(crate) fn batches_successes(&self) -> bool {
         match self.phase {
             Phase::Disabled => true,
-            // Exhaustive on purpose: a new window kind must say whether the order
-            // and instant of its successes matter.
-            Phase::Closed { ramp: None } | Phase::ForcedClosed => match self.window {
-                Window::Consecutive(_) | Window::Count(_) => true,
-                Window::Time(_) => false,
-            },
+            Phase::Closed { ramp: None } | Phase::ForcedClosed => self.window.successes_commute(),
             _ => false,
         }
     }
@@ -807,57 +572,6 @@ impl Machine {
         }
     }
 
-    /// Whether a call asking at `now` would be turned away ([`Machine::acquire`]
-    /// would reject it), taking nothing: no probe slot, no ramp credit.
-    pub(crate) fn would_reject(&mut self, now: Instant) -> bool {
-        self.advance(now);
-        if self.config.shadow {
-            // Only an operator's forced open rejects in shadow mode.
-            return matches!(self.phase, Phase::ForcedOpen);
-        }
-        match self.phase {
-            Phase::Open { .. } | Phase::ForcedOpen => true,
-            Phase::HalfOpen {
-                in_flight, held, ..
-            } => {
-                if in_flight >= self.config.half_open_max || held.is_some_and(|until| now < until) {
-                    return true;
-                }
-                match self.ask_gate(now, in_flight) {
-                    Some(ProbeDecision::HoldOff(wait)) => {
-                        // Remembered as `acquire` would, so the call that follows
-                        // gets the same answer without asking again.
-                        if let Phase::HalfOpen { held, .. } = &mut self.phase {
-                            *held = (in_flight == 0)
-                                .then(|| later(now, positive(wait.min(MAX_DURATION))));
-                        }
-                        true
-                    }
-                    Some(ProbeDecision::Allow) | None => false,
-                }
-            }
-            Phase::Closed { ramp: Some(credit) } => {
-                credit + self.ramp_share(now).unwrap_or(1.0) < 1.0
-            }
-            Phase::Closed { ramp: None } | Phase::ForcedClosed | Phase::Disabled => false,
-        }
-    }
-
-    /// Asks to let one call through at `now`. In shadow mode a call the breaker
-    /// would turn away (but for forced open) is let through with a shadow ticket,
-    /// after the decision has changed the machine exactly as a rejection would
-    /// (the ramp's credit, the probe gate's hold).
-    pub(crate) fn acquire(&mut self, now: Instant) -> Admission {
-        match self.decide(now) {
-            Admission::Rejected(_, cause)
-                if self.config.shadow && cause != OpenCause::ForcedOpen =>
-            {
-                Admission::Shadow(Ticket::shadow(self.epoch), cause)
-            }
-            decided => decided,
-        }
-    }
-
     /// Whether shadow mode is on.
     pub(crate) fn shadows(&self) -> bool {
         self.config.shadow
@@ -870,178 +584,6 @@ impl Machine {
             let current = self.config.clone();
             self.cold().original.get_or_insert(current);
             self.config.shadow = shadow;
-        }
-    }
-
-    fn decide(&mut self, now: Instant) -> Admission {
-        self.advance(now);
-        let epoch = self.epoch;
-        let share = self.ramp_share(now);
-        let gate = match self.phase {
-            Phase::HalfOpen {
-                in_flight, held, ..
-            } if in_flight < self.config.half_open_max && held.is_none_or(|until| now >= until) => {
-                self.ask_gate(now, in_flight)
-            }
-            _ => None,
-        };
-        let (rejected, cause) = match &mut self.phase {
-            Phase::Closed { ramp: None } | Phase::ForcedClosed | Phase::Disabled => {
-                return Admission::Admitted(Ticket::normal(epoch));
-            }
-            Phase::Closed { ramp: Some(credit) } => {
-                *credit += share.unwrap_or(1.0);
-                if *credit >= 1.0 {
-                    *credit -= 1.0;
-                    return Admission::Admitted(Ticket::normal(epoch));
-                }
-                let ramp = self.config.ramp.map_or(Duration::ZERO, |r| r.duration);
-                let end = later(self.since, ramp);
-                (end.saturating_duration_since(now), OpenCause::Ramping)
-            }
-            Phase::Open { until } => (until.saturating_duration_since(now), OpenCause::Open),
-            Phase::ForcedOpen => (self.config.open_for, OpenCause::ForcedOpen),
-            // Held off by the probe gate: as open until the hold ends.
-            Phase::HalfOpen {
-                held: Some(until), ..
-            } if now < *until => (until.saturating_duration_since(now), OpenCause::Open),
-            Phase::HalfOpen {
-                in_flight, held, ..
-            } => {
-                let max = self.config.half_open_max;
-                if let Some(ProbeDecision::HoldOff(wait)) = gate {
-                    let wait = positive(wait.min(MAX_DURATION));
-                    // Remembered only while nothing is in flight, so probes in
-                    // flight still finish (and time out) through the lock.
-                    *held = (*in_flight == 0).then(|| later(now, wait));
-                    return Admission::Rejected(wait, OpenCause::Open);
-                }
-                *held = None;
-                if *in_flight < max {
-                    let probes = &mut self.cold.get_or_insert_with(Default::default).probes;
-                    if probes.len() < max as usize {
-                        probes.resize(max as usize, ProbeSlot::Free);
-                    }
-                    // A free slot exists unless judged streams still hold some.
-                    let slot = match probes.iter().position(|p| *p == ProbeSlot::Free) {
-                        Some(slot) => slot,
-                        None => {
-                            probes.push(ProbeSlot::Free);
-                            probes.len() - 1
-                        }
-                    };
-                    probes[slot] = ProbeSlot::Running {
-                        started: now,
-                        streaming: false,
-                    };
-                    *in_flight += 1;
-                    return Admission::Admitted(Ticket {
-                        epoch,
-                        probe: Some(slot as u32),
-                        shadow: false,
-                    });
-                }
-                // Turned away while the probes are in flight: wait at most until the
-                // oldest probe must have finished (or counts as failed).
-                let after = self
-                    .probe_deadline()
-                    .map_or(MIN_RETRY_AFTER, |due| due.saturating_duration_since(now));
-                (after, OpenCause::ProbeSlotsFull)
-            }
-        };
-        Admission::Rejected(positive(rejected), cause)
-    }
-
-    /// Reports how an admitted call ended.
-    pub(crate) fn complete(&mut self, ticket: Ticket, report: Report, now: Instant) -> Recorded {
-        self.advance(now);
-        let recorded_outcome = report.outcome != Outcome::Ignore;
-        if ticket.shadow {
-            // The enforcing breaker would not have made this call: whatever it
-            // answered is no evidence for the window or a probe.
-            return Recorded::Shadow;
-        }
-        if ticket.epoch != self.epoch {
-            return Recorded::Stale;
-        }
-        match (ticket.probe, self.phase) {
-            (Some(slot), Phase::HalfOpen { .. }) if self.is_judged(slot) => {
-                // A stream whose verdict was given at its half-open timeout: its end
-                // is counted, never acted on.
-                self.free_probe(slot);
-                Recorded::Stale
-            }
-            (Some(slot), Phase::HalfOpen { .. }) => {
-                self.finish_probe(slot, report.outcome, now);
-                Recorded::Probe
-            }
-            (None, Phase::Closed { .. } | Phase::ForcedClosed) => {
-                if recorded_outcome {
-                    let failed = report.outcome == Outcome::Failure;
-                    self.window.record(failed, report.slow, now);
-                    if (failed || report.slow) && matches!(self.phase, Phase::Closed { .. }) {
-                        if let Some(reason) = self.should_trip(now) {
-                            self.trip(now, reason);
-                        }
-                    }
-                }
-                Recorded::Current
-            }
-            _ => Recorded::Current,
-        }
-    }
-
-    /// Folds in `n` successes (none slow) of calls admitted in `epoch`, tallied
-    /// without the lock. Equivalent to `n` calls to [`Machine::complete`] with a
-    /// success, for the ordinary (non-probe) calls of a closed or disabled breaker:
-    /// [`Recorded::Stale`] if they were admitted in an older epoch.
-    pub(crate) fn record_successes(&mut self, epoch: u32, n: u64, now: Instant) -> Recorded {
-        if epoch != self.epoch {
-            return Recorded::Stale;
-        }
-        if let Phase::Closed { .. } | Phase::ForcedClosed = self.phase {
-            self.window.record_successes(n, now);
-        }
-        Recorded::Current
-    }
-
-    /// Reports that a probe's response has arrived, looked healthy, and that its body
-    /// is being read: at its half-open timeout it is judged by what it has shown so
-    /// far (a success) instead of timing out. Ordinary calls and stale tickets are
-    /// left alone.
-    #[cfg(any(feature = "http", test))]
-    pub(crate) fn probe_streaming(&mut self, ticket: Ticket, now: Instant) {
-        self.advance(now);
-        if ticket.epoch != self.epoch || !matches!(self.phase, Phase::HalfOpen { .. }) {
-            return;
-        }
-        let (Some(slot), Some(cold)) = (ticket.probe, self.cold.as_mut()) else {
-            return;
-        };
-        if let Some(ProbeSlot::Running { streaming, .. }) = cold.probes.get_mut(slot as usize) {
-            *streaming = true;
-        }
-    }
-
-    /// Reports that an admitted call was dropped before it finished: not recorded,
-    /// but a probe's slot is freed.
-    pub(crate) fn cancel(&mut self, ticket: Ticket, now: Instant) {
-        self.advance(now);
-        if ticket.epoch == self.epoch {
-            if let Some(slot) = ticket.probe {
-                self.free_probe(slot);
-            }
-        }
-    }
-
-    /// Takes back an admitted ticket whose call never went out (the inner service
-    /// was not ready for it): the call counts as short-circuited, a probe's slot is freed.
-    pub(crate) fn give_back(&mut self, ticket: Ticket, now: Instant) {
-        self.advance(now);
-        if ticket.epoch == self.epoch {
-            if let Some(slot) = ticket.probe {
-                self.free_probe(slot);
-            }
         }
     }
 
@@ -1118,28 +660,6 @@ impl Machine {
         }
     }
 
-    // ----- hooks for an outside coordinator ----------------------------------------
-
-    /// Installs (or, with `None`, removes) the probe gate; returns the one it replaces.
-    pub(crate) fn set_gate(
-        &mut self,
-        gate: Option<Arc<dyn ProbeGate>>,
-    ) -> Option<Arc<dyn ProbeGate>> {
-        let previous = match gate {
-            Some(gate) => self.cold().gate.replace(Gate(gate)),
-            None => self.cold.as_mut().and_then(|c| c.gate.take()),
-        };
-        self.recheck_gate();
-        previous.map(|g| g.0)
-    }
-
-    /// Forgets a hold the gate asked for, so the next call asks it again.
-    pub(crate) fn recheck_gate(&mut self) {
-        if let Phase::HalfOpen { held, .. } = &mut self.phase {
-            *held = None;
-        }
-    }
-
     /// The epoch at which the current trip began, while open or half-open after it.
     pub(crate) fn trip_epoch(&self) -> Option<u32> {
         match self.phase {
@@ -1194,18 +714,6 @@ impl Machine {
         }
     }
 
-    /// What the gate says about a probe now, if a gate is installed.
-    fn ask_gate(&self, now: Instant, in_flight: u32) -> Option<ProbeDecision> {
-        let cold = self.cold.as_ref()?;
-        let gate = cold.gate.as_ref()?;
-        Some(gate.0.check(&ProbeRequest {
-            now,
-            epoch: self.epoch,
-            trip_epoch: cold.trip_epoch,
-            probes_in_flight: in_flight,
-        }))
-    }
-
     // ----- internals -------------------------------------------------------------
 
     /// Puts the configuration just set in force, with `window` if its shape changed.
@@ -1223,115 +731,6 @@ impl Machine {
     fn force(&mut self, phase: Phase, reason: Reason, now: Instant) {
         if self.phase.state() != phase.state() {
             self.transition(phase, now, reason);
-        }
-    }
-
-    /// When the oldest probe in flight is judged: it counts as failed, or, if it is
-    /// streaming, as a success.
-    pub(crate) fn probe_deadline(&self) -> Option<Instant> {
-        self.oldest_probe()
-            .map(|(_, started, _)| later(started, self.half_open_timeout()))
-    }
-
-    fn half_open_timeout(&self) -> Duration {
-        self.config.half_open_timeout
-    }
-
-    /// The probes in flight: slot, start, streaming.
-    fn running_probes(&self) -> Vec<(usize, Instant, bool)> {
-        self.cold.as_ref().map_or_else(Vec::new, |c| {
-            c.probes
-                .iter()
-                .enumerate()
-                .filter_map(|(slot, p)| match *p {
-                    ProbeSlot::Running { started, streaming } => Some((slot, started, streaming)),
-                    ProbeSlot::Free | ProbeSlot::Judged => None,
-                })
-                .collect()
-        })
-    }
-
-    /// The probe in flight that started first: slot, start, streaming.
-    fn oldest_probe(&self) -> Option<(usize, Instant, bool)> {
-        let mut oldest: Option<(usize, Instant, bool)> = None;
-        for (slot, p) in self.cold.as_ref()?.probes.iter().enumerate() {
-            if let ProbeSlot::Running { started, streaming } = *p {
-                if oldest.is_none_or(|(_, s, _)| started < s) {
-                    oldest = Some((slot, started, streaming));
-                }
-            }
-        }
-        oldest
-    }
-
-    fn is_judged(&self, slot: u32) -> bool {
-        self.cold
-            .as_ref()
-            .and_then(|c| c.probes.get(slot as usize))
-            .is_some_and(|p| *p == ProbeSlot::Judged)
-    }
-
-    /// A streaming probe reached its half-open timeout with nothing wrong shown: a
-    /// success, given at `due`. Its slot stays taken until the body ends.
-    fn judge_stream(&mut self, slot: usize, due: Instant) {
-        let cold = self.cold();
-        cold.probes[slot] = ProbeSlot::Judged;
-        cold.events.push(Event::StreamJudged);
-        if let Phase::HalfOpen { in_flight, .. } = &mut self.phase {
-            *in_flight -= 1;
-        }
-        self.probe_succeeded(due);
-    }
-
-    fn should_trip(&mut self, now: Instant) -> Option<Reason> {
-        self.window
-            .trip_reason(&self.config.policy, self.config.slow_call.as_ref(), now)
-    }
-
-    fn trip(&mut self, now: Instant, reason: Reason) {
-        // A trip during the ramp is a re-trip: the backoff keeps growing.
-        let ramping = matches!(self.phase, Phase::Closed { ramp: Some(_) });
-        let cold = self.cold();
-        cold.streak = if ramping {
-            cold.streak.saturating_add(1)
-        } else {
-            0
-        };
-        self.open_at(now, reason);
-        let epoch = self.epoch;
-        self.cold().trip_epoch = epoch;
-    }
-
-    fn finish_probe(&mut self, slot: u32, outcome: Outcome, now: Instant) {
-        self.free_probe(slot);
-        match outcome {
-            Outcome::Success => self.probe_succeeded(now),
-            Outcome::Failure => {
-                let cold = self.cold();
-                cold.failed_probes = cold.failed_probes.saturating_add(1);
-                cold.streak = cold.streak.saturating_add(1);
-                self.open_at(now, Reason::ProbeFailed);
-            }
-            Outcome::Ignore => {}
-        }
-    }
-
-    fn probe_succeeded(&mut self, now: Instant) {
-        if let Phase::HalfOpen { successes, .. } = &mut self.phase {
-            *successes += 1;
-            if *successes >= self.config.probes_to_close {
-                self.close(now, Reason::ProbesSucceeded);
-            }
-        }
-    }
-
-    fn free_probe(&mut self, slot: u32) {
-        if let (Phase::HalfOpen { in_flight, .. }, Some(cold)) = (&mut self.phase, &mut self.cold) {
-            if let Some(p) = cold.probes.get_mut(slot as usize) {
-                if let ProbeSlot::Running { .. } = std::mem::take(p) {
-                    *in_flight -= 1;
-                }
-            }
         }
     }
 
@@ -1426,6 +825,15 @@ fn nanos_between(from: Instant, to: Instant) -> u64 {
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
+
+mod admission;
+mod report;
+mod window;
+
+use admission::ProbeSlot;
+pub(crate) use admission::{positive, Admission, Ticket, MIN_RETRY_AFTER};
+pub(crate) use report::{Recorded, Report};
+use window::Window;
 
 #[cfg(test)]
 pub(crate) mod tests;

@@ -4,11 +4,12 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use seawall_core::{Outcome, SeededRandom};
+use seawall_core::{OpenCause, Outcome, SeededRandom, MAX_DURATION};
 use tokio::time::Instant;
 
 use super::*;
 use crate::config::{CircuitBreakerConfig, RampConfig, TripPolicy};
+use crate::hooks::{ProbeDecision, ProbeGate, ProbeRequest};
 use crate::state::{Driven, Mode};
 
 const S: Duration = Duration::from_secs(1);

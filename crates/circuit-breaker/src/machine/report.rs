@@ -1,0 +1,179 @@
+//! Outcomes in: what a finished, cancelled or unsent call reports, and the trips,
+//! probe verdicts and stale results that follow.
+
+use seawall_core::Outcome;
+use tokio::time::Instant;
+
+use super::admission::{ProbeSlot, Ticket};
+use super::{Machine, Phase, Reason};
+
+/// What a finished call reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Report {
+    pub(crate) outcome: Outcome,
+    /// It took at least the slow-call threshold.
+    pub(crate) slow: bool,
+    /// It ran out of its deadline (recorded as a failure).
+    pub(crate) timed_out: bool,
+}
+
+impl Report {
+    #[cfg(test)]
+    pub(crate) const fn of(outcome: Outcome) -> Self {
+        Self {
+            outcome,
+            slow: false,
+            timed_out: false,
+        }
+    }
+}
+
+/// What the machine made of a finished call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Recorded {
+    /// An ordinary call of the current epoch.
+    Current,
+    /// A probe of the current half-open period.
+    Probe,
+    /// Admitted in an older epoch: counted, but it changed nothing.
+    Stale,
+    /// Let through in shadow mode: counted, but it changed nothing.
+    Shadow,
+}
+
+impl Machine {
+    /// Reports how an admitted call ended.
+    pub(crate) fn complete(&mut self, ticket: Ticket, report: Report, now: Instant) -> Recorded {
+        self.advance(now);
+        let recorded_outcome = report.outcome != Outcome::Ignore;
+        if ticket.shadow {
+            // The enforcing breaker would not have made this call: whatever it
+            // answered is no evidence for the window or a probe.
+            return Recorded::Shadow;
+        }
+        if ticket.epoch != self.epoch {
+            return Recorded::Stale;
+        }
+        match (ticket.probe, self.phase) {
+            (Some(slot), Phase::HalfOpen { .. }) if self.is_judged(slot) => {
+                // A stream whose verdict was given at its half-open timeout: its end
+                // is counted, never acted on.
+                self.free_probe(slot);
+                Recorded::Stale
+            }
+            (Some(slot), Phase::HalfOpen { .. }) => {
+                self.finish_probe(slot, report.outcome, now);
+                Recorded::Probe
+            }
+            (None, Phase::Closed { .. } | Phase::ForcedClosed) => {
+                if recorded_outcome {
+                    let failed = report.outcome == Outcome::Failure;
+                    self.window.record(failed, report.slow, now);
+                    if (failed || report.slow) && matches!(self.phase, Phase::Closed { .. }) {
+                        if let Some(reason) = self.should_trip(now) {
+                            self.trip(now, reason);
+                        }
+                    }
+                }
+                Recorded::Current
+            }
+            _ => Recorded::Current,
+        }
+    }
+
+    /// Folds in `n` successes (none slow) of calls admitted in `epoch`, tallied
+    /// without the lock. Equivalent to `n` calls to [`Machine::complete`] with a
+    /// success, for the ordinary (non-probe) calls of a closed or disabled breaker:
+    /// [`Recorded::Stale`] if they were admitted in an older epoch.
+    pub(crate) fn record_successes(&mut self, epoch: u32, n: u64, now: Instant) -> Recorded {
+        if epoch != self.epoch {
+            return Recorded::Stale;
+        }
+        if let Phase::Closed { .. } | Phase::ForcedClosed = self.phase {
+            self.window.record_successes(n, now);
+        }
+        Recorded::Current
+    }
+
+    /// Reports that a probe's response has arrived, looked healthy, and that its body
+    /// is being read: at its half-open timeout it is judged by what it has shown so
+    /// far (a success) instead of timing out. Ordinary calls and stale tickets are
+    /// left alone.
+    #[cfg(any(feature = "http", test))]
+    pub(crate) fn probe_streaming(&mut self, ticket: Ticket, now: Instant) {
+        self.advance(now);
+        if ticket.epoch != self.epoch || !matches!(self.phase, Phase::HalfOpen { .. }) {
+            return;
+        }
+        let (Some(slot), Some(cold)) = (ticket.probe, self.cold.as_mut()) else {
+            return;
+        };
+        if let Some(ProbeSlot::Running { streaming, .. }) = cold.probes.get_mut(slot as usize) {
+            *streaming = true;
+        }
+    }
+
+    /// Reports that an admitted call was dropped before it finished: not recorded,
+    /// but a probe's slot is freed.
+    pub(crate) fn cancel(&mut self, ticket: Ticket, now: Instant) {
+        self.advance(now);
+        if ticket.epoch == self.epoch {
+            if let Some(slot) = ticket.probe {
+                self.free_probe(slot);
+            }
+        }
+    }
+
+    /// Takes back an admitted ticket whose call never went out (the inner service
+    /// was not ready for it): the call counts as short-circuited, a probe's slot is freed.
+    pub(crate) fn give_back(&mut self, ticket: Ticket, now: Instant) {
+        self.advance(now);
+        if ticket.epoch == self.epoch {
+            if let Some(slot) = ticket.probe {
+                self.free_probe(slot);
+            }
+        }
+    }
+
+    pub(super) fn should_trip(&mut self, now: Instant) -> Option<Reason> {
+        self.window
+            .trip_reason(&self.config.policy, self.config.slow_call.as_ref(), now)
+    }
+
+    pub(super) fn trip(&mut self, now: Instant, reason: Reason) {
+        // A trip during the ramp is a re-trip: the backoff keeps growing.
+        let ramping = matches!(self.phase, Phase::Closed { ramp: Some(_) });
+        let cold = self.cold();
+        cold.streak = if ramping {
+            cold.streak.saturating_add(1)
+        } else {
+            0
+        };
+        self.open_at(now, reason);
+        let epoch = self.epoch;
+        self.cold().trip_epoch = epoch;
+    }
+
+    pub(super) fn finish_probe(&mut self, slot: u32, outcome: Outcome, now: Instant) {
+        self.free_probe(slot);
+        match outcome {
+            Outcome::Success => self.probe_succeeded(now),
+            Outcome::Failure => {
+                let cold = self.cold();
+                cold.failed_probes = cold.failed_probes.saturating_add(1);
+                cold.streak = cold.streak.saturating_add(1);
+                self.open_at(now, Reason::ProbeFailed);
+            }
+            Outcome::Ignore => {}
+        }
+    }
+
+    pub(super) fn probe_succeeded(&mut self, now: Instant) {
+        if let Phase::HalfOpen { successes, .. } = &mut self.phase {
+            *successes += 1;
+            if *successes >= self.config.probes_to_close {
+                self.close(now, Reason::ProbesSucceeded);
+            }
+        }
+    }
+}
