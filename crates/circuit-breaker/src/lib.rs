@@ -408,7 +408,10 @@ pub use keyed::{
     KeyedCircuitBreaker, KeyedCircuitBreakerBuilder, KeyedCircuitBreakerLayer, KeyedHandle,
 };
 pub use layer::{CircuitBreakerBuilder, CircuitBreakerLayer};
-pub use machine::{Reason, State, Transition};
+pub use machine::{
+    Admission, CircuitBreakerEvent, CircuitBreakerMachine, Reason, Recorded, Report, State, Ticket,
+    Transition,
+};
 pub use readiness::{PendingWhileOpen, PendingWhileOpenLayer};
 pub use seawall_core::{CircuitOpen, DeadlineExceeded, DEFAULT_MAX_KEYS};
 pub use service::CircuitBreaker;

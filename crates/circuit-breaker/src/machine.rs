@@ -2,8 +2,8 @@
 //!
 //! Every method that needs time takes `now`. Lazy transitions (open → half-open when
 //! the interval has passed, a stuck probe timing out, the end of the ramp) are
-//! applied by [`Machine::advance`], which every call-path method runs first;
-//! [`Machine::state`] reports them without applying them.
+//! applied by [`CircuitBreakerMachine::advance`], which every call-path method runs first;
+//! [`CircuitBreakerMachine::state`] reports them without applying them.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -167,10 +167,11 @@ pub struct Transition {
 }
 
 /// Something the machine did on its own account, to be taken with
-/// [`Machine::take_events`]: whoever drives the machine counts, logs and
+/// [`CircuitBreakerMachine::take_events`]: whoever drives the machine counts, logs and
 /// broadcasts these; the machine keeps no counters and sends nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Event {
+#[non_exhaustive]
+pub enum CircuitBreakerEvent {
     /// A change of state.
     Transition(Transition),
     /// A streaming probe was judged a success at its half-open timeout (its body
@@ -240,7 +241,7 @@ struct Cold {
     /// Time spent in finished open spells.
     open_total: Duration,
     /// What happened and was not yet taken by the driver.
-    events: Vec<Event>,
+    events: Vec<CircuitBreakerEvent>,
     /// Jitter samples in `[0, 1)` for the next open intervals, fed by the driver
     /// ahead of need (so `state(now)` can report exactly what the next call will see).
     samples: VecDeque<f64>,
@@ -250,9 +251,72 @@ struct Cold {
     gate: Option<Gate>,
 }
 
-/// The breaker's policy. See the crate docs for the state diagram.
+/// The breaker's policy as a pure state machine: it reads no clock, takes no lock,
+/// sends nothing and counts nothing (the crate docs draw its states).
+///
+/// Every step takes `now`; what the step did comes back as its return value (an
+/// [`Admission`], a [`Recorded`], a [`VerdictOutcome`]) and as
+/// [`CircuitBreakerEvent`]s, taken with [`take_events`](Self::take_events). Lazy
+/// transitions (open → half-open once the interval has passed, a probe outliving
+/// its half-open timeout, the end of the ramp) are made by
+/// [`advance`](Self::advance), which every step runs first;
+/// [`state`](Self::state) reports them as made without making them. Jitter
+/// samples are fed in, not drawn: [`samples_wanted`](Self::samples_wanted) says
+/// how many to [`feed_sample`](Self::feed_sample), and without any the open
+/// interval is not jittered.
+///
+/// [`CircuitBreakerLayer`](crate::CircuitBreakerLayer) drives one behind a mutex,
+/// with an atomic word in front for the closed path, and keeps the counters,
+/// the subscribers and the random source itself. Drive one yourself to see what a
+/// configuration makes of a sequence of outcomes, at any speed:
+///
+/// ```
+/// use std::time::Duration;
+/// use seawall_circuit_breaker::{
+///     Admission, CircuitBreakerConfig, CircuitBreakerEvent, CircuitBreakerMachine, Reason,
+///     Report, State, TripPolicy,
+/// };
+/// use seawall_core::Outcome;
+/// use tokio::time::Instant;
+///
+/// let config = CircuitBreakerConfig {
+///     policy: TripPolicy::ConsecutiveFailures { threshold: 3 },
+///     open_for: Duration::from_secs(10),
+///     ..CircuitBreakerConfig::default()
+/// };
+/// let t0 = Instant::now();
+/// let mut breaker = CircuitBreakerMachine::new(&config, t0)?;
+///
+/// // Three failures in a row trip it, at the third.
+/// for _ in 0..3 {
+///     let Admission::Admitted(ticket) = breaker.acquire(t0) else { unreachable!() };
+///     breaker.complete(ticket, Report::of(Outcome::Failure), t0);
+/// }
+/// assert_eq!(breaker.state(t0), State::Open);
+/// let events: Vec<_> = breaker.take_events().collect();
+/// assert!(matches!(
+///     events[..],
+///     [CircuitBreakerEvent::Transition(t)] if t.reason == Reason::ConsecutiveFailures
+/// ));
+///
+/// // Open: turned away, told to come back when the interval ends.
+/// let t4 = t0 + Duration::from_secs(4);
+/// assert!(matches!(
+///     breaker.acquire(t4),
+///     Admission::Rejected(retry_after, _) if retry_after == Duration::from_secs(6)
+/// ));
+///
+/// // Then the next call is the probe, and its success closes the breaker.
+/// let t10 = t0 + Duration::from_secs(10);
+/// assert_eq!(breaker.state(t10), State::HalfOpen);
+/// let Admission::Admitted(probe) = breaker.acquire(t10) else { unreachable!() };
+/// assert!(probe.is_probe());
+/// breaker.complete(probe, Report::of(Outcome::Success), t10);
+/// assert_eq!(breaker.state(t10), State::Closed);
+/// # Ok::<(), seawall_core::ConfigError>(())
+/// ```
 #[derive(Debug)]
-pub(crate) struct Machine {
+pub struct CircuitBreakerMachine {
     config: CircuitBreakerConfig,
     phase: Phase,
     since: Instant,
@@ -261,9 +325,9 @@ pub(crate) struct Machine {
     cold: Option<Box<Cold>>,
 }
 
-impl Machine {
+impl CircuitBreakerMachine {
     /// A closed breaker with an empty window from `now`, once `config` is valid.
-    pub(crate) fn new(config: &CircuitBreakerConfig, now: Instant) -> Result<Self, ConfigError> {
+    pub fn new(config: &CircuitBreakerConfig, now: Instant) -> Result<Self, ConfigError> {
         config.validate()?;
         let window = Window::new(&config.policy, now)?;
         Ok(Self {
@@ -291,16 +355,16 @@ impl Machine {
             .unwrap_or(0.0)
     }
 
-    /// How many jitter samples to feed with [`Machine::feed_sample`] so that the
+    /// How many jitter samples to feed with [`CircuitBreakerMachine::feed_sample`] so that the
     /// next opens (at most two in one step: a probe timing out, then a failure or
     /// a verdict) each have their own. Without samples the interval is not jittered.
-    pub(crate) fn samples_wanted(&self) -> usize {
+    pub fn samples_wanted(&self) -> usize {
         const AHEAD: usize = 2;
         AHEAD.saturating_sub(self.cold.as_ref().map_or(0, |c| c.samples.len()))
     }
 
     /// Feeds one jitter sample, a number in `[0, 1)` (anything else counts as 0).
-    pub(crate) fn feed_sample(&mut self, u: f64) {
+    pub fn feed_sample(&mut self, u: f64) {
         let u = if (0.0..1.0).contains(&u) { u } else { 0.0 };
         self.cold().samples.push_back(u);
     }
@@ -308,11 +372,11 @@ impl Machine {
     // ----- reporting -------------------------------------------------------------
 
     /// The state at `now`, with the lazy transitions that are due reported as made.
-    pub(crate) fn state(&self, now: Instant) -> State {
+    pub fn state(&self, now: Instant) -> State {
         self.reported(now).state
     }
 
-    /// The state at `now` as [`Machine::state`] reports it, with when it began and,
+    /// The state at `now` as [`CircuitBreakerMachine::state`] reports it, with when it began and,
     /// if open, when it will admit a probe.
     pub(crate) fn reported(&self, now: Instant) -> Reported {
         let open = |since: Instant, until: Instant| {
@@ -378,12 +442,14 @@ impl Machine {
         }
     }
 
-    pub(crate) fn epoch(&self) -> u32 {
+    /// The epoch: bumped by every transition (and by a reset or a new window), so
+    /// a [`Ticket`] from an older one is known for stale.
+    pub fn epoch(&self) -> u32 {
         self.epoch
     }
 
     /// The configuration in force.
-    pub(crate) fn config(&self) -> &CircuitBreakerConfig {
+    pub fn config(&self) -> &CircuitBreakerConfig {
         &self.config
     }
 
@@ -393,34 +459,39 @@ impl Machine {
         self.since
     }
 
-    pub(crate) fn window_counts(&mut self, now: Instant) -> Option<WindowCounts> {
+    /// The counts of a count or time window at `now` (`None` for consecutive failures).
+    pub fn window_counts(&mut self, now: Instant) -> Option<WindowCounts> {
         self.window.counts(now)
     }
 
-    pub(crate) fn consecutive_failures(&self) -> Option<u32> {
+    /// The failures in a row so far, under a consecutive-failures policy.
+    pub fn consecutive_failures(&self) -> Option<u32> {
         match self.window {
             Window::Consecutive(n) => Some(n),
             _ => None,
         }
     }
 
-    pub(crate) fn probes_in_flight(&self) -> u32 {
+    /// The probes admitted in this half-open period and not yet ended (0 when not half-open).
+    pub fn probes_in_flight(&self) -> u32 {
         match self.phase {
             Phase::HalfOpen { in_flight, .. } => in_flight,
             _ => 0,
         }
     }
 
-    pub(crate) fn failed_probes(&self) -> u32 {
+    /// Probes that failed (or timed out) in a row since the breaker last closed.
+    pub fn failed_probes(&self) -> u32 {
         self.cold.as_ref().map_or(0, |c| c.failed_probes)
     }
 
-    pub(crate) fn streak(&self) -> u32 {
+    /// Re-trips since the breaker last recovered fully: the backoff's exponent.
+    pub fn streak(&self) -> u32 {
         self.streak_of()
     }
 
     /// The interval of the current open state.
-    pub(crate) fn current_open_for(&self) -> Option<Duration> {
+    pub fn current_open_for(&self) -> Option<Duration> {
         match self.phase {
             Phase::Open { until } => Some(until.saturating_duration_since(self.since)),
             _ => None,
@@ -428,7 +499,7 @@ impl Machine {
     }
 
     /// How long the breaker has been out of the closed states (tripped or forced), if it is.
-    pub(crate) fn open_spell(&self, now: Instant) -> Option<Duration> {
+    pub fn open_spell(&self, now: Instant) -> Option<Duration> {
         self.cold
             .as_ref()
             .and_then(|c| c.spell_since)
@@ -436,13 +507,13 @@ impl Machine {
     }
 
     /// Total time spent out of the closed states, the current spell included.
-    pub(crate) fn open_total(&self, now: Instant) -> Duration {
+    pub fn open_total(&self, now: Instant) -> Duration {
         self.cold.as_ref().map_or(Duration::ZERO, |c| c.open_total)
             + self.open_spell(now).unwrap_or_default()
     }
 
     /// The share of calls to admit while ramping up after closing, if ramping at `now`.
-    pub(crate) fn ramp_share(&self, now: Instant) -> Option<f64> {
+    pub fn ramp_share(&self, now: Instant) -> Option<f64> {
         match self.phase {
             Phase::Closed { ramp: Some(_) } => {
                 let ramp = self.config.ramp?;
@@ -463,7 +534,7 @@ impl Machine {
     /// Whether every call is admitted, whatever the instant, until the machine is
     /// next driven (closed without a ramp, forced closed, disabled): a driver may
     /// admit calls without asking.
-    pub(crate) fn admits_all(&self) -> bool {
+    pub fn admits_all(&self) -> bool {
         matches!(
             self.phase,
             Phase::Closed { ramp: None } | Phase::ForcedClosed | Phase::Disabled
@@ -472,14 +543,14 @@ impl Machine {
 
     /// Whether every call is rejected, whatever the instant, until an operator
     /// acts (forced open).
-    pub(crate) fn rejects_all(&self) -> bool {
+    pub fn rejects_all(&self) -> bool {
         matches!(self.phase, Phase::ForcedOpen)
     }
 
     /// Whether successes may be tallied without the lock and folded in later with
-    /// [`Machine::record_successes`]: true where the order and instant of successes
+    /// [`CircuitBreakerMachine::record_successes`]: true where the order and instant of successes
     /// do not matter (consecutive and count policies, and when disabled).
-    pub(crate) fn batches_successes(&self) -> bool {
+    pub fn batches_successes(&self) -> bool {
         match self.phase {
             Phase::Disabled => true,
             Phase::Closed { ramp: None } | Phase::ForcedClosed => self.window.successes_commute(),
@@ -490,7 +561,7 @@ impl Machine {
     /// When an open breaker (or a half-open one whose probe the gate held off, with
     /// none in flight) will next consider a probe: until then every call is
     /// rejected, and a driver may reject without asking.
-    pub(crate) fn reopen_at(&self) -> Option<Instant> {
+    pub fn reopen_at(&self) -> Option<Instant> {
         match self.phase {
             Phase::Open { until } => Some(until),
             Phase::HalfOpen {
@@ -513,7 +584,7 @@ impl Machine {
     }
 
     /// What happened since the events were last taken, oldest first.
-    pub(crate) fn take_events(&mut self) -> impl Iterator<Item = Event> + '_ {
+    pub fn take_events(&mut self) -> impl Iterator<Item = CircuitBreakerEvent> + '_ {
         self.cold
             .as_mut()
             .map(|c| c.events.drain(..))
@@ -524,7 +595,7 @@ impl Machine {
     // ----- the call path ---------------------------------------------------------
 
     /// Applies the lazy transitions due at `now`.
-    pub(crate) fn advance(&mut self, now: Instant) {
+    pub fn advance(&mut self, now: Instant) {
         // Each step moves time-driven state forward; at most: a probe times out,
         // its reopen interval passes, and the breaker is half-open again. Judging a
         // streaming probe is no step: each one ends a probe in flight.
@@ -573,13 +644,13 @@ impl Machine {
     }
 
     /// Whether shadow mode is on.
-    pub(crate) fn shadows(&self) -> bool {
+    pub fn shadows(&self) -> bool {
         self.config.shadow
     }
 
     /// Switches shadow mode, as a change of the configuration in force (so
-    /// [`Machine::revert`] returns to the built one).
-    pub(crate) fn set_shadow(&mut self, shadow: bool) {
+    /// [`CircuitBreakerMachine::revert`] returns to the built one).
+    pub fn set_shadow(&mut self, shadow: bool) {
         if self.config.shadow != shadow {
             let current = self.config.clone();
             self.cold().original.get_or_insert(current);
@@ -590,23 +661,23 @@ impl Machine {
     // ----- operator controls -----------------------------------------------------
 
     /// Holds the breaker open until an operator resets it.
-    pub(crate) fn force_open(&mut self, now: Instant) {
+    pub fn force_open(&mut self, now: Instant) {
         self.force(Phase::ForcedOpen, Reason::ForcedOpen, now);
     }
 
     /// Holds the breaker closed (outcomes still recorded, no trips) until reset.
-    pub(crate) fn force_closed(&mut self, now: Instant) {
+    pub fn force_closed(&mut self, now: Instant) {
         self.force(Phase::ForcedClosed, Reason::ForcedClosed, now);
     }
 
     /// Lets every call through and only counts, until reset.
-    pub(crate) fn disable(&mut self, now: Instant) {
+    pub fn disable(&mut self, now: Instant) {
         self.force(Phase::Disabled, Reason::Disabled, now);
     }
 
     /// A fresh closed breaker: empty window, no backoff, no failed probes. Calls in
     /// flight become stale. Counters are cumulative and are kept.
-    pub(crate) fn reset(&mut self, now: Instant) {
+    pub fn reset(&mut self, now: Instant) {
         self.window.reset();
         if let Some(c) = self.cold.as_mut() {
             c.streak = 0;
@@ -623,7 +694,7 @@ impl Machine {
     /// Applies a new configuration, keeping the state. The window is kept when its
     /// shape (policy kind, size, window and bucket) is unchanged; otherwise a new
     /// empty one starts (and the calls in flight of a closed breaker become stale).
-    pub(crate) fn reconfigure(
+    pub fn reconfigure(
         &mut self,
         config: &CircuitBreakerConfig,
         now: Instant,
@@ -641,7 +712,7 @@ impl Machine {
     }
 
     /// Goes back to the configuration the breaker was built with, keeping the state.
-    pub(crate) fn revert(&mut self, now: Instant) {
+    pub fn revert(&mut self, now: Instant) {
         let Some(original) = self.cold.as_mut().and_then(|c| c.original.take()) else {
             return;
         };
@@ -661,7 +732,7 @@ impl Machine {
     }
 
     /// The epoch at which the current trip began, while open or half-open after it.
-    pub(crate) fn trip_epoch(&self) -> Option<u32> {
+    pub fn trip_epoch(&self) -> Option<u32> {
         match self.phase {
             Phase::Open { .. } | Phase::HalfOpen { .. } => {
                 Some(self.cold.as_ref().map_or(0, |c| c.trip_epoch))
@@ -671,7 +742,7 @@ impl Machine {
     }
 
     /// Applies a verdict about the trip that began at `trip_epoch` (see [`Verdict`]).
-    pub(crate) fn apply_verdict(
+    pub fn apply_verdict(
         &mut self,
         verdict: Verdict,
         trip_epoch: u32,
@@ -702,7 +773,7 @@ impl Machine {
 
     /// Trips a closed breaker because its peers tripped (see
     /// [`Handle::trip_with_peers`](crate::Handle::trip_with_peers)).
-    pub(crate) fn trip_with_peers(&mut self, now: Instant) -> VerdictOutcome {
+    pub fn trip_with_peers(&mut self, now: Instant) -> VerdictOutcome {
         self.advance(now);
         match self.phase {
             Phase::ForcedOpen | Phase::ForcedClosed | Phase::Disabled => VerdictOutcome::Overridden,
@@ -806,13 +877,14 @@ impl Machine {
                 cold.spell_since.get_or_insert(at);
             }
         }
-        cold.events.push(Event::Transition(Transition {
-            from,
-            to: to_state,
-            reason,
-            at,
-            epoch,
-        }));
+        cold.events
+            .push(CircuitBreakerEvent::Transition(Transition {
+                from,
+                to: to_state,
+                reason,
+                at,
+                epoch,
+            }));
     }
 }
 
@@ -831,8 +903,9 @@ mod report;
 mod window;
 
 use admission::ProbeSlot;
-pub(crate) use admission::{positive, Admission, Ticket, MIN_RETRY_AFTER};
-pub(crate) use report::{Recorded, Report};
+pub(crate) use admission::{positive, MIN_RETRY_AFTER};
+pub use admission::{Admission, Ticket};
+pub use report::{Recorded, Report};
 use window::Window;
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! Where a breaker's state lives: the pure [`Machine`](crate::machine::Machine),
+//! Where a breaker's state lives: the pure [`CircuitBreakerMachine`](crate::machine::CircuitBreakerMachine),
 //! with the counters, subscribers and random source it leaves to its driver
 //! ([`Driven`], `state/driven.rs`), behind a mutex; plus one atomic word that lets
 //! the common cases through without taking it.
@@ -48,8 +48,8 @@ use crate::telemetry::{Series, Telemetry};
 mod driven;
 
 #[cfg(feature = "metrics")]
-pub(crate) use driven::SHADOW_CAUSES;
-pub(crate) use driven::{shadow_index, Driven, Mode};
+pub(crate) use driven::{shadow_index, SHADOW_CAUSES};
+pub(crate) use driven::{Driven, Mode};
 
 const PENDING_MASK: u64 = (1 << 24) - 1;
 const MODE_SHIFT: u32 = 24;
@@ -388,7 +388,7 @@ impl Breaker {
     }
 
     /// Reports that an admitted probe's response looked healthy and its body is
-    /// being read (see [`Machine::probe_streaming`](crate::machine::Machine::probe_streaming)). Nothing for ordinary calls.
+    /// being read (see [`CircuitBreakerMachine::probe_streaming`](crate::machine::CircuitBreakerMachine::probe_streaming)). Nothing for ordinary calls.
     #[cfg(feature = "http")]
     pub(crate) fn probe_streaming(&self, ticket: Ticket, clock: impl FnOnce() -> Instant) {
         if ticket.probe.is_some() {

@@ -7,12 +7,16 @@ use std::time::Duration;
 use seawall_core::{later, OpenCause, MAX_DURATION};
 use tokio::time::Instant;
 
-use super::{Event, Machine, Phase};
+use super::{CircuitBreakerEvent, CircuitBreakerMachine, Phase};
 use crate::hooks::{Gate, ProbeDecision, ProbeGate, ProbeRequest};
 
-/// The admission of one call: the epoch it was admitted in, and its probe slot if it is a probe.
+/// The admission of one call: the epoch it was admitted in, and its probe slot if
+/// it is a probe. Hand it back exactly once: to
+/// [`complete`](CircuitBreakerMachine::complete) when the call ends,
+/// [`cancel`](CircuitBreakerMachine::cancel) if it is dropped first, or
+/// [`give_back`](CircuitBreakerMachine::give_back) if it never went out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Ticket {
+pub struct Ticket {
     pub(crate) epoch: u32,
     pub(crate) probe: Option<u32>,
     /// Let through in shadow mode although the breaker would have turned it away:
@@ -36,11 +40,29 @@ impl Ticket {
             shadow: true,
         }
     }
+
+    /// The breaker's epoch when the call was admitted: an outcome from an older
+    /// epoch is stale and changes nothing.
+    pub const fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
+    /// Whether the call is a half-open probe (its outcome decides the next state).
+    pub const fn is_probe(&self) -> bool {
+        self.probe.is_some()
+    }
+
+    /// Whether the call was let through in shadow mode although the breaker would
+    /// have turned it away: its outcome is no evidence for the window or a probe.
+    pub const fn is_shadow(&self) -> bool {
+        self.shadow
+    }
 }
 
 /// The answer to a call asking to go through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Admission {
+pub enum Admission {
+    /// Let through: the call goes to the dependency with this ticket.
     Admitted(Ticket),
     /// Rejected for this cause; the caller may retry after this (never zero).
     Rejected(Duration, OpenCause),
@@ -74,10 +96,10 @@ pub(super) enum ProbeSlot {
     Judged,
 }
 
-impl Machine {
-    /// Whether a call asking at `now` would be turned away ([`Machine::acquire`]
+impl CircuitBreakerMachine {
+    /// Whether a call asking at `now` would be turned away ([`CircuitBreakerMachine::acquire`]
     /// would reject it), taking nothing: no probe slot, no ramp credit.
-    pub(crate) fn would_reject(&mut self, now: Instant) -> bool {
+    pub fn would_reject(&mut self, now: Instant) -> bool {
         self.advance(now);
         if self.config.shadow {
             // Only an operator's forced open rejects in shadow mode.
@@ -115,7 +137,7 @@ impl Machine {
     /// would turn away (but for forced open) is let through with a shadow ticket,
     /// after the decision has changed the machine exactly as a rejection would
     /// (the ramp's credit, the probe gate's hold).
-    pub(crate) fn acquire(&mut self, now: Instant) -> Admission {
+    pub fn acquire(&mut self, now: Instant) -> Admission {
         match self.decide(now) {
             Admission::Rejected(_, cause)
                 if self.config.shadow && cause != OpenCause::ForcedOpen =>
@@ -218,10 +240,7 @@ impl Machine {
     }
 
     /// Installs (or, with `None`, removes) the probe gate; returns the one it replaces.
-    pub(crate) fn set_gate(
-        &mut self,
-        gate: Option<Arc<dyn ProbeGate>>,
-    ) -> Option<Arc<dyn ProbeGate>> {
+    pub fn set_gate(&mut self, gate: Option<Arc<dyn ProbeGate>>) -> Option<Arc<dyn ProbeGate>> {
         let previous = match gate {
             Some(gate) => self.cold().gate.replace(Gate(gate)),
             None => self.cold.as_mut().and_then(|c| c.gate.take()),
@@ -231,7 +250,7 @@ impl Machine {
     }
 
     /// Forgets a hold the gate asked for, so the next call asks it again.
-    pub(crate) fn recheck_gate(&mut self) {
+    pub fn recheck_gate(&mut self) {
         if let Phase::HalfOpen { held, .. } = &mut self.phase {
             *held = None;
         }
@@ -239,7 +258,7 @@ impl Machine {
 
     /// When the oldest probe in flight is judged: it counts as failed, or, if it is
     /// streaming, as a success.
-    pub(crate) fn probe_deadline(&self) -> Option<Instant> {
+    pub fn probe_deadline(&self) -> Option<Instant> {
         self.oldest_probe()
             .map(|(_, started, _)| later(started, self.half_open_timeout()))
     }
@@ -287,7 +306,7 @@ impl Machine {
     pub(super) fn judge_stream(&mut self, slot: usize, due: Instant) {
         let cold = self.cold();
         cold.probes[slot] = ProbeSlot::Judged;
-        cold.events.push(Event::StreamJudged);
+        cold.events.push(CircuitBreakerEvent::StreamJudged);
         if let Phase::HalfOpen { in_flight, .. } = &mut self.phase {
             *in_flight -= 1;
         }

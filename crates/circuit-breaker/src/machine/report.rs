@@ -5,21 +5,23 @@ use seawall_core::Outcome;
 use tokio::time::Instant;
 
 use super::admission::{ProbeSlot, Ticket};
-use super::{Machine, Phase, Reason};
+use super::{CircuitBreakerMachine, Phase, Reason};
 
 /// What a finished call reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Report {
-    pub(crate) outcome: Outcome,
+#[non_exhaustive]
+pub struct Report {
+    /// How the classifier judged it.
+    pub outcome: Outcome,
     /// It took at least the slow-call threshold.
-    pub(crate) slow: bool,
+    pub slow: bool,
     /// It ran out of its deadline (recorded as a failure).
-    pub(crate) timed_out: bool,
+    pub timed_out: bool,
 }
 
 impl Report {
-    #[cfg(test)]
-    pub(crate) const fn of(outcome: Outcome) -> Self {
+    /// A call that ended with `outcome`, neither slow nor out of its deadline.
+    pub const fn of(outcome: Outcome) -> Self {
         Self {
             outcome,
             slow: false,
@@ -30,7 +32,7 @@ impl Report {
 
 /// What the machine made of a finished call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Recorded {
+pub enum Recorded {
     /// An ordinary call of the current epoch.
     Current,
     /// A probe of the current half-open period.
@@ -41,9 +43,9 @@ pub(crate) enum Recorded {
     Shadow,
 }
 
-impl Machine {
+impl CircuitBreakerMachine {
     /// Reports how an admitted call ended.
-    pub(crate) fn complete(&mut self, ticket: Ticket, report: Report, now: Instant) -> Recorded {
+    pub fn complete(&mut self, ticket: Ticket, report: Report, now: Instant) -> Recorded {
         self.advance(now);
         let recorded_outcome = report.outcome != Outcome::Ignore;
         if ticket.shadow {
@@ -82,10 +84,10 @@ impl Machine {
     }
 
     /// Folds in `n` successes (none slow) of calls admitted in `epoch`, tallied
-    /// without the lock. Equivalent to `n` calls to [`Machine::complete`] with a
+    /// without the lock. Equivalent to `n` calls to [`CircuitBreakerMachine::complete`] with a
     /// success, for the ordinary (non-probe) calls of a closed or disabled breaker:
     /// [`Recorded::Stale`] if they were admitted in an older epoch.
-    pub(crate) fn record_successes(&mut self, epoch: u32, n: u64, now: Instant) -> Recorded {
+    pub fn record_successes(&mut self, epoch: u32, n: u64, now: Instant) -> Recorded {
         if epoch != self.epoch {
             return Recorded::Stale;
         }
@@ -99,8 +101,7 @@ impl Machine {
     /// is being read: at its half-open timeout it is judged by what it has shown so
     /// far (a success) instead of timing out. Ordinary calls and stale tickets are
     /// left alone.
-    #[cfg(any(feature = "http", test))]
-    pub(crate) fn probe_streaming(&mut self, ticket: Ticket, now: Instant) {
+    pub fn probe_streaming(&mut self, ticket: Ticket, now: Instant) {
         self.advance(now);
         if ticket.epoch != self.epoch || !matches!(self.phase, Phase::HalfOpen { .. }) {
             return;
@@ -115,7 +116,7 @@ impl Machine {
 
     /// Reports that an admitted call was dropped before it finished: not recorded,
     /// but a probe's slot is freed.
-    pub(crate) fn cancel(&mut self, ticket: Ticket, now: Instant) {
+    pub fn cancel(&mut self, ticket: Ticket, now: Instant) {
         self.advance(now);
         if ticket.epoch == self.epoch {
             if let Some(slot) = ticket.probe {
@@ -126,7 +127,7 @@ impl Machine {
 
     /// Takes back an admitted ticket whose call never went out (the inner service
     /// was not ready for it): the call counts as short-circuited, a probe's slot is freed.
-    pub(crate) fn give_back(&mut self, ticket: Ticket, now: Instant) {
+    pub fn give_back(&mut self, ticket: Ticket, now: Instant) {
         self.advance(now);
         if ticket.epoch == self.epoch {
             if let Some(slot) = ticket.probe {

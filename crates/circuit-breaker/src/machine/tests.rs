@@ -521,6 +521,56 @@ fn jitter_stretches_the_interval_by_the_injected_sample() {
 }
 
 #[test]
+fn the_pure_machine_uses_the_samples_it_is_fed_in_order_and_counts_nothing() {
+    let t0 = Instant::now();
+    let config = CircuitBreakerConfig {
+        policy: TripPolicy::ConsecutiveFailures { threshold: 1 },
+        jitter: 0.5,
+        ..CircuitBreakerConfig::default()
+    };
+    let mut m = CircuitBreakerMachine::new(&config, t0).unwrap();
+    assert_eq!(m.samples_wanted(), 2);
+    m.feed_sample(0.2);
+    m.feed_sample(0.8);
+    assert_eq!(m.samples_wanted(), 0);
+    let fail = |m: &mut CircuitBreakerMachine, now: Instant| match m.acquire(now) {
+        Admission::Admitted(t) => m.complete(t, Report::of(Outcome::Failure), now),
+        other => panic!("{other:?}"),
+    };
+    fail(&mut m, t0);
+    // The first sample stretches the first interval: 10 s * (1 + 0.5 * 0.2).
+    assert_eq!(m.current_open_for(), Some(11 * S));
+    assert_eq!(m.samples_wanted(), 1);
+    // Not fed again: the probe's failure reopens with the second sample
+    // (10 s * 1.4), and the next interval would have none.
+    let t11 = t0 + 11 * S;
+    fail(&mut m, t11);
+    assert_eq!(m.current_open_for(), Some(14 * S));
+    assert_eq!(m.samples_wanted(), 2);
+    let reasons: Vec<_> = m
+        .take_events()
+        .map(|e| match e {
+            CircuitBreakerEvent::Transition(t) => t.reason,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            Reason::ConsecutiveFailures,
+            Reason::OpenIntervalElapsed,
+            Reason::ProbeFailed
+        ]
+    );
+    assert_eq!(m.take_events().count(), 0, "taken once");
+    // A sample out of range counts as none.
+    m.feed_sample(1.0);
+    let t25 = t11 + 14 * S;
+    fail(&mut m, t25);
+    assert_eq!(m.current_open_for(), Some(10 * S));
+}
+
+#[test]
 fn the_ramp_admits_a_growing_share_and_a_trip_during_it_reopens_with_backoff() {
     let t0 = Instant::now();
     let config = CircuitBreakerConfig {

@@ -1,6 +1,6 @@
 //! The machine as the shared state drives it: fed its jitter samples, its
 //! admissions, outcomes and events counted, its transitions kept for the
-//! subscribers. Everything the pure [`Machine`] leaves to whoever drives it.
+//! subscribers. Everything the pure [`CircuitBreakerMachine`] leaves to whoever drives it.
 
 use std::ops::Deref;
 use std::sync::Arc;
@@ -12,7 +12,8 @@ use tokio::time::Instant;
 use crate::config::CircuitBreakerConfig;
 use crate::hooks::{ProbeGate, Verdict, VerdictOutcome};
 use crate::machine::{
-    Admission, Event, Machine, Reason, Recorded, Report, State, Ticket, Transition,
+    Admission, CircuitBreakerEvent, CircuitBreakerMachine, Reason, Recorded, Report, State, Ticket,
+    Transition,
 };
 
 /// How the shared word lets calls through without the lock.
@@ -30,7 +31,7 @@ pub(crate) enum Mode {
 
 impl Mode {
     /// What the lock-free paths may do with calls until `machine` is next driven.
-    pub(crate) fn of(machine: &Machine) -> Self {
+    pub(crate) fn of(machine: &CircuitBreakerMachine) -> Self {
         if machine.admits_all() {
             Mode::Closed
         } else if machine.rejects_all() {
@@ -123,12 +124,12 @@ struct Books {
     subscribers: Option<broadcast::Sender<Transition>>,
 }
 
-/// A [`Machine`] with its counters, its subscribers and its random source. Reads
+/// A [`CircuitBreakerMachine`] with its counters, its subscribers and its random source. Reads
 /// go to the machine ([`Deref`]); every step that may change it goes through here,
 /// so no event goes uncounted.
 #[derive(Debug)]
 pub(crate) struct Driven {
-    machine: Machine,
+    machine: CircuitBreakerMachine,
     hot: Hot,
     /// The jitter source, when one was supplied or jitter is used.
     random: Option<Box<dyn RandomSource>>,
@@ -136,9 +137,9 @@ pub(crate) struct Driven {
 }
 
 impl Deref for Driven {
-    type Target = Machine;
+    type Target = CircuitBreakerMachine;
 
-    fn deref(&self) -> &Machine {
+    fn deref(&self) -> &CircuitBreakerMachine {
         &self.machine
     }
 }
@@ -150,7 +151,7 @@ impl Driven {
         now: Instant,
     ) -> Result<Self, ConfigError> {
         let mut driven = Self {
-            machine: Machine::new(config, now)?,
+            machine: CircuitBreakerMachine::new(config, now)?,
             hot: Hot::default(),
             random,
             books: None,
@@ -178,7 +179,7 @@ impl Driven {
         for event in machine.take_events() {
             let books = books.get_or_insert_with(Default::default);
             match event {
-                Event::Transition(t) => {
+                CircuitBreakerEvent::Transition(t) => {
                     if t.reason == Reason::ProbeTimedOut {
                         books.probe_timeouts += 1;
                         books.probe_failures += 1;
@@ -191,7 +192,7 @@ impl Driven {
                     }
                     books.transitions.push(t);
                 }
-                Event::StreamJudged => {
+                CircuitBreakerEvent::StreamJudged => {
                     books.streams_judged += 1;
                     books.probe_successes += 1;
                 }
@@ -200,7 +201,7 @@ impl Driven {
     }
 
     /// Runs one step of the machine, then settles what it did.
-    fn step<R>(&mut self, f: impl FnOnce(&mut Machine) -> R) -> R {
+    fn step<R>(&mut self, f: impl FnOnce(&mut CircuitBreakerMachine) -> R) -> R {
         let out = f(&mut self.machine);
         self.settle();
         out
@@ -421,7 +422,7 @@ impl Driven {
     }
 
     pub(crate) fn recheck_gate(&mut self) {
-        self.step(Machine::recheck_gate);
+        self.step(CircuitBreakerMachine::recheck_gate);
     }
 
     pub(crate) fn apply_verdict(
