@@ -57,8 +57,13 @@ pub enum TripPolicy {
 }
 
 impl TripPolicy {
+    /// Whether the policy keeps a window of outcomes (so it has a slow-call rate).
     fn is_window(&self) -> bool {
-        !matches!(self, Self::ConsecutiveFailures { .. })
+        // Exhaustive on purpose: a new policy must say whether it has a window.
+        match self {
+            Self::ConsecutiveFailures { .. } => false,
+            Self::CountWindow { .. } | Self::TimeWindow { .. } => true,
+        }
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
