@@ -74,6 +74,10 @@
 //!                                       (release: reset, from 6, 7 or 8 only)
 //! ```
 //!
+//! The policy itself is [`CircuitBreakerMachine`], a pure state machine (no clock,
+//! no lock, no counters: each step takes `now` and returns what happened), public
+//! so that a configuration can be tried on a sequence of outcomes in a test.
+//!
 //! Every transition increments the breaker's *epoch*. Each admitted call carries
 //! the epoch it was admitted in; an outcome from an older epoch is counted
 //! (`stale`) but never drives a transition nor enters the window, so a slow call
@@ -364,6 +368,37 @@
 //! 12 bytes per time-window bucket). What only matters once it has tripped, been
 //! forced or reconfigured (probe slots, transition counts, the backoff state, the
 //! subscription channel) is allocated then, about 600 bytes, and kept.
+//!
+//! # Layout
+//!
+//! ```text
+//! lib.rs              these docs, the re-exports
+//! config.rs           CircuitBreakerConfig and its parts, as plain validated data (a leaf)
+//! layer.rs            CircuitBreakerLayer and its builder
+//! service.rs          CircuitBreaker, the Service: asks the shared state, calls the inner service
+//! future.rs           ResponseFuture: holds the ticket, reports the call once (or its cancellation)
+//! readiness.rs        PendingWhileOpen: poll_ready pending while open, for balancers
+//! body.rs             UntilBodyEnd: the ticket held until the response body ends (feature `http`)
+//! keyed.rs            KeyedCircuitBreakerLayer: one breaker per key, a bounded number of keys
+//! handle.rs           Handle, Snapshot, Counters: the operator's view and controls
+//! hooks.rs            ProbeGate and Verdict: what an outside coordinator asks and tells
+//! machine.rs          CircuitBreakerMachine, the pure policy: states, transitions, backoff,
+//!                     operators, verdicts, and the events it returns
+//!   machine/window.rs     the counting windows behind the trip policies, and when they trip
+//!   machine/admission.rs  tickets, admission, the ramp, half-open probes and the probe gate
+//!   machine/report.rs     outcomes in: completion, cancellation, stale results, probe verdicts
+//! state.rs            the shared state: the atomic word of the lock-free paths, the machine
+//!                     behind a mutex
+//!   state/driven.rs       what the machine leaves to its driver: counters, subscribers,
+//!                         the random source, the lock-free mode
+//! telemetry.rs        tracing events and metrics
+//! sync.rs             std's atomics and mutex, or loom's in the loom models
+//! loom_breaker.rs     loom models of the word (tests only)
+//! ```
+//!
+//! A new trip condition is a [`TripPolicy`] variant and its validation
+//! (`config.rs`), its window and its trip rule (`machine/window.rs`), and, if it
+//! needs one, its [`Reason`] (`machine.rs`); the compiler points at each place.
 //!
 //! # Observability
 //!
