@@ -256,7 +256,8 @@ struct Cold {
 ///
 /// Every step takes `now`; what the step did comes back as its return value (an
 /// [`Admission`], a [`Recorded`], a [`VerdictOutcome`]) and as
-/// [`CircuitBreakerEvent`]s, taken with [`take_events`](Self::take_events). Lazy
+/// [`CircuitBreakerEvent`]s, taken with [`take_events`](Self::take_events) (they
+/// accumulate until taken). Lazy
 /// transitions (open → half-open once the interval has passed, a probe outliving
 /// its half-open timeout, the end of the ramp) are made by
 /// [`advance`](Self::advance), which every step runs first;

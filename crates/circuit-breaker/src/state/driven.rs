@@ -122,6 +122,8 @@ struct Books {
     transitions: Vec<Transition>,
     /// Where transitions are sent, once someone subscribed.
     subscribers: Option<broadcast::Sender<Transition>>,
+    /// The jitter source, when one was supplied or jitter is used.
+    random: Option<Box<dyn RandomSource>>,
 }
 
 /// A [`CircuitBreakerMachine`] with its counters, its subscribers and its random source. Reads
@@ -131,8 +133,6 @@ struct Books {
 pub(crate) struct Driven {
     machine: CircuitBreakerMachine,
     hot: Hot,
-    /// The jitter source, when one was supplied or jitter is used.
-    random: Option<Box<dyn RandomSource>>,
     books: Option<Box<Books>>,
 }
 
@@ -153,8 +153,12 @@ impl Driven {
         let mut driven = Self {
             machine: CircuitBreakerMachine::new(config, now)?,
             hot: Hot::default(),
-            random,
-            books: None,
+            books: random.map(|random| {
+                Box::new(Books {
+                    random: Some(random),
+                    ..Books::default()
+                })
+            }),
         };
         driven.settle();
         Ok(driven)
@@ -167,12 +171,16 @@ impl Driven {
     /// Counts and keeps what the machine did, and feeds it the jitter samples it
     /// wants (drawing a source from entropy once jitter is configured).
     fn settle(&mut self) {
-        if self.random.is_none() && self.machine.config().jitter > 0.0 {
-            self.random = Some(Box::new(SeededRandom::from_entropy()));
-        }
-        if let Some(random) = self.random.as_deref_mut() {
-            for _ in 0..self.machine.samples_wanted() {
-                self.machine.feed_sample(random.next_f64());
+        if self.machine.samples_wanted() > 0 {
+            if self.machine.config().jitter > 0.0 {
+                self.books()
+                    .random
+                    .get_or_insert_with(|| Box::new(SeededRandom::from_entropy()));
+            }
+            if let Some(random) = self.books.as_mut().and_then(|b| b.random.as_deref_mut()) {
+                for _ in 0..self.machine.samples_wanted() {
+                    self.machine.feed_sample(random.next_f64());
+                }
             }
         }
         let Self { machine, books, .. } = self;
