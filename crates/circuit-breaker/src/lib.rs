@@ -364,7 +364,7 @@
 //! [`CircuitOpen`] is its one allocation.
 //!
 //! Memory is fixed by the configuration, never by traffic: a breaker with a
-//! 100-call count window takes under 500 bytes (one byte per count-window slot,
+//! 100-call count window takes under 600 bytes (one byte per count-window slot,
 //! 12 bytes per time-window bucket). What only matters once it has tripped, been
 //! forced or reconfigured (probe slots, transition counts, the backoff state, the
 //! subscription channel) is allocated then, about 600 bytes, and kept.
