@@ -382,8 +382,9 @@
 //! keyed.rs            KeyedCircuitBreakerLayer: one breaker per key, a bounded number of keys
 //! handle.rs           Handle, Snapshot, Counters: the operator's view and controls
 //! hooks.rs            ProbeGate and Verdict: what an outside coordinator asks and tells
-//! machine.rs          CircuitBreakerMachine, the pure policy: states, transitions, backoff,
-//!                     operators, verdicts, and the events it returns
+//! machine.rs          CircuitBreakerMachine, the pure policy: its phases, lazy transitions,
+//!                     backoff and jitter, operators, reconfiguration, verdicts
+//!   machine/transition.rs State, Reason, Transition and the events the machine returns
 //!   machine/window.rs     the counting windows behind the trip policies, and when they trip
 //!   machine/admission.rs  tickets, admission, the ramp, half-open probes and the probe gate
 //!   machine/report.rs     outcomes in: completion, cancellation, stale results, probe verdicts
