@@ -399,7 +399,8 @@
 //!
 //! A new trip condition is a [`TripPolicy`] variant and its validation
 //! (`config.rs`), its window and its trip rule (`machine/window.rs`), and, if it
-//! needs one, its [`Reason`] (`machine.rs`); the compiler points at each place.
+//! needs one, its [`Reason`] (`machine/transition.rs`); the compiler points at each
+//! place.
 //!
 //! # Observability
 //!
