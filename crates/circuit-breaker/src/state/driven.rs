@@ -101,8 +101,9 @@ struct Hot {
     timeouts: u64,
 }
 
-/// What only matters once the breaker has left the plain closed state: allocated
-/// then, kept afterwards, so a breaker that never trips never pays for it.
+/// What only matters once the breaker has left the plain closed state (or was
+/// given a random source): allocated then, kept afterwards, so a breaker that
+/// never trips never pays for it.
 #[derive(Debug, Default)]
 struct Books {
     ignored: u64,
