@@ -285,13 +285,16 @@
 //! use seawall_core::{BoxError, GrpcStatus};
 //! use tower::{service_fn, Layer, ServiceExt};
 //!
+//! # #[cfg(not(feature = "http"))]
+//! # fn main() {}
+//! # #[cfg(feature = "http")]
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), BoxError> {
 //! let layer = CircuitBreakerLayer::builder("prices")
 //!     .classifier(GrpcStatus::default())
 //!     .half_open_timeout(Duration::from_secs(30))
 //!     .build()?
-//!     .hold_until_body_end();
+//!     .hold_until_body_end(); // feature `http`
 //! let handle = layer.handle();
 //! let feed = layer.layer(service_fn(|_req: http::Request<()>| async {
 //!     Ok::<_, BoxError>(http::Response::new(http_body_util::Full::new(bytes::Bytes::from("tick"))))
