@@ -42,11 +42,7 @@ use crate::rejection::{find_rejection, BoxError, Rejection, RejectionKind};
 /// `DEADLINE_EXCEEDED` (clients do not retry it), a full bulkhead
 /// `RESOURCE_EXHAUSTED`, the rest `UNAVAILABLE`.
 pub fn rejection_code(kind: RejectionKind) -> Code {
-    match kind {
-        RejectionKind::BulkheadFull | RejectionKind::BulkheadTimeout => Code::ResourceExhausted,
-        RejectionKind::DeadlineExceeded => Code::DeadlineExceeded,
-        RejectionKind::CircuitOpen | RejectionKind::FallbacksExhausted => Code::Unavailable,
-    }
+    kind.grpc_code()
 }
 
 /// Converts any error into a `Status`, mapping seawall rejections by the table above.

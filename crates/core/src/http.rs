@@ -76,10 +76,7 @@ pub fn rejection_response_with(rejection: &Rejection<'_>, body: Bytes) -> Respon
 /// The HTTP status for a rejection of `kind`: `504 Gateway Timeout` for a spent
 /// deadline, `503 Service Unavailable` for the rest.
 pub fn rejection_status(kind: crate::RejectionKind) -> StatusCode {
-    match kind {
-        crate::RejectionKind::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
-        _ => StatusCode::SERVICE_UNAVAILABLE,
-    }
+    kind.http_status()
 }
 
 /// Renders `error` when a seawall rejection is in its chain; `None` for other errors.

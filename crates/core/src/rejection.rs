@@ -85,9 +85,10 @@ impl fmt::Display for RejectionName {
 
 /// Declares [`RejectionKind`] and everything listed per kind from one list, so a
 /// new kind is added in one place and reaches every per-kind table (fallback
-/// triggers and rejection sets, per-kind counters) without a match to update.
+/// triggers and rejection sets, per-kind counters, the HTTP status and the gRPC
+/// code it is rendered with) without a match to update.
 macro_rules! rejection_kinds {
-    ($( $(#[$doc:meta])* $variant:ident => $label:literal, $category:ident; )*) => {
+    ($( $(#[$doc:meta])* $variant:ident => $label:literal, $category:ident, $status:ident, $code:ident; )*) => {
         /// Which rejection it was.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -114,21 +115,42 @@ macro_rules! rejection_kinds {
                     $( Self::$variant => Category::$category, )*
                 }
             }
+
+            /// The HTTP status a rendered rejection of this kind answers with
+            /// (the table in the `http` module's docs).
+            pub const fn http_status(self) -> ::http::StatusCode {
+                match self {
+                    $( Self::$variant => ::http::StatusCode::$status, )*
+                }
+            }
+
+            /// The gRPC code a rejection of this kind is rendered with (the table
+            /// in the `grpc` module's docs).
+            #[cfg(feature = "tonic")]
+            #[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
+            pub const fn grpc_code(self) -> ::tonic::Code {
+                match self {
+                    $( Self::$variant => ::tonic::Code::$code, )*
+                }
+            }
         }
     };
 }
 
+// Per kind: its label, its category, the HTTP status and the gRPC code it is
+// rendered with. A spent deadline is 504 and DEADLINE_EXCEEDED (clients do not
+// retry it), a full bulkhead RESOURCE_EXHAUSTED, the rest 503 and UNAVAILABLE.
 rejection_kinds! {
     /// A circuit breaker was open (or its half-open probes were all taken).
-    CircuitOpen => "circuit_open", Admission;
+    CircuitOpen => "circuit_open", Admission, SERVICE_UNAVAILABLE, Unavailable;
     /// A bulkhead had every slot busy and its queue full.
-    BulkheadFull => "bulkhead_full", Admission;
+    BulkheadFull => "bulkhead_full", Admission, SERVICE_UNAVAILABLE, ResourceExhausted;
     /// A call waited in a bulkhead's queue for as long as it was allowed to.
-    BulkheadTimeout => "bulkhead_timeout", Admission;
+    BulkheadTimeout => "bulkhead_timeout", Admission, SERVICE_UNAVAILABLE, ResourceExhausted;
     /// The request's deadline passed while the dependency had the call.
-    DeadlineExceeded => "deadline_exceeded", Timeout;
+    DeadlineExceeded => "deadline_exceeded", Timeout, GATEWAY_TIMEOUT, DeadlineExceeded;
     /// A fallback chain tried every step and none answered.
-    FallbacksExhausted => "fallbacks_exhausted", Exhausted;
+    FallbacksExhausted => "fallbacks_exhausted", Exhausted, SERVICE_UNAVAILABLE, Unavailable;
 }
 
 impl RejectionKind {
@@ -587,6 +609,38 @@ mod tests {
     impl Error for Wrapper {
         fn source(&self) -> Option<&(dyn Error + 'static)> {
             Some(&*self.0)
+        }
+    }
+
+    #[test]
+    fn every_kind_renders_with_the_documented_http_status() {
+        let table = [
+            (RejectionKind::CircuitOpen, 503),
+            (RejectionKind::BulkheadFull, 503),
+            (RejectionKind::BulkheadTimeout, 503),
+            (RejectionKind::DeadlineExceeded, 504),
+            (RejectionKind::FallbacksExhausted, 503),
+        ];
+        assert_eq!(table.len(), RejectionKind::COUNT, "a kind is missing here");
+        for (kind, status) in table {
+            assert_eq!(kind.http_status().as_u16(), status, "{kind:?}");
+        }
+    }
+
+    #[cfg(feature = "tonic")]
+    #[test]
+    fn every_kind_renders_with_the_documented_grpc_code() {
+        use tonic::Code;
+        let table = [
+            (RejectionKind::CircuitOpen, Code::Unavailable),
+            (RejectionKind::BulkheadFull, Code::ResourceExhausted),
+            (RejectionKind::BulkheadTimeout, Code::ResourceExhausted),
+            (RejectionKind::DeadlineExceeded, Code::DeadlineExceeded),
+            (RejectionKind::FallbacksExhausted, Code::Unavailable),
+        ];
+        assert_eq!(table.len(), RejectionKind::COUNT, "a kind is missing here");
+        for (kind, code) in table {
+            assert_eq!(kind.grpc_code(), code, "{kind:?}");
         }
     }
 
