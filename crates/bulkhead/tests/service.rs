@@ -50,6 +50,31 @@ fn pair(l: &BulkheadLayer) -> (seawall_bulkhead::Bulkhead<Mock>, MockHandle) {
     (l.layer(svc), handle)
 }
 
+/// A bulkhead from `l` over a fresh [`CountingSvc`], and the counters it feeds.
+fn counted(l: &BulkheadLayer) -> (seawall_bulkhead::Bulkhead<CountingSvc>, Counting) {
+    let c = Counting::new();
+    (l.layer(CountingSvc::new(&c)), c)
+}
+
+/// Starts a call and checks it is still in flight: holding a slot or waiting for one.
+fn start<S>(svc: &mut S, body: &'static str) -> task::Spawn<S::Future>
+where
+    S: Service<Req>,
+    S::Response: std::fmt::Debug,
+    S::Error: std::fmt::Debug,
+{
+    let mut call = task::spawn(svc.call(req(body)));
+    assert_pending!(call.poll());
+    call
+}
+
+/// How long a call waited before it was turned away with a [`BulkheadTimeout`].
+fn waited(err: &BoxError) -> Duration {
+    err.downcast_ref::<BulkheadTimeout>()
+        .expect("a bulkhead timeout")
+        .waited()
+}
+
 // ---- tower's concurrency-limit cases -------------------------------------------
 
 #[tokio::test(start_paused = true)]
@@ -57,8 +82,7 @@ async fn a_dropped_response_future_releases_its_slot() {
     let l = layer(1, 0);
     let h = l.handle();
     let (mut svc, mut inner) = pair(&l);
-    let mut r1 = task::spawn(svc.call(req("one")));
-    assert_pending!(r1.poll());
+    let r1 = start(&mut svc, "one");
     let (_req, _send) = inner.next_request().await.unwrap();
     assert_eq!(counts(&h), (1, 0));
 
@@ -68,8 +92,7 @@ async fn a_dropped_response_future_releases_its_slot() {
 
     drop(r1);
     assert_eq!(counts(&h), (0, 0));
-    let mut r3 = task::spawn(svc.call(req("three")));
-    assert_pending!(r3.poll());
+    let mut r3 = start(&mut svc, "three");
     let (seen, send) = inner.next_request().await.unwrap();
     assert_eq!(*seen.body(), "three");
     send.send_response("ok");
@@ -82,8 +105,7 @@ async fn an_inner_error_releases_the_slot() {
     let l = layer(1, 0);
     let h = l.handle();
     let (mut svc, mut inner) = pair(&l);
-    let mut r1 = task::spawn(svc.call(req("one")));
-    assert_pending!(r1.poll());
+    let mut r1 = start(&mut svc, "one");
     let (_req, send) = inner.next_request().await.unwrap();
     send.send_error("boom");
     let err = assert_ready!(r1.poll()).unwrap_err();
@@ -112,6 +134,10 @@ struct Counting {
 }
 
 impl Counting {
+    fn ready_polls(&self) -> usize {
+        self.ready_polls.load(Ordering::SeqCst)
+    }
+
     fn new() -> Self {
         Self {
             ready_polls: Arc::new(AtomicUsize::new(0)),
@@ -162,12 +188,12 @@ async fn a_readiness_poll_without_a_call_holds_nothing() {
         ));
     }
     assert_eq!(counts(&h), (0, 0));
-    assert_eq!(c.ready_polls.load(Ordering::SeqCst), 0);
+    assert_eq!(c.ready_polls(), 0);
     // s1 never calls; s2 gets the only slot.
     let mut r2 = task::spawn(s2.ready().await.unwrap().call(req("two")));
     assert_pending!(r2.poll());
     assert_eq!(counts(&h), (1, 0));
-    assert_eq!(c.ready_polls.load(Ordering::SeqCst), 1);
+    assert_eq!(c.ready_polls(), 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -175,8 +201,7 @@ async fn many_waiters_are_admitted_first_in_first_out() {
     let l = layer(1, 5);
     let h = l.handle();
     let (mut svc, mut inner) = pair(&l);
-    let mut first = task::spawn(svc.call(req("0")));
-    assert_pending!(first.poll());
+    let mut first = start(&mut svc, "0");
     let (_r, mut send) = inner.next_request().await.unwrap();
 
     let mut waiters: Vec<_> = ["1", "2", "3", "4"]
@@ -225,16 +250,13 @@ async fn many_waiters_are_admitted_first_in_first_out() {
 async fn exactly_max_concurrent_active_and_max_queue_waiting_then_full_at_once() {
     let l = BulkheadLayer::builder("freight").build().unwrap(); // 8 / 10 / 20 ms
     let h = l.handle();
-    let c = Counting::new();
-    let mut svc = l.layer(CountingSvc::new(&c));
+    let (mut svc, c) = counted(&l);
     let mut calls = Vec::new();
     for _ in 0..18 {
-        let mut f = task::spawn(svc.call(req("x")));
-        assert_pending!(f.poll());
-        calls.push(f);
+        calls.push(start(&mut svc, "x"));
     }
     assert_eq!(counts(&h), (8, 10));
-    assert_eq!(c.ready_polls.load(Ordering::SeqCst), 8);
+    assert_eq!(c.ready_polls(), 8);
     // The 19th is rejected on its first poll: no timer, no waiting.
     let mut extra = task::spawn(svc.call(req("x")));
     let err = assert_ready!(extra.poll()).unwrap_err();
@@ -247,8 +269,7 @@ async fn exactly_max_concurrent_active_and_max_queue_waiting_then_full_at_once()
 #[tokio::test(start_paused = true)]
 async fn no_queue_rejects_at_once_when_busy() {
     let l = layer(2, 0);
-    let c = Counting::new();
-    let mut svc = l.layer(CountingSvc::new(&c));
+    let (mut svc, _) = counted(&l);
     let mut a = task::spawn(svc.call(req("a")));
     let mut b = task::spawn(svc.call(req("b")));
     assert_pending!(a.poll());
@@ -261,12 +282,9 @@ async fn no_queue_rejects_at_once_when_busy() {
 async fn a_waiter_times_out_at_max_wait() {
     let l = layer(1, 1);
     let h = l.handle();
-    let c = Counting::new();
-    let mut svc = l.layer(CountingSvc::new(&c));
-    let mut busy = task::spawn(svc.call(req("busy")));
-    assert_pending!(busy.poll());
-    let mut waiter = task::spawn(svc.call(req("wait")));
-    assert_pending!(waiter.poll());
+    let (mut svc, c) = counted(&l);
+    let _busy = start(&mut svc, "busy");
+    let mut waiter = start(&mut svc, "wait");
     tokio::time::advance(ms(19)).await;
     assert_pending!(waiter.poll());
     tokio::time::advance(ms(1)).await;
@@ -281,16 +299,14 @@ async fn a_waiter_times_out_at_max_wait() {
         (1, 0, 1, 0)
     );
     // It never reached the inner service.
-    assert_eq!(c.ready_polls.load(Ordering::SeqCst), 1);
+    assert_eq!(c.ready_polls(), 1);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_waiter_times_out_at_the_remaining_deadline_when_shorter() {
     let l = layer(1, 1);
-    let c = Counting::new();
-    let mut svc = l.layer(CountingSvc::new(&c));
-    let mut busy = task::spawn(svc.call(req("busy")));
-    assert_pending!(busy.poll());
+    let (mut svc, _) = counted(&l);
+    let _busy = start(&mut svc, "busy");
 
     let five = Deadline::after(Instant::now(), ms(5));
     let mut waiter = task::spawn(five.sync_scope(|| svc.call(req("wait"))));
@@ -299,10 +315,7 @@ async fn a_waiter_times_out_at_the_remaining_deadline_when_shorter() {
     assert_pending!(waiter.poll());
     tokio::time::advance(ms(1)).await;
     let err = assert_ready!(waiter.poll()).unwrap_err();
-    assert_eq!(
-        err.downcast_ref::<BulkheadTimeout>().unwrap().waited(),
-        ms(5)
-    );
+    assert_eq!(waited(&err), ms(5));
 
     // A deadline longer than max_wait does not extend the wait.
     let long = Deadline::after(Instant::now(), ms(300));
@@ -310,28 +323,20 @@ async fn a_waiter_times_out_at_the_remaining_deadline_when_shorter() {
     assert_pending!(waiter.poll());
     tokio::time::advance(ms(20)).await;
     let err = assert_ready!(waiter.poll()).unwrap_err();
-    assert_eq!(
-        err.downcast_ref::<BulkheadTimeout>().unwrap().waited(),
-        ms(20)
-    );
+    assert_eq!(waited(&err), ms(20));
 
     // A deadline already past: no wait at all.
     let past = Deadline::at(Instant::now());
     let err = past.sync_scope(|| svc.call(req("late"))).await.unwrap_err();
-    assert_eq!(
-        err.downcast_ref::<BulkheadTimeout>().unwrap().waited(),
-        Duration::ZERO
-    );
+    assert_eq!(waited(&err), Duration::ZERO);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_call_whose_deadline_has_passed_never_waits_even_if_a_slot_frees_before_its_first_poll() {
     let l = layer(1, 1);
     let h = l.handle();
-    let c = Counting::new();
-    let mut svc = l.layer(CountingSvc::new(&c));
-    let mut busy = task::spawn(svc.call(req("busy")));
-    assert_pending!(busy.poll());
+    let (mut svc, c) = counted(&l);
+    let busy = start(&mut svc, "busy");
 
     // No free slot and a deadline already past: rejected, not put in line.
     let past = Deadline::at(Instant::now());
@@ -340,14 +345,11 @@ async fn a_call_whose_deadline_has_passed_never_waits_even_if_a_slot_frees_befor
     // The slot frees before the late call is first polled: it must not take it.
     drop(busy);
     let err = assert_ready!(late.poll()).unwrap_err();
-    assert_eq!(
-        err.downcast_ref::<BulkheadTimeout>().unwrap().waited(),
-        Duration::ZERO
-    );
+    assert_eq!(waited(&err), Duration::ZERO);
     assert_eq!(counts(&h), (0, 0));
     let s = h.snapshot();
     assert_eq!((s.admitted, s.rejected_timeout, s.peak_queued), (1, 1, 0));
-    assert_eq!(c.ready_polls.load(Ordering::SeqCst), 1);
+    assert_eq!(c.ready_polls(), 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -355,8 +357,7 @@ async fn a_dropped_waiter_leaves_the_queue_at_once_and_takes_no_slot() {
     let l = layer(1, 2);
     let h = l.handle();
     let (mut svc, mut inner) = pair(&l);
-    let mut busy = task::spawn(svc.call(req("busy")));
-    assert_pending!(busy.poll());
+    let mut busy = start(&mut svc, "busy");
     let (_r, send) = inner.next_request().await.unwrap();
     let mut gone = task::spawn(svc.call(req("gone")));
     let mut next = task::spawn(svc.call(req("next")));
@@ -380,10 +381,8 @@ async fn a_dropped_waiter_leaves_the_queue_at_once_and_takes_no_slot() {
 async fn a_waiter_handed_a_slot_but_dropped_passes_it_on() {
     let l = layer(1, 2);
     let h = l.handle();
-    let c = Counting::new();
-    let mut svc = l.layer(CountingSvc::new(&c));
-    let mut busy = task::spawn(svc.call(req("busy")));
-    assert_pending!(busy.poll());
+    let (mut svc, c) = counted(&l);
+    let busy = start(&mut svc, "busy");
     let mut a = task::spawn(svc.call(req("a")));
     let mut b = task::spawn(svc.call(req("b")));
     assert_pending!(a.poll());
@@ -394,7 +393,7 @@ async fn a_waiter_handed_a_slot_but_dropped_passes_it_on() {
     assert!(b.is_woken());
     assert_pending!(b.poll());
     assert_eq!(counts(&h), (1, 0));
-    assert_eq!(c.ready_polls.load(Ordering::SeqCst), 2);
+    assert_eq!(c.ready_polls(), 2);
     let s = h.snapshot();
     assert_eq!((s.admitted, s.abandoned), (2, 1));
 }
@@ -404,14 +403,12 @@ async fn nothing_downstream_is_touched_while_waiting_and_readiness_is_driven_wit
     let l = layer(1, 1);
     let h = l.handle();
     let (mut svc, mut inner) = pair(&l);
-    let mut first = task::spawn(svc.call(req("first")));
-    assert_pending!(first.poll());
+    let mut first = start(&mut svc, "first");
     let (_r, send) = inner.next_request().await.unwrap();
 
     // The inner service stops being ready; a waiter does not ask it.
     inner.allow(0);
-    let mut second = task::spawn(svc.call(req("second")));
-    assert_pending!(second.poll());
+    let mut second = start(&mut svc, "second");
     send.send_response("ok");
     assert_ready_ok!(first.poll());
 
@@ -451,8 +448,7 @@ async fn a_free_slot_with_an_unready_inner_service_waits_for_it_holding_the_slot
     assert_eq!(counts(&h), (0, 0));
     // Dropped while waiting for the inner service, the call frees its slot too.
     inner.allow(0);
-    let mut call = task::spawn(svc.call(req("two")));
-    assert_pending!(call.poll());
+    let call = start(&mut svc, "two");
     assert_eq!(counts(&h), (1, 0));
     drop(call);
     assert_eq!(counts(&h), (0, 0));
@@ -515,8 +511,7 @@ async fn a_call_admitted_at_once_calls_the_inner_service_without_cloning_it() {
     // Not ready at call time: the call takes the service it asked (copy 0) and
     // leaves a clone (copy 1) in its place, holding its slot meanwhile.
     ready.store(false, Ordering::SeqCst);
-    let mut waiting = task::spawn(svc.call(req("q")));
-    assert_pending!(waiting.poll());
+    let mut waiting = start(&mut svc, "q");
     assert_eq!(counts(&h), (1, 0));
     assert_eq!(made.load(Ordering::SeqCst), 1);
     ready.store(true, Ordering::SeqCst);
@@ -552,8 +547,7 @@ async fn services_built_from_one_layer_share_one_bulkhead() {
 async fn growing_admits_waiters_at_once_shrinking_preempts_nothing_and_revert_restores() {
     let l = layer(2, 10);
     let h = l.handle();
-    let c = Counting::new();
-    let mut svc = l.layer(CountingSvc::new(&c));
+    let (mut svc, _) = counted(&l);
     let mut calls: Vec<_> = (0..6).map(|_| task::spawn(svc.call(req("x")))).collect();
     for f in &mut calls {
         assert_pending!(f.poll());
@@ -610,12 +604,9 @@ async fn growing_admits_waiters_at_once_shrinking_preempts_nothing_and_revert_re
 async fn the_snapshot_reports_the_admission_wait_distribution() {
     let l = layer(1, 5);
     let h = l.handle();
-    let c = Counting::new();
-    let mut svc = l.layer(CountingSvc::new(&c));
-    let mut first = task::spawn(svc.call(req("x")));
-    assert_pending!(first.poll());
-    let mut second = task::spawn(svc.call(req("x")));
-    assert_pending!(second.poll());
+    let (mut svc, _) = counted(&l);
+    let first = start(&mut svc, "x");
+    let mut second = start(&mut svc, "x");
     tokio::time::advance(ms(5)).await;
     drop(first);
     assert_pending!(second.poll());
@@ -651,8 +642,7 @@ async fn the_extension_permit_handle_keeps_the_slot_until_dropped() {
     assert_eq!(kept.lock().unwrap().as_ref().unwrap().bulkhead(), "freight");
     // The response is done, but the spawned work still holds the slot.
     assert_eq!(counts(&h), (1, 0));
-    let mut next = task::spawn(svc.call(req("b")));
-    assert_pending!(next.poll());
+    let mut next = start(&mut svc, "b");
     assert_eq!(counts(&h), (1, 1));
     let work = kept.lock().unwrap().take();
     drop(work);
