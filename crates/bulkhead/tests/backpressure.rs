@@ -45,6 +45,33 @@ fn kind(err: &BoxError) -> RejectionKind {
     find_rejection(&**err).expect("a seawall rejection").kind()
 }
 
+/// Two services from `l`: the first holds the only slot, the second waits in line
+/// for it. Their inner handles come back too, since dropping one closes its service.
+fn holder_and_waiter(l: &BackpressureLayer) -> (Svc, Svc, (MockHandle, MockHandle)) {
+    let (mut holder, holder_inner) = spawn(l);
+    let (mut waiter, waiter_inner) = spawn(l);
+    assert_ready_ok!(holder.poll_ready());
+    assert_pending!(waiter.poll_ready());
+    (holder, waiter, (holder_inner, waiter_inner))
+}
+
+type Call = task::Spawn<<Backpressure<Mock> as Service<&'static str>>::Future>;
+
+/// Reserves a slot on `svc` and sends `body` through it to the inner service:
+/// the call in flight and the inner service's reply handle.
+async fn send_through(
+    svc: &mut Svc,
+    inner: &mut MockHandle,
+    body: &'static str,
+) -> (Call, mock::SendResponse<&'static str>) {
+    assert_ready_ok!(svc.poll_ready());
+    let mut call = task::spawn(svc.call(body));
+    assert_pending!(call.poll());
+    let (seen, reply) = inner.next_request().await.unwrap();
+    assert_eq!(seen, body);
+    (call, reply)
+}
+
 #[tokio::test(start_paused = true)]
 async fn poll_ready_reserves_the_slot_is_pending_while_full_and_is_woken_when_it_frees() {
     let l = layer(1);
@@ -82,10 +109,7 @@ async fn poll_ready_reserves_the_slot_is_pending_while_full_and_is_woken_when_it
 async fn a_reserved_slot_never_used_is_freed_when_the_service_is_dropped() {
     let l = layer(1);
     let h = l.handle();
-    let (mut a, _inner) = spawn(&l);
-    let (mut b, _inner_b) = spawn(&l);
-    assert_ready_ok!(a.poll_ready());
-    assert_pending!(b.poll_ready());
+    let (a, mut b, _inners) = holder_and_waiter(&l);
 
     drop(a);
     assert!(b.is_woken());
@@ -104,10 +128,7 @@ async fn a_reserved_slot_never_used_is_freed_when_the_service_is_dropped() {
 async fn a_waiting_service_dropped_leaves_the_line_and_takes_nothing() {
     let l = layer(1);
     let h = l.handle();
-    let (mut a, _inner) = spawn(&l);
-    let (mut b, _inner_b) = spawn(&l);
-    assert_ready_ok!(a.poll_ready());
-    assert_pending!(b.poll_ready());
+    let (a, b, _inners) = holder_and_waiter(&l);
     drop(b);
     assert_eq!(counts(&h), (1, 0));
     assert_eq!(h.snapshot().abandoned, 1);
@@ -122,11 +143,8 @@ async fn a_waiting_service_dropped_leaves_the_line_and_takes_nothing() {
 async fn a_service_handed_a_slot_but_dropped_before_it_polls_passes_it_on() {
     let l = layer(1);
     let h = l.handle();
-    let (mut a, _ia) = spawn(&l);
-    let (mut b, _ib) = spawn(&l);
+    let (a, b, _inners) = holder_and_waiter(&l);
     let (mut c, _ic) = spawn(&l);
-    assert_ready_ok!(a.poll_ready());
-    assert_pending!(b.poll_ready());
     assert_pending!(c.poll_ready());
     assert_eq!(counts(&h), (1, 2));
 
@@ -159,18 +177,12 @@ async fn an_inner_error_and_a_cancelled_call_free_the_slot() {
     let h = l.handle();
     let (mut a, mut inner) = spawn(&l);
 
-    assert_ready_ok!(a.poll_ready());
-    let mut call = task::spawn(a.call("one"));
-    assert_pending!(call.poll());
-    let (_, reply) = inner.next_request().await.unwrap();
+    let (mut call, reply) = send_through(&mut a, &mut inner, "one").await;
     reply.send_error("500");
     assert_eq!(assert_ready_err!(call.poll()).to_string(), "500");
     assert_eq!(counts(&h), (0, 0));
 
-    assert_ready_ok!(a.poll_ready());
-    let mut call = task::spawn(a.call("two"));
-    assert_pending!(call.poll());
-    let _request = inner.next_request().await.unwrap();
+    let (call, _reply) = send_through(&mut a, &mut inner, "two").await;
     assert_eq!(counts(&h), (1, 0));
     drop(call);
     assert_eq!(counts(&h), (0, 0), "the cancelled call freed its slot");
@@ -228,10 +240,7 @@ async fn there_is_no_queue_bound_and_no_wait_limit_in_this_mode() {
 async fn growing_the_limit_wakes_a_waiting_service() {
     let l = layer(1);
     let h = l.handle();
-    let (mut a, _ia) = spawn(&l);
-    let (mut b, _ib) = spawn(&l);
-    assert_ready_ok!(a.poll_ready());
-    assert_pending!(b.poll_ready());
+    let (_a, mut b, _inners) = holder_and_waiter(&l);
     h.reconfigure(BulkheadConfig {
         max_concurrent: 2,
         ..h.config()
