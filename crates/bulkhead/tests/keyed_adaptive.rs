@@ -84,17 +84,36 @@ fn layer(
         .overload(OverloadStatus::default())
 }
 
+/// A keyed adaptive bulkhead over the supplier, and its handle.
+fn served(
+    max_keys: usize,
+) -> (
+    impl Service<Req, Response = Res, Error = BoxError, Future: Send + 'static>,
+    KeyedHandle<String>,
+) {
+    let layer = layer(max_keys);
+    let h = layer.handle();
+    (layer.layer(service_fn(supplier)), h)
+}
+
+/// One call on `key`, answered 503 after 10 ms: one overload signal for that key alone.
+async fn overload_once<S>(svc: &mut S, key: &str)
+where
+    S: Service<Req, Response = Res, Error = BoxError>,
+    S::Future: Send + 'static,
+{
+    let (c, tx) = call(svc, key);
+    tokio::time::advance(Duration::from_millis(10)).await;
+    answer(c, tx, 503);
+}
+
 #[tokio::test(start_paused = true)]
 async fn each_key_learns_its_own_limit_from_its_own_calls() {
-    let layer = layer(8);
-    let h = layer.handle();
-    let mut svc = layer.layer(service_fn(supplier));
+    let (mut svc, h) = served(8);
 
     // /slow answers 503 twice, in two round trips: its limit falls to the minimum.
     for _ in 0..2 {
-        let (c, tx) = call(&mut svc, "/slow");
-        tokio::time::advance(Duration::from_millis(10)).await;
-        answer(c, tx, 503);
+        overload_once(&mut svc, "/slow").await;
     }
     assert_eq!(limit(&h, "/slow"), Some(1));
     let adaptive = h
@@ -120,12 +139,8 @@ async fn each_key_learns_its_own_limit_from_its_own_calls() {
 
 #[tokio::test(start_paused = true)]
 async fn no_key_admits_a_call_while_its_active_calls_are_at_its_limit() {
-    let layer = layer(8);
-    let h = layer.handle();
-    let mut svc = layer.layer(service_fn(supplier));
-    let (c, tx) = call(&mut svc, "/slow");
-    tokio::time::advance(Duration::from_millis(10)).await;
-    answer(c, tx, 503);
+    let (mut svc, h) = served(8);
+    overload_once(&mut svc, "/slow").await;
     assert_eq!(limit(&h, "/slow"), Some(1));
 
     let _held = call(&mut svc, "/slow");
@@ -144,12 +159,8 @@ async fn no_key_admits_a_call_while_its_active_calls_are_at_its_limit() {
 
 #[tokio::test(start_paused = true)]
 async fn a_forgotten_key_comes_back_at_the_initial_limit() {
-    let layer = layer(1);
-    let h = layer.handle();
-    let mut svc = layer.layer(service_fn(supplier));
-    let (c, tx) = call(&mut svc, "/slow");
-    tokio::time::advance(Duration::from_millis(10)).await;
-    answer(c, tx, 503);
+    let (mut svc, h) = served(1);
+    overload_once(&mut svc, "/slow").await;
     assert_eq!(limit(&h, "/slow"), Some(1));
     // One key at most: /other evicts the idle /slow, which then starts over.
     let (c, tx) = call(&mut svc, "/other");
@@ -163,12 +174,8 @@ async fn a_forgotten_key_comes_back_at_the_initial_limit() {
 
 #[tokio::test(start_paused = true)]
 async fn reconfiguring_keeps_the_kind_of_limit_and_restarts_every_key_from_its_own() {
-    let layer = layer(8);
-    let h = layer.handle();
-    let mut svc = layer.layer(service_fn(supplier));
-    let (c, tx) = call(&mut svc, "/slow");
-    tokio::time::advance(Duration::from_millis(10)).await;
-    answer(c, tx, 503);
+    let (mut svc, h) = served(8);
+    overload_once(&mut svc, "/slow").await;
     // Served with half its limit in use: /fast grows by one.
     let (c, tx) = call(&mut svc, "/fast");
     answer(c, tx, 200);
