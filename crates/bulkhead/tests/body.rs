@@ -33,17 +33,35 @@ fn body_layer() -> (BulkheadLayer<seawall_bulkhead::UntilBodyEnd>, Handle) {
     (l.hold_until_body_end(), h)
 }
 
-#[tokio::test(start_paused = true)]
-async fn the_body_held_permit_is_released_at_the_end_of_the_body() {
-    let (l, h) = body_layer();
-    let mut svc = l.layer(service_fn(quote));
-    let res = svc
-        .ready()
+/// Waits for `svc` to be ready, then makes one call: its response, body unread.
+async fn ready_call<S>(svc: &mut S) -> S::Response
+where
+    S: Service<http::Request<()>>,
+    S::Error: std::fmt::Debug,
+{
+    svc.ready()
         .await
         .unwrap()
         .call(http::Request::new(()))
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// Reads a quote's body to its end, checking it is the whole quote.
+async fn read_quote<B>(res: http::Response<B>)
+where
+    B: http_body::Body,
+    B::Error: std::fmt::Debug,
+{
+    let bytes = res.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&bytes[..], b"quote: 12.50");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_body_held_permit_is_released_at_the_end_of_the_body() {
+    let (l, h) = body_layer();
+    let mut svc = l.layer(service_fn(quote));
+    let res = ready_call(&mut svc).await;
     assert_eq!(res.status(), 200);
     assert!(res.body().is_holding());
     // The response is here, but its body is unread: the slot is still taken.
@@ -52,8 +70,7 @@ async fn the_body_held_permit_is_released_at_the_end_of_the_body() {
     assert_pending!(waiter.poll());
     assert_eq!(counts(&h), (1, 1));
 
-    let bytes = res.into_body().collect().await.unwrap().to_bytes();
-    assert_eq!(&bytes[..], b"quote: 12.50");
+    read_quote(res).await;
     assert!(waiter.is_woken());
     let res2 = assert_ready_ok!(waiter.poll());
     assert_eq!(counts(&h), (1, 0));
@@ -113,20 +130,13 @@ async fn in_backpressure_mode_a_held_body_keeps_the_next_service_unready() {
     let l = l.backpressure();
     let mut a = l.layer(service_fn(quote));
     let mut b = tower_test::mock::Spawn::new(a.clone());
-    let res = a
-        .ready()
-        .await
-        .unwrap()
-        .call(http::Request::new(()))
-        .await
-        .unwrap();
+    let res = ready_call(&mut a).await;
     assert!(res.body().is_holding());
     // The body still holds the only slot: the other service is not ready.
     assert_pending!(b.poll_ready::<http::Request<()>>());
     assert_eq!(counts(&h), (1, 1));
 
-    let bytes = res.into_body().collect().await.unwrap().to_bytes();
-    assert_eq!(&bytes[..], b"quote: 12.50");
+    read_quote(res).await;
     assert!(b.is_woken());
     assert_ready_ok!(b.poll_ready::<http::Request<()>>());
     assert_eq!(counts(&h), (1, 0));
