@@ -2,8 +2,8 @@
 //! exact sequence of events they send (edge-triggered, never one per call).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::future::Future;
-use std::pin::Pin;
+mod support;
+
 use std::time::Duration;
 
 use seawall_bulkhead::adaptive::AimdConfig;
@@ -14,31 +14,18 @@ use seawall_core::{BoxError, RejectionKind};
 use tokio::sync::broadcast::error::TryRecvError;
 use tokio::sync::{broadcast, oneshot};
 use tokio::time::Instant;
-use tokio_test::{assert_pending, assert_ready, task};
+use tokio_test::{assert_ready, task};
 use tower::{service_fn, Layer, Service};
 
-type Req = http::Request<oneshot::Receiver<u16>>;
-type Res = http::Response<()>;
-type Call = task::Spawn<Pin<Box<dyn Future<Output = Result<Res, BoxError>> + Send>>>;
+use support::{answer, request, supplier, Call, Req, Res};
 
-/// A supplier that answers each call with the status the test sends it.
-async fn supplier(req: Req) -> Result<Res, BoxError> {
-    let code = req.into_body().await?;
-    let mut res = http::Response::new(());
-    *res.status_mut() = http::StatusCode::from_u16(code)?;
-    Ok(res)
-}
-
+/// Starts a call and checks it is in flight: running or waiting for a slot.
 fn call<S>(svc: &mut S) -> (Call, oneshot::Sender<u16>)
 where
     S: Service<Req, Response = Res, Error = BoxError>,
     S::Future: Send + 'static,
 {
-    let (tx, rx) = oneshot::channel();
-    let fut: Pin<Box<dyn Future<Output = _> + Send>> = Box::pin(svc.call(http::Request::new(rx)));
-    let mut call = task::spawn(fut);
-    assert_pending!(call.poll());
-    (call, tx)
+    support::call(svc, "/")
 }
 
 /// A call the bulkhead turns away at once: its rejection's kind.
@@ -47,15 +34,10 @@ where
     S: Service<Req, Response = Res, Error = BoxError>,
     S::Future: Send + 'static,
 {
-    let (_tx, rx) = oneshot::channel();
-    let mut call = task::spawn(svc.call(http::Request::new(rx)));
+    let (req, _tx) = request("/");
+    let mut call = task::spawn(svc.call(req));
     let err = assert_ready!(call.poll()).unwrap_err();
     seawall_core::find_rejection(&*err).unwrap().kind()
-}
-
-fn answer(mut call: Call, tx: oneshot::Sender<u16>, status: u16) {
-    tx.send(status).unwrap();
-    assert_ready!(call.poll()).unwrap();
 }
 
 fn next(rx: &mut broadcast::Receiver<BulkheadEvent>) -> BulkheadEvent {

@@ -2,8 +2,8 @@
 //! key's calls, driven by hand with a paused clock.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::future::Future;
-use std::pin::Pin;
+mod support;
+
 use std::time::Duration;
 
 use seawall_bulkhead::adaptive::{AimdConfig, GradientConfig};
@@ -11,22 +11,12 @@ use seawall_bulkhead::{
     BulkheadConfig, BulkheadLayer, KeyedBulkheadLayer, KeyedHandle, OverloadStatus,
 };
 use seawall_core::{find_rejection, BoxError, RejectionKind};
-use tokio::sync::oneshot;
-use tokio_test::{assert_pending, assert_ready, task};
+use tokio_test::{assert_ready, task};
 use tower::{service_fn, Layer, Service};
 
-/// The key is the URI's path; the body answers the call with a status.
-type Req = http::Request<oneshot::Receiver<u16>>;
-type Res = http::Response<()>;
-type Call = task::Spawn<Pin<Box<dyn Future<Output = Result<Res, BoxError>> + Send>>>;
+use support::{answer, call, request, supplier, Req, Res};
 
-async fn supplier(req: Req) -> Result<Res, BoxError> {
-    let code = req.into_body().await?;
-    let mut res = http::Response::new(());
-    *res.status_mut() = http::StatusCode::from_u16(code)?;
-    Ok(res)
-}
-
+/// The key is the URI's path.
 fn host(req: &Req) -> String {
     req.uri().path().to_owned()
 }
@@ -40,30 +30,6 @@ fn aimd() -> AimdConfig {
         timeout: Duration::from_secs(1),
         ..AimdConfig::default()
     }
-}
-
-fn request(key: &str) -> (Req, oneshot::Sender<u16>) {
-    let (tx, rx) = oneshot::channel();
-    let mut req = http::Request::new(rx);
-    *req.uri_mut() = key.parse().unwrap();
-    (req, tx)
-}
-
-fn call<S>(svc: &mut S, key: &str) -> (Call, oneshot::Sender<u16>)
-where
-    S: Service<Req, Response = Res, Error = BoxError>,
-    S::Future: Send + 'static,
-{
-    let (req, tx) = request(key);
-    let fut: Pin<Box<dyn Future<Output = _> + Send>> = Box::pin(svc.call(req));
-    let mut call = task::spawn(fut);
-    assert_pending!(call.poll());
-    (call, tx)
-}
-
-fn answer(mut call: Call, tx: oneshot::Sender<u16>, status: u16) {
-    tx.send(status).unwrap();
-    assert_ready!(call.poll()).unwrap();
 }
 
 fn limit(h: &KeyedHandle<String>, key: &str) -> Option<usize> {
