@@ -5,7 +5,7 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use seawall_bulkhead::{BulkheadConfig, BulkheadLayer, KeyedBulkheadLayer};
-use seawall_core::{find_rejection, RejectionKind};
+use seawall_core::{find_rejection, BoxError, RejectionKind};
 use tokio_test::{assert_pending, assert_ready, task};
 use tower::{service_fn, Layer, Service};
 
@@ -23,27 +23,51 @@ fn hang(_req: Req) -> std::future::Pending<Result<(), Infallible>> {
     std::future::pending()
 }
 
-#[tokio::test(start_paused = true)]
-async fn each_key_has_its_own_bulkhead() {
-    let l = BulkheadLayer::builder("suppliers")
+/// The settings a plain layer is built with, given to a keyed one by `.keyed(..)`.
+fn one_at_a_time() -> seawall_bulkhead::BulkheadBuilder {
+    BulkheadLayer::builder("suppliers")
         .max_concurrent(1)
         .max_queue(0)
-        .keyed(host)
-        .build()
-        .unwrap();
+}
+
+/// Calls for each host in turn, then checks every call is in flight: running or
+/// waiting for a slot. All are made before any is polled.
+fn started<S, const N: usize>(svc: &mut S, hosts: [&'static str; N]) -> [task::Spawn<S::Future>; N]
+where
+    S: Service<Req>,
+    S::Response: std::fmt::Debug,
+    S::Error: std::fmt::Debug,
+{
+    let mut calls = hosts.map(|h| task::spawn(svc.call(req(h))));
+    for call in &mut calls {
+        assert_pending!(call.poll());
+    }
+    calls
+}
+
+/// A call for `host` the bulkhead turns away on its first poll: its error.
+fn rejected<S>(svc: &mut S, host: &'static str) -> BoxError
+where
+    S: Service<Req, Error = BoxError>,
+    S::Response: std::fmt::Debug,
+{
+    let mut call = task::spawn(svc.call(req(host)));
+    assert_ready!(call.poll()).unwrap_err()
+}
+
+fn kind(err: &BoxError) -> RejectionKind {
+    find_rejection(&**err).expect("a seawall rejection").kind()
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_key_has_its_own_bulkhead() {
+    let l = one_at_a_time().keyed(host).build().unwrap();
     let h = l.handle();
     let mut svc = l.layer(service_fn(hang));
-    let mut a = task::spawn(svc.call(req("a.example")));
-    let mut b = task::spawn(svc.call(req("b.example")));
-    assert_pending!(a.poll());
-    assert_pending!(b.poll());
+    let _calls = started(&mut svc, ["a.example", "b.example"]);
     // `a` is full; `b` was not affected by it.
-    let mut a2 = task::spawn(svc.call(req("a.example")));
-    let err = assert_ready!(a2.poll()).unwrap_err();
-    assert_eq!(
-        find_rejection(&*err).unwrap().kind(),
-        RejectionKind::BulkheadFull
-    );
+    let err = rejected(&mut svc, "a.example");
+    assert_eq!(kind(&err), RejectionKind::BulkheadFull);
     assert_eq!(h.snapshot_of(&"a.example").unwrap().rejected_full, 1);
     assert_eq!(h.snapshot_of(&"b.example").unwrap().rejected_full, 0);
     let s = h.snapshot();
@@ -55,34 +79,20 @@ async fn each_key_has_its_own_bulkhead() {
 
 #[tokio::test(start_paused = true)]
 async fn at_the_key_bound_idle_keys_are_evicted_and_busy_keys_turn_new_ones_away() {
-    let l = BulkheadLayer::builder("suppliers")
-        .max_concurrent(1)
-        .max_queue(0)
-        .keyed(host)
-        .max_keys(2)
-        .build()
-        .unwrap();
+    let l = one_at_a_time().keyed(host).max_keys(2).build().unwrap();
     let h = l.handle();
     let mut svc = l.layer(service_fn(hang));
-    let mut a = task::spawn(svc.call(req("a")));
-    let mut b = task::spawn(svc.call(req("b")));
-    assert_pending!(a.poll());
-    assert_pending!(b.poll());
+    let [a, _b] = started(&mut svc, ["a", "b"]);
 
     // Two busy keys: a third key is rejected at once, known keys still work.
-    let mut c = task::spawn(svc.call(req("c")));
-    let err = assert_ready!(c.poll()).unwrap_err();
-    assert_eq!(
-        find_rejection(&*err).unwrap().kind(),
-        RejectionKind::BulkheadFull
-    );
+    let err = rejected(&mut svc, "c");
+    assert_eq!(kind(&err), RejectionKind::BulkheadFull);
     assert_eq!(find_rejection(&*err).unwrap().name(), Some("suppliers"));
     assert_eq!(h.snapshot().rejected_key_limit, 1);
 
     // `a` goes idle: the next new key takes its place, forgetting `a`.
     drop(a);
-    let mut c = task::spawn(svc.call(req("c")));
-    assert_pending!(c.poll());
+    let _c = started(&mut svc, ["c"]);
     let s = h.snapshot();
     assert_eq!((s.keys, s.evicted, s.active), (2, 1, 2));
     assert!(h.snapshot_of(&"a").is_none());
@@ -91,21 +101,10 @@ async fn at_the_key_bound_idle_keys_are_evicted_and_busy_keys_turn_new_ones_away
 
 #[tokio::test(start_paused = true)]
 async fn reconfigure_changes_every_key_and_revert_restores() {
-    let l = BulkheadLayer::builder("suppliers")
-        .max_concurrent(1)
-        .max_queue(5)
-        .keyed(host)
-        .build()
-        .unwrap();
+    let l = one_at_a_time().max_queue(5).keyed(host).build().unwrap();
     let h = l.handle();
     let mut svc = l.layer(service_fn(hang));
-    let mut calls: Vec<_> = ["a", "a", "b", "b"]
-        .into_iter()
-        .map(|k| task::spawn(svc.call(req(k))))
-        .collect();
-    for f in &mut calls {
-        assert_pending!(f.poll());
-    }
+    let _calls = started(&mut svc, ["a", "a", "b", "b"]);
     assert_eq!((h.snapshot().active, h.snapshot().queued), (2, 2));
     let wider = BulkheadConfig {
         max_concurrent: 2,
@@ -114,10 +113,7 @@ async fn reconfigure_changes_every_key_and_revert_restores() {
     h.reconfigure(wider).unwrap();
     assert_eq!((h.snapshot().active, h.snapshot().queued), (4, 0));
     // New keys get the new limits too.
-    let mut d1 = task::spawn(svc.call(req("d")));
-    let mut d2 = task::spawn(svc.call(req("d")));
-    assert_pending!(d1.poll());
-    assert_pending!(d2.poll());
+    let _d = started(&mut svc, ["d", "d"]);
     assert_eq!(h.snapshot_of(&"d").unwrap().active, 2);
 
     assert_eq!(
@@ -250,13 +246,6 @@ async fn a_flood_of_new_keys_never_evicts_a_busy_key() {
     assert_eq!(s.evicted, 10_000 - 8);
 }
 
-/// The settings a plain layer is built with, given to a keyed one by `.keyed(..)`.
-fn one_at_a_time() -> seawall_bulkhead::BulkheadBuilder {
-    BulkheadLayer::builder("suppliers")
-        .max_concurrent(1)
-        .max_queue(0)
-}
-
 #[tokio::test(start_paused = true)]
 async fn one_builder_makes_a_shared_bulkhead_or_one_per_key_with_the_same_limits() {
     let shared = one_at_a_time().build().unwrap();
@@ -277,18 +266,9 @@ async fn one_builder_makes_a_shared_bulkhead_or_one_per_key_with_the_same_limits
     assert_pending!(a_keyed.poll());
     // One slot: the shared bulkhead turns another host away, the keyed one only
     // the same host.
-    let mut b = task::spawn(one.call(req("b.example")));
-    let err = assert_ready!(b.poll()).unwrap_err();
-    assert_eq!(
-        find_rejection(&*err).unwrap().kind(),
-        RejectionKind::BulkheadFull
-    );
-    let mut b_keyed = task::spawn(per_host.call(req("b.example")));
-    assert_pending!(b_keyed.poll());
-    let mut a_again = task::spawn(per_host.call(req("a.example")));
-    let err = assert_ready!(a_again.poll()).unwrap_err();
-    assert_eq!(
-        find_rejection(&*err).unwrap().kind(),
-        RejectionKind::BulkheadFull
-    );
+    let err = rejected(&mut one, "b.example");
+    assert_eq!(kind(&err), RejectionKind::BulkheadFull);
+    let _b_keyed = started(&mut per_host, ["b.example"]);
+    let err = rejected(&mut per_host, "a.example");
+    assert_eq!(kind(&err), RejectionKind::BulkheadFull);
 }
