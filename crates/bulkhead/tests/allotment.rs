@@ -29,6 +29,30 @@ fn active(h: &Handle) -> usize {
     h.snapshot().active
 }
 
+type Svc = seawall_bulkhead::Bulkhead<mock::Mock<Req, &'static str>>;
+type Call = task::Spawn<<Svc as Service<Req>>::Future>;
+
+/// A bulkhead from `l` over a mock that is ready for ten calls, and the mock's handle.
+fn served(l: &BulkheadLayer) -> (Svc, mock::Handle<Req, &'static str>) {
+    let (svc, mut inner) = mock::pair();
+    inner.allow(10);
+    (l.layer(svc), inner)
+}
+
+/// Waits for readiness, makes a call and checks it is in flight: running or waiting.
+async fn start(svc: &mut Svc) -> Call {
+    let mut call = task::spawn(svc.ready().await.unwrap().call(Req::new("x")));
+    assert_pending!(call.poll());
+    call
+}
+
+/// Waits for readiness, makes a call and checks it is turned away on its first
+/// poll: its error.
+async fn turned_away(svc: &mut Svc) -> BoxError {
+    let mut call = task::spawn(svc.ready().await.unwrap().call(Req::new("x")));
+    assert_ready!(call.poll()).unwrap_err()
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_limit_is_the_smaller_of_the_own_limit_and_the_allotment() {
     let l = layer(4, 0);
@@ -55,35 +79,27 @@ async fn the_limit_is_the_smaller_of_the_own_limit_and_the_allotment() {
 async fn admissions_stop_at_the_allotment_and_lowering_it_preempts_no_call() {
     let l = layer(4, 0);
     let h = l.handle();
-    let (svc, mut inner) = mock::pair::<Req, &'static str>();
-    let mut svc = l.layer(svc);
+    let (mut svc, mut inner) = served(&l);
     h.set_allotment(Some(2));
-    inner.allow(10);
     let mut calls = Vec::new();
     for _ in 0..2 {
-        let mut c = task::spawn(svc.ready().await.unwrap().call(Req::new("x")));
-        assert_pending!(c.poll());
-        calls.push(c);
+        calls.push(start(&mut svc).await);
     }
-    let mut third = task::spawn(svc.ready().await.unwrap().call(Req::new("x")));
-    let err = assert_ready!(third.poll()).unwrap_err();
+    let err = turned_away(&mut svc).await;
     assert_eq!(kind(&err), RejectionKind::BulkheadFull);
     // Lowered to 1 with 2 running: both keep running, nothing new is admitted.
     h.set_allotment(Some(1));
     assert_eq!(active(&h), 2);
-    let mut fourth = task::spawn(svc.ready().await.unwrap().call(Req::new("x")));
-    assert!(assert_ready!(fourth.poll()).is_err());
+    turned_away(&mut svc).await;
     // One ends: still at the allotment of 1, so a newcomer is refused.
     let (_, send) = inner.next_request().await.unwrap();
     send.send_response("ok");
     assert_ready!(calls[0].poll()).unwrap();
     assert_eq!(active(&h), 1);
-    let mut fifth = task::spawn(svc.ready().await.unwrap().call(Req::new("x")));
-    assert!(assert_ready!(fifth.poll()).is_err());
+    turned_away(&mut svc).await;
     // Raised: admitted again.
     h.set_allotment(Some(3));
-    let mut sixth = task::spawn(svc.ready().await.unwrap().call(Req::new("x")));
-    assert_pending!(sixth.poll());
+    let _sixth = start(&mut svc).await;
     assert_eq!(active(&h), 2);
 }
 
@@ -91,22 +107,17 @@ async fn admissions_stop_at_the_allotment_and_lowering_it_preempts_no_call() {
 async fn an_allotment_of_zero_rejects_at_once_as_full_even_with_a_queue() {
     let l = layer(4, 8);
     let h = l.handle();
-    let (svc, mut inner) = mock::pair::<Req, &'static str>();
-    let mut svc = l.layer(svc);
-    inner.allow(10);
+    let (mut svc, mut inner) = served(&l);
     h.set_allotment(Some(0));
     assert_eq!(h.snapshot().limit, 0);
-    let mut c = task::spawn(svc.ready().await.unwrap().call(Req::new("x")));
-    let err = assert_ready!(c.poll()).unwrap_err();
+    let err = turned_away(&mut svc).await;
     assert_eq!(kind(&err), RejectionKind::BulkheadFull);
     let s = h.snapshot();
     assert_eq!((s.rejected_full, s.queued, s.admitted), (1, 0, 0));
     // With a share again, the queue is back: the second call over it waits.
     h.set_allotment(Some(1));
-    let mut first = task::spawn(svc.ready().await.unwrap().call(Req::new("x")));
-    assert_pending!(first.poll());
-    let mut waiter = task::spawn(svc.ready().await.unwrap().call(Req::new("x")));
-    assert_pending!(waiter.poll());
+    let mut first = start(&mut svc).await;
+    let mut waiter = start(&mut svc).await;
     assert_eq!(h.snapshot().queued, 1);
     // Dropping to zero keeps the waiter in line (until its max_wait)...
     h.set_allotment(Some(0));
@@ -124,9 +135,7 @@ async fn an_allotment_of_zero_rejects_at_once_as_full_even_with_a_queue() {
 async fn demand_is_the_period_s_peaks_and_full_rejections_capped_at_the_own_limit() {
     let l = layer(3, 1);
     let h = l.handle();
-    let (svc, mut inner) = mock::pair::<Req, &'static str>();
-    let mut svc = l.layer(svc);
-    inner.allow(10);
+    let (mut svc, mut inner) = served(&l);
     let d = h.take_demand();
     assert_eq!(
         (d.peak_active, d.peak_queued, d.rejected_full, d.wanted()),
@@ -134,13 +143,10 @@ async fn demand_is_the_period_s_peaks_and_full_rejections_capped_at_the_own_limi
     );
     assert_eq!(d.own_limit, 3);
     h.set_allotment(Some(1));
-    let mut running = task::spawn(svc.ready().await.unwrap().call(Req::new("x")));
-    assert_pending!(running.poll());
-    let mut waiting = task::spawn(svc.ready().await.unwrap().call(Req::new("x")));
-    assert_pending!(waiting.poll());
+    let mut running = start(&mut svc).await;
+    let waiting = start(&mut svc).await;
     for _ in 0..2 {
-        let mut full = task::spawn(svc.ready().await.unwrap().call(Req::new("x")));
-        assert!(assert_ready!(full.poll()).is_err());
+        turned_away(&mut svc).await;
     }
     let d = h.take_demand();
     assert_eq!((d.peak_active, d.peak_queued, d.rejected_full), (1, 1, 2));
@@ -160,8 +166,7 @@ async fn demand_is_the_period_s_peaks_and_full_rejections_capped_at_the_own_limi
     let d = h.take_demand();
     assert_eq!((d.peak_active, d.peak_queued, d.wanted()), (0, 0, 0));
     // An admission in the period counts everything active with it.
-    let mut a = task::spawn(svc.ready().await.unwrap().call(Req::new("x")));
-    assert_pending!(a.poll());
+    let _a = start(&mut svc).await;
     assert_eq!(h.take_demand().peak_active, 1);
     // The snapshot's own peaks are untouched by the periods.
     let s = h.snapshot();
@@ -172,9 +177,7 @@ async fn demand_is_the_period_s_peaks_and_full_rejections_capped_at_the_own_limi
 async fn resetting_the_peaks_keeps_the_period_peak_from_hiding_a_later_high() {
     let l = layer(3, 0);
     let h = l.handle();
-    let (svc, mut inner) = mock::pair::<Req, &'static str>();
-    let mut svc = l.layer(svc);
-    inner.allow(10);
+    let (mut svc, _inner) = served(&l);
     let mut a = task::spawn(svc.ready().await.unwrap().call(Req::new("x")));
     let mut b = task::spawn(svc.ready().await.unwrap().call(Req::new("x")));
     assert_pending!(a.poll());
@@ -183,8 +186,7 @@ async fn resetting_the_peaks_keeps_the_period_peak_from_hiding_a_later_high() {
     h.reset_peaks();
     assert_eq!(h.snapshot().peak_active, 1);
     // Back to two active: both peaks see it.
-    let mut c = task::spawn(svc.ready().await.unwrap().call(Req::new("x")));
-    assert_pending!(c.poll());
+    let _c = start(&mut svc).await;
     assert_eq!(h.snapshot().peak_active, 2);
     assert_eq!(h.take_demand().peak_active, 2);
 }
