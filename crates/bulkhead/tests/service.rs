@@ -68,6 +68,21 @@ where
     call
 }
 
+type MockCall = task::Spawn<<seawall_bulkhead::Bulkhead<Mock> as Service<Req>>::Future>;
+
+/// Starts a call and takes it from the mock behind the bulkhead, checking it arrived
+/// as sent: the call in flight and the mock's reply handle for it.
+async fn through(
+    svc: &mut seawall_bulkhead::Bulkhead<Mock>,
+    inner: &mut MockHandle,
+    body: &'static str,
+) -> (MockCall, mock::SendResponse<&'static str>) {
+    let call = start(svc, body);
+    let (seen, send) = inner.next_request().await.unwrap();
+    assert_eq!(*seen.body(), body);
+    (call, send)
+}
+
 /// How long a call waited before it was turned away with a [`BulkheadTimeout`].
 fn waited(err: &BoxError) -> Duration {
     err.downcast_ref::<BulkheadTimeout>()
@@ -82,8 +97,7 @@ async fn a_dropped_response_future_releases_its_slot() {
     let l = layer(1, 0);
     let h = l.handle();
     let (mut svc, mut inner) = pair(&l);
-    let r1 = start(&mut svc, "one");
-    let (_req, _send) = inner.next_request().await.unwrap();
+    let (r1, _send) = through(&mut svc, &mut inner, "one").await;
     assert_eq!(counts(&h), (1, 0));
 
     // Full now: the next call is turned away.
@@ -92,9 +106,7 @@ async fn a_dropped_response_future_releases_its_slot() {
 
     drop(r1);
     assert_eq!(counts(&h), (0, 0));
-    let mut r3 = start(&mut svc, "three");
-    let (seen, send) = inner.next_request().await.unwrap();
-    assert_eq!(*seen.body(), "three");
+    let (mut r3, send) = through(&mut svc, &mut inner, "three").await;
     send.send_response("ok");
     assert_eq!(assert_ready_ok!(r3.poll()), "ok");
     assert_eq!(counts(&h), (0, 0));
@@ -105,8 +117,7 @@ async fn an_inner_error_releases_the_slot() {
     let l = layer(1, 0);
     let h = l.handle();
     let (mut svc, mut inner) = pair(&l);
-    let mut r1 = start(&mut svc, "one");
-    let (_req, send) = inner.next_request().await.unwrap();
+    let (mut r1, send) = through(&mut svc, &mut inner, "one").await;
     send.send_error("boom");
     let err = assert_ready!(r1.poll()).unwrap_err();
     assert_eq!(err.to_string(), "boom");
@@ -201,8 +212,7 @@ async fn many_waiters_are_admitted_first_in_first_out() {
     let l = layer(1, 5);
     let h = l.handle();
     let (mut svc, mut inner) = pair(&l);
-    let mut first = start(&mut svc, "0");
-    let (_r, mut send) = inner.next_request().await.unwrap();
+    let (mut first, mut send) = through(&mut svc, &mut inner, "0").await;
 
     let mut waiters: Vec<_> = ["1", "2", "3", "4"]
         .into_iter()
@@ -357,8 +367,7 @@ async fn a_dropped_waiter_leaves_the_queue_at_once_and_takes_no_slot() {
     let l = layer(1, 2);
     let h = l.handle();
     let (mut svc, mut inner) = pair(&l);
-    let mut busy = start(&mut svc, "busy");
-    let (_r, send) = inner.next_request().await.unwrap();
+    let (mut busy, send) = through(&mut svc, &mut inner, "busy").await;
     let mut gone = task::spawn(svc.call(req("gone")));
     let mut next = task::spawn(svc.call(req("next")));
     assert_pending!(gone.poll());
@@ -403,8 +412,7 @@ async fn nothing_downstream_is_touched_while_waiting_and_readiness_is_driven_wit
     let l = layer(1, 1);
     let h = l.handle();
     let (mut svc, mut inner) = pair(&l);
-    let mut first = start(&mut svc, "first");
-    let (_r, send) = inner.next_request().await.unwrap();
+    let (mut first, send) = through(&mut svc, &mut inner, "first").await;
 
     // The inner service stops being ready; a waiter does not ask it.
     inner.allow(0);
