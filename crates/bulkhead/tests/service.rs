@@ -83,6 +83,19 @@ async fn through(
     (call, send)
 }
 
+/// Runs the clock to 1 ms short of `after`, checks the waiter is still in line, then
+/// to `after`: the error it is turned away with then.
+async fn turned_away_at<F, R>(waiter: &mut task::Spawn<F>, after: Duration) -> BoxError
+where
+    F: std::future::Future<Output = Result<R, BoxError>>,
+    R: std::fmt::Debug,
+{
+    tokio::time::advance(after - ms(1)).await;
+    assert_pending!(waiter.poll());
+    tokio::time::advance(ms(1)).await;
+    assert_ready!(waiter.poll()).unwrap_err()
+}
+
 /// How long a call waited before it was turned away with a [`BulkheadTimeout`].
 fn waited(err: &BoxError) -> Duration {
     err.downcast_ref::<BulkheadTimeout>()
@@ -295,10 +308,7 @@ async fn a_waiter_times_out_at_max_wait() {
     let (mut svc, c) = counted(&l);
     let _busy = start(&mut svc, "busy");
     let mut waiter = start(&mut svc, "wait");
-    tokio::time::advance(ms(19)).await;
-    assert_pending!(waiter.poll());
-    tokio::time::advance(ms(1)).await;
-    let err = assert_ready!(waiter.poll()).unwrap_err();
+    let err = turned_away_at(&mut waiter, ms(20)).await;
     assert_eq!(kind(&err), RejectionKind::BulkheadTimeout);
     let timeout = err.downcast_ref::<BulkheadTimeout>().unwrap();
     assert_eq!(timeout.waited(), ms(20));
@@ -321,10 +331,7 @@ async fn a_waiter_times_out_at_the_remaining_deadline_when_shorter() {
     let five = Deadline::after(Instant::now(), ms(5));
     let mut waiter = task::spawn(five.sync_scope(|| svc.call(req("wait"))));
     assert_pending!(waiter.poll());
-    tokio::time::advance(ms(4)).await;
-    assert_pending!(waiter.poll());
-    tokio::time::advance(ms(1)).await;
-    let err = assert_ready!(waiter.poll()).unwrap_err();
+    let err = turned_away_at(&mut waiter, ms(5)).await;
     assert_eq!(waited(&err), ms(5));
 
     // A deadline longer than max_wait does not extend the wait.
