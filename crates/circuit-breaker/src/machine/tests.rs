@@ -70,6 +70,23 @@ fn trip(m: &mut Driven, now: Instant) {
     assert_eq!(m.state(now), State::Open);
 }
 
+/// A machine tripped at the returned instant.
+fn tripped(config: CircuitBreakerConfig) -> (Driven, Instant) {
+    let t0 = Instant::now();
+    let mut m = machine_at(config, t0);
+    trip(&mut m, t0);
+    (m, t0)
+}
+
+/// A machine tripped at `t0`, with its first probe admitted at `t1`, when the default
+/// 10 s open interval has elapsed.
+fn probing(config: CircuitBreakerConfig) -> (Driven, Instant, Instant, Ticket) {
+    let (mut m, t0) = tripped(config);
+    let t1 = t0 + 10 * S;
+    let probe = admit(&mut m, t1);
+    (m, t0, t1, probe)
+}
+
 #[test]
 fn consecutive_failures_trip_at_threshold_and_a_success_resets_the_count() {
     let t0 = Instant::now();
@@ -220,9 +237,7 @@ fn the_open_interval_is_measured_from_the_trip_not_the_last_call() {
 
 #[test]
 fn half_open_is_lazy_reported_by_state_made_by_the_next_call() {
-    let t0 = Instant::now();
-    let mut m = machine_at(CircuitBreakerConfig::default(), t0);
-    trip(&mut m, t0);
+    let (mut m, t0) = tripped(CircuitBreakerConfig::default());
     transitions(&mut m);
     let epoch = m.epoch();
     let later = t0 + 60 * S;
@@ -244,11 +259,7 @@ fn half_open_is_lazy_reported_by_state_made_by_the_next_call() {
 
 #[test]
 fn a_successful_probe_closes_and_resets_the_window_so_the_next_failures_trip_from_zero() {
-    let t0 = Instant::now();
-    let mut m = machine_at(CircuitBreakerConfig::default(), t0);
-    trip(&mut m, t0);
-    let t1 = t0 + 10 * S;
-    let probe = admit(&mut m, t1);
+    let (mut m, t0, t1, probe) = probing(CircuitBreakerConfig::default());
     assert_eq!(finish(&mut m, probe, Outcome::Success, t1), Recorded::Probe);
     assert_eq!(m.state(t1), State::Closed);
     assert_eq!(m.window_counts(t1).map(|c| c.calls), Some(0));
@@ -282,9 +293,7 @@ fn a_successful_probe_closes_and_resets_the_window_so_the_next_failures_trip_fro
 
 #[test]
 fn a_failed_probe_reopens_with_the_timer_reset_to_now() {
-    let t0 = Instant::now();
-    let mut m = machine_at(CircuitBreakerConfig::default(), t0);
-    trip(&mut m, t0);
+    let (mut m, t0) = tripped(CircuitBreakerConfig::default());
     let admitted = t0 + 12 * S;
     let probe = admit(&mut m, admitted);
     let failed = admitted + 3 * S;
@@ -315,11 +324,7 @@ fn a_failed_probe_reopens_with_the_timer_reset_to_now() {
 
 #[test]
 fn callers_arriving_while_the_probe_is_in_flight_are_rejected_with_a_positive_retry_after() {
-    let t0 = Instant::now();
-    let mut m = machine_at(CircuitBreakerConfig::default(), t0);
-    trip(&mut m, t0);
-    let t1 = t0 + 10 * S;
-    let _probe = admit(&mut m, t1);
+    let (mut m, _, t1, _probe) = probing(CircuitBreakerConfig::default());
     // The half-open timeout is 10 s: the slot is free (or the probe failed) by t1 + 10 s.
     assert_eq!(rejected(&mut m, t1), 10 * S);
     assert_eq!(rejected(&mut m, t1 + 4 * S), 6 * S);
@@ -329,15 +334,11 @@ fn callers_arriving_while_the_probe_is_in_flight_are_rejected_with_a_positive_re
 
 #[test]
 fn a_stuck_probe_counts_as_failed_after_the_half_open_timeout() {
-    let t0 = Instant::now();
-    let config = CircuitBreakerConfig {
+    let short_half_open = || CircuitBreakerConfig {
         half_open_timeout: 2 * S,
         ..CircuitBreakerConfig::default()
     };
-    let mut m = machine_at(config, t0);
-    trip(&mut m, t0);
-    let t1 = t0 + 10 * S;
-    let stuck = admit(&mut m, t1);
+    let (mut m, t0, t1, stuck) = probing(short_half_open());
     let _ = transitions(&mut m);
     let due = t1 + 2 * S;
     assert_eq!(m.state(due - Duration::from_nanos(1)), State::HalfOpen);
@@ -359,13 +360,7 @@ fn a_stuck_probe_counts_as_failed_after_the_half_open_timeout() {
     );
     assert_eq!((m.state(due + 2 * S), m.epoch()), (State::Open, epoch));
     // Long after the timeout, `state` sees through both lazy steps.
-    let mut n = machine_at(
-        CircuitBreakerConfig {
-            half_open_timeout: 2 * S,
-            ..CircuitBreakerConfig::default()
-        },
-        t0,
-    );
+    let mut n = machine_at(short_half_open(), t0);
     trip(&mut n, t0);
     let _stuck = admit(&mut n, t1);
     assert_eq!(n.state(t1 + 12 * S), State::HalfOpen);
@@ -399,11 +394,7 @@ fn a_stale_success_from_a_closed_epoch_does_not_close_the_breaker_during_a_probe
 
 #[test]
 fn a_cancelled_or_ignored_probe_frees_its_slot_without_a_transition() {
-    let t0 = Instant::now();
-    let mut m = machine_at(CircuitBreakerConfig::default(), t0);
-    trip(&mut m, t0);
-    let t1 = t0 + 10 * S;
-    let probe = admit(&mut m, t1);
+    let (mut m, _, t1, probe) = probing(CircuitBreakerConfig::default());
     let _ = transitions(&mut m);
     let epoch = m.epoch();
     m.cancel(probe, t1);
@@ -843,11 +834,7 @@ fn the_configuration_in_force_is_the_one_given_to_the_last_nanosecond() {
 
 #[test]
 fn reconfiguring_half_open_max_applies_to_the_next_admissions() {
-    let t0 = Instant::now();
-    let mut m = machine_at(CircuitBreakerConfig::default(), t0);
-    trip(&mut m, t0);
-    let t1 = t0 + 10 * S;
-    let a = admit(&mut m, t1);
+    let (mut m, _, t1, a) = probing(CircuitBreakerConfig::default());
     rejected(&mut m, t1);
     let wider = CircuitBreakerConfig {
         half_open_max: 3,
@@ -870,9 +857,7 @@ fn reconfiguring_half_open_max_applies_to_the_next_admissions() {
 
 #[test]
 fn time_spent_open_and_failed_probes_show_a_breaker_stuck_open() {
-    let t0 = Instant::now();
-    let mut m = machine_at(CircuitBreakerConfig::default(), t0);
-    trip(&mut m, t0);
+    let (mut m, t0) = tripped(CircuitBreakerConfig::default());
     let mut now = t0;
     for _ in 0..3 {
         now += 10 * S;
