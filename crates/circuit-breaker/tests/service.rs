@@ -125,12 +125,41 @@ where
     inner.fail(false);
 }
 
-#[tokio::test(start_paused = true)]
-async fn closed_calls_go_through_and_are_recorded() {
+/// The seed-configured breaker over a [`Counting`] supplier.
+fn counting_breaker() -> (
+    Counting,
+    CircuitBreakerLayer,
+    seawall_circuit_breaker::CircuitBreaker<Counting, seawall_core::ErrorsAsFailures>,
+) {
     let inner = Counting::default();
     let layer = seed_layer();
+    let svc = layer.layer(inner.clone());
+    (inner, layer, svc)
+}
+
+type Dependency = mock::Handle<Req, &'static str>;
+
+/// `layer` over a mock supplier that will take up to 100 requests.
+fn spawn_mock(layer: CircuitBreakerLayer) -> (Spawned, Dependency) {
+    let (svc, mut dep) = mock::spawn_layer::<Req, &'static str, _>(layer);
+    dep.allow(100);
+    (svc, dep)
+}
+
+/// Trips a breaker over a mock supplier with the default policy: 10 failed calls.
+async fn trip_mock(svc: &mut Spawned, dep: &mut Dependency) {
+    for _ in 0..10 {
+        let mut fut = ready_call(svc, req());
+        let (_, send) = dep.next_request().await.unwrap();
+        send.send_error("supplier down");
+        assert_ready!(fut.poll()).unwrap_err();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn closed_calls_go_through_and_are_recorded() {
+    let (inner, layer, mut svc) = counting_breaker();
     let handle = layer.handle();
-    let mut svc = layer.layer(inner.clone());
     for _ in 0..25 {
         assert_eq!(send(&mut svc).await.unwrap(), "quote");
     }
@@ -151,10 +180,8 @@ async fn closed_calls_go_through_and_are_recorded() {
 
 #[tokio::test(start_paused = true)]
 async fn while_open_the_inner_service_is_neither_called_nor_polled() {
-    let inner = Counting::default();
-    let layer = seed_layer();
+    let (inner, layer, mut svc) = counting_breaker();
     let handle = layer.handle();
-    let mut svc = layer.layer(inner.clone());
     trip(&mut svc, &inner).await;
     assert_eq!(handle.state(), State::Open);
     let (polls, calls) = (inner.polls(), inner.calls());
@@ -181,9 +208,7 @@ async fn while_open_the_inner_service_is_neither_called_nor_polled() {
 
 #[tokio::test(start_paused = true)]
 async fn retry_after_is_what_remains_of_the_open_interval_from_the_trip() {
-    let inner = Counting::default();
-    let layer = seed_layer();
-    let mut svc = layer.layer(inner.clone());
+    let (inner, layer, mut svc) = counting_breaker();
     // The failures are spread out; the interval counts from the trip, not the first one.
     inner.fail(true);
     for _ in 0..10 {
@@ -203,13 +228,8 @@ async fn retry_after_is_what_remains_of_the_open_interval_from_the_trip() {
 
 #[tokio::test(start_paused = true)]
 async fn a_call_long_after_its_poll_ready_is_decided_at_call_time_not_with_a_stale_clock() {
-    let inner = Counting::default();
-    let layer = seed_layer();
-    let mut svc = layer.layer(inner.clone());
-    inner.fail(true);
-    for _ in 0..10 {
-        send(&mut svc).await.unwrap_err();
-    }
+    let (inner, layer, mut svc) = counting_breaker();
+    trip(&mut svc, &inner).await;
     // Open for 10 s. `poll_ready` 1 s after the trip, `call` 20 s after that: the
     // probe has been due for 11 s by the time of the call.
     advance(S).await;
@@ -223,8 +243,7 @@ async fn a_call_long_after_its_poll_ready_is_decided_at_call_time_not_with_a_sta
         "{:?}",
         rejection_retry_after(&err)
     );
-    // The next caller is the probe.
-    inner.fail(false);
+    // The next caller is the probe (`trip` left the supplier healthy).
     assert_eq!(send(&mut svc).await.unwrap(), "quote");
     assert_eq!(layer.handle().state(), State::Closed);
 }
@@ -233,15 +252,9 @@ async fn a_call_long_after_its_poll_ready_is_decided_at_call_time_not_with_a_sta
 async fn half_open_sends_one_probe_and_turns_the_others_away_with_a_positive_retry_after() {
     let layer = seed_layer();
     let handle = layer.handle();
-    let (mut svc, mut dep) = mock::spawn_layer::<Req, &'static str, _>(layer);
-    dep.allow(100);
+    let (mut svc, mut dep) = spawn_mock(layer);
     // Trip it.
-    for _ in 0..10 {
-        let mut fut = ready_call(&mut svc, req());
-        let (_, send) = dep.next_request().await.unwrap();
-        send.send_error("supplier down");
-        assert_ready!(fut.poll()).unwrap_err();
-    }
+    trip_mock(&mut svc, &mut dep).await;
     assert_eq!(handle.state(), State::Open);
     advance(10 * S).await;
     assert_eq!(handle.state(), State::HalfOpen);
@@ -272,18 +285,12 @@ async fn half_open_sends_one_probe_and_turns_the_others_away_with_a_positive_ret
 async fn a_dropped_probe_frees_its_slot_and_a_stale_success_does_not_close() {
     let layer = seed_layer();
     let handle = layer.handle();
-    let (mut svc, mut dep) = mock::spawn_layer::<Req, &'static str, _>(layer);
-    dep.allow(100);
+    let (mut svc, mut dep) = spawn_mock(layer);
     // One slow call admitted while closed, still in flight when the breaker trips.
     let mut slow = ready_call(&mut svc, req());
     assert_pending!(slow.poll());
     let (_, slow_reply) = dep.next_request().await.unwrap();
-    for _ in 0..10 {
-        let mut fut = ready_call(&mut svc, req());
-        let (_, send) = dep.next_request().await.unwrap();
-        send.send_error("supplier down");
-        assert_ready!(fut.poll()).unwrap_err();
-    }
+    trip_mock(&mut svc, &mut dep).await;
     advance(10 * S).await;
     let mut probe = ready_call(&mut svc, req());
     assert_pending!(probe.poll());
@@ -312,8 +319,7 @@ async fn a_slow_inner_call_past_the_deadline_trips_the_breaker() {
         .build()
         .unwrap();
     let handle = layer.handle();
-    let (mut svc, mut dep) = mock::spawn_layer::<Req, &'static str, _>(layer);
-    dep.allow(100);
+    let (mut svc, mut dep) = spawn_mock(layer);
     for i in 0..3 {
         let mut fut = ready_call_within(&mut svc, Duration::from_millis(300));
         assert_pending!(fut.poll());
@@ -346,8 +352,7 @@ async fn slow_successes_trip_a_time_window_with_a_slow_call_rate() {
         .build()
         .unwrap();
     let handle = layer.handle();
-    let (mut svc, mut dep) = mock::spawn_layer::<Req, &'static str, _>(layer);
-    dep.allow(100);
+    let (mut svc, mut dep) = spawn_mock(layer);
     for i in 0..4 {
         let mut fut = ready_call(&mut svc, req());
         assert_pending!(fut.poll());
@@ -404,8 +409,7 @@ async fn admission_rejections_from_inner_layers_are_ignored() {
         .build()
         .unwrap();
     let handle = layer.handle();
-    let (mut svc, mut dep) = mock::spawn_layer::<Req, &'static str, _>(layer);
-    dep.allow(100);
+    let (mut svc, mut dep) = spawn_mock(layer);
     for _ in 0..5 {
         let mut fut = ready_call(&mut svc, req());
         let (_, reply) = dep.next_request().await.unwrap();
@@ -418,10 +422,8 @@ async fn admission_rejections_from_inner_layers_are_ignored() {
 
 #[tokio::test(start_paused = true)]
 async fn forced_open_rejects_without_polling_and_a_reset_between_ready_and_call_is_safe() {
-    let inner = Counting::default();
-    let layer = seed_layer();
+    let (inner, layer, mut svc) = counting_breaker();
     let handle = layer.handle();
-    let mut svc = layer.layer(inner.clone());
     handle.force(Forced::Open);
     let err = send(&mut svc).await.unwrap_err();
     // Only an operator ends a forced open: no retry time is promised.
@@ -525,9 +527,7 @@ fn services_are_clone_send_sync_and_futures_send() {
 #[cfg(feature = "serde")]
 #[tokio::test(start_paused = true)]
 async fn the_snapshot_serializes_for_an_operator_endpoint() {
-    let inner = Counting::default();
-    let layer = seed_layer();
-    let mut svc = layer.layer(inner.clone());
+    let (inner, layer, mut svc) = counting_breaker();
     trip(&mut svc, &inner).await;
     let json = serde_json::to_value(layer.handle().snapshot()).unwrap();
     assert_eq!(json["state"], "open");
