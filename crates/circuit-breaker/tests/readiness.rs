@@ -115,12 +115,36 @@ impl Endpoint {
         self.fail().await;
         assert_eq!(self.handle.state(), State::Open);
     }
+
+    /// An endpoint on [`layer`], already tripped.
+    async fn tripped() -> Self {
+        let mut e = Self::new(&layer());
+        e.trip().await;
+        e
+    }
+
+    /// Waits out the 10 s open interval and leaves the probe in flight.
+    async fn start_probe(
+        &mut self,
+    ) -> (
+        task::Spawn<impl std::future::Future<Output = Result<&'static str, BoxError>>>,
+        mock::SendResponse<&'static str>,
+    ) {
+        advance(10 * S).await;
+        self.start().await
+    }
+
+    /// Another service on the same breaker, already pending in `poll_ready`.
+    fn waiting_svc(&self) -> Svc {
+        let mut other = self.clone_svc();
+        assert_pending!(other.poll_ready());
+        other
+    }
 }
 
 #[tokio::test(start_paused = true)]
 async fn closed_it_is_the_inner_services_readiness() {
-    let l = layer();
-    let mut e = Endpoint::new(&l);
+    let mut e = Endpoint::new(&layer());
     e.inner.allow(0);
     assert_pending!(e.svc.poll_ready());
     e.inner.allow(1);
@@ -130,9 +154,7 @@ async fn closed_it_is_the_inner_services_readiness() {
 
 #[tokio::test(start_paused = true)]
 async fn open_it_is_pending_without_touching_the_dependency_until_the_interval_ends() {
-    let l = layer();
-    let mut e = Endpoint::new(&l);
-    e.trip().await;
+    let mut e = Endpoint::tripped().await;
     let polls = e.polls();
 
     assert_pending!(e.svc.poll_ready());
@@ -158,11 +180,8 @@ async fn open_it_is_pending_without_touching_the_dependency_until_the_interval_e
 
 #[tokio::test(start_paused = true)]
 async fn the_probe_in_flight_keeps_others_pending_and_its_success_wakes_them() {
-    let l = layer();
-    let mut e = Endpoint::new(&l);
-    e.trip().await;
-    advance(10 * S).await;
-    let (mut probe, reply) = e.start().await;
+    let mut e = Endpoint::tripped().await;
+    let (mut probe, reply) = e.start_probe().await;
 
     let mut other = e.clone_svc();
     assert_pending!(other.poll_ready(), "the only probe slot is taken");
@@ -174,13 +193,9 @@ async fn the_probe_in_flight_keeps_others_pending_and_its_success_wakes_them() {
 
 #[tokio::test(start_paused = true)]
 async fn a_failed_probe_wakes_the_others_to_wait_for_the_longer_interval() {
-    let l = layer();
-    let mut e = Endpoint::new(&l);
-    e.trip().await;
-    advance(10 * S).await;
-    let (mut probe, reply) = e.start().await;
-    let mut other = e.clone_svc();
-    assert_pending!(other.poll_ready());
+    let mut e = Endpoint::tripped().await;
+    let (mut probe, reply) = e.start_probe().await;
+    let mut other = e.waiting_svc();
 
     reply.send_error("still down");
     assert_ready_err!(probe.poll());
@@ -195,13 +210,9 @@ async fn a_failed_probe_wakes_the_others_to_wait_for_the_longer_interval() {
 
 #[tokio::test(start_paused = true)]
 async fn a_cancelled_probe_frees_its_slot_and_wakes_the_others() {
-    let l = layer();
-    let mut e = Endpoint::new(&l);
-    e.trip().await;
-    advance(10 * S).await;
-    let (probe, _reply) = e.start().await;
-    let mut other = e.clone_svc();
-    assert_pending!(other.poll_ready());
+    let mut e = Endpoint::tripped().await;
+    let (probe, _reply) = e.start_probe().await;
+    let mut other = e.waiting_svc();
 
     drop(probe);
     assert!(
@@ -214,13 +225,9 @@ async fn a_cancelled_probe_frees_its_slot_and_wakes_the_others() {
 
 #[tokio::test(start_paused = true)]
 async fn a_probe_past_its_half_open_timeout_wakes_the_others_at_the_timeout() {
-    let l = layer();
-    let mut e = Endpoint::new(&l);
-    e.trip().await;
-    advance(10 * S).await;
-    let (_probe, _reply) = e.start().await;
-    let mut other = e.clone_svc();
-    assert_pending!(other.poll_ready());
+    let mut e = Endpoint::tripped().await;
+    let (_probe, _reply) = e.start_probe().await;
+    let mut other = e.waiting_svc();
 
     advance(5 * S - MS).await;
     assert!(!other.is_woken());
@@ -236,8 +243,7 @@ async fn a_probe_past_its_half_open_timeout_wakes_the_others_at_the_timeout() {
 
 #[tokio::test(start_paused = true)]
 async fn forced_open_waits_for_an_operator_and_is_woken_by_one() {
-    let l = layer();
-    let mut e = Endpoint::new(&l);
+    let mut e = Endpoint::new(&layer());
     e.handle.force(Forced::Open);
     assert_pending!(e.svc.poll_ready());
 
@@ -260,9 +266,7 @@ async fn forced_open_waits_for_an_operator_and_is_woken_by_one() {
 
 #[tokio::test(start_paused = true)]
 async fn a_reset_wakes_a_service_waiting_for_the_interval() {
-    let l = layer();
-    let mut e = Endpoint::new(&l);
-    e.trip().await;
+    let mut e = Endpoint::tripped().await;
     assert_pending!(e.svc.poll_ready());
     e.handle.reset();
     assert!(e.svc.is_woken());
@@ -271,9 +275,7 @@ async fn a_reset_wakes_a_service_waiting_for_the_interval() {
 
 #[tokio::test(start_paused = true)]
 async fn a_dropped_waiting_service_leaves_the_others_waiting() {
-    let l = layer();
-    let mut e = Endpoint::new(&l);
-    e.trip().await;
+    let e = Endpoint::tripped().await;
     let mut a = e.clone_svc();
     let mut b = e.clone_svc();
     assert_pending!(a.poll_ready());
@@ -295,8 +297,7 @@ async fn the_ramp_after_closing_is_no_wait() {
         .pending_while_open();
     let mut e = Endpoint::new(&l);
     e.trip().await;
-    advance(10 * S).await;
-    let (mut probe, reply) = e.start().await;
+    let (mut probe, reply) = e.start_probe().await;
     reply.send_response("quote");
     assert_ready_ok!(probe.poll());
     // Closed and ramping at 10 %: the first call goes out, the next is turned away,
