@@ -20,6 +20,9 @@ const S: Duration = Duration::from_secs(1);
 
 type Sent = Result<Frame<Bytes>, std::io::Error>;
 
+/// Where a [`streaming_server`] hands over the sender of each response body it makes.
+type Bodies = mpsc::UnboundedReceiver<mpsc::UnboundedSender<Sent>>;
+
 /// A response body the test writes to: frames sent on the channel, ending when the
 /// sender is dropped.
 struct Stream(mpsc::UnboundedReceiver<Sent>);
@@ -56,6 +59,28 @@ fn streaming_server(
     })
 }
 
+/// `layer` over a [`streaming_server`], with its handle and the receiver of the
+/// senders that feed each response body.
+#[allow(clippy::type_complexity)] // the server's type can only be named as an `impl`
+fn streaming<C: Clone>(
+    layer: &UntilBodyEndLayer<C>,
+) -> (
+    Handle,
+    seawall_circuit_breaker::UntilBodyEnd<
+        impl Service<
+                http::Request<()>,
+                Response = http::Response<Stream>,
+                Error = BoxError,
+                Future: Send,
+            > + Clone,
+        C,
+    >,
+    Bodies,
+) {
+    let (bodies, sent) = mpsc::unbounded_channel();
+    (layer.handle(), layer.layer(streaming_server(bodies)), sent)
+}
+
 fn layer(consecutive: u32) -> UntilBodyEndLayer<GrpcStatus> {
     CircuitBreakerLayer::builder("quotes-stream")
         .consecutive_failures(consecutive)
@@ -68,6 +93,23 @@ fn layer(consecutive: u32) -> UntilBodyEndLayer<GrpcStatus> {
         .hold_until_body_end()
 }
 
+/// Sends one request through `svc` and returns its response with the sender that
+/// feeds the response body.
+async fn open_stream<S>(svc: &S, bodies: &mut Bodies) -> (S::Response, mpsc::UnboundedSender<Sent>)
+where
+    S: Service<http::Request<()>> + Clone,
+    S::Error: std::fmt::Debug,
+{
+    let response = svc.clone().oneshot(http::Request::new(())).await.unwrap();
+    (response, bodies.recv().await.unwrap())
+}
+
+/// Ends a stream with `code` in its trailers.
+fn end_with(tx: mpsc::UnboundedSender<Sent>, code: &'static str) {
+    tx.send(Ok(Frame::trailers(trailers(code)))).unwrap();
+    drop(tx);
+}
+
 fn calls(handle: &Handle) -> (u64, u64, u64) {
     let c = handle.snapshot().counters;
     (c.successes, c.failures, c.cancelled)
@@ -76,28 +118,23 @@ fn calls(handle: &Handle) -> (u64, u64, u64) {
 #[tokio::test(start_paused = true)]
 async fn a_stream_is_reported_when_its_body_ends_with_the_status_in_its_trailers() {
     let layer = layer(2);
-    let handle = layer.handle();
-    let (bodies, mut sent) = mpsc::unbounded_channel();
-    let svc = layer.layer(streaming_server(bodies));
+    let (handle, svc, mut sent) = streaming(&layer);
 
     // OK in the trailers: a success, reported at the end and not before.
-    let response = svc.clone().oneshot(http::Request::new(())).await.unwrap();
-    let tx = sent.recv().await.unwrap();
+    let (response, tx) = open_stream(&svc, &mut sent).await;
     assert!(response.body().is_holding());
     tx.send(message("quote 1")).unwrap();
-    tx.send(Ok(Frame::trailers(trailers("0")))).unwrap();
-    drop(tx);
+    end_with(tx, "0");
     assert_eq!(calls(&handle), (0, 0, 0), "nothing reported before the end");
     let collected = response.into_body().collect().await.unwrap();
     assert_eq!(collected.trailers().unwrap()["grpc-status"], "0");
     assert_eq!(calls(&handle), (1, 0, 0));
 
     // Two messages, then UNAVAILABLE in the trailers: a failure.
-    let response = svc.clone().oneshot(http::Request::new(())).await.unwrap();
-    let tx = sent.recv().await.unwrap();
+    let (response, tx) = open_stream(&svc, &mut sent).await;
     tx.send(message("quote 1")).unwrap();
     tx.send(message("quote 2")).unwrap();
-    tx.send(Ok(Frame::trailers(trailers("14")))).unwrap();
+    end_with(tx, "14");
     let mut body = response.into_body();
     for expected in ["quote 1", "quote 2"] {
         let frame = body.frame().await.unwrap().unwrap();
@@ -110,10 +147,8 @@ async fn a_stream_is_reported_when_its_body_ends_with_the_status_in_its_trailers
     assert!(!body.is_holding());
 
     // NOT_FOUND in the trailers is a business answer: a success.
-    let response = svc.clone().oneshot(http::Request::new(())).await.unwrap();
-    let tx = sent.recv().await.unwrap();
-    tx.send(Ok(Frame::trailers(trailers("5")))).unwrap();
-    drop(tx);
+    let (response, tx) = open_stream(&svc, &mut sent).await;
+    end_with(tx, "5");
     let _ = response.into_body().collect().await.unwrap();
     assert_eq!(calls(&handle), (2, 1, 0));
     assert_eq!(handle.state(), State::Closed);
@@ -122,13 +157,10 @@ async fn a_stream_is_reported_when_its_body_ends_with_the_status_in_its_trailers
 #[tokio::test(start_paused = true)]
 async fn a_body_error_is_a_failure_and_a_body_dropped_early_is_cancelled() {
     let layer = layer(1);
-    let handle = layer.handle();
-    let (bodies, mut sent) = mpsc::unbounded_channel();
-    let svc = layer.layer(streaming_server(bodies));
+    let (handle, svc, mut sent) = streaming(&layer);
 
     // Dropped after one message: cancelled, not recorded.
-    let response = svc.clone().oneshot(http::Request::new(())).await.unwrap();
-    let tx = sent.recv().await.unwrap();
+    let (response, tx) = open_stream(&svc, &mut sent).await;
     tx.send(message("quote 1")).unwrap();
     let mut body = response.into_body();
     assert!(body.frame().await.unwrap().unwrap().is_data());
@@ -137,8 +169,7 @@ async fn a_body_error_is_a_failure_and_a_body_dropped_early_is_cancelled() {
     assert_eq!(handle.state(), State::Closed);
 
     // A reset mid-stream: a failure, and one failure opens this breaker.
-    let response = svc.clone().oneshot(http::Request::new(())).await.unwrap();
-    let tx = sent.recv().await.unwrap();
+    let (response, tx) = open_stream(&svc, &mut sent).await;
     tx.send(message("quote 1")).unwrap();
     tx.send(Err(std::io::Error::other("stream reset"))).unwrap();
     assert!(response.into_body().collect().await.is_err());
@@ -163,12 +194,9 @@ async fn a_closure_classifier_holds_a_call_until_its_body_ends() {
         .build()
         .unwrap()
         .hold_until_body_end();
-    let handle = layer.handle();
-    let (bodies, mut sent) = mpsc::unbounded_channel();
-    let svc = layer.layer(streaming_server(bodies));
+    let (handle, svc, mut sent) = streaming(&layer);
 
-    let response = svc.clone().oneshot(http::Request::new(())).await.unwrap();
-    let tx = sent.recv().await.unwrap();
+    let (response, tx) = open_stream(&svc, &mut sent).await;
     tx.send(message("quote 1")).unwrap();
     // Healthy headers, body still open: nothing is recorded yet.
     assert_eq!(calls(&handle), (0, 0, 0));
@@ -200,22 +228,17 @@ async fn a_trailers_only_failure_is_reported_from_the_headers_at_once() {
 #[tokio::test(start_paused = true)]
 async fn a_probe_still_streaming_at_its_half_open_timeout_is_judged_a_success() {
     let layer = layer(1);
-    let handle = layer.handle();
-    let (bodies, mut sent) = mpsc::unbounded_channel();
-    let svc = layer.layer(streaming_server(bodies));
+    let (handle, svc, mut sent) = streaming(&layer);
 
     // Trip it with a stream that fails.
-    let response = svc.clone().oneshot(http::Request::new(())).await.unwrap();
-    let tx = sent.recv().await.unwrap();
-    tx.send(Ok(Frame::trailers(trailers("14")))).unwrap();
-    drop(tx);
+    let (response, tx) = open_stream(&svc, &mut sent).await;
+    end_with(tx, "14");
     let _ = response.into_body().collect().await.unwrap();
     assert_eq!(handle.state(), State::Open);
 
     advance(10 * S).await;
     // The probe: its response arrives, then it keeps streaming.
-    let response = svc.clone().oneshot(http::Request::new(())).await.unwrap();
-    let tx = sent.recv().await.unwrap();
+    let (response, tx) = open_stream(&svc, &mut sent).await;
     assert_eq!(handle.state(), State::HalfOpen);
     let mut body = response.into_body();
     tx.send(message("tick 1")).unwrap();
@@ -237,8 +260,7 @@ async fn a_probe_still_streaming_at_its_half_open_timeout_is_judged_a_success() 
     // Much later the stream fails: counted once, as stale, and the breaker stays closed.
     advance(60 * S).await;
     tx.send(message("tick 2")).unwrap();
-    tx.send(Ok(Frame::trailers(trailers("14")))).unwrap();
-    drop(tx);
+    end_with(tx, "14");
     let _ = body.collect().await.unwrap();
     assert_eq!(handle.state(), State::Closed);
     let c = handle.snapshot().counters;
