@@ -1,10 +1,8 @@
 //! The coordinator hooks through the Tower service, with tokio's paused clock.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::future::{ready, Ready};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use seawall_circuit_breaker::{
@@ -13,58 +11,12 @@ use seawall_circuit_breaker::{
 };
 use seawall_core::{find_rejection, BoxError, RejectionKind};
 use tokio::time::advance;
-use tower::{Layer, Service, ServiceExt};
+use tower::Layer;
 
-type Req = http::Request<&'static str>;
+mod support;
+use support::counting::{send, Counting};
 
 const S: Duration = Duration::from_secs(1);
-
-/// An inner service that counts `poll_ready` and `call`, and fails while told to.
-#[derive(Clone, Default)]
-struct Counting {
-    polls: Arc<AtomicUsize>,
-    calls: Arc<AtomicUsize>,
-    failing: Arc<AtomicBool>,
-}
-
-impl Counting {
-    fn seen(&self) -> (usize, usize) {
-        (
-            self.polls.load(Ordering::SeqCst),
-            self.calls.load(Ordering::SeqCst),
-        )
-    }
-    fn fail(&self, yes: bool) {
-        self.failing.store(yes, Ordering::SeqCst);
-    }
-}
-
-impl Service<Req> for Counting {
-    type Response = &'static str;
-    type Error = BoxError;
-    type Future = Ready<Result<&'static str, BoxError>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        self.polls.fetch_add(1, Ordering::SeqCst);
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _req: Req) -> Self::Future {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        if self.failing.load(Ordering::SeqCst) {
-            ready(Err("supplier down".into()))
-        } else {
-            ready(Ok("quote"))
-        }
-    }
-}
-
-async fn send<S>(svc: &mut S) -> Result<&'static str, BoxError>
-where
-    S: Service<Req, Response = &'static str, Error = BoxError>,
-{
-    svc.ready().await?.call(http::Request::new("quote")).await
-}
 
 fn open_retry_after(err: &BoxError) -> Duration {
     let r = find_rejection(&**err).expect("a seawall rejection");

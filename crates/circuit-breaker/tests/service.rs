@@ -1,10 +1,6 @@
 //! The Tower service, driven with tokio's paused clock.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::future::{ready, Ready};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use seawall_circuit_breaker::{
@@ -16,63 +12,13 @@ use tokio_test::{assert_pending, assert_ready, assert_ready_ok, task};
 use tower::{Layer, Service, ServiceExt};
 use tower_test::mock;
 
-type Req = http::Request<&'static str>;
+mod support;
+use support::counting::{req, send, Counting, Req};
 
 const S: Duration = Duration::from_secs(1);
 
-fn req() -> Req {
-    http::Request::new("quote")
-}
-
-/// An inner service that counts `poll_ready` and `call`, and fails while told to.
-#[derive(Clone, Default)]
-struct Counting {
-    polls: Arc<AtomicUsize>,
-    calls: Arc<AtomicUsize>,
-    failing: Arc<AtomicBool>,
-}
-
-impl Counting {
-    fn polls(&self) -> usize {
-        self.polls.load(Ordering::SeqCst)
-    }
-    fn calls(&self) -> usize {
-        self.calls.load(Ordering::SeqCst)
-    }
-    fn fail(&self, yes: bool) {
-        self.failing.store(yes, Ordering::SeqCst);
-    }
-}
-
-impl Service<Req> for Counting {
-    type Response = &'static str;
-    type Error = BoxError;
-    type Future = Ready<Result<&'static str, BoxError>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        self.polls.fetch_add(1, Ordering::SeqCst);
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _req: Req) -> Self::Future {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        if self.failing.load(Ordering::SeqCst) {
-            ready(Err("supplier down".into()))
-        } else {
-            ready(Ok("quote"))
-        }
-    }
-}
-
 fn seed_layer() -> CircuitBreakerLayer {
     CircuitBreakerLayer::builder("freight").build().unwrap()
-}
-
-async fn send<S>(svc: &mut S) -> Result<&'static str, BoxError>
-where
-    S: Service<Req, Response = &'static str, Error = BoxError>,
-{
-    svc.ready().await?.call(req()).await
 }
 
 type Spawned = tower_test::mock::Spawn<

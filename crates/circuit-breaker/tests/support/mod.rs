@@ -1,5 +1,8 @@
-//! A failing supplier and a call pattern shared by the metrics and tracing tests.
+//! A failing supplier and a call pattern shared by the metrics and tracing tests, and
+//! the counting supplier of the service and hooks tests.
 #![allow(dead_code, unreachable_pub)]
+
+pub mod counting;
 
 use std::sync::{Arc, Mutex};
 
