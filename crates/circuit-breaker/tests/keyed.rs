@@ -7,8 +7,11 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use seawall_circuit_breaker::{CircuitBreakerConfig, CircuitBreakerLayer, State, TripPolicy};
-use seawall_core::{find_rejection, BoxError, RejectionKind};
+use seawall_circuit_breaker::{
+    CircuitBreakerConfig, CircuitBreakerLayer, KeyedCircuitBreakerLayer, KeyedHandle, State,
+    TripPolicy,
+};
+use seawall_core::{find_rejection, BoxError, ErrorsAsFailures, RejectionKind};
 use tokio::time::advance;
 use tower::{Layer, Service, ServiceExt};
 
@@ -73,14 +76,29 @@ fn is_open_rejection(err: &BoxError, name: &str) -> bool {
         .is_some_and(|r| r.kind() == RejectionKind::CircuitOpen && r.name() == Some(name))
 }
 
+type HostKey = fn(&Req) -> String;
+
+/// One breaker per host, opening after `failures` in a row, for at most `max_keys` hosts.
+fn per_host(
+    failures: u32,
+    max_keys: usize,
+) -> KeyedCircuitBreakerLayer<String, HostKey, ErrorsAsFailures> {
+    CircuitBreakerLayer::builder("suppliers")
+        .consecutive_failures(failures)
+        .keyed(host as HostKey)
+        .max_keys(max_keys)
+        .build()
+        .unwrap()
+}
+
+/// The state of `h`'s breaker, which must exist.
+fn state_of(handle: &KeyedHandle<String>, h: &str) -> State {
+    handle.get(&h.to_owned()).unwrap().state()
+}
+
 #[tokio::test(start_paused = true)]
 async fn one_sick_host_is_cut_off_while_the_others_keep_working() {
-    let layer = CircuitBreakerLayer::builder("suppliers")
-        .consecutive_failures(3)
-        .keyed(host)
-        .max_keys(8)
-        .build()
-        .unwrap();
+    let layer = per_host(3, 8);
     let handle = layer.handle();
     let suppliers = Suppliers::default();
     suppliers.down("a.example");
@@ -100,33 +118,19 @@ async fn one_sick_host_is_cut_off_while_the_others_keep_working() {
         "the open host gets nothing more"
     );
     assert_eq!(suppliers.calls("b.example"), 13);
-    assert_eq!(
-        handle.get(&"a.example".to_owned()).unwrap().state(),
-        State::Open
-    );
-    assert_eq!(
-        handle.get(&"b.example".to_owned()).unwrap().state(),
-        State::Closed
-    );
+    assert_eq!(state_of(&handle, "a.example"), State::Open);
+    assert_eq!(state_of(&handle, "b.example"), State::Closed);
     assert_eq!(handle.open_keys(), vec!["a.example".to_owned()]);
     // The open host recovers on its own schedule.
     advance(Duration::from_secs(10)).await;
     suppliers.down.lock().unwrap().clear();
     send(&mut svc, "a.example").await.unwrap();
-    assert_eq!(
-        handle.get(&"a.example".to_owned()).unwrap().state(),
-        State::Closed
-    );
+    assert_eq!(state_of(&handle, "a.example"), State::Closed);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_full_map_evicts_a_closed_key_not_used_lately() {
-    let layer = CircuitBreakerLayer::builder("suppliers")
-        .consecutive_failures(1)
-        .keyed(host)
-        .max_keys(3)
-        .build()
-        .unwrap();
+    let layer = per_host(1, 3);
     let handle = layer.handle();
     let suppliers = Suppliers::default();
     suppliers.down("sick.example");
@@ -147,12 +151,7 @@ async fn a_full_map_evicts_a_closed_key_not_used_lately() {
 
 #[tokio::test(start_paused = true)]
 async fn when_every_key_is_open_new_keys_share_the_overflow_breaker() {
-    let layer = CircuitBreakerLayer::builder("suppliers")
-        .consecutive_failures(1)
-        .keyed(host)
-        .max_keys(2)
-        .build()
-        .unwrap();
+    let layer = per_host(1, 2);
     let handle = layer.handle();
     let suppliers = Suppliers::default();
     for h in ["a.example", "b.example", "c.example"] {
@@ -177,12 +176,7 @@ async fn when_every_key_is_open_new_keys_share_the_overflow_breaker() {
 
 #[tokio::test(start_paused = true)]
 async fn reconfiguring_applies_to_every_key_and_to_new_ones() {
-    let layer = CircuitBreakerLayer::builder("suppliers")
-        .consecutive_failures(5)
-        .keyed(host)
-        .max_keys(8)
-        .build()
-        .unwrap();
+    let layer = per_host(5, 8);
     let handle = layer.handle();
     let suppliers = Suppliers::default();
     suppliers.down("a.example");
@@ -196,16 +190,10 @@ async fn reconfiguring_applies_to_every_key_and_to_new_ones() {
     handle.reconfigure(stricter.clone()).unwrap();
     assert_eq!(handle.config(), stricter);
     send(&mut svc, "a.example").await.unwrap_err();
-    assert_eq!(
-        handle.get(&"a.example".to_owned()).unwrap().state(),
-        State::Open
-    );
+    assert_eq!(state_of(&handle, "a.example"), State::Open);
     send(&mut svc, "b.example").await.unwrap_err();
     send(&mut svc, "b.example").await.unwrap_err();
-    assert_eq!(
-        handle.get(&"b.example".to_owned()).unwrap().state(),
-        State::Open
-    );
+    assert_eq!(state_of(&handle, "b.example"), State::Open);
     let bad = CircuitBreakerConfig {
         half_open_max: 0,
         ..CircuitBreakerConfig::default()
