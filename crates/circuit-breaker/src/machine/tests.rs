@@ -21,6 +21,12 @@ fn machine_at(config: CircuitBreakerConfig, t0: Instant) -> Driven {
     Driven::new(&config, Some(Box::new(SeededRandom::new(7))), t0).unwrap()
 }
 
+/// A machine built now, and that instant.
+fn fresh(config: CircuitBreakerConfig) -> (Driven, Instant) {
+    let t0 = Instant::now();
+    (machine_at(config, t0), t0)
+}
+
 fn consecutive(threshold: u32) -> CircuitBreakerConfig {
     CircuitBreakerConfig {
         policy: TripPolicy::ConsecutiveFailures { threshold },
@@ -53,6 +59,13 @@ fn call(m: &mut Driven, outcome: Outcome, now: Instant) {
     finish(m, t, outcome, now);
 }
 
+/// `n` calls admitted and finished at `now`, all with `outcome`.
+fn call_times(m: &mut Driven, n: usize, outcome: Outcome, now: Instant) {
+    for _ in 0..n {
+        call(m, outcome, now);
+    }
+}
+
 fn transitions(m: &mut Driven) -> Vec<(State, State, Reason)> {
     m.take_transitions()
         .map(|t| (t.from, t.to, t.reason))
@@ -72,8 +85,7 @@ fn trip(m: &mut Driven, now: Instant) {
 
 /// A machine tripped at the returned instant.
 fn tripped(config: CircuitBreakerConfig) -> (Driven, Instant) {
-    let t0 = Instant::now();
-    let mut m = machine_at(config, t0);
+    let (mut m, t0) = fresh(config);
     trip(&mut m, t0);
     (m, t0)
 }
@@ -89,8 +101,7 @@ fn probing(config: CircuitBreakerConfig) -> (Driven, Instant, Instant, Ticket) {
 
 #[test]
 fn consecutive_failures_trip_at_threshold_and_a_success_resets_the_count() {
-    let t0 = Instant::now();
-    let mut m = machine_at(consecutive(3), t0);
+    let (mut m, t0) = fresh(consecutive(3));
     call(&mut m, Outcome::Failure, t0);
     call(&mut m, Outcome::Failure, t0);
     call(&mut m, Outcome::Success, t0);
@@ -138,11 +149,8 @@ fn an_80_percent_failing_dependency_never_trips_a_consecutive_counter_but_trips_
 
 #[test]
 fn the_window_slides_1000_successes_then_5_failures_among_the_last_10_trip() {
-    let t0 = Instant::now();
-    let mut m = machine_at(CircuitBreakerConfig::default(), t0);
-    for _ in 0..1000 {
-        call(&mut m, Outcome::Success, t0);
-    }
+    let (mut m, t0) = fresh(CircuitBreakerConfig::default());
+    call_times(&mut m, 1000, Outcome::Success, t0);
     for i in 0..5 {
         assert_eq!(m.state(t0), State::Closed, "tripped after {i} failures");
         call(&mut m, Outcome::Failure, t0);
@@ -160,15 +168,10 @@ fn the_window_slides_1000_successes_then_5_failures_among_the_last_10_trip() {
 
 #[test]
 fn the_window_needs_min_calls_and_a_success_alone_never_trips() {
-    let t0 = Instant::now();
-    let mut m = machine_at(CircuitBreakerConfig::default(), t0);
+    let (mut m, t0) = fresh(CircuitBreakerConfig::default());
     // 9 outcomes, 5 failures: a rate of 55 %, but fewer than 10 calls.
-    for _ in 0..5 {
-        call(&mut m, Outcome::Failure, t0);
-    }
-    for _ in 0..4 {
-        call(&mut m, Outcome::Success, t0);
-    }
+    call_times(&mut m, 5, Outcome::Failure, t0);
+    call_times(&mut m, 4, Outcome::Success, t0);
     assert_eq!(m.state(t0), State::Closed);
     // The 10th outcome is a success: 5/10 = 50 %, but trips are evaluated on failures.
     call(&mut m, Outcome::Success, t0);
@@ -218,8 +221,7 @@ fn time_window_an_outcome_exactly_window_old_does_not_count() {
 
 #[test]
 fn the_open_interval_is_measured_from_the_trip_not_the_last_call() {
-    let t0 = Instant::now();
-    let mut m = machine_at(consecutive(3), t0);
+    let (mut m, t0) = fresh(consecutive(3));
     call(&mut m, Outcome::Failure, t0);
     call(&mut m, Outcome::Failure, t0 + 4 * S);
     // A call admitted early that fails late trips the breaker when it finishes.
@@ -279,9 +281,7 @@ fn a_successful_probe_closes_and_resets_the_window_so_the_next_failures_trip_fro
 
     // Same with a consecutive counter: N failures again, from zero.
     let mut c = machine_at(consecutive(3), t0);
-    for _ in 0..3 {
-        call(&mut c, Outcome::Failure, t0);
-    }
+    call_times(&mut c, 3, Outcome::Failure, t0);
     let probe = admit(&mut c, t1);
     finish(&mut c, probe, Outcome::Success, t1);
     call(&mut c, Outcome::Failure, t1);
@@ -369,8 +369,7 @@ fn a_stuck_probe_counts_as_failed_after_the_half_open_timeout() {
 
 #[test]
 fn a_stale_success_from_a_closed_epoch_does_not_close_the_breaker_during_a_probe() {
-    let t0 = Instant::now();
-    let mut m = machine_at(CircuitBreakerConfig::default(), t0);
+    let (mut m, t0) = fresh(CircuitBreakerConfig::default());
     let slow_call = admit(&mut m, t0);
     trip(&mut m, t0);
     let t1 = t0 + 10 * S;
@@ -634,9 +633,7 @@ fn slow_calls_trip_on_their_rate_even_when_they_succeed() {
         ..CircuitBreakerConfig::default()
     };
     let mut m = machine_at(config, t0);
-    for _ in 0..6 {
-        call(&mut m, Outcome::Success, t0);
-    }
+    call_times(&mut m, 6, Outcome::Success, t0);
     for i in 0..4 {
         let t = admit(&mut m, t0);
         m.complete(
@@ -670,8 +667,7 @@ fn slow_calls_trip_on_their_rate_even_when_they_succeed() {
 
 #[test]
 fn operators_force_open_force_closed_and_disable() {
-    let t0 = Instant::now();
-    let mut m = machine_at(CircuitBreakerConfig::default(), t0);
+    let (mut m, t0) = fresh(CircuitBreakerConfig::default());
     let before = admit(&mut m, t0);
     m.force_open(t0);
     assert_eq!(m.state(t0 + 3600 * S), State::ForcedOpen);
@@ -686,9 +682,7 @@ fn operators_force_open_force_closed_and_disable() {
 
     m.force_closed(t0 + 60 * S);
     assert_eq!(m.open_spell(t0 + 60 * S), None);
-    for _ in 0..20 {
-        call(&mut m, Outcome::Failure, t0 + 60 * S);
-    }
+    call_times(&mut m, 20, Outcome::Failure, t0 + 60 * S);
     assert_eq!(m.state(t0 + 60 * S), State::ForcedClosed, "never trips");
     assert_eq!(
         m.window_counts(t0).map(|c| c.failures),
@@ -697,9 +691,7 @@ fn operators_force_open_force_closed_and_disable() {
     );
 
     m.disable(t0 + 61 * S);
-    for _ in 0..20 {
-        call(&mut m, Outcome::Failure, t0 + 61 * S);
-    }
+    call_times(&mut m, 20, Outcome::Failure, t0 + 61 * S);
     assert_eq!(m.state(t0 + 61 * S), State::Disabled);
     assert_eq!(m.tally().failures, 40);
     assert_eq!(
@@ -735,9 +727,7 @@ fn reset_really_resets() {
     assert_eq!((m.streak(), m.failed_probes()), (0, 0));
     assert_eq!(m.window_counts(t1).map(|c| c.calls), Some(0));
     // Nine failures: a window that kept the old ones would trip.
-    for _ in 0..9 {
-        call(&mut m, Outcome::Failure, t1);
-    }
+    call_times(&mut m, 9, Outcome::Failure, t1);
     assert_eq!(m.state(t1), State::Closed);
     // Reset while closed: calls in flight become stale, the window is emptied.
     let in_flight = admit(&mut m, t1);
@@ -758,9 +748,7 @@ fn reconfigure_keeps_the_state_and_revert_restores_the_built_configuration() {
     let t0 = Instant::now();
     let built = CircuitBreakerConfig::default();
     let mut m = machine_at(built.clone(), t0);
-    for _ in 0..4 {
-        call(&mut m, Outcome::Failure, t0);
-    }
+    call_times(&mut m, 4, Outcome::Failure, t0);
     // Same window shape, lower bar: the 4 failures are kept and the next one trips.
     let lower = CircuitBreakerConfig {
         policy: TripPolicy::CountWindow {
@@ -879,11 +867,8 @@ fn time_spent_open_and_failed_probes_show_a_breaker_stuck_open() {
 
 #[test]
 fn batched_successes_are_folded_like_single_ones() {
-    let t0 = Instant::now();
-    let mut m = machine_at(CircuitBreakerConfig::default(), t0);
-    for _ in 0..4 {
-        call(&mut m, Outcome::Failure, t0);
-    }
+    let (mut m, t0) = fresh(CircuitBreakerConfig::default());
+    call_times(&mut m, 4, Outcome::Failure, t0);
     m.record_successes(m.epoch(), 1000, t0);
     assert_eq!(
         m.window_counts(t0).map(|c| (c.calls, c.failures)),
