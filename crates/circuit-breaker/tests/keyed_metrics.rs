@@ -12,6 +12,9 @@ use seawall_circuit_breaker::{CircuitBreakerConfig, CircuitBreakerLayer, KeyedHa
 use seawall_core::BoxError;
 use tower::{service_fn, Layer, Service, ServiceExt};
 
+mod support;
+use support::render;
+
 /// Every series ever registered, as an exporter keeps them: `name{k=v,...}`
 /// (labels sorted) to its value. Runs `on_register` (user code) at each one.
 #[derive(Default)]
@@ -21,15 +24,6 @@ struct Series(
     /// Registrations made (a recorder's cost, paid by each new key if per key).
     AtomicU64,
 );
-
-fn render(key: &Key) -> String {
-    let mut labels: Vec<String> = key
-        .labels()
-        .map(|l| format!("{}={}", l.key(), l.value()))
-        .collect();
-    labels.sort();
-    format!("{}{{{}}}", key.name(), labels.join(","))
-}
 
 impl Series {
     fn slot(&self, key: &Key) -> Arc<AtomicU64> {

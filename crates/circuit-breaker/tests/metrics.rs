@@ -8,7 +8,7 @@ use seawall_circuit_breaker::CircuitBreakerLayer;
 use tower::Layer;
 
 mod support;
-use support::{drive, runtime, supplier};
+use support::{drive, render, runtime, supplier};
 
 mod metrics_export {
     use super::*;
@@ -23,15 +23,6 @@ mod metrics_export {
     #[derive(Default)]
     struct Registry {
         values: Mutex<HashMap<String, Arc<AtomicU64>>>,
-    }
-
-    fn render(key: &Key) -> String {
-        let mut labels: Vec<String> = key
-            .labels()
-            .map(|l| format!("{}={}", l.key(), l.value()))
-            .collect();
-        labels.sort();
-        format!("{}{{{}}}", key.name(), labels.join(","))
     }
 
     impl Registry {

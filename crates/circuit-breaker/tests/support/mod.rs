@@ -1,5 +1,6 @@
 //! A failing supplier and a call pattern shared by the metrics and tracing tests, and
-//! the counting supplier of the service and hooks tests.
+//! the counting supplier of the service and hooks tests, and how the metrics tests name
+//! a series.
 #![allow(dead_code, unreachable_pub)]
 
 pub mod counting;
@@ -10,6 +11,17 @@ use seawall_core::BoxError;
 use tower::{service_fn, Service, ServiceExt};
 
 pub type Req = http::Request<()>;
+
+/// A metric's key as an exporter shows it: `name{k=v,...}`, labels sorted.
+#[cfg(feature = "metrics")]
+pub fn render(key: &metrics::Key) -> String {
+    let mut labels: Vec<String> = key
+        .labels()
+        .map(|l| format!("{}={}", l.key(), l.value()))
+        .collect();
+    labels.sort();
+    format!("{}{{{}}}", key.name(), labels.join(","))
+}
 
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
