@@ -3,83 +3,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 #![cfg(feature = "metrics")]
 
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
 
-use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 use seawall_circuit_breaker::{CircuitBreakerConfig, CircuitBreakerLayer, KeyedHandle, TripPolicy};
 use seawall_core::BoxError;
 use tower::{service_fn, Layer, Service, ServiceExt};
 
 mod support;
-use support::render;
-
-/// Every series ever registered, as an exporter keeps them: `name{k=v,...}`
-/// (labels sorted) to its value. Runs `on_register` (user code) at each one.
-#[derive(Default)]
-struct Series(
-    Mutex<BTreeMap<String, Arc<AtomicU64>>>,
-    OnceLock<Box<dyn Fn() + Send + Sync>>,
-    /// Registrations made (a recorder's cost, paid by each new key if per key).
-    AtomicU64,
-);
-
-impl Series {
-    fn slot(&self, key: &Key) -> Arc<AtomicU64> {
-        if let Some(f) = self.1.get() {
-            f();
-        }
-        self.2.fetch_add(1, Ordering::Relaxed);
-        Arc::clone(self.0.lock().unwrap().entry(render(key)).or_default())
-    }
-
-    fn names(&self) -> Vec<String> {
-        self.0.lock().unwrap().keys().cloned().collect()
-    }
-
-    fn counter(&self, series: &str) -> u64 {
-        self.0
-            .lock()
-            .unwrap()
-            .get(series)
-            .map_or(0, |v| v.load(Ordering::SeqCst))
-    }
-
-    fn gauge(&self, series: &str) -> f64 {
-        self.0
-            .lock()
-            .unwrap()
-            .get(series)
-            .map_or(0.0, |v| f64::from_bits(v.load(Ordering::SeqCst)))
-    }
-
-    /// The sum of the state gauges whose series contain `filter`.
-    fn breakers(&self, filter: &str) -> f64 {
-        let names: Vec<String> = self
-            .names()
-            .into_iter()
-            .filter(|n| n.starts_with("seawall_breaker_state{") && n.contains(filter))
-            .collect();
-        names.iter().map(|n| self.gauge(n)).sum()
-    }
-}
-
-impl Recorder for Series {
-    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
-        Counter::from_arc(self.slot(key))
-    }
-    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
-        Gauge::from_arc(self.slot(key))
-    }
-    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
-        self.slot(key);
-        Histogram::noop()
-    }
-}
+use support::series::Series;
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -155,7 +87,7 @@ fn five_thousand_keys_leave_a_bounded_number_of_series_by_default() {
     );
     // Registered once, when the layer was built: the 5,000 new keys registered
     // nothing.
-    let registered = series.2.load(Ordering::Relaxed);
+    let registered = series.registrations.load(Ordering::Relaxed);
     assert_eq!(registered, 24, "{registered} registrations");
 }
 
@@ -219,7 +151,7 @@ fn a_key_made_while_the_configuration_changes_gets_the_new_one() {
         // new key cannot be in the map yet.
         let handle = Arc::clone(&handle);
         let stricter = stricter.clone();
-        let _ = series.1.set(Box::new(move || {
+        let _ = series.on_register.set(Box::new(move || {
             if let Some(h) = handle.get() {
                 if h.config() != stricter {
                     h.reconfigure(stricter.clone()).unwrap();

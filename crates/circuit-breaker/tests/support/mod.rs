@@ -1,9 +1,11 @@
-//! A failing supplier and a call pattern shared by the metrics and tracing tests, and
-//! the counting supplier of the service and hooks tests, and how the metrics tests name
-//! a series.
+//! Test fixtures: a failing supplier and a call pattern for the metrics and tracing
+//! tests, the counting supplier of the service and hooks tests (`counting`) and the
+//! metrics tests' recorder (`series`).
 #![allow(dead_code, unreachable_pub)]
 
 pub mod counting;
+#[cfg(feature = "metrics")]
+pub mod series;
 
 use std::sync::{Arc, Mutex};
 
@@ -11,17 +13,6 @@ use seawall_core::BoxError;
 use tower::{service_fn, Service, ServiceExt};
 
 pub type Req = http::Request<()>;
-
-/// A metric's key as an exporter shows it: `name{k=v,...}`, labels sorted.
-#[cfg(feature = "metrics")]
-pub fn render(key: &metrics::Key) -> String {
-    let mut labels: Vec<String> = key
-        .labels()
-        .map(|l| format!("{}={}", l.key(), l.value()))
-        .collect();
-    labels.sort();
-    format!("{}{{{}}}", key.name(), labels.join(","))
-}
 
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
