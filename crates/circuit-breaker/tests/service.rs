@@ -92,6 +92,32 @@ fn spawn_mock(layer: CircuitBreakerLayer) -> (Spawned, Dependency) {
     (svc, dep)
 }
 
+/// A call that reaches the mock supplier and is left in flight, with the means to
+/// answer it.
+async fn in_flight(
+    svc: &mut Spawned,
+    dep: &mut Dependency,
+) -> (
+    task::Spawn<impl std::future::Future<Output = Result<&'static str, BoxError>>>,
+    mock::SendResponse<&'static str>,
+) {
+    let mut call = ready_call(svc, req());
+    assert_pending!(call.poll());
+    let (_, reply) = dep.next_request().await.unwrap();
+    (call, reply)
+}
+
+/// The breaker opening after `failures` in a row, with its handle, over a mock supplier.
+fn consecutive_over_mock(failures: u32) -> (Handle, Spawned, Dependency) {
+    let layer = CircuitBreakerLayer::builder("freight")
+        .consecutive_failures(failures)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let (svc, dep) = spawn_mock(layer);
+    (handle, svc, dep)
+}
+
 /// Trips a breaker over a mock supplier with the default policy: 10 failed calls.
 async fn trip_mock(svc: &mut Spawned, dep: &mut Dependency) {
     for _ in 0..10 {
@@ -205,9 +231,7 @@ async fn half_open_sends_one_probe_and_turns_the_others_away_with_a_positive_ret
     advance(10 * S).await;
     assert_eq!(handle.state(), State::HalfOpen);
 
-    let mut probe = ready_call(&mut svc, req());
-    assert_pending!(probe.poll());
-    let (_, probe_reply) = dep.next_request().await.unwrap();
+    let (mut probe, probe_reply) = in_flight(&mut svc, &mut dep).await;
     // Callers arriving while the probe is in flight are rejected, told to come back
     // when the probe must have finished (the 10 s half-open timeout).
     advance(3 * S).await;
@@ -233,14 +257,10 @@ async fn a_dropped_probe_frees_its_slot_and_a_stale_success_does_not_close() {
     let handle = layer.handle();
     let (mut svc, mut dep) = spawn_mock(layer);
     // One slow call admitted while closed, still in flight when the breaker trips.
-    let mut slow = ready_call(&mut svc, req());
-    assert_pending!(slow.poll());
-    let (_, slow_reply) = dep.next_request().await.unwrap();
+    let (mut slow, slow_reply) = in_flight(&mut svc, &mut dep).await;
     trip_mock(&mut svc, &mut dep).await;
     advance(10 * S).await;
-    let mut probe = ready_call(&mut svc, req());
-    assert_pending!(probe.poll());
-    let (_, _probe_reply) = dep.next_request().await.unwrap();
+    let (probe, _probe_reply) = in_flight(&mut svc, &mut dep).await;
     // The old call succeeds now: stale, it must not close the breaker.
     slow_reply.send_response("late quote");
     assert_eq!(assert_ready!(slow.poll()).unwrap(), "late quote");
@@ -249,9 +269,7 @@ async fn a_dropped_probe_frees_its_slot_and_a_stale_success_does_not_close() {
     // The caller gives up on the probe: its slot is freed, the next call probes.
     drop(probe);
     assert_eq!(handle.snapshot().probes_in_flight, 0);
-    let mut probe = ready_call(&mut svc, req());
-    assert_pending!(probe.poll());
-    let (_, reply) = dep.next_request().await.unwrap();
+    let (mut probe, reply) = in_flight(&mut svc, &mut dep).await;
     reply.send_response("quote");
     assert_ready!(probe.poll()).unwrap();
     assert_eq!(handle.state(), State::Closed);
@@ -260,12 +278,7 @@ async fn a_dropped_probe_frees_its_slot_and_a_stale_success_does_not_close() {
 
 #[tokio::test(start_paused = true)]
 async fn a_slow_inner_call_past_the_deadline_trips_the_breaker() {
-    let layer = CircuitBreakerLayer::builder("freight")
-        .consecutive_failures(3)
-        .build()
-        .unwrap();
-    let handle = layer.handle();
-    let (mut svc, mut dep) = spawn_mock(layer);
+    let (handle, mut svc, mut dep) = consecutive_over_mock(3);
     for i in 0..3 {
         let mut fut = ready_call_within(&mut svc, Duration::from_millis(300));
         assert_pending!(fut.poll());
@@ -300,9 +313,7 @@ async fn slow_successes_trip_a_time_window_with_a_slow_call_rate() {
     let handle = layer.handle();
     let (mut svc, mut dep) = spawn_mock(layer);
     for i in 0..4 {
-        let mut fut = ready_call(&mut svc, req());
-        assert_pending!(fut.poll());
-        let (_, reply) = dep.next_request().await.unwrap();
+        let (mut fut, reply) = in_flight(&mut svc, &mut dep).await;
         let delay = if i % 2 == 1 { 250 } else { 10 };
         advance(Duration::from_millis(delay)).await;
         reply.send_response("quote");
@@ -350,12 +361,7 @@ async fn the_ramp_takes_back_the_load_gradually() {
 
 #[tokio::test(start_paused = true)]
 async fn admission_rejections_from_inner_layers_are_ignored() {
-    let layer = CircuitBreakerLayer::builder("freight")
-        .consecutive_failures(1)
-        .build()
-        .unwrap();
-    let handle = layer.handle();
-    let (mut svc, mut dep) = spawn_mock(layer);
+    let (handle, mut svc, mut dep) = consecutive_over_mock(1);
     for _ in 0..5 {
         let mut fut = ready_call(&mut svc, req());
         let (_, reply) = dep.next_request().await.unwrap();
@@ -500,9 +506,7 @@ async fn a_caller_turned_away_during_half_open_is_not_made_to_wait_for_the_inner
     advance(10 * S).await;
     // The probe takes the dependency's last unit of capacity.
     dep.allow(1);
-    let mut probe = ready_call(&mut svc, req());
-    assert_pending!(probe.poll());
-    let (_, reply) = dep.next_request().await.unwrap();
+    let (mut probe, reply) = in_flight(&mut svc, &mut dep).await;
     // Another caller: the probe slot is taken, so its call cannot reach the
     // dependency. It is answered at once, not parked on the dependency's readiness.
     advance(S).await;
