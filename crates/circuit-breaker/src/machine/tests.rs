@@ -624,39 +624,29 @@ fn the_ramp_admits_a_growing_share_and_a_trip_during_it_reopens_with_backoff() {
 
 #[test]
 fn slow_calls_trip_on_their_rate_even_when_they_succeed() {
-    let t0 = Instant::now();
-    let config = CircuitBreakerConfig {
+    let (mut m, t0) = fresh(CircuitBreakerConfig {
         slow_call: Some(SlowCallConfig {
             threshold: ms(300),
             rate: 0.5,
         }),
         ..CircuitBreakerConfig::default()
-    };
-    let mut m = machine_at(config, t0);
+    });
     call_times(&mut m, 6, Outcome::Success, t0);
-    for i in 0..4 {
-        let t = admit(&mut m, t0);
-        m.complete(
-            t,
-            Report {
-                outcome: Outcome::Success,
-                slow: true,
-                timed_out: false,
-            },
-            t0,
-        );
-        assert_eq!(m.state(t0), State::Closed, "after {} slow", i + 1);
-    }
-    let t = admit(&mut m, t0);
-    m.complete(
-        t,
-        Report {
+    // A success that took longer than the slow-call threshold.
+    let slow_success = |m: &mut Driven| {
+        let t = admit(m, t0);
+        let report = Report {
             outcome: Outcome::Success,
             slow: true,
             timed_out: false,
-        },
-        t0,
-    );
+        };
+        m.complete(t, report, t0);
+    };
+    for i in 0..4 {
+        slow_success(&mut m);
+        assert_eq!(m.state(t0), State::Closed, "after {} slow", i + 1);
+    }
+    slow_success(&mut m);
     assert_eq!(m.state(t0), State::Open);
     assert_eq!(
         transitions(&mut m),
