@@ -58,6 +58,14 @@ fn layer() -> PendingWhileOpenLayer<ErrorsAsFailures> {
         .pending_while_open()
 }
 
+/// Lets `wait` pass and checks `svc` is woken exactly then: not a millisecond before.
+async fn woken_after(svc: &Svc, wait: Duration, why: &str) {
+    advance(wait - MS).await;
+    assert!(!svc.is_woken(), "woken early: {why}");
+    advance(MS).await;
+    assert!(svc.is_woken(), "not woken: {why}");
+}
+
 struct Endpoint {
     svc: Svc,
     inner: MockHandle,
@@ -201,10 +209,7 @@ async fn a_failed_probe_wakes_the_others_to_wait_for_the_longer_interval() {
     assert_ready_err!(probe.poll());
     assert!(other.is_woken(), "the transition woke it");
     assert_pending!(other.poll_ready(), "open again");
-    advance(20 * S - MS).await;
-    assert!(!other.is_woken());
-    advance(MS).await;
-    assert!(other.is_woken());
+    woken_after(&other, 20 * S, "the longer interval after a failed probe").await;
     assert_ready_ok!(other.poll_ready());
 }
 
@@ -229,10 +234,7 @@ async fn a_probe_past_its_half_open_timeout_wakes_the_others_at_the_timeout() {
     let (_probe, _reply) = e.start_probe().await;
     let mut other = e.waiting_svc();
 
-    advance(5 * S - MS).await;
-    assert!(!other.is_woken());
-    advance(MS).await;
-    assert!(other.is_woken());
+    woken_after(&other, 5 * S, "the half-open timeout").await;
     // The probe counts as failed: open again, from the timeout, for 20 s.
     assert_pending!(other.poll_ready());
     assert_eq!(e.handle.state(), State::Open);
