@@ -14,7 +14,7 @@ use tokio::time::advance;
 use tower::Layer;
 
 mod support;
-use support::counting::{send, Counting};
+use support::counting::{send, Counting, Req};
 
 const S: Duration = Duration::from_secs(1);
 
@@ -57,6 +57,18 @@ fn layer() -> CircuitBreakerLayer {
         .unwrap()
 }
 
+/// Three calls while the supplier fails: enough to trip a [`layer`] breaker. The
+/// supplier is left failing.
+async fn fail_three<S>(svc: &mut S, inner: &Counting)
+where
+    S: tower::Service<Req, Response = &'static str, Error = BoxError>,
+{
+    inner.fail(true);
+    for _ in 0..3 {
+        send(svc).await.unwrap_err();
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_gated_probe_never_reaches_the_dependency_until_the_gate_allows_it() {
     let inner = Counting::default();
@@ -70,10 +82,7 @@ async fn a_gated_probe_never_reaches_the_dependency_until_the_gate_allows_it() {
         send(&mut svc).await.unwrap();
     }
     assert_eq!(switch.asked.load(Ordering::SeqCst), 0);
-    inner.fail(true);
-    for _ in 0..3 {
-        send(&mut svc).await.unwrap_err();
-    }
+    fail_three(&mut svc, &inner).await;
     assert_eq!(handle.state(), State::Open);
     inner.fail(false);
     let before = inner.seen();
@@ -116,10 +125,7 @@ async fn a_close_verdict_takes_the_load_back_through_the_ramp() {
     let handle = layer.handle();
     let mut transitions = handle.subscribe();
     let mut svc = layer.layer(inner.clone());
-    inner.fail(true);
-    for _ in 0..3 {
-        send(&mut svc).await.unwrap_err();
-    }
+    fail_three(&mut svc, &inner).await;
     inner.fail(false);
     let trip = transitions.recv().await.unwrap();
     assert_eq!((trip.from, trip.to), (State::Closed, State::Open));
@@ -165,10 +171,7 @@ async fn a_reopen_verdict_restarts_the_interval_and_an_operator_overrides_verdic
     let layer = layer();
     let handle = layer.handle();
     let mut svc = layer.layer(inner.clone());
-    inner.fail(true);
-    for _ in 0..3 {
-        send(&mut svc).await.unwrap_err();
-    }
+    fail_three(&mut svc, &inner).await;
     let trip_epoch = handle.snapshot().trip_epoch.unwrap();
     advance(8 * S).await;
     assert_eq!(
@@ -193,12 +196,7 @@ async fn a_reopen_verdict_restarts_the_interval_and_an_operator_overrides_verdic
 #[tokio::test(start_paused = true)]
 async fn in_readiness_mode_a_held_probe_is_pending_until_the_hold_ends_or_a_recheck() {
     let inner = Counting::default();
-    let l = CircuitBreakerLayer::builder("freight")
-        .consecutive_failures(3)
-        .open_for(10 * S)
-        .build()
-        .unwrap()
-        .pending_while_open();
+    let l = layer().pending_while_open();
     let handle = l.handle();
     let switch = install(&handle, 4 * S);
     let mut svc = tower_test::mock::Spawn::new(l.layer(inner.clone()));
