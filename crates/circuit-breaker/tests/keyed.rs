@@ -8,8 +8,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use seawall_circuit_breaker::{
-    CircuitBreakerConfig, CircuitBreakerLayer, KeyedCircuitBreakerLayer, KeyedHandle, State,
-    TripPolicy,
+    CircuitBreakerConfig, CircuitBreakerLayer, KeyedCircuitBreaker, KeyedCircuitBreakerLayer,
+    KeyedHandle, State, TripPolicy,
 };
 use seawall_core::{find_rejection, BoxError, ErrorsAsFailures, RejectionKind};
 use tokio::time::advance;
@@ -91,6 +91,22 @@ fn per_host(
         .unwrap()
 }
 
+type PerHost = KeyedCircuitBreaker<Suppliers, String, HostKey, ErrorsAsFailures>;
+
+/// [`per_host`] over suppliers of which the hosts in `down` fail, with its handle.
+fn per_host_over(
+    failures: u32,
+    max_keys: usize,
+    down: &[&str],
+) -> (KeyedHandle<String>, Suppliers, PerHost) {
+    let layer = per_host(failures, max_keys);
+    let suppliers = Suppliers::default();
+    for h in down {
+        suppliers.down(h);
+    }
+    (layer.handle(), suppliers.clone(), layer.layer(suppliers))
+}
+
 /// The state of `h`'s breaker, which must exist.
 fn state_of(handle: &KeyedHandle<String>, h: &str) -> State {
     handle.get(&h.to_owned()).unwrap().state()
@@ -98,11 +114,7 @@ fn state_of(handle: &KeyedHandle<String>, h: &str) -> State {
 
 #[tokio::test(start_paused = true)]
 async fn one_sick_host_is_cut_off_while_the_others_keep_working() {
-    let layer = per_host(3, 8);
-    let handle = layer.handle();
-    let suppliers = Suppliers::default();
-    suppliers.down("a.example");
-    let mut svc = layer.layer(suppliers.clone());
+    let (handle, suppliers, mut svc) = per_host_over(3, 8, &["a.example"]);
     for _ in 0..3 {
         send(&mut svc, "a.example").await.unwrap_err();
         send(&mut svc, "b.example").await.unwrap();
@@ -130,11 +142,7 @@ async fn one_sick_host_is_cut_off_while_the_others_keep_working() {
 
 #[tokio::test(start_paused = true)]
 async fn a_full_map_evicts_a_closed_key_not_used_lately() {
-    let layer = per_host(1, 3);
-    let handle = layer.handle();
-    let suppliers = Suppliers::default();
-    suppliers.down("sick.example");
-    let mut svc = layer.layer(suppliers.clone());
+    let (handle, _, mut svc) = per_host_over(1, 3, &["sick.example"]);
     send(&mut svc, "sick.example").await.unwrap_err(); // opens, oldest
     send(&mut svc, "b.example").await.unwrap();
     send(&mut svc, "c.example").await.unwrap();
@@ -151,13 +159,8 @@ async fn a_full_map_evicts_a_closed_key_not_used_lately() {
 
 #[tokio::test(start_paused = true)]
 async fn when_every_key_is_open_new_keys_share_the_overflow_breaker() {
-    let layer = per_host(1, 2);
-    let handle = layer.handle();
-    let suppliers = Suppliers::default();
-    for h in ["a.example", "b.example", "c.example"] {
-        suppliers.down(h);
-    }
-    let mut svc = layer.layer(suppliers.clone());
+    let (handle, suppliers, mut svc) =
+        per_host_over(1, 2, &["a.example", "b.example", "c.example"]);
     send(&mut svc, "a.example").await.unwrap_err();
     send(&mut svc, "b.example").await.unwrap_err();
     assert!(handle.overflow().is_none());
@@ -176,12 +179,7 @@ async fn when_every_key_is_open_new_keys_share_the_overflow_breaker() {
 
 #[tokio::test(start_paused = true)]
 async fn reconfiguring_applies_to_every_key_and_to_new_ones() {
-    let layer = per_host(5, 8);
-    let handle = layer.handle();
-    let suppliers = Suppliers::default();
-    suppliers.down("a.example");
-    suppliers.down("b.example");
-    let mut svc = layer.layer(suppliers.clone());
+    let (handle, _, mut svc) = per_host_over(5, 8, &["a.example", "b.example"]);
     send(&mut svc, "a.example").await.unwrap_err();
     let stricter = CircuitBreakerConfig {
         policy: TripPolicy::ConsecutiveFailures { threshold: 2 },
