@@ -8,6 +8,11 @@ mod model;
 #[path = "../examples/fleet_sim/cap.rs"]
 mod cap;
 
+// The cap's chart draws its time axis with the report's; the tables are not used here.
+#[path = "../examples/fleet_sim/report.rs"]
+#[allow(dead_code)]
+mod report;
+
 use std::time::Duration;
 
 use model::{Figures, Mode, SimConfig};

@@ -412,18 +412,7 @@ pub fn svg(runs: &[(CapSim, CapRun)]) -> String {
         r#"<text x="8" y="16">N = {}, G = {}: G (grey), allotments summed (orange), supplier concurrency, most per 100 ms (blue); the hot group moves every {:?}</text>"#,
         first.instances, first.cap, first.phase
     );
-    let mut t = 0;
-    while (t as f64) <= span {
-        let xt = x(Duration::from_secs(t));
-        let _ = writeln!(
-            s,
-            r##"<line x1="{xt:.1}" y1="24" x2="{xt:.1}" y2="{:.1}" stroke="#eeeeee"/><text x="{:.1}" y="{:.1}">{t} s</text>"##,
-            height - 16.0,
-            xt - 8.0,
-            height - 4.0
-        );
-        t += 10;
-    }
+    super::report::time_axis(&mut s, span, height, x, "#eeeeee");
     for (row, (sim, run)) in runs.iter().enumerate() {
         let top = 44.0 + ROW * row as f64;
         let bottom = top + ROW - 24.0;

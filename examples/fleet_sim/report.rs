@@ -144,19 +144,7 @@ pub fn svg(instances: usize, runs: &[(Mode, Observations)]) -> String {
         height - 40.0,
         x(first.fail_at) + 4.0
     );
-    // Time axis, every 10 s.
-    let mut t = 0;
-    while (t as f64) <= span {
-        let xt = x(Duration::from_secs(t));
-        let _ = writeln!(
-            s,
-            r##"<line x1="{xt:.1}" y1="24" x2="{xt:.1}" y2="{:.1}" stroke="#dddddd"/><text x="{:.1}" y="{:.1}">{t} s</text>"##,
-            height - 16.0,
-            xt - 8.0,
-            height - 4.0
-        );
-        t += 10;
-    }
+    time_axis(&mut s, span, height, x, "#dddddd");
     for (row, (mode, obs)) in runs.iter().enumerate() {
         let top = 44.0 + ROW * row as f64;
         let bottom = top + ROW - 24.0;
@@ -235,4 +223,21 @@ pub fn svg(instances: usize, runs: &[(Mode, Observations)]) -> String {
     }
     let _ = writeln!(s, "</svg>");
     s
+}
+
+/// A time axis under a chart `height` high, a gridline and a label every 10 s up
+/// to `span` seconds, with `x` placing an instant.
+pub fn time_axis(s: &mut String, span: f64, height: f64, x: impl Fn(Duration) -> f64, grid: &str) {
+    let mut t = 0;
+    while (t as f64) <= span {
+        let xt = x(Duration::from_secs(t));
+        let _ = writeln!(
+            s,
+            r#"<line x1="{xt:.1}" y1="24" x2="{xt:.1}" y2="{:.1}" stroke="{grid}"/><text x="{:.1}" y="{:.1}">{t} s</text>"#,
+            height - 16.0,
+            xt - 8.0,
+            height - 4.0
+        );
+        t += 10;
+    }
 }

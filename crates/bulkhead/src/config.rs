@@ -168,7 +168,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn defaults_are_the_seed_numbers() {
+    fn the_defaults_are_the_documented_numbers() {
         let c = BulkheadConfig::default();
         assert_eq!(
             (c.max_concurrent, c.max_queue, c.max_wait),

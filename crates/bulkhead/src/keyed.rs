@@ -158,8 +158,9 @@ impl<K: Hash + Eq + Clone> KeyedShared<K> {
 /// with. A layer built adaptive stays adaptive (and a fixed one fixed):
 /// [`KeyedHandle::reconfigure`] may change the algorithm's settings, not drop
 /// it. See [`KeyedHandle::snapshot_of`] for a key's limit now. A
-/// [`seed`](BulkheadBuilder::seed) fixes the keys' random choices for tests: each
-/// key still gets its own, derived from the seed and the order keys arrive in.
+/// fixed random source ([`BulkheadBuilder::seed`]) makes the keys' random choices
+/// repeatable in tests: each key still gets its own, derived from that value and
+/// the order keys arrive in.
 ///
 /// # The bound on keys
 ///

@@ -290,7 +290,7 @@ mod tests {
     }
 
     #[test]
-    fn default_is_the_seed_policy_and_valid() {
+    fn the_default_policy_is_the_documented_one_and_valid() {
         let c = CircuitBreakerConfig::default();
         c.validate().unwrap();
         assert_eq!(

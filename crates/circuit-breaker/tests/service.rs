@@ -17,7 +17,7 @@ use support::counting::{req, send, Counting, Req};
 
 const S: Duration = Duration::from_secs(1);
 
-fn seed_layer() -> CircuitBreakerLayer {
+fn default_layer() -> CircuitBreakerLayer {
     CircuitBreakerLayer::builder("freight").build().unwrap()
 }
 
@@ -71,14 +71,14 @@ where
     inner.fail(false);
 }
 
-/// The seed-configured breaker over a [`Counting`] supplier.
+/// The default breaker over a [`Counting`] supplier.
 fn counting_breaker() -> (
     Counting,
     CircuitBreakerLayer,
     seawall_circuit_breaker::CircuitBreaker<Counting, seawall_core::ErrorsAsFailures>,
 ) {
     let inner = Counting::default();
-    let layer = seed_layer();
+    let layer = default_layer();
     let svc = layer.layer(inner.clone());
     (inner, layer, svc)
 }
@@ -222,7 +222,7 @@ async fn a_call_long_after_its_poll_ready_is_decided_at_call_time_not_with_a_sta
 
 #[tokio::test(start_paused = true)]
 async fn half_open_sends_one_probe_and_turns_the_others_away_with_a_positive_retry_after() {
-    let layer = seed_layer();
+    let layer = default_layer();
     let handle = layer.handle();
     let (mut svc, mut dep) = spawn_mock(layer);
     // Trip it.
@@ -253,7 +253,7 @@ async fn half_open_sends_one_probe_and_turns_the_others_away_with_a_positive_ret
 
 #[tokio::test(start_paused = true)]
 async fn a_dropped_probe_frees_its_slot_and_a_stale_success_does_not_close() {
-    let layer = seed_layer();
+    let layer = default_layer();
     let handle = layer.handle();
     let (mut svc, mut dep) = spawn_mock(layer);
     // One slow call admitted while closed, still in flight when the breaker trips.
@@ -404,7 +404,7 @@ async fn forced_open_rejects_without_polling_and_a_reset_between_ready_and_call_
 #[tokio::test(start_paused = true)]
 async fn the_handle_reports_transitions_and_operators_steer() {
     let inner = Counting::default();
-    let layer = seed_layer();
+    let layer = default_layer();
     let handle: Handle = layer.handle();
     let mut events = handle.subscribe();
     let mut svc = layer.layer(inner.clone());
@@ -468,7 +468,7 @@ async fn the_handle_reports_transitions_and_operators_steer() {
 fn services_are_clone_send_sync_and_futures_send() {
     fn assert_send_sync<T: Clone + Send + Sync + 'static>(_: &T) {}
     fn assert_send<T: Send + 'static>(_: &T) {}
-    let layer = seed_layer();
+    let layer = default_layer();
     let mut svc = layer.layer(Counting::default());
     assert_send_sync(&svc);
     assert_send_sync(&layer);

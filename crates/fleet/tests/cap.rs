@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use seawall_bulkhead::{BulkheadLayer, Handle};
 use seawall_core::{find_rejection, BoxError, RejectionKind};
-use seawall_fleet::{CapConfig, CapKeys, CapMode, Capped, Faults, Fleet, LocalStore};
+use seawall_fleet::{CapConfig, CapKeys, CapMode, CapSnapshot, Capped, Faults, Fleet, LocalStore};
 use tokio::time::{sleep, Instant};
 use tower::util::BoxCloneSyncService;
 use tower::{service_fn, Layer, ServiceExt};
@@ -79,6 +79,11 @@ struct Node {
 }
 
 impl Node {
+    /// The cap's snapshot on this node (which must be capped).
+    fn cap_snapshot(&self) -> CapSnapshot {
+        self.capped.lock().unwrap().as_ref().unwrap().snapshot()
+    }
+
     fn limit(&self) -> usize {
         self.handle.snapshot().limit
     }
@@ -390,19 +395,7 @@ async fn demand_moved_to_another_instance_is_served_there_within_two_periods_and
             "round {round}: {from} -> {to} took {took:?}"
         );
     }
-    let early: u64 = h
-        .nodes
-        .iter()
-        .map(|n| {
-            n.capped
-                .lock()
-                .unwrap()
-                .as_ref()
-                .unwrap()
-                .snapshot()
-                .early_claims
-        })
-        .sum();
+    let early: u64 = h.nodes.iter().map(|n| n.cap_snapshot().early_claims).sum();
     assert!(early >= 4, "{early} early claims");
     assert_eq!(h.calls(|t| &t.other), 0);
 }
@@ -473,10 +466,7 @@ async fn an_outage_in_strict_mode_admits_nothing_beyond_the_lease_and_no_call_wa
     let during = h.calls(|t| &t.ok) - before;
     assert!(during > 0, "calls went on until the leases lapsed");
     assert!(h.calls(|t| &t.full) > 0);
-    assert!(h
-        .nodes
-        .iter()
-        .all(|n| n.capped.lock().unwrap().as_ref().unwrap().snapshot().lapses >= 1));
+    assert!(h.nodes.iter().all(|n| n.cap_snapshot().lapses >= 1));
     h.store.come_up();
     let _ = h.watch(ms(1000)).await;
     let w = h.watch(Duration::from_secs(2)).await;
@@ -540,17 +530,7 @@ async fn the_store_s_cap_wins_and_a_disagreeing_instance_counts_it() {
     let s = other.snapshot();
     assert_eq!((s.cap, s.store_cap), (10, Some(4)));
     assert!(s.cap_disagreements > 0);
-    assert_eq!(
-        h.nodes[0]
-            .capped
-            .lock()
-            .unwrap()
-            .as_ref()
-            .unwrap()
-            .snapshot()
-            .cap_disagreements,
-        0
-    );
+    assert_eq!(h.nodes[0].cap_snapshot().cap_disagreements, 0);
     // An operator raises the fleet's cap in the store: everyone follows.
     h.fleet.set_cap("freight", 6).await.unwrap();
     let _ = h.watch(ms(500)).await;
@@ -571,19 +551,7 @@ async fn calls_make_no_store_operation() {
     // Every operation the store received was a renewal task's: one per period
     // and instance, whatever the number of calls, and one subscription each to
     // freed slots (none is freed under a steady demand: no early claim).
-    let renewals: u64 = h
-        .nodes
-        .iter()
-        .map(|n| {
-            n.capped
-                .lock()
-                .unwrap()
-                .as_ref()
-                .unwrap()
-                .snapshot()
-                .store_ops
-        })
-        .sum();
+    let renewals: u64 = h.nodes.iter().map(|n| n.cap_snapshot().store_ops).sum();
     assert_eq!(h.store.ops(), renewals);
     assert!(renewals <= 3 * (3000 / 100 + 1) + 3);
 }
