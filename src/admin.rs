@@ -11,9 +11,9 @@
 //! | `POST /reload` | re-read the policy file and apply it ([`Policies::reload`]) | yes |
 //! | `POST /revert` | back to the start-up document ([`Policies::revert`]) | yes |
 //! | `POST /policies/{name}/breaker/{force-open, force-closed, reset}` | hold the breaker open or closed; `reset` ends either and starts closed with an empty window | yes |
-//! | `POST /policies/{name}/degradation/{set-floor, clear-floor, force, release}?level=L` | bound or pin the degradation level (`level` by name or index, percent-encoded as any query) | yes |
+//! | `POST /policies/{name}/degradation/{set-floor, clear-floor, force, release}?level=L` | bound or force the degradation level (`level` by name or index, percent-encoded as any query) | yes |
 //! | `POST /policies/{name}/fallback/{force, unforce, enable, disable}` | answer from the fallback without calling the primary, or let everything pass through | yes |
-//! | `POST /policies/{name}/bulkhead/pin-limit?limit=N`, `POST /policies/{name}/bulkhead/release-limit` | hold the bulkhead's limit of active calls at `N` (1 to 2^20; it overrides an adaptive algorithm), or let the algorithm (or `max_concurrent`) go on from there | yes |
+//! | `POST /policies/{name}/bulkhead/force?limit=N`, `POST /policies/{name}/bulkhead/release` | hold the bulkhead's limit of active calls at `N` (1 to 2^20; it overrides an adaptive algorithm), or let the algorithm (or `max_concurrent`) go on from there | yes |
 //! | `POST /policies/{name}/{deadline, bulkhead, breaker, degradation}/{shadow-on, shadow-off}` | shadow mode: the layer decides and counts as it would but lets through what it would reject (see each layer's docs); an override of this instance like `force-open`, undone by `shadow-off`, by `revert`, or by a reload that changes that section | yes |
 //!
 //! Nest it where you like (`Router::new().nest("/admin", admin::router(..))`) and
@@ -44,7 +44,7 @@
 //! the degradation level, its floor and the time at it; the fallback's answers per
 //! second by step. It follows a Server-Sent Events stream (`GET /events`: a frame a
 //! second and at every transition, level change and bulkhead event, such as a
-//! saturation or a pinned limit), reconnects by itself, and says when its data is
+//! saturation or a forced limit), reconnects by itself, and says when its data is
 //! stale. Without a token it is read-only; once the operator types the token (kept
 //! in the page's memory, never in the URL or storage), it offers force open, force
 //! closed, reset, floors and revert, each after a confirmation, as the same `POST`s
@@ -378,7 +378,7 @@ async fn revert(State(admin): State<Arc<Admin>>, headers: HeaderMap, body: Body)
 struct Params {
     /// A degradation level, by name or index.
     level: Option<String>,
-    /// A bulkhead's limit of active calls, to pin.
+    /// A bulkhead's limit of active calls, to force.
     #[cfg_attr(not(feature = "bulkhead"), allow(dead_code))]
     limit: Option<String>,
 }

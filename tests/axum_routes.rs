@@ -727,24 +727,24 @@ async fn a_change_sent_with_a_body_is_refused_and_changes_nothing() {
 }
 
 #[tokio::test]
-async fn the_bulkhead_limit_is_pinned_and_released_with_the_token_and_bad_limits_are_refused() {
+async fn the_bulkhead_limit_is_forced_and_released_with_the_token_and_bad_limits_are_refused() {
     let (deps, client) = started().await;
-    let pin = "/admin/policies/freight/bulkhead/pin-limit?limit=1";
+    let force = "/admin/policies/freight/bulkhead/force?limit=1";
     let limit = |v: &Value| {
         (
             v["bulkhead"]["limit"].clone(),
-            v["bulkhead"]["limit_pinned"].clone(),
+            v["bulkhead"]["limit_forced"].clone(),
         )
     };
 
-    // Without the token, or with another one: refused, nothing pinned.
+    // Without the token, or with another one: refused, nothing forced.
     assert_eq!(
-        client.post(pin, None).await.status,
+        client.post(force, None).await.status,
         StatusCode::UNAUTHORIZED
     );
     assert_eq!(
         client
-            .post(pin, Some("Bearer not-the-admin-token"))
+            .post(force, Some("Bearer not-the-admin-token"))
             .await
             .status,
         StatusCode::FORBIDDEN
@@ -754,7 +754,7 @@ async fn the_bulkhead_limit_is_pinned_and_released_with_the_token_and_bad_limits
         (2.into(), false.into())
     );
 
-    // Bad limits: 422 naming the field, nothing pinned.
+    // Bad limits: 422 naming the field, nothing forced.
     for (query, says) in [
         ("", "`limit`: needed"),
         ("?limit=many", "`limit`: must be a whole number"),
@@ -763,7 +763,7 @@ async fn the_bulkhead_limit_is_pinned_and_released_with_the_token_and_bad_limits
         ("?limit=1048577", "`limit`: must be between 1 and 1048576"),
     ] {
         let a = client
-            .admin(&format!("/policies/freight/bulkhead/pin-limit{query}"))
+            .admin(&format!("/policies/freight/bulkhead/force{query}"))
             .await;
         assert_eq!(
             a.status,
@@ -778,23 +778,21 @@ async fn the_bulkhead_limit_is_pinned_and_released_with_the_token_and_bad_limits
         limit(&client.snapshot("freight").await),
         (2.into(), false.into())
     );
-    // Sent with a body: refused, nothing pinned.
+    // Sent with a body: refused, nothing forced.
     let a = client
-        .post_with_body(pin, &format!("Bearer {TOKEN}"), "limit=1")
+        .post_with_body(force, &format!("Bearer {TOKEN}"), "limit=1")
         .await;
     assert_eq!(a.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
     // An unknown action, a policy without a bulkhead: 404.
-    let a = client.admin("/policies/freight/bulkhead/pin").await;
+    let a = client.admin("/policies/freight/bulkhead/hold").await;
     assert_eq!(a.status, StatusCode::NOT_FOUND);
-    let a = client
-        .admin("/policies/assistant/bulkhead/release-limit")
-        .await;
+    let a = client.admin("/policies/assistant/bulkhead/release").await;
     assert_eq!(a.status, StatusCode::NOT_FOUND, "{}", a.body);
 
-    // Pinned at 1 (percent-encoded like any query): the answer is the new snapshot,
+    // Forced at 1 (percent-encoded like any query): the answer is the new snapshot,
     // and the bulkhead admits one call at a time.
     let a = client
-        .admin("/policies/freight/bulkhead/pin-limit?limit=%31")
+        .admin("/policies/freight/bulkhead/force?limit=%31")
         .await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.body);
     assert_eq!(limit(&a.json()), (1.into(), true.into()));
@@ -810,9 +808,7 @@ async fn the_bulkhead_limit_is_pinned_and_released_with_the_token_and_bad_limits
     assert_eq!(client.bulkhead("freight").await["rejected_full"], 1);
 
     // Released: back to the configured limit.
-    let a = client
-        .admin("/policies/freight/bulkhead/release-limit")
-        .await;
+    let a = client.admin("/policies/freight/bulkhead/release").await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.body);
     assert_eq!(limit(&a.json()), (2.into(), false.into()));
     deps.freight.release();

@@ -113,7 +113,7 @@ async fn every_handle_reconfigures_reverts_forces_and_releases_alike() {
         2,
         &Reading {
             changed: |s| s.max_concurrent == 6,
-            forced: |s| s.limit_pinned && s.limit == 2,
+            forced: |s| s.limit_forced && s.limit == 2,
         },
     )
     .unwrap();
@@ -122,7 +122,7 @@ async fn every_handle_reconfigures_reverts_forces_and_releases_alike() {
         LayerHandle::force(&h, 0).is_err(),
         "a zero limit is refused"
     );
-    assert!(!h.snapshot().limit_pinned);
+    assert!(!h.snapshot().limit_forced);
 
     let degradation = DegradationLayer::<(), &str>::builder("degradation")
         .level("cached", Fixed::new("stale price"))

@@ -236,9 +236,9 @@ fn bulkhead_events_while_subscribers_read_and_steer_the_bulkhead() {
                         "relieved"
                     }
                     BulkheadEvent::LimitChanged {
-                        cause: LimitCause::Pinned,
+                        cause: LimitCause::Forced,
                         ..
-                    } => "pinned",
+                    } => "forced",
                     BulkheadEvent::LimitChanged {
                         cause: LimitCause::Released,
                         ..
@@ -254,16 +254,16 @@ fn bulkhead_events_while_subscribers_read_and_steer_the_bulkhead() {
                 [
                     "saturated",
                     "relieved",
-                    "pinned",
+                    "forced",
                     "released",
-                    "pinned",
+                    "forced",
                     "released"
                 ]
             );
-            assert!(!handle.snapshot().limit_pinned);
+            assert!(!handle.snapshot().limit_forced);
         },
     );
-    // Saturated, relieved, and a pin and a release twice.
+    // Saturated, relieved, and a force and a release twice.
     assert!(traced >= 6, "{traced} events");
 }
 

@@ -1,8 +1,8 @@
-//! The bulkhead's admin actions: pin its limit of active calls, release the pin.
+//! The bulkhead's admin actions: force its limit of active calls, release it.
 //!
-//! A pin is the operator's hand on the valve during an incident: it overrides
+//! A forced limit is the operator's hand on the valve during an incident: it overrides
 //! the adaptive algorithm (or `max_concurrent`) on this instance until released,
-//! and a release lets the algorithm go on from the pinned value. The limit comes
+//! and a release lets the algorithm go on from the forced value. The limit comes
 //! in the query string, as a degradation level does; a missing, malformed or
 //! out-of-range limit is refused with the field named, and changes nothing.
 
@@ -13,7 +13,7 @@ use super::Refusal;
 /// The query parameter that carries the limit.
 const FIELD: &str = "limit";
 
-/// Carries out `action` (`pin-limit` with `limit`, or `release-limit`) on the
+/// Carries out `action` (`force` with `limit`, or `release`) on the
 /// policy's bulkhead.
 pub(super) fn carry_out(
     handles: &crate::config::PolicyHandles,
@@ -23,8 +23,8 @@ pub(super) fn carry_out(
     let slot = &handles.bulkhead;
     super::built(slot)?;
     match action {
-        "pin-limit" => super::force(slot, parse(limit)?),
-        "release-limit" => super::release(slot),
+        "force" => super::force(slot, parse(limit)?),
+        "release" => super::release(slot),
         _ => Err(Refusal::NotFound(super::NO_ACTION)),
     }
 }

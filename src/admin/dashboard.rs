@@ -1248,7 +1248,7 @@ language-model = "assistant"
         let next = next_event(&mut body).await;
         assert_eq!(
             policy(&next, "freight")["last"]["bulkhead"],
-            serde_json::json!({"from": "2", "to": "1", "reason": "pinned", "ago_ms": 0})
+            serde_json::json!({"from": "2", "to": "1", "reason": "forced", "ago_ms": 0})
         );
         assert_eq!(policy(&next, "freight")["snapshot"]["bulkhead"]["limit"], 1);
         // Sent for the event, not for the tick.

@@ -36,8 +36,8 @@ const SUBSCRIBER_BUFFER: usize = 64;
 ///   and shrinks once per generation (one overloaded round trip); a gradient
 ///   updates at most once per `window` (250 ms by default), shrinks once per
 ///   generation, and lowers and restores the limit around each baseline
-///   measurement. An operator's pin or release is always reported, even at the limit
-///   already in force: the pin itself is the news.
+///   measurement. An operator's force or release is always reported, even at the limit
+///   already in force: the force itself is the news.
 /// - [`Reconfigured`](Self::Reconfigured): new limits from
 ///   [`Handle::reconfigure`](crate::Handle::reconfigure) or
 ///   [`revert`](crate::Handle::revert), before the `LimitChanged` they cause.
@@ -106,9 +106,9 @@ pub enum BulkheadEvent {
 pub enum LimitCause {
     /// The adaptive algorithm learned from the calls.
     Adaptive,
-    /// An operator pinned it ([`Handle::force`](crate::Handle::force)).
-    Pinned,
-    /// An operator released a pin ([`Handle::release`](crate::Handle::release)).
+    /// An operator forced it ([`Handle::force`](crate::Handle::force)).
+    Forced,
+    /// An operator released a forced limit ([`Handle::release`](crate::Handle::release)).
     Released,
     /// New limits ([`Handle::reconfigure`](crate::Handle::reconfigure) or
     /// [`Handle::revert`](crate::Handle::revert)).
@@ -123,7 +123,7 @@ impl LimitCause {
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::Adaptive => "adaptive",
-            Self::Pinned => "pinned",
+            Self::Forced => "forced",
             Self::Released => "released",
             Self::Reconfigured => "reconfigured",
             Self::Allotment => "allotment",

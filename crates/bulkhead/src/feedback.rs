@@ -58,7 +58,7 @@ struct State {
     config: Option<AdaptiveConfig>,
     algorithm: Option<Algorithm>,
     /// The operator's limit, which overrides everything while set.
-    pinned: Option<usize>,
+    forced: Option<usize>,
     /// `max_concurrent`: the limit without an algorithm.
     fixed: usize,
     /// A ceiling set from outside (a fleet-wide cap's allotment), applied over
@@ -68,9 +68,9 @@ struct State {
 }
 
 impl State {
-    /// The bulkhead's own limit: pinned, the algorithm's, or `max_concurrent`.
+    /// The bulkhead's own limit: forced, the algorithm's, or `max_concurrent`.
     fn own(&self) -> usize {
-        self.pinned
+        self.forced
             .or_else(|| self.algorithm.as_ref().map(|a| a.get().limit()))
             .unwrap_or(self.fixed)
     }
@@ -100,13 +100,13 @@ pub(crate) struct View {
     pub(crate) generation: u64,
     pub(crate) min_rtt: Option<Duration>,
     pub(crate) measuring: bool,
-    pub(crate) pinned: bool,
+    pub(crate) forced: bool,
 }
 
-/// A bulkhead's limit: fixed, chosen by an algorithm, or pinned by an operator.
+/// A bulkhead's limit: fixed, chosen by an algorithm, or forced by an operator.
 #[derive(Debug)]
 pub(crate) struct Feedback {
-    /// An algorithm is being fed (adaptive and not pinned).
+    /// An algorithm is being fed (adaptive and not forced).
     on: AtomicBool,
     generation: AtomicU64,
     /// `sample_every - 1` (a power of two minus one), or 0 while the algorithm
@@ -129,7 +129,7 @@ impl Feedback {
         let mut state = State {
             config: config.adaptive,
             algorithm: None,
-            pinned: None,
+            forced: None,
             fixed: config.max_concurrent,
             allotment: None,
             seeds,
@@ -156,7 +156,7 @@ impl Feedback {
     /// Copies what the hot path reads out of the locked state.
     fn mirror(&self, state: &State) {
         let algorithm = state.algorithm.as_ref().map(Algorithm::get);
-        let on = algorithm.is_some() && state.pinned.is_none();
+        let on = algorithm.is_some() && state.forced.is_none();
         let mut every = state.config.map_or(1, |c| c.sample_every());
         if let Some(a) = algorithm {
             self.generation.store(a.generation(), Ordering::Relaxed);
@@ -267,7 +267,7 @@ impl Feedback {
             generation: ticket.generation,
         };
         let mut state = self.lock();
-        if state.pinned.is_some() {
+        if state.forced.is_some() {
             return None;
         }
         let before = state.in_force();
@@ -310,29 +310,29 @@ impl Feedback {
         self.lock().own()
     }
 
-    /// Pins the limit at `limit` (an operator override): the algorithm is not fed
+    /// Forces the limit to `limit` (an operator override): the algorithm is not fed
     /// until [`release`](Self::release). Returns the limit in force before.
-    pub(crate) fn pin(&self, limit: usize, events: &Events) -> usize {
+    pub(crate) fn force(&self, limit: usize, events: &Events) -> usize {
         let mut state = self.lock();
         let before = state.in_force();
-        state.pinned = Some(limit);
+        state.forced = Some(limit);
         self.mirror(&state);
-        // The allotment, if any, may keep the limit below the pin.
+        // The allotment, if any, may keep the limit below the forced limit.
         let after = state.in_force();
-        events.send(|| limit_changed(before, after, LimitCause::Pinned, Instant::now()));
+        events.send(|| limit_changed(before, after, LimitCause::Forced, Instant::now()));
         before
     }
 
-    /// Releases a pinned limit: the algorithm starts again from it (clamped to its
+    /// Releases a forced limit: the algorithm starts again from it (clamped to its
     /// bounds); without an algorithm, `max_concurrent` is in force again. Returns
     /// the limits before and after.
-    /// A release with no pin sends nothing.
+    /// A release with nothing forced sends nothing.
     pub(crate) fn release(&self, now: Instant, events: &Events) -> (usize, usize) {
         let mut state = self.lock();
         let before = state.in_force();
-        if let Some(pinned) = state.pinned.take() {
+        if let Some(forced) = state.forced.take() {
             if let Some(a) = state.algorithm.as_mut() {
-                a.get_mut().restart_from(now, pinned);
+                a.get_mut().restart_from(now, forced);
             }
             let after = state.in_force();
             events.send(|| limit_changed(before, after, LimitCause::Released, now));
@@ -343,7 +343,7 @@ impl Feedback {
 
     /// Takes a new configuration: `max_concurrent` for a fixed limit, and a changed
     /// `adaptive` section starts its algorithm again (from the limit in force when
-    /// one was running, from its initial limit otherwise). A pinned limit stays.
+    /// one was running, from its initial limit otherwise). A forced limit stays.
     pub(crate) fn reconfigure(&self, config: &BulkheadConfig, now: Instant, events: &Events) {
         let mut state = self.lock();
         let before = state.in_force();
@@ -379,7 +379,7 @@ impl Feedback {
             generation,
             min_rtt,
             measuring,
-            pinned: state.pinned.is_some(),
+            forced: state.forced.is_some(),
         }
     }
 }
@@ -446,13 +446,13 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_pinned_limit_overrides_and_release_restarts_from_it() {
+    async fn a_forced_limit_overrides_and_release_restarts_from_it() {
         let f = Feedback::new(&config(Some(aimd())), Some(1));
         let m = Semaphore::new(10, 0);
-        assert_eq!(f.pin(3, &Events::default()), 10);
+        assert_eq!(f.force(3, &Events::default()), 10);
         assert_eq!(f.limit(), 3);
-        assert!(f.issue(None).is_none(), "a pinned limit feeds no algorithm");
-        assert!(f.view().pinned);
+        assert!(f.issue(None).is_none(), "a forced limit feeds no algorithm");
+        assert!(f.view().forced);
         let overloaded: Result<(), BoxError> = Err(Box::new(seawall_core::DeadlineExceeded::new()));
         let ticket = Ticket {
             generation: 0,
@@ -468,8 +468,8 @@ mod tests {
             )
             .is_none());
         assert_eq!(f.release(Instant::now(), &Events::default()), (3, 3));
-        assert!(!f.view().pinned);
-        // Released: the algorithm continues from the pinned limit, in a new generation.
+        assert!(!f.view().forced);
+        // Released: the algorithm continues from the forced limit, in a new generation.
         let ticket = f.issue(None).unwrap();
         assert_eq!(ticket.generation, 1);
         assert_eq!(
@@ -547,7 +547,7 @@ mod tests {
 #[cfg(test)]
 mod schedule {
     //! Random schedules of arrivals, completions (served, overloaded, failed,
-    //! timed out, short-circuited), waits, clock advances and operator pins,
+    //! timed out, short-circuited), waits, clock advances and operator forces,
     //! through the admission semaphore and an adaptive algorithm together, checked
     //! after every step.
     use std::sync::Arc;
@@ -582,7 +582,7 @@ mod schedule {
         Poll(usize),
         TimeOut(usize),
         Advance(u64),
-        Pin(usize),
+        Force(usize),
         Release,
     }
 
@@ -603,7 +603,7 @@ mod schedule {
             2 => any::<usize>().prop_map(Op::Poll),
             1 => any::<usize>().prop_map(Op::TimeOut),
             3 => (0..400u64).prop_map(Op::Advance),
-            1 => (1..12usize).prop_map(Op::Pin),
+            1 => (1..12usize).prop_map(Op::Force),
             1 => Just(Op::Release),
         ]
     }
@@ -676,7 +676,7 @@ mod schedule {
             let waker = Waker::from(Arc::new(Noop));
             let mut holders: Vec<Option<Ticket>> = Vec::new();
             let mut waiters: Vec<WaiterId> = Vec::new();
-            let mut pinned: Option<usize> = None;
+            let mut forced: Option<usize> = None;
             let classify = OverloadStatus::default();
 
             for op in ops {
@@ -730,12 +730,12 @@ mod schedule {
                         }
                     }
                     Op::Advance(ms) => tokio::time::advance(Duration::from_millis(ms)).await,
-                    Op::Pin(n) => {
-                        pinned = Some(n);
-                        shared.pin_limit(n);
+                    Op::Force(n) => {
+                        forced = Some(n);
+                        shared.force_limit(n);
                     }
                     Op::Release => {
-                        pinned = None;
+                        forced = None;
                         shared.release_limit();
                     }
                     Op::Complete(..) | Op::Poll(_) | Op::TimeOut(_) => {}
@@ -743,7 +743,7 @@ mod schedule {
                 let after = m.counts();
                 let limit = m.max_concurrent();
                 prop_assert_eq!(limit, shared.feedback.limit());
-                match pinned {
+                match forced {
                     Some(n) => prop_assert_eq!(limit, n),
                     None => prop_assert!(
                         (min..=max).contains(&limit),

@@ -66,14 +66,15 @@ impl Handle {
         self.shared.semaphore.reset_peaks();
     }
 
-    /// Pins the limit of active calls at `limit` (1 to 2^20), overriding the
+    /// Forces the limit of active calls to `limit` (1 to 2^20), overriding the
     /// adaptive algorithm (or `max_concurrent`) until [`release`](Self::release):
     /// the operator's hand on the valve during an incident.
     ///
-    /// Like any smaller limit, a lower pin preempts no running call; it only admits
-    /// fewer. While pinned, the algorithm learns nothing (the calls it would see
-    /// were shaped by the pin, not by it), and [`reconfigure`](Self::reconfigure)
-    /// and [`revert`](Self::revert) keep the pin.
+    /// Like any smaller limit, a lower forced limit preempts no running call; it only
+    /// admits fewer. While forced, the algorithm learns nothing (the calls it would
+    /// see were shaped by the operator, not by it), and
+    /// [`reconfigure`](Self::reconfigure) and [`revert`](Self::revert) keep the
+    /// forced limit.
     pub fn force(&self, limit: usize) -> Result<(), ConfigError> {
         if limit == 0 || limit > MAX_LIMIT {
             return Err(ConfigError::new(
@@ -81,21 +82,21 @@ impl Handle {
                 format!("must be between 1 and {MAX_LIMIT}, got {limit}"),
             ));
         }
-        self.shared.pin_limit(limit);
+        self.shared.force_limit(limit);
         Ok(())
     }
 
-    /// Releases a pinned limit. An adaptive algorithm starts again *from the
-    /// pinned limit* (clamped to its bounds) and moves on from there, rather than
+    /// Releases a forced limit. An adaptive algorithm starts again *from the
+    /// forced limit* (clamped to its bounds) and moves on from there, rather than
     /// jumping back to what it had before the incident; a fixed bulkhead returns to
-    /// `max_concurrent`. Does nothing when no limit is pinned.
+    /// `max_concurrent`. Does nothing when no limit is forced.
     pub fn release(&self) {
         self.shared.release_limit();
     }
 
     /// Sets a ceiling over the limit of active calls from outside the bulkhead, or
     /// lifts it (`None`): the limit in force becomes the smaller of the bulkhead's
-    /// own (pinned, adaptive or `max_concurrent`) and `allotment`. This is the hook
+    /// own (forced, adaptive or `max_concurrent`) and `allotment`. This is the hook
     /// a fleet-wide cap drives (each instance's share of the cap, leased from a
     /// store), kept free of any store here.
     ///
@@ -153,7 +154,7 @@ impl fmt::Debug for Handle {
 impl LayerHandle for Handle {
     type Config = BulkheadConfig;
     type Snapshot = Snapshot;
-    /// The limit of active calls to pin.
+    /// The limit of active calls to force.
     type Forced = usize;
 
     fn name(&self) -> &str {
@@ -226,11 +227,11 @@ pub struct Snapshot {
     /// The bulkhead's name.
     pub name: String,
     /// The limit of active calls in force now: the adaptive algorithm's, the
-    /// operator's pinned limit, or `max_concurrent`, lowered to the allotment
+    /// operator's forced limit, or `max_concurrent`, lowered to the allotment
     /// when one is set.
     pub limit: usize,
-    /// Whether an operator pinned the limit ([`Handle::force`]).
-    pub limit_pinned: bool,
+    /// Whether an operator forced the limit ([`Handle::force`]).
+    pub limit_forced: bool,
     /// The ceiling set from outside ([`Handle::set_allotment`]), e.g. this
     /// instance's share of a fleet-wide cap; `limit` is never above it.
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]

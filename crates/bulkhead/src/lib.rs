@@ -159,7 +159,7 @@
 //! - a gradient's limit dipping briefly every `min_rtt_every`: it is measuring its
 //!   baseline ([`AdaptiveSnapshot::measuring_min_rtt`], [`AdaptiveSnapshot::min_rtt`]).
 //!
-//! To take the valve in hand, [`Handle::force`] pins the limit at a value
+//! To take the valve in hand, [`Handle::force`] holds the limit at a value
 //! (the algorithm is not fed meanwhile) and [`Handle::release`] lets it go on
 //! *from that value*, so the end of an incident does not jump back to a limit
 //! learned before it.
@@ -377,7 +377,7 @@
 //! [`Handle::subscribe`] streams [`BulkheadEvent`]s, the bulkhead's counterpart
 //! of a breaker's transitions: saturated (it began turning calls away), relieved
 //! (nobody waits and half the limit is free again), the limit moving (by its
-//! algorithm, a pin or release, new limits) and new limits. They are
+//! algorithm, a force or release, new limits) and new limits. They are
 //! edge-triggered: a bulkhead that rejects ten thousand calls in a spell sends one
 //! `Saturated`, not ten thousand events, so subscribing costs the hot path
 //! nothing but a relaxed load when a slot is freed. See [`BulkheadEvent`] for
@@ -386,7 +386,7 @@
 //! | metric (label `name`) | kind |
 //! |---|---|
 //! | `seawall_bulkhead_active`, `seawall_bulkhead_queued`, `seawall_bulkhead_max_concurrent` | gauge |
-//! | `seawall_bulkhead_limit` (the limit in force: adaptive, pinned or `max_concurrent`; a keyed layer's: summed over its live keys) | gauge |
+//! | `seawall_bulkhead_limit` (the limit in force: adaptive, forced or `max_concurrent`; a keyed layer's: summed over its live keys) | gauge |
 //! | `seawall_bulkhead_admitted_total` | counter |
 //! | `seawall_bulkhead_rejected_total{reason = "full" \| "timeout" \| "keys"}` | counter |
 //! | `seawall_bulkhead_wait_seconds` | histogram |
@@ -418,7 +418,7 @@
 //!
 //! - `http`: [`BulkheadLayer::hold_until_body_end`] and [`UntilBodyEnd`].
 //! - `tracing` (default): events on rejections, limit changes, and each move of an
-//!   adaptive or pinned limit.
+//!   adaptive or forced limit.
 //! - `metrics`: the metrics above.
 //! - `serde`: `Deserialize`/`Serialize` for [`BulkheadConfig`] and its
 //!   [`AdaptiveConfig`] (durations as `"20ms"`; `adaptive = { algorithm = "aimd",

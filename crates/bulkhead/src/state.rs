@@ -165,17 +165,17 @@ impl Shared {
         }
     }
 
-    /// Pins the limit of active calls at `limit` until [`Shared::release_limit`].
-    pub(crate) fn pin_limit(&self, limit: usize) {
-        let before = self.feedback.pin(limit, &self.events);
-        self.telemetry.pinned(&self.name, Some(limit));
+    /// Forces the limit of active calls to `limit` until [`Shared::release_limit`].
+    pub(crate) fn force_limit(&self, limit: usize) {
+        let before = self.feedback.force(limit, &self.events);
+        self.telemetry.forced(&self.name, Some(limit));
         self.apply_limit(before, limit);
     }
 
     /// Lets the algorithm (or `max_concurrent`) set the limit again.
     pub(crate) fn release_limit(&self) {
         let (before, after) = self.feedback.release(Instant::now(), &self.events);
-        self.telemetry.pinned(&self.name, None);
+        self.telemetry.forced(&self.name, None);
         self.apply_limit(before, after);
     }
 
@@ -276,7 +276,7 @@ impl Shared {
         Snapshot {
             name: self.name.to_string(),
             limit: self.semaphore.max_concurrent(),
-            limit_pinned: view.pinned,
+            limit_forced: view.forced,
             allotment: self.feedback.allotment(),
             adaptive: view.algorithm.map(|algorithm| AdaptiveSnapshot {
                 algorithm,

@@ -9,7 +9,7 @@
 //! | `seawall_bulkhead_active` | gauge | calls holding a slot |
 //! | `seawall_bulkhead_queued` | gauge | calls waiting for a slot |
 //! | `seawall_bulkhead_max_concurrent` | gauge | the configured limit (`max_concurrent`) |
-//! | `seawall_bulkhead_limit` | gauge | the limit in force (adaptive, pinned, or `max_concurrent`), summed over the bulkheads of the series, as `active` is |
+//! | `seawall_bulkhead_limit` | gauge | the limit in force (adaptive, forced, or `max_concurrent`), summed over the bulkheads of the series, as `active` is |
 //! | `seawall_bulkhead_admitted_total` | counter | calls admitted |
 //! | `seawall_bulkhead_rejected_total{reason="full"}` | counter | turned away, queue full |
 //! | `seawall_bulkhead_rejected_total{reason="timeout"}` | counter | waited as long as allowed |
@@ -38,7 +38,7 @@
 //!
 //! Tracing (feature `tracing`, target `seawall::bulkhead`): a `debug` event for each
 //! rejection (full, timeout), an `info` event for each change of limits and each
-//! pin or release of the limit, a `debug` event each time an adaptive
+//! force or release of the limit, a `debug` event each time an adaptive
 //! algorithm moves the limit, and, edge-triggered as the
 //! [`BulkheadEvent`](crate::BulkheadEvent)s are, a `warn` event when the bulkhead
 //! becomes saturated and an `info` event when it is relieved.
@@ -231,7 +231,7 @@ pub(crate) fn describe() {
     metrics::describe_gauge!(
         "seawall_bulkhead_limit",
         Unit::Count,
-        "The limit of active calls in force (an adaptive algorithm's, an operator's pinned limit, or max_concurrent), summed over the keys of a keyed layer as active is."
+        "The limit of active calls in force (an adaptive algorithm's, an operator's forced limit, or max_concurrent), summed over the keys of a keyed layer as active is."
     );
     metrics::describe_counter!(
         "seawall_bulkhead_admitted_total",
@@ -429,7 +429,7 @@ impl Telemetry {
         }
     }
 
-    /// The algorithm (or an operator's pin) moved the limit from `before` to `after`.
+    /// The algorithm (or an operator's force) moved the limit from `before` to `after`.
     #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
     pub(crate) fn limit_moved(&self, name: &str, before: usize, after: usize) {
         #[cfg(feature = "tracing")]
@@ -443,16 +443,16 @@ impl Telemetry {
         self.limit_in_force(after);
     }
 
-    /// An operator pinned the limit at `limit`, or released it (`None`).
+    /// An operator forced the limit to `limit`, or released it (`None`).
     #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
-    pub(crate) fn pinned(&self, name: &str, limit: Option<usize>) {
+    pub(crate) fn forced(&self, name: &str, limit: Option<usize>) {
         #[cfg(feature = "tracing")]
         match limit {
             Some(limit) => tracing::info!(
                 target: "seawall::bulkhead",
                 bulkhead = name,
                 limit,
-                "bulkhead limit pinned by an operator"
+                "bulkhead limit forced by an operator"
             ),
             None => tracing::info!(
                 target: "seawall::bulkhead",

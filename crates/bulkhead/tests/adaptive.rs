@@ -199,15 +199,15 @@ async fn a_falling_limit_preempts_nothing_and_admits_nobody_until_below_it() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_pinned_limit_overrides_the_algorithm_and_release_continues_from_it() {
+async fn a_forced_limit_overrides_the_algorithm_and_release_continues_from_it() {
     let (l, h) = layer(aimd(10, 5));
     let mut svc = l.layer(service_fn(supplier));
     h.force(2).unwrap();
     let s = h.snapshot();
-    assert_eq!((s.limit, s.limit_pinned), (2, true));
+    assert_eq!((s.limit, s.limit_forced), (2, true));
     let mut calls: Vec<_> = (0..3).map(|_| call(&mut svc)).collect();
     assert_eq!(counts(&h), (2, 1, 2));
-    // While pinned the algorithm learns nothing.
+    // While forced the algorithm learns nothing.
     let (c, tx) = calls.remove(0);
     let _ = answer(c, tx, Reply::Status(503));
     assert_eq!(counts(&h), (2, 0, 2));
@@ -215,8 +215,8 @@ async fn a_pinned_limit_overrides_the_algorithm_and_release_continues_from_it() 
 
     h.release();
     let s = h.snapshot();
-    assert_eq!((s.limit, s.limit_pinned), (2, false));
-    // The algorithm goes on from the pinned limit: a 503 from a call admitted
+    assert_eq!((s.limit, s.limit_forced), (2, false));
+    // The algorithm goes on from the forced limit: a 503 from a call admitted
     // after the release takes it to 1.
     let (c, tx) = calls.remove(0);
     let _ = answer(c, tx, Reply::Status(200));
@@ -226,7 +226,7 @@ async fn a_pinned_limit_overrides_the_algorithm_and_release_continues_from_it() 
 
     assert_eq!(h.force(0).unwrap_err().field(), "limit");
     assert_eq!(h.force((1 << 20) + 1).unwrap_err().field(), "limit");
-    // A pin raises the limit of a fixed bulkhead too; release restores max_concurrent.
+    // A forced limit raises the limit of a fixed bulkhead too; release restores max_concurrent.
     let fixed = BulkheadLayer::builder("fixed")
         .max_concurrent(3)
         .build()
@@ -236,7 +236,7 @@ async fn a_pinned_limit_overrides_the_algorithm_and_release_continues_from_it() 
     assert_eq!(fh.snapshot().limit, 7);
     fh.release();
     let s = fh.snapshot();
-    assert_eq!((s.limit, s.max_concurrent, s.limit_pinned), (3, 3, false));
+    assert_eq!((s.limit, s.max_concurrent, s.limit_forced), (3, 3, false));
     assert!(s.adaptive.is_none());
 }
 

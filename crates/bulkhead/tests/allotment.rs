@@ -67,7 +67,7 @@ async fn the_limit_is_the_smaller_of_the_own_limit_and_the_allotment() {
     assert_eq!(h.snapshot().limit, 4);
     h.set_allotment(Some(usize::MAX));
     assert_eq!(h.snapshot().limit, 4);
-    // A pin is lowered by the allotment too.
+    // A forced limit is lowered by the allotment too.
     h.force(3).unwrap();
     h.set_allotment(Some(1));
     assert_eq!(h.snapshot().limit, 1);

@@ -164,7 +164,7 @@ async fn a_wait_that_runs_out_begins_a_saturation_too() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn pins_releases_and_new_limits_are_sent_in_order() {
+async fn forces_releases_and_new_limits_are_sent_in_order() {
     let (_layer, handle) = fixed(4, 1);
     let mut events = handle.subscribe();
     let t0 = Instant::now();
@@ -175,18 +175,18 @@ async fn pins_releases_and_new_limits_are_sent_in_order() {
         BulkheadEvent::LimitChanged {
             from: 4,
             to: 1,
-            cause: LimitCause::Pinned,
+            cause: LimitCause::Forced,
             at: t0,
         }
     );
-    // A pin at the limit in force is still news.
+    // A force at the limit in force is still news.
     handle.force(1).unwrap();
     assert!(matches!(
         next(&mut events),
         BulkheadEvent::LimitChanged {
             from: 1,
             to: 1,
-            cause: LimitCause::Pinned,
+            cause: LimitCause::Forced,
             ..
         }
     ));
@@ -204,7 +204,7 @@ async fn pins_releases_and_new_limits_are_sent_in_order() {
             ..
         }
     ));
-    // Nothing pinned: nothing released, nothing sent.
+    // Nothing forced: nothing released, nothing sent.
     handle.release();
     nothing_more(&mut events);
 
@@ -325,7 +325,7 @@ async fn a_subscriber_that_falls_behind_is_told_it_lagged() {
     assert!(matches!(
         next(&mut events),
         BulkheadEvent::LimitChanged {
-            cause: LimitCause::Pinned,
+            cause: LimitCause::Forced,
             ..
         }
     ));

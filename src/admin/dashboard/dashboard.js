@@ -455,7 +455,7 @@
       const floor = read(p, "levelFloor");
       setText(card, "floor",
         (floor === null || floor === undefined ? "none" : `${levels[floor] || floor} (set by an operator or a health signal)`) +
-        (read(p, "levelForced") ? "; level pinned by an operator" : "") +
+        (read(p, "levelForced") ? "; level forced by an operator" : "") +
         (read(p, "levelShadow")
           ? `; shadow mode: the best level serves (${read(p, "levelShadowRejections")} requests would have been served lower)`
           : ""));

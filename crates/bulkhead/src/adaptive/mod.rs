@@ -130,7 +130,7 @@ pub trait LimitAlgorithm: sealed::Sealed + fmt::Debug + Send {
     fn on_sample(&mut self, now: Instant, sample: Sample) -> usize;
 
     /// Starts again from `limit` (clamped to the bounds) in a new generation, as
-    /// after an operator released a pinned limit.
+    /// after an operator released a forced limit.
     fn restart_from(&mut self, now: Instant, limit: usize);
 
     /// Whether the algorithm wants the latency of every call for now (a
