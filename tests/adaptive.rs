@@ -133,8 +133,7 @@ async fn the_limit_gauge_follows_the_limit_in_force() {
 
 const ADAPTIVE: &str = r#"
 [policies.freight.bulkhead]
-max_queue = 10
-max_wait = "20ms"
+queue = { max_queue = 10, max_wait = "20ms" }
 adaptive = { algorithm = "aimd", initial_limit = 10, min_limit = 2, max_limit = 50, backoff = 0.8, timeout = "150ms" }
 
 [policies.search.bulkhead]
@@ -156,7 +155,7 @@ fn an_adaptive_section_reads_as_the_algorithms_configuration() {
             ..AimdConfig::default()
         }))
     );
-    assert_eq!(freight.max_queue, 10);
+    assert_eq!(freight.queue.max_queue, 10);
     let search = doc.policies["search"].bulkhead.unwrap();
     assert_eq!(
         search.adaptive,

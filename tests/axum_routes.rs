@@ -43,13 +43,13 @@ const TOKEN: &str = "test-admin-token-0123456789";
 const DOCUMENT: &str = r#"
 [policies.freight]
 deadline = "30s"
-bulkhead = { max_concurrent = 2, max_queue = 0, max_wait = "10ms" }
+bulkhead = { max_concurrent = 2, queue = { max_queue = 0, max_wait = "10ms" } }
 breaker = { policy = { kind = "count_window", size = 4, min_calls = 4, failure_rate = 0.5 }, open_for = "60s" }
 fallback = { on_rejections = ["circuit_open", "bulkhead_full", "bulkhead_timeout", "deadline_exceeded"] }
 
 [policies.recommendations]
 deadline = "30s"
-bulkhead = { max_concurrent = 2, max_queue = 0, max_wait = "10ms" }
+bulkhead = { max_concurrent = 2, queue = { max_queue = 0, max_wait = "10ms" } }
 breaker = { policy = { kind = "consecutive_failures", threshold = 3 }, open_for = "60s" }
 
 [policies.assistant]
@@ -869,8 +869,8 @@ async fn reloading_a_changed_file_keeps_an_open_breaker_open() {
             .replace("size = 4, min_calls = 4", "size = 8, min_calls = 8")
             .replace("open_for = \"60s\" }\nfallback", "open_for = \"120s\" }\nfallback")
             .replace(
-                "bulkhead = { max_concurrent = 2, max_queue = 0, max_wait = \"10ms\" }\nbreaker = { policy = { kind = \"count_window\"",
-                "bulkhead = { max_concurrent = 5, max_queue = 0, max_wait = \"10ms\" }\nbreaker = { policy = { kind = \"count_window\"",
+                "bulkhead = { max_concurrent = 2, queue = { max_queue = 0, max_wait = \"10ms\" } }\nbreaker = { policy = { kind = \"count_window\"",
+                "bulkhead = { max_concurrent = 5, queue = { max_queue = 0, max_wait = \"10ms\" } }\nbreaker = { policy = { kind = \"count_window\"",
             ),
     );
     let reloaded = client.admin("/reload").await;

@@ -9,6 +9,7 @@ use std::time::Duration;
 mod support;
 use support::TempFile;
 
+use seawall::bulkhead::QueuePolicy;
 use seawall::circuit_breaker::{Forced, State, TripPolicy};
 use seawall::config::{LoadError, Policies, PolicyDocument};
 use seawall::core::{find_rejection, BoxError, RejectionKind};
@@ -52,8 +53,8 @@ fn the_examples_document_and_a_good_one_load() {
     assert_eq!(
         (
             bulkhead.max_concurrent,
-            bulkhead.max_queue,
-            bulkhead.max_wait
+            bulkhead.queue.max_queue,
+            bulkhead.queue.max_wait
         ),
         (8, 10, Duration::from_millis(20))
     );
@@ -106,13 +107,13 @@ fn each_malformed_field_is_named_with_its_line() {
             "unknown field",
         ),
         (
-            "[policies.freight.bulkhead]\nmax_wait = \"20\"\n",
-            "policies.freight.bulkhead.max_wait",
+            "[policies.freight.bulkhead.queue]\nmax_wait = \"20\"\n",
+            "policies.freight.bulkhead.queue.max_wait",
             "no unit",
         ),
         (
-            "[policies.freight.bulkhead]\nmax_queue = \"ten\"\n",
-            "policies.freight.bulkhead.max_queue",
+            "[policies.freight.bulkhead]\nqueue = { max_queue = \"ten\" }\n",
+            "policies.freight.bulkhead.queue.max_queue",
             "invalid type",
         ),
         (
@@ -168,15 +169,54 @@ fn each_malformed_field_is_named_with_its_line() {
 }
 
 #[test]
+fn the_bulkhead_queue_is_a_nested_table_whose_unknown_keys_are_named() {
+    let doc = PolicyDocument::from_toml(
+        "[policies.q.bulkhead]\nmax_concurrent = 3\n\
+         [policies.q.bulkhead.queue]\nmax_queue = 4\nmax_wait = \"50ms\"\n",
+    )
+    .unwrap();
+    let bulkhead = doc.policies["q"].bulkhead.unwrap();
+    assert_eq!(bulkhead.max_concurrent, 3);
+    let queue: QueuePolicy = bulkhead.queue;
+    assert_eq!(
+        (queue.max_queue, queue.max_wait),
+        (4, Duration::from_millis(50))
+    );
+    // Inline, with a field left out: it keeps its default (20 ms).
+    let doc =
+        PolicyDocument::from_toml("[policies.q.bulkhead]\nqueue = { max_queue = 0 }\n").unwrap();
+    let queue = doc.policies["q"].bulkhead.unwrap().queue;
+    assert_eq!(
+        (queue.max_queue, queue.max_wait),
+        (0, Duration::from_millis(20))
+    );
+
+    let (fields, message) = refused("[policies.q.bulkhead.queue]\nmax_waiters = 4\n");
+    assert_eq!(
+        fields,
+        ["policies.q.bulkhead.queue.max_waiters"],
+        "{message}"
+    );
+    assert!(message.contains("unknown field"), "{message}");
+    // The queue's keys belong to its table: one level up they are unknown.
+    let (fields, message) = refused("[policies.q.bulkhead]\nmax_wait = \"20ms\"\n");
+    assert_eq!(fields, ["policies.q.bulkhead.max_wait"], "{message}");
+    assert!(message.contains("unknown field"), "{message}");
+}
+
+#[test]
 fn durations_are_read_as_humantime_users_write_them() {
     let doc = PolicyDocument::from_toml(
-        "[policies.q]\ndeadline = \"1.5s\"\n[policies.q.bulkhead]\nmax_wait = \"250ms\"\n\
+        "[policies.q]\ndeadline = \"1.5s\"\n[policies.q.bulkhead.queue]\nmax_wait = \"250ms\"\n\
          [policies.q.breaker]\nopen_for = \"1m30s\"\n",
     )
     .unwrap();
     let q = &doc.policies["q"];
     assert_eq!(q.deadline, Some(Duration::from_millis(1500)));
-    assert_eq!(q.bulkhead.unwrap().max_wait, Duration::from_millis(250));
+    assert_eq!(
+        q.bulkhead.unwrap().queue.max_wait,
+        Duration::from_millis(250)
+    );
     assert_eq!(
         q.breaker.as_ref().unwrap().open_for,
         Duration::from_secs(90)
@@ -202,8 +242,8 @@ fn each_invalid_value_is_named_by_its_path_in_the_document() {
             "policies.quote.bulkhead.max_concurrent",
         ),
         (
-            "[policies.quote.bulkhead]\nmax_wait = \"0ms\"\n",
-            "policies.quote.bulkhead.max_wait",
+            "[policies.quote.bulkhead.queue]\nmax_wait = \"0ms\"\n",
+            "policies.quote.bulkhead.queue.max_wait",
         ),
         (
             "[policies.quote.degradation]\nprobe_ratio = 0.0\n",
@@ -220,8 +260,8 @@ fn each_invalid_value_is_named_by_its_path_in_the_document() {
             "policies.quote.deadline",
         ),
         (
-            "[policies.quote.bulkhead]\nmax_wait = \"18446744073709551615s\"\n",
-            "policies.quote.bulkhead.max_wait",
+            "[policies.quote.bulkhead]\nqueue = { max_wait = \"18446744073709551615s\" }\n",
+            "policies.quote.bulkhead.queue.max_wait",
         ),
         (
             "[policies.quote.breaker]\nopen_for = \"9000h\"\n",
@@ -278,12 +318,12 @@ failures_to_degrade = 0
 
 #[test]
 fn a_file_is_named_in_its_errors() {
-    let file = TempFile::with("[policies.freight.bulkhead]\nmax_wait = \"20\"\n");
+    let file = TempFile::with("[policies.freight.bulkhead.queue]\nmax_wait = \"20\"\n");
     let e = Policies::load(&file.0).unwrap_err();
     let message = e.to_string();
     assert!(
         message.starts_with(&format!(
-            "{}:2:12: `policies.freight.bulkhead.max_wait`",
+            "{}:2:12: `policies.freight.bulkhead.queue.max_wait`",
             file.0.display()
         )),
         "{message}"

@@ -164,7 +164,7 @@ mode = "strict"
         r#"
 [policies.freight]
 deadline = "{budget}"
-bulkhead = {{ max_concurrent = {max_concurrent}, max_queue = {max_queue}, max_wait = "{max_wait}" }}
+bulkhead = {{ max_concurrent = {max_concurrent}, queue = {{ max_queue = {max_queue}, max_wait = "{max_wait}" }} }}
 breaker = {{ policy = {{ kind = "count_window", size = 10, min_calls = 10, failure_rate = 0.5 }}, open_for = "{open_for}", half_open_max = 1 }}
 fallback = {{ on_rejections = ["circuit_open", "bulkhead_full", "bulkhead_timeout", "deadline_exceeded", "fallbacks_exhausted"] }}
 

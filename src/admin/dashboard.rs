@@ -726,7 +726,7 @@ mod tests {
 
     const DOCUMENT: &str = r#"
 [policies.freight]
-bulkhead = { max_concurrent = 2, max_queue = 1, max_wait = "10ms" }
+bulkhead = { max_concurrent = 2, queue = { max_queue = 1, max_wait = "10ms" } }
 breaker = { policy = { kind = "count_window", size = 4, min_calls = 4, failure_rate = 0.5 }, open_for = "60s" }
 fallback = { on_rejections = ["circuit_open"] }
 

@@ -45,7 +45,7 @@ pub struct PolicyDocument {
 /// |---|---|---|
 /// | `deadline` | `"300ms"` | the budget of the segment, admission included ([`DeadlineLayer`](seawall_core::DeadlineLayer)) |
 /// | `deadline_shadow` | `true` \| `false` | shadow mode for the deadline: computed and counted, not enforced (default `false`; needs `deadline`; may change at run time) |
-/// | `bulkhead` | table | [`BulkheadConfig`](crate::bulkhead::BulkheadConfig): `max_concurrent`, `max_queue`, `max_wait`, and `adaptive = { algorithm = "aimd" \| "gradient", min_limit, max_limit, initial_limit, … }` for a limit found at run time ([`AdaptiveConfig`](crate::bulkhead::AdaptiveConfig)) |
+/// | `bulkhead` | table | [`BulkheadConfig`](crate::bulkhead::BulkheadConfig): `max_concurrent`, `queue = { … }` (the options of [`QueuePolicy`](crate::bulkhead::QueuePolicy), listed there), and `adaptive = { algorithm = "aimd" \| "gradient", min_limit, max_limit, initial_limit, … }` for a limit found at run time ([`AdaptiveConfig`](crate::bulkhead::AdaptiveConfig)) |
 /// | `breaker` | table | [`CircuitBreakerConfig`](crate::circuit_breaker::CircuitBreakerConfig): `policy = { kind = "count_window", size, min_calls, failure_rate }`, `open_for`, … |
 /// | `degradation` | table | [`DegradationConfig`](crate::degradation::DegradationConfig): `failures_to_degrade`, `min_dwell`, `probe_ratio`, … |
 /// | `fallback` | table | [`FallbackConfig`](crate::fallback::FallbackConfig): `on_rejections`, `step_timeouts`, `enabled` |

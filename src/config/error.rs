@@ -24,7 +24,7 @@ pub enum LoadError {
     Malformed {
         /// The file, when the document came from one.
         path: Option<PathBuf>,
-        /// The field at fault, e.g. `policies.quote.bulkhead.max_wait`, when it
+        /// The field at fault, e.g. `policies.quote.bulkhead.queue.max_wait`, when it
         /// could be told.
         field: Option<String>,
         /// 1-based line and column of the fault, when known.

@@ -7,7 +7,7 @@ use toml::de::{DeTable, DeValue};
 
 use super::document::key;
 
-/// The dotted path (`policies.quote.bulkhead.max_wait`) of the deepest key or
+/// The dotted path (`policies.quote.bulkhead.queue.max_wait`) of the deepest key or
 /// value containing byte `at`, if any.
 pub(crate) fn field_at(text: &str, at: usize) -> Option<String> {
     let doc = DeTable::parse(text).ok()?;
@@ -122,7 +122,7 @@ mod tests {
     #[test]
     fn finds_keys_values_headers_and_array_items() {
         let text = r#"
-[policies.quote.bulkhead]
+[policies.quote.bulkhead.queue]
 max_wait = "20"
 
 [policies.quote.fallback]
@@ -133,11 +133,11 @@ step_timeouts = [{ step = "cache", timeout = "0ms" }]
 "#;
         assert_eq!(
             at(text, "\"20\"").as_deref(),
-            Some("policies.quote.bulkhead.max_wait")
+            Some("policies.quote.bulkhead.queue.max_wait")
         );
         assert_eq!(
             at(text, "max_wait").as_deref(),
-            Some("policies.quote.bulkhead.max_wait")
+            Some("policies.quote.bulkhead.queue.max_wait")
         );
         assert_eq!(
             at(text, "\"0ms\"").as_deref(),

@@ -11,8 +11,7 @@
 //!
 //! [policies.freight.bulkhead]       # seawall::bulkhead::BulkheadConfig
 //! max_concurrent = 8                # per instance: 3 instances allow 24
-//! max_queue = 10
-//! max_wait = "20ms"
+//! queue = { max_queue = 10, max_wait = "20ms" }   # seawall::bulkhead::QueuePolicy
 //!
 //! [policies.freight.breaker]        # seawall::circuit_breaker::CircuitBreakerConfig
 //! policy = { kind = "count_window", size = 10, min_calls = 10, failure_rate = 0.5 }
@@ -56,7 +55,7 @@
 //! document ([`LoadError::fields`]):
 //!
 //! ```text
-//! policies.toml:7:12: `policies.freight.bulkhead.max_wait`: `20` has no unit (use ns, us, ms, s, m or h)
+//! policies.toml:7:12: `policies.freight.bulkhead.queue.max_wait`: `20` has no unit (use ns, us, ms, s, m or h)
 //! policies.toml: invalid `policies.freight.breaker.policy.failure_rate`: must be between 0.0 and 1.0, got 1.5; invalid `routes."/quote"`: names the policy `fraight`, which [policies] does not declare
 //! ```
 //!
@@ -74,7 +73,7 @@
 //! let policies = Policies::from_toml(r#"
 //!     [policies.freight]
 //!     deadline = "300ms"
-//!     bulkhead = { max_concurrent = 8, max_queue = 10, max_wait = "20ms" }
+//!     bulkhead = { max_concurrent = 8, queue = { max_queue = 10, max_wait = "20ms" } }
 //!     breaker = { open_for = "10s" }
 //!     [routes]
 //!     "/quote" = "freight"
@@ -96,7 +95,7 @@
 //! policies.apply_toml(r#"
 //!     [policies.freight]
 //!     deadline = "300ms"
-//!     bulkhead = { max_concurrent = 4, max_queue = 10, max_wait = "20ms" }
+//!     bulkhead = { max_concurrent = 4, queue = { max_queue = 10, max_wait = "20ms" } }
 //!     breaker = { open_for = "30s" }
 //!     [routes]
 //!     "/quote" = "freight"

@@ -81,8 +81,7 @@ deadline = "300ms"
 
 [policies.freight.bulkhead]
 max_concurrent = 2
-max_queue = 0
-max_wait = "20ms"
+queue = { max_queue = 0, max_wait = "20ms" }
 
 [policies.freight.breaker]
 policy = { kind = "count_window", size = 4, min_calls = 4, failure_rate = 0.5 }

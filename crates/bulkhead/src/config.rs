@@ -2,14 +2,15 @@
 
 use std::time::Duration;
 
-use seawall_core::{check_duration, check_positive, ConfigError, Name};
+use seawall_core::{check_positive, ConfigError, Name};
 
 use crate::adaptive::AdaptiveConfig;
 use crate::layer::BulkheadLayer;
+use crate::queue::QueuePolicy;
 use crate::semaphore::MAX_LIMIT;
 
 /// The limits of one bulkhead. `Default` is a starting point to calibrate, not a measured limit: 8 active calls,
-/// 10 waiting, 20 ms in the queue at most.
+/// and the [`QueuePolicy`] defaults (10 waiting, 20 ms in the queue at most).
 ///
 /// **The limits are per instance.** A bulkhead counts the calls of one process:
 /// three instances of a service, each with `max_concurrent = 8`, allow up to 24
@@ -21,20 +22,16 @@ use crate::semaphore::MAX_LIMIT;
 ///
 /// With [`adaptive`](Self::adaptive), an algorithm sets the limit of active calls
 /// between its own `min_limit` and `max_limit`, and `max_concurrent` is not used;
-/// `max_queue` and `max_wait` keep their meaning.
+/// the [`queue`](Self::queue) keeps its meaning.
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
 pub struct BulkheadConfig {
     /// Calls allowed in the inner service at once (1 to 2^20).
     pub max_concurrent: usize,
-    /// Calls allowed to wait for a slot (0 to 2^20; 0: none wait, a busy bulkhead
-    /// rejects at once).
-    pub max_queue: usize,
-    /// The longest a call waits for a slot. A request's
-    /// [`Deadline`](seawall_core::Deadline) shortens it when less remains.
-    #[cfg_attr(feature = "serde", serde(with = "seawall_core::duration_format"))]
-    pub max_wait: Duration,
+    /// The queue in front of the slots: how many calls may wait, and for how long
+    /// (a nested `queue` table in a policy file). [`QueuePolicy`] lists its options.
+    pub queue: QueuePolicy,
     /// An algorithm that finds the limit of active calls from what the calls say
     /// (default none: `max_concurrent` is the limit). See [`crate::adaptive`].
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
@@ -50,8 +47,7 @@ impl Default for BulkheadConfig {
     fn default() -> Self {
         Self {
             max_concurrent: 8,
-            max_queue: 10,
-            max_wait: Duration::from_millis(20),
+            queue: QueuePolicy::default(),
             adaptive: None,
             shadow: false,
         }
@@ -59,7 +55,8 @@ impl Default for BulkheadConfig {
 }
 
 impl BulkheadConfig {
-    /// Checks every field, naming the first one at fault.
+    /// Checks every field, naming the first one at fault (the queue's as
+    /// `queue.max_wait`, an algorithm's as `adaptive.min_limit`).
     pub fn validate(&self) -> Result<(), ConfigError> {
         check_positive("max_concurrent", self.max_concurrent)?;
         if self.max_concurrent > MAX_LIMIT {
@@ -68,13 +65,7 @@ impl BulkheadConfig {
                 format!("must be at most {MAX_LIMIT}"),
             ));
         }
-        if self.max_queue > MAX_LIMIT {
-            return Err(ConfigError::new(
-                "max_queue",
-                format!("must be at most {MAX_LIMIT}"),
-            ));
-        }
-        check_duration("max_wait", self.max_wait)?;
+        self.queue.validate().map_err(|e| e.within("queue"))?;
         if let Some(adaptive) = &self.adaptive {
             adaptive.validate()?;
         }
@@ -106,18 +97,27 @@ impl BulkheadBuilder {
         self
     }
 
-    /// Calls allowed to wait for a slot (default 10; 0 rejects at once when busy).
+    /// The queue's bounds, all at once (see [`QueuePolicy`] for its options and
+    /// defaults).
+    #[must_use]
+    pub fn queue(mut self, queue: QueuePolicy) -> Self {
+        self.config.queue = queue;
+        self
+    }
+
+    /// Calls allowed to wait for a slot (default 10; 0 rejects at once when busy):
+    /// a shorthand for the queue's `max_queue`.
     #[must_use]
     pub fn max_queue(mut self, n: usize) -> Self {
-        self.config.max_queue = n;
+        self.config.queue.max_queue = n;
         self
     }
 
     /// The longest a call waits for a slot (default 20 ms), shortened by the
-    /// request's remaining deadline.
+    /// request's remaining deadline: a shorthand for the queue's `max_wait`.
     #[must_use]
     pub fn max_wait(mut self, d: Duration) -> Self {
-        self.config.max_wait = d;
+        self.config.queue.max_wait = d;
         self
     }
 
@@ -171,7 +171,7 @@ mod tests {
     fn the_defaults_are_the_documented_numbers() {
         let c = BulkheadConfig::default();
         assert_eq!(
-            (c.max_concurrent, c.max_queue, c.max_wait),
+            (c.max_concurrent, c.queue.max_queue, c.queue.max_wait),
             (8, 10, Duration::from_millis(20))
         );
         assert!(c.validate().is_ok());
@@ -197,20 +197,29 @@ mod tests {
         );
         assert_eq!(
             bad(BulkheadConfig {
-                max_queue: MAX_LIMIT + 1,
+                queue: QueuePolicy {
+                    max_queue: MAX_LIMIT + 1,
+                    ..base.queue
+                },
                 ..base
             }),
-            "max_queue"
+            "queue.max_queue"
         );
         assert_eq!(
             bad(BulkheadConfig {
-                max_wait: Duration::ZERO,
+                queue: QueuePolicy {
+                    max_wait: Duration::ZERO,
+                    ..base.queue
+                },
                 ..base
             }),
-            "max_wait"
+            "queue.max_wait"
         );
         let no_queue = BulkheadConfig {
-            max_queue: 0,
+            queue: QueuePolicy {
+                max_queue: 0,
+                ..base.queue
+            },
             ..base
         };
         assert!(no_queue.validate().is_ok());
@@ -219,12 +228,17 @@ mod tests {
     #[cfg(feature = "serde")]
     #[test]
     fn deserialises_with_readable_durations_and_rejects_unknown_fields() {
-        let c = from_fields(&[("max_concurrent", V::N(4)), ("max_wait", V::S("50ms"))]).unwrap();
+        let c: BulkheadConfig = from_fields(&[("max_concurrent", V::N(4))]).unwrap();
         assert_eq!(c.max_concurrent, 4);
-        assert_eq!(c.max_queue, 10);
-        assert_eq!(c.max_wait, Duration::from_millis(50));
-        assert!(from_fields(&[("max_concurent", V::N(4))]).is_err());
-        assert!(from_fields(&[("max_wait", V::S("50"))]).is_err());
+        assert_eq!(c.queue, QueuePolicy::default());
+        assert!(from_fields::<BulkheadConfig>(&[("max_concurent", V::N(4))]).is_err());
+        // The queue's options live in its own table: at the top they are unknown.
+        assert!(from_fields::<BulkheadConfig>(&[("max_wait", V::S("50ms"))]).is_err());
+
+        let q: QueuePolicy = from_fields(&[("max_wait", V::S("50ms"))]).unwrap();
+        assert_eq!((q.max_queue, q.max_wait), (10, Duration::from_millis(50)));
+        assert!(from_fields::<QueuePolicy>(&[("max_wiat", V::S("50ms"))]).is_err());
+        assert!(from_fields::<QueuePolicy>(&[("max_wait", V::S("50"))]).is_err());
     }
 
     /// A field value for [`from_fields`] (the workspace has no JSON crate).
@@ -263,11 +277,10 @@ mod tests {
     }
 
     #[cfg(feature = "serde")]
-    fn from_fields(
+    fn from_fields<T: serde::de::DeserializeOwned>(
         fields: &[(&'static str, V)],
-    ) -> Result<BulkheadConfig, serde::de::value::Error> {
-        use serde::Deserialize;
-        BulkheadConfig::deserialize(serde::de::value::MapDeserializer::new(
+    ) -> Result<T, serde::de::value::Error> {
+        T::deserialize(serde::de::value::MapDeserializer::new(
             fields.iter().copied(),
         ))
     }

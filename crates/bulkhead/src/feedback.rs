@@ -662,11 +662,11 @@ mod schedule {
             .build()
             .map_err(|e| TestCaseError::fail(e.to_string()))?;
         rt.block_on(async move {
-            let config = BulkheadConfig {
-                max_queue,
+            let mut config = BulkheadConfig {
                 adaptive: Some(adaptive),
                 ..BulkheadConfig::default()
             };
+            config.queue.max_queue = max_queue;
             let (min, max) = match adaptive {
                 AdaptiveConfig::Aimd(c) => (c.min_limit, c.max_limit),
                 AdaptiveConfig::Gradient(c) => (c.min_limit, c.max_limit),

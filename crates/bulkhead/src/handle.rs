@@ -9,6 +9,7 @@ use tokio::sync::broadcast;
 
 use crate::config::BulkheadConfig;
 use crate::events::BulkheadEvent;
+use crate::queue::QueuePolicy;
 use crate::semaphore::MAX_LIMIT;
 use crate::state::Shared;
 
@@ -53,9 +54,9 @@ impl Handle {
     ///
     /// Growing `max_concurrent` admits waiters at once; shrinking it preempts no
     /// running call, it only admits fewer until the active count is below the new
-    /// limit. Shrinking `max_queue` removes no waiter; newcomers are rejected until
-    /// the line is shorter. A new `max_wait` applies to calls that join the line
-    /// afterwards. Counters are kept.
+    /// limit. Shrinking the queue's `max_queue` removes no waiter; newcomers are
+    /// rejected until the line is shorter. A new `max_wait` applies to calls that
+    /// join the line afterwards. Counters are kept.
     pub fn reconfigure(&self, config: BulkheadConfig) -> Result<(), ConfigError> {
         self.shared.reconfigure(config)
     }
@@ -241,11 +242,9 @@ pub struct Snapshot {
     pub adaptive: Option<AdaptiveSnapshot>,
     /// The configured limit of active calls (not used while adaptive).
     pub max_concurrent: usize,
-    /// The current limit of waiting calls.
-    pub max_queue: usize,
-    /// The current longest wait.
-    #[cfg_attr(feature = "serde", serde(with = "seawall_core::duration_format"))]
-    pub max_wait: Duration,
+    /// The configured queue: how many may wait, and for how long (see
+    /// [`QueuePolicy`] for its options).
+    pub queue: QueuePolicy,
     /// Calls holding a slot now (may exceed `limit` just after it shrank).
     pub active: usize,
     /// Calls waiting for a slot now.

@@ -16,9 +16,9 @@
 //! | field | default | meaning |
 //! |---|---|---|
 //! | `max_concurrent` | 8 | calls in the inner service at once |
-//! | `max_queue` | 10 | calls waiting for a slot (0: reject at once when busy) |
-//! | `max_wait` | 20 ms | longest wait for a slot, shortened by the request's [`Deadline`] |
+//! | `queue` | 10 waiting, 20 ms | the line in front of the slots: `max_queue` calls wait, each for at most `max_wait`, shortened by the request's [`Deadline`]; [`QueuePolicy`] lists its options |
 //! | `adaptive` | none | an algorithm that sets the limit of active calls instead of `max_concurrent` ([`adaptive`]) |
+//! | `shadow` | `false` | count what would be rejected, and let it through ([shadow mode](#shadow-mode-try-a-limit-on-live-traffic-first)) |
 //!
 //! **Limits are per instance.** A bulkhead counts the calls of the process it
 //! runs in: three instances of a service, each with `max_concurrent = 8`, allow
@@ -324,9 +324,9 @@
 //! - **It still waits.** Waiting in line is part of the policy under trial, so a
 //!   call that finds every slot busy and room in the line waits as it would (at
 //!   most `max_wait`, or until its deadline), and only then goes through beyond
-//!   the limit. To try a limit without adding any wait, try it with
-//!   `max_queue = 0`: every call over the limit is then a `full` shadow rejection,
-//!   let through at once.
+//!   the limit. To try a limit without adding any wait, try it with no queue
+//!   (`queue = { max_queue = 0 }`): every call over the limit is then a `full`
+//!   shadow rejection, let through at once.
 //! - An adaptive limit learns nothing from calls let through beyond it (an
 //!   enforcing bulkhead would not have made them); `admitted` and the wait
 //!   histogram do not count them.
@@ -358,7 +358,9 @@
 //! one counter, and the boxed [`BulkheadFull`]; no lock, no timer, and the request
 //! is dropped where it was received. Only a call
 //! that waits (for a slot, or for an inner service that was not ready) takes the
-//! queue's lock, reads the clock, and parks its request in one allocation.
+//! queue's lock, reads the clock, and parks its request in one allocation (a call
+//! that finds no free slot also reads the queue's bounds under the configuration's
+//! lock, held for a copy).
 //!
 //! `max_concurrent` and `max_queue` are at most 2^20 (1 048 576) each.
 //!
@@ -420,9 +422,10 @@
 //! - `tracing` (default): events on rejections, limit changes, and each move of an
 //!   adaptive or forced limit.
 //! - `metrics`: the metrics above.
-//! - `serde`: `Deserialize`/`Serialize` for [`BulkheadConfig`] and its
-//!   [`AdaptiveConfig`] (durations as `"20ms"`; `adaptive = { algorithm = "aimd",
-//!   … }`), `Serialize` for snapshots.
+//! - `serde`: `Deserialize`/`Serialize` for [`BulkheadConfig`], its [`QueuePolicy`]
+//!   and its [`AdaptiveConfig`] (durations as `"20ms"`; `queue = { max_queue = 10,
+//!   max_wait = "20ms" }`; `adaptive = { algorithm = "aimd", … }`), `Serialize` for
+//!   snapshots.
 //!
 //! [`Deadline`]: seawall_core::Deadline
 //! [`Snapshot::queued`]: crate::Snapshot::queued
@@ -464,6 +467,7 @@ pub use keyed::{
 };
 pub use layer::BulkheadLayer;
 pub use permit::{Permit, PermitHandle};
+pub use queue::QueuePolicy;
 pub use seawall_core::DEFAULT_MAX_KEYS;
 pub use service::Bulkhead;
 

@@ -23,7 +23,7 @@
 //! use seawall_bulkhead::queue::{Load, Place, QueuePolicy};
 //! use tokio::time::Instant;
 //!
-//! let policy = QueuePolicy { max_queue: 2, max_wait: Duration::from_millis(20) };
+//! let policy = QueuePolicy { max_queue: 2, ..QueuePolicy::default() }; // 20 ms at most
 //! let now = Instant::now();
 //! let until = policy.wait_until(now, None);
 //! assert_eq!(until, Some(now + Duration::from_millis(20)));
@@ -39,15 +39,52 @@
 
 use std::time::Duration;
 
+use seawall_core::{check_duration, ConfigError};
 use tokio::time::Instant;
 
+use crate::semaphore::MAX_LIMIT;
+
 /// The bounds of a bulkhead's queue: how many may wait, and for how long.
+///
+/// This is the one list of the queue's options. A bulkhead holds it as
+/// [`BulkheadConfig::queue`](crate::BulkheadConfig::queue), set with
+/// [`BulkheadBuilder::queue`](crate::BulkheadBuilder::queue) and written as a
+/// nested `queue` table in a policy file; [`Snapshot::queue`](crate::Snapshot::queue)
+/// reports it back. A field added here is carried to all of them.
+///
+/// | field | default | meaning |
+/// |---|---|---|
+/// | `max_queue` | 10 | calls waiting for a slot, 0 to 2^20 (0: a busy bulkhead rejects at once) |
+/// | `max_wait` | 20 ms | the longest wait for a slot (more than zero, at most a year), shortened by the request's [`Deadline`](seawall_core::Deadline) |
+///
+/// ```toml
+/// [policies.freight.bulkhead.queue]
+/// max_queue = 10
+/// max_wait = "20ms"
+/// ```
+///
+/// Fields left out take their defaults and an unknown field is an error naming
+/// it. In code, start from the defaults (`QueuePolicy { max_queue: 0,
+/// ..QueuePolicy::default() }`) so that a field added later keeps its default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
 pub struct QueuePolicy {
     /// Calls allowed to wait for a slot (0: a busy bulkhead rejects at once).
     pub max_queue: usize,
     /// The longest a call waits for a slot; a request's deadline shortens it.
+    #[cfg_attr(feature = "serde", serde(with = "seawall_core::duration_format"))]
     pub max_wait: Duration,
+}
+
+impl Default for QueuePolicy {
+    /// 10 waiting, 20 ms at most: a starting point to calibrate, not a measured bound.
+    fn default() -> Self {
+        Self {
+            max_queue: 10,
+            max_wait: Duration::from_millis(20),
+        }
+    }
 }
 
 /// The counts a decision is made on, read together.
@@ -93,6 +130,19 @@ pub enum Place {
 }
 
 impl QueuePolicy {
+    /// Checks every field, naming the first one at fault (`max_queue`, `max_wait`;
+    /// a bulkhead's configuration names them `queue.max_queue`, `queue.max_wait`).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.max_queue > MAX_LIMIT {
+            return Err(ConfigError::new(
+                "max_queue",
+                format!("must be at most {MAX_LIMIT}"),
+            ));
+        }
+        check_duration("max_wait", self.max_wait)?;
+        Ok(())
+    }
+
     /// The latest instant a call arriving at `now` may wait until: `max_wait`
     /// from now, or the request's `deadline` if that comes first. `None` when
     /// that instant is not after `now`: the call may not wait at all.
@@ -152,6 +202,43 @@ mod tests {
         max_queue: 2,
         max_wait: Duration::from_millis(20),
     };
+
+    #[test]
+    fn the_defaults_are_the_documented_numbers_and_bad_fields_are_named() {
+        let d = QueuePolicy::default();
+        assert_eq!((d.max_queue, d.max_wait), (10, Duration::from_millis(20)));
+        assert!(d.validate().is_ok());
+        let bad = |q: QueuePolicy| q.validate().unwrap_err().field().to_owned();
+        assert_eq!(
+            bad(QueuePolicy {
+                max_queue: MAX_LIMIT + 1,
+                ..d
+            }),
+            "max_queue"
+        );
+        assert_eq!(
+            bad(QueuePolicy {
+                max_wait: Duration::ZERO,
+                ..d
+            }),
+            "max_wait"
+        );
+        assert_eq!(
+            bad(QueuePolicy {
+                max_wait: Duration::MAX,
+                ..d
+            }),
+            "max_wait"
+        );
+        // No queue at all is a valid choice.
+        assert!(QueuePolicy { max_queue: 0, ..d }.validate().is_ok());
+        assert!(QueuePolicy {
+            max_queue: MAX_LIMIT,
+            ..d
+        }
+        .validate()
+        .is_ok());
+    }
 
     #[test]
     fn a_newcomer_never_overtakes_a_waiter() {

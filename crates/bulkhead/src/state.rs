@@ -2,7 +2,6 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
-use std::time::Duration;
 
 use seawall_core::{ConfigError, Name, RejectionKind};
 
@@ -22,7 +21,6 @@ use crate::telemetry::{Series, Telemetry};
 pub(crate) struct Shared {
     pub(crate) semaphore: Semaphore,
     pub(crate) name: Name,
-    max_wait_nanos: AtomicU64,
     config: Mutex<BulkheadConfig>,
     built: BulkheadConfig,
     pub(crate) telemetry: Telemetry,
@@ -50,10 +48,6 @@ pub(crate) enum ShadowReason {
     Keys = 2,
 }
 
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
 impl Shared {
     /// A bulkhead with a validated `config`.
     pub(crate) fn new(name: Name, config: BulkheadConfig, seed: Option<u64>) -> Self {
@@ -73,9 +67,8 @@ impl Shared {
         let telemetry = Telemetry::new(series, &config);
         telemetry.limit_in_force(feedback.limit());
         Self {
-            semaphore: Semaphore::new(feedback.limit(), config.max_queue),
+            semaphore: Semaphore::new(feedback.limit(), config.queue.max_queue),
             name,
-            max_wait_nanos: AtomicU64::new(nanos(config.max_wait)),
             config: Mutex::new(config),
             built: config,
             telemetry,
@@ -102,7 +95,7 @@ impl Shared {
     pub(crate) fn set_allotment(&self, allotment: Option<usize>) {
         let config = self.config.lock().unwrap_or_else(PoisonError::into_inner);
         let (before, after) = self.feedback.set_allotment(allotment, &self.events);
-        let queue = self.queue_in_force(config.max_queue);
+        let queue = self.queue_in_force(config.queue.max_queue);
         self.semaphore
             .set_limits_with(|| self.feedback.limit(), Some(queue));
         drop(config);
@@ -209,16 +202,18 @@ impl Shared {
         }
     }
 
-    /// The current `max_wait`.
-    pub(crate) fn max_wait(&self) -> Duration {
-        Duration::from_nanos(self.max_wait_nanos.load(Ordering::Relaxed))
-    }
-
-    /// The queue's bounds in force (no queue while the allotment is 0).
+    /// The queue's bounds in force: the configured policy, with no room in the
+    /// line while the allotment is 0. Read only by a call that may have to wait
+    /// (it takes the configuration's lock, briefly, before the line's).
     pub(crate) fn queue_policy(&self) -> QueuePolicy {
+        let configured = self
+            .config
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .queue;
         QueuePolicy {
             max_queue: self.semaphore.max_queue(),
-            max_wait: self.max_wait(),
+            ..configured
         }
     }
 
@@ -247,13 +242,11 @@ impl Shared {
                     at: Instant::now(),
                 });
             }
-            self.max_wait_nanos
-                .store(nanos(new.max_wait), Ordering::Relaxed);
             self.shadow.store(new.shadow, Ordering::Relaxed);
             let before = self.feedback.limit();
             self.feedback
                 .reconfigure(&new, Instant::now(), &self.events);
-            let queue = self.queue_in_force(new.max_queue);
+            let queue = self.queue_in_force(new.queue.max_queue);
             self.semaphore
                 .set_limits_with(|| self.feedback.limit(), Some(queue));
             (old, before)
@@ -285,8 +278,7 @@ impl Shared {
                 measuring_min_rtt: view.measuring,
             }),
             max_concurrent: config.max_concurrent,
-            max_queue: config.max_queue,
-            max_wait: config.max_wait,
+            queue: config.queue,
             active: counts.active,
             queued: counts.queued,
             saturated: self.events.is_saturated(),

@@ -403,10 +403,9 @@ impl Telemetry {
             target: "seawall::bulkhead",
             bulkhead = name,
             max_concurrent = new.max_concurrent,
-            max_queue = new.max_queue,
-            max_wait_ms = new.max_wait.as_secs_f64() * 1000.0,
+            queue = ?new.queue,
             old_max_concurrent = old.max_concurrent,
-            old_max_queue = old.max_queue,
+            old_queue = ?old.queue,
             "bulkhead limits changed"
         );
         #[cfg(feature = "metrics")]

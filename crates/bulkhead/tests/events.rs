@@ -232,10 +232,8 @@ async fn forces_releases_and_new_limits_are_sent_in_order() {
         }
     ));
     // Only the queue changes: new limits, but the limit in force stays.
-    let deeper = BulkheadConfig {
-        max_queue: 5,
-        ..wider
-    };
+    let mut deeper = wider;
+    deeper.queue.max_queue = 5;
     handle.reconfigure(deeper).unwrap();
     assert!(matches!(
         next(&mut events),

@@ -4,7 +4,7 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use seawall_bulkhead::{BulkheadConfig, BulkheadLayer, KeyedBulkheadLayer};
+use seawall_bulkhead::{BulkheadConfig, BulkheadLayer, KeyedBulkheadLayer, QueuePolicy};
 use seawall_core::{find_rejection, BoxError, RejectionKind};
 use tokio_test::{assert_pending, assert_ready, task};
 use tower::{service_fn, Layer, Service};
@@ -118,12 +118,15 @@ async fn reconfigure_changes_every_key_and_revert_restores() {
 
     assert_eq!(
         h.reconfigure(BulkheadConfig {
-            max_wait: Duration::ZERO,
+            queue: QueuePolicy {
+                max_wait: Duration::ZERO,
+                ..wider.queue
+            },
             ..wider
         })
         .unwrap_err()
         .field(),
-        "max_wait"
+        "queue.max_wait"
     );
     h.revert();
     assert_eq!(h.config().max_concurrent, 1);

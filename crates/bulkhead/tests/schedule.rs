@@ -11,7 +11,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use seawall_bulkhead::{BulkheadConfig, BulkheadLayer};
+use seawall_bulkhead::BulkheadLayer;
 use seawall_core::{find_rejection, BoxError, RejectionKind};
 use tokio::sync::oneshot;
 use tokio_test::task;
@@ -111,11 +111,8 @@ fn run(limit: usize, queue: usize, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 }
                 Op::Advance(ms) => tokio::time::advance(Duration::from_millis(ms)).await,
                 Op::Limits(c, q) => {
-                    config = BulkheadConfig {
-                        max_concurrent: c,
-                        max_queue: q,
-                        ..config
-                    };
+                    config.max_concurrent = c;
+                    config.queue.max_queue = q;
                     h.reconfigure(config).unwrap();
                 }
                 Op::Complete(_) | Op::Cancel(_) => {}
@@ -144,7 +141,7 @@ fn run(limit: usize, queue: usize, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 prop_assert!(after.active <= config.max_concurrent, "{after:?}");
             }
             if after.queued > before.queued {
-                prop_assert!(after.queued <= config.max_queue, "{after:?}");
+                prop_assert!(after.queued <= config.queue.max_queue, "{after:?}");
             }
             prop_assert!(after.active <= before.active.max(config.max_concurrent));
             // Only a call holding a slot is in the inner service.

@@ -602,17 +602,23 @@ async fn growing_admits_waiters_at_once_shrinking_preempts_nothing_and_revert_re
     assert_eq!(h.config().max_concurrent, 1);
 
     h.revert();
-    let built = BulkheadConfig {
-        max_concurrent: 2,
-        max_queue: 10,
-        max_wait: ms(20),
-        adaptive: None,
-        shadow: false,
-    };
-    assert_eq!(h.config(), built);
+    let config = h.config();
+    assert_eq!(
+        (
+            config.max_concurrent,
+            config.queue.max_queue,
+            config.queue.max_wait,
+            config.adaptive,
+            config.shadow
+        ),
+        (2, 10, ms(20), None, false)
+    );
     assert_eq!(counts(&h), (2, 0));
     let s = h.snapshot();
-    assert_eq!((s.max_concurrent, s.max_queue, s.max_wait), (2, 10, ms(20)));
+    assert_eq!(
+        (s.max_concurrent, s.queue.max_queue, s.queue.max_wait),
+        (2, 10, ms(20))
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -48,7 +48,7 @@
     bulkheadActive: "snapshot.bulkhead.active",
     bulkheadMaxConcurrent: "snapshot.bulkhead.max_concurrent",
     bulkheadQueued: "snapshot.bulkhead.queued",
-    bulkheadMaxQueue: "snapshot.bulkhead.max_queue",
+    bulkheadMaxQueue: "snapshot.bulkhead.queue.max_queue",
     bulkheadRejectedFull: "snapshot.bulkhead.rejected_full",
     bulkheadRejectedTimeout: "snapshot.bulkhead.rejected_timeout",
     bulkheadWaitP99: "snapshot.bulkhead.wait.p99",

@@ -148,8 +148,7 @@ pub trait LimitAlgorithm: sealed::Sealed + fmt::Debug + Send {
 ///
 /// ```toml
 /// [policies.freight.bulkhead]
-/// max_queue = 10
-/// max_wait = "20ms"
+/// queue = { max_queue = 10, max_wait = "20ms" }
 /// adaptive = { algorithm = "gradient", min_limit = 4, max_limit = 200 }
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
