@@ -67,6 +67,32 @@
 //! assert_eq!(find_rejection(&*err).unwrap().kind(), RejectionKind::DeadlineExceeded);
 //! # }
 //! ```
+//!
+//! # Layout
+//!
+//! ```text
+//! lib.rs                  these docs, the re-exports of each policy crate behind its feature
+//! builder.rs              ServiceBuilderExt: the layers as ServiceBuilder methods
+//! axum.rs                 axum glue (feature `axum`)
+//! config/mod.rs           Policies from a file (feature `serde`): the format, the re-exports
+//!   config/document.rs        PolicyDocument and PolicyConfig: plain data, parsed and validated
+//!   config/locate.rs          the dotted path of the TOML field an error points into
+//!   config/error.rs           LoadError: why a document was not loaded or applied
+//!   config/layers.rs          where each kind of layer lives in a policy, for one generic loop
+//!   config/policies.rs        Policies: the layers built from a document, their handles,
+//!                             apply, reload and revert
+//!   config/fleet.rs           the `[fleet]` table (feature `fleet`)
+//!   config/fleet_status.rs    the coordinations and caps registered, as snapshots show them
+//! admin.rs                the admin router (feature `admin`): snapshots, token-gated changes
+//!   admin/bulkhead.rs         the bulkhead's force and release actions
+//!   admin/dashboard.rs        the incident dashboard and its event stream; its page, script
+//!                             and style in admin/dashboard/
+//! metrics.rs              describe(): the metrics' help text, once the recorder is installed
+//! telemetry.rs            the facade's tracing events
+//! ```
+//!
+//! As the root package, the facade also holds the workspace's `examples/`, `tests/`
+//! (cross-crate integration tests over loopback) and `benches/`.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod builder;

@@ -403,18 +403,38 @@
 //!
 //! # Layout
 //!
-//! | file | what it holds |
-//! |---|---|
-//! | `queue.rs` | [`queue`]: the pure queue policy (who takes a slot, who waits and until when, who is turned away) |
-//! | `semaphore.rs` | the semaphore that applies it: slots and waiters counted in one atomic word, the line behind a mutex |
-//! | `loom_semaphore.rs` | loom models driving that semaphore (through `sync.rs`, loom's atomics under `--cfg loom`) |
-//! | `state.rs` | what one bulkhead shares: the semaphore, its configuration in force, limits, telemetry |
-//! | `config.rs`, `layer.rs` | [`BulkheadConfig`], [`BulkheadBuilder`] and [`BulkheadLayer`] |
-//! | `service.rs`, `future.rs` | [`Bulkhead`] and its [`ResponseFuture`]: admission in `call`, the wait, the inner call |
-//! | `permit.rs`, `hold.rs` | the slot a call holds, and how long it keeps it ([`Hold`]) |
-//! | `feedback.rs`, `adaptive/` | the limit in force, and the algorithms that move it |
-//! | `handle.rs`, `events.rs`, `stats.rs`, `telemetry.rs` | snapshots and controls, events, the wait histogram, `tracing` and `metrics` |
-//! | `keyed.rs`, `backpressure.rs` | a bulkhead per key; backpressure mode |
+//! ```text
+//! lib.rs              these docs, the re-exports
+//! config.rs           BulkheadConfig (validated plain data) and BulkheadBuilder
+//! queue.rs            QueuePolicy, the pure queue policy and the one list of its options: who
+//!                     takes a slot, who waits and until when, who is turned away
+//! layer.rs            BulkheadLayer: one bulkhead per layer, shared by every service it builds
+//! service.rs          Bulkhead, the Service: admission in `call`
+//! future.rs           ResponseFuture: the wait, the inner service's readiness, the inner call
+//! permit.rs           Permit and PermitHandle: the slot a call holds, freed on drop
+//! hold.rs             Hold: how long a call keeps its permit (the response, its body, a handle)
+//! semaphore.rs        the semaphore that applies the queue policy: slots and waiters counted
+//!                     in one atomic word, the line behind a mutex
+//! state.rs            what one bulkhead shares: the semaphore, the configuration in force,
+//!                     the limit's feedback, shadow counts, events and telemetry
+//! feedback.rs         the limit in force: fixed, adaptive, forced by an operator, allotted
+//! adaptive/mod.rs     AdaptiveConfig and the sealed LimitAlgorithm trait
+//!   adaptive/aimd.rs      Aimd: additive increase, multiplicative decrease
+//!   adaptive/gradient.rs  Gradient: latency against a baseline measured again on a schedule
+//! handle.rs           Handle, Snapshot, Demand: the operator's view and controls
+//! events.rs           BulkheadEvent and LimitCause: saturated, relieved, the limit moving
+//! stats.rs            the admission-wait histogram
+//! telemetry.rs        tracing events and metrics
+//! keyed.rs            KeyedBulkheadLayer: one bulkhead per key, a bounded number of keys
+//! backpressure.rs     BackpressureLayer: the slot reserved in `poll_ready`
+//! sync.rs             std's atomics and mutex, or loom's in the loom models
+//! loom_semaphore.rs   loom models of the semaphore (tests only)
+//! ```
+//!
+//! A new option of the queue is a [`QueuePolicy`] field with its default, its check
+//! in [`QueuePolicy::validate`], its row in the table there and its rule
+//! (`queue.rs`): the configuration, the builder's [`queue`](BulkheadBuilder::queue),
+//! the policy in force, the [`Snapshot`] and the policy file carry it unchanged.
 //!
 //! # Features
 //!

@@ -64,6 +64,41 @@
 //! let late: BoxError = Box::new(DeadlineExceeded::new());
 //! assert_eq!(Classify::<http::Response<()>>::classify(&classifier, Err(&*late)), Outcome::Failure);
 //! ```
+//!
+//! # Layout
+//!
+//! ```text
+//! lib.rs              these docs, the re-exports
+//! rejection.rs        the rejection types (CircuitOpen, BulkheadFull, BulkheadTimeout,
+//!                     DeadlineExceeded, FallbacksExhausted), RejectionKind and its one
+//!                     list, Category, Name, and find_rejection
+//! classify.rs         Outcome, Classify, ClassifyRequest and the provided classifiers
+//!                     (ErrorsAsFailures, HttpStatus, GrpcStatus, OverloadStatus, …)
+//! window.rs           CountWindow and TimeWindow: sliding windows of outcomes, `now` passed in
+//! deadline.rs         Deadline (travels with the task), DeadlineLayer, its service, future,
+//!                     handle and snapshot, `bounded`, the grpc-timeout header
+//! retry/mod.rs        DeadlineRetry, the deadline-aware tower::retry policy, its builder,
+//!                     handle and snapshot
+//!   retry/config.rs       RetryConfig, validated field by field
+//!   retry/backoff.rs      the wait before each retry: capped exponential growth, jitter
+//!   retry/budget.rs       the retry budget the policy's clones share
+//!   retry/tests.rs        the policy under tower's Retry, in paused time (tests only)
+//! handle.rs           LayerHandle: the name, config, reconfigure, revert, snapshot and
+//!                     operator verbs every layer's handle has
+//! keyed.rs            KeyedMap, the bounded map of the keyed layers, and DEFAULT_MAX_KEYS
+//! config.rs           ConfigError and the checks builders validate with
+//! time.rs             MAX_DURATION and `later`: instant arithmetic that cannot panic
+//! duration_format.rs  durations written "300ms" in configuration files (feature `serde`)
+//! random.rs           RandomSource and SeededRandom: injectable randomness for jitter
+//! reasons.rs          ReasonCounters: counts per classification reason (feature `metrics`)
+//! unwind.rs           on_unwind: a panicking dependency recorded as a failure
+//! held.rs             an inner service's readiness error kept to answer the next call
+//!                     (features `http`, `tonic`)
+//! http.rs             HTTP glue (feature `http`): rendered rejections, the answers table,
+//!                     Respond, the Guarded and Either bodies
+//! grpc.rs             gRPC glue (feature `tonic`): rejections as statuses
+//! telemetry.rs        core's tracing events and metrics (the deadline's, the retry policy's)
+//! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod classify;

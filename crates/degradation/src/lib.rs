@@ -253,6 +253,28 @@
 //! # main().unwrap();
 //! # }
 //! ```
+//!
+//! # Layout
+//!
+//! ```text
+//! lib.rs          these docs, the re-exports
+//! config.rs       DegradationConfig and Trigger: the policy as plain data, defaults, validation
+//! layer.rs        DegradationLayer and DegradationBuilder (the levels, the classifier)
+//! machine.rs      DegradationMachine, the pure policy: falls at once, climbs back slowly and
+//!                 verified; Change, Ticket, Reason, probe progress
+//!   machine/tests.rs  the machine's unit and property tests (tests only)
+//! service.rs      Degradation, the Service: asks which level serves a request and calls it;
+//!                 LevelService, ServedBy and the response extensions
+//! future.rs       ResponseFuture: drives the chosen level to readiness, calls it, reports once
+//! handle.rs       the state every service of one layer shares, and Handle, Snapshot, Level,
+//!                 LevelChange: the operator's view and controls
+//! fixed.rs        Fixed: a level that always answers the same thing
+//! http.rs         FixedResponse: a level that is a plain response (feature `http`)
+//! body.rs         UntilBodyEnd: a level's outcome reported when its body ends (feature `http`)
+//! health.rs       HealthMonitor: proactive checks of named dependencies, on tokio
+//! features.rs     FeaturePlan: which features run normally, degraded or not at all
+//! telemetry.rs    tracing events and metrics
+//! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "http")]

@@ -193,6 +193,26 @@
 //! what they would reject). A fallback turns no call away: it answers in place of a
 //! failure, or passes the failure on. There is nothing for it to let through, so it
 //! has none; its own counters already say what it did.
+//!
+//! # Layout
+//!
+//! ```text
+//! lib.rs          these docs, the re-exports
+//! config.rs       FallbackConfig (what a file may set and change at run time), StepTimeout,
+//!                 and FallbackBuilder
+//! layer.rs        FallbackLayer: one shared state per layer
+//! service.rs      Fallback, the Service: captures what the fallback needs, calls the primary
+//! future.rs       ResponseFuture: polls the primary; runs the fallback only when a trigger fires
+//! machine.rs      the decisions as plain functions: Trigger, Rejections, how long a step may run
+//! plan.rs         Single and Chain: one fallback, or named steps each with its own timeout
+//! strategy.rs     Strategy and the provided kinds: value, sync_fn, async_fn, service, unavailable
+//! request.rs      FallbackRequest and Capture: what a fallback receives
+//! mode.rs         Mode: how the response is made; the generic Plain mode
+//! http.rs         the HTTP modes (feature `http`): one body for every answer, the Served marker
+//! error.rs        Served, Unavailable, StepTimedOut: the fallback's own answers and errors
+//! handle.rs       the shared runtime state, Handle, Snapshot and FallbackEvent
+//! telemetry.rs    tracing events and metrics
+//! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod config;

@@ -408,6 +408,23 @@
 //! itself. Each [`Fleet::cap`] call spawns one renewal task for one bulkhead and
 //! returns its [`Capped`]; dropping that stops the renewals and leaves the
 //! bulkhead at what its mode gives an instance without a lease.
+//!
+//! # Layout
+//!
+//! ```text
+//! lib.rs          these docs, the re-exports
+//! config.rs       FleetConfig and TripTogether, validated
+//! coordinator.rs  Fleet, FleetBuilder and Coordinated: a probe gate and a background task per
+//!                 coordinated breaker, driven through its public handle; FleetSnapshot
+//! cap.rs          a fleet-wide cap: CapConfig, CapMode, Capped, the renewal task that applies
+//!                 an instance's allotment to its bulkhead; CapSnapshot
+//! ledger.rs       the division of a cap as plain code (no clock, no I/O), as both stores run it
+//! store.rs        Store and CapStore: all a coordinator asks of the shared store; keys,
+//!                 leases, verdicts, claims, StoreError
+//! local.rs        LocalStore: the in-process store, with Faults to inject
+//! redis.rs        RedisStore: one Lua script per write, RESP3 pushes (feature `redis`)
+//! telemetry.rs    tracing events and metrics
+//! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
