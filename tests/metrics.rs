@@ -163,11 +163,7 @@ fn value(families: &BTreeMap<String, Family>, family: &str, labels: &[(&str, &st
 
 /// Runs `f` on a paused current-thread runtime with `recorder` as the recorder.
 fn with_recorder<F: Future>(recorder: &PrometheusRecorder, f: impl FnOnce() -> F) -> F::Output {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap();
+    let runtime = seawall_test_support::paused_runtime();
     metrics::with_local_recorder(recorder, || runtime.block_on(f()))
 }
 

@@ -76,12 +76,7 @@ fn with_reader(
 }
 
 fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap()
-        .block_on(f)
+    seawall_test_support::paused_runtime().block_on(f)
 }
 
 type Req = http::Request<()>;

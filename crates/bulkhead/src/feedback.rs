@@ -656,11 +656,7 @@ mod schedule {
     }
 
     fn run(adaptive: AdaptiveConfig, max_queue: usize, ops: Vec<Op>) -> Result<(), TestCaseError> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let rt = seawall_test_support::paused_runtime();
         rt.block_on(async move {
             let mut config = BulkheadConfig {
                 adaptive: Some(adaptive),
@@ -785,11 +781,7 @@ mod schedule {
         config: AimdConfig,
         samples: &[(u64, usize, u64)],
     ) -> Result<(), TestCaseError> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .unwrap();
+        let rt = seawall_test_support::paused_runtime();
         rt.block_on(async {
             let f = Feedback::new(&bulkhead(config), Some(1));
             let mut bare = Aimd::new(config);

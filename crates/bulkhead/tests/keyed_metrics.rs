@@ -3,79 +3,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 #![cfg(feature = "metrics")]
 
-use std::collections::BTreeMap;
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
-use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 use seawall_bulkhead::{BulkheadConfig, BulkheadLayer, KeyedHandle};
+use seawall_test_support::Series;
 use tokio_test::{assert_ready, task};
 use tower::{service_fn, Layer, Service};
 
 type Req = http::Request<String>;
-
-/// Every series ever registered, as an exporter keeps them: `name{k=v,...}`
-/// (labels sorted) to its value. Runs `on_register` (user code) at each one.
-#[derive(Default)]
-struct Series {
-    values: Mutex<BTreeMap<String, Arc<AtomicU64>>>,
-    on_register: OnceLock<Box<dyn Fn() + Send + Sync>>,
-}
-
-fn render(key: &Key) -> String {
-    let mut labels: Vec<String> = key
-        .labels()
-        .map(|l| format!("{}={}", l.key(), l.value()))
-        .collect();
-    labels.sort();
-    format!("{}{{{}}}", key.name(), labels.join(","))
-}
-
-impl Series {
-    fn slot(&self, key: &Key) -> Arc<AtomicU64> {
-        if let Some(f) = self.on_register.get() {
-            f();
-        }
-        Arc::clone(self.values.lock().unwrap().entry(render(key)).or_default())
-    }
-
-    fn names(&self) -> Vec<String> {
-        self.values.lock().unwrap().keys().cloned().collect()
-    }
-
-    fn gauge(&self, series: &str) -> f64 {
-        self.values
-            .lock()
-            .unwrap()
-            .get(series)
-            .map_or(f64::NAN, |v| f64::from_bits(v.load(Ordering::SeqCst)))
-    }
-
-    fn counter(&self, series: &str) -> u64 {
-        self.values
-            .lock()
-            .unwrap()
-            .get(series)
-            .map_or(0, |v| v.load(Ordering::SeqCst))
-    }
-}
-
-impl Recorder for Series {
-    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
-        Counter::from_arc(self.slot(key))
-    }
-    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
-        Gauge::from_arc(self.slot(key))
-    }
-    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
-        self.slot(key);
-        Histogram::noop()
-    }
-}
 
 fn ok(_req: Req) -> std::future::Ready<Result<(), Infallible>> {
     std::future::ready(Ok(()))

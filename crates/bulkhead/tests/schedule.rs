@@ -57,11 +57,7 @@ struct Tally {
 }
 
 fn run(limit: usize, queue: usize, ops: Vec<Op>) -> Result<(), TestCaseError> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap();
+    let rt = seawall_test_support::paused_runtime();
     rt.block_on(async move {
         let l = BulkheadLayer::builder("schedule")
             .max_concurrent(limit)

@@ -2,39 +2,23 @@
 #![cfg(feature = "http")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue};
-use http_body::{Body, Frame};
+use http_body::Frame;
 use http_body_util::BodyExt;
 use seawall_circuit_breaker::{CircuitBreakerLayer, Handle, State, UntilBodyEndLayer};
 use seawall_core::{classify_fn, BoxError, GrpcStatus, Outcome};
+use seawall_test_support::{Sent, Stream};
 use tokio::sync::mpsc;
 use tokio::time::advance;
 use tower::{service_fn, Layer, Service, ServiceExt};
 
 const S: Duration = Duration::from_secs(1);
 
-type Sent = Result<Frame<Bytes>, std::io::Error>;
-
 /// Where a [`streaming_server`] hands over the sender of each response body it makes.
 type Bodies = mpsc::UnboundedReceiver<mpsc::UnboundedSender<Sent>>;
-
-/// A response body the test writes to: frames sent on the channel, ending when the
-/// sender is dropped.
-struct Stream(mpsc::UnboundedReceiver<Sent>);
-
-impl Body for Stream {
-    type Data = Bytes;
-    type Error = std::io::Error;
-
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Sent>> {
-        self.0.poll_recv(cx)
-    }
-}
 
 fn trailers(code: &'static str) -> HeaderMap {
     let mut t = HeaderMap::new();

@@ -10,16 +10,7 @@ use seawall_circuit_breaker::{CircuitBreakerConfig, CircuitBreakerLayer, KeyedHa
 use seawall_core::BoxError;
 use tower::{service_fn, Layer, Service, ServiceExt};
 
-mod support;
-use support::series::Series;
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap()
-}
+use seawall_test_support::{paused_runtime, Series};
 
 /// Requests are host names; those starting with `down` fail.
 fn suppliers() -> impl Service<String, Response = (), Error = BoxError> + Clone {
@@ -44,7 +35,7 @@ fn five_thousand_keys_leave_a_bounded_number_of_series_by_default() {
             .unwrap();
         let handle = layer.handle();
         let svc = layer.layer(suppliers());
-        runtime().block_on(async {
+        paused_runtime().block_on(async {
             for i in 0..5_000 {
                 // Every thousandth key is down: its breaker opens and stays.
                 let host = if i % 1_000 == 0 {
@@ -63,7 +54,10 @@ fn five_thousand_keys_leave_a_bounded_number_of_series_by_default() {
         );
         assert_eq!(handle.evicted(), 5_000 - 16);
         // The state gauge counts the breakers alive: evicted ones left it.
-        assert_eq!(series.breakers("name=suppliers"), 16.0);
+        assert_eq!(
+            series.gauges_sum("seawall_breaker_state", "name=suppliers"),
+            16.0
+        );
         assert_eq!(
             series.gauge("seawall_breaker_state{name=suppliers,state=open}"),
             5.0
@@ -104,7 +98,7 @@ fn per_key_series_are_an_opt_in_with_a_key_label() {
             .unwrap();
         let handle = layer.handle();
         let svc = layer.layer(suppliers());
-        runtime().block_on(async {
+        paused_runtime().block_on(async {
             let _ = svc.clone().oneshot("down-a".to_owned()).await;
             for route in ["b", "c", "d", "e", "f", "g"] {
                 svc.clone().oneshot(route.to_owned()).await.unwrap();
@@ -126,7 +120,10 @@ fn per_key_series_are_an_opt_in_with_a_key_label() {
             1
         );
         // At most `max_keys` breakers are counted in a state at once.
-        assert_eq!(series.breakers("name=routes"), 4.0);
+        assert_eq!(
+            series.gauges_sum("seawall_breaker_state", "name=routes"),
+            4.0
+        );
     });
     let keys: std::collections::BTreeSet<String> = series
         .names()
@@ -169,7 +166,7 @@ fn a_key_made_while_the_configuration_changes_gets_the_new_one() {
             .unwrap();
         let _ = handle.set(layer.handle());
         let svc = layer.layer(suppliers());
-        runtime().block_on(async {
+        paused_runtime().block_on(async {
             svc.clone().oneshot("a.example".to_owned()).await.unwrap();
         });
         let h = layer.handle();

@@ -12,7 +12,7 @@ use support::{drive, runtime, supplier};
 
 mod metrics_export {
     use super::*;
-    use support::series::Series;
+    use seawall_test_support::Series;
 
     #[test]
     fn counters_by_outcome_transitions_and_a_state_gauge() {

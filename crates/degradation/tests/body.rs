@@ -2,34 +2,18 @@
 #![cfg(feature = "http")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::pin::Pin;
-use std::task::{Context, Poll};
-
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue};
-use http_body::{Body, Frame};
+use http_body::Frame;
 use http_body_util::BodyExt;
 use seawall_core::{AdmissionAsFailure, BoxError, GrpcStatus};
 use seawall_degradation::{
     DegradationLayer, Handle, NoExtensions, UntilBodyEnd, UntilBodyEndLayer,
 };
+use seawall_test_support::{Sent, Stream};
 use tokio::sync::mpsc;
 use tower::util::BoxCloneSyncService;
 use tower::{service_fn, Layer, Service, ServiceExt};
-
-type Sent = Result<Frame<Bytes>, std::io::Error>;
-
-/// A response body the test writes to; it ends when the sender is dropped.
-struct Stream(mpsc::UnboundedReceiver<Sent>);
-
-impl Body for Stream {
-    type Data = Bytes;
-    type Error = std::io::Error;
-
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Sent>> {
-        self.0.poll_recv(cx)
-    }
-}
 
 type Req = http::Request<()>;
 type Res = http::Response<Stream>;

@@ -227,11 +227,7 @@ fn step_fut(
 }
 
 fn check(ops: Vec<Op>) -> Result<(), TestCaseError> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap();
+    let rt = seawall_test_support::paused_runtime();
     rt.block_on(async move {
         let classifier = classify_fn(|r: ClassifyInput<'_, Quote>| match r {
             Ok(q) if q.failed => Outcome::Failure,

@@ -49,11 +49,7 @@ fn case() -> impl Strategy<Value = Case> {
 /// Runs one case for 80 s of paused time; returns the probes seen and whether
 /// every instance ended closed.
 fn run(case: &Case) -> (Vec<support::Probe>, usize, bool) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap();
+    let rt = seawall_test_support::paused_runtime();
     rt.block_on(async {
         let store = LocalStore::with_seed(case.seed);
         store

@@ -1,11 +1,8 @@
 //! Test fixtures: a failing supplier and a call pattern for the metrics and tracing
-//! tests, the counting supplier of the service and hooks tests (`counting`) and the
-//! metrics tests' recorder (`series`).
+//! tests and the counting supplier of the service and hooks tests (`counting`).
 #![allow(dead_code, unreachable_pub)]
 
 pub mod counting;
-#[cfg(feature = "metrics")]
-pub mod series;
 
 use std::sync::{Arc, Mutex};
 
