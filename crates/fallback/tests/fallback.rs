@@ -660,27 +660,10 @@ async fn disabled_passes_everything_through_and_forced_skips_the_primary() {
     let quote = svc.ready().await.unwrap().call(req("PT")).await.unwrap();
     assert_eq!(quote.source.unwrap().trigger(), Trigger::Forced);
     handle.release();
-    assert_eq!(
-        events.recv().await.unwrap(),
-        FallbackEvent::Control {
-            enabled: false,
-            forced: false
-        }
-    );
-    assert_eq!(
-        events.recv().await.unwrap(),
-        FallbackEvent::Control {
-            enabled: true,
-            forced: false
-        }
-    );
-    assert_eq!(
-        events.recv().await.unwrap(),
-        FallbackEvent::Control {
-            enabled: true,
-            forced: true
-        }
-    );
+    let control = |enabled, forced| FallbackEvent::Control { enabled, forced };
+    assert_eq!(events.recv().await.unwrap(), control(false, false));
+    assert_eq!(events.recv().await.unwrap(), control(true, false));
+    assert_eq!(events.recv().await.unwrap(), control(true, true));
     assert_eq!(
         events.recv().await.unwrap(),
         FallbackEvent::Triggered {
