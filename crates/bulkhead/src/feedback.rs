@@ -454,44 +454,28 @@ mod tests {
         assert!(f.issue(None).is_none(), "a forced limit feeds no algorithm");
         assert!(f.view().forced);
         let overloaded: Result<(), BoxError> = Err(Box::new(seawall_core::DeadlineExceeded::new()));
-        let ticket = Ticket {
-            generation: 0,
-            started: None,
-        };
-        assert!(f
-            .observe(
-                ticket,
-                &TimeoutsAsOverload,
-                &overloaded,
-                &m,
-                &Events::default()
-            )
-            .is_none());
-        assert_eq!(f.release(Instant::now(), &Events::default()), (3, 3));
-        assert!(!f.view().forced);
-        // Released: the algorithm continues from the forced limit, in a new generation.
-        let ticket = f.issue(None).unwrap();
-        assert_eq!(ticket.generation, 1);
-        assert_eq!(
+        let overload = |ticket| {
             f.observe(
                 ticket,
                 &TimeoutsAsOverload,
                 &overloaded,
                 &m,
-                &Events::default()
-            ),
-            Some((3, 2))
-        );
-        // The same generation's next overload signal is stale.
-        assert!(f
-            .observe(
-                ticket,
-                &TimeoutsAsOverload,
-                &overloaded,
-                &m,
-                &Events::default()
+                &Events::default(),
             )
-            .is_none());
+        };
+        let ticket = Ticket {
+            generation: 0,
+            started: None,
+        };
+        assert!(overload(ticket).is_none());
+        assert_eq!(f.release(Instant::now(), &Events::default()), (3, 3));
+        assert!(!f.view().forced);
+        // Released: the algorithm continues from the forced limit, in a new generation.
+        let ticket = f.issue(None).unwrap();
+        assert_eq!(ticket.generation, 1);
+        assert_eq!(overload(ticket), Some((3, 2)));
+        // The same generation's next overload signal is stale.
+        assert!(overload(ticket).is_none());
     }
 
     #[tokio::test(start_paused = true)]

@@ -364,6 +364,17 @@ fn fed() -> impl Strategy<Value = Fed> {
     ]
 }
 
+/// An algorithm's limits: `(min, max, initial)`, with `min <= initial <= max`.
+fn limits() -> impl Strategy<Value = (usize, usize, usize)> {
+    (1..20usize, 0..50usize, 0..50usize)
+        .prop_map(|(min, span, at)| (min, min + span, min + at.min(span)))
+}
+
+/// What the algorithm is fed: a pause in ms before each step, and the step.
+fn steps() -> impl Strategy<Value = Vec<(u64, Fed)>> {
+    proptest::collection::vec((0..500u64, fed()), 1..300)
+}
+
 fn check<A: LimitAlgorithm>(
     mut a: A,
     min: usize,
@@ -412,39 +423,35 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
     #[test]
     fn aimd_stays_within_its_bounds(
-        min in 1..20usize,
-        span in 0..50usize,
-        at in 0..50usize,
+        (min, max, initial) in limits(),
         backoff in 0.5..0.99f64,
         timeout_ms in 1..1_000u64,
-        steps in proptest::collection::vec((0..500u64, fed()), 1..300),
+        steps in steps(),
     ) {
         let config = AimdConfig {
             min_limit: min,
-            max_limit: min + span,
-            initial_limit: min + at.min(span),
+            max_limit: max,
+            initial_limit: initial,
             backoff,
             timeout: ms(timeout_ms),
             ..AimdConfig::default()
         };
         config.validate().unwrap();
-        check(seawall_bulkhead::adaptive::Aimd::new(config), min, min + span, &steps)?;
+        check(seawall_bulkhead::adaptive::Aimd::new(config), min, max, &steps)?;
     }
 
     #[test]
     fn gradient_stays_within_its_bounds(
-        min in 1..20usize,
-        span in 0..50usize,
-        at in 0..50usize,
+        (min, max, initial) in limits(),
         tolerance in 0.0..1.0f64,
         samples in 1..32usize,
         seed in any::<u64>(),
-        steps in proptest::collection::vec((0..500u64, fed()), 1..300),
+        steps in steps(),
     ) {
         let config = GradientConfig {
             min_limit: min,
-            max_limit: min + span,
-            initial_limit: min + at.min(span),
+            max_limit: max,
+            initial_limit: initial,
             tolerance,
             window_samples: samples,
             min_rtt_samples: samples,
@@ -453,7 +460,7 @@ proptest! {
             ..GradientConfig::default()
         };
         config.validate().unwrap();
-        check(Gradient::with_seed(config, seed), min, min + span, &steps)?;
+        check(Gradient::with_seed(config, seed), min, max, &steps)?;
     }
 }
 

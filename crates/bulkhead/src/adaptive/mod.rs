@@ -272,81 +272,40 @@ mod tests {
     #[test]
     fn every_setting_at_fault_is_named_under_adaptive() {
         let field = |c: AdaptiveConfig| c.validate().unwrap_err().field().to_owned();
-        let aimd = AimdConfig::default();
+        // The field named for the default AIMD configuration changed by `change`.
+        let aimd_field = |change: &dyn Fn(&mut AimdConfig)| {
+            let mut c = AimdConfig::default();
+            change(&mut c);
+            field(c.into())
+        };
+        assert_eq!(aimd_field(&|c| c.min_limit = 0), "adaptive.min_limit");
         assert_eq!(
-            field(
-                AimdConfig {
-                    min_limit: 0,
-                    ..aimd
-                }
-                .into()
-            ),
-            "adaptive.min_limit"
-        );
-        assert_eq!(
-            field(
-                AimdConfig {
-                    min_limit: 10,
-                    max_limit: 5,
-                    initial_limit: 7,
-                    ..aimd
-                }
-                .into()
-            ),
+            aimd_field(&|c| {
+                c.min_limit = 10;
+                c.max_limit = 5;
+                c.initial_limit = 7;
+            }),
             "adaptive.max_limit"
         );
         assert_eq!(
-            field(
-                AimdConfig {
-                    max_limit: MAX_LIMIT + 1,
-                    ..aimd
-                }
-                .into()
-            ),
+            aimd_field(&|c| c.max_limit = MAX_LIMIT + 1),
             "adaptive.max_limit"
         );
         assert_eq!(
-            field(
-                AimdConfig {
-                    initial_limit: 1000,
-                    ..aimd
-                }
-                .into()
-            ),
+            aimd_field(&|c| c.initial_limit = 1000),
             "adaptive.initial_limit"
         );
         for bad in [3, 0, MAX_SAMPLE_EVERY * 2] {
             assert_eq!(
-                field(
-                    AimdConfig {
-                        sample_every: bad,
-                        ..aimd
-                    }
-                    .into()
-                ),
+                aimd_field(&|c| c.sample_every = bad),
                 "adaptive.sample_every"
             );
         }
         for bad in [1.0, 0.4, f64::NAN] {
-            assert_eq!(
-                field(
-                    AimdConfig {
-                        backoff: bad,
-                        ..aimd
-                    }
-                    .into()
-                ),
-                "adaptive.backoff"
-            );
+            assert_eq!(aimd_field(&|c| c.backoff = bad), "adaptive.backoff");
         }
         assert_eq!(
-            field(
-                AimdConfig {
-                    timeout: Duration::ZERO,
-                    ..aimd
-                }
-                .into()
-            ),
+            aimd_field(&|c| c.timeout = Duration::ZERO),
             "adaptive.timeout"
         );
         let g = GradientConfig::default();
@@ -399,7 +358,7 @@ mod tests {
         for (c, expected) in cases {
             assert_eq!(field(c.into()), expected, "{c:?}");
         }
-        assert!(AdaptiveConfig::from(aimd).validate().is_ok());
+        assert!(AdaptiveConfig::from(AimdConfig::default()).validate().is_ok());
         assert!(AdaptiveConfig::from(g).validate().is_ok());
     }
 
