@@ -13,9 +13,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use seawall_bulkhead::{BulkheadLayer, Handle};
+use seawall_bulkhead::Handle;
 use seawall_core::{find_rejection, BoxError, RejectionKind};
-use seawall_fleet::{CapConfig, CapMode, Capped, Fleet, RedisStore};
+use seawall_fleet::{CapConfig, CapMode, Capped};
 use support::redis_server::RedisServer;
 use support::supplier::{client, Supplier};
 use tokio::time::{sleep, Instant};
@@ -63,17 +63,7 @@ fn config(cap: u32) -> CapConfig {
 fn shops(url: &str, n: usize, supplier: &Supplier, config: CapConfig) -> Vec<Arc<Shop>> {
     (0..n)
         .map(|i| {
-            let fleet = Fleet::builder(RedisStore::new(url).unwrap())
-                .prefix("drill")
-                .store_timeout(Duration::from_millis(250))
-                .seed(40 + i as u64)
-                .build()
-                .unwrap();
-            let layer = BulkheadLayer::builder("freight")
-                .max_concurrent(10)
-                .max_queue(0)
-                .build()
-                .unwrap();
+            let (fleet, layer) = support::capped_instance(url, "drill", 40 + i as u64);
             let handle = layer.handle();
             let capped = fleet.cap(&handle, config).unwrap();
             let shop = Arc::new(Shop {

@@ -13,9 +13,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use seawall_bulkhead::BulkheadLayer;
 use seawall_core::{find_rejection, RejectionKind};
-use seawall_fleet::{CapConfig, Fleet, RedisStore};
+use seawall_fleet::CapConfig;
 use support::redis_server::RedisServer;
 use support::supplier::{client, Supplier};
 use tokio::time::{sleep, Instant};
@@ -116,17 +115,7 @@ async fn cap_instance_process() {
         .unwrap()
         .parse()
         .unwrap();
-    let fleet = Fleet::builder(RedisStore::new(&url).unwrap())
-        .prefix("processes")
-        .store_timeout(Duration::from_millis(250))
-        .seed(i as u64)
-        .build()
-        .unwrap();
-    let layer = BulkheadLayer::builder("freight")
-        .max_concurrent(10)
-        .max_queue(0)
-        .build()
-        .unwrap();
+    let (fleet, layer) = support::capped_instance(&url, "processes", i as u64);
     let handle = layer.handle();
     let config = CapConfig::new(CAP)
         .renew_every(Duration::from_millis(100))

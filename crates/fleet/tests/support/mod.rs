@@ -10,9 +10,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use seawall_bulkhead::BulkheadLayer;
 use seawall_circuit_breaker::{CircuitBreakerConfig, CircuitBreakerLayer, Handle, State};
 use seawall_core::{find_rejection, BoxError, RejectionKind, SeededRandom};
-use seawall_fleet::{Coordinated, Fleet, Store};
+use seawall_fleet::{Coordinated, Fleet, RedisStore, Store};
 use tokio::time::Instant;
 use tower::util::BoxCloneSyncService;
 use tower::{service_fn, Layer, ServiceExt};
@@ -239,4 +240,22 @@ pub fn most_overlapping(probes: &[Probe]) -> usize {
         most = most.max(now);
     }
     most as usize
+}
+
+/// One instance of the cap tests over Redis: a fleet of its own (its own
+/// connection to the store at `url`, store operations timing out after 250 ms) and
+/// the bulkhead it caps, `freight`, of 10 active calls without a queue.
+pub fn capped_instance(url: &str, prefix: &str, seed: u64) -> (Fleet<RedisStore>, BulkheadLayer) {
+    let fleet = Fleet::builder(RedisStore::new(url).unwrap())
+        .prefix(prefix)
+        .store_timeout(Duration::from_millis(250))
+        .seed(seed)
+        .build()
+        .unwrap();
+    let layer = BulkheadLayer::builder("freight")
+        .max_concurrent(10)
+        .max_queue(0)
+        .build()
+        .unwrap();
+    (fleet, layer)
 }
