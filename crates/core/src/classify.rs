@@ -742,8 +742,8 @@ impl<B> Classify<http::Response<B>> for OverloadStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rejection::tests::ClientError;
     use crate::rejection::{BoxError, BulkheadFull, CircuitOpen, DeadlineExceeded};
-    use std::fmt;
     use std::time::Duration;
 
     fn response(status: u16) -> http::Response<()> {
@@ -752,19 +752,6 @@ mod tests {
 
     fn classify_http(status: u16) -> Outcome {
         HttpStatus::default().classify(Ok(&response(status)))
-    }
-
-    #[derive(Debug)]
-    struct ClientError(BoxError);
-    impl fmt::Display for ClientError {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("request failed")
-        }
-    }
-    impl Error for ClientError {
-        fn source(&self) -> Option<&(dyn Error + 'static)> {
-            Some(&*self.0)
-        }
     }
 
     #[test]

@@ -596,17 +596,19 @@ fn recognise<'a>(e: &'a (dyn Error + 'static)) -> Option<Rejection<'a>> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
+    /// A client's own error wrapping its cause, as hyper's and tonic's do: the
+    /// finder must look through it. The crate's other tests wrap with it too.
     #[derive(Debug)]
-    struct Wrapper(BoxError);
-    impl fmt::Display for Wrapper {
+    pub(crate) struct ClientError(pub(crate) BoxError);
+    impl fmt::Display for ClientError {
         fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("client failed")
+            f.write_str("request failed")
         }
     }
-    impl Error for Wrapper {
+    impl Error for ClientError {
         fn source(&self) -> Option<&(dyn Error + 'static)> {
             Some(&*self.0)
         }
@@ -696,7 +698,7 @@ mod tests {
     #[test]
     fn finds_a_rejection_wrapped_in_another_error() {
         let inner: BoxError = Box::new(BulkheadFull::new("freight".into()));
-        let outer: BoxError = Box::new(Wrapper(inner));
+        let outer: BoxError = Box::new(ClientError(inner));
         let r = find_rejection(&*outer).unwrap();
         assert_eq!(r.kind(), RejectionKind::BulkheadFull);
         assert_eq!(r.name(), Some("freight"));
@@ -741,7 +743,7 @@ mod tests {
     fn plain_errors_are_not_rejections() {
         let io: BoxError = Box::new(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
         assert!(find_rejection(&*io).is_none());
-        assert!(find_rejection(&Wrapper(io)).is_none());
+        assert!(find_rejection(&ClientError(io)).is_none());
     }
 
     #[test]

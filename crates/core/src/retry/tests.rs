@@ -4,6 +4,7 @@
 use super::*;
 use crate::classify::HttpStatus;
 use crate::deadline::{Deadline, DeadlineLayer};
+use crate::rejection::tests::ClientError;
 use crate::rejection::{BulkheadFull, BulkheadTimeout, CircuitOpen, DeadlineExceeded};
 use crate::time::MAX_DURATION;
 use std::sync::atomic::AtomicUsize;
@@ -198,22 +199,6 @@ async fn a_retry_that_fits_exactly_is_made() {
     assert_eq!(err.to_string(), "boom");
     assert_eq!(starts, [0, 100, 200]);
     assert_eq!((s.retries, s.refused_deadline), (2, 1));
-}
-
-/// A client's own error wrapping the cause.
-#[derive(Debug)]
-struct ClientError(BoxError);
-
-impl fmt::Display for ClientError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("request failed")
-    }
-}
-
-impl Error for ClientError {
-    fn source(&self) -> Option<&(dyn Error + 'static)> {
-        Some(&*self.0)
-    }
 }
 
 #[tokio::test(start_paused = true)]
