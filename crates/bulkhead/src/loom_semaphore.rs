@@ -41,6 +41,10 @@ fn waker() -> Waker {
     Waker::from(Arc::new(Flag(AtomicBool::new(false))))
 }
 
+fn counts(active: usize, queued: usize) -> Counts {
+    Counts { active, queued }
+}
+
 fn waiting(e: Enqueued) -> WaiterId {
     match e {
         Enqueued::Waiting(id) => id,
@@ -73,23 +77,13 @@ fn loom_a_hand_over_racing_a_waiters_timeout_leaks_no_slot() {
         if release.join().is_err() {
             panic!("the releasing thread panicked");
         }
-        let expected = Counts {
-            active: usize::from(holds),
-            queued: 0,
-        };
-        assert_eq!(m.counts(), expected);
+        assert_eq!(m.counts(), counts(usize::from(holds), 0));
         assert_eq!(m.admitted(), 1 + u64::from(holds));
         assert_eq!(m.rejected_timeout(), u64::from(!holds));
         if holds {
             m.release();
         }
-        assert_eq!(
-            m.counts(),
-            Counts {
-                active: 0,
-                queued: 0
-            }
-        );
+        assert_eq!(m.counts(), counts(0, 0));
     });
 }
 
@@ -111,13 +105,7 @@ fn loom_a_newcomer_never_overtakes_a_waiter() {
             panic!("the releasing thread panicked");
         }
         assert!(m.poll_waiter(id, &waker()));
-        assert_eq!(
-            m.counts(),
-            Counts {
-                active: 1,
-                queued: 0
-            }
-        );
+        assert_eq!(m.counts(), counts(1, 0));
     });
 }
 
@@ -166,12 +154,6 @@ fn loom_a_hand_over_racing_a_timeout_and_a_resize_keeps_the_limits() {
         for _ in 0..after.active {
             m.release();
         }
-        assert_eq!(
-            m.counts(),
-            Counts {
-                active: 0,
-                queued: 0
-            }
-        );
+        assert_eq!(m.counts(), counts(0, 0));
     });
 }
