@@ -309,6 +309,23 @@ mod tests {
     fn validation_names_the_field() {
         let base = CircuitBreakerConfig::default;
         let s = Duration::from_secs(1);
+        let count = |size, min_calls, failure_rate| CircuitBreakerConfig {
+            policy: TripPolicy::CountWindow {
+                size,
+                min_calls,
+                failure_rate,
+            },
+            ..base()
+        };
+        let time = |window, bucket| CircuitBreakerConfig {
+            policy: TripPolicy::TimeWindow {
+                window,
+                bucket,
+                min_calls: 1,
+                failure_rate: 0.5,
+            },
+            ..base()
+        };
         let cases: Vec<(CircuitBreakerConfig, &str)> = vec![
             (
                 CircuitBreakerConfig {
@@ -317,86 +334,13 @@ mod tests {
                 },
                 "policy.threshold",
             ),
-            (
-                CircuitBreakerConfig {
-                    policy: TripPolicy::CountWindow {
-                        size: 0,
-                        min_calls: 1,
-                        failure_rate: 0.5,
-                    },
-                    ..base()
-                },
-                "policy.size",
-            ),
-            (
-                CircuitBreakerConfig {
-                    policy: TripPolicy::CountWindow {
-                        size: 10,
-                        min_calls: 11,
-                        failure_rate: 0.5,
-                    },
-                    ..base()
-                },
-                "policy.min_calls",
-            ),
-            (
-                CircuitBreakerConfig {
-                    policy: TripPolicy::CountWindow {
-                        size: 10,
-                        min_calls: 10,
-                        failure_rate: f64::NAN,
-                    },
-                    ..base()
-                },
-                "policy.failure_rate",
-            ),
-            (
-                CircuitBreakerConfig {
-                    policy: TripPolicy::CountWindow {
-                        size: 10,
-                        min_calls: 10,
-                        failure_rate: 0.0,
-                    },
-                    ..base()
-                },
-                "policy.failure_rate",
-            ),
-            (
-                CircuitBreakerConfig {
-                    policy: TripPolicy::TimeWindow {
-                        window: s,
-                        bucket: 2 * s,
-                        min_calls: 1,
-                        failure_rate: 0.5,
-                    },
-                    ..base()
-                },
-                "policy.window",
-            ),
-            (
-                CircuitBreakerConfig {
-                    policy: TripPolicy::TimeWindow {
-                        window: Duration::from_millis(1500),
-                        bucket: s,
-                        min_calls: 1,
-                        failure_rate: 0.5,
-                    },
-                    ..base()
-                },
-                "policy.window",
-            ),
-            (
-                CircuitBreakerConfig {
-                    policy: TripPolicy::TimeWindow {
-                        window: s,
-                        bucket: Duration::ZERO,
-                        min_calls: 1,
-                        failure_rate: 0.5,
-                    },
-                    ..base()
-                },
-                "policy.bucket",
-            ),
+            (count(0, 1, 0.5), "policy.size"),
+            (count(10, 11, 0.5), "policy.min_calls"),
+            (count(10, 10, f64::NAN), "policy.failure_rate"),
+            (count(10, 10, 0.0), "policy.failure_rate"),
+            (time(s, 2 * s), "policy.window"),
+            (time(Duration::from_millis(1500), s), "policy.window"),
+            (time(s, Duration::ZERO), "policy.bucket"),
             (
                 CircuitBreakerConfig {
                     policy: TripPolicy::ConsecutiveFailures { threshold: 5 },
