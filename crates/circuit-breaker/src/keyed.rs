@@ -16,7 +16,7 @@ use tower_service::Service;
 
 use crate::config::CircuitBreakerConfig;
 use crate::future::{Guard, ResponseFuture};
-use crate::handle::{Handle, Snapshot};
+use crate::handle::{Forced, Handle, Snapshot};
 use crate::layer::CircuitBreakerBuilder;
 use crate::machine::{Admission, State};
 use crate::state::Breaker;
@@ -79,6 +79,8 @@ struct Settings {
     built: CircuitBreakerConfig,
     /// Seeds each new key's jitter source, if one was supplied.
     random: Option<Box<dyn RandomSource>>,
+    /// What an operator holds every key's breaker at, new keys' included.
+    forced: Option<Forced>,
 }
 
 impl<K> fmt::Debug for Keyed<K> {
@@ -162,12 +164,29 @@ where
     }
 
     /// A breaker built from a configuration that a `reconfigure` replaced meanwhile
-    /// (it could not see a breaker not yet in the map) takes the current one.
+    /// (it could not see a breaker not yet in the map) takes the current one, and
+    /// a new breaker of a forced layer is forced like the others.
     fn catch_up(&self, breaker: &Arc<Breaker>, made: &CircuitBreakerConfig) {
-        let current = self.settings().config.clone();
+        let (current, mut forced) = {
+            let settings = self.settings();
+            (settings.config.clone(), settings.forced)
+        };
+        let handle = Handle::new(Arc::clone(breaker));
         if *made != current {
             // Validated by `reconfigure`.
-            let _ = Handle::new(Arc::clone(breaker)).reconfigure(current);
+            let _ = handle.reconfigure(current);
+        }
+        // Applied with the settings released (a transition reaches user code). A
+        // `force` or `release` that ran meanwhile may have missed this breaker
+        // (or been overtaken by this one): apply until the setting holds still.
+        while let Some(holding) = forced {
+            handle.force(holding);
+            forced = self.settings().forced;
+            if forced.is_none() {
+                handle.release();
+            } else if forced == Some(holding) {
+                break;
+            }
         }
     }
 
@@ -271,6 +290,7 @@ where
                     built: builder.config.clone(),
                     config: builder.config,
                     random: builder.random,
+                    forced: None,
                 }),
                 map: KeyedMap::new(self.max_keys),
                 overflow: OnceLock::new(),
@@ -531,4 +551,68 @@ where
     pub fn config(&self) -> CircuitBreakerConfig {
         self.shared.settings().config.clone()
     }
+
+    /// Holds every key's breaker at `forced` (see [`Handle::force`]), the
+    /// overflow breaker and the breakers of keys seen from now on included, until
+    /// [`release`](Self::release). A forced breaker is never evicted, so new keys
+    /// beyond the bound share the (forced) overflow breaker meanwhile.
+    pub fn force(&self, forced: Forced) {
+        self.shared.settings().forced = Some(forced);
+        self.each_breaker(|h| h.force(forced));
+    }
+
+    /// Hands every key's breaker back to its own policy after
+    /// [`force`](Self::force) (see [`Handle::release`]: a forced or disabled
+    /// breaker starts afresh, the others are left as they are).
+    pub fn release(&self) {
+        self.shared.settings().forced = None;
+        self.each_breaker(|h| h.release());
+    }
+
+    /// What [`force`](Self::force) holds the keys at, if anything.
+    pub fn forced(&self) -> Option<Forced> {
+        self.shared.settings().forced
+    }
+
+    /// Every key's snapshot and the overflow breaker's, with the key-bound
+    /// counters.
+    pub fn snapshot(&self) -> KeyedSnapshot<K> {
+        KeyedSnapshot {
+            name: self.shared.name.to_string(),
+            max_keys: self.max_keys(),
+            evicted: self.evicted(),
+            forced: self.forced(),
+            keys: self.snapshots(),
+            overflow: self.overflow().map(|h| h.snapshot()),
+        }
+    }
+
+    /// Runs `f` on every key's breaker and the overflow breaker, with no lock held.
+    fn each_breaker(&self, f: impl Fn(&Handle)) {
+        for (_, b) in self.shared.breakers() {
+            f(&Handle::new(b));
+        }
+        if let Some(overflow) = self.overflow() {
+            f(&overflow);
+        }
+    }
+}
+
+/// Every key's breaker of a keyed layer at one instant (see [`KeyedHandle::snapshot`]).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct KeyedSnapshot<K> {
+    /// The layer's name.
+    pub name: String,
+    /// The bound on keys.
+    pub max_keys: usize,
+    /// Keys evicted to make room for new ones.
+    pub evicted: u64,
+    /// What an operator holds every key at ([`KeyedHandle::force`]), if anything.
+    pub forced: Option<Forced>,
+    /// Each key with a breaker now, and its snapshot.
+    pub keys: Vec<(K, Snapshot)>,
+    /// The shared overflow breaker's snapshot, if the map has ever been full of
+    /// breakers that may not be evicted.
+    pub overflow: Option<Snapshot>,
 }

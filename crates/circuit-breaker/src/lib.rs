@@ -446,6 +446,7 @@ pub use handle::{Counters, Forced, Handle, Snapshot, TransitionCount};
 pub use hooks::{ProbeDecision, ProbeGate, ProbeRequest, Verdict, VerdictOutcome};
 pub use keyed::{
     KeyedCircuitBreaker, KeyedCircuitBreakerBuilder, KeyedCircuitBreakerLayer, KeyedHandle,
+    KeyedSnapshot,
 };
 pub use layer::{CircuitBreakerBuilder, CircuitBreakerLayer};
 pub use machine::{

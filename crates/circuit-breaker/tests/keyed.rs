@@ -8,10 +8,10 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use seawall_circuit_breaker::{
-    CircuitBreakerConfig, CircuitBreakerLayer, KeyedCircuitBreaker, KeyedCircuitBreakerLayer,
-    KeyedHandle, State, TripPolicy,
+    CircuitBreakerConfig, CircuitBreakerLayer, Forced, KeyedCircuitBreaker,
+    KeyedCircuitBreakerLayer, KeyedHandle, State, TripPolicy,
 };
-use seawall_core::{find_rejection, BoxError, ErrorsAsFailures, RejectionKind};
+use seawall_core::{find_rejection, BoxError, ErrorsAsFailures, LayerHandle, RejectionKind};
 use tokio::time::advance;
 use tower::{Layer, Service, ServiceExt};
 
@@ -324,4 +324,183 @@ async fn one_builder_makes_a_shared_breaker_or_one_per_key_with_the_same_setting
     let err = send(&mut per_host, "a.example").await.unwrap_err();
     assert!(is_open_rejection(&err, "suppliers/a.example"), "{err}");
     assert_eq!(send(&mut per_host, "b.example").await.unwrap(), "quote");
+}
+
+#[tokio::test(start_paused = true)]
+async fn forcing_open_holds_every_key_and_the_keys_seen_while_forced() {
+    let (handle, suppliers, mut svc) = per_host_over(3, 8, &[]);
+    send(&mut svc, "a.example").await.unwrap();
+    send(&mut svc, "b.example").await.unwrap();
+    handle.force(Forced::Open);
+    assert_eq!(handle.forced(), Some(Forced::Open));
+    for h in ["a.example", "b.example", "c.example"] {
+        let err = send(&mut svc, h).await.unwrap_err();
+        assert!(is_open_rejection(&err, &format!("suppliers/{h}")), "{err}");
+        assert_eq!(state_of(&handle, h), State::ForcedOpen);
+    }
+    assert_eq!(suppliers.calls("a.example"), 1);
+    assert_eq!(suppliers.calls("c.example"), 0, "a new key is forced too");
+    // A forced breaker is not plainly closed: none is counted as open by a trip.
+    assert!(handle.open_keys().is_empty());
+
+    handle.release();
+    assert_eq!(handle.forced(), None);
+    for h in ["a.example", "b.example", "c.example", "d.example"] {
+        assert_eq!(send(&mut svc, h).await.unwrap(), "quote");
+        assert_eq!(state_of(&handle, h), State::Closed);
+    }
+    assert_eq!(suppliers.calls("c.example"), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn forcing_closed_lets_a_failing_key_through_and_release_leaves_a_tripped_key_alone() {
+    let (handle, suppliers, mut svc) = per_host_over(2, 8, &["a.example", "b.example"]);
+    send(&mut svc, "b.example").await.unwrap_err();
+    send(&mut svc, "b.example").await.unwrap_err();
+    assert_eq!(state_of(&handle, "b.example"), State::Open);
+    // Forced closed: every call reaches the failing host and none trips it.
+    handle.force(Forced::Closed);
+    for _ in 0..5 {
+        send(&mut svc, "a.example").await.unwrap_err();
+        send(&mut svc, "b.example").await.unwrap_err();
+    }
+    assert_eq!(suppliers.calls("a.example"), 5);
+    assert_eq!(suppliers.calls("b.example"), 7);
+    assert_eq!(state_of(&handle, "a.example"), State::ForcedClosed);
+    assert_eq!(state_of(&handle, "b.example"), State::ForcedClosed);
+    // A key an operator took out of the force by itself is left as it is.
+    handle.get(&"b.example".to_owned()).unwrap().reset();
+    send(&mut svc, "b.example").await.unwrap_err();
+    send(&mut svc, "b.example").await.unwrap_err();
+    assert_eq!(state_of(&handle, "b.example"), State::Open);
+    handle.release();
+    assert_eq!(state_of(&handle, "a.example"), State::Closed);
+    assert_eq!(state_of(&handle, "b.example"), State::Open);
+}
+
+#[tokio::test(start_paused = true)]
+async fn force_reaches_the_overflow_breaker_and_the_snapshot_shows_it() {
+    let (handle, suppliers, mut svc) =
+        per_host_over(1, 2, &["a.example", "b.example", "c.example"]);
+    for h in ["a.example", "b.example", "c.example"] {
+        send(&mut svc, h).await.unwrap_err();
+    }
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.name, "suppliers");
+    assert_eq!((snapshot.max_keys, snapshot.evicted), (2, 0));
+    assert_eq!(snapshot.forced, None);
+    let mut keys: Vec<(String, State)> = snapshot
+        .keys
+        .iter()
+        .map(|(k, s)| (k.clone(), s.state))
+        .collect();
+    keys.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        keys,
+        vec![
+            ("a.example".to_owned(), State::Open),
+            ("b.example".to_owned(), State::Open)
+        ]
+    );
+    assert_eq!(snapshot.overflow.map(|s| s.state), Some(State::Open));
+
+    handle.force(Forced::Closed);
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.forced, Some(Forced::Closed));
+    assert!(snapshot
+        .keys
+        .iter()
+        .all(|(_, s)| s.state == State::ForcedClosed));
+    assert_eq!(
+        snapshot.overflow.map(|s| s.state),
+        Some(State::ForcedClosed)
+    );
+    // Still two keys, none evictable: d goes through the forced overflow breaker.
+    send(&mut svc, "d.example").await.unwrap();
+    assert_eq!(suppliers.calls("d.example"), 1);
+    assert_eq!(handle.len(), 2);
+}
+
+/// What code that treats every layer alike does with a handle: force, look,
+/// reconfigure, revert, release, all through the trait.
+fn operate<H: LayerHandle>(
+    handle: &H,
+    forced: H::Forced,
+    config: H::Config,
+) -> (H::Snapshot, H::Config) {
+    handle.force(forced).unwrap();
+    let while_forced = handle.snapshot();
+    handle.reconfigure(config).unwrap();
+    let reconfigured = handle.config();
+    handle.revert();
+    handle.release();
+    (while_forced, reconfigured)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_keyed_handle_is_a_layer_handle() {
+    let (handle, _, mut svc) = per_host_over(5, 8, &[]);
+    send(&mut svc, "a.example").await.unwrap();
+    assert_eq!(LayerHandle::name(&handle), "suppliers");
+    let stricter = CircuitBreakerConfig {
+        policy: TripPolicy::ConsecutiveFailures { threshold: 2 },
+        ..CircuitBreakerConfig::default()
+    };
+    let (while_forced, reconfigured) = operate(&handle, Forced::Open, stricter.clone());
+    assert_eq!(while_forced.forced, Some(Forced::Open));
+    assert_eq!(while_forced.keys[0].1.state, State::ForcedOpen);
+    assert_eq!(reconfigured, stricter);
+    assert_eq!(
+        LayerHandle::config(&handle).policy,
+        TripPolicy::ConsecutiveFailures { threshold: 5 }
+    );
+    assert_eq!(state_of(&handle, "a.example"), State::Closed);
+    assert_eq!(handle.forced(), None);
+}
+
+/// Keys arriving on two threads while a third forces and releases the layer:
+/// however the creation of a key's breaker interleaves with `force` and
+/// `release`, once the last of them returns every key is held as it says (a
+/// breaker built while the setting changed catches up with it).
+#[test]
+fn keys_created_while_force_and_release_race_end_as_the_last_one_says() {
+    for last in [Forced::Open, Forced::Closed] {
+        let layer = per_host(3, 1_000);
+        let handle = layer.handle();
+        std::thread::scope(|scope| {
+            for thread in 0..2 {
+                let mut svc = layer.layer(Suppliers::default());
+                scope.spawn(move || {
+                    let mut cx = Context::from_waker(std::task::Waker::noop());
+                    for i in 0..200 {
+                        let h: &'static str =
+                            Box::leak(format!("{thread}-{i}.example").into_boxed_str());
+                        assert!(svc.poll_ready(&mut cx).is_ready());
+                        let mut answer = std::pin::pin!(svc.call(to(h)));
+                        assert!(answer.as_mut().poll(&mut cx).is_ready());
+                    }
+                });
+            }
+            let handle = handle.clone();
+            scope.spawn(move || {
+                for _ in 0..100 {
+                    handle.force(last);
+                    handle.release();
+                }
+                handle.force(last);
+            });
+        });
+        let held = match last {
+            Forced::Open => State::ForcedOpen,
+            Forced::Closed => State::ForcedClosed,
+        };
+        assert_eq!(handle.len(), 400);
+        for (key, snapshot) in handle.snapshots() {
+            assert_eq!(snapshot.state, held, "{key}");
+        }
+        handle.release();
+        for (key, snapshot) in handle.snapshots() {
+            assert_eq!(snapshot.state, State::Closed, "{key}");
+        }
+    }
 }

@@ -358,7 +358,9 @@ mod tests {
         for (c, expected) in cases {
             assert_eq!(field(c.into()), expected, "{c:?}");
         }
-        assert!(AdaptiveConfig::from(AimdConfig::default()).validate().is_ok());
+        assert!(AdaptiveConfig::from(AimdConfig::default())
+            .validate()
+            .is_ok());
         assert!(AdaptiveConfig::from(g).validate().is_ok());
     }
 
