@@ -401,12 +401,7 @@ pub fn svg(runs: &[(CapSim, CapRun)]) -> String {
     let span = first.end().as_secs_f64().max(0.001);
     let x = |t: Duration| LEFT + t.as_secs_f64() / span * (WIDTH - LEFT - 20.0);
     let height = 60.0 + ROW * runs.len() as f64;
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    let mut s = super::report::start_svg(WIDTH, height);
     let _ = writeln!(
         s,
         r#"<text x="8" y="16">N = {}, G = {}: G (grey), allotments summed (orange), supplier concurrency, most per 100 ms (blue); the hot group moves every {:?}</text>"#,

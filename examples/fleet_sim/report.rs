@@ -125,12 +125,7 @@ pub fn svg(instances: usize, runs: &[(Mode, Observations)]) -> String {
     let span = first.end.as_secs_f64().max(0.001);
     let x = |t: Duration| LEFT + t.as_secs_f64() / span * (WIDTH - LEFT - 20.0);
     let height = 60.0 + ROW * runs.len() as f64;
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    let mut s = start_svg(WIDTH, height);
     let _ = writeln!(
         s,
         r#"<text x="8" y="16">N = {instances}: supplier calls per 100 ms (blue line, steady load at two thirds), probes (ticks: red failed, green good), instances closed (green area)</text>"#
@@ -222,6 +217,17 @@ pub fn svg(instances: usize, runs: &[(Mode, Observations)]) -> String {
         );
     }
     let _ = writeln!(s, "</svg>");
+    s
+}
+
+/// A chart `width` by `height` on white, for the caller to draw on and close.
+pub fn start_svg(width: f64, height: f64) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
     s
 }
 
