@@ -9,7 +9,6 @@ mod support;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{channel, RecvTimeoutError};
 use std::sync::Arc;
 use std::task::{Context, Waker};
 use std::time::Duration;
@@ -61,18 +60,11 @@ fn with_reader(
         read: Arc::new(read),
         events: Arc::clone(&events),
     };
-    let (done, finished) = channel();
-    std::thread::spawn(move || {
+    let deadlocked = "deadlock: an event was emitted under a lock its subscriber needed";
+    seawall_test_support::watchdog(deadlocked, move || {
         tracing::subscriber::with_default(subscriber, scenario);
-        let _ = done.send(());
     });
-    match finished.recv_timeout(Duration::from_secs(60)) {
-        Ok(()) => events.load(Ordering::Relaxed),
-        Err(RecvTimeoutError::Timeout) => {
-            panic!("deadlock: an event was emitted under a lock its subscriber needed")
-        }
-        Err(RecvTimeoutError::Disconnected) => panic!("the scenario panicked"),
-    }
+    events.load(Ordering::Relaxed)
 }
 
 fn block_on<F: std::future::Future>(f: F) -> F::Output {

@@ -258,8 +258,8 @@ impl Service<Req> for Nested {
 
 #[test]
 fn the_inner_service_may_use_the_keyed_layer_while_it_is_polled_and_called() {
-    let (done, finished) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
+    let deadlocked = "the keyed layer deadlocked with its inner service";
+    let evicted = seawall_test_support::watchdog(deadlocked, || {
         let layer = CircuitBreakerLayer::builder("suppliers")
             .keyed(host as fn(&Req) -> String)
             .max_keys(2)
@@ -279,13 +279,8 @@ fn the_inner_service_may_use_the_keyed_layer_while_it_is_polled_and_called() {
                 Poll::Ready(Ok("quote"))
             ));
         }
-        done.send(handle.evicted()).unwrap();
+        handle.evicted()
     });
-    // A watchdog, not a timing check: a lock held across the inner service
-    // deadlocks the scenario.
-    let evicted = finished
-        .recv_timeout(Duration::from_secs(60))
-        .expect("the keyed layer deadlocked with its inner service");
     // Six keys went through a map of two.
     assert_eq!(evicted, 4);
 }
