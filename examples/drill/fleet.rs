@@ -5,24 +5,20 @@
 //! service would. The store is a `redis-server` the drill starts on a free loopback port,
 //! or, when none is on PATH, an in-process `LocalStore` (said so in the output).
 
-use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
 use seawall::config::Policies;
 
 use seawall::fleet::{Capped, Coordinated, Fleet, LocalStore, RedisStore};
 use seawall::BoxError;
-
-/// Ports tried before giving up on starting `redis-server` (another process may
-/// take a free port between our look at it and the server's bind).
-const PORT_ATTEMPTS: usize = 8;
+// The workspace's own `redis-server` guard: a free loopback port, no
+// persistence, killed when dropped.
+use seawall_test_support::RedisServer;
 
 /// The store the fleet's instances share.
 pub enum FleetStore {
     /// A `redis-server` of the drill's own, killed with it.
-    Redis(RedisProcess),
+    Redis(RedisServer),
     /// In process: every instance lives in this one process.
     Local(LocalStore),
 }
@@ -30,7 +26,7 @@ pub enum FleetStore {
 impl FleetStore {
     /// A `redis-server` if one is on PATH, else a `LocalStore`.
     pub fn start() -> Result<Self, BoxError> {
-        match RedisProcess::start()? {
+        match RedisServer::spawn()? {
             Some(server) => Ok(FleetStore::Redis(server)),
             None => Ok(FleetStore::local()),
         }
@@ -47,7 +43,7 @@ impl FleetStore {
             FleetStore::Redis(server) => {
                 format!(
                     "redis-server on 127.0.0.1:{}, started by the drill",
-                    server.port
+                    server.port()
                 )
             }
             FleetStore::Local(_) => "LocalStore, in process (no redis-server on PATH)".to_owned(),
@@ -57,7 +53,7 @@ impl FleetStore {
     /// The `store` of the policy document's `[fleet]` table.
     pub fn url(&self) -> String {
         match self {
-            FleetStore::Redis(server) => format!("redis://127.0.0.1:{}/", server.port),
+            FleetStore::Redis(server) => server.url(),
             FleetStore::Local(_) => "local".to_owned(),
         }
     }
@@ -120,57 +116,4 @@ pub struct Membership {
     pub breaker: Arc<Coordinated>,
     /// The freight bulkhead's share of the fleet-wide cap.
     pub cap: Arc<Capped>,
-}
-
-/// A `redis-server` on 127.0.0.1: no persistence, killed when dropped.
-pub struct RedisProcess {
-    child: Child,
-    port: u16,
-}
-
-impl RedisProcess {
-    /// `Ok(None)` when `redis-server` is not on PATH.
-    fn start() -> Result<Option<Self>, BoxError> {
-        for _ in 0..PORT_ATTEMPTS {
-            let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-            let spawned = Command::new("redis-server")
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--save", "", "--appendonly", "no", "--logfile", ""])
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .spawn();
-            let mut child = match spawned {
-                Ok(child) => child,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-                Err(e) => return Err(e.into()),
-            };
-            let Some(stdout) = child.stdout.take() else {
-                let _ = child.kill();
-                let _ = child.wait();
-                continue;
-            };
-            let mut lines = BufReader::new(stdout).lines();
-            // Ends with the output if the server exits first (the port was taken).
-            let ready = lines
-                .by_ref()
-                .map_while(Result::ok)
-                .any(|line| line.contains("Ready to accept connections"));
-            // Keep draining its log, or a full pipe would stall the server.
-            std::thread::spawn(move || lines.for_each(drop));
-            if ready {
-                return Ok(Some(Self { child, port }));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        Err(format!("redis-server did not come up on any of {PORT_ATTEMPTS} free ports").into())
-    }
-}
-
-impl Drop for RedisProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }

@@ -3,6 +3,7 @@
 //! - [`Series`], a metrics recorder keeping every series as an exporter would;
 //! - [`Stream`], a response body the test feeds frame by frame;
 //! - [`paused_runtime`], a current-thread runtime on Tokio's paused clock;
+//! - [`RedisServer`], a `redis-server` of a test's own on a free loopback port;
 //! - [`watchdog`], which runs a scenario that would deadlock if a lock were held
 //!   across user code, and fails the test instead of hanging it.
 //!
@@ -13,9 +14,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod body;
+mod redis_server;
 mod series;
 
 pub use body::{Sent, Stream};
+pub use redis_server::RedisServer;
 pub use series::Series;
 
 /// A current-thread runtime whose clock starts paused: timers fire as soon as
