@@ -453,21 +453,29 @@ async fn a_keyed_handle_is_a_layer_handle() {
     assert_eq!(handle.forced(), None);
 }
 
-/// Keys arriving on two threads while a third forces and releases the layer:
-/// however the creation of a key's breaker interleaves with `force` and
-/// `release`, once the last of them returns every key is held as it says (a
-/// breaker built while the setting changed catches up with it).
+/// Keys arriving on two threads while a third forces and releases the layer, and
+/// more once the last `force` has returned: however the creation of a key's
+/// breaker interleaves with `force` and `release`, every key ends as the last
+/// `force` says (a breaker built while the setting changed, or after it, catches
+/// up with it).
 #[test]
 fn keys_created_while_force_and_release_race_end_as_the_last_one_says() {
     for last in [Forced::Open, Forced::Closed] {
         let layer = per_host(3, 1_000);
         let handle = layer.handle();
+        let forced = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|scope| {
             for thread in 0..2 {
                 let mut svc = layer.layer(Suppliers::default());
+                let forced = &forced;
                 scope.spawn(move || {
                     let mut cx = Context::from_waker(std::task::Waker::noop());
-                    for i in 0..200 {
+                    for i in 0..220 {
+                        if i == 200 {
+                            while !forced.load(std::sync::atomic::Ordering::SeqCst) {
+                                std::thread::yield_now();
+                            }
+                        }
                         let h: &'static str =
                             Box::leak(format!("{thread}-{i}.example").into_boxed_str());
                         assert!(svc.poll_ready(&mut cx).is_ready());
@@ -477,19 +485,21 @@ fn keys_created_while_force_and_release_race_end_as_the_last_one_says() {
                 });
             }
             let handle = handle.clone();
+            let forced = &forced;
             scope.spawn(move || {
                 for _ in 0..100 {
                     handle.force(last);
                     handle.release();
                 }
                 handle.force(last);
+                forced.store(true, std::sync::atomic::Ordering::SeqCst);
             });
         });
         let held = match last {
             Forced::Open => State::ForcedOpen,
             Forced::Closed => State::ForcedClosed,
         };
-        assert_eq!(handle.len(), 400);
+        assert_eq!(handle.len(), 440);
         for (key, snapshot) in handle.snapshots() {
             assert_eq!(snapshot.state, held, "{key}");
         }
