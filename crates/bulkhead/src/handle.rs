@@ -1,6 +1,7 @@
 //! The operator's view and controls of one bulkhead.
 
 use std::fmt;
+use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,6 +10,7 @@ use tokio::sync::broadcast;
 
 use crate::config::BulkheadConfig;
 use crate::events::BulkheadEvent;
+use crate::keyed::{KeyedHandle, KeyedSnapshot};
 use crate::queue::QueuePolicy;
 use crate::semaphore::MAX_LIMIT;
 use crate::state::Shared;
@@ -77,12 +79,7 @@ impl Handle {
     /// [`reconfigure`](Self::reconfigure) and [`revert`](Self::revert) keep the
     /// forced limit.
     pub fn force(&self, limit: usize) -> Result<(), ConfigError> {
-        if limit == 0 || limit > MAX_LIMIT {
-            return Err(ConfigError::new(
-                "limit",
-                format!("must be between 1 and {MAX_LIMIT}, got {limit}"),
-            ));
-        }
+        check_forced_limit(limit)?;
         self.shared.force_limit(limit);
         Ok(())
     }
@@ -144,6 +141,17 @@ impl Handle {
     }
 }
 
+/// A limit an operator may hold a bulkhead at: 1 to 2^20, like `max_concurrent`.
+pub(crate) fn check_forced_limit(limit: usize) -> Result<(), ConfigError> {
+    if limit == 0 || limit > MAX_LIMIT {
+        return Err(ConfigError::new(
+            "limit",
+            format!("must be between 1 and {MAX_LIMIT}, got {limit}"),
+        ));
+    }
+    Ok(())
+}
+
 impl fmt::Debug for Handle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Handle")
@@ -184,6 +192,48 @@ impl LayerHandle for Handle {
 
     fn release(&self) {
         Handle::release(self);
+    }
+}
+
+/// A keyed layer is one layer to an operator: its configuration is every key's
+/// (and the next keys'), `force` holds every key's limit and those of keys seen
+/// while forced, `release` hands them all back, and the snapshot is the totals
+/// over the keys.
+impl<K> LayerHandle for KeyedHandle<K>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+{
+    type Config = BulkheadConfig;
+    type Snapshot = KeyedSnapshot;
+    /// The limit of active calls to hold every key at.
+    type Forced = usize;
+
+    fn name(&self) -> &str {
+        KeyedHandle::name(self)
+    }
+
+    fn config(&self) -> BulkheadConfig {
+        KeyedHandle::config(self)
+    }
+
+    fn reconfigure(&self, config: BulkheadConfig) -> Result<(), ConfigError> {
+        KeyedHandle::reconfigure(self, config)
+    }
+
+    fn revert(&self) {
+        KeyedHandle::revert(self);
+    }
+
+    fn snapshot(&self) -> KeyedSnapshot {
+        KeyedHandle::snapshot(self)
+    }
+
+    fn force(&self, limit: usize) -> Result<(), ConfigError> {
+        KeyedHandle::force(self, limit)
+    }
+
+    fn release(&self) {
+        KeyedHandle::release(self);
     }
 }
 

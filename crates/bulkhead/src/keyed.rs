@@ -18,7 +18,7 @@ use tower_service::Service;
 
 use crate::config::{BulkheadBuilder, BulkheadConfig};
 use crate::future::ResponseFuture;
-use crate::handle::Snapshot;
+use crate::handle::{check_forced_limit, Snapshot};
 use crate::hold::{Hold, Lend, UntilResponse};
 use crate::state::{ShadowReason, Shared};
 use crate::telemetry::{KeyedTelemetry, Series};
@@ -50,6 +50,8 @@ struct KeyedShared<K> {
     /// Bulkheads made so far (numbers each key's seed).
     made: AtomicU64,
     config: Mutex<BulkheadConfig>,
+    /// The limit an operator holds every key at, new keys' included.
+    forced: Mutex<Option<usize>>,
     map: KeyedMap<K, Arc<Shared>>,
     rejected_key_limit: AtomicU64,
     /// Shadow mode: calls with a new key let through while every key was busy.
@@ -114,8 +116,30 @@ impl<K: Hash + Eq + Clone> KeyedShared<K> {
                 // Validated by `reconfigure`.
                 let _ = b.reconfigure(current);
             }
+            self.catch_up_force(&b);
         }
         Some(b)
+    }
+
+    fn forced(&self) -> Option<usize> {
+        *self.forced.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A new key's bulkhead of a forced layer is held like the others. A `force`
+    /// or `release` that ran meanwhile may have missed it (or been overtaken by
+    /// this): applied until the setting holds still.
+    #[cold]
+    fn catch_up_force(&self, b: &Shared) {
+        let mut forced = self.forced();
+        while let Some(limit) = forced {
+            b.force_limit(limit);
+            forced = self.forced();
+            if forced.is_none() {
+                b.release_limit();
+            } else if forced == Some(limit) {
+                break;
+            }
+        }
     }
 
     /// Counts a call with a new key let through in shadow mode while every key
@@ -300,6 +324,7 @@ where
                 seed: self.bulkhead.seed,
                 made: AtomicU64::new(0),
                 config: Mutex::new(self.bulkhead.config),
+                forced: Mutex::new(None),
                 map: KeyedMap::new(self.max_keys),
                 rejected_key_limit: AtomicU64::new(0),
                 shadow_key_limit: AtomicU64::new(0),
@@ -537,6 +562,7 @@ impl<K: Hash + Eq + Clone> KeyedHandle<K> {
             rejected_key_limit: self.shared.rejected_key_limit.load(Ordering::Relaxed),
             shadow_rejected_key_limit: self.shared.shadow_key_limit.load(Ordering::Relaxed),
             evicted: self.shared.map.evicted(),
+            forced: self.shared.forced(),
         };
         // Summed in place: copying the bulkheads out would pin them meanwhile.
         self.shared.map.for_each(|_, b| {
@@ -578,6 +604,37 @@ impl<K: Hash + Eq + Clone> KeyedHandle<K> {
         // The built configuration was validated when the layer was built.
         let _ = self.reconfigure(self.shared.built);
     }
+
+    /// Holds every key's limit of active calls at `limit` (1 to 2^20), the keys
+    /// seen from now on included, until [`release`](Self::release); see
+    /// [`Handle::force`](crate::Handle::force). Refused, changing nothing, when
+    /// `limit` is out of range.
+    pub fn force(&self, limit: usize) -> Result<(), ConfigError> {
+        check_forced_limit(limit)?;
+        *self
+            .shared
+            .forced
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(limit);
+        // Copied out first, as for `reconfigure`.
+        for b in self.shared.map.values() {
+            b.force_limit(limit);
+        }
+        Ok(())
+    }
+
+    /// Hands every key's limit back to its algorithm (or `max_concurrent`) after
+    /// [`force`](Self::force); see [`Handle::release`](crate::Handle::release).
+    pub fn release(&self) {
+        *self
+            .shared
+            .forced
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = None;
+        for b in self.shared.map.values() {
+            b.release_limit();
+        }
+    }
 }
 
 /// Totals of a keyed bulkhead (see [`KeyedHandle::snapshot`]).
@@ -602,4 +659,6 @@ pub struct KeyedSnapshot {
     pub shadow_rejected_key_limit: u64,
     /// Idle keys forgotten to make room for new ones.
     pub evicted: u64,
+    /// The limit an operator holds every key at ([`KeyedHandle::force`]), if any.
+    pub forced: Option<usize>,
 }

@@ -5,7 +5,7 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use seawall_bulkhead::{BulkheadConfig, BulkheadLayer, KeyedBulkheadLayer, QueuePolicy};
-use seawall_core::{find_rejection, BoxError, RejectionKind};
+use seawall_core::{find_rejection, BoxError, LayerHandle, RejectionKind};
 use tokio_test::{assert_pending, assert_ready, task};
 use tower::{service_fn, Layer, Service};
 
@@ -269,4 +269,132 @@ async fn one_builder_makes_a_shared_bulkhead_or_one_per_key_with_the_same_limits
     let _b_keyed = started(&mut per_host, ["b.example"]);
     let err = rejected(&mut per_host, "a.example");
     assert_eq!(kind(&err), RejectionKind::BulkheadFull);
+}
+
+#[tokio::test(start_paused = true)]
+async fn forcing_a_limit_holds_every_key_and_the_keys_seen_while_forced() {
+    let l = one_at_a_time().keyed(host).build().unwrap();
+    let h = l.handle();
+    let mut svc = l.layer(service_fn(hang));
+    let _a = started(&mut svc, ["a"]);
+    assert_eq!(kind(&rejected(&mut svc, "a")), RejectionKind::BulkheadFull);
+
+    h.force(3).unwrap();
+    assert_eq!(h.snapshot().forced, Some(3));
+    // `a` takes two more calls, and `b`, first seen while forced, three.
+    let _more = started(&mut svc, ["a", "a", "b", "b", "b"]);
+    assert_eq!(kind(&rejected(&mut svc, "a")), RejectionKind::BulkheadFull);
+    assert_eq!(kind(&rejected(&mut svc, "b")), RejectionKind::BulkheadFull);
+    for key in ["a", "b"] {
+        let s = h.snapshot_of(&key).unwrap();
+        assert_eq!((s.limit, s.limit_forced, s.active), (3, true, 3), "{key}");
+    }
+    // Reconfiguring keeps the force, as for one bulkhead.
+    h.reconfigure(BulkheadConfig {
+        max_concurrent: 2,
+        ..h.config()
+    })
+    .unwrap();
+    assert_eq!(h.snapshot_of(&"b").unwrap().limit, 3);
+
+    h.release();
+    assert_eq!(h.snapshot().forced, None);
+    for key in ["a", "b"] {
+        let s = h.snapshot_of(&key).unwrap();
+        assert_eq!((s.limit, s.limit_forced), (2, false), "{key}");
+    }
+    let _c = started(&mut svc, ["c", "c"]);
+    assert_eq!(h.snapshot_of(&"c").unwrap().limit, 2);
+    assert_eq!(kind(&rejected(&mut svc, "c")), RejectionKind::BulkheadFull);
+}
+
+#[test]
+fn a_forced_limit_out_of_range_is_refused_and_changes_nothing() {
+    let l = one_at_a_time().keyed(host).build().unwrap();
+    let h = l.handle();
+    for bad in [0, (1 << 20) + 1, usize::MAX] {
+        assert_eq!(h.force(bad).unwrap_err().field(), "limit");
+    }
+    assert_eq!(h.snapshot().forced, None);
+}
+
+/// What code that treats every layer alike does with a handle, through the trait.
+fn operate<H: LayerHandle>(handle: &H, forced: H::Forced) -> H::Snapshot {
+    handle.force(forced).unwrap();
+    let while_forced = handle.snapshot();
+    handle.revert();
+    handle.release();
+    while_forced
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_keyed_handle_is_a_layer_handle() {
+    let l = one_at_a_time().keyed(host).build().unwrap();
+    let h = l.handle();
+    let mut svc = l.layer(service_fn(hang));
+    let _a = started(&mut svc, ["a"]);
+    assert_eq!(LayerHandle::name(&h), "suppliers");
+    assert_eq!(LayerHandle::config(&h).max_concurrent, 1);
+    let while_forced = operate(&h, 4);
+    assert_eq!((while_forced.forced, while_forced.active), (Some(4), 1));
+    let s = h.snapshot_of(&"a").unwrap();
+    assert_eq!((s.limit, s.limit_forced), (1, false));
+    assert_eq!(h.snapshot().forced, None);
+}
+
+/// Keys arriving on two threads while a third forces and releases the layer, and
+/// more once the last `force` has returned: however the creation of a key's
+/// bulkhead interleaves with `force` and `release`, every key ends holding the
+/// last forced limit (a bulkhead built while the setting changed, or after it,
+/// catches up with it).
+#[test]
+fn keys_created_while_force_and_release_race_end_as_the_last_one_says() {
+    let l = one_at_a_time().keyed(host).max_keys(1_000).build().unwrap();
+    let h = l.handle();
+    let keys: Vec<&'static str> = (0..440)
+        .map(|i| &*Box::leak(format!("{i}.example").into_boxed_str()))
+        .collect();
+    let forced = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        for half in keys.chunks(220) {
+            let mut svc = l.layer(service_fn(|_req: Req| {
+                std::future::ready(Ok::<_, Infallible>(()))
+            }));
+            let forced = &forced;
+            scope.spawn(move || {
+                let (racing, after) = half.split_at(200);
+                for &key in racing {
+                    let mut call = task::spawn(svc.call(req(key)));
+                    assert_ready!(call.poll()).unwrap();
+                }
+                while !forced.load(std::sync::atomic::Ordering::SeqCst) {
+                    std::thread::yield_now();
+                }
+                for &key in after {
+                    let mut call = task::spawn(svc.call(req(key)));
+                    assert_ready!(call.poll()).unwrap();
+                }
+            });
+        }
+        let h = h.clone();
+        let forced = &forced;
+        scope.spawn(move || {
+            for limit in 1..=100 {
+                h.force(limit).unwrap();
+                h.release();
+            }
+            h.force(7).unwrap();
+            forced.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+    });
+    assert_eq!(h.snapshot().keys, 440);
+    for key in &keys {
+        let s = h.snapshot_of(key).unwrap();
+        assert_eq!((s.limit, s.limit_forced), (7, true), "{key}");
+    }
+    h.release();
+    for key in &keys {
+        let s = h.snapshot_of(key).unwrap();
+        assert_eq!((s.limit, s.limit_forced), (1, false), "{key}");
+    }
 }

@@ -34,9 +34,9 @@ use crate::ConfigError;
 /// keep it, and `release` ends it (a layer's own verbs may end it too, such as
 /// the breaker's `reset`). `release` on a layer that is not forced changes nothing.
 ///
-/// A keyed layer (one breaker per key) is one layer here: its configuration is
-/// every key's, `force` holds every key and the keys first seen while forced, and
-/// its snapshot covers every key.
+/// A keyed layer (one breaker or bulkhead per key) is one layer here: its
+/// configuration is every key's, `force` holds every key and the keys first seen
+/// while forced, and its snapshot covers every key.
 pub trait LayerHandle: Clone + Send + Sync + 'static {
     /// The layer's configuration, as `reconfigure` takes it and `config` gives it.
     type Config: Clone + PartialEq + Send + Sync + 'static;
