@@ -45,6 +45,19 @@ fn counts(active: usize, queued: usize) -> Counts {
     Counts { active, queued }
 }
 
+/// A semaphore of one slot, taken, with room for `queue` waiters.
+fn one_slot_held(queue: usize) -> Arc<Semaphore> {
+    let m = Arc::new(Semaphore::new(1, queue));
+    assert!(m.try_acquire());
+    m
+}
+
+/// The slot's holder releasing it, on a thread of its own.
+fn releasing(m: &Arc<Semaphore>) -> thread::JoinHandle<()> {
+    let m = Arc::clone(m);
+    thread::spawn(move || m.release())
+}
+
 fn waiting(e: Enqueued) -> WaiterId {
     match e {
         Enqueued::Waiting(id) => id,
@@ -66,13 +79,9 @@ fn time_out(m: &Semaphore, id: WaiterId) -> bool {
 #[test]
 fn loom_a_hand_over_racing_a_waiters_timeout_leaks_no_slot() {
     loom::model(|| {
-        let m = Arc::new(Semaphore::new(1, 1));
-        assert!(m.try_acquire());
+        let m = one_slot_held(1);
         let id = waiting(m.enqueue());
-        let release = {
-            let m = Arc::clone(&m);
-            thread::spawn(move || m.release())
-        };
+        let release = releasing(&m);
         let holds = time_out(&m, id);
         if release.join().is_err() {
             panic!("the releasing thread panicked");
@@ -92,13 +101,9 @@ fn loom_a_hand_over_racing_a_waiters_timeout_leaks_no_slot() {
 #[test]
 fn loom_a_newcomer_never_overtakes_a_waiter() {
     loom::model(|| {
-        let m = Arc::new(Semaphore::new(1, 1));
-        assert!(m.try_acquire());
+        let m = one_slot_held(1);
         let id = waiting(m.enqueue());
-        let release = {
-            let m = Arc::clone(&m);
-            thread::spawn(move || m.release())
-        };
+        let release = releasing(&m);
         // The waiter stays in line: the only free slot is its own.
         assert!(!m.try_acquire(), "a newcomer overtook the waiter");
         if release.join().is_err() {
@@ -115,8 +120,7 @@ fn loom_a_newcomer_never_overtakes_a_waiter() {
 #[test]
 fn loom_a_hand_over_racing_a_timeout_and_a_resize_keeps_the_limits() {
     loom::model(|| {
-        let m = Arc::new(Semaphore::new(1, 2));
-        assert!(m.try_acquire());
+        let m = one_slot_held(2);
         let first = waiting(m.enqueue());
         let second = waiting(m.enqueue());
         let release = {
