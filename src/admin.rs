@@ -452,20 +452,13 @@ fn built<H>(slot: &Option<H>) -> Result<&H, Refusal> {
     slot.as_ref().ok_or(Refusal::NotFound(NO_LAYER))
 }
 
-/// Holds the layer in `forced` (the verb of every layer, see [`LayerHandle::force`]).
-#[cfg_attr(
-    not(any(
-        feature = "bulkhead",
-        feature = "circuit-breaker",
-        feature = "degradation",
-        feature = "fallback"
-    )),
-    allow(dead_code)
-)]
-fn force<H: LayerHandle>(slot: &Option<H>, forced: H::Forced) -> Result<(), Refusal> {
-    built(slot)?
-        .force(forced)
-        .map_err(|e| Refusal::Invalid(e.to_string()))
+for_the_policy_layers! {
+    /// Holds the layer in `forced` (the verb of every layer, see [`LayerHandle::force`]).
+    fn force<H: LayerHandle>(slot: &Option<H>, forced: H::Forced) -> Result<(), Refusal> {
+        built(slot)?
+            .force(forced)
+            .map_err(|e| Refusal::Invalid(e.to_string()))
+    }
 }
 
 /// Hands the layer back to its own policy ([`LayerHandle::release`]).

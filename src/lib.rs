@@ -95,6 +95,25 @@
 //! (cross-crate integration tests over loopback) and `benches/`.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+/// Items that serve only the policy layers, allowed to go unused when every policy
+/// crate is left out (`--no-default-features` with none of their features): the one
+/// list of those features for such items.
+#[allow(unused_macros)]
+macro_rules! for_the_policy_layers {
+    ($($item:item)*) => {$(
+        #[cfg_attr(
+            not(any(
+                feature = "bulkhead",
+                feature = "circuit-breaker",
+                feature = "degradation",
+                feature = "fallback"
+            )),
+            allow(dead_code)
+        )]
+        $item
+    )*};
+}
+
 mod builder;
 mod telemetry;
 

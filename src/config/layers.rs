@@ -2,17 +2,6 @@
 //! builds, reconfigures, reverts and snapshots every kind by one generic function
 //! over [`LayerHandle`] instead of a copy per layer.
 
-// With every policy crate left out, there is no layer to visit.
-#![cfg_attr(
-    not(any(
-        feature = "bulkhead",
-        feature = "circuit-breaker",
-        feature = "degradation",
-        feature = "fallback"
-    )),
-    allow(dead_code)
-)]
-
 use seawall_core::{ConfigError, LayerHandle};
 
 use super::document::PolicyConfig;
