@@ -56,10 +56,41 @@ fn open() -> BoxError {
 }
 
 /// A primary that fails every call with `make()`.
-fn failing(
+#[derive(Clone)]
+struct Failing(fn() -> BoxError);
+
+impl Service<Req> for Failing {
+    type Response = Quote;
+    type Error = BoxError;
+    type Future = std::future::Ready<Result<Quote, BoxError>>;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), BoxError>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _req: Req) -> Self::Future {
+        std::future::ready(Err((self.0)()))
+    }
+}
+
+fn failing(make: fn() -> BoxError) -> Failing {
+    Failing(make)
+}
+
+/// One call for `dest` through `layer` over a primary failing with `make()`.
+async fn through_failing<L>(
+    layer: &L,
     make: fn() -> BoxError,
-) -> impl Service<Req, Response = Quote, Error = BoxError, Future: Send> + Clone {
-    service_fn(move |_req: Req| async move { Err::<Quote, BoxError>(make()) })
+    dest: &'static str,
+) -> Result<Quote, BoxError>
+where
+    L: Layer<Failing>,
+    L::Service: Service<Req, Response = Quote, Error = BoxError>,
+{
+    layer.layer(failing(make)).oneshot(req(dest)).await
 }
 
 fn answering(quote: Quote) -> impl Service<Req, Response = Quote, Error = BoxError> + Clone {
@@ -186,9 +217,7 @@ async fn a_classifier_fires_on_errors_and_its_ignore_passes_through() {
         .value(Quote::priced(10))
         .build()
         .unwrap();
-    let quote = layer
-        .layer(failing(|| "reset".into()))
-        .oneshot(req("PT"))
+    let quote = through_failing(&layer, || "reset".into(), "PT")
         .await
         .unwrap();
     assert_eq!(quote.source.unwrap().trigger(), Trigger::FailedError);
@@ -282,7 +311,7 @@ async fn capture_runs_once_per_call_and_only_what_it_took_reaches_the_fallback()
         .unwrap();
     assert_eq!(captures.load(Ordering::SeqCst), 1);
     assert!(seen.lock().unwrap().is_empty());
-    let quote = layer.layer(failing(open)).oneshot(req("PT")).await.unwrap();
+    let quote = through_failing(&layer, open, "PT").await.unwrap();
     assert_eq!(quote.price, Some(7));
     assert_eq!(captures.load(Ordering::SeqCst), 2);
     assert_eq!(*seen.lock().unwrap(), ["dest=PT"]);
@@ -303,15 +332,11 @@ async fn a_service_fallback_answers_with_the_captured_key() {
         .service(backup)
         .build()
         .unwrap();
-    let quote = layer.layer(failing(open)).oneshot(req("PT")).await.unwrap();
+    let quote = through_failing(&layer, open, "PT").await.unwrap();
     assert_eq!(quote.price, Some(12));
     assert_eq!(quote.source.unwrap().step(), "service");
     // A failing single fallback exhausts, with its cause.
-    let err = layer
-        .layer(failing(open))
-        .oneshot(req("ES"))
-        .await
-        .unwrap_err();
+    let err = through_failing(&layer, open, "ES").await.unwrap_err();
     let exhausted = err.downcast_ref::<FallbacksExhausted>().unwrap();
     assert_eq!(exhausted.steps().len(), 1);
     assert_eq!(exhausted.steps()[0].step(), "service");
@@ -363,11 +388,7 @@ fn pricing_chain(log: &Log) -> PricingChain<impl Fn(&Req) -> String> {
 async fn a_chain_tries_its_steps_in_order_and_marks_the_one_that_served() {
     let log: Arc<Mutex<Vec<String>>> = Arc::default();
     let layer = pricing_chain(&log);
-    let quote = layer
-        .layer(failing(open))
-        .oneshot(req("sku-123"))
-        .await
-        .unwrap();
+    let quote = through_failing(&layer, open, "sku-123").await.unwrap();
     assert_eq!(quote.price, Some(99));
     let served = quote.source.unwrap();
     assert_eq!(served.step(), "last-known");
@@ -533,11 +554,7 @@ async fn exhaustion_lists_every_step_and_its_cause() {
         })
         .build()
         .unwrap();
-    let err = layer
-        .layer(failing(open))
-        .oneshot(req("PT"))
-        .await
-        .unwrap_err();
+    let err = through_failing(&layer, open, "PT").await.unwrap_err();
     let exhausted = err.downcast_ref::<FallbacksExhausted>().unwrap();
     assert_eq!(exhausted.name(), "pricing");
     let steps: Vec<_> = exhausted
@@ -577,11 +594,7 @@ async fn a_missing_quote_is_answered_as_unavailable_and_never_becomes_a_price() 
         })
         .build()
         .unwrap();
-    let err = layer
-        .layer(failing(open))
-        .oneshot(req("PT"))
-        .await
-        .unwrap_err();
+    let err = through_failing(&layer, open, "PT").await.unwrap_err();
     let answer = Unavailable::find(&*err).unwrap();
     assert_eq!(answer.reason(), "no valid freight quote");
     assert_eq!(answer.step(), Some("no-quote"));
@@ -604,11 +617,7 @@ async fn a_closure_may_decline_with_unavailable() {
         .sync_fn(|_r: FallbackRequest<()>| Err::<Quote, _>(Unavailable::new("stale quote")))
         .build()
         .unwrap();
-    let err = layer
-        .layer(failing(open))
-        .oneshot(req("PT"))
-        .await
-        .unwrap_err();
+    let err = through_failing(&layer, open, "PT").await.unwrap_err();
     assert_eq!(Unavailable::find(&*err).unwrap().step(), Some("fn"));
     assert!(err.downcast_ref::<FallbacksExhausted>().is_none());
 }
@@ -645,11 +654,7 @@ async fn disabled_passes_everything_through_and_forced_skips_the_primary() {
     let mut events = handle.subscribe();
 
     handle.disable();
-    let err = layer
-        .layer(failing(open))
-        .oneshot(req("PT"))
-        .await
-        .unwrap_err();
+    let err = through_failing(&layer, open, "PT").await.unwrap_err();
     assert!(err.is::<CircuitOpen>());
     handle.enable();
 
@@ -687,13 +692,13 @@ async fn reconfigure_changes_the_triggers_and_revert_restores_them() {
         .unwrap();
     let handle = layer.handle();
     let full = || -> BoxError { Box::new(BulkheadFull::new("b".into())) };
-    assert!(layer.layer(failing(full)).oneshot(req("PT")).await.is_err());
+    assert!(through_failing(&layer, full, "PT").await.is_err());
 
     let mut config = handle.config();
     config.on_rejections = Rejections::ADMISSION;
     config.step_timeouts[0].timeout = Some(Duration::from_millis(250));
     handle.reconfigure(config).unwrap();
-    assert!(layer.layer(failing(full)).oneshot(req("PT")).await.is_ok());
+    assert!(through_failing(&layer, full, "PT").await.is_ok());
     assert_eq!(
         handle.snapshot().step("cache").unwrap().timeout,
         Some(Duration::from_millis(250))
@@ -822,7 +827,7 @@ async fn the_snapshot_serialises_with_stable_labels() {
         .value(Quote::priced(1))
         .build()
         .unwrap();
-    layer.layer(failing(open)).oneshot(req("PT")).await.unwrap();
+    through_failing(&layer, open, "PT").await.unwrap();
     let json = serde_json::to_value(layer.handle().snapshot()).unwrap();
     assert_eq!(json["triggered"][0]["trigger"], "circuit_open");
     assert_eq!(json["triggered"][0]["count"], 1);
