@@ -164,9 +164,15 @@ impl<F, C> ResponseFuture<F, C> {
     /// Built in `call`, boxed at the first poll; a short name is copied, not shared.
     #[inline]
     pub(crate) fn rejected(name: &Name, retry_after: Duration, cause: OpenCause) -> Self {
+        Self::open(CircuitOpen::named(name, cause, Some(retry_after)))
+    }
+
+    /// A call turned away with `rejection`, boxed at the first poll.
+    #[inline]
+    pub(crate) fn open(rejection: CircuitOpen) -> Self {
         Self {
             kind: Kind::Rejected {
-                rejection: Some(CircuitOpen::named(name, cause, Some(retry_after))),
+                rejection: Some(rejection),
             },
         }
     }

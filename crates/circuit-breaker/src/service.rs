@@ -132,6 +132,12 @@ where
     #[inline]
     fn call(&mut self, req: Req) -> Self::Future {
         let readiness = std::mem::replace(&mut self.ready, Readiness::Unknown);
+        if let Readiness::Skipped = readiness {
+            // Open at `poll_ready`: rejected from the word alone, without the clock.
+            if let Some(open) = self.breaker.reject_unpolled() {
+                return ResponseFuture::open(open);
+            }
+        }
         match self.breaker.admit(Instant::now) {
             Admission::Rejected(retry_after, cause) => {
                 ResponseFuture::rejected(self.breaker.name(), retry_after, cause)

@@ -36,7 +36,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock, PoisonError, TryLockError};
 use std::time::Duration;
 
-use seawall_core::{ConfigError, Name, OpenCause, Outcome, RandomSource};
+use seawall_core::{later, CircuitOpen, ConfigError, Name, OpenCause, Outcome, RandomSource};
 use tokio::sync::{broadcast, Notify};
 use tokio::time::Instant;
 
@@ -287,8 +287,30 @@ impl Breaker {
     fn reject_fast(&self, retry_after: Duration, cause: OpenCause) -> Admission {
         self.short_circuited.fetch_add(1, Ordering::Relaxed);
         let retry_after = positive(retry_after);
-        self.telemetry.rejected(&self.name, retry_after);
+        self.telemetry.rejected(&self.name, || Some(retry_after));
         Admission::Rejected(retry_after, cause)
+    }
+
+    /// Turns away a call whose `poll_ready` found the breaker open and so left the
+    /// inner service unpolled: such a call cannot go out whatever the time, so while
+    /// the word still says open it is rejected without reading the clock, and its
+    /// retry-after is measured when it is read, from the end of the open interval
+    /// (a call made long after its `poll_ready` is never given a stale remainder).
+    /// `None` when the breaker has left open since: [`admit`](Self::admit) decides.
+    #[inline]
+    pub(crate) fn reject_unpolled(&self) -> Option<CircuitOpen> {
+        let w = self.word.load(Ordering::Acquire);
+        let open = match w & MODE_MASK {
+            MODE_OPEN => {
+                let until = self.reopen_at.load(Ordering::Acquire);
+                CircuitOpen::open_until(&self.name, later(self.base, Duration::from_nanos(until)))
+            }
+            MODE_FORCED_OPEN => CircuitOpen::named(&self.name, OpenCause::ForcedOpen, None),
+            _ => return None,
+        };
+        self.short_circuited.fetch_add(1, Ordering::Relaxed);
+        self.telemetry.rejected(&self.name, || open.retry_after());
+        Some(open)
     }
 
     /// An open call let through in shadow mode, decided from the word alone (the
@@ -305,7 +327,7 @@ impl Breaker {
         let admission = self.locked(now, |m| m.acquire(now));
         match admission {
             Admission::Rejected(retry_after, _) => {
-                self.telemetry.rejected(&self.name, retry_after);
+                self.telemetry.rejected(&self.name, || Some(retry_after));
             }
             Admission::Shadow(_, cause) => self.telemetry.shadow_rejected(&self.name, cause),
             Admission::Admitted(_) => {}
@@ -407,7 +429,7 @@ impl Breaker {
             self.locked(now, |m| m.give_back(ticket, now));
         }
         self.telemetry
-            .rejected(&self.name, crate::machine::MIN_RETRY_AFTER);
+            .rejected(&self.name, || Some(crate::machine::MIN_RETRY_AFTER));
     }
 
     /// Runs `f` on the machine under the mutex, with the pending successes folded in
@@ -660,6 +682,40 @@ mod tests {
         assert_eq!(b.fast_counts().short_circuited, 1);
         assert_eq!(b.ready_hint(|| t0 + 10 * S), ReadyHint::Forward);
         assert!(admit(&b, t0 + 10 * S).unwrap().probe.is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_left_unpolled_is_rejected_from_the_word_alone_while_it_says_open() {
+        let t0 = Instant::now();
+        let b = breaker(&CircuitBreakerConfig::default(), t0);
+        assert!(b.reject_unpolled().is_none(), "closed: `admit` decides");
+        b.locked(t0, |m| {
+            for _ in 0..10 {
+                if let Admission::Admitted(t) = m.acquire(t0) {
+                    m.complete(t, Report::of(Outcome::Failure), t0);
+                }
+            }
+        });
+        let guard = b.lock();
+        // Neither the mutex nor the clock: the end of the interval travels instead.
+        let open = b.reject_unpolled().expect("open");
+        drop(guard);
+        assert_eq!(open.cause(), OpenCause::Open);
+        assert_eq!(open.retry_after(), Some(10 * S));
+        tokio::time::advance(4 * S).await;
+        assert_eq!(open.retry_after(), Some(6 * S));
+        assert_eq!(b.fast_counts().short_circuited, 1);
+        // Due to probe: once a call has taken the probe, the machine decides again.
+        let probe = admit(&b, t0 + 10 * S).unwrap();
+        assert!(probe.probe.is_some());
+        assert!(b.reject_unpolled().is_none(), "half-open: `admit` decides");
+        b.locked(t0 + 10 * S, |m| m.force_open(t0 + 10 * S));
+        let forced = b.reject_unpolled().expect("forced open");
+        assert_eq!(
+            (forced.cause(), forced.retry_after()),
+            (OpenCause::ForcedOpen, None)
+        );
+        assert_eq!(b.fast_counts().short_circuited, 2);
     }
 
     #[test]

@@ -341,16 +341,17 @@ impl Telemetry {
         self.metrics.cancelled.increment(1);
     }
 
-    /// A call turned away without reaching the dependency.
+    /// A call turned away without reaching the dependency; `retry_after` is asked
+    /// only when the event is logged (it may read the clock).
     #[inline]
-    pub(crate) fn rejected(&self, name: &Name, retry_after: Duration) {
+    pub(crate) fn rejected(&self, name: &Name, retry_after: impl FnOnce() -> Option<Duration>) {
         #[cfg(feature = "metrics")]
         self.metrics.rejected.increment(1);
         #[cfg(feature = "tracing")]
         tracing::debug!(
             target: "seawall::circuit_breaker",
             name = &**name,
-            retry_after_ms = retry_after.as_millis() as u64,
+            retry_after_ms = retry_after().map(|after| after.as_millis() as u64),
             "call rejected: circuit open"
         );
     }

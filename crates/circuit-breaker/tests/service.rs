@@ -221,6 +221,24 @@ async fn a_call_long_after_its_poll_ready_is_decided_at_call_time_not_with_a_sta
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_call_turned_away_after_its_poll_ready_is_told_what_remains_when_it_asks() {
+    let (inner, layer, mut svc) = counting_breaker();
+    trip(&mut svc, &inner).await;
+    // Open for 10 s: `poll_ready` 1 s after the trip, `call` 3 s after that.
+    advance(S).await;
+    svc.ready().await.unwrap();
+    advance(3 * S).await;
+    let err = svc.call(req()).await.unwrap_err();
+    assert_eq!(rejection_retry_after(&err), 6 * S);
+    // The same rejection read 2 s later promises no instant already past.
+    advance(2 * S).await;
+    assert_eq!(rejection_retry_after(&err), 4 * S);
+    assert_eq!(err.to_string(), "circuit `freight` is open; retry after 4s");
+    assert_eq!(layer.handle().snapshot().counters.short_circuited, 1);
+    assert_eq!(inner.calls(), 10, "nothing reached the supplier");
+}
+
+#[tokio::test(start_paused = true)]
 async fn half_open_sends_one_probe_and_turns_the_others_away_with_a_positive_retry_after() {
     let layer = default_layer();
     let handle = layer.handle();

@@ -11,6 +11,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 /// The boxed error type that seawall layers return, as in tower.
 pub type BoxError = Box<dyn Error + Send + Sync>;
 
@@ -218,11 +220,27 @@ impl OpenCause {
 #[derive(Debug, Clone)]
 pub struct CircuitOpen {
     name: RejectionName,
-    retry_after: Option<Duration>,
+    retry: Retry,
     cause: OpenCause,
 }
 
+/// When a turned-away call may try again, as its breaker knew it.
+#[derive(Debug, Clone, Copy)]
+enum Retry {
+    /// After this long, measured when the call was turned away.
+    In(Duration),
+    /// From this instant on (the end of the open interval): what remains of it is
+    /// measured when asked, so the breaker needs no clock to turn a call away.
+    At(Instant),
+    /// Forced open: only an operator ends it.
+    Unknown,
+}
+
 impl CircuitOpen {
+    /// The shortest retry-after a breaker gives: a turned-away caller is always told
+    /// to wait a little, never to come back at once.
+    pub const MIN_RETRY_AFTER: Duration = Duration::from_millis(1);
+
     /// A rejection by the tripped breaker `name`, which expects to admit a call again
     /// after `retry_after` (what remains of its open interval).
     pub fn new(name: Name, retry_after: Duration) -> Self {
@@ -242,17 +260,27 @@ impl CircuitOpen {
         Self::build(RejectionName::copied(name), cause, retry_after)
     }
 
+    /// A rejection by the breaker `name`, open until `reopen_at`. Its
+    /// [`retry_after`](Self::retry_after) is what remains of the interval when it
+    /// is asked, read from tokio's clock ([`MIN_RETRY_AFTER`](Self::MIN_RETRY_AFTER)
+    /// once it has ended): a breaker can turn a call away without reading the clock
+    /// itself, and a rejection read late never promises an instant already past.
+    #[inline]
+    pub fn open_until(name: &Name, reopen_at: Instant) -> Self {
+        Self {
+            name: RejectionName::copied(name),
+            retry: Retry::At(reopen_at),
+            cause: OpenCause::Open,
+        }
+    }
+
     #[inline]
     fn build(name: RejectionName, cause: OpenCause, retry_after: Option<Duration>) -> Self {
-        let retry_after = match cause {
-            OpenCause::ForcedOpen => None,
-            _ => retry_after,
+        let retry = match (cause, retry_after) {
+            (OpenCause::ForcedOpen, _) | (_, None) => Retry::Unknown,
+            (_, Some(after)) => Retry::In(after),
         };
-        Self {
-            name,
-            retry_after,
-            cause,
-        }
+        Self { name, retry, cause }
     }
 
     /// The breaker's name.
@@ -268,7 +296,14 @@ impl CircuitOpen {
     /// How long until the breaker expects to admit a call (never zero); `None` when
     /// it was forced open, since only an operator ends that.
     pub fn retry_after(&self) -> Option<Duration> {
-        self.retry_after
+        match self.retry {
+            Retry::In(after) => Some(after),
+            Retry::At(at) => match at.saturating_duration_since(Instant::now()) {
+                Duration::ZERO => Some(Self::MIN_RETRY_AFTER),
+                left => Some(left),
+            },
+            Retry::Unknown => None,
+        }
     }
 }
 
@@ -281,7 +316,7 @@ impl fmt::Display for CircuitOpen {
             OpenCause::ForcedOpen => "is forced open",
         };
         write!(f, "circuit `{}` {why}", self.name)?;
-        match self.retry_after {
+        match self.retry_after() {
             Some(after) => write!(f, "; retry after {after:?}"),
             None => Ok(()),
         }
@@ -564,7 +599,7 @@ fn recognise<'a>(e: &'a (dyn Error + 'static)) -> Option<Rejection<'a>> {
     };
     if let Some(r) = e.downcast_ref::<CircuitOpen>() {
         Some(Rejection {
-            retry_after: r.retry_after,
+            retry_after: r.retry_after(),
             open_cause: Some(r.cause),
             ..bare(RejectionKind::CircuitOpen, Some(r.name()))
         })
@@ -737,6 +772,44 @@ pub(crate) mod tests {
             assert_eq!(full.to_string(), format!("bulkhead `{name}` is full"));
             assert_eq!(BulkheadFull::new(name.clone()).name(), &*name);
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_open_until_rejection_measures_what_remains_when_it_is_read() {
+        let now = Instant::now();
+        let open: BoxError = Box::new(CircuitOpen::open_until(
+            &Name::from("quote"),
+            now + Duration::from_secs(10),
+        ));
+        let r = find_rejection(&*open).unwrap();
+        assert_eq!(r.kind(), RejectionKind::CircuitOpen);
+        assert_eq!(r.name(), Some("quote"));
+        assert_eq!(r.open_cause(), Some(OpenCause::Open));
+        assert_eq!(r.retry_after(), Some(Duration::from_secs(10)));
+        tokio::time::advance(Duration::from_secs(4)).await;
+        assert_eq!(
+            find_rejection(&*open).unwrap().retry_after(),
+            Some(Duration::from_secs(6))
+        );
+        assert_eq!(open.to_string(), "circuit `quote` is open; retry after 6s");
+        // Read after the interval ended: come back after the smallest wait, not never.
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert_eq!(
+            find_rejection(&*open).unwrap().retry_after(),
+            Some(Duration::from_millis(1))
+        );
+        assert_eq!(CircuitOpen::MIN_RETRY_AFTER, Duration::from_millis(1));
+    }
+
+    #[test]
+    fn a_forced_open_rejection_promises_no_retry_time_whatever_it_was_given() {
+        let forced = CircuitOpen::because(
+            "quote".into(),
+            OpenCause::ForcedOpen,
+            Some(Duration::from_secs(3)),
+        );
+        assert_eq!(forced.retry_after(), None);
+        assert_eq!(forced.to_string(), "circuit `quote` is forced open");
     }
 
     #[test]

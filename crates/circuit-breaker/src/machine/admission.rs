@@ -72,7 +72,7 @@ pub enum Admission {
 }
 
 /// The smallest retry-after ever given (a rejection always tells the caller to wait).
-pub(crate) const MIN_RETRY_AFTER: Duration = Duration::from_millis(1);
+pub(crate) const MIN_RETRY_AFTER: Duration = seawall_core::CircuitOpen::MIN_RETRY_AFTER;
 
 pub(crate) fn positive(d: Duration) -> Duration {
     if d.is_zero() {
