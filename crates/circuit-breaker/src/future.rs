@@ -129,7 +129,7 @@ pin_project! {
             classifier: C,
         },
         Rejected {
-            rejection: Option<CircuitOpen>,
+            rejection: Option<Box<CircuitOpen>>,
         },
     }
 }
@@ -161,15 +161,16 @@ impl<F, C> ResponseFuture<F, C> {
         }
     }
 
-    /// Built in `call`, boxed at the first poll; a short name is copied, not shared.
+    /// Built and boxed in `call` (the one allocation of a turned-away call); a short
+    /// name is copied, not shared.
     #[inline]
     pub(crate) fn rejected(name: &Name, retry_after: Duration, cause: OpenCause) -> Self {
-        Self::open(CircuitOpen::named(name, cause, Some(retry_after)))
+        Self::open(Box::new(CircuitOpen::named(name, cause, Some(retry_after))))
     }
 
-    /// A call turned away with `rejection`, boxed at the first poll.
+    /// A call turned away with `rejection`, answered at the first poll.
     #[inline]
-    pub(crate) fn open(rejection: CircuitOpen) -> Self {
+    pub(crate) fn open(rejection: Box<CircuitOpen>) -> Self {
         Self {
             kind: Kind::Rejected {
                 rejection: Some(rejection),
@@ -237,7 +238,7 @@ where
                 }
             }
             KindProj::Rejected { rejection } => Poll::Ready(Err(match rejection.take() {
-                Some(open) => Box::new(open),
+                Some(open) => open,
                 None => polled_after_completion(),
             })),
         }

@@ -113,6 +113,9 @@ pub(crate) struct Breaker {
     cancelled: AtomicU64,
     base: Instant,
     name: Name,
+    /// The breaker's rejection, built once with its name: copied for each call
+    /// turned away, so a rejection copies a few words instead of its name's bytes.
+    rejection: CircuitOpen,
     machine: Mutex<Driven>,
     telemetry: Telemetry,
     /// Services in readiness mode waiting for the breaker to let calls through;
@@ -167,6 +170,7 @@ impl Breaker {
             ignored: AtomicU64::new(0),
             cancelled: AtomicU64::new(0),
             base: now,
+            rejection: CircuitOpen::named(&name, OpenCause::Open, None),
             name,
             machine: Mutex::new(machine),
             telemetry,
@@ -298,17 +302,21 @@ impl Breaker {
     /// (a call made long after its `poll_ready` is never given a stale remainder).
     /// `None` when the breaker has left open since: [`admit`](Self::admit) decides.
     #[inline]
-    pub(crate) fn reject_unpolled(&self) -> Option<CircuitOpen> {
+    pub(crate) fn reject_unpolled(&self) -> Option<Box<CircuitOpen>> {
         let w = self.word.load(Ordering::Acquire);
-        let open = match w & MODE_MASK {
-            MODE_OPEN => {
-                let until = self.reopen_at.load(Ordering::Acquire);
-                CircuitOpen::open_until(&self.name, later(self.base, Duration::from_nanos(until)))
-            }
-            MODE_FORCED_OPEN => CircuitOpen::named(&self.name, OpenCause::ForcedOpen, None),
-            _ => return None,
-        };
+        let mode = w & MODE_MASK;
+        if mode != MODE_OPEN && mode != MODE_FORCED_OPEN {
+            return None;
+        }
+        // Counted first: the locked increment then waits for fewer pending stores.
         self.short_circuited.fetch_add(1, Ordering::Relaxed);
+        let open = Box::new(if mode == MODE_OPEN {
+            let until = self.reopen_at.load(Ordering::Acquire);
+            self.rejection
+                .until(later(self.base, Duration::from_nanos(until)))
+        } else {
+            CircuitOpen::named(&self.name, OpenCause::ForcedOpen, None)
+        });
         self.telemetry.rejected(&self.name, || open.retry_after());
         Some(open)
     }

@@ -260,15 +260,17 @@ impl CircuitOpen {
         Self::build(RejectionName::copied(name), cause, retry_after)
     }
 
-    /// A rejection by the breaker `name`, open until `reopen_at`. Its
+    /// This breaker's rejection again, now open until `reopen_at`. Its
     /// [`retry_after`](Self::retry_after) is what remains of the interval when it
     /// is asked, read from tokio's clock ([`MIN_RETRY_AFTER`](Self::MIN_RETRY_AFTER)
-    /// once it has ended): a breaker can turn a call away without reading the clock
-    /// itself, and a rejection read late never promises an instant already past.
+    /// once it has ended): a breaker keeps one rejection built with its name and
+    /// copies it for each call it turns away, without reading the clock itself, and
+    /// a rejection read late never promises an instant already past.
     #[inline]
-    pub fn open_until(name: &Name, reopen_at: Instant) -> Self {
+    #[must_use]
+    pub fn until(&self, reopen_at: Instant) -> Self {
         Self {
-            name: RejectionName::copied(name),
+            name: self.name.clone(),
             retry: Retry::At(reopen_at),
             cause: OpenCause::Open,
         }
@@ -775,12 +777,10 @@ pub(crate) mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn an_open_until_rejection_measures_what_remains_when_it_is_read() {
+    async fn a_rejection_open_until_an_instant_measures_what_remains_when_it_is_read() {
         let now = Instant::now();
-        let open: BoxError = Box::new(CircuitOpen::open_until(
-            &Name::from("quote"),
-            now + Duration::from_secs(10),
-        ));
+        let built = CircuitOpen::named(&Name::from("quote"), OpenCause::ForcedOpen, None);
+        let open: BoxError = Box::new(built.until(now + Duration::from_secs(10)));
         let r = find_rejection(&*open).unwrap();
         assert_eq!(r.kind(), RejectionKind::CircuitOpen);
         assert_eq!(r.name(), Some("quote"));
