@@ -4,8 +4,9 @@
 //! [`DeadlineLayer`] gives each request a [`Deadline`] (the budget of the dependency
 //! segment, admission included, such as 300 ms) and enforces it as a backstop. The
 //! deadline travels **ambiently**: while the inner service's `call` runs and while
-//! its response future is polled, it is the task's *current deadline* (a tokio
-//! task-local), read with [`Deadline::current`]. It needs nothing from the request
+//! its response future is polled, it is the task's *current deadline* (set on the
+//! thread for just that `call` or poll, so it behaves as a task-local), read with
+//! [`Deadline::current`]. It needs nothing from the request
 //! (no extensions, no trait to implement, no allocation), so a `String`, a database
 //! query or an `http::Request` all carry it the same way. Inner layers read it: the
 //! bulkhead stops waiting for a slot at it, the breaker bounds the dependency call
@@ -43,6 +44,7 @@
 //! # }
 //! ```
 
+use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -58,12 +60,30 @@ use tower_service::Service;
 use crate::config::{check_duration, ConfigError};
 use crate::rejection::{BoxError, DeadlineExceeded};
 
-tokio::task_local! {
-    /// The deadline of the request whose work is running on this task, if any.
-    static CURRENT: Current;
+std::thread_local! {
+    /// The deadline of the request whose work is being run on this thread, if any.
+    /// Set only for the length of a `call` or of one poll (see [`with_current`]),
+    /// so it follows the task that polls the work, as a task-local does; a `Cell`
+    /// of a `Copy` value, so entering and leaving costs two plain moves.
+    static CURRENT: Cell<Option<Current>> = const { Cell::new(None) };
 }
 
-/// What the task-local holds: the deadline, and whether a [`DeadlineFuture`] with a
+/// Runs `f` with `current` as the current deadline, then puts back the one it
+/// replaced (also when `f` panics).
+#[inline]
+fn with_current<R>(current: Current, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<Current>);
+    impl Drop for Restore {
+        #[inline]
+        fn drop(&mut self) {
+            CURRENT.set(self.0);
+        }
+    }
+    let _restore = Restore(CURRENT.replace(Some(current)));
+    f()
+}
+
+/// What the current deadline holds: the deadline, and whether a [`DeadlineFuture`] with a
 /// timer at that very instant is polling the work now (it wakes the task when the
 /// deadline passes, so a future inside it needs no timer of its own to notice).
 #[derive(Debug, Clone, Copy)]
@@ -103,24 +123,30 @@ impl Deadline {
         now >= self.0
     }
 
+    /// Whether an answer seen at `now` came after the deadline (one seen at its
+    /// very instant is in time).
+    fn is_late(&self, now: Instant) -> bool {
+        now > self.0
+    }
+
     /// The deadline of the request being served on this task, if any: set by a
     /// [`DeadlineLayer`] further out, or by [`scope`](Self::scope).
     #[inline]
     pub fn current() -> Option<Deadline> {
-        CURRENT.try_with(|c| c.deadline).ok()
+        CURRENT.get().map(|c| c.deadline)
     }
 
     /// Runs `f` with this deadline as the current one, or the current one if it is
     /// earlier (an inner budget never extends an outer one).
     pub fn sync_scope<R>(self, f: impl FnOnce() -> R) -> R {
-        let current = match CURRENT.try_with(|c| *c) {
-            Ok(outer) if outer.deadline <= self => outer,
+        let current = match CURRENT.get() {
+            Some(outer) if outer.deadline <= self => outer,
             _ => Current {
                 deadline: self,
                 guarded: false,
             },
         };
-        CURRENT.sync_scope(current, f)
+        with_current(current, f)
     }
 
     /// `fut`, polled with this deadline as the current one (or the current one at
@@ -238,36 +264,38 @@ pub fn bounded_by_current<F: Future>(fut: F) -> BoundedByCurrent<F> {
     BoundedByCurrent {
         inner: fut,
         bound: match deadline {
-            Some(d) => Bound::At(d.instant(), false),
+            Some(d) => Bound::At(d.instant()),
             None => Bound::Look,
         },
-        sleep: None,
     }
 }
 
-/// What bounds a [`BoundedByCurrent`] (one word and a half, like the instant alone).
-#[derive(Debug, Clone, Copy)]
+/// What bounds a [`BoundedByCurrent`]: three words, the timer it rarely needs
+/// included (it knows its own deadline).
+#[derive(Debug)]
 enum Bound {
     /// No deadline was current when the future was made: look at the first poll.
     Look,
     /// No deadline.
     Unbounded,
-    /// The deadline, and whether the inner future has been pending (only then can
-    /// its answer be late).
-    At(Instant, bool),
+    /// The deadline; the inner future has not been pending (so its answer is in time).
+    At(Instant),
+    /// The deadline, after the inner future was pending under a `DeadlineFuture`
+    /// whose timer wakes the task at it.
+    Pending(Instant),
+    /// The deadline's own timer, for a deadline no `DeadlineFuture` guards.
+    Timer(Pin<Box<Sleep>>),
 }
 
 pin_project! {
     /// A future bounded by the current deadline (see [`bounded_by_current`]): it
     /// resolves to `Err(DeadlineExceeded)` if the deadline passes first. Small: the
-    /// inner future, the instant, and a pointer to a timer it rarely needs.
+    /// inner future, and the instant or a pointer to a timer it rarely needs.
     #[derive(Debug)]
     pub struct BoundedByCurrent<F> {
         #[pin]
         inner: F,
         bound: Bound,
-        // Only when no `DeadlineFuture` guards the deadline.
-        sleep: Option<Pin<Box<Sleep>>>,
     }
 }
 
@@ -278,52 +306,58 @@ impl<F: Future> Future for BoundedByCurrent<F> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         if let Bound::Look = this.bound {
-            *this.bound =
-                Deadline::current().map_or(Bound::Unbounded, |d| Bound::At(d.instant(), false));
+            *this.bound = Deadline::current().map_or(Bound::Unbounded, |d| Bound::At(d.instant()));
         }
         if let Poll::Ready(out) = this.inner.poll(cx) {
             // Late when the deadline passed before this poll saw the answer, as in
             // `Bounded`: it is a timeout, never a success past the budget.
-            return match *this.bound {
-                Bound::At(deadline, true) if Instant::now() > deadline => {
-                    Poll::Ready(Err(DeadlineExceeded::new()))
-                }
-                _ => Poll::Ready(Ok(out)),
+            let late = match this.bound {
+                Bound::Pending(deadline) => Instant::now() > *deadline,
+                Bound::Timer(sleep) => Instant::now() > sleep.deadline(),
+                Bound::Look | Bound::Unbounded | Bound::At(_) => false,
             };
+            return Poll::Ready(if late {
+                Err(DeadlineExceeded::new())
+            } else {
+                Ok(out)
+            });
         }
-        match *this.bound {
-            Bound::At(deadline, _) => {
-                *this.bound = Bound::At(deadline, true);
-                poll_deadline(deadline, this.sleep, cx)
-            }
-            Bound::Look | Bound::Unbounded => Poll::Pending,
-        }
+        poll_deadline(this.bound, cx)
     }
 }
 
 /// The pending inner future's deadline: passed, or how the task will be woken at it.
-fn poll_deadline<T>(
-    deadline: Instant,
-    sleep: &mut Option<Pin<Box<Sleep>>>,
-    cx: &mut Context<'_>,
-) -> Poll<Result<T, DeadlineExceeded>> {
-    if sleep.is_none() {
-        let guarded = CURRENT
-            .try_with(|c| c.guarded && c.deadline.instant() <= deadline)
-            .unwrap_or(false);
-        if guarded {
-            // A `DeadlineFuture` polling this one wakes the task when its timer, at
-            // this deadline or before, fires (and polls its inner future first).
-            return if Instant::now() >= deadline {
-                Poll::Ready(Err(DeadlineExceeded::new()))
-            } else {
-                Poll::Pending
-            };
+#[inline]
+fn poll_deadline<T>(bound: &mut Bound, cx: &mut Context<'_>) -> Poll<Result<T, DeadlineExceeded>> {
+    let deadline = match *bound {
+        Bound::Look | Bound::Unbounded => return Poll::Pending,
+        Bound::At(deadline) | Bound::Pending(deadline) => deadline,
+        Bound::Timer(ref mut sleep) => {
+            ready!(sleep.as_mut().poll(cx));
+            return Poll::Ready(Err(DeadlineExceeded::new()));
         }
+    };
+    let guarded = CURRENT
+        .get()
+        .is_some_and(|c| c.guarded && c.deadline.instant() <= deadline);
+    if guarded {
+        // A `DeadlineFuture` polling this one wakes the task when its timer, at
+        // this deadline or before, fires (and polls its inner future first).
+        *bound = Bound::Pending(deadline);
+        return if Instant::now() >= deadline {
+            Poll::Ready(Err(DeadlineExceeded::new()))
+        } else {
+            Poll::Pending
+        };
     }
-    let sleep = sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
-    ready!(sleep.as_mut().poll(cx));
-    Poll::Ready(Err(DeadlineExceeded::new()))
+    let mut sleep = Box::pin(tokio::time::sleep_until(deadline));
+    let fired = sleep.as_mut().poll(cx).is_ready();
+    *bound = Bound::Timer(sleep);
+    if fired {
+        Poll::Ready(Err(DeadlineExceeded::new()))
+    } else {
+        Poll::Pending
+    }
 }
 
 impl<F: Future> Future for Bounded<F> {
@@ -715,10 +749,11 @@ where
             deadline,
             guarded: true,
         };
-        let future = CURRENT.sync_scope(current, || inner.call(req));
+        let future = with_current(current, || inner.call(req));
         DeadlineFuture {
             kind: Kind::Enforcing {
-                inner: bounded(future, Some(deadline)),
+                inner: future,
+                sleep: None,
                 deadline,
             },
         }
@@ -740,9 +775,14 @@ pin_project! {
     #[project = KindProj]
     #[derive(Debug)]
     enum Kind<F> {
+        // What `Bounded` does, with the deadline known at once (no `Option`, nothing
+        // to look for at the first poll): a smaller future for every layer inside.
         Enforcing {
             #[pin]
-            inner: Bounded<F>,
+            inner: F,
+            // Armed once the inner future is pending.
+            #[pin]
+            sleep: Option<Sleep>,
             deadline: Deadline,
         },
         Shadow {
@@ -767,20 +807,33 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
-            KindProj::Enforcing { inner, deadline } => {
+            KindProj::Enforcing {
+                inner,
+                mut sleep,
+                deadline,
+            } => {
                 // Its own timer is at this deadline: what it polls need not set one.
                 let current = Current {
                     deadline: *deadline,
                     guarded: true,
                 };
-                let polled = CURRENT.sync_scope(current, || inner.poll(cx));
-                match ready!(polled) {
-                    Ok(result) => Poll::Ready(result.map_err(Into::into)),
-                    Err(exceeded) => {
-                        crate::telemetry::deadline_exceeded();
-                        Poll::Ready(Err(Box::new(exceeded)))
+                if let Poll::Ready(result) = with_current(current, || inner.poll(cx)) {
+                    // Late when the deadline passed before this poll saw the answer,
+                    // as in `Bounded`: only a call that was pending can be.
+                    if sleep.is_none() || !deadline.is_late(Instant::now()) {
+                        return Poll::Ready(result.map_err(Into::into));
+                    }
+                } else {
+                    if sleep.is_none() {
+                        sleep.set(Some(tokio::time::sleep_until(deadline.instant())));
+                    }
+                    match sleep.as_pin_mut() {
+                        Some(timer) => ready!(timer.poll(cx)),
+                        None => return Poll::Pending,
                     }
                 }
+                crate::telemetry::deadline_exceeded();
+                Poll::Ready(Err(Box::new(DeadlineExceeded::new())))
             }
             KindProj::Shadow {
                 inner,
@@ -964,6 +1017,26 @@ mod tests {
             assert_eq!(shorter.sync_scope(Deadline::current), Some(shorter));
             assert_eq!(Deadline::current(), Some(outer));
         });
+    }
+
+    #[test]
+    fn each_layer_adds_a_few_words_to_the_future_it_bounds() {
+        use std::mem::size_of;
+        type Inner = std::future::Ready<Result<[u64; 4], ()>>;
+        const WORD: usize = size_of::<usize>();
+        // The deadline or the rarely needed timer, and what says which: three words.
+        assert_eq!(
+            size_of::<BoundedByCurrent<Inner>>(),
+            size_of::<Inner>() + 3 * WORD
+        );
+        // The layer's timer is inline (a pending call allocates nothing), beside the
+        // deadline once, not twice; in shadow mode, the counters it reports to.
+        assert!(
+            size_of::<DeadlineFuture<Inner>>()
+                <= size_of::<Inner>() + size_of::<Sleep>() + 3 * WORD,
+            "{}",
+            size_of::<DeadlineFuture<Inner>>()
+        );
     }
 
     #[tokio::test(start_paused = true)]
