@@ -38,8 +38,9 @@ pub(crate) enum Ingredient {
     /// The breaker's closed-path ingredients together: an `Arc` clone into a
     /// response future as large as the breaker's (280 B), one compare-and-swap.
     BreakerClosed,
-    /// The breaker's open-path ingredients together: two clock reads, one
-    /// `fetch_add`, one boxed `CircuitOpen`.
+    /// The breaker's open-path ingredients together: one clock read (its
+    /// `poll_ready`'s), one `fetch_add`, one boxed copy of a `CircuitOpen` built
+    /// beforehand (as the breaker keeps one with its name).
     BreakerOpen,
 }
 
@@ -71,7 +72,7 @@ impl Ingredient {
                 "reference: `Arc` clone into a 280 B future + compare-and-swap (the breaker's closed path)"
             }
             Ingredient::BreakerOpen => {
-                "reference: two clock reads + `fetch_add` + boxed `CircuitOpen` (the breaker's open path)"
+                "reference: one clock read + `fetch_add` + boxed copy of a `CircuitOpen` (the breaker's open path)"
             }
         }
     }
@@ -84,6 +85,8 @@ struct Reference<S, P> {
     ingredient: Ingredient,
     shared: Arc<AtomicU64>,
     name: Name,
+    /// Built once with `name`, as a breaker keeps its rejection.
+    rejection: CircuitOpen,
     _pad: PhantomData<fn() -> P>,
 }
 
@@ -140,10 +143,10 @@ where
                 compare_swap(&self.shared);
             }
             Ingredient::BreakerOpen => {
-                black_box(tokio::time::Instant::now());
-                black_box(tokio::time::Instant::now());
+                let now = black_box(tokio::time::Instant::now());
                 self.shared.fetch_add(1, Ordering::Relaxed);
-                boxed_rejection(&self.name);
+                let e: BoxError = Box::new(self.rejection.until(now));
+                drop(black_box(e));
             }
         }
         RefFuture {
@@ -171,11 +174,13 @@ fn boxed_rejection(name: &Name) {
 
 fn reference<P: Default + Clone + Send + 'static>(ingredient: Ingredient) -> Row {
     Row::new(Id::Reference(ingredient), ingredient.label(), move || {
+        let name = Name::from("bench");
         Reference::<_, P> {
             inner: inner::ok(),
             ingredient,
             shared: Arc::new(AtomicU64::new(0)),
-            name: Name::from("bench"),
+            rejection: CircuitOpen::new(Arc::clone(&name), Duration::from_secs(1)),
+            name,
             _pad: PhantomData,
         }
     })

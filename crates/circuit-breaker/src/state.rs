@@ -21,7 +21,9 @@
 //!   successes into the machine, so the machine sees them before any later failure:
 //!   the same sequence it would have seen one call at a time.
 //! - An open breaker rejects with one load of the word, one clock read and one load
-//!   of `reopen_at`; a forced-open one without the clock. In shadow mode (a bit of
+//!   of `reopen_at`; a forced-open one without the clock. A call whose `poll_ready`
+//!   already saw it open is rejected without the clock, its rejection carrying
+//!   `reopen_at` as an instant. In shadow mode (a bit of
 //!   the word, so the closed path pays nothing for it) the same open call is let
 //!   through instead, with one more relaxed increment.
 //! - The `shadow` bit mirrors the machine's shadow mode; like the mode, it is
