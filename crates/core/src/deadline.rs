@@ -737,8 +737,9 @@ where
             return DeadlineFuture {
                 kind: Kind::Shadow {
                     inner: self.inner.call(req),
-                    sleep: None,
-                    at: deadline.instant(),
+                    timer: Timer::At {
+                        at: deadline.instant(),
+                    },
                     watching: Some(Arc::clone(&self.shared)),
                 },
             };
@@ -753,8 +754,9 @@ where
         DeadlineFuture {
             kind: Kind::Enforcing {
                 inner: future,
-                sleep: None,
-                deadline,
+                timer: Timer::At {
+                    at: deadline.instant(),
+                },
             },
         }
     }
@@ -780,21 +782,59 @@ pin_project! {
         Enforcing {
             #[pin]
             inner: F,
-            // Armed once the inner future is pending.
             #[pin]
-            sleep: Option<Sleep>,
-            deadline: Deadline,
+            timer: Timer,
         },
         Shadow {
             #[pin]
             inner: F,
-            // Armed once the inner future is pending.
             #[pin]
-            sleep: Option<Sleep>,
-            at: Instant,
+            timer: Timer,
             // `Some` until the deadline has passed and been counted.
             watching: Option<Arc<Shared>>,
         },
+    }
+}
+
+pin_project! {
+    /// A deadline's timer, armed once the call it bounds is pending (a call that
+    /// answers at once registers none); the instant lives in the timer once armed,
+    /// so the future holds it once.
+    #[project = TimerProj]
+    #[derive(Debug)]
+    enum Timer {
+        At {
+            at: Instant,
+        },
+        Armed {
+            #[pin]
+            sleep: Sleep,
+        },
+    }
+}
+
+impl Timer {
+    fn deadline(&self) -> Instant {
+        match self {
+            Timer::At { at } => *at,
+            Timer::Armed { sleep } => sleep.deadline(),
+        }
+    }
+
+    fn is_armed(&self) -> bool {
+        matches!(self, Timer::Armed { .. })
+    }
+
+    /// Arms the timer if it is not yet, and polls it.
+    fn poll_armed(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if let TimerProj::At { at } = self.as_mut().project() {
+            let sleep = tokio::time::sleep_until(*at);
+            self.set(Timer::Armed { sleep });
+        }
+        match self.project() {
+            TimerProj::Armed { sleep } => sleep.poll(cx),
+            TimerProj::At { .. } => Poll::Pending,
+        }
     }
 }
 
@@ -807,44 +847,34 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
-            KindProj::Enforcing {
-                inner,
-                mut sleep,
-                deadline,
-            } => {
+            KindProj::Enforcing { inner, timer } => {
+                let deadline = Deadline::at(timer.deadline());
                 // Its own timer is at this deadline: what it polls need not set one.
                 let current = Current {
-                    deadline: *deadline,
+                    deadline,
                     guarded: true,
                 };
                 if let Poll::Ready(result) = with_current(current, || inner.poll(cx)) {
                     // Late when the deadline passed before this poll saw the answer,
                     // as in `Bounded`: only a call that was pending can be.
-                    if sleep.is_none() || !deadline.is_late(Instant::now()) {
+                    if !timer.is_armed() || !deadline.is_late(Instant::now()) {
                         return Poll::Ready(result.map_err(Into::into));
                     }
                 } else {
-                    if sleep.is_none() {
-                        sleep.set(Some(tokio::time::sleep_until(deadline.instant())));
-                    }
-                    match sleep.as_pin_mut() {
-                        Some(timer) => ready!(timer.poll(cx)),
-                        None => return Poll::Pending,
-                    }
+                    ready!(timer.poll_armed(cx));
                 }
                 crate::telemetry::deadline_exceeded();
                 Poll::Ready(Err(Box::new(DeadlineExceeded::new())))
             }
             KindProj::Shadow {
                 inner,
-                mut sleep,
-                at,
+                mut timer,
                 watching,
             } => {
                 // The inner future first, as `Bounded` does: a response seen at
                 // the deadline is in time, one seen after it would have been cut.
                 if let Poll::Ready(result) = inner.poll(cx) {
-                    if sleep.is_some() && Instant::now() > *at {
+                    if timer.is_armed() && Instant::now() > timer.deadline() {
                         if let Some(shared) = watching.take() {
                             shared.shadow_rejections.fetch_add(1, Ordering::Relaxed);
                             crate::telemetry::deadline_shadow_rejected();
@@ -852,18 +882,11 @@ where
                     }
                     return Poll::Ready(result.map_err(Into::into));
                 }
-                if watching.is_some() {
-                    if sleep.is_none() {
-                        sleep.set(Some(tokio::time::sleep_until(*at)));
-                    }
-                    if let Some(timer) = sleep.as_mut().as_pin_mut() {
-                        if timer.poll(cx).is_ready() {
-                            if let Some(shared) = watching.take() {
-                                shared.shadow_rejections.fetch_add(1, Ordering::Relaxed);
-                                crate::telemetry::deadline_shadow_rejected();
-                            }
-                            sleep.set(None);
-                        }
+                // Once counted, the fired timer is polled no more.
+                if watching.is_some() && timer.as_mut().poll_armed(cx).is_ready() {
+                    if let Some(shared) = watching.take() {
+                        shared.shadow_rejections.fetch_add(1, Ordering::Relaxed);
+                        crate::telemetry::deadline_shadow_rejected();
                     }
                 }
                 Poll::Pending
@@ -1029,11 +1052,11 @@ mod tests {
             size_of::<BoundedByCurrent<Inner>>(),
             size_of::<Inner>() + 3 * WORD
         );
-        // The layer's timer is inline (a pending call allocates nothing), beside the
-        // deadline once, not twice; in shadow mode, the counters it reports to.
+        // The layer's timer is inline (a pending call allocates nothing) and holds
+        // the deadline once armed; in shadow mode, a word for the counters it
+        // reports to.
         assert!(
-            size_of::<DeadlineFuture<Inner>>()
-                <= size_of::<Inner>() + size_of::<Sleep>() + 3 * WORD,
+            size_of::<DeadlineFuture<Inner>>() <= size_of::<Inner>() + size_of::<Sleep>() + WORD,
             "{}",
             size_of::<DeadlineFuture<Inner>>()
         );
