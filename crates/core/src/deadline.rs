@@ -750,15 +750,15 @@ where
             deadline,
             guarded: true,
         };
-        let future = with_current(current, || inner.call(req));
-        DeadlineFuture {
+        // The inner future is built in its place in this one, not moved into it.
+        with_current(current, || DeadlineFuture {
             kind: Kind::Enforcing {
-                inner: future,
+                inner: inner.call(req),
                 timer: Timer::At {
                     at: deadline.instant(),
                 },
             },
-        }
+        })
     }
 }
 
