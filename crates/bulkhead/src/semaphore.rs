@@ -45,7 +45,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
-use std::sync::PoisonError;
+use std::sync::{OnceLock, PoisonError};
 use std::task::Waker;
 use std::time::Duration;
 
@@ -213,7 +213,9 @@ pub(crate) struct Semaphore {
     window_active: AtomicUsize,
     window_queued: AtomicUsize,
     rejected_full: AtomicU64,
-    waits: WaitHistogram,
+    /// Made by the first call that waited: most bulkheads (most keys of a keyed
+    /// one) never queue, and 272 bytes per key would be most of a key's footprint.
+    waits: OnceLock<Box<WaitHistogram>>,
     line: Mutex<Line>,
 }
 
@@ -230,7 +232,7 @@ impl Semaphore {
             window_active: AtomicUsize::new(0),
             window_queued: AtomicUsize::new(0),
             rejected_full: AtomicU64::new(0),
-            waits: WaitHistogram::new(),
+            waits: OnceLock::new(),
             line: Mutex::new(Line::default()),
         }
     }
@@ -477,7 +479,9 @@ impl Semaphore {
 
     /// Records the wait of a waiter that got its slot.
     pub(crate) fn record_wait(&self, waited: Duration) {
-        self.waits.record(waited);
+        self.waits
+            .get_or_init(|| Box::new(WaitHistogram::new()))
+            .record(waited);
     }
 
     /// Frees one slot, handing it to the front of the line if anyone waits.
@@ -622,7 +626,9 @@ impl Semaphore {
 
     /// The admission-wait distribution.
     pub(crate) fn waits(&self) -> &WaitHistogram {
-        &self.waits
+        /// What a bulkhead reports before any call has waited.
+        static NONE_YET: WaitHistogram = WaitHistogram::new();
+        self.waits.get().map_or(&NONE_YET, |w| w)
     }
 }
 

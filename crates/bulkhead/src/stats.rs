@@ -44,9 +44,9 @@ pub(crate) struct WaitSummary {
 }
 
 impl WaitHistogram {
-    pub(crate) fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         Self {
-            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+            buckets: [const { AtomicU64::new(0) }; BUCKETS],
             recorded: AtomicU64::new(0),
             max_nanos: AtomicU64::new(0),
         }
