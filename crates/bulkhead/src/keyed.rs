@@ -44,12 +44,13 @@ fn check_keyed(config: &BulkheadConfig, adaptive: bool) -> Result<(), ConfigErro
 struct KeyedShared<K> {
     name: Name,
     series: KeySeries<K>,
-    built: BulkheadConfig,
+    built: Arc<BulkheadConfig>,
     /// The builder's seed, from which each key's algorithm gets its own.
     seed: Option<u64>,
     /// Bulkheads made so far (numbers each key's seed).
     made: AtomicU64,
-    config: Mutex<BulkheadConfig>,
+    /// Shared with every key's bulkhead (one copy per layer, not per key).
+    config: Mutex<Arc<BulkheadConfig>>,
     /// The limit an operator holds every key at, new keys' included.
     forced: Mutex<Option<usize>>,
     map: KeyedMap<K, Arc<Shared>>,
@@ -71,21 +72,25 @@ enum KeySeries<K> {
 
 impl<K: Hash + Eq + Clone> KeyedShared<K> {
     fn config(&self) -> BulkheadConfig {
-        *self.config.lock().unwrap_or_else(PoisonError::into_inner)
+        **self.config.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn shared_config(&self) -> Arc<BulkheadConfig> {
+        Arc::clone(&self.config.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// The bulkhead of `key`, created if needed; `None` when the map is full and
     /// every key the sweep looked at has work in flight or waiting.
     #[inline]
     fn bulkhead_for(&self, key: K) -> Option<Arc<Shared>> {
-        let made_with = Cell::new(None);
+        let made_with = Cell::new(None::<Arc<BulkheadConfig>>);
         let found = self.map.get_or_insert_with(
             key,
             // A slot held or a call waiting (each holds the bulkhead): not idle.
             |b| Arc::strong_count(b) > 1,
             |key| {
-                let config = self.config();
-                made_with.set(Some(config));
+                let config = self.shared_config();
+                made_with.set(Some(Arc::clone(&config)));
                 // Each key's algorithm its own random choices (a gradient's
                 // jitter), so keys do not measure their baselines in step.
                 let n = self.made.fetch_add(1, Ordering::Relaxed);
@@ -94,11 +99,11 @@ impl<K: Hash + Eq + Clone> KeyedShared<K> {
                     .map(|s| s.wrapping_add(n.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
                 let shared = match &self.series {
                     KeySeries::Shared(series) => {
-                        Shared::reporting_to(self.name.clone(), series, config, seed)
+                        Shared::reporting_to(self.name.clone(), series, &config, seed)
                     }
                     KeySeries::PerKey(label) => {
                         let series = Series::keyed(&self.name, label(key));
-                        Shared::reporting_to(self.name.clone(), &series, config, seed)
+                        Shared::reporting_to(self.name.clone(), &series, &config, seed)
                     }
                 };
                 Ok::<_, Infallible>(Arc::new(shared))
@@ -110,11 +115,11 @@ impl<K: Hash + Eq + Clone> KeyedShared<K> {
         };
         // Built from a configuration that a `reconfigure` replaced meanwhile (it
         // could not see a key not yet in the map): catch up.
-        if let Some(made) = made_with.get() {
-            let current = self.config();
-            if made != current {
+        if let Some(made) = made_with.take() {
+            let current = self.shared_config();
+            if *made != *current {
                 // Validated by `reconfigure`.
-                let _ = b.reconfigure(current);
+                let _ = b.reconfigure_to(&current);
             }
             self.catch_up_force(&b);
         }
@@ -148,12 +153,12 @@ impl<K: Hash + Eq + Clone> KeyedShared<K> {
     fn over_key_limit(&self) -> Arc<Shared> {
         self.shadow_key_limit.fetch_add(1, Ordering::Relaxed);
         let b = self.over_keys.get_or_init(|| {
-            let config = self.config();
+            let config = self.shared_config();
             Arc::new(match &self.series {
                 KeySeries::Shared(series) => {
-                    Shared::reporting_to(self.name.clone(), series, config, None)
+                    Shared::reporting_to(self.name.clone(), series, &config, None)
                 }
-                KeySeries::PerKey(_) => Shared::new(self.name.clone(), config, None),
+                KeySeries::PerKey(_) => Shared::new(self.name.clone(), *config, None),
             })
         });
         b.admit_over_limit(ShadowReason::Keys);
@@ -320,10 +325,10 @@ where
                     }
                 },
                 name,
-                built: self.bulkhead.config,
+                built: Arc::new(self.bulkhead.config),
                 seed: self.bulkhead.seed,
                 made: AtomicU64::new(0),
-                config: Mutex::new(self.bulkhead.config),
+                config: Mutex::new(Arc::new(self.bulkhead.config)),
                 forced: Mutex::new(None),
                 map: KeyedMap::new(self.max_keys),
                 rejected_key_limit: AtomicU64::new(0),
@@ -583,18 +588,19 @@ impl<K: Hash + Eq + Clone> KeyedHandle<K> {
     /// Same rules as [`Handle::reconfigure`](crate::Handle::reconfigure).
     pub fn reconfigure(&self, config: BulkheadConfig) -> Result<(), ConfigError> {
         check_keyed(&config, self.shared.built.adaptive.is_some())?;
+        let shared_config = Arc::new(config);
         *self
             .shared
             .config
             .lock()
-            .unwrap_or_else(PoisonError::into_inner) = config;
+            .unwrap_or_else(PoisonError::into_inner) = Arc::clone(&shared_config);
         if let KeySeries::Shared(series) = &self.shared.series {
             series.limit(config.max_concurrent);
         }
         // Copied out first: each bulkhead logs its change, and a subscriber may read
         // this map (a snapshot) from inside that event.
         for b in self.shared.map.values() {
-            b.reconfigure(config)?;
+            b.reconfigure_to(&shared_config)?;
         }
         Ok(())
     }
@@ -602,7 +608,7 @@ impl<K: Hash + Eq + Clone> KeyedHandle<K> {
     /// Goes back to the limits the layer was built with, for every key.
     pub fn revert(&self) {
         // The built configuration was validated when the layer was built.
-        let _ = self.reconfigure(self.shared.built);
+        let _ = self.reconfigure(*self.shared.built);
     }
 
     /// Holds every key's limit of active calls at `limit` (1 to 2^20), the keys
