@@ -26,6 +26,9 @@
 //! last-level cache, a core's L2) and difference two flood lengths: the map alone
 //! runs about 680 instructions per new key at 10 keys and at 10^5, and what grows
 //! is the misses, about 1.8 per new key at 10^5, as a plain `HashMap` shows too.
+//! `cargo run --release --example keyed_cost -- flood bulkhead 100000 20000` runs
+//! only such a flood (`breaker`, `bulkhead` or `map`; the keys resident; the new
+//! keys), so two lengths can be differenced.
 #![allow(clippy::print_stdout)]
 
 use std::collections::HashMap;
@@ -176,7 +179,52 @@ impl Figures {
     }
 }
 
+/// Calls `one` with `n` keys, then with `fresh` never-seen ones.
+fn flood_through(n: usize, fresh: u64, mut one: impl FnMut(&mut Context<'_>, u64)) {
+    let mut cx = Context::from_waker(Waker::noop());
+    (0..n as u64).for_each(|k| one(&mut cx, k));
+    (0..fresh).for_each(|i| one(&mut cx, (1 << 40) + i));
+}
+
+/// Only a flood: `n` keys resident, then `fresh` never-seen keys (see the module docs).
+fn flood(row: &str, n: usize, fresh: u64) -> Result<(), BoxError> {
+    match row {
+        "breaker" => {
+            let layer = CircuitBreakerLayer::builder("suppliers")
+                .keyed(key)
+                .max_keys(n)
+                .build()?;
+            let mut svc = layer.layer(tower::service_fn(answer));
+            flood_through(n, fresh, |cx, k| call(&mut svc, cx, k));
+        }
+        "bulkhead" => {
+            let layer = BulkheadLayer::builder("suppliers")
+                .keyed(key)
+                .max_keys(n)
+                .build()?;
+            let mut svc = layer.layer(tower::service_fn(answer));
+            flood_through(n, fresh, |cx, k| call(&mut svc, cx, k));
+        }
+        "map" => {
+            let map: KeyedMap<u64, Arc<u64>> = KeyedMap::new(n);
+            flood_through(n, fresh, |_, k| {
+                let made =
+                    map.get_or_insert_with(k, |_| false, |k| Ok::<_, Infallible>(Arc::new(*k)));
+                black_box(made.is_ok());
+            });
+        }
+        other => return Err(format!("no row {other:?}: breaker, bulkhead or map").into()),
+    }
+    Ok(())
+}
+
 fn main() -> Result<(), BoxError> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [what, row, n, fresh] = &args[..] {
+        if what == "flood" {
+            return flood(row, n.parse()?, fresh.parse()?);
+        }
+    }
     let mut breaker = Figures::new("keyed breaker");
     let mut bulkhead = Figures::new("keyed bulkhead");
     let mut map = Figures::new("KeyedMap alone");
