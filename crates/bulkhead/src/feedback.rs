@@ -32,30 +32,34 @@ pub(crate) struct Ticket {
 
 #[derive(Debug)]
 enum Algorithm {
-    Aimd(Aimd),
-    // Boxed: a gradient keeps its latest latencies inline (about 700 bytes).
+    // Both boxed, as the configuration is: a fixed limit (every key of most keyed
+    // bulkheads) then carries two pointers, not the 200 bytes of an algorithm it
+    // does not have (a gradient keeps its latest latencies inline, about 700).
+    Aimd(Box<Aimd>),
     Gradient(Box<Gradient>),
 }
 
 impl Algorithm {
     fn get(&self) -> &dyn LimitAlgorithm {
         match self {
-            Self::Aimd(a) => a,
+            Self::Aimd(a) => &**a,
             Self::Gradient(g) => &**g,
         }
     }
 
     fn get_mut(&mut self) -> &mut dyn LimitAlgorithm {
         match self {
-            Self::Aimd(a) => a,
+            Self::Aimd(a) => &mut **a,
             Self::Gradient(g) => &mut **g,
         }
     }
 }
 
+/// `repr(C)`, the fields a drop reads first, as in `Feedback` (see `Shared`).
 #[derive(Debug)]
+#[repr(C)]
 struct State {
-    config: Option<AdaptiveConfig>,
+    config: Option<Box<AdaptiveConfig>>,
     algorithm: Option<Algorithm>,
     /// The operator's limit, which overrides everything while set.
     forced: Option<usize>,
@@ -84,7 +88,7 @@ impl State {
 
     fn build(&mut self, config: AdaptiveConfig) -> Algorithm {
         match config {
-            AdaptiveConfig::Aimd(c) => Algorithm::Aimd(Aimd::new(c)),
+            AdaptiveConfig::Aimd(c) => Algorithm::Aimd(Box::new(Aimd::new(c))),
             AdaptiveConfig::Gradient(c) => {
                 let seed = (self.seeds.next_f64() * (1u64 << 53) as f64) as u64;
                 Algorithm::Gradient(Box::new(Gradient::with_seed(c, seed)))
@@ -104,8 +108,12 @@ pub(crate) struct View {
 }
 
 /// A bulkhead's limit: fixed, chosen by an algorithm, or forced by an operator.
+///
+/// `repr(C)`, the state first: its boxes are all a drop reads (see `Shared`).
 #[derive(Debug)]
+#[repr(C)]
 pub(crate) struct Feedback {
+    state: Mutex<State>,
     /// An algorithm is being fed (adaptive and not forced).
     on: AtomicBool,
     generation: AtomicU64,
@@ -120,14 +128,13 @@ pub(crate) struct Feedback {
     /// taking the lock. 0 when every served sample may count (a gradient).
     quiet_below: AtomicUsize,
     quiet_latency_nanos: AtomicU64,
-    state: Mutex<State>,
 }
 
 impl Feedback {
     pub(crate) fn new(config: &BulkheadConfig, seed: Option<u64>) -> Self {
         let seeds = seed.map_or_else(SeededRandom::from_entropy, SeededRandom::new);
         let mut state = State {
-            config: config.adaptive,
+            config: config.adaptive.map(Box::new),
             algorithm: None,
             forced: None,
             fixed: config.max_concurrent,
@@ -157,7 +164,7 @@ impl Feedback {
     fn mirror(&self, state: &State) {
         let algorithm = state.algorithm.as_ref().map(Algorithm::get);
         let on = algorithm.is_some() && state.forced.is_none();
-        let mut every = state.config.map_or(1, |c| c.sample_every());
+        let mut every = state.config.as_ref().map_or(1, |c| c.sample_every());
         if let Some(a) = algorithm {
             self.generation.store(a.generation(), Ordering::Relaxed);
             if a.wants_every_latency() {
@@ -348,9 +355,9 @@ impl Feedback {
         let mut state = self.lock();
         let before = state.in_force();
         state.fixed = config.max_concurrent;
-        if state.config != config.adaptive {
+        if state.config.as_deref() != config.adaptive.as_ref() {
             let running = state.algorithm.as_ref().map(|a| a.get().limit());
-            state.config = config.adaptive;
+            state.config = config.adaptive.map(Box::new);
             state.algorithm = config.adaptive.map(|c| {
                 let mut a = state.build(c);
                 if let Some(limit) = running {
@@ -375,7 +382,7 @@ impl Feedback {
             None => (0, None, false),
         };
         View {
-            algorithm: state.config.map(|c| c.algorithm()),
+            algorithm: state.config.as_ref().map(|c| c.algorithm()),
             generation,
             min_rtt,
             measuring,

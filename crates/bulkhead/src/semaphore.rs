@@ -147,13 +147,15 @@ struct Entry {
 }
 
 #[derive(Debug, Default)]
+#[repr(C)]
 struct Line {
-    waiters: VecDeque<Entry>,
     next_id: u64,
     /// Admissions counted under the lock, plus fast-path counts flushed from the word.
     admitted: u64,
     abandoned: u64,
     rejected_timeout: u64,
+    // Last, next to `Semaphore::waits`: the two things a drop reads.
+    waiters: VecDeque<Entry>,
 }
 
 impl Line {
@@ -201,22 +203,23 @@ impl WakeList {
 #[derive(Debug)]
 #[repr(C)]
 pub(crate) struct Semaphore {
-    // Hot fields first, together: the fast path touches only these.
-    state: AtomicU64,
-    max_concurrent: AtomicUsize,
-    max_queue: AtomicUsize,
-    // Colder: peaks, rejections, waits and the line.
-    peak_active: AtomicUsize,
-    peak_queued: AtomicUsize,
-    /// Peaks since the last [`Semaphore::take_window_peaks`] (a demand period);
-    /// never above the peaks above, so the fast path reads only this one.
-    window_active: AtomicUsize,
-    window_queued: AtomicUsize,
-    rejected_full: AtomicU64,
+    // First, the waiters at its end: with `waits`, what a drop reads (see `Shared`).
+    line: Mutex<Line>,
     /// Made by the first call that waited: most bulkheads (most keys of a keyed
     /// one) never queue, and 272 bytes per key would be most of a key's footprint.
     waits: OnceLock<Box<WaitHistogram>>,
-    line: Mutex<Line>,
+    // Hot fields together: the fast path touches only these.
+    state: AtomicU64,
+    max_concurrent: AtomicUsize,
+    max_queue: AtomicUsize,
+    /// Peaks since the last [`Semaphore::take_window_peaks`] (a demand period);
+    /// never above the peaks below, so the fast path reads only this one.
+    window_active: AtomicUsize,
+    // Colder: peaks and rejections.
+    window_queued: AtomicUsize,
+    peak_active: AtomicUsize,
+    peak_queued: AtomicUsize,
+    rejected_full: AtomicU64,
 }
 
 impl Semaphore {

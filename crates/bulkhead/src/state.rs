@@ -16,18 +16,22 @@ use crate::semaphore::Semaphore;
 use crate::telemetry::{Series, Telemetry};
 
 /// One bulkhead: the admission semaphore plus its name, limits and telemetry.
+///
+/// In this order (`repr(C)`) so that what dropping it reads, the fields with
+/// something to release, sits in the first few cache lines: a keyed layer drops
+/// an evicted key's bulkhead, last touched long ago, on a new key's call.
 #[derive(Debug)]
 #[repr(C)]
 pub(crate) struct Shared {
-    pub(crate) semaphore: Semaphore,
     pub(crate) name: Name,
     /// Behind `Arc`s, so the keys of one keyed layer share one copy of what they
     /// were configured with rather than carrying 144 bytes each, twice.
     config: Mutex<Arc<BulkheadConfig>>,
     built: Arc<BulkheadConfig>,
-    pub(crate) telemetry: Telemetry,
-    pub(crate) feedback: Feedback,
     pub(crate) events: Events,
+    pub(crate) feedback: Feedback,
+    pub(crate) semaphore: Semaphore,
+    pub(crate) telemetry: Telemetry,
     /// `rejected_full` at the last [`Shared::take_demand`].
     full_at_last_demand: AtomicU64,
     /// Shadow mode: read only where a call would be rejected.
@@ -314,5 +318,19 @@ impl Shared {
                 queued_admissions: waits.queued_admissions,
             },
         }
+    }
+}
+#[cfg(all(test, target_pointer_width = "64"))]
+mod tests {
+    use super::Shared;
+
+    #[test]
+    fn a_bulkhead_is_the_size_its_keyed_footprint_is_measured_at() {
+        // Every key of a keyed layer is one of these (plus the `Arc`'s 16 bytes): no
+        // histogram until a call waits, no copy of the configuration, no algorithm
+        // inline. 416 bytes in all, seven cache lines, in the allocator's per-thread
+        // cache (a 1,112-byte one was not).
+        let telemetry = if cfg!(feature = "metrics") { 24 } else { 0 };
+        assert_eq!(std::mem::size_of::<Shared>(), 400 + telemetry);
     }
 }
