@@ -24,10 +24,12 @@ use crate::telemetry::{Series, Telemetry};
 #[repr(C)]
 pub(crate) struct Shared {
     pub(crate) name: Name,
-    /// Behind `Arc`s, so the keys of one keyed layer share one copy of what they
-    /// were configured with rather than carrying 144 bytes each, twice.
+    /// Behind an `Arc`, so the keys of one keyed layer share one copy of what they
+    /// are configured with rather than carrying 144 bytes each.
     config: Mutex<Arc<BulkheadConfig>>,
-    built: Arc<BulkheadConfig>,
+    /// `None` for a key of a keyed layer: the layer keeps what it was built with
+    /// and reverts its keys itself.
+    built: Option<Arc<BulkheadConfig>>,
     pub(crate) events: Events,
     pub(crate) feedback: Feedback,
     pub(crate) semaphore: Semaphore,
@@ -58,11 +60,16 @@ impl Shared {
     /// A bulkhead with a validated `config`.
     pub(crate) fn new(name: Name, config: BulkheadConfig, seed: Option<u64>) -> Self {
         let series = Series::named(&name);
-        Self::reporting_to(name, &series, &Arc::new(config), seed)
+        let config = Arc::new(config);
+        Self {
+            built: Some(Arc::clone(&config)),
+            ..Self::reporting_to(name, &series, &config, seed)
+        }
     }
 
-    /// A bulkhead whose metrics go to `series` (a keyed layer's, say) rather than
-    /// to a series of its own name, sharing `config` (a keyed layer's keys share one).
+    /// A key of a keyed layer: its metrics go to `series` (the layer's, or the
+    /// key's own) rather than to a series of its own name, and it shares
+    /// `shared_config` with the layer's other keys.
     pub(crate) fn reporting_to(
         name: Name,
         series: &Series,
@@ -77,7 +84,7 @@ impl Shared {
             semaphore: Semaphore::new(feedback.limit(), config.queue.max_queue),
             name,
             config: Mutex::new(Arc::clone(shared_config)),
-            built: Arc::clone(shared_config),
+            built: None,
             telemetry,
             feedback,
             events: Events::default(),
@@ -229,9 +236,11 @@ impl Shared {
         **self.config.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The limits the bulkhead was built with.
+    /// The limits the bulkhead was built with (a keyed layer's key: the limits now).
     pub(crate) fn built(&self) -> BulkheadConfig {
-        *self.built
+        self.built
+            .as_deref()
+            .map_or_else(|| self.config(), |built| *built)
     }
 
     /// Validates and applies `new`, keeping every running call and waiter.
