@@ -154,13 +154,17 @@ struct Line {
     admitted: u64,
     abandoned: u64,
     rejected_timeout: u64,
-    // Last, next to `Semaphore::waits`: the two things a drop reads.
-    waiters: VecDeque<Entry>,
+    /// Made by the first call that waits, as `Semaphore::waits` is: a pointer where
+    /// a queue would take 32 bytes of every key. Last, next to `waits`: the two
+    /// things a drop reads.
+    #[allow(clippy::box_collection)] // the box is the point: 8 bytes until a call waits
+    waiters: Option<Box<VecDeque<Entry>>>,
 }
 
 impl Line {
     fn position(&self, id: WaiterId) -> Option<usize> {
-        self.waiters.binary_search_by_key(&id.0, |e| e.id).ok()
+        let waiters = self.waiters.as_ref()?;
+        waiters.binary_search_by_key(&id.0, |e| e.id).ok()
     }
 }
 
@@ -422,7 +426,7 @@ impl Semaphore {
                     self.note_queued(queued(next));
                     if let Enqueued::Waiting(id) = outcome {
                         line.next_id += 1;
-                        line.waiters.push_back(Entry {
+                        line.waiters.get_or_insert_default().push_back(Entry {
                             id: id.0,
                             waker: None,
                         });
@@ -442,7 +446,7 @@ impl Semaphore {
         let mut line = self.lock();
         match line.position(id) {
             Some(i) => {
-                if let Some(entry) = line.waiters.get_mut(i) {
+                if let Some(entry) = line.waiters.as_mut().and_then(|w| w.get_mut(i)) {
                     match &mut entry.waker {
                         Some(w) if w.will_wake(waker) => {}
                         slot => *slot = Some(waker.clone()),
@@ -465,7 +469,9 @@ impl Semaphore {
         let mut line = self.lock();
         let left = match line.position(id) {
             Some(i) => {
-                line.waiters.remove(i);
+                if let Some(waiters) = line.waiters.as_mut() {
+                    waiters.remove(i);
+                }
                 self.state.fetch_sub(ONE_QUEUED, Ordering::AcqRel);
                 Left::Removed
             }
@@ -531,7 +537,7 @@ impl Semaphore {
                 Ok(_) => {
                     word = next;
                     self.note_active(active(next));
-                    let entry = line.waiters.pop_front();
+                    let entry = line.waiters.as_mut().and_then(|w| w.pop_front());
                     wakers.push(entry.and_then(|e| e.waker));
                 }
                 Err(actual) => word = actual,
@@ -870,6 +876,26 @@ mod tests {
         m.set_limits(41, 100);
         assert!(flags.iter().all(|f| woken(f)));
         assert_eq!(m.counts().active, 41);
+    }
+
+    #[test]
+    fn the_wait_queue_and_histogram_are_made_by_the_first_call_that_waits() {
+        let m = Semaphore::new(1, 2);
+        assert!(m.try_acquire());
+        assert!(m.lock().waiters.is_none());
+        assert!(m.waits.get().is_none());
+        assert_eq!(m.waits().summary(1).queued_admissions, 0);
+        let w = id(m.enqueue());
+        assert_eq!(m.lock().waiters.as_ref().map(|q| q.len()), Some(1));
+        m.release();
+        let (_f, waker) = flag();
+        assert!(m.poll_waiter(w, &waker));
+        m.record_wait(Duration::from_millis(3));
+        let waits = m.waits().summary(m.admitted());
+        assert_eq!(waits.queued_admissions, 1);
+        assert_eq!(waits.max, Duration::from_millis(3));
+        // The queue stays once made, empty.
+        assert_eq!(m.lock().waiters.as_ref().map(|q| q.len()), Some(0));
     }
 
     #[test]
