@@ -75,7 +75,9 @@ struct Keyed<K> {
 }
 
 struct Settings {
-    config: CircuitBreakerConfig,
+    /// Validated, and shared by every key's breaker built from it: a new key
+    /// copies a pointer, not the configuration, and is not validated again.
+    config: Arc<CircuitBreakerConfig>,
     built: CircuitBreakerConfig,
     /// Seeds each new key's jitter source, if one was supplied.
     random: Option<Box<dyn RandomSource>>,
@@ -106,19 +108,20 @@ where
         name: Name,
         series: &Series,
         now: Instant,
-    ) -> Result<(Breaker, CircuitBreakerConfig), ConfigError> {
+    ) -> Result<(Arc<Breaker>, Arc<CircuitBreakerConfig>), ConfigError> {
         let (config, random) = {
             let mut settings = self.settings();
             let random = settings.random.as_mut().map(|parent| {
                 let seed = (parent.next_f64() * (1u64 << 53) as f64) as u64;
                 Box::new(SeededRandom::new(seed)) as Box<dyn RandomSource>
             });
-            (settings.config.clone(), random)
+            (Arc::clone(&settings.config), random)
         };
         // Built with the settings released: building registers metrics (a
         // recorder is user code, and may reconfigure the layer).
-        let breaker = Breaker::reporting_to(name, series, &config, random, now)?;
-        Ok((breaker, config))
+        // Shared at once: the breaker is moved once, into its allocation.
+        let breaker = Breaker::reporting_to(name, series, Arc::clone(&config), random, now)?;
+        Ok((Arc::new(breaker), config))
     }
 
     fn overflow(&self, now: Instant) -> Option<Arc<Breaker>> {
@@ -127,7 +130,7 @@ where
         }
         let name: Name = format!("{}/overflow", self.name).into();
         let (breaker, made) = self.new_breaker(name, &self.series, now).ok()?;
-        let breaker = Arc::clone(self.overflow.get_or_init(|| Arc::new(breaker)));
+        let breaker = Arc::clone(self.overflow.get_or_init(|| breaker));
         self.catch_up(&breaker, &made);
         Some(breaker)
     }
@@ -141,7 +144,7 @@ where
             // An open (or forced, ramping, half-open) breaker is never forgotten.
             |b| !b.is_plainly_closed(),
             |key| {
-                let name: Name = format!("{}/{}", self.name, key).into();
+                let name = key_name(&self.name, key);
                 let (breaker, config) = if self.per_key_metrics {
                     let series = Series::keyed(&self.name, key.to_string());
                     self.new_breaker(name, &series, clock())?
@@ -149,7 +152,7 @@ where
                     self.new_breaker(name, &self.series, clock())?
                 };
                 made_with = Some(config);
-                Ok::<_, ConfigError>(Arc::new(breaker))
+                Ok::<_, ConfigError>(breaker)
             },
         );
         let breaker = match found {
@@ -165,14 +168,21 @@ where
 
     /// A breaker built from a configuration that a `reconfigure` replaced meanwhile
     /// (it could not see a breaker not yet in the map) takes the current one, and
-    /// a new breaker of a forced layer is forced like the others.
-    fn catch_up(&self, breaker: &Arc<Breaker>, made: &CircuitBreakerConfig) {
-        let (current, mut forced) = {
+    /// a new breaker of a forced layer is forced like the others. Every
+    /// `reconfigure` puts a new `Arc` in force, so comparing pointers is enough.
+    fn catch_up(&self, breaker: &Arc<Breaker>, made: &Arc<CircuitBreakerConfig>) {
+        let (replaced, mut forced) = {
             let settings = self.settings();
-            (settings.config.clone(), settings.forced)
+            let replaced = (!Arc::ptr_eq(made, &settings.config))
+                .then(|| CircuitBreakerConfig::clone(&settings.config));
+            (replaced, settings.forced)
         };
+        if replaced.is_none() && forced.is_none() {
+            // The common case: nothing changed while the breaker was built.
+            return;
+        }
         let handle = Handle::new(Arc::clone(breaker));
-        if *made != current {
+        if let Some(current) = replaced {
             // Validated by `reconfigure`.
             let _ = handle.reconfigure(current);
         }
@@ -287,8 +297,8 @@ where
                 name: builder.name,
                 per_key_metrics: self.per_key_metrics,
                 settings: Mutex::new(Settings {
-                    built: builder.config.clone(),
-                    config: builder.config,
+                    config: Arc::new(builder.config.clone()),
+                    built: builder.config,
                     random: builder.random,
                     forced: None,
                 }),
@@ -531,7 +541,7 @@ where
     /// the breakers of keys seen from now on. Refused, changing nothing, if invalid.
     pub fn reconfigure(&self, config: CircuitBreakerConfig) -> Result<(), ConfigError> {
         config.validate()?;
-        self.shared.settings().config = config.clone();
+        self.shared.settings().config = Arc::new(config.clone());
         for (_, b) in self.shared.breakers() {
             Handle::new(b).reconfigure(config.clone())?;
         }
@@ -549,7 +559,7 @@ where
 
     /// The configuration new keys get.
     pub fn config(&self) -> CircuitBreakerConfig {
-        self.shared.settings().config.clone()
+        CircuitBreakerConfig::clone(&self.shared.settings().config)
     }
 
     /// Holds every key's breaker at `forced` (see [`Handle::force`]), the
@@ -615,4 +625,71 @@ pub struct KeyedSnapshot<K> {
     /// The shared overflow breaker's snapshot, if the map has ever been full of
     /// breakers that may not be evicted.
     pub overflow: Option<Snapshot>,
+}
+
+/// A key's breaker name, `{prefix}/{key}`, in one allocation: formatted on the
+/// stack, then copied once into the shared name (`format!` would grow a `String`
+/// and copy it again). A name too long for the stack is formatted on the heap.
+fn key_name(prefix: &str, key: &impl fmt::Display) -> Name {
+    use fmt::Write as _;
+    let mut text = StackText::default();
+    if write!(text, "{prefix}/{key}").is_ok() {
+        if let Ok(name) = std::str::from_utf8(text.written()) {
+            return Name::from(name);
+        }
+    }
+    format!("{prefix}/{key}").into()
+}
+
+/// Text written into a fixed buffer; a write that does not fit fails.
+struct StackText {
+    bytes: [u8; STACK_NAME],
+    len: usize,
+}
+
+/// The longest key name formatted on the stack.
+const STACK_NAME: usize = 128;
+
+impl Default for StackText {
+    fn default() -> Self {
+        Self {
+            bytes: [0; STACK_NAME],
+            len: 0,
+        }
+    }
+}
+
+impl StackText {
+    fn written(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+impl fmt::Write for StackText {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let end = self.len + s.len();
+        let slot = self.bytes.get_mut(self.len..end).ok_or(fmt::Error)?;
+        slot.copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_name_is_the_prefix_and_the_key_however_long() {
+        assert_eq!(&*key_name("suppliers", &42u64), "suppliers/42");
+        assert_eq!(&*key_name("", &"a"), "/a");
+        // Longer than the stack buffer: formatted on the heap, the same text.
+        let long = "k".repeat(STACK_NAME * 2);
+        let name = key_name("suppliers", &long);
+        assert_eq!(name.len(), "suppliers/".len() + STACK_NAME * 2);
+        assert!(name.starts_with("suppliers/kkk") && name.ends_with("kkk"));
+        // Just at the edge of the buffer.
+        let edge = "é".repeat((STACK_NAME - 2) / 2);
+        assert_eq!(&*key_name("p", &edge), format!("p/{edge}"));
+    }
 }

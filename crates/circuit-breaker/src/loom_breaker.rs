@@ -8,7 +8,8 @@
 //! the word, and successes tallied while the epoch was changing are stale. What can
 //! go wrong: a success lost, counted twice, or folded into the new epoch's window.
 //!
-//! Covered: the word, its compare-and-swap loops (`try_batch_success`, `publish`),
+//! Covered: the word (its pending count, epoch and `plain` bit), its
+//! compare-and-swap loops (`try_batch_success`, `publish`),
 //! the fold in `locked` and the mutex around the machine, with loom's atomics and
 //! mutex. Not covered: the machine's own logic (plain code under the mutex, tested
 //! by the proptest suites), the clock (instants are passed in), telemetry.
@@ -87,9 +88,11 @@ fn loom_a_success_racing_a_reset_is_counted_once_and_never_in_the_new_epoch() {
             assert_eq!(window, 0, "an old-epoch success reached the new window");
             assert!(tally.stale <= 1);
         });
-        // The word agrees with the machine: a new call takes the machine's epoch.
+        // The word agrees with the machine: a new call takes the machine's epoch,
+        // and a keyed map reading the word alone sees a plainly closed breaker.
         let fresh = admit(&b, now);
         assert_eq!(fresh.epoch, b.locked(now, |m| m.epoch()));
+        assert!(b.is_plainly_closed());
     });
 }
 
@@ -119,6 +122,8 @@ fn loom_a_success_racing_a_trip_is_counted_once() {
         }
         let (state, tally) = b.locked(now, |m| (m.state(now), m.tally()));
         assert_eq!(state, State::Open);
+        // Whichever thread folded last, the word no longer offers it for eviction.
+        assert!(!b.is_plainly_closed());
         assert_eq!((tally.successes, tally.failures), (1, 1));
         assert!(tally.stale <= 1);
         // Nothing left in the word: a second fold changes nothing.
@@ -152,5 +157,6 @@ fn loom_successes_racing_two_epoch_changes_are_each_counted_once() {
             assert_eq!(m.window_counts(now).map_or(0, |w| w.calls), 0);
             assert_eq!(m.state(now), State::Closed);
         });
+        assert!(b.is_plainly_closed());
     });
 }

@@ -6,6 +6,7 @@
 //! [`CircuitBreakerMachine::state`] reports them without applying them.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
 use seawall_core::{later, ConfigError, WindowCounts};
@@ -63,7 +64,7 @@ impl Phase {
 #[derive(Debug, Default)]
 struct Cold {
     /// The configuration before the first `reconfigure`, for `revert`.
-    original: Option<CircuitBreakerConfig>,
+    original: Option<Arc<CircuitBreakerConfig>>,
     /// The probes of the half-open period, one slot per allowed probe (plus the
     /// judged streams still open).
     probes: Vec<ProbeSlot>,
@@ -151,23 +152,35 @@ struct Cold {
 /// assert_eq!(breaker.state(t10), State::Closed);
 /// # Ok::<(), seawall_core::ConfigError>(())
 /// ```
+// `repr(C)`: what dropping it reads (the pointers) first, together; see `Breaker`.
+#[repr(C)]
 #[derive(Debug)]
 pub struct CircuitBreakerMachine {
-    config: CircuitBreakerConfig,
+    /// Shared, not copied: the breakers of a keyed layer all start from one.
+    config: Arc<CircuitBreakerConfig>,
+    cold: Option<Box<Cold>>,
+    window: Window,
     phase: Phase,
     since: Instant,
     epoch: u32,
-    window: Window,
-    cold: Option<Box<Cold>>,
 }
 
 impl CircuitBreakerMachine {
     /// A closed breaker with an empty window from `now`, once `config` is valid.
     pub fn new(config: &CircuitBreakerConfig, now: Instant) -> Result<Self, ConfigError> {
         config.validate()?;
+        Self::validated(Arc::new(config.clone()), now)
+    }
+
+    /// As [`new`](Self::new), over a configuration already validated (a keyed
+    /// layer validates its configuration once, not once per key).
+    pub(crate) fn validated(
+        config: Arc<CircuitBreakerConfig>,
+        now: Instant,
+    ) -> Result<Self, ConfigError> {
         let window = Window::new(&config.policy, now)?;
         Ok(Self {
-            config: config.clone(),
+            config,
             phase: Phase::Closed { ramp: None },
             since: now,
             epoch: 0,
@@ -377,6 +390,14 @@ impl CircuitBreakerMachine {
         )
     }
 
+    /// Whether the breaker is closed by itself: not open, half-open or ramping,
+    /// not forced closed or disabled. A keyed layer may forget such a breaker (only
+    /// its window is lost); it publishes this in its word so that asking costs one
+    /// load.
+    pub(crate) fn plainly_closed(&self) -> bool {
+        matches!(self.phase, Phase::Closed { ramp: None })
+    }
+
     /// Whether every call is rejected, whatever the instant, until an operator
     /// acts (forced open).
     pub fn rejects_all(&self) -> bool {
@@ -488,9 +509,9 @@ impl CircuitBreakerMachine {
     /// [`CircuitBreakerMachine::revert`] returns to the built one).
     pub fn set_shadow(&mut self, shadow: bool) {
         if self.config.shadow != shadow {
-            let current = self.config.clone();
+            let current = Arc::clone(&self.config);
             self.cold().original.get_or_insert(current);
-            self.config.shadow = shadow;
+            Arc::make_mut(&mut self.config).shadow = shadow;
         }
     }
 
@@ -541,7 +562,7 @@ impl CircuitBreakerMachine {
         } else {
             Some(Window::new(&config.policy, now)?)
         };
-        let current = std::mem::replace(&mut self.config, config.clone());
+        let current = std::mem::replace(&mut self.config, Arc::new(config.clone()));
         self.cold().original.get_or_insert(current);
         self.apply(window);
         Ok(())

@@ -4,14 +4,15 @@
 //! the common cases through without taking it.
 //!
 //! The word packs the lock-free mode (closed, open, forced open, or "ask the
-//! machine"), the epoch, whether successes may be batched, whether the breaker is
-//! in shadow mode, and a count of successes not yet folded into the machine:
+//! machine"), the epoch, whether the breaker is plainly closed, whether successes
+//! may be batched, whether the breaker is in shadow mode, and a count of successes
+//! not yet folded into the machine:
 //!
 //! ```text
-//!  63            32 31   28   27     26    25..24   23                 0
-//! +----------------+-------+------+-----+--------+--------------------+
-//! |     epoch      |   0   |shadow|batch|  mode  |  pending successes |
-//! +----------------+-------+------+-----+--------+--------------------+
+//!  63            32 31  29   28    27     26    25..24   23                 0
+//! +----------------+------+-----+------+-----+--------+--------------------+
+//! |     epoch      |  0   |plain|shadow|batch|  mode  |  pending successes |
+//! +----------------+------+-----+------+-----+--------+--------------------+
 //! ```
 //!
 //! - A closed breaker admits with one load of the word (the ticket takes its epoch).
@@ -28,6 +29,11 @@
 //!   through instead, with one more relaxed increment.
 //! - The `shadow` bit mirrors the machine's shadow mode; like the mode, it is
 //!   republished by the holder of the mutex.
+//! - The `plain` bit says the machine is closed by itself (not ramping, forced
+//!   closed or disabled), also republished by the holder of the mutex. A keyed
+//!   layer asks it before forgetting a key: one load of a line the breaker's
+//!   eviction touches anyway, where reading the machine would miss the cache
+//!   two or three more times for a breaker last used long ago.
 //! - Everything else (failures, probes, half-open, the ramp, operators) takes the
 //!   mutex, asks the machine, then republishes the word. Only the holder of the
 //!   mutex changes the epoch or the mode, so a success whose compare-and-swap
@@ -35,7 +41,7 @@
 //!   a transition was being made are counted as stale.
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, OnceLock, PoisonError, TryLockError};
+use std::sync::{Arc, OnceLock, PoisonError};
 use std::time::Duration;
 
 use seawall_core::{later, CircuitOpen, ConfigError, Name, OpenCause, Outcome, RandomSource};
@@ -43,7 +49,7 @@ use tokio::sync::{broadcast, Notify};
 use tokio::time::Instant;
 
 use crate::config::CircuitBreakerConfig;
-use crate::machine::{positive, Admission, Report, State, Ticket, Transition};
+use crate::machine::{positive, Admission, Report, Ticket, Transition};
 use crate::sync::{AtomicU64, Mutex, MutexGuard};
 use crate::telemetry::{Series, Telemetry};
 
@@ -62,6 +68,7 @@ const MODE_FORCED_OPEN: u64 = 2 << MODE_SHIFT;
 const MODE_LOCKED: u64 = 3 << MODE_SHIFT;
 const BATCH: u64 = 1 << 26;
 const SHADOW: u64 = 1 << 27;
+const PLAIN: u64 = 1 << 28;
 const EPOCH_SHIFT: u32 = 32;
 
 /// Capacity of the transition channel handed to subscribers.
@@ -70,6 +77,12 @@ const SUBSCRIPTION_CAPACITY: usize = 64;
 #[inline]
 fn epoch_of(word: u64) -> u32 {
     (word >> EPOCH_SHIFT) as u32
+}
+
+/// The word `m` publishes (with no pending success).
+fn published(m: &Driven) -> u64 {
+    encode(m.mode(), m.batches_successes(), m.shadows(), m.epoch())
+        | if m.plainly_closed() { PLAIN } else { 0 }
 }
 
 fn encode(mode: Mode, batch: bool, shadow: bool, epoch: u32) -> u64 {
@@ -97,8 +110,14 @@ pub(crate) enum ReadyHint {
     SkipOpen,
 }
 
-/// One breaker's shared state. Hot atomics first (`repr(C)` keeps them on the
-/// cache line of the `Arc`'s counts, which every call touches anyway).
+/// One breaker's shared state, laid out (`repr(C)`) for the two ways it is read:
+///
+/// - every call reads the word (and the slow-call threshold) and writes the
+///   `Arc`'s count: they come first, on the line of the count;
+/// - a keyed layer drops a breaker last used long ago, and each line dropping it
+///   reads is a cache miss: the name, the telemetry, the waiters, the prebuilt
+///   rejection and the machine's pointers follow, together, and what dropping
+///   never reads (the other counters, the machine's state) comes last.
 #[repr(C)]
 #[derive(Debug)]
 pub(crate) struct Breaker {
@@ -109,20 +128,20 @@ pub(crate) struct Breaker {
     /// The slow-call threshold in nanoseconds; 0 when slow calls are not detected.
     slow_nanos: AtomicU64,
     short_circuited: AtomicU64,
+    name: Name,
+    telemetry: Telemetry,
+    /// Services in readiness mode waiting for the breaker to let calls through;
+    /// created by the first one, so other breakers never notify anyone.
+    ready_waiters: OnceLock<Arc<Notify>>,
+    /// The breaker's rejection, built once with its name: copied for each call
+    /// turned away, so a rejection copies a few words instead of its name's bytes.
+    rejection: CircuitOpen,
+    machine: Mutex<Driven>,
     /// Open calls let through in shadow mode on the lock-free path.
     shadow_open: AtomicU64,
     ignored: AtomicU64,
     cancelled: AtomicU64,
     base: Instant,
-    name: Name,
-    /// The breaker's rejection, built once with its name: copied for each call
-    /// turned away, so a rejection copies a few words instead of its name's bytes.
-    rejection: CircuitOpen,
-    machine: Mutex<Driven>,
-    telemetry: Telemetry,
-    /// Services in readiness mode waiting for the breaker to let calls through;
-    /// created by the first one, so other breakers never notify anyone.
-    ready_waiters: OnceLock<Arc<Notify>>,
 }
 
 /// Counters kept outside the machine by the lock-free paths.
@@ -141,26 +160,23 @@ impl Breaker {
         random: Option<Box<dyn RandomSource>>,
         now: Instant,
     ) -> Result<Self, ConfigError> {
+        config.validate()?;
         let series = Series::named(&name);
-        Self::reporting_to(name, &series, config, random, now)
+        Self::reporting_to(name, &series, Arc::new(config.clone()), random, now)
     }
 
     /// A breaker whose metrics go to `series` (a keyed layer's, say) rather than
-    /// to a series of its own name.
+    /// to a series of its own name, over a configuration the caller validated
+    /// (the keys of a keyed layer share one).
     pub(crate) fn reporting_to(
         name: Name,
         series: &Series,
-        config: &CircuitBreakerConfig,
+        config: Arc<CircuitBreakerConfig>,
         random: Option<Box<dyn RandomSource>>,
         now: Instant,
     ) -> Result<Self, ConfigError> {
-        let machine = Driven::new(config, random, now)?;
-        let word = encode(
-            machine.mode(),
-            machine.batches_successes(),
-            machine.shadows(),
-            machine.epoch(),
-        );
+        let machine = Driven::validated(config, random, now)?;
+        let word = published(&machine);
         let slow = slow_nanos(machine.slow_threshold());
         let telemetry = Telemetry::new(series, machine.state(now));
         Ok(Self {
@@ -174,9 +190,9 @@ impl Breaker {
             base: now,
             rejection: CircuitOpen::named(&name, OpenCause::Open, None),
             name,
-            machine: Mutex::new(machine),
             telemetry,
             ready_waiters: OnceLock::new(),
+            machine: Mutex::new(machine),
         })
     }
 
@@ -520,7 +536,7 @@ impl Breaker {
         }
         self.slow_nanos
             .store(slow_nanos(m.slow_threshold()), Ordering::Relaxed);
-        let bits = encode(mode, m.batches_successes(), m.shadows(), m.epoch());
+        let bits = published(m);
         let mut current = self.word.load(Ordering::Acquire);
         loop {
             let same_epoch = epoch_of(current) == m.epoch();
@@ -552,21 +568,14 @@ impl Breaker {
 
     /// Whether the breaker is closed, not forced, not ramping: safe to forget.
     ///
-    /// A keyed map asks this under its own lock, so it never waits for the
-    /// breaker's (a machine locked elsewhere counts as not plainly closed) and
-    /// never runs user code: no transition is made, counted or logged here.
+    /// A keyed map asks this under its own lock: one load of the word, no wait for
+    /// the breaker's lock, no user code. The word is republished when the holder
+    /// of the breaker's lock has made its step, so a transition being made while
+    /// the map asks (a failure tripping the breaker, say) is not seen yet: the
+    /// eviction is ordered before it, as if the key had gone a moment earlier, and
+    /// the calls already admitted report to the breaker they hold.
     pub(crate) fn is_plainly_closed(&self) -> bool {
-        if self.word.load(Ordering::Acquire) & MODE_MASK != MODE_CLOSED {
-            return false;
-        }
-        let m = match self.machine.try_lock() {
-            Ok(m) => m,
-            Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(TryLockError::WouldBlock) => return false,
-        };
-        // In closed mode (closed, forced closed or disabled) the reported state
-        // does not depend on the instant.
-        m.mode() == Mode::Closed && m.state(self.base) == State::Closed
+        self.word.load(Ordering::Acquire) & (MODE_MASK | PLAIN) == MODE_CLOSED | PLAIN
     }
 
     pub(crate) fn fast_counts(&self) -> FastCounts {
@@ -635,6 +644,53 @@ mod tests {
             encode(Mode::Closed, false, false, 1) & MODE_MASK,
             MODE_CLOSED
         );
+    }
+
+    #[test]
+    fn only_a_breaker_closed_by_itself_may_be_forgotten_and_the_word_alone_says_so() {
+        let t0 = Instant::now();
+        let config = CircuitBreakerConfig {
+            policy: TripPolicy::ConsecutiveFailures { threshold: 1 },
+            ramp: Some(crate::config::RampConfig {
+                duration: S,
+                start_share: 0.5,
+            }),
+            ..CircuitBreakerConfig::default()
+        };
+        let b = breaker(&config, t0);
+        assert!(b.is_plainly_closed());
+        // Asked with the breaker's lock held elsewhere: the word answers.
+        let held = b.lock();
+        assert!(b.is_plainly_closed());
+        drop(held);
+        for (step, plain) in [
+            (0, false), // forced closed
+            (1, false), // disabled
+            (2, true),  // reset
+            (3, false), // tripped: open
+        ] {
+            b.locked(t0, |m| match step {
+                0 => m.force_closed(t0),
+                1 => m.disable(t0),
+                2 => m.reset(t0),
+                _ => {
+                    if let Admission::Admitted(t) = m.acquire(t0) {
+                        m.complete(t, Report::of(Outcome::Failure), t0);
+                    }
+                }
+            });
+            assert_eq!(b.is_plainly_closed(), plain, "after step {step}");
+        }
+        // The probe closes it into the ramp: closed, but not plainly.
+        let probe_at = t0 + 10 * S;
+        let probe = admit(&b, probe_at).unwrap();
+        b.complete(probe, ok(), Some(probe_at), || probe_at);
+        b.locked(probe_at, |m| assert_eq!(m.state(probe_at), State::Closed));
+        assert!(!b.is_plainly_closed());
+        // Once the ramp is over (seen at the next step under the lock), it is.
+        let after = probe_at + 2 * S;
+        b.locked(after, |m| m.advance(after));
+        assert!(b.is_plainly_closed());
     }
 
     #[test]
@@ -934,6 +990,8 @@ mod tests {
                 // The word agrees with the machine.
                 let w = b.word.load(Ordering::Relaxed);
                 prop_assert_eq!(epoch_of(w), epoch);
+                let plain = b.locked(now, |m| m.plainly_closed());
+                prop_assert_eq!(b.is_plainly_closed(), plain);
             }
         }
     }

@@ -66,10 +66,14 @@ const FAILED: u8 = 1;
 const SLOW: u8 = 2;
 
 /// The last `size` outcomes. Recording is O(1): the oldest outcome leaves as a new
-/// one enters. Memory is one byte per slot.
+/// one enters. Memory is one byte per slot, allocated by the first outcome
+/// recorded: a window that never records one (a keyed layer's breaker for a key
+/// seen once, its successes still tallied outside the window) allocates nothing.
 #[derive(Debug, Clone)]
 pub struct CountWindow {
+    /// Empty until the first outcome, then `size` slots.
     slots: Box<[u8]>,
+    size: u32,
     next: usize,
     filled: usize,
     counts: WindowCounts,
@@ -79,11 +83,12 @@ impl CountWindow {
     /// A window over the last `size` outcomes (at least 1).
     pub fn new(size: usize) -> Result<Self, ConfigError> {
         let size = check_positive("window_size", size)?;
-        if u32::try_from(size).is_err() {
+        let Ok(size) = u32::try_from(size) else {
             return Err(ConfigError::new("window_size", "must fit in 32 bits"));
-        }
+        };
         Ok(Self {
-            slots: vec![0; size].into_boxed_slice(),
+            slots: Box::default(),
+            size,
             next: 0,
             filled: 0,
             counts: WindowCounts::default(),
@@ -92,11 +97,14 @@ impl CountWindow {
 
     /// How many outcomes the window holds when full.
     pub fn size(&self) -> usize {
-        self.slots.len()
+        self.size as usize
     }
 
     /// Records one outcome, evicting the oldest when the window is full.
     pub fn record(&mut self, failed: bool, slow: bool) {
+        if self.slots.is_empty() {
+            self.slots = vec![0; self.size()].into_boxed_slice();
+        }
         if self.filled == self.slots.len() {
             let old = self.slots[self.next];
             self.counts.calls -= 1;
@@ -271,6 +279,22 @@ mod tests {
         w.reset();
         assert_eq!(w.counts(), WindowCounts::default());
         assert_eq!(w.counts().failure_rate(), 0.0);
+    }
+
+    #[test]
+    fn a_count_window_allocates_its_slots_at_its_first_outcome() {
+        let mut w = CountWindow::new(7).unwrap();
+        assert!(w.slots.is_empty());
+        assert_eq!(w.size(), 7);
+        assert_eq!(w.counts(), WindowCounts::default());
+        // A reset before any outcome leaves it unallocated too.
+        w.reset();
+        assert!(w.slots.is_empty());
+        w.record(true, false);
+        assert_eq!(w.slots.len(), 7);
+        assert_eq!(w.counts(), counts(1, 1, 0));
+        record_n(&mut w, 7, false, false);
+        assert_eq!(w.counts(), counts(7, 0, 0));
     }
 
     #[test]

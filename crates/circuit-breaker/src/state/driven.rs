@@ -130,11 +130,13 @@ struct Books {
 /// A [`CircuitBreakerMachine`] with its counters, its subscribers and its random source. Reads
 /// go to the machine ([`Deref`]); every step that may change it goes through here,
 /// so no event goes uncounted.
+// `repr(C)`: what dropping it reads (the pointers) first, together; see `Breaker`.
+#[repr(C)]
 #[derive(Debug)]
 pub(crate) struct Driven {
+    books: Option<Box<Books>>,
     machine: CircuitBreakerMachine,
     hot: Hot,
-    books: Option<Box<Books>>,
 }
 
 impl Deref for Driven {
@@ -146,13 +148,24 @@ impl Deref for Driven {
 }
 
 impl Driven {
+    #[cfg(test)]
     pub(crate) fn new(
         config: &CircuitBreakerConfig,
         random: Option<Box<dyn RandomSource>>,
         now: Instant,
     ) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Self::validated(Arc::new(config.clone()), random, now)
+    }
+
+    /// A closed machine over `config`, which the caller validated.
+    pub(crate) fn validated(
+        config: Arc<CircuitBreakerConfig>,
+        random: Option<Box<dyn RandomSource>>,
+        now: Instant,
+    ) -> Result<Self, ConfigError> {
         let mut driven = Self {
-            machine: CircuitBreakerMachine::new(config, now)?,
+            machine: CircuitBreakerMachine::validated(config, now)?,
             hot: Hot::default(),
             books: random.map(|random| {
                 Box::new(Books {
