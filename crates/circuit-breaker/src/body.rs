@@ -339,8 +339,7 @@ impl<C> HeldTicket<C> {
         };
         let mut now = None;
         let mut clock = || *now.get_or_insert_with(Instant::now);
-        let slow = started
-            .is_some_and(|started| breaker.is_slow(clock().saturating_duration_since(started)));
+        let slow = started.is_timed() && breaker.is_slow(started, clock());
         // A probe: from now on it is judged by what it shows (see `UntilBodyEnd`).
         breaker.probe_streaming(ticket, clock);
         Self {

@@ -144,6 +144,24 @@ pub(crate) struct Breaker {
     base: Instant,
 }
 
+/// When an admitted call started, for slow-call detection: nanoseconds since the
+/// breaker's `base`, plus one, or 0 when the call is not timed (slow calls were
+/// not detected when it was admitted). Eight bytes where an `Option<Instant>`
+/// takes sixteen: every admitted call's future carries one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Started(u64);
+
+impl Started {
+    /// A call admitted while slow calls were not detected.
+    pub(crate) const UNTIMED: Self = Self(0);
+
+    /// Whether the call was timed (its end then reads the clock).
+    #[inline]
+    pub(crate) const fn is_timed(self) -> bool {
+        self.0 != 0
+    }
+}
+
 /// Counters kept outside the machine by the lock-free paths.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct FastCounts {
@@ -251,21 +269,24 @@ impl Breaker {
         }
     }
 
-    /// The slow-call start instant for a call admitted now, if slow calls are detected.
+    /// When a call admitted now starts, if slow calls are detected (the clock is
+    /// read only then).
     #[inline]
-    pub(crate) fn start_clock(&self, clock: impl FnOnce() -> Instant) -> Option<Instant> {
+    pub(crate) fn start_clock(&self, clock: impl FnOnce() -> Instant) -> Started {
         if self.slow_nanos.load(Ordering::Relaxed) == 0 {
-            None
+            Started::UNTIMED
         } else {
-            Some(clock())
+            Started(self.nanos(clock()).saturating_add(1))
         }
     }
 
-    /// Whether a call that took `elapsed` is slow.
+    /// Whether a call that started at `started` and ended at `now` is slow.
     #[inline]
-    pub(crate) fn is_slow(&self, elapsed: Duration) -> bool {
+    pub(crate) fn is_slow(&self, started: Started, now: Instant) -> bool {
         let threshold = self.slow_nanos.load(Ordering::Relaxed);
-        threshold != 0 && elapsed.as_nanos() >= u128::from(threshold)
+        started.is_timed()
+            && threshold != 0
+            && self.nanos(now).saturating_sub(started.0 - 1) >= threshold
     }
 
     /// Asks to let a call through, reading `clock` only when the decision needs the
