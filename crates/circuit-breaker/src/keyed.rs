@@ -119,9 +119,8 @@ where
         };
         // Built with the settings released: building registers metrics (a
         // recorder is user code, and may reconfigure the layer).
-        // Shared at once: the breaker is moved once, into its allocation.
-        let breaker = Breaker::reporting_to(name, series, Arc::clone(&config), random, now)?;
-        Ok((Arc::new(breaker), config))
+        let breaker = Breaker::shared_reporting_to(name, series, Arc::clone(&config), random, now)?;
+        Ok((breaker, config))
     }
 
     fn overflow(&self, now: Instant) -> Option<Arc<Breaker>> {

@@ -180,24 +180,31 @@ impl Breaker {
     ) -> Result<Self, ConfigError> {
         config.validate()?;
         let series = Series::named(&name);
-        Self::reporting_to(name, &series, Arc::new(config.clone()), random, now)
+        let machine = Driven::validated(Arc::new(config.clone()), random, now)?;
+        Ok(Self::driving(name, &series, machine, now))
     }
 
-    /// A breaker whose metrics go to `series` (a keyed layer's, say) rather than
-    /// to a series of its own name, over a configuration the caller validated
-    /// (the keys of a keyed layer share one).
-    pub(crate) fn reporting_to(
+    /// A shared breaker whose metrics go to `series` (a keyed layer's, say) rather
+    /// than to a series of its own name, over a configuration the caller
+    /// validated (the keys of a keyed layer share one). Built straight into its
+    /// `Arc`: a new key moves the breaker once.
+    pub(crate) fn shared_reporting_to(
         name: Name,
         series: &Series,
         config: Arc<CircuitBreakerConfig>,
         random: Option<Box<dyn RandomSource>>,
         now: Instant,
-    ) -> Result<Self, ConfigError> {
+    ) -> Result<Arc<Self>, ConfigError> {
         let machine = Driven::validated(config, random, now)?;
+        Ok(Arc::new(Self::driving(name, series, machine, now)))
+    }
+
+    #[inline(always)]
+    fn driving(name: Name, series: &Series, machine: Driven, now: Instant) -> Self {
         let word = published(&machine);
         let slow = slow_nanos(machine.slow_threshold());
         let telemetry = Telemetry::new(series, machine.state(now));
-        Ok(Self {
+        Self {
             word: AtomicU64::new(word),
             reopen_at: AtomicU64::new(0),
             slow_nanos: AtomicU64::new(slow),
@@ -211,7 +218,7 @@ impl Breaker {
             telemetry,
             ready_waiters: OnceLock::new(),
             machine: Mutex::new(machine),
-        })
+        }
     }
 
     pub(crate) fn name(&self) -> &Name {
