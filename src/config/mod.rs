@@ -158,5 +158,5 @@ pub use error::LoadError;
 pub use fleet::{CapModeSection, CapSection, FleetSection, TripTogetherSection};
 #[cfg(feature = "fleet")]
 #[cfg_attr(docsrs, doc(cfg(feature = "fleet")))]
-pub use fleet_status::{CapStatus, CoordinationStatus, FleetStatus, PolicyFleetSnapshot};
+pub use fleet_status::{FleetStatus, PolicyFleetSnapshot};
 pub use policies::{Policies, PoliciesSnapshot, PolicyHandles, PolicySnapshot};

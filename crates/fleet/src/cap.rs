@@ -61,6 +61,28 @@ impl CapMode {
     }
 }
 
+#[cfg(feature = "serde")]
+impl serde::Serialize for CapMode {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        /// The mode as the flat fields of a snapshot.
+        #[derive(serde::Serialize)]
+        struct Fields {
+            mode: &'static str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            local_share: Option<u32>,
+        }
+        let local_share = match *self {
+            CapMode::Available { local_share } => Some(local_share),
+            CapMode::Strict => None,
+        };
+        Fields {
+            mode: self.as_str(),
+            local_share,
+        }
+        .serialize(serializer)
+    }
+}
+
 impl fmt::Display for CapMode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -382,14 +404,21 @@ impl Drop for Capped {
 }
 
 /// A fleet-wide cap as one instance sees it at one instant.
+///
+/// With feature `serde`, it serialises without its name (the policy's key names
+/// it), with the mode as `mode` (`strict` or `available`) and, in `available`
+/// mode, `local_share`.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct CapSnapshot {
     /// The bulkhead's name.
+    #[cfg_attr(feature = "serde", serde(skip))]
     pub name: String,
     /// This instance's id in the claims.
     pub instance: InstanceId,
     /// What the instance admits without a live lease.
+    #[cfg_attr(feature = "serde", serde(flatten))]
     pub mode: CapMode,
     /// The cap this instance is configured with.
     pub cap: u32,
@@ -407,6 +436,11 @@ pub struct CapSnapshot {
     pub claimants: Option<u32>,
     /// What remains of the lease, by this instance's clock from when the renewal
     /// was sent; `None` without a live lease (then the mode decides).
+    #[cfg_attr(
+        feature = "serde",
+        serde(with = "seawall_core::duration_format::option")
+    )]
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
     pub lease_remaining: Option<Duration>,
     /// Renewals answered (the periodic claims and the early ones).
     pub renewals: u64,
@@ -796,6 +830,60 @@ fn clamp(n: usize) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(feature = "serde")]
+    #[test]
+    fn a_snapshot_serialises_with_the_mode_as_flat_fields_and_without_its_name() {
+        let snapshot = CapSnapshot {
+            name: "freight".to_owned(),
+            instance: InstanceId(0xab),
+            mode: CapMode::Available { local_share: 2 },
+            cap: 8,
+            store_cap: None,
+            allotment: 2,
+            demand: 3,
+            fleet_reserved: Some(5),
+            fleet_demand: Some(9),
+            claimants: Some(2),
+            lease_remaining: Some(Duration::from_millis(1500)),
+            renewals: 4,
+            early_claims: 1,
+            store_ops: 6,
+            store_errors: 1,
+            lapses: 0,
+            cap_disagreements: 0,
+        };
+        let expected = serde_json::json!({
+            "instance": "000000000000000000000000000000ab",
+            "mode": "available",
+            "local_share": 2,
+            "cap": 8,
+            "store_cap": null,
+            "allotment": 2,
+            "demand": 3,
+            "fleet_reserved": 5,
+            "fleet_demand": 9,
+            "claimants": 2,
+            "lease_remaining": "1500ms",
+            "renewals": 4,
+            "early_claims": 1,
+            "store_ops": 6,
+            "store_errors": 1,
+            "lapses": 0,
+            "cap_disagreements": 0,
+        });
+        assert_eq!(serde_json::to_value(&snapshot).unwrap(), expected);
+
+        let strict = CapSnapshot {
+            mode: CapMode::Strict,
+            lease_remaining: None,
+            ..snapshot
+        };
+        let json = serde_json::to_value(&strict).unwrap();
+        assert_eq!(json["mode"], "strict");
+        assert!(json.get("local_share").is_none(), "{json:#}");
+        assert!(json.get("lease_remaining").is_none(), "{json:#}");
+    }
 
     #[test]
     fn validation_names_the_field() {

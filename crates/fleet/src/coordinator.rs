@@ -392,15 +392,22 @@ impl Drop for Coordinated {
 }
 
 /// A coordination's state and counters at one instant.
+///
+/// With feature `serde`, it serialises without its name (the policy's key names
+/// it) and with the lease as flat fields: `lease` (`none`, `holding`, `elsewhere`
+/// or `maybe_held`), `lease_epoch` and `lease_remaining` where known.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct FleetSnapshot {
     /// The breaker's name.
+    #[cfg_attr(feature = "serde", serde(skip))]
     pub name: String,
     /// Whether the instance coordinates through the store now (`false`: its
     /// breaker decides alone, and the coordinator tries to rejoin).
     pub connected: bool,
     /// The probe lease as this instance last saw it.
+    #[cfg_attr(feature = "serde", serde(flatten))]
     pub lease: LeaseStatus,
     /// The highest fleet epoch this instance has seen.
     pub fleet_epoch: FleetEpoch,
@@ -449,6 +456,40 @@ pub enum LeaseStatus {
         /// What remains of the wait.
         remaining: Duration,
     },
+}
+
+#[cfg(feature = "serde")]
+impl serde::Serialize for LeaseStatus {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        /// The lease as the flat fields of a snapshot.
+        #[derive(serde::Serialize)]
+        struct Fields {
+            lease: &'static str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            lease_epoch: Option<u64>,
+            #[serde(
+                with = "seawall_core::duration_format::option",
+                skip_serializing_if = "Option::is_none"
+            )]
+            lease_remaining: Option<Duration>,
+        }
+        let (lease, lease_epoch, lease_remaining) = match *self {
+            LeaseStatus::None => ("none", None, None),
+            LeaseStatus::Holding { epoch, remaining } => {
+                ("holding", Some(epoch.0), Some(remaining))
+            }
+            LeaseStatus::Elsewhere { epoch, remaining } => {
+                ("elsewhere", Some(epoch.0), Some(remaining))
+            }
+            LeaseStatus::MaybeHeld { remaining } => ("maybe_held", None, Some(remaining)),
+        };
+        Fields {
+            lease,
+            lease_epoch,
+            lease_remaining,
+        }
+        .serialize(serializer)
+    }
 }
 
 // ----- state shared by the gate and the task ------------------------------------
@@ -1224,6 +1265,85 @@ impl<S: Store> Task<S> {
                     self.due = Some(now);
                 }
             }
+        }
+    }
+}
+
+#[cfg(all(test, feature = "serde"))]
+mod tests {
+    use super::*;
+
+    fn snapshot(lease: LeaseStatus) -> FleetSnapshot {
+        FleetSnapshot {
+            name: "quotes".to_owned(),
+            connected: true,
+            lease,
+            fleet_epoch: FleetEpoch(7),
+            store_ops: 12,
+            store_errors: 1,
+            leases_taken: 2,
+            verdicts_published: 2,
+            verdicts_applied: 1,
+            probes_held_off: 3,
+            trips_recorded: 4,
+            fleet_trips_applied: 0,
+        }
+    }
+
+    #[test]
+    fn a_snapshot_serialises_with_the_lease_as_flat_fields_and_without_its_name() {
+        let holding = snapshot(LeaseStatus::Holding {
+            epoch: FleetEpoch(7),
+            remaining: Duration::from_secs(2),
+        });
+        let expected = serde_json::json!({
+            "connected": true,
+            "lease": "holding",
+            "lease_epoch": 7,
+            "lease_remaining": "2s",
+            "fleet_epoch": 7,
+            "store_ops": 12,
+            "store_errors": 1,
+            "leases_taken": 2,
+            "verdicts_published": 2,
+            "verdicts_applied": 1,
+            "probes_held_off": 3,
+            "trips_recorded": 4,
+            "fleet_trips_applied": 0,
+        });
+        assert_eq!(serde_json::to_value(&holding).unwrap(), expected);
+    }
+
+    #[test]
+    fn each_lease_status_names_itself_and_only_what_it_knows() {
+        let cases = [
+            (LeaseStatus::None, "none", None, None),
+            (
+                LeaseStatus::Elsewhere {
+                    epoch: FleetEpoch(3),
+                    remaining: Duration::from_millis(250),
+                },
+                "elsewhere",
+                Some(3),
+                Some("250ms"),
+            ),
+            (
+                LeaseStatus::MaybeHeld {
+                    remaining: Duration::from_secs(1),
+                },
+                "maybe_held",
+                None,
+                Some("1s"),
+            ),
+        ];
+        for (lease, name, epoch, remaining) in cases {
+            let json = serde_json::to_value(snapshot(lease)).unwrap();
+            assert_eq!(json["lease"], name);
+            assert_eq!(json.get("lease_epoch").and_then(|v| v.as_u64()), epoch);
+            assert_eq!(
+                json.get("lease_remaining").and_then(|v| v.as_str()),
+                remaining
+            );
         }
     }
 }

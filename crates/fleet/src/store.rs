@@ -55,6 +55,7 @@ pub const MAX_PREFIX_LEN: usize = 64;
 /// A counter kept by the store, one more for every lease taken: it orders leases,
 /// and the verdicts made under them, without comparing clocks.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct FleetEpoch(pub u64);
 
 impl FleetEpoch {
@@ -554,6 +555,14 @@ impl fmt::Debug for InstanceId {
 impl fmt::Display for InstanceId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:032x}", self.0)
+    }
+}
+
+/// As its `Display` form, the 32 hex digits the claims are keyed by.
+#[cfg(feature = "serde")]
+impl serde::Serialize for InstanceId {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
     }
 }
 
