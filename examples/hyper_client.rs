@@ -24,6 +24,8 @@
 
 #[path = "shared/logs.rs"]
 mod logs;
+#[path = "shared/phases.rs"]
+mod phases;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -215,18 +217,12 @@ async fn main() -> Result<(), BoxError> {
             1,
         ),
         ("supplier failing with 503", 503, Duration::ZERO, 5),
-        ("supplier recovered", 200, Duration::ZERO, 2),
+        (phases::RECOVERED, 200, Duration::ZERO, 2),
     ];
     let mut n = 0;
     for (phase, status, delay, calls) in script {
-        println!("-- {phase}");
         supplier.set(status, delay);
-        if phase == "supplier recovered" {
-            println!(
-                "   (waiting out the breaker's 1 s open interval; the next call is its probe)"
-            );
-            tokio::time::sleep(Duration::from_millis(1100)).await;
-        }
+        phases::begin(phase).await;
         for _ in 0..calls {
             n += 1;
             let before = retry_handle.snapshot();

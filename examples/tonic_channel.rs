@@ -20,6 +20,8 @@
 
 #[path = "shared/logs.rs"]
 mod logs;
+#[path = "shared/phases.rs"]
+mod phases;
 
 #[path = "shared/grpc_quote.rs"]
 mod grpc_quote;
@@ -64,18 +66,12 @@ async fn main() -> Result<(), BoxError> {
             Behaviour::Unavailable,
             5,
         ),
-        ("supplier recovered", Behaviour::Quote, 2),
+        (phases::RECOVERED, Behaviour::Quote, 2),
     ];
     let mut n = 0;
     for (phase, behaviour, calls) in script {
-        println!("-- {phase}");
         server.set(behaviour);
-        if phase == "supplier recovered" {
-            println!(
-                "   (waiting out the breaker's 1 s open interval; the next call is its probe)"
-            );
-            tokio::time::sleep(Duration::from_millis(1100)).await;
-        }
+        phases::begin(phase).await;
         for _ in 0..calls {
             n += 1;
             let request = QuoteRequest {
