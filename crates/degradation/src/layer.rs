@@ -62,11 +62,13 @@ impl<Req, Res> DegradationLayer<Req, Res> {
     /// Starts a builder for the layer `name` (used in events and metrics).
     pub fn builder(name: impl Into<Name>) -> DegradationBuilder<Req, Res> {
         DegradationBuilder {
-            name: name.into(),
-            top: "full".into(),
-            lower: Vec::new(),
-            config: DegradationConfig::default(),
-            random: None,
+            parts: Parts {
+                name: name.into(),
+                top: "full".into(),
+                lower: Vec::new(),
+                config: DegradationConfig::default(),
+                random: None,
+            },
             classifier: AdmissionAsFailure(ErrorsAsFailures),
             extensions: NoExtensions,
         }
@@ -98,25 +100,32 @@ impl<S, Req, Res, C: Clone, X: Clone> Layer<S> for DegradationLayer<Req, Res, C,
 
 /// Builds a [`DegradationLayer`]; see [`DegradationConfig`] for what each setting means.
 pub struct DegradationBuilder<Req, Res, C = DefaultClassifier, X = NoExtensions> {
+    parts: Parts<Req, Res>,
+    classifier: C,
+    extensions: X,
+}
+
+/// What the builder carries unchanged when a setter changes one of its type
+/// parameters (the classifier or the extensions).
+struct Parts<Req, Res> {
     name: Name,
     top: Name,
     lower: Vec<(Name, LevelService<Req, Res>)>,
     config: DegradationConfig,
     random: Option<Box<dyn RandomSource>>,
-    classifier: C,
-    extensions: X,
 }
 
 impl<Req, Res, C: fmt::Debug, X: fmt::Debug> fmt::Debug for DegradationBuilder<Req, Res, C, X> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts = &self.parts;
         f.debug_struct("DegradationBuilder")
-            .field("name", &self.name)
-            .field("top", &self.top)
+            .field("name", &parts.name)
+            .field("top", &parts.top)
             .field(
                 "lower",
-                &self.lower.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+                &parts.lower.iter().map(|(n, _)| n).collect::<Vec<_>>(),
             )
-            .field("config", &self.config)
+            .field("config", &parts.config)
             .field("classifier", &self.classifier)
             .field("extensions", &self.extensions)
             .finish_non_exhaustive()
@@ -126,7 +135,7 @@ impl<Req, Res, C: fmt::Debug, X: fmt::Debug> fmt::Debug for DegradationBuilder<R
 impl<Req, Res, C, X> DegradationBuilder<Req, Res, C, X> {
     /// Names the best level, served by the inner service (default `"full"`).
     pub fn inner_level(mut self, name: impl Into<Name>) -> Self {
-        self.top = name.into();
+        self.parts.top = name.into();
         self
     }
 
@@ -141,26 +150,26 @@ impl<Req, Res, C, X> DegradationBuilder<Req, Res, C, X> {
         Res: 'static,
     {
         let service = BoxCloneSyncService::new(service.map_err(Into::<BoxError>::into));
-        self.lower.push((name.into(), service));
+        self.parts.lower.push((name.into(), service));
         self
     }
 
     /// Adds the next lower level, already erased.
     pub fn level_boxed(mut self, name: impl Into<Name>, service: LevelService<Req, Res>) -> Self {
-        self.lower.push((name.into(), service));
+        self.parts.lower.push((name.into(), service));
         self
     }
 
     /// Replaces the whole configuration (e.g. loaded from a file).
     pub fn config(mut self, config: DegradationConfig) -> Self {
-        self.config = config;
+        self.parts.config = config;
         self
     }
 
     /// The builder with one setting of its configuration changed by `set`
     /// (checked with the rest by [`build`](Self::build)).
     fn tuned(mut self, set: impl FnOnce(&mut DegradationConfig)) -> Self {
-        set(&mut self.config);
+        set(&mut self.parts.config);
         self
     }
 
@@ -217,7 +226,7 @@ impl<Req, Res, C, X> DegradationBuilder<Req, Res, C, X> {
     /// The source of the probe samples (default: seeded from entropy, different in
     /// every process so a fleet does not probe in lockstep).
     pub fn random(mut self, random: impl RandomSource) -> Self {
-        self.random = Some(Box::new(random));
+        self.parts.random = Some(Box::new(random));
         self
     }
 
@@ -231,11 +240,7 @@ impl<Req, Res, C, X> DegradationBuilder<Req, Res, C, X> {
     /// breaker or bulkhead rejections to go unnoticed.
     pub fn classifier<C2>(self, classifier: C2) -> DegradationBuilder<Req, Res, C2, X> {
         DegradationBuilder {
-            name: self.name,
-            top: self.top,
-            lower: self.lower,
-            config: self.config,
-            random: self.random,
+            parts: self.parts,
             classifier,
             extensions: self.extensions,
         }
@@ -246,11 +251,7 @@ impl<Req, Res, C, X> DegradationBuilder<Req, Res, C, X> {
     /// Off by default: each insert allocates.
     pub fn level_extensions(self) -> DegradationBuilder<Req, Res, C, WithLevelExtensions> {
         DegradationBuilder {
-            name: self.name,
-            top: self.top,
-            lower: self.lower,
-            config: self.config,
-            random: self.random,
+            parts: self.parts,
             classifier: self.classifier,
             extensions: WithLevelExtensions,
         }
@@ -258,10 +259,11 @@ impl<Req, Res, C, X> DegradationBuilder<Req, Res, C, X> {
 
     /// Validates and builds the layer, at the best level from now.
     pub fn build(self) -> Result<DegradationLayer<Req, Res, C, X>, ConfigError> {
-        let mut names: Vec<Name> = Vec::with_capacity(self.lower.len() + 1);
-        names.push(self.top);
-        let mut services = Vec::with_capacity(self.lower.len());
-        for (name, service) in self.lower {
+        let parts = self.parts;
+        let mut names: Vec<Name> = Vec::with_capacity(parts.lower.len() + 1);
+        names.push(parts.top);
+        let mut services = Vec::with_capacity(parts.lower.len());
+        for (name, service) in parts.lower {
             if names.contains(&name) {
                 return Err(ConfigError::new(
                     "levels",
@@ -278,12 +280,12 @@ impl<Req, Res, C, X> DegradationBuilder<Req, Res, C, X> {
             ));
         }
         let now = Instant::now();
-        let random = self
+        let random = parts
             .random
             .unwrap_or_else(|| Box::new(SeededRandom::from_entropy()));
-        let machine = DegradationMachine::new(names.len(), self.config, random, now)?;
+        let machine = DegradationMachine::new(names.len(), parts.config, random, now)?;
         Ok(DegradationLayer {
-            shared: Arc::new(Shared::new(self.name, names.into(), machine, now)),
+            shared: Arc::new(Shared::new(parts.name, names.into(), machine, now)),
             lower: services.into(),
             classifier: self.classifier,
             extensions: self.extensions,
