@@ -143,28 +143,36 @@ adaptive = { algorithm = "gradient", min_limit = 4, tolerance = 0.2, min_rtt_eve
 #[test]
 fn an_adaptive_section_reads_as_the_algorithms_configuration() {
     let doc = PolicyDocument::from_toml(ADAPTIVE).unwrap();
-    let freight = doc.policies["freight"].bulkhead.unwrap();
+    let expected = [
+        (
+            "freight",
+            AdaptiveConfig::Aimd(AimdConfig {
+                initial_limit: 10,
+                min_limit: 2,
+                max_limit: 50,
+                backoff: 0.8,
+                timeout: Duration::from_millis(150),
+                ..AimdConfig::default()
+            }),
+        ),
+        (
+            "search",
+            AdaptiveConfig::Gradient(GradientConfig {
+                min_limit: 4,
+                tolerance: 0.2,
+                min_rtt_every: Duration::from_secs(60),
+                ..GradientConfig::default()
+            }),
+        ),
+    ];
+    for (policy, adaptive) in expected {
+        let bulkhead = doc.policies[policy].bulkhead.unwrap();
+        assert_eq!(bulkhead.adaptive, Some(adaptive), "{policy}");
+    }
+    // The queue beside the adaptive limit is read too.
     assert_eq!(
-        freight.adaptive,
-        Some(AdaptiveConfig::Aimd(AimdConfig {
-            initial_limit: 10,
-            min_limit: 2,
-            max_limit: 50,
-            backoff: 0.8,
-            timeout: Duration::from_millis(150),
-            ..AimdConfig::default()
-        }))
-    );
-    assert_eq!(freight.queue.max_queue, 10);
-    let search = doc.policies["search"].bulkhead.unwrap();
-    assert_eq!(
-        search.adaptive,
-        Some(AdaptiveConfig::Gradient(GradientConfig {
-            min_limit: 4,
-            tolerance: 0.2,
-            min_rtt_every: Duration::from_secs(60),
-            ..GradientConfig::default()
-        }))
+        doc.policies["freight"].bulkhead.unwrap().queue.max_queue,
+        10
     );
     // No section, no algorithm: the fixed limit of old.
     let plain = PolicyDocument::from_toml("[policies.p.bulkhead]\nmax_concurrent = 3\n").unwrap();
