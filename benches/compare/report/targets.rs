@@ -93,6 +93,15 @@ impl Combine {
     }
 }
 
+/// How far seawall's added cost may be from the peers' (combined).
+#[derive(Clone, Copy)]
+enum Bound {
+    /// At most this many times theirs.
+    Ratio(f64),
+    /// At most this many nanoseconds more than theirs.
+    Nanos(f64),
+}
+
 /// How a target is judged.
 #[derive(Clone, Copy)]
 enum Rule {
@@ -237,11 +246,15 @@ impl<'a> Judge<'a> {
         match rule {
             AtMost(limit, combine) => Mode::ALL
                 .into_iter()
-                .filter_map(|mode| self.ratio(target, own, &peers, mode, combine, limit))
+                .filter_map(|mode| {
+                    self.compare(target, own, &peers, mode, combine, Bound::Ratio(limit))
+                })
                 .collect(),
             Plus(ns, combine) => Mode::ALL
                 .into_iter()
-                .filter_map(|mode| self.difference(target, own, &peers, mode, combine, ns))
+                .filter_map(|mode| {
+                    self.compare(target, own, &peers, mode, combine, Bound::Nanos(ns))
+                })
                 .collect(),
             Allocs(limit) => Mode::ALL
                 .into_iter()
@@ -270,61 +283,43 @@ impl<'a> Judge<'a> {
             .join(", ")
     }
 
-    fn ratio(
+    /// Seawall's added cost against the peers' (combined), round by round, within
+    /// `bound`.
+    fn compare(
         &self,
         target: &'static str,
         own: &Probe,
         peers: &[(Id, &Probe)],
         mode: Mode,
         combine: Combine,
-        limit: f64,
+        bound: Bound,
     ) -> Option<Line> {
         let mine = self.net.added(own, mode);
         let theirs: Vec<Vec<f64>> = peers.iter().map(|(_, p)| self.net.added(p, mode)).collect();
         let reference: Vec<f64> = (0..mine.len())
             .map(|r| combine.apply(&theirs.iter().map(|v| v[r]).collect::<Vec<_>>()))
             .collect();
-        let spread = Spread::of(&ratios(&mine, &reference))?;
+        let (spread, shown, limit) = match bound {
+            Bound::Ratio(limit) => {
+                let spread = Spread::of(&ratios(&mine, &reference))?;
+                (spread, fmt::ratio_spread(spread), limit)
+            }
+            Bound::Nanos(ns) => {
+                let more: Vec<f64> = mine.iter().zip(&reference).map(|(m, r)| m - r).collect();
+                let spread = Spread::of(&more)?;
+                (spread, format!("{} ns", fmt::added_spread(spread)), ns)
+            }
+        };
         Some(Line {
             target,
             mode: mode.to_string(),
             seawall: fmt::added_spread(Spread::of(&mine)?),
             peers: self.describe(peers, mode),
-            ratio: fmt::ratio_spread(spread),
+            ratio: shown,
             verdict: if own.figures(mode).waited {
                 Verdict::Missed
             } else {
                 Verdict::at_most(spread, limit)
-            },
-        })
-    }
-
-    /// As [`ratio`](Self::ratio), for a difference in nanoseconds.
-    fn difference(
-        &self,
-        target: &'static str,
-        own: &Probe,
-        peers: &[(Id, &Probe)],
-        mode: Mode,
-        combine: Combine,
-        ns: f64,
-    ) -> Option<Line> {
-        let mine = self.net.added(own, mode);
-        let theirs: Vec<Vec<f64>> = peers.iter().map(|(_, p)| self.net.added(p, mode)).collect();
-        let more: Vec<f64> = (0..mine.len())
-            .map(|r| mine[r] - combine.apply(&theirs.iter().map(|v| v[r]).collect::<Vec<_>>()))
-            .collect();
-        let spread = Spread::of(&more)?;
-        Some(Line {
-            target,
-            mode: mode.to_string(),
-            seawall: fmt::added_spread(Spread::of(&mine)?),
-            peers: self.describe(peers, mode),
-            ratio: format!("{} ns", fmt::added_spread(spread)),
-            verdict: if own.figures(mode).waited {
-                Verdict::Missed
-            } else {
-                Verdict::at_most(spread, ns)
             },
         })
     }
