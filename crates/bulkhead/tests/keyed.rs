@@ -148,8 +148,21 @@ fn the_key_bound_is_validated() {
 /// the map's lock were held while the inner service runs.
 #[derive(Clone)]
 struct Nested {
-    layer: KeyedBulkheadLayer<String, fn(&http::Request<String>) -> String>,
+    layer: KeyedByBody,
     depth: usize,
+}
+
+/// A keyed bulkhead with one key per request body.
+type KeyedByBody = KeyedBulkheadLayer<String, fn(&http::Request<String>) -> String>;
+
+impl Nested {
+    /// `layer` around a `Nested` that uses `layer` again, `depth` levels down.
+    fn inside(layer: &KeyedByBody, depth: usize) -> <KeyedByBody as Layer<Nested>>::Service {
+        layer.layer(Nested {
+            layer: layer.clone(),
+            depth,
+        })
+    }
 }
 
 impl Service<http::Request<String>> for Nested {
@@ -168,10 +181,7 @@ impl Service<http::Request<String>> for Nested {
     fn call(&mut self, req: http::Request<String>) -> Self::Future {
         drop(self.layer.handle().keys());
         if self.depth == 0 {
-            let mut again = self.layer.layer(Nested {
-                layer: self.layer.clone(),
-                depth: 1,
-            });
+            let mut again = Nested::inside(&self.layer, 1);
             let nested = http::Request::new(format!("nested-{}", req.body()));
             let mut answer = task::spawn(again.call(nested));
             assert!(assert_ready!(answer.poll()).is_ok());
@@ -190,16 +200,12 @@ fn the_inner_service_may_use_the_keyed_layer_while_it_is_polled_and_called() {
             .max_keys(2)
             .build()
             .unwrap();
-        let handle = layer.handle();
-        let mut svc = layer.layer(Nested {
-            layer: layer.clone(),
-            depth: 0,
-        });
+        let mut svc = Nested::inside(&layer, 0);
         for key in ["a", "b", "c"] {
             let mut answer = task::spawn(svc.call(http::Request::new(key.to_owned())));
             assert!(assert_ready!(answer.poll()).is_ok());
         }
-        handle.snapshot()
+        layer.handle().snapshot()
     });
     // Six keys went through a map of two, none turned away.
     assert_eq!((s.keys, s.evicted, s.rejected_key_limit), (2, 4, 0));
