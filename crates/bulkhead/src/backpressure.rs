@@ -293,8 +293,9 @@ where
 
     fn call(&mut self, req: Req) -> Self::Future {
         match std::mem::replace(&mut self.slot, Slot::Empty) {
-            Slot::Held(permit) => ResponseFuture::reserved(permit, &mut self.inner, req)
-                .with_overload(self.overload.clone()),
+            Slot::Held(permit) => {
+                ResponseFuture::call(permit, &mut self.inner, req, Some(self.overload.clone()))
+            }
             other => {
                 // Leave the line first: a waiter of our own would keep the slot from us.
                 drop(other);
@@ -329,8 +330,9 @@ impl<S, H, O: Clone> Backpressure<S, H, O> {
             .inner
             .poll_ready(&mut Context::from_waker(Waker::noop()))
         {
-            Poll::Ready(Ok(())) => ResponseFuture::reserved(permit, &mut self.inner, req)
-                .with_overload(self.overload.clone()),
+            Poll::Ready(Ok(())) => {
+                ResponseFuture::call(permit, &mut self.inner, req, Some(self.overload.clone()))
+            }
             Poll::Ready(Err(e)) => ResponseFuture::rejected(e.into()),
             Poll::Pending => ResponseFuture::rejected(NOT_POLLED.into()),
         }

@@ -170,7 +170,7 @@ where
     pub(crate) fn new(shared: &Arc<Shared>, inner: &mut S, req: Req, overload: O) -> Self {
         if shared.semaphore.try_acquire() {
             shared.telemetry.admitted(Duration::ZERO);
-            return Self::admitted(Permit::new(shared.clone()), inner, req).with_overload(overload);
+            return Self::admitted(Permit::new(shared.clone()), inner, req, Some(overload));
         }
         // Turned away without moving the request into another function: it is
         // dropped here (a shadow bulkhead lets it through on the slow path).
@@ -185,25 +185,21 @@ where
     /// the service that was asked (whatever its `poll_ready` started stays with the
     /// call that needs it), leave a clone in its place, and keep driving the parked
     /// one (with the caller's waker) from the future.
+    ///
+    /// `overload` is taken here rather than set afterwards, so the future (with
+    /// the inner one inside it) is built once, in place, and never moved again.
     #[inline]
-    fn admitted(permit: Permit, svc: &mut S, req: Req) -> Self {
+    fn admitted(permit: Permit, svc: &mut S, req: Req, overload: Option<O>) -> Self {
         let mut cx = Context::from_waker(Waker::noop());
         match svc.poll_ready(&mut cx) {
-            Poll::Ready(Ok(())) => Self::call(permit, svc, req),
+            Poll::Ready(Ok(())) => Self::call(permit, svc, req, overload),
             Poll::Ready(Err(e)) => Self::rejected(e.into()),
             Poll::Pending => {
                 let fresh = svc.clone();
                 let polled = std::mem::replace(svc, fresh);
-                Self::park(None, false, None, Some(permit), polled, req)
+                Self::park(None, false, None, Some(permit), polled, req, overload)
             }
         }
-    }
-
-    #[inline]
-    fn call(permit: Permit, svc: &mut S, mut req: Req) -> Self {
-        let permit = H::lend(permit, &mut req);
-        let future = svc.call(req);
-        Self::calling(future, permit)
     }
 
     #[cold]
@@ -228,12 +224,12 @@ where
         match enqueued {
             Enqueued::Admitted => {
                 shared.telemetry.admitted(Duration::ZERO);
-                Self::admitted(Permit::waited(shared.clone()), inner, req).with_overload(overload)
+                Self::admitted(Permit::waited(shared.clone()), inner, req, Some(overload))
             }
             Enqueued::Full => Self::full_or_over_limit(shared, inner, req),
             Enqueued::Expired if shadow => {
                 shared.admit_over_limit(ShadowReason::Timeout);
-                Self::admitted(Permit::over_limit(shared.clone()), inner, req)
+                Self::admitted(Permit::over_limit(shared.clone()), inner, req, None)
             }
             Enqueued::Expired => {
                 shared
@@ -251,8 +247,16 @@ where
                     enqueued_at: now,
                 };
                 let sleep = tokio::time::sleep_until(until);
-                Self::park(Some(sleep), look, Some(waiter), None, inner.clone(), req)
-                    .with_overload(overload)
+                let svc = inner.clone();
+                Self::park(
+                    Some(sleep),
+                    look,
+                    Some(waiter),
+                    None,
+                    svc,
+                    req,
+                    Some(overload),
+                )
             }
         }
     }
@@ -261,7 +265,12 @@ where
     /// counted by [`Shared::admit_over_limit`].
     #[cold]
     pub(crate) fn over_limit(shared: &Arc<Shared>, inner: &mut S, req: Req, overload: O) -> Self {
-        Self::admitted(Permit::over_limit(shared.clone()), inner, req).with_overload(overload)
+        Self::admitted(
+            Permit::over_limit(shared.clone()),
+            inner,
+            req,
+            Some(overload),
+        )
     }
 
     /// A call that finds the bulkhead full: rejected, or in shadow mode let
@@ -270,7 +279,7 @@ where
     fn full_or_over_limit(shared: &Arc<Shared>, inner: &mut S, req: Req) -> Self {
         if shared.shadows() {
             shared.admit_over_limit(ShadowReason::Full);
-            return Self::admitted(Permit::over_limit(shared.clone()), inner, req);
+            return Self::admitted(Permit::over_limit(shared.clone()), inner, req, None);
         }
         Self::full(shared)
     }
@@ -282,17 +291,23 @@ where
         permit: Option<Permit>,
         svc: S,
         req: Req,
+        overload: Option<O>,
     ) -> Self {
-        Self::from_phase(Phase::Parked {
-            parked: Box::pin(Parked {
-                sleep,
-                look,
-                waiter,
-                permit,
-                svc,
-                req: Some(req),
-            }),
-        })
+        Self {
+            phase: Phase::Parked {
+                parked: Box::pin(Parked {
+                    sleep,
+                    look,
+                    waiter,
+                    permit,
+                    svc,
+                    req: Some(req),
+                }),
+            },
+            permit: None,
+            overload,
+            _hold: PhantomData,
+        }
     }
 }
 
@@ -310,33 +325,24 @@ where
         }
     }
 
+    /// Holding a slot, to an inner service that said it was ready: lend the
+    /// request what the mode lends, call, and keep `overload` to tell an adaptive
+    /// limit how the call ended. The inner future is written straight into the
+    /// returned future's place; nothing here takes or returns it by value.
     #[inline]
-    fn calling(future: S::Future, permit: Permit) -> Self {
-        Self {
-            phase: Phase::Calling { future },
-            permit: Some(permit),
-            overload: None,
-            _hold: PhantomData,
-        }
-    }
-
-    /// A call with the slot its service reserved in `poll_ready`, to an inner
-    /// service that said it was ready (backpressure mode): no line, no clone.
-    #[inline]
-    pub(crate) fn reserved(permit: Permit, svc: &mut S, mut req: Req) -> Self
+    pub(crate) fn call(permit: Permit, svc: &mut S, mut req: Req, overload: Option<O>) -> Self
     where
         H: Lend<Req>,
     {
         let permit = H::lend(permit, &mut req);
-        let future = svc.call(req);
-        Self::calling(future, permit)
-    }
-
-    /// Keeps `overload` to tell an adaptive limit how the call ended.
-    #[inline]
-    pub(crate) fn with_overload(mut self, overload: O) -> Self {
-        self.overload = Some(overload);
-        self
+        Self {
+            phase: Phase::Calling {
+                future: svc.call(req),
+            },
+            permit: Some(permit),
+            overload,
+            _hold: PhantomData,
+        }
     }
 
     /// A call turned away because the bulkhead is full.
