@@ -379,14 +379,25 @@ where
         loop {
             match phase.as_mut().project() {
                 PhaseProj::Calling { future } => {
-                    let result = ready!(future.poll(cx)).map_err(Into::into);
+                    let output = ready!(future.poll(cx));
                     // Drop the inner future, then hand the permit to the hold mode.
                     phase.set(Phase::Done);
-                    let Some(mut permit) = this.permit.take() else {
+                    let Some(permit) = this.permit.take() else {
                         return Poll::Ready(Err(polled_after_completion()));
                     };
-                    permit.observe(this.overload.as_ref(), &result);
-                    return Poll::Ready(result.map(|response| H::hold(response, permit)));
+                    // Only a call timed for an adaptive limit needs the result as a
+                    // whole; any other hands the response straight to the hold mode.
+                    if permit.learns() {
+                        return Poll::Ready(learn_and_hold::<_, _, H, _>(
+                            output,
+                            permit,
+                            this.overload.as_ref(),
+                        ));
+                    }
+                    return Poll::Ready(match output {
+                        Ok(response) => Ok(H::hold(response, permit)),
+                        Err(e) => Err(e.into()),
+                    });
                 }
                 PhaseProj::Parked { .. } => {
                     let parked = poll_parked::<S, Req, H>(phase.as_mut(), this.permit, cx);
@@ -404,6 +415,24 @@ where
             }
         }
     }
+}
+
+/// An adaptive limit's call: classify the result for the limit, then hand the
+/// response to the hold mode. Out of line, so a fixed limit's `poll` stays small.
+#[inline(never)]
+fn learn_and_hold<Res, E, H, O>(
+    output: Result<Res, E>,
+    mut permit: Permit,
+    overload: Option<&O>,
+) -> Result<H::Output, BoxError>
+where
+    E: Into<BoxError>,
+    H: Hold<Res>,
+    O: Classify<Res>,
+{
+    let result = output.map_err(Into::into);
+    permit.observe(overload, &result);
+    result.map(|response| H::hold(response, permit))
 }
 
 /// Drives a parked call: waits for its slot, then for the inner service, then

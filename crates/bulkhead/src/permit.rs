@@ -89,6 +89,12 @@ impl Permit {
         }
     }
 
+    /// Whether this call carries a ticket for an adaptive limit to learn from.
+    #[inline]
+    pub(crate) fn learns(&self) -> bool {
+        self.ticket.is_some()
+    }
+
     /// Tells the adaptive limit how the call ended, once: classified by
     /// `overload` (a rejection's future has none and learns nothing).
     #[inline]
