@@ -244,6 +244,8 @@ impl<S: CapStore> Fleet<S> {
             disagreements: AtomicU64::new(0),
             telemetry: CapTelemetry::new(handle.name()),
             stopped: Mutex::new(false),
+            #[cfg(test)]
+            before_lowering: Mutex::new(None),
         });
         shared.apply(0);
         let task = CapTask {
@@ -485,6 +487,11 @@ struct CapShared {
     disagreements: AtomicU64,
     telemetry: CapTelemetry,
     stopped: Mutex<bool>,
+    /// Run once by the next renewal that lowers the ceiling, between its
+    /// snapshot of the bulkhead and the lower ceiling: where a test admits the
+    /// call that races the renewal.
+    #[cfg(test)]
+    before_lowering: Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
 
 impl CapShared {
@@ -689,6 +696,15 @@ impl<S: CapStore> CapTask<S> {
         // holds: it gives nothing back.
         let mut held = limit.min(demand).max(active);
         if held < limit {
+            #[cfg(test)]
+            if let Some(admit) = shared
+                .before_lowering
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take()
+            {
+                admit();
+            }
             shared.apply(held);
             // A call admitted between the snapshot and the lower ceiling runs on,
             // and slots given back are taken by others at once: hold it too. The
@@ -913,5 +929,114 @@ mod tests {
             .unwrap();
         assert_eq!(CapMode::Available { local_share: 3 }.fallback(), 3);
         assert_eq!(CapMode::Strict.fallback(), 0);
+    }
+
+    /// A call admitted while a renewal lowers the ceiling (after its snapshot of
+    /// the bulkhead, before the lower ceiling) runs on: the claim must hold it,
+    /// or the store hands its slot to another instance and the fleet runs above
+    /// the cap.
+    #[tokio::test(start_paused = true)]
+    async fn a_call_admitted_while_a_renewal_lowers_the_ceiling_stays_reserved() {
+        use std::sync::atomic::AtomicBool;
+
+        use seawall_bulkhead::BulkheadLayer;
+        use seawall_core::BoxError;
+        use tower::{service_fn, Layer, Service, ServiceExt};
+
+        use crate::LocalStore;
+
+        const G: u32 = 4;
+        let period = Duration::from_millis(100);
+        let store = LocalStore::new();
+        let fleet = Fleet::builder(store.clone())
+            .prefix("test")
+            .build()
+            .unwrap();
+        let layer = BulkheadLayer::builder("freight")
+            .max_concurrent(G as usize)
+            .max_queue(0)
+            .build()
+            .unwrap();
+        let handle = layer.handle();
+        // Every admitted call runs until its future is dropped.
+        let mut svc = layer.layer(service_fn(|()| {
+            std::future::pending::<Result<(), BoxError>>()
+        }));
+        let config = CapConfig::new(G)
+            .renew_every(period)
+            .ttl(Duration::from_millis(300));
+        let capped = fleet.cap(&handle, config).unwrap();
+
+        // Calls turned away full make the demand: the instance is granted the
+        // whole cap once the store has settled.
+        for _ in 0..20 {
+            if handle.allotment() == Some(G as usize) {
+                break;
+            }
+            assert_eq!(handle.allotment(), Some(0));
+            for _ in 0..G {
+                let call = svc.ready().await.unwrap().call(());
+                let turned_away = tokio::time::timeout(Duration::from_millis(1), call).await;
+                assert!(matches!(turned_away, Ok(Err(_))), "{turned_away:?}");
+            }
+            tokio::time::sleep(period / 2).await;
+        }
+        assert_eq!(handle.allotment(), Some(G as usize));
+        assert_eq!(handle.snapshot().active, 0);
+
+        // The next renewal measures no demand and lowers the ceiling to 0; a
+        // call is admitted just before it does.
+        let running = Arc::new(Mutex::new(Vec::new()));
+        let admitted = Arc::new(AtomicBool::new(false));
+        let hook = {
+            let (running, admitted, mut svc) =
+                (Arc::clone(&running), Arc::clone(&admitted), svc.clone());
+            move || {
+                let call = svc.call(());
+                running.lock().unwrap().push(call);
+                admitted.store(true, Ordering::SeqCst);
+            }
+        };
+        *capped.shared.before_lowering.lock().unwrap() = Some(Box::new(hook));
+        let renewals = capped.snapshot().renewals;
+        for _ in 0..20 {
+            if capped.snapshot().renewals > renewals {
+                break;
+            }
+            tokio::time::sleep(period / 10).await;
+        }
+        assert!(
+            admitted.load(Ordering::SeqCst),
+            "the renewal lowered no ceiling"
+        );
+        assert!(capped.snapshot().renewals > renewals);
+        let active = handle.snapshot().active;
+        assert_eq!(
+            active, 1,
+            "the call admitted before the lower ceiling runs on"
+        );
+
+        let keys = CapKeys::new("test", "freight").unwrap();
+        let (_, claims) = store.peek_claims(&keys).unwrap();
+        let mine = claims
+            .iter()
+            .find(|c| c.instance == capped.instance())
+            .unwrap();
+        assert!(
+            mine.reserved as usize >= active,
+            "reserved {} while {active} call runs",
+            mine.reserved
+        );
+
+        // Another instance wanting the whole cap gets only what is not running.
+        let other = Claim::new(InstanceId(0x0b), 1, G, 0, config.ttl, G);
+        let reply = store.claim(&keys, other).await.unwrap();
+        assert!(reply.reserved <= G, "the fleet reserved {}", reply.reserved);
+        assert!(
+            reply.allotment as usize + active <= G as usize,
+            "granted {} while {active} call runs elsewhere under a cap of {G}",
+            reply.allotment
+        );
+        drop(running);
     }
 }
