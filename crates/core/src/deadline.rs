@@ -228,9 +228,6 @@ pin_project! {
         #[pin]
         inner: F,
         deadline: Option<Instant>,
-        // Whether the first poll should look for the current deadline (none was
-        // known when the future was made).
-        look: bool,
         // Created the first time the inner future is pending: a call that completes
         // at once (a cache, a rejection below) never registers a timer.
         #[pin]
@@ -244,7 +241,6 @@ pub fn bounded<F: Future>(fut: F, deadline: Option<Deadline>) -> Bounded<F> {
     Bounded {
         inner: fut,
         deadline: deadline.map(|d| d.instant()),
-        look: false,
         sleep: None,
     }
 }
@@ -365,10 +361,6 @@ impl<F: Future> Future for Bounded<F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
-        if *this.look {
-            *this.look = false;
-            *this.deadline = Deadline::current().map(|d| d.instant());
-        }
         if let Poll::Ready(out) = this.inner.poll(cx) {
             // An answer is late when the deadline passed before this poll saw it
             // (a busy runtime runs the timer and the answer's wake-up together):
