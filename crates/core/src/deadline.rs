@@ -867,23 +867,25 @@ where
                 // the deadline is in time, one seen after it would have been cut.
                 if let Poll::Ready(result) = inner.poll(cx) {
                     if timer.is_armed() && Instant::now() > timer.deadline() {
-                        if let Some(shared) = watching.take() {
-                            shared.shadow_rejections.fetch_add(1, Ordering::Relaxed);
-                            crate::telemetry::deadline_shadow_rejected();
-                        }
+                        count_shadow_rejection(watching);
                     }
                     return Poll::Ready(result.map_err(Into::into));
                 }
                 // Once counted, the fired timer is polled no more.
                 if watching.is_some() && timer.as_mut().poll_armed(cx).is_ready() {
-                    if let Some(shared) = watching.take() {
-                        shared.shadow_rejections.fetch_add(1, Ordering::Relaxed);
-                        crate::telemetry::deadline_shadow_rejected();
-                    }
+                    count_shadow_rejection(watching);
                 }
                 Poll::Pending
             }
         }
+    }
+}
+
+/// Counts, once per call, a call a shadow layer would have cut at its deadline.
+fn count_shadow_rejection(watching: &mut Option<Arc<Shared>>) {
+    if let Some(shared) = watching.take() {
+        shared.shadow_rejections.fetch_add(1, Ordering::Relaxed);
+        crate::telemetry::deadline_shadow_rejected();
     }
 }
 
