@@ -369,7 +369,7 @@ impl Handle {
         telemetry::control(&self.shared.name, "clear_floor", None);
     }
 
-    /// Pins `level` until [`release`](Self::release): no automatic change, no probes.
+    /// Holds `level` until [`release`](Self::release): no automatic change, no probes.
     /// Wins over the floor.
     pub fn force(&self, level: impl SelectLevel) -> Result<(), ConfigError> {
         let index = self.shared.select(level)?;
@@ -433,7 +433,7 @@ impl Handle {
 impl LayerHandle for Handle {
     type Config = DegradationConfig;
     type Snapshot = Snapshot;
-    /// The index of the level to pin (0 is the best).
+    /// The index of the level to hold (0 is the best).
     type Forced = usize;
 
     fn name(&self) -> &str {

@@ -80,7 +80,7 @@
 //! let answer = chat.ready().await?.call("where is my refund?".into()).await?;
 //! assert_eq!(answer, "(short answer to) where is my refund?");
 //!
-//! // An operator pins the router during maintenance of the second provider...
+//! // An operator holds the router during maintenance of the second provider...
 //! handle.force("router")?;
 //! let answer = chat.ready().await?.call("refund please".into()).await?;
 //! assert_eq!(answer, "Refunds: see https://example.com/refunds");
@@ -109,7 +109,7 @@
 //!              Otherwise a new window starts.
 //!
 //!   floor:  the machine never climbs above it (setting it moves down at once)
-//!   force:  pins a level, no automatic change and no probes, until release
+//!   force:  holds a level, no automatic change and no probes, until release
 //! ```
 //!
 //! The rules, all tested on [`DegradationMachine`] with explicit instants:

@@ -175,7 +175,7 @@ pub struct MachineSnapshot {
     pub probe: ProbeProgress,
     /// The best level the machine may climb to, if bounded.
     pub floor: Option<usize>,
-    /// Whether an operator pinned the level.
+    /// Whether an operator forced the level.
     pub forced: bool,
 }
 
@@ -205,7 +205,7 @@ impl Probes {
 ///   [`RandomSource`]) sent to the level above passed a whole `probe_window` with at
 ///   least `probe_successes_to_recover` successes since the last failed probe and a
 ///   probe failure rate at most `probe_max_failure_rate`; otherwise a new window starts;
-/// - never climbs above a floor; `force` pins a level until `release`.
+/// - never climbs above a floor; `force` holds a level until `release`.
 ///
 /// Successes served at the current level never promote it. A failed probe resets
 /// probe progress but is no evidence against the current level; a failure at the
@@ -315,7 +315,7 @@ impl DegradationMachine {
         self.floor
     }
 
-    /// Whether an operator pinned the level.
+    /// Whether an operator forced the level.
     pub fn is_forced(&self) -> bool {
         self.forced
     }
@@ -509,7 +509,7 @@ impl DegradationMachine {
         self.floor = None;
     }
 
-    /// Pins `level` until [`release`](Self::release); outcomes are then ignored and no
+    /// Holds `level` until [`release`](Self::release); outcomes are then ignored and no
     /// probes are sent. Wins over the floor.
     pub fn force(&mut self, level: usize, now: Instant) -> Result<Option<Change>, ConfigError> {
         self.check_level(level)?;
