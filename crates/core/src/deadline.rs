@@ -123,12 +123,6 @@ impl Deadline {
         now >= self.0
     }
 
-    /// Whether an answer seen at `now` came after the deadline (one seen at its
-    /// very instant is in time).
-    fn is_late(&self, now: Instant) -> bool {
-        now > self.0
-    }
-
     /// The deadline of the request being served on this task, if any: set by a
     /// [`DeadlineLayer`] further out, or by [`scope`](Self::scope).
     #[inline]
@@ -308,8 +302,8 @@ impl<F: Future> Future for BoundedByCurrent<F> {
             // Late when the deadline passed before this poll saw the answer, as in
             // `Bounded`: it is a timeout, never a success past the budget.
             let late = match this.bound {
-                Bound::Pending(deadline) => Instant::now() > *deadline,
-                Bound::Timer(sleep) => Instant::now() > sleep.deadline(),
+                Bound::Pending(deadline) => answered_late(*deadline),
+                Bound::Timer(sleep) => answered_late(sleep.deadline()),
                 Bound::Look | Bound::Unbounded | Bound::At(_) => false,
             };
             return Poll::Ready(if late {
@@ -320,6 +314,12 @@ impl<F: Future> Future for BoundedByCurrent<F> {
         }
         poll_deadline(this.bound, cx)
     }
+}
+
+/// Whether an answer seen now came after `deadline`: the one rule every bounded
+/// future applies to an answer (one seen at the deadline's very instant is in time).
+fn answered_late(deadline: Instant) -> bool {
+    Instant::now() > deadline
 }
 
 /// The pending inner future's deadline: passed, or how the task will be woken at it.
@@ -368,7 +368,7 @@ impl<F: Future> Future for Bounded<F> {
             // deadline's instant is in time. Only a call that was pending before
             // can be late, so only those read the clock.
             return match *this.deadline {
-                Some(deadline) if this.sleep.is_some() && Instant::now() > deadline => {
+                Some(deadline) if this.sleep.is_some() && answered_late(deadline) => {
                     Poll::Ready(Err(DeadlineExceeded::new()))
                 }
                 _ => Poll::Ready(Ok(out)),
@@ -849,7 +849,7 @@ where
                 if let Poll::Ready(result) = with_current(current, || inner.poll(cx)) {
                     // Late when the deadline passed before this poll saw the answer,
                     // as in `Bounded`: only a call that was pending can be.
-                    if !timer.is_armed() || !deadline.is_late(Instant::now()) {
+                    if !timer.is_armed() || !answered_late(deadline.instant()) {
                         return Poll::Ready(result.map_err(Into::into));
                     }
                 } else {
@@ -866,7 +866,7 @@ where
                 // The inner future first, as `Bounded` does: a response seen at
                 // the deadline is in time, one seen after it would have been cut.
                 if let Poll::Ready(result) = inner.poll(cx) {
-                    if timer.is_armed() && Instant::now() > timer.deadline() {
+                    if timer.is_armed() && answered_late(timer.deadline()) {
                         count_shadow_rejection(watching);
                     }
                     return Poll::Ready(result.map_err(Into::into));
