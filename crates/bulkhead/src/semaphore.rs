@@ -669,6 +669,10 @@ mod tests {
         }
     }
 
+    fn counts(active: usize, queued: usize) -> Counts {
+        Counts { active, queued }
+    }
+
     #[test]
     fn fills_slots_then_queue_then_is_full() {
         let m = Semaphore::new(2, 1);
@@ -677,13 +681,7 @@ mod tests {
         assert!(!m.try_acquire());
         assert!(!m.is_full());
         let w = id(m.enqueue());
-        assert_eq!(
-            m.counts(),
-            Counts {
-                active: 2,
-                queued: 1
-            }
-        );
+        assert_eq!(m.counts(), counts(2, 1));
         assert!(m.is_full());
         assert_eq!(m.enqueue(), Enqueued::Full);
         assert_eq!(m.admitted(), 2);
@@ -692,13 +690,7 @@ mod tests {
         m.release();
         assert!(woken(&f));
         assert!(m.poll_waiter(w, &waker));
-        assert_eq!(
-            m.counts(),
-            Counts {
-                active: 2,
-                queued: 0
-            }
-        );
+        assert_eq!(m.counts(), counts(2, 0));
     }
 
     #[test]
@@ -709,49 +701,19 @@ mod tests {
         }
         let w1 = id(m.enqueue());
         let _w2 = id(m.enqueue());
-        assert_eq!(
-            m.peaks(),
-            Counts {
-                active: 3,
-                queued: 2
-            }
-        );
+        assert_eq!(m.peaks(), counts(3, 2));
         assert_eq!(m.leave(w1, Leave::Abandoned), Left::Removed);
         m.release();
         m.release();
         // The peaks remember the high-water marks after the counts fell.
-        assert_eq!(
-            m.counts(),
-            Counts {
-                active: 2,
-                queued: 0
-            }
-        );
-        assert_eq!(
-            m.peaks(),
-            Counts {
-                active: 3,
-                queued: 2
-            }
-        );
+        assert_eq!(m.counts(), counts(2, 0));
+        assert_eq!(m.peaks(), counts(3, 2));
         m.reset_peaks();
-        assert_eq!(
-            m.peaks(),
-            Counts {
-                active: 2,
-                queued: 0
-            }
-        );
+        assert_eq!(m.peaks(), counts(2, 0));
         m.release();
         m.release();
         assert!(m.try_acquire());
-        assert_eq!(
-            m.peaks(),
-            Counts {
-                active: 2,
-                queued: 0
-            }
-        );
+        assert_eq!(m.peaks(), counts(2, 0));
     }
 
     #[test]
@@ -786,13 +748,7 @@ mod tests {
         // ids[2] holds the slot: leaving now reports it.
         assert_eq!(m.leave(ids[2], Leave::Abandoned), Left::HoldsSlot);
         m.release();
-        assert_eq!(
-            m.counts(),
-            Counts {
-                active: 0,
-                queued: 0
-            }
-        );
+        assert_eq!(m.counts(), counts(0, 0));
     }
 
     #[test]
@@ -810,13 +766,7 @@ mod tests {
             })
             .collect();
         m.set_limits(5, 10);
-        assert_eq!(
-            m.counts(),
-            Counts {
-                active: 5,
-                queued: 2
-            }
-        );
+        assert_eq!(m.counts(), counts(5, 2));
         assert!(flags[..3].iter().all(|f| woken(f)));
         assert!(!woken(&flags[3]));
         m.set_limits(1, 10);
@@ -828,13 +778,7 @@ mod tests {
             assert_eq!(m.counts().queued, 2);
         }
         m.release();
-        assert_eq!(
-            m.counts(),
-            Counts {
-                active: 1,
-                queued: 1
-            }
-        );
+        assert_eq!(m.counts(), counts(1, 1));
         assert!(woken(&flags[3]));
     }
 
@@ -919,13 +863,7 @@ mod tests {
         let _w = id(m.enqueue());
         // With the queue full, it is turned away as full, like everyone else.
         assert_eq!(m.enqueue_no_wait(false), Enqueued::Full);
-        assert_eq!(
-            m.counts(),
-            Counts {
-                active: 1,
-                queued: 1
-            }
-        );
+        assert_eq!(m.counts(), counts(1, 1));
     }
 
     #[test]
@@ -942,13 +880,7 @@ mod tests {
         assert_eq!(m.admitted(), ADMITTED_CAP + 1);
         assert!(m.try_acquire());
         assert_eq!(m.admitted(), ADMITTED_CAP + 2);
-        assert_eq!(
-            m.counts(),
-            Counts {
-                active: 2,
-                queued: 0
-            }
-        );
+        assert_eq!(m.counts(), counts(2, 0));
     }
 
     #[test]
@@ -1001,13 +933,7 @@ mod tests {
             .collect();
         let admitted: u32 = threads.into_iter().map(|t| t.join().unwrap()).sum();
         assert!(admitted > 0);
-        assert_eq!(
-            m.counts(),
-            Counts {
-                active: 0,
-                queued: 0
-            }
-        );
+        assert_eq!(m.counts(), counts(0, 0));
     }
 
     mod schedule {
@@ -1165,7 +1091,7 @@ mod tests {
                         Op::Abandon(_) | Op::TimeOut(_) | Op::Poll(_) => {}
                     }
                     let after = m.counts();
-                    prop_assert_eq!(after, Counts { active: model.active, queued: model.line.len() });
+                    prop_assert_eq!(after, counts(model.active, model.line.len()));
                     prop_assert_eq!(m.admitted(), admitted);
                     // Nobody is admitted above the limit, nobody queues above the bound.
                     if after.active > before.active {
@@ -1191,7 +1117,7 @@ mod tests {
                 for _ in 0..holders {
                     m.release();
                 }
-                prop_assert_eq!(m.counts(), Counts { active: 0, queued: 0 });
+                prop_assert_eq!(m.counts(), counts(0, 0));
             }
         }
     }
