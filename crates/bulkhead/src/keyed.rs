@@ -44,7 +44,7 @@ fn check_keyed(config: &BulkheadConfig, adaptive: bool) -> Result<(), ConfigErro
 struct KeyedShared<K> {
     name: Name,
     series: KeySeries<K>,
-    built: Arc<BulkheadConfig>,
+    built: BulkheadConfig,
     /// The builder's seed, from which each key's algorithm gets its own.
     seed: Option<u64>,
     /// Bulkheads made so far (numbers each key's seed).
@@ -330,7 +330,7 @@ where
                     }
                 },
                 name,
-                built: Arc::new(self.bulkhead.config),
+                built: self.bulkhead.config,
                 seed: self.bulkhead.seed,
                 made: AtomicU64::new(0),
                 config: Mutex::new(Arc::new(self.bulkhead.config)),
@@ -613,7 +613,7 @@ impl<K: Hash + Eq + Clone> KeyedHandle<K> {
     /// Goes back to the limits the layer was built with, for every key.
     pub fn revert(&self) {
         // The built configuration was validated when the layer was built.
-        let _ = self.reconfigure(*self.shared.built);
+        let _ = self.reconfigure(self.shared.built);
     }
 
     /// Holds every key's limit of active calls at `limit` (1 to 2^20), the keys
