@@ -76,9 +76,10 @@ impl Shared {
         }
     }
 
-    /// A key of a keyed layer: its metrics go to `series` (the layer's, or the
-    /// key's own) rather than to a series of its own name, and it shares
-    /// `shared_config` with the layer's other keys.
+    /// A bulkhead whose metrics go to `series` (a keyed layer's, or one key's)
+    /// rather than to a series of its own name, sharing `shared_config` (with a
+    /// keyed layer's other keys). It keeps no built configuration, as a key's
+    /// layer reverts it; [`Shared::new`] adds one.
     pub(crate) fn reporting_to(
         name: Name,
         series: &Series,
@@ -343,6 +344,7 @@ impl Shared {
         }
     }
 }
+
 #[cfg(all(test, target_pointer_width = "64"))]
 mod tests {
     use super::Shared;
