@@ -315,16 +315,6 @@ impl<S, Req, H, O> ResponseFuture<S, Req, H, O>
 where
     S: Service<Req>,
 {
-    #[inline]
-    fn from_phase(phase: Phase<S, Req, S::Future>) -> Self {
-        Self {
-            phase,
-            permit: None,
-            overload: None,
-            _hold: PhantomData,
-        }
-    }
-
     /// Holding a slot, to an inner service that said it was ready: lend the
     /// request what the mode lends, call, and keep `overload` to tell an adaptive
     /// limit how the call ended. The inner future is written straight into the
@@ -360,7 +350,12 @@ where
 
     /// A call turned away with `error`, delivered on the first poll.
     pub(crate) fn rejected(error: BoxError) -> Self {
-        Self::from_phase(Phase::Rejected { error: Some(error) })
+        Self {
+            phase: Phase::Rejected { error: Some(error) },
+            permit: None,
+            overload: None,
+            _hold: PhantomData,
+        }
     }
 }
 
