@@ -208,11 +208,12 @@ impl<K: Hash + Eq + Clone> KeyedShared<K> {
 /// the bulkhead itself; the first call of a key allocates its bulkhead, and does the
 /// same work at 10 keys as at 100,000 (what grows is the memory hierarchy's share:
 /// the evicted key's bulkhead was last used long ago, so dropping it misses the
-/// cache). That share is kept small: a key's bulkhead takes 376 bytes (under six
-/// cache lines; the keys share one copy of the configuration, and a key gets its
-/// wait queue and histogram only when a call waits, its shadow counters only when
-/// a call is let through beyond the limit, its algorithm only when adaptive), and a
-/// drop reads the few fields that hold something to release, laid out together.
+/// cache). That share is kept small: a key's bulkhead takes 376 bytes, 400 with
+/// the `metrics` feature (the keys share one copy of the configuration, and a key
+/// gets its wait queue and histogram only when a call waits, its shadow counters
+/// only when a call is let through beyond the limit, its algorithm only when
+/// adaptive), and a drop reads the few fields that hold something to release,
+/// laid out together.
 /// No lock is held while a bulkhead is built or dropped, or while the inner service
 /// is polled or called.
 ///
