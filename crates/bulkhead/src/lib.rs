@@ -346,21 +346,23 @@
 //! readiness poll of the inner service (no clone of it), and one `fetch_sub`
 //! when the call ends. No lock, no allocation, no clock read; the response future
 //! is the inner future plus a 40-byte permit (the slot, and the ticket an adaptive
-//! limit needs) and a word for its phase. With an adaptive limit, admission also reads a few relaxed
-//! atomics (is an algorithm fed, its generation, the sampling rate, the admission
-//! count) and the completion classifies the result (a status comparison); one admission in
-//! `sample_every` reads the clock at admission and completion, and takes the
-//! algorithm's lock only if its sample can move the limit (an AIMD limit less
-//! than half used, or at its maximum, learns nothing from a call served in time:
-//! such a sample is dropped after two relaxed loads), as does an overload answer
-//! of the current generation.
-//! Still no allocation. A rejection when full: a few loads,
-//! one counter, and the boxed [`BulkheadFull`]; no lock, no timer, and the request
-//! is dropped where it was received. Only a call
-//! that waits (for a slot, or for an inner service that was not ready) takes the
-//! queue's lock, reads the clock, and parks its request in one allocation (a call
-//! that finds no free slot also reads the queue's bounds under the configuration's
-//! lock, held for a copy).
+//! limit needs) and a word for its phase. With an adaptive limit, admission also
+//! reads a few relaxed atomics (is an algorithm fed, its generation, the sampling
+//! rate, the admission count) and the completion classifies the result (a status
+//! comparison); one admission in `sample_every` reads the clock at admission and
+//! completion, and takes the algorithm's lock only if its sample can move the
+//! limit (an AIMD limit less than half used, or at its maximum, learns nothing
+//! from a call served in time: such a sample is dropped after two relaxed loads),
+//! as does an overload answer of the current generation. Still no allocation.
+//!
+//! A rejection when full: a few loads, one counter, and the boxed
+//! [`BulkheadFull`]; no lock, no timer, and the request is dropped where it was
+//! received. Only a call that waits (for a slot, or for an inner service that was
+//! not ready) takes the queue's lock, reads the clock, and parks its request in
+//! one allocation (a call that finds no free slot also reads the queue's bounds
+//! under the configuration's lock, held for a copy). The first call of a bulkhead
+//! to wait for a slot also makes its line and its wait histogram, which a
+//! bulkhead that never queues does without.
 //!
 //! `max_concurrent` and `max_queue` are at most 2^20 (1 048 576) each.
 //!
