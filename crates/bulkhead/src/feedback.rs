@@ -541,8 +541,7 @@ mod schedule {
     //! timed out, short-circuited), waits, clock advances and operator forces,
     //! through the admission semaphore and an adaptive algorithm together, checked
     //! after every step.
-    use std::sync::Arc;
-    use std::task::{Wake, Waker};
+    use std::task::Waker;
 
     use proptest::prelude::*;
     use seawall_core::{CircuitOpen, DeadlineExceeded, OverloadStatus};
@@ -551,11 +550,6 @@ mod schedule {
     use crate::adaptive::{AimdConfig, GradientConfig};
     use crate::semaphore::{Enqueued, Leave, Left, WaiterId};
     use crate::state::Shared;
-
-    struct Noop;
-    impl Wake for Noop {
-        fn wake(self: Arc<Self>) {}
-    }
 
     #[derive(Debug, Clone, Copy)]
     enum Reply {
@@ -660,7 +654,7 @@ mod schedule {
             };
             let shared = Shared::new("schedule".into(), config, Some(3));
             let m = &shared.semaphore;
-            let waker = Waker::from(Arc::new(Noop));
+            let waker = Waker::noop();
             let mut holders: Vec<Option<Ticket>> = Vec::new();
             let mut waiters: Vec<WaiterId> = Vec::new();
             let mut forced: Option<usize> = None;
@@ -704,7 +698,7 @@ mod schedule {
                     }
                     Op::Poll(i) if !waiters.is_empty() => {
                         let k = i % waiters.len();
-                        if m.poll_waiter(waiters[k], &waker) {
+                        if m.poll_waiter(waiters[k], waker) {
                             waiters.swap_remove(k);
                             holders.push(shared.feedback.issue(None));
                         }
