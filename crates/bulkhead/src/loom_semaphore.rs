@@ -21,25 +21,12 @@
 // Models check by panicking, as tests do (`cfg(loom)` hides that they are tests).
 #![allow(clippy::panic)]
 
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::task::{Wake, Waker};
+use std::task::Waker;
 
 use loom::thread;
 
 use crate::semaphore::{Counts, Enqueued, Leave, Left, Semaphore, WaiterId};
-
-struct Flag(AtomicBool);
-
-impl Wake for Flag {
-    fn wake(self: Arc<Self>) {
-        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
-    }
-}
-
-fn waker() -> Waker {
-    Waker::from(Arc::new(Flag(AtomicBool::new(false))))
-}
 
 fn counts(active: usize, queued: usize) -> Counts {
     Counts { active, queued }
@@ -68,7 +55,7 @@ fn waiting(e: Enqueued) -> WaiterId {
 /// A waiter whose timer fires: it takes the slot if one was handed to it (by poll
 /// or as `leave` finds it), else leaves the line. Whether it holds a slot.
 fn time_out(m: &Semaphore, id: WaiterId) -> bool {
-    if m.poll_waiter(id, &waker()) {
+    if m.poll_waiter(id, Waker::noop()) {
         return true;
     }
     m.leave(id, Leave::TimedOut) == Left::HoldsSlot
@@ -109,7 +96,7 @@ fn loom_a_newcomer_never_overtakes_a_waiter() {
         if release.join().is_err() {
             panic!("the releasing thread panicked");
         }
-        assert!(m.poll_waiter(id, &waker()));
+        assert!(m.poll_waiter(id, Waker::noop()));
         assert_eq!(m.counts(), counts(1, 0));
     });
 }
@@ -150,7 +137,7 @@ fn loom_a_hand_over_racing_a_timeout_and_a_resize_keeps_the_limits() {
         );
         assert_eq!(after.queued, 0);
         assert!(
-            m.poll_waiter(second, &waker()),
+            m.poll_waiter(second, Waker::noop()),
             "the second waiter got no slot"
         );
         assert_eq!(after.active, 1 + usize::from(first_holds));
