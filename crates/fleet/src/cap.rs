@@ -14,7 +14,7 @@ use tokio::task::AbortHandle;
 use tokio::time::{sleep_until, Instant};
 
 use crate::config::MAX_SETTING;
-use crate::coordinator::{next_push, Fleet};
+use crate::coordinator::{next_push, sleep_until_due, Fleet};
 use crate::store::{
     CapKeys, CapStore, Claim, ClaimReply, FleetEvent, InstanceId, StoreError, Subscription,
 };
@@ -828,14 +828,6 @@ impl<S: CapStore> CapTask<S> {
                 .telemetry
                 .lapsed(&shared.name, shared.config.mode.as_str(), fallback);
         }
-    }
-}
-
-/// Sleeps until `at`; never, without one.
-async fn sleep_until_due(at: Option<Instant>) {
-    match at {
-        Some(at) => sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 

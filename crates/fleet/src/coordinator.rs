@@ -653,7 +653,8 @@ pub(crate) async fn next_push(feed: &mut Option<Subscription>) -> Option<FleetEv
     }
 }
 
-async fn sleep_until(at: Option<Instant>) {
+/// Sleeps until `at`; never, without one.
+pub(crate) async fn sleep_until_due(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
@@ -693,7 +694,7 @@ impl<S: Store> Task<S> {
                     }
                 },
                 () = self.shared.wake.notified() => self.on_asked(),
-                () = sleep_until(wake) => {}
+                () = sleep_until_due(wake) => {}
             }
         }
     }
