@@ -627,7 +627,7 @@ impl Policies {
         next.validate()
             .map_err(|errors| with_file(LoadError::Invalid { path: None, errors }))?;
         let _changing = self.changing();
-        let (current, built) = self.current_and_built();
+        let (current, mut built) = self.current_and_built();
         let blocked = current.unchangeable_at_run_time(&next);
         if !blocked.is_empty() {
             let e = with_file(LoadError::NeedsRestart {
@@ -646,10 +646,10 @@ impl Policies {
             telemetry::refused(&e);
             return Err(e);
         }
-        if let Err(problem) = reconfigure(&built, &current, &next) {
+        if let Err(problem) = reconfigure(&mut built, &current, &next) {
             // Put back what was changed before the refusal (those sections were
             // accepted by the same handles a moment ago).
-            let _ = reconfigure(&built, &next, &current);
+            let _ = reconfigure(&mut built, &next, &current);
             let e = with_file(LoadError::Invalid {
                 path: None,
                 errors: vec![problem],
@@ -739,7 +739,7 @@ fn preflight(built: &BTreeMap<String, PolicyHandles>, next: &PolicyDocument) -> 
 
 /// Hands each section that differs between `from` and `to` to its handle.
 fn reconfigure(
-    built: &BTreeMap<String, PolicyHandles>,
+    built: &mut BTreeMap<String, PolicyHandles>,
     from: &PolicyDocument,
     to: &PolicyDocument,
 ) -> Result<(), ConfigError> {
@@ -752,7 +752,7 @@ fn reconfigure(
                 h.set_shadow(to.deadline_shadow);
             }
         }
-        each_layer(&mut handles.clone(), &mut Reconfigure { name, from, to })?;
+        each_layer(handles, &mut Reconfigure { name, from, to })?;
     }
     Ok(())
 }
