@@ -22,7 +22,7 @@ use crate::state::{Breaker, Started};
 ///
 /// Every admitted call's future carries one, and a future is moved (copied) a few
 /// times before it is polled: 24 bytes, a pointer and two words, where the ticket
-/// and an `Option<Instant>` would take 32 more (see the size test below).
+/// and an `Option<Instant>` would take 16 more (see the size test below).
 #[derive(Debug)]
 pub(crate) struct Guard {
     breaker: Option<Arc<Breaker>>,
@@ -299,6 +299,8 @@ mod tests {
         assert_eq!(size_of::<Guard>(), 24);
         assert_eq!(size_of::<PackedTicket>(), 8);
         assert_eq!(size_of::<Started>(), 8);
+        // What the two words stand for, unpacked.
+        assert_eq!(size_of::<Ticket>() + size_of::<Option<Instant>>(), 32);
         assert_eq!(size_of::<Http>(), 112);
         // The guard and nothing else: the classifier is zero-sized and the
         // variant's tag fits in a niche.
