@@ -519,9 +519,7 @@ impl Breaker {
             )
         };
         if freed {
-            if let Some(waiters) = self.ready_waiters.get() {
-                waiters.notify_waiters();
-            }
+            self.wake_ready_waiters();
         }
         for t in &to_log {
             Telemetry::log_transition(&self.name, t);
