@@ -746,12 +746,12 @@ impl CircuitBreakerMachine {
 }
 
 /// Nanoseconds from `from` to `to` (0 if `to` is earlier).
-fn nanos_between(from: Instant, to: Instant) -> u64 {
+pub(crate) fn nanos_between(from: Instant, to: Instant) -> u64 {
     nanos(to.saturating_duration_since(from))
 }
 
 /// A duration in nanoseconds (every configured one is at most a year, far below `u64::MAX`).
-fn nanos(d: Duration) -> u64 {
+pub(crate) fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 

@@ -49,7 +49,7 @@ use tokio::sync::{broadcast, Notify};
 use tokio::time::Instant;
 
 use crate::config::CircuitBreakerConfig;
-use crate::machine::{positive, Admission, Report, Ticket, Transition};
+use crate::machine::{nanos, nanos_between, positive, Admission, Report, Ticket, Transition};
 use crate::sync::{AtomicU64, Mutex, MutexGuard};
 use crate::telemetry::{Series, Telemetry};
 
@@ -227,7 +227,7 @@ impl Breaker {
 
     #[inline]
     fn nanos(&self, at: Instant) -> u64 {
-        u64::try_from(at.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX)
+        nanos_between(self.base, at)
     }
 
     /// Whether a call made now would reach the inner service (reads the clock only
@@ -555,8 +555,8 @@ impl Breaker {
                 }
             }
             Mode::ForcedOpen => {
-                let hint = u64::try_from(m.base_open_for().as_nanos()).unwrap_or(u64::MAX);
-                self.reopen_at.store(hint, Ordering::Release);
+                self.reopen_at
+                    .store(nanos(m.base_open_for()), Ordering::Release);
             }
             Mode::Closed | Mode::Locked => {}
         }
@@ -615,9 +615,7 @@ impl Breaker {
 }
 
 fn slow_nanos(threshold: Option<Duration>) -> u64 {
-    threshold.map_or(0, |d| {
-        u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1)
-    })
+    threshold.map_or(0, |d| nanos(d).max(1))
 }
 
 #[cfg(test)]
