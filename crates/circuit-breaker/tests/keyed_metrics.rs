@@ -6,7 +6,9 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 
-use seawall_circuit_breaker::{CircuitBreakerConfig, CircuitBreakerLayer, KeyedHandle, TripPolicy};
+use seawall_circuit_breaker::{
+    CircuitBreakerConfig, CircuitBreakerLayer, CircuitOpen, Forced, KeyedHandle, State, TripPolicy,
+};
 use seawall_core::BoxError;
 use tower::{service_fn, Layer, Service, ServiceExt};
 
@@ -172,5 +174,45 @@ fn a_key_made_while_the_configuration_changes_gets_the_new_one() {
         let h = layer.handle();
         assert_eq!(h.config(), stricter);
         assert_eq!(h.get(&"a.example".to_owned()).unwrap().config(), stricter);
+    });
+}
+
+#[test]
+fn a_key_made_while_an_operator_forces_the_layer_is_forced_too() {
+    let series: &'static Series = Box::leak(Box::default());
+    let handle: Arc<OnceLock<KeyedHandle<String>>> = Arc::default();
+    {
+        // Registering a new key's per-key series (user code, run while its
+        // breaker is made) forces the layer open, as another thread could: the
+        // `force` cannot reach the new key's breaker, not in the map yet. Once:
+        // a transition's counter is registered under the breaker's lock.
+        let handle = Arc::clone(&handle);
+        let forced_once = std::sync::atomic::AtomicBool::new(false);
+        let _ = series.on_register.set(Box::new(move || {
+            if let Some(h) = handle.get() {
+                if !forced_once.swap(true, Ordering::SeqCst) {
+                    h.force(Forced::Open);
+                }
+            }
+        }));
+    }
+    metrics::with_local_recorder(series, || {
+        let layer = CircuitBreakerLayer::builder("suppliers")
+            .keyed(|host: &String| host.clone())
+            .max_keys(4)
+            .per_key_metrics()
+            .build()
+            .unwrap();
+        let _ = handle.set(layer.handle());
+        let svc = layer.layer(suppliers());
+        let answer = paused_runtime().block_on(svc.clone().oneshot("a.example".to_owned()));
+        let h = layer.handle();
+        assert_eq!(h.forced(), Some(Forced::Open));
+        // The new key caught up before its first call was admitted.
+        assert!(answer.unwrap_err().is::<CircuitOpen>());
+        let a = h.get(&"a.example".to_owned()).unwrap();
+        assert_eq!(a.snapshot().state, State::ForcedOpen);
+        h.release();
+        assert_eq!(a.snapshot().state, State::Closed);
     });
 }
