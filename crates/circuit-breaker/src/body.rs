@@ -20,7 +20,7 @@ use crate::handle::Handle;
 use crate::layer::CircuitBreakerLayer;
 use crate::machine::{Report, Ticket};
 use crate::service::CircuitBreaker;
-use crate::state::Breaker;
+use crate::state::Lane;
 
 impl<C> CircuitBreakerLayer<C> {
     /// The same breaker, but a call whose response looks healthy is reported when
@@ -321,7 +321,7 @@ pub struct HeldTicket<C> {
 }
 
 struct Held<C> {
-    breaker: Arc<Breaker>,
+    breaker: Arc<Lane>,
     ticket: Ticket,
     /// Measured to the response: a long stream is not a slow call.
     slow: bool,
@@ -381,6 +381,6 @@ impl<C: ClassifyBodyEnd> OnBodyEnd for HeldTicket<C> {
             timed_out: false,
         };
         held.breaker
-            .complete(held.ticket, report, None, Instant::now);
+            .complete(held.breaker.slot(), held.ticket, report, None, Instant::now);
     }
 }

@@ -15,17 +15,18 @@ use seawall_core::{
 use tokio::time::Instant;
 
 use crate::machine::{Report, Ticket};
-use crate::state::{Breaker, Started};
+use crate::state::{Lane, Started};
 
 /// An admitted call's ticket. Reports the outcome once with [`Guard::finish`], or,
 /// if dropped first, reports the call as cancelled (which frees a probe slot).
 ///
 /// Every admitted call's future carries one, and a future is moved (copied) a few
 /// times before it is polled: 24 bytes, a pointer and two words, where the ticket
-/// and an `Option<Instant>` would take 16 more (see the size test below).
+/// and an `Option<Instant>` would take 16 more (see the size test below). The
+/// pointer is to the lane of the breaker the call was admitted through.
 #[derive(Debug)]
 pub(crate) struct Guard {
-    breaker: Option<Arc<Breaker>>,
+    breaker: Option<Arc<Lane>>,
     ticket: PackedTicket,
     /// When the call started, if slow calls are detected.
     started: Started,
@@ -66,7 +67,7 @@ impl PackedTicket {
 
 impl Guard {
     #[inline]
-    pub(crate) fn new(breaker: Arc<Breaker>, ticket: Ticket, started: Started) -> Self {
+    pub(crate) fn new(breaker: Arc<Lane>, ticket: Ticket, started: Started) -> Self {
         Self {
             breaker: Some(breaker),
             ticket: PackedTicket::pack(ticket),
@@ -99,9 +100,9 @@ impl Guard {
     }
 
     /// Takes the ticket out, for a holder that reports it later (a response body):
-    /// the breaker, the ticket and the start instant, if not already reported.
+    /// the breaker's lane, the ticket and the start instant, if not already reported.
     #[cfg(feature = "http")]
-    pub(crate) fn into_held(mut self) -> Option<(Arc<Breaker>, Ticket, Started)> {
+    pub(crate) fn into_held(mut self) -> Option<(Arc<Lane>, Ticket, Started)> {
         self.breaker
             .take()
             .map(|breaker| (breaker, self.ticket.unpack(), self.started))
@@ -125,7 +126,13 @@ impl Guard {
                 slow,
                 timed_out,
             };
-            breaker.complete(self.ticket.unpack(), report, now, Instant::now);
+            breaker.complete(
+                breaker.slot(),
+                self.ticket.unpack(),
+                report,
+                now,
+                Instant::now,
+            );
         }
     }
 }

@@ -13,7 +13,7 @@ use crate::config::CircuitBreakerConfig;
 use crate::hooks::{ProbeGate, Verdict, VerdictOutcome};
 use crate::keyed::{KeyedHandle, KeyedSnapshot};
 use crate::machine::{State, Transition};
-use crate::state::Breaker;
+use crate::state::Lane;
 
 /// Watches and steers one breaker. Cheap to clone; every clone controls the same breaker.
 ///
@@ -21,11 +21,11 @@ use crate::state::Breaker;
 /// layer's handle ([`LayerHandle`], implemented by delegating to the methods here).
 #[derive(Debug, Clone)]
 pub struct Handle {
-    breaker: Arc<Breaker>,
+    breaker: Arc<Lane>,
 }
 
 impl Handle {
-    pub(crate) fn new(breaker: Arc<Breaker>) -> Self {
+    pub(crate) fn new(breaker: Arc<Lane>) -> Self {
         Self { breaker }
     }
 

@@ -19,7 +19,7 @@ use crate::future::{Guard, ResponseFuture};
 use crate::handle::{Forced, Handle, Snapshot};
 use crate::layer::CircuitBreakerBuilder;
 use crate::machine::{Admission, State};
-use crate::state::Breaker;
+use crate::state::{Breaker, Lane};
 use crate::telemetry::Series;
 
 /// Wraps services in one circuit breaker per key extracted from the request, so one
@@ -70,8 +70,8 @@ struct Keyed<K> {
     series: Series,
     per_key_metrics: bool,
     settings: Mutex<Settings>,
-    map: KeyedMap<K, Arc<Breaker>>,
-    overflow: OnceLock<Arc<Breaker>>,
+    map: KeyedMap<K, Arc<Lane>>,
+    overflow: OnceLock<Arc<Lane>>,
 }
 
 struct Settings {
@@ -108,7 +108,7 @@ where
         name: Name,
         series: &Series,
         now: Instant,
-    ) -> Result<(Arc<Breaker>, Arc<CircuitBreakerConfig>), ConfigError> {
+    ) -> Result<(Arc<Lane>, Arc<CircuitBreakerConfig>), ConfigError> {
         let (config, random) = {
             let mut settings = self.settings();
             let random = settings.random.as_mut().map(|parent| {
@@ -123,7 +123,7 @@ where
         Ok((breaker, config))
     }
 
-    fn overflow(&self, now: Instant) -> Option<Arc<Breaker>> {
+    fn overflow(&self, now: Instant) -> Option<Arc<Lane>> {
         if let Some(b) = self.overflow.get() {
             return Some(Arc::clone(b));
         }
@@ -136,7 +136,7 @@ where
 
     /// The breaker guarding `key`, created (and another evicted) if needed. The
     /// clock is read only then.
-    fn breaker_for(&self, key: K, clock: impl Fn() -> Instant) -> Option<Arc<Breaker>> {
+    fn breaker_for(&self, key: K, clock: impl Fn() -> Instant) -> Option<Arc<Lane>> {
         let mut made_with = None;
         let found = self.map.get_or_insert_with(
             key,
@@ -169,7 +169,7 @@ where
     /// (it could not see a breaker not yet in the map) takes the current one, and
     /// a new breaker of a forced layer is forced like the others. Every
     /// `reconfigure` puts a new `Arc` in force, so comparing pointers is enough.
-    fn catch_up(&self, breaker: &Arc<Breaker>, made: &Arc<CircuitBreakerConfig>) {
+    fn catch_up(&self, breaker: &Arc<Lane>, made: &Arc<CircuitBreakerConfig>) {
         let (replaced, mut forced) = {
             let settings = self.settings();
             let replaced = (!Arc::ptr_eq(made, &settings.config))
@@ -199,7 +199,7 @@ where
         }
     }
 
-    fn breakers(&self) -> Vec<(K, Arc<Breaker>)> {
+    fn breakers(&self) -> Vec<(K, Arc<Lane>)> {
         self.map.entries()
     }
 }

@@ -11,7 +11,7 @@ use tower_layer::Layer;
 use crate::config::{CircuitBreakerConfig, RampConfig, SlowCallConfig, TripPolicy};
 use crate::handle::Handle;
 use crate::service::CircuitBreaker;
-use crate::state::Breaker;
+use crate::state::{tally_lines, Breaker, Lanes};
 
 /// Wraps services in a circuit breaker.
 ///
@@ -26,7 +26,7 @@ use crate::state::Breaker;
 /// Cloning the layer shares the breaker too. [`handle`](Self::handle) gives the
 /// operator's [`Handle`] before (or after) the layer is applied.
 pub struct CircuitBreakerLayer<C = ErrorsAsFailures> {
-    breaker: Arc<Breaker>,
+    breaker: Lanes,
     classifier: C,
 }
 
@@ -52,21 +52,22 @@ impl<C> CircuitBreakerLayer<C> {
             &builder.config,
             builder.random,
             Instant::now(),
+            tally_lines(),
         )?;
         Ok(Self {
-            breaker: Arc::new(breaker),
+            breaker: Lanes::of(breaker),
             classifier: builder.classifier,
         })
     }
 
     /// The operator's handle on this layer's breaker.
     pub fn handle(&self) -> Handle {
-        Handle::new(Arc::clone(&self.breaker))
+        Handle::new(Arc::clone(self.breaker.first()))
     }
 
     /// The breaker's name.
     pub fn name(&self) -> &str {
-        self.breaker.name()
+        self.breaker.breaker().name()
     }
 
     /// The same breaker in readiness mode: its services' `poll_ready` is pending
@@ -81,7 +82,7 @@ impl<C> CircuitBreakerLayer<C> {
 impl<C: Clone> Clone for CircuitBreakerLayer<C> {
     fn clone(&self) -> Self {
         Self {
-            breaker: Arc::clone(&self.breaker),
+            breaker: self.breaker.clone(),
             classifier: self.classifier.clone(),
         }
     }
@@ -90,7 +91,7 @@ impl<C: Clone> Clone for CircuitBreakerLayer<C> {
 impl<C: fmt::Debug> fmt::Debug for CircuitBreakerLayer<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CircuitBreakerLayer")
-            .field("name", &self.breaker.name())
+            .field("name", &self.breaker.breaker().name())
             .field("classifier", &self.classifier)
             .finish_non_exhaustive()
     }
@@ -100,7 +101,7 @@ impl<S, C: Clone> Layer<S> for CircuitBreakerLayer<C> {
     type Service = CircuitBreaker<S, C>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        CircuitBreaker::new(inner, Arc::clone(&self.breaker), self.classifier.clone())
+        CircuitBreaker::new(inner, self.breaker.clone(), self.classifier.clone())
     }
 }
 

@@ -398,6 +398,8 @@
 //!                     behind a mutex
 //!   state/driven.rs       what the machine leaves to its driver: counters, subscribers,
 //!                         the random source, the lock-free mode
+//!   state/lane.rs         Lane, what an admitted call holds: a keyed breaker of its own,
+//!                         or one lane of a shared breaker, a thread's own cache lines
 //! telemetry.rs        tracing events and metrics
 //! sync.rs             std's atomics and mutex, or loom's in the loom models
 //! loom_breaker.rs     loom models of the word (tests only)

@@ -8,9 +8,13 @@
 //! the word, and successes tallied while the epoch was changing are stale. What can
 //! go wrong: a success lost, counted twice, or folded into the new epoch's window.
 //!
-//! Covered: the word (its pending count, epoch and `plain` bit), its
-//! compare-and-swap loops (`try_batch_success`, `publish`),
-//! the fold in `locked` and the mutex around the machine, with loom's atomics and
+//! A breaker shared by a layer's services also has a tally line per lane (see
+//! `state/lane.rs`): a success is then one compare-and-swap on its lane's line,
+//! which holds the epoch it was tallied in, and the lock folds every line.
+//!
+//! Covered: the word (its pending count, epoch and `plain` bit), the lanes' tally
+//! lines, their compare-and-swap loops (`try_batch_success`, `tally_in`,
+//! `publish`), the folds in `locked` and the mutex around the machine, with loom's atomics and
 //! mutex. Not covered: the machine's own logic (plain code under the mutex, tested
 //! by the proptest suites), the clock (instants are passed in), telemetry.
 //!
@@ -28,15 +32,20 @@ use tokio::time::Instant;
 
 use crate::config::{CircuitBreakerConfig, TripPolicy};
 use crate::machine::{Admission, Report, State, Ticket};
-use crate::state::Breaker;
+use crate::state::{Breaker, WORD_SLOT};
 
 fn breaker(policy: TripPolicy, now: Instant) -> Breaker {
+    with_lines(policy, now, 0)
+}
+
+/// A breaker whose lanes tally in `lines` lines of their own.
+fn with_lines(policy: TripPolicy, now: Instant, lines: usize) -> Breaker {
     let config = CircuitBreakerConfig {
         policy,
         ..CircuitBreakerConfig::default()
     };
     let random = Some(Box::new(SeededRandom::new(7)) as Box<dyn seawall_core::RandomSource>);
-    match Breaker::new("loom".into(), &config, random, now) {
+    match Breaker::new("loom".into(), &config, random, now, lines) {
         Ok(b) => b,
         Err(e) => panic!("invalid model configuration: {e}"),
     }
@@ -72,7 +81,13 @@ fn loom_a_success_racing_a_reset_is_counted_once_and_never_in_the_new_epoch() {
         let success = {
             let b = Arc::clone(&b);
             thread::spawn(move || {
-                b.complete(ticket, Report::of(Outcome::Success), None, || now);
+                b.complete(
+                    WORD_SLOT,
+                    ticket,
+                    Report::of(Outcome::Success),
+                    None,
+                    || now,
+                );
             })
         };
         b.locked(now, |m| m.reset(now));
@@ -113,10 +128,16 @@ fn loom_a_success_racing_a_trip_is_counted_once() {
         let success = {
             let b = Arc::clone(&b);
             thread::spawn(move || {
-                b.complete(ok, Report::of(Outcome::Success), None, || now);
+                b.complete(WORD_SLOT, ok, Report::of(Outcome::Success), None, || now);
             })
         };
-        b.complete(failed, Report::of(Outcome::Failure), Some(now), || now);
+        b.complete(
+            WORD_SLOT,
+            failed,
+            Report::of(Outcome::Failure),
+            Some(now),
+            || now,
+        );
         if success.join().is_err() {
             panic!("the completing thread panicked");
         }
@@ -143,8 +164,14 @@ fn loom_successes_racing_two_epoch_changes_are_each_counted_once() {
         let success = {
             let b = Arc::clone(&b);
             thread::spawn(move || {
-                b.complete(first, Report::of(Outcome::Success), None, || now);
-                b.complete(second, Report::of(Outcome::Success), None, || now);
+                b.complete(WORD_SLOT, first, Report::of(Outcome::Success), None, || now);
+                b.complete(
+                    WORD_SLOT,
+                    second,
+                    Report::of(Outcome::Success),
+                    None,
+                    || now,
+                );
             })
         };
         b.locked(now, |m| m.force_open(now));
@@ -156,6 +183,85 @@ fn loom_successes_racing_two_epoch_changes_are_each_counted_once() {
             assert_eq!(m.tally().successes, 2, "lost or counted twice");
             assert_eq!(m.window_counts(now).map_or(0, |w| w.calls), 0);
             assert_eq!(m.state(now), State::Closed);
+        });
+        assert!(b.is_plainly_closed());
+    });
+}
+
+/// A success tallied in one lane's line races a failure through another lane that
+/// trips the breaker (threshold 1): the success is counted once, as current if the
+/// failure's lock folded it, else as stale; the breaker ends open, no line pending.
+#[test]
+fn loom_a_success_in_a_lanes_line_racing_a_trip_through_another_lane_is_counted_once() {
+    loom::model(|| {
+        let now = Instant::now();
+        let b = Arc::new(with_lines(
+            TripPolicy::ConsecutiveFailures { threshold: 1 },
+            now,
+            2,
+        ));
+        let ok = admit(&b, now);
+        let failed = admit(&b, now);
+        let success = {
+            let b = Arc::clone(&b);
+            thread::spawn(move || {
+                b.complete(1, ok, Report::of(Outcome::Success), None, || now);
+            })
+        };
+        b.complete(0, failed, Report::of(Outcome::Failure), Some(now), || now);
+        if success.join().is_err() {
+            panic!("the completing thread panicked");
+        }
+        let (state, tally) = b.locked(now, |m| (m.state(now), m.tally()));
+        assert_eq!(state, State::Open);
+        assert!(!b.is_plainly_closed());
+        assert_eq!(
+            (tally.successes, tally.failures),
+            (1, 1),
+            "lost or counted twice"
+        );
+        assert!(tally.stale <= 1);
+        assert_eq!(b.locked(now, |m| m.tally().successes), 1);
+    });
+}
+
+/// Two lanes tally a success each while one of the threads then resets the
+/// breaker: the reset's thread's own success is folded before the reset (current),
+/// the other lane's is counted once, and neither reaches the new window.
+#[test]
+fn loom_successes_in_two_lanes_racing_a_reset_are_counted_once_and_in_order() {
+    loom::model(|| {
+        let now = Instant::now();
+        let b = Arc::new(with_lines(count_window(), now, 2));
+        let mine = admit(&b, now);
+        let theirs = admit(&b, now);
+        let other = {
+            let b = Arc::clone(&b);
+            thread::spawn(move || {
+                b.complete(1, theirs, Report::of(Outcome::Success), None, || now);
+            })
+        };
+        b.complete(0, mine, Report::of(Outcome::Success), None, || now);
+        b.locked(now, |m| m.reset(now));
+        if other.join().is_err() {
+            panic!("the completing thread panicked");
+        }
+        b.locked(now, |m| {
+            let tally = m.tally();
+            assert_eq!(tally.successes, 2, "lost or counted twice");
+            // Only the other thread's success can have been tallied too late.
+            assert!(
+                tally.stale <= 1,
+                "a success made before the reset was stale"
+            );
+            assert_eq!(m.window_counts(now).map_or(0, |w| w.calls), 0);
+        });
+        // A new call still tallies in its line (no old epoch's count left there).
+        let fresh = admit(&b, now);
+        assert_eq!(fresh.epoch, b.locked(now, |m| m.epoch()));
+        b.complete(1, fresh, Report::of(Outcome::Success), None, || now);
+        b.locked(now, |m| {
+            assert_eq!(m.window_counts(now).map_or(0, |w| w.calls), 1);
         });
         assert!(b.is_plainly_closed());
     });

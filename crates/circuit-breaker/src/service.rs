@@ -11,7 +11,7 @@ use tower_service::Service;
 use crate::future::{Guard, ResponseFuture};
 use crate::handle::Handle;
 use crate::machine::{Admission, MIN_RETRY_AFTER};
-use crate::state::{Breaker, ReadyHint};
+use crate::state::{Breaker, Lanes, ReadyHint};
 
 /// A service guarded by a circuit breaker; built by
 /// [`CircuitBreakerLayer`](crate::CircuitBreakerLayer).
@@ -29,10 +29,11 @@ use crate::state::{Breaker, ReadyHint};
 /// - Any request type: `String`, a database query, `http::Request`.
 ///
 /// Clones share the breaker; the inner service's reserved readiness is not shared
-/// (a clone starts unpolled).
+/// (a clone starts unpolled). Calls on different threads hold different lanes of
+/// the breaker, so they write no line in common.
 pub struct CircuitBreaker<S, C> {
     inner: S,
-    breaker: Arc<Breaker>,
+    breaker: Lanes,
     classifier: C,
     ready: Readiness,
 }
@@ -49,7 +50,7 @@ enum Readiness {
 }
 
 impl<S, C> CircuitBreaker<S, C> {
-    pub(crate) fn new(inner: S, breaker: Arc<Breaker>, classifier: C) -> Self {
+    pub(crate) fn new(inner: S, breaker: Lanes, classifier: C) -> Self {
         Self {
             inner,
             breaker,
@@ -60,12 +61,12 @@ impl<S, C> CircuitBreaker<S, C> {
 
     /// The operator's handle on the breaker.
     pub fn handle(&self) -> Handle {
-        Handle::new(Arc::clone(&self.breaker))
+        Handle::new(Arc::clone(self.breaker.first()))
     }
 
     /// The shared breaker (for the readiness mode).
     pub(crate) fn breaker(&self) -> &Breaker {
-        &self.breaker
+        self.breaker.breaker()
     }
 
     /// The inner service.
@@ -88,7 +89,7 @@ impl<S: Clone, C: Clone> Clone for CircuitBreaker<S, C> {
     fn clone(&self) -> Self {
         Self::new(
             self.inner.clone(),
-            Arc::clone(&self.breaker),
+            self.breaker.clone(),
             self.classifier.clone(),
         )
     }
@@ -97,7 +98,7 @@ impl<S: Clone, C: Clone> Clone for CircuitBreaker<S, C> {
 impl<S: fmt::Debug, C: fmt::Debug> fmt::Debug for CircuitBreaker<S, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CircuitBreaker")
-            .field("name", &self.breaker.name())
+            .field("name", &self.breaker().name())
             .field("inner", &self.inner)
             .field("classifier", &self.classifier)
             .finish_non_exhaustive()
@@ -119,7 +120,7 @@ where
         if let Readiness::Inner = self.ready {
             return Poll::Ready(Ok(()));
         }
-        match self.breaker.ready_hint(Instant::now) {
+        match self.breaker().ready_hint(Instant::now) {
             ReadyHint::SkipForced | ReadyHint::SkipOpen => self.ready = Readiness::Skipped,
             ReadyHint::Forward => {
                 ready!(self.inner.poll_ready(cx)).map_err(Into::into)?;
@@ -132,33 +133,32 @@ where
     #[inline]
     fn call(&mut self, req: Req) -> Self::Future {
         let readiness = std::mem::replace(&mut self.ready, Readiness::Unknown);
+        let breaker = self.breaker.breaker();
         if let Readiness::Skipped = readiness {
             // Open at `poll_ready`: rejected from the word alone, without the clock.
-            if let Some(open) = self.breaker.reject_unpolled() {
+            if let Some(open) = breaker.reject_unpolled() {
                 return ResponseFuture::open(open);
             }
         }
-        match self.breaker.admit(Instant::now) {
+        match breaker.admit(Instant::now) {
             Admission::Rejected(retry_after, cause) => {
-                ResponseFuture::rejected(self.breaker.name(), retry_after, cause)
+                ResponseFuture::rejected(breaker.name(), retry_after, cause)
             }
             Admission::Admitted(ticket) | Admission::Shadow(ticket, _) => {
                 if let Readiness::Skipped = readiness {
                     // The breaker closed between `poll_ready` and `call`: the inner
                     // service was not polled, so this call cannot go out.
-                    self.breaker.turn_away(ticket, Instant::now);
+                    breaker.turn_away(ticket, Instant::now);
                     return ResponseFuture::rejected(
-                        self.breaker.name(),
+                        breaker.name(),
                         MIN_RETRY_AFTER,
                         OpenCause::Open,
                     );
                 }
-                // The one shared pointer per call, taken before the future is built.
-                let guard = Guard::new(
-                    Arc::clone(&self.breaker),
-                    ticket,
-                    self.breaker.start_clock(Instant::now),
-                );
+                // The one shared pointer per call, to this thread's lane, taken
+                // before the future is built.
+                let started = breaker.start_clock(Instant::now);
+                let guard = Guard::new(Arc::clone(self.breaker.for_this_thread()), ticket, started);
                 let classifier = self.classifier.classifier_for(&req);
                 let (future, guard) = guard.call(|| self.inner.call(req));
                 ResponseFuture::admitted(bounded_by_current(future), guard, classifier)

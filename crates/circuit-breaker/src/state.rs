@@ -21,6 +21,15 @@
 //!   bumps the pending count. Anything that takes the lock first folds the pending
 //!   successes into the machine, so the machine sees them before any later failure:
 //!   the same sequence it would have seen one call at a time.
+//! - A breaker shared by a layer's services is held by its calls through lanes
+//!   (`state/lane.rs`), one per tally line: there a success bumps its lane's line
+//!   instead of the word (the line holds the epoch its successes were admitted in),
+//!   so calls on different cores write no line in common, and the word is only
+//!   read on the closed path. The lock folds every line as it folds the word; a
+//!   line's successes of an epoch gone by are stale. A success is in the machine's
+//!   sequence where its compare-and-swap is: before the failure of any call that
+//!   followed it (on its thread, or on a thread it told), and in either order with
+//!   a call it raced.
 //! - An open breaker rejects with one load of the word, one clock read and one load
 //!   of `reopen_at`; a forced-open one without the clock. A call whose `poll_ready`
 //!   already saw it open is rejected without the clock, its rejection carrying
@@ -54,10 +63,12 @@ use crate::sync::{AtomicU64, Mutex, MutexGuard};
 use crate::telemetry::{Series, Telemetry};
 
 mod driven;
+mod lane;
 
 #[cfg(feature = "metrics")]
 pub(crate) use driven::{shadow_index, SHADOW_CAUSES};
 pub(crate) use driven::{Driven, Mode};
+pub(crate) use lane::{tally_lines, Lane, Lanes};
 
 const PENDING_MASK: u64 = (1 << 24) - 1;
 const MODE_SHIFT: u32 = 24;
@@ -70,6 +81,19 @@ const BATCH: u64 = 1 << 26;
 const SHADOW: u64 = 1 << 27;
 const PLAIN: u64 = 1 << 28;
 const EPOCH_SHIFT: u32 = 32;
+
+/// The slot of a lane that owns its breaker: its successes are tallied in the word.
+pub(crate) const WORD_SLOT: usize = usize::MAX;
+
+/// Successes one tally line holds before the lock must fold them (the low half).
+const TALLY_MASK: u64 = u32::MAX as u64;
+
+/// A lane's count of successes not yet folded into the machine, on a cache line of
+/// its own: the epoch they were admitted in (high half) and how many (low half);
+/// 0 when empty.
+#[derive(Debug)]
+#[repr(align(64))]
+struct TallyLine(AtomicU64);
 
 /// Capacity of the transition channel handed to subscribers.
 const SUBSCRIPTION_CAPACITY: usize = 64;
@@ -137,6 +161,9 @@ pub(crate) struct Breaker {
     /// turned away, so a rejection copies a few words instead of its name's bytes.
     rejection: CircuitOpen,
     machine: Mutex<Driven>,
+    /// The lanes' success tallies (see `state/lane.rs`); none for a breaker of
+    /// its own, whose successes are tallied in the word.
+    tallies: Box<[TallyLine]>,
     /// Open calls let through in shadow mode on the lock-free path.
     shadow_open: AtomicU64,
     ignored: AtomicU64,
@@ -172,35 +199,46 @@ pub(crate) struct FastCounts {
 }
 
 impl Breaker {
+    /// A breaker with `tally_lines` lines for the successes of its lanes (0: tallied
+    /// in the word, for a breaker no lane shares).
     pub(crate) fn new(
         name: Name,
         config: &CircuitBreakerConfig,
         random: Option<Box<dyn RandomSource>>,
         now: Instant,
+        tally_lines: usize,
     ) -> Result<Self, ConfigError> {
         config.validate()?;
         let series = Series::named(&name);
         let machine = Driven::validated(Arc::new(config.clone()), random, now)?;
-        Ok(Self::driving(name, &series, machine, now))
+        Ok(Self::driving(name, &series, machine, now, tally_lines))
     }
 
     /// A shared breaker whose metrics go to `series` (a keyed layer's, say) rather
     /// than to a series of its own name, over a configuration the caller
-    /// validated (the keys of a keyed layer share one). Built straight into its
-    /// `Arc`: a new key moves the breaker once.
+    /// validated (the keys of a keyed layer share one): a lane that owns it, built
+    /// straight into its `Arc`, so a new key moves the breaker once.
     pub(crate) fn shared_reporting_to(
         name: Name,
         series: &Series,
         config: Arc<CircuitBreakerConfig>,
         random: Option<Box<dyn RandomSource>>,
         now: Instant,
-    ) -> Result<Arc<Self>, ConfigError> {
+    ) -> Result<Arc<Lane>, ConfigError> {
         let machine = Driven::validated(config, random, now)?;
-        Ok(Arc::new(Self::driving(name, series, machine, now)))
+        Ok(Arc::new(Lane::Own(Self::driving(
+            name, series, machine, now, 0,
+        ))))
     }
 
     #[inline(always)]
-    fn driving(name: Name, series: &Series, machine: Driven, now: Instant) -> Self {
+    fn driving(
+        name: Name,
+        series: &Series,
+        machine: Driven,
+        now: Instant,
+        tally_lines: usize,
+    ) -> Self {
         let word = published(&machine);
         let slow = slow_nanos(machine.slow_threshold());
         let telemetry = Telemetry::new(series, machine.state(now));
@@ -218,7 +256,15 @@ impl Breaker {
             telemetry,
             ready_waiters: OnceLock::new(),
             machine: Mutex::new(machine),
+            tallies: (0..tally_lines)
+                .map(|_| TallyLine(AtomicU64::new(0)))
+                .collect(),
         }
+    }
+
+    /// How many lanes can tally without sharing a line.
+    pub(crate) fn tally_lines(&self) -> usize {
+        self.tallies.len()
     }
 
     pub(crate) fn name(&self) -> &Name {
@@ -389,11 +435,13 @@ impl Breaker {
         admission
     }
 
-    /// Reports how an admitted call ended. `now` is the completion instant if the
-    /// caller already read it; `clock` is read only when the lock must be taken.
+    /// Reports how an admitted call ended, through the lane whose tally line is
+    /// `slot` (see [`Lane::slot`]). `now` is the completion instant if the caller
+    /// already read it; `clock` is read only when the lock must be taken.
     #[inline]
     pub(crate) fn complete(
         &self,
+        slot: usize,
         ticket: Ticket,
         report: Report,
         now: Option<Instant>,
@@ -404,7 +452,7 @@ impl Breaker {
                 Outcome::Success
                     if !report.slow
                         && !report.timed_out
-                        && self.try_batch_success(ticket.epoch) =>
+                        && self.try_batch_success(ticket.epoch, slot) =>
                 {
                     self.telemetry.successes(1);
                     return;
@@ -427,9 +475,18 @@ impl Breaker {
         self.telemetry.finished(report, recorded);
     }
 
+    /// Tallies a success of `epoch` without the lock, if the word says successes
+    /// may be batched in that epoch: in the lane's own line when it has one, else
+    /// in the word. `false` when the lock must record it.
     #[inline]
-    fn try_batch_success(&self, epoch: u32) -> bool {
+    fn try_batch_success(&self, epoch: u32, slot: usize) -> bool {
         let mut w = self.word.load(Ordering::Relaxed);
+        if let Some(line) = self.tallies.get(slot) {
+            if epoch_of(w) != epoch || w & BATCH == 0 {
+                return false;
+            }
+            return tally_in(line, epoch);
+        }
         loop {
             if epoch_of(w) != epoch || w & BATCH == 0 || w & PENDING_MASK == PENDING_MASK {
                 return false;
@@ -497,6 +554,7 @@ impl Breaker {
             let before = (m.epoch(), m.probes_in_flight(), m.streams_judged());
             let w = self.word.fetch_and(!PENDING_MASK, Ordering::AcqRel);
             m.record_successes(epoch_of(w), w & PENDING_MASK, now);
+            self.fold_tallies(&mut m, now);
             let out = f(&mut m);
             self.telemetry
                 .streams_judged(m.streams_judged().saturating_sub(before.2));
@@ -525,6 +583,23 @@ impl Breaker {
             Telemetry::log_transition(&self.name, t);
         }
         out
+    }
+
+    /// Folds the lanes' tallies into the machine, each in the epoch it was tallied
+    /// in (an old epoch's successes are stale). Lines no lane wrote since the last
+    /// fold are only read.
+    fn fold_tallies(&self, m: &mut Driven, now: Instant) {
+        for line in self.tallies.iter() {
+            if line.0.load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            let t = line.0.swap(0, Ordering::Relaxed);
+            let (epoch, n) = (epoch_of(t), t & TALLY_MASK);
+            if epoch != m.epoch() && n != 0 {
+                self.telemetry.stale(n);
+            }
+            m.record_successes(epoch, n, now);
+        }
     }
 
     /// Wakes the services in readiness mode, if any wait: something they cannot see
@@ -614,6 +689,30 @@ impl Breaker {
     }
 }
 
+/// Adds a success of `epoch` to a lane's tally line: `false` when the line holds
+/// another epoch's successes not folded yet, or as many as it can (the lock then
+/// folds them and records this one).
+#[inline]
+fn tally_in(line: &TallyLine, epoch: u32) -> bool {
+    let mut t = line.0.load(Ordering::Relaxed);
+    loop {
+        let next = if t == 0 {
+            (u64::from(epoch) << EPOCH_SHIFT) | 1
+        } else if epoch_of(t) == epoch && t & TALLY_MASK != TALLY_MASK {
+            t + 1
+        } else {
+            return false;
+        };
+        match line
+            .0
+            .compare_exchange_weak(t, next, Ordering::Relaxed, Ordering::Relaxed)
+        {
+            Ok(_) => return true,
+            Err(current) => t = current,
+        }
+    }
+}
+
 fn slow_nanos(threshold: Option<Duration>) -> u64 {
     threshold.map_or(0, |d| nanos(d).max(1))
 }
@@ -629,11 +728,17 @@ mod tests {
     const S: Duration = Duration::from_secs(1);
 
     fn breaker(config: &CircuitBreakerConfig, now: Instant) -> Breaker {
+        with_lines(config, now, 0)
+    }
+
+    /// A breaker whose lanes tally in `lines` lines of their own.
+    fn with_lines(config: &CircuitBreakerConfig, now: Instant, lines: usize) -> Breaker {
         Breaker::new(
             "test".into(),
             config,
             Some(Box::new(SeededRandom::new(3))),
             now,
+            lines,
         )
         .unwrap()
     }
@@ -708,7 +813,7 @@ mod tests {
         // The probe closes it into the ramp: closed, but not plainly.
         let probe_at = t0 + 10 * S;
         let probe = admit(&b, probe_at).unwrap();
-        b.complete(probe, ok(), Some(probe_at), || probe_at);
+        b.complete(WORD_SLOT, probe, ok(), Some(probe_at), || probe_at);
         b.locked(probe_at, |m| assert_eq!(m.state(probe_at), State::Closed));
         assert!(!b.is_plainly_closed());
         // Once the ramp is over (seen at the next step under the lock), it is.
@@ -723,12 +828,14 @@ mod tests {
         let b = breaker(&CircuitBreakerConfig::default(), t0);
         for _ in 0..1000 {
             let t = admit(&b, t0).unwrap();
-            b.complete(t, ok(), None, || unreachable!("no clock on the fast path"));
+            b.complete(WORD_SLOT, t, ok(), None, || {
+                unreachable!("no clock on the fast path")
+            });
         }
         assert_eq!(b.word.load(Ordering::Relaxed) & PENDING_MASK, 1000);
         for _ in 0..5 {
             let t = admit(&b, t0).unwrap();
-            b.complete(t, Report::of(Outcome::Failure), Some(t0), || t0);
+            b.complete(WORD_SLOT, t, Report::of(Outcome::Failure), Some(t0), || t0);
         }
         b.locked(t0, |m| {
             assert_eq!(m.state(t0), State::Open);
@@ -743,7 +850,7 @@ mod tests {
         let b = breaker(&CircuitBreakerConfig::default(), t0);
         let old = admit(&b, t0).unwrap();
         b.locked(t0, |m| m.force_open(t0));
-        b.complete(old, ok(), None, || t0);
+        b.complete(WORD_SLOT, old, ok(), None, || t0);
         b.locked(t0, |m| {
             assert_eq!(m.tally().stale, 1);
             assert_eq!(m.tally().successes, 1);
@@ -824,21 +931,27 @@ mod tests {
         let fail = |now| {
             let t = admit(&b, now).unwrap();
             assert!(!t.shadow);
-            b.complete(t, Report::of(Outcome::Failure), Some(now), || now);
+            b.complete(
+                WORD_SLOT,
+                t,
+                Report::of(Outcome::Failure),
+                Some(now),
+                || now,
+            );
         };
         for _ in 0..3 {
             fail(t0);
         }
         let probe = admit(&b, t0 + 10 * S).unwrap();
         assert!(probe.probe.is_some());
-        b.complete(probe, ok(), Some(t0 + 10 * S), || t0 + 10 * S);
+        b.complete(WORD_SLOT, probe, ok(), Some(t0 + 10 * S), || t0 + 10 * S);
         // Ramping from a tenth: most calls are not in the share.
         let ramping = t0 + 10 * S;
         let shadowed = (0..10)
             .find_map(|_| match b.admit(|| ramping) {
                 Admission::Shadow(t, OpenCause::Ramping) => Some(t),
                 Admission::Admitted(t) => {
-                    b.complete(t, ok(), Some(ramping), || ramping);
+                    b.complete(WORD_SLOT, t, ok(), Some(ramping), || ramping);
                     None
                 }
                 other => panic!("{other:?}"),
@@ -848,15 +961,98 @@ mod tests {
         let after = t0 + 12 * S;
         fail(after);
         fail(after);
-        b.complete(shadowed, ok(), None, || after);
+        b.complete(WORD_SLOT, shadowed, ok(), None, || after);
         fail(after);
         b.locked(after, |m| assert_eq!(m.state(after), State::Open));
     }
 
     #[test]
-    fn threads_lose_no_outcome() {
+    fn a_success_in_a_lanes_line_counts_before_a_failure_judged_after_it() {
         let t0 = Instant::now();
-        let b = breaker(
+        let b = with_lines(
+            &CircuitBreakerConfig {
+                policy: TripPolicy::ConsecutiveFailures { threshold: 2 },
+                ..CircuitBreakerConfig::default()
+            },
+            t0,
+            2,
+        );
+        let fail = |slot| {
+            let t = admit(&b, t0).unwrap();
+            b.complete(slot, t, Report::of(Outcome::Failure), Some(t0), || t0);
+        };
+        fail(0);
+        let t = admit(&b, t0).unwrap();
+        b.complete(1, t, ok(), None, || {
+            unreachable!("no clock on the fast path")
+        });
+        // Tallied in line 1, not in the word, and not yet in the machine.
+        assert_eq!(b.word.load(Ordering::Relaxed) & PENDING_MASK, 0);
+        assert_eq!(b.tallies[1].0.load(Ordering::Relaxed) & TALLY_MASK, 1);
+        // The failure after it takes the lock, which folds the success in first:
+        // two failures, but not in a row.
+        fail(0);
+        b.locked(t0, |m| {
+            assert_eq!(m.state(t0), State::Closed);
+            assert_eq!((m.tally().successes, m.tally().failures), (1, 2));
+        });
+        assert_eq!(b.tallies[1].0.load(Ordering::Relaxed), 0);
+        fail(1);
+        b.locked(t0, |m| assert_eq!(m.state(t0), State::Open));
+    }
+
+    #[test]
+    fn a_success_left_in_a_lanes_line_across_a_transition_is_stale() {
+        let t0 = Instant::now();
+        let b = with_lines(
+            &CircuitBreakerConfig {
+                policy: TripPolicy::ConsecutiveFailures { threshold: 5 },
+                ..CircuitBreakerConfig::default()
+            },
+            t0,
+            2,
+        );
+        let old = admit(&b, t0).unwrap();
+        let also_old = admit(&b, t0).unwrap();
+        b.complete(0, old, ok(), None, || t0);
+        // An operator's reset changes the epoch; the line still holds the old one's
+        // success (tallied as the reset was being made, say).
+        b.locked(t0, |m| m.reset(t0));
+        b.tallies[1]
+            .0
+            .store((u64::from(old.epoch) << EPOCH_SHIFT) | 1, Ordering::Relaxed);
+        // A success of the old epoch is not tallied in the line now.
+        b.complete(1, also_old, ok(), None, || t0);
+        b.locked(t0, |m| {
+            let tally = m.tally();
+            // The first success was folded by the reset, current; the planted one
+            // and the late one are stale.
+            assert_eq!(tally.successes, 3);
+            assert_eq!(tally.stale, 2);
+            assert_eq!(m.window_counts(t0).map_or(0, |w| w.calls), 0);
+        });
+        // A current success of the new epoch goes to the emptied line again.
+        let fresh = admit(&b, t0).unwrap();
+        b.complete(1, fresh, ok(), None, || {
+            unreachable!("no clock on the fast path")
+        });
+        assert_eq!(
+            b.tallies[1].0.load(Ordering::Relaxed),
+            (u64::from(fresh.epoch) << EPOCH_SHIFT) | 1
+        );
+    }
+
+    #[test]
+    fn threads_lose_no_outcome() {
+        // In the word (a breaker of its own), then in two lines shared by four threads.
+        for lines in [0, 2] {
+            threads_lose_no_outcome_with(lines);
+        }
+    }
+
+    fn threads_lose_no_outcome_with(lines: usize) {
+        let t0 = Instant::now();
+        let b = with_lines(
             &CircuitBreakerConfig {
                 policy: TripPolicy::ConsecutiveFailures {
                     threshold: 1_000_000,
@@ -864,22 +1060,28 @@ mod tests {
                 ..CircuitBreakerConfig::default()
             },
             t0,
+            lines,
         );
         let threads = 4;
         let per_thread = 20_000u64;
         std::thread::scope(|s| {
             for i in 0..threads {
                 let b = &b;
+                let slot = if lines == 0 {
+                    WORD_SLOT
+                } else {
+                    usize::try_from(i).map_or(0, |i| i % lines)
+                };
                 s.spawn(move || {
                     for j in 0..per_thread {
                         let Some(t) = admit(b, t0) else {
                             panic!("a closed breaker rejected a call");
                         };
                         match (i + j) % 10 {
-                            0 => b.complete(t, Report::of(Outcome::Failure), Some(t0), || t0),
-                            1 => b.complete(t, Report::of(Outcome::Ignore), Some(t0), || t0),
+                            0 => b.complete(slot, t, Report::of(Outcome::Failure), Some(t0), || t0),
+                            1 => b.complete(slot, t, Report::of(Outcome::Ignore), Some(t0), || t0),
                             2 => b.cancel(t, || t0),
-                            _ => b.complete(t, ok(), None, || t0),
+                            _ => b.complete(slot, t, ok(), None, || t0),
                         }
                     }
                 });
@@ -934,19 +1136,20 @@ mod tests {
     }
 
     proptest! {
-        /// Through the lock-free paths too, with shadow mode switched at random:
-        /// half-open never lets more than `half_open_max` probes out, no slot
-        /// leaks, stale outcomes change nothing, and every call is counted exactly
-        /// once.
+        /// Through the lock-free paths too (successes tallied in the word, or in
+        /// the lines of two lanes), with shadow mode switched at random: half-open
+        /// never lets more than `half_open_max` probes out, no slot leaks, stale
+        /// outcomes change nothing, and every call is counted exactly once.
         #[test]
         fn the_shared_breaker_keeps_the_machine_invariants(
             max in 1u32..4,
             consecutive in any::<bool>(),
+            lines in prop_oneof![Just(0usize), Just(2)],
             ops in proptest::collection::vec(op(), 1..300),
         ) {
             let t0 = Instant::now();
             let mut now = t0;
-            let b = breaker(&config(max, consecutive), t0);
+            let b = with_lines(&config(max, consecutive), t0, lines);
             let mut max = max;
             let mut held: Vec<Ticket> = Vec::new();
             let mut ended = 0u64;
@@ -976,7 +1179,8 @@ mod tests {
                     Op::Complete(i, outcome) if !held.is_empty() => {
                         let t = held.swap_remove(i % held.len());
                         let (state, epoch) = b.locked(now, |m| { m.advance(now); (m.state(now), m.epoch()) });
-                        b.complete(t, Report::of(outcome), Some(now), || now);
+                        let slot = if lines == 0 { WORD_SLOT } else { (i / 7) % lines };
+                        b.complete(slot, t, Report::of(outcome), Some(now), || now);
                         ended += 1;
                         if t.epoch != epoch {
                             let after = b.locked(now, |m| (m.state(now), m.epoch()));

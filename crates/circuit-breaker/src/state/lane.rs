@@ -1,0 +1,156 @@
+//! What an admitted call holds on to: a [`Lane`] of a breaker.
+//!
+//! A `'static` response future must own a reference to the breaker it reports to,
+//! and the count of an `Arc` is a line every call writes twice (the clone into the
+//! future, the drop). With one `Arc` per breaker, calls on two cores move that line
+//! between them on every call, whatever else they avoid. So a breaker shared by a
+//! layer's services has several lanes, each its own allocation with its own count,
+//! and each thread takes the lane of its slot: calls on different threads write
+//! different lines (the lane's count, the lane's success tally in the breaker) and
+//! only read the breaker's word. A key of a keyed layer is one lane that owns its
+//! breaker: one allocation per key, its successes tallied in the word as before.
+
+use std::cell::Cell;
+use std::ops::Deref;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use super::{Breaker, WORD_SLOT};
+
+/// A breaker, as a call holds it (see the module docs).
+///
+/// Every lane is the size of a breaker: a key's breaker sits in its lane, one
+/// allocation per key, and the few lanes of a shared breaker pay the size, which
+/// also keeps their counts lines apart.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub(crate) enum Lane {
+    /// A breaker of its own: a key of a keyed layer, tallying in its word.
+    Own(Breaker),
+    /// One lane of a breaker shared by a layer's services: tallies in the
+    /// breaker's `slot`th tally line.
+    Of { breaker: Arc<Breaker>, slot: usize },
+}
+
+impl Deref for Lane {
+    type Target = Breaker;
+
+    #[inline]
+    fn deref(&self) -> &Breaker {
+        match self {
+            Self::Own(breaker) => breaker,
+            Self::Of { breaker, .. } => breaker,
+        }
+    }
+}
+
+impl Lane {
+    /// Which of the breaker's tally lines this lane counts successes in
+    /// ([`WORD_SLOT`], none of them, for a breaker of its own).
+    #[inline]
+    pub(crate) fn slot(&self) -> usize {
+        match self {
+            Self::Own(_) => WORD_SLOT,
+            Self::Of { slot, .. } => *slot,
+        }
+    }
+}
+
+/// The lanes of one shared breaker, one per tally line; a thread always takes the
+/// same one. Cloning shares them.
+#[derive(Debug, Clone)]
+pub(crate) struct Lanes {
+    breaker: Arc<Breaker>,
+    lanes: Arc<[Arc<Lane>]>,
+}
+
+impl Lanes {
+    /// A lane for each of `breaker`'s tally lines (at least one).
+    pub(crate) fn of(breaker: Breaker) -> Self {
+        let breaker = Arc::new(breaker);
+        let lanes = (0..breaker.tally_lines().max(1))
+            .map(|slot| {
+                Arc::new(Lane::Of {
+                    breaker: Arc::clone(&breaker),
+                    slot,
+                })
+            })
+            .collect();
+        Self { breaker, lanes }
+    }
+
+    /// The breaker itself, read without going through a lane.
+    #[inline]
+    pub(crate) fn breaker(&self) -> &Breaker {
+        &self.breaker
+    }
+
+    /// The lane the current thread takes. The number of lanes is a power of two.
+    #[inline]
+    pub(crate) fn for_this_thread(&self) -> &Arc<Lane> {
+        &self.lanes[thread_slot() & (self.lanes.len() - 1)]
+    }
+
+    /// Any one lane, for an operator's handle (which writes no tally).
+    pub(crate) fn first(&self) -> &Arc<Lane> {
+        &self.lanes[0]
+    }
+}
+
+/// How many tally lines a shared breaker gets: twice the cores this process may
+/// use, as a power of two and at most 32, so that the threads a runtime runs on
+/// (its workers, and a few others) rarely share one. A thread beyond them shares
+/// a line, which costs speed, never a count.
+pub(crate) fn tally_lines() -> usize {
+    static LINES: OnceLock<usize> = OnceLock::new();
+    *LINES.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        cores.saturating_mul(2).next_power_of_two().min(32)
+    })
+}
+
+std::thread_local! {
+    /// This thread's slot, given the first time it calls a shared breaker.
+    static SLOT: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+/// This thread's slot: threads get consecutive slots in the order they first
+/// call a shared breaker, so a runtime's workers take different lanes.
+#[inline]
+fn thread_slot() -> usize {
+    let slot = SLOT.get();
+    if slot != usize::MAX {
+        return slot;
+    }
+    assign_slot()
+}
+
+#[cold]
+fn assign_slot() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let slot = NEXT.fetch_add(1, Ordering::Relaxed) & (usize::MAX >> 1);
+    SLOT.set(slot);
+    slot
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shared_breaker_gets_a_power_of_two_of_tally_lines_within_bounds() {
+        let lines = tally_lines();
+        assert!(lines.is_power_of_two(), "{lines}");
+        assert!((2..=32).contains(&lines), "{lines}");
+    }
+
+    #[test]
+    fn a_thread_keeps_its_slot_and_two_threads_get_different_ones() {
+        let here = thread_slot();
+        assert_eq!(thread_slot(), here);
+        let there = std::thread::spawn(thread_slot)
+            .join()
+            .expect("the thread panicked");
+        assert_ne!(here, there);
+    }
+}
