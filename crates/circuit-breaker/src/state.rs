@@ -546,9 +546,12 @@ impl Breaker {
     /// Runs `f` on the machine under the mutex, with the pending successes folded in
     /// first, then republishes the word and sends the transitions made: counted and
     /// sent to subscribers under the lock (in order), logged after it is released
-    /// (a tracing subscriber is user code and may read the breaker's snapshot).
+    /// (a tracing subscriber is user code and may read the breaker's snapshot), as
+    /// an operator's transition is counted (its series is registered then, and a
+    /// recorder is user code too).
     pub(crate) fn locked<R>(&self, now: Instant, f: impl FnOnce(&mut Driven) -> R) -> R {
         let mut to_log = Vec::new();
+        let mut to_count = Vec::new();
         let (out, freed) = {
             let mut m = self.lock();
             let before = (m.epoch(), m.probes_in_flight(), m.streams_judged());
@@ -560,7 +563,10 @@ impl Breaker {
                 .streams_judged(m.streams_judged().saturating_sub(before.2));
             self.publish(&mut m, now);
             m.emit(|t, subscribers| {
-                self.telemetry.count_transition(t);
+                if !self.telemetry.count_transition(t) {
+                    // Operators' transitions are rare: this allocates only then.
+                    to_count.push(*t);
+                }
                 if let Some(tx) = subscribers {
                     // No receiver left is fine.
                     let _ = tx.send(*t);
@@ -578,6 +584,9 @@ impl Breaker {
         };
         if freed {
             self.wake_ready_waiters();
+        }
+        for t in &to_count {
+            self.telemetry.count_operator_transition(t);
         }
         for t in &to_log {
             Telemetry::log_transition(&self.name, t);

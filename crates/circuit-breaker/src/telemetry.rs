@@ -377,9 +377,13 @@ impl Telemetry {
     pub(crate) const LOGS_TRANSITIONS: bool = cfg!(feature = "tracing");
 
     /// Counts a change of state. Called under the breaker's lock, so the state
-    /// gauge follows the transitions in order.
+    /// gauge follows the transitions in order. `false` when the transition is an
+    /// operator's, whose counter is registered at its first use: registering
+    /// reaches the recorder, user code that may read this very breaker, so it is
+    /// counted with [`count_operator_transition`](Self::count_operator_transition)
+    /// once the lock is released.
     #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
-    pub(crate) fn count_transition(&self, t: &Transition) {
+    pub(crate) fn count_transition(&self, t: &Transition) -> bool {
         #[cfg(feature = "metrics")]
         {
             use std::sync::atomic::Ordering;
@@ -391,19 +395,28 @@ impl Telemetry {
             if let Some(gauge) = m.state.get(t.to.index()) {
                 gauge.increment(1.0);
             }
-            match AUTOMATIC
-                .iter()
-                .position(|&(f, to)| f == t.from && to == t.to)
-            {
-                Some(i) => m.automatic[i].increment(1),
-                None => transition(&m.labels, t.from, t.to).increment(1),
-            }
             // A probe that outlived the half-open timeout: its verdict is given here,
             // its call is counted in `calls_total` when it ends (as stale).
             if t.reason == crate::machine::Reason::ProbeTimedOut {
                 m.probe_timeout.increment(1);
             }
+            match AUTOMATIC
+                .iter()
+                .position(|&(f, to)| f == t.from && to == t.to)
+            {
+                Some(i) => m.automatic[i].increment(1),
+                None => return false,
+            }
         }
+        true
+    }
+
+    /// Counts an operator's transition, registering its series (see
+    /// [`count_transition`](Self::count_transition)). Called without the lock.
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    pub(crate) fn count_operator_transition(&self, t: &Transition) {
+        #[cfg(feature = "metrics")]
+        transition(&self.metrics.labels, t.from, t.to).increment(1);
     }
 
     /// Logs a change of state. Called after the breaker's lock is released: a

@@ -185,7 +185,7 @@ fn a_key_made_while_an_operator_forces_the_layer_is_forced_too() {
         // Registering a new key's per-key series (user code, run while its
         // breaker is made) forces the layer open, as another thread could: the
         // `force` cannot reach the new key's breaker, not in the map yet. Once:
-        // a transition's counter is registered under the breaker's lock.
+        // the force's own transition registers a counter too.
         let handle = Arc::clone(&handle);
         let forced_once = std::sync::atomic::AtomicBool::new(false);
         let _ = series.on_register.set(Box::new(move || {

@@ -65,3 +65,49 @@ mod metrics_export {
         );
     }
 }
+
+/// A recorder is user code: one that reads the breaker while a series is being
+/// registered (an operator's transition registers its counter at first use) is
+/// answered, not deadlocked on the breaker's lock.
+#[test]
+fn a_recorder_reading_the_breaker_while_registering_an_operators_transition_is_answered() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
+
+    use seawall_circuit_breaker::{Forced, Handle, State};
+    use seawall_test_support::{watchdog, Series};
+
+    let (state, counted, reads) = watchdog(
+        "registering an operator's transition held the breaker's lock",
+        || {
+            let registry = Series::default();
+            let handle: Arc<OnceLock<Handle>> = Arc::default();
+            let reads = Arc::new(AtomicU64::new(0));
+            {
+                let handle = Arc::clone(&handle);
+                let reads = Arc::clone(&reads);
+                let _ = registry.on_register.set(Box::new(move || {
+                    if let Some(h) = handle.get() {
+                        let _ = h.snapshot();
+                        reads.fetch_add(1, Ordering::SeqCst);
+                    }
+                }));
+            }
+            metrics::with_local_recorder(&registry, || {
+                let layer = CircuitBreakerLayer::builder("quotes").build().unwrap();
+                let _ = handle.set(layer.handle());
+                layer.handle().force(Forced::Open);
+                (
+                    layer.handle().state(),
+                    registry.counter(
+                        "seawall_breaker_transitions_total{from=closed,name=quotes,to=forced_open}",
+                    ),
+                    reads.load(Ordering::SeqCst),
+                )
+            })
+        },
+    );
+    assert_eq!(state, State::ForcedOpen);
+    assert_eq!(counted, 1);
+    assert!(reads >= 1, "the recorder never read the breaker");
+}
