@@ -535,3 +535,57 @@ async fn a_caller_turned_away_during_half_open_is_not_made_to_wait_for_the_inner
     assert_eq!(handle.state(), State::Closed);
     assert_eq!(handle.snapshot().counters.short_circuited, 1);
 }
+
+/// Clones of one service called from more threads than the breaker has lanes
+/// (some threads share a lane's line, as a busy process's do), on real threads:
+/// every success is counted exactly once, and before a failure that follows them.
+#[test]
+fn calls_on_many_threads_through_clones_are_each_counted_once_and_before_what_follows() {
+    let layer = CircuitBreakerLayer::builder("freight")
+        .consecutive_failures(2)
+        .build()
+        .unwrap();
+    let svc = layer.layer(tower::service_fn(|ok: bool| async move {
+        if ok {
+            Ok(())
+        } else {
+            Err::<(), BoxError>("refused".into())
+        }
+    }));
+    fn call_once<S: Service<bool, Error = BoxError>>(svc: &mut S, ok: bool) -> bool {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async { svc.ready().await.unwrap().call(ok).await.is_ok() })
+    }
+    let handle = layer.handle();
+    let mut first = svc.clone();
+    assert!(!call_once(&mut first, false));
+    let threads = 40u64;
+    let per_thread = 2_000u64;
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            let mut svc = svc.clone();
+            s.spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .unwrap();
+                rt.block_on(async {
+                    for _ in 0..per_thread {
+                        svc.ready().await.unwrap().call(true).await.unwrap();
+                    }
+                });
+            });
+        }
+    });
+    // The successes came between the first failure and this one: not two in a
+    // row (nothing else took the breaker's lock since the first failure).
+    assert!(!call_once(&mut first, false));
+    assert_eq!(handle.state(), State::Closed);
+    let counters = handle.snapshot().counters;
+    assert_eq!(counters.successes, threads * per_thread);
+    assert_eq!(counters.failures, 2);
+    assert_eq!(counters.calls, threads * per_thread + 2);
+    assert!(!call_once(&mut first, false));
+    assert_eq!(handle.state(), State::Open);
+}
