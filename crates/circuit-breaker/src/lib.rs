@@ -354,10 +354,12 @@
 //! # Cost
 //!
 //! A closed call takes no lock: admission is one atomic load; the response future
-//! (a concrete type) holds one `Arc` to the breaker; a success is one
-//! compare-and-swap that tallies it, folded into the window by whoever next takes
-//! the lock (a failure, a snapshot, an operator), so the window sees the same
-//! sequence as if each success had been recorded on its own. No allocation, no
+//! (a concrete type) holds one `Arc` to the lane of the breaker its thread takes;
+//! a success is one compare-and-swap on that lane's own line, folded into the
+//! window by whoever next takes the lock (a failure, a snapshot, an operator), so
+//! the window sees the same sequence as if each success had been recorded on its
+//! own. Calls on different cores thus write no line in common (a keyed layer's key
+//! is one lane that owns its breaker and tallies in its word). No allocation, no
 //! span, and no clock read unless slow-call detection or a time window needs one
 //! (a time window records every outcome under the lock). Failures, probes, the
 //! ramp and operators take a short uncontended mutex. An open rejection takes no
@@ -369,9 +371,11 @@
 //! stale remainder). That boxed rejection, copied from one the breaker built with
 //! its name, is its one allocation.
 //!
-//! Memory is fixed by the configuration, never by traffic: a breaker with a
-//! 100-call count window takes under 600 bytes (one byte per count-window slot,
-//! 12 bytes per time-window bucket). What only matters once it has tripped, been
+//! Memory is fixed by the configuration and the machine, never by traffic: a
+//! breaker with a 100-call count window takes under 600 bytes (one byte per
+//! count-window slot, 12 bytes per time-window bucket), plus its lanes when a
+//! layer's services share it (twice the cores, at most 32, of about 500 bytes
+//! each: 2.4 KB in all on a 2-core machine). What only matters once it has tripped, been
 //! forced or reconfigured (probe slots, transition counts, the backoff state, the
 //! subscription channel) is allocated then, about 600 bytes, and kept.
 //!

@@ -145,6 +145,13 @@ mod tests {
     }
 
     #[test]
+    fn lanes_are_large_enough_that_no_two_counts_share_a_cache_line() {
+        // Each lane is its own allocation starting with its `Arc` counts: a lane
+        // of 64 bytes or more puts the next allocation's counts on another line.
+        assert!(std::mem::size_of::<Lane>() >= 64);
+    }
+
+    #[test]
     fn a_thread_keeps_its_slot_and_two_threads_get_different_ones() {
         let here = thread_slot();
         assert_eq!(thread_slot(), here);
