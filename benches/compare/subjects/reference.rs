@@ -35,9 +35,13 @@ pub(crate) enum Ingredient {
     BoxedRejection,
     /// A response future 256 bytes larger than its inner one.
     LargeFuture,
-    /// The breaker's closed-path ingredients together: an `Arc` clone into a
-    /// response future as large as the breaker's (280 B), one compare-and-swap.
+    /// The breaker's closed-path ingredients, on lines every core shares: an `Arc`
+    /// clone into a response future as large as the breaker's (160 B), one
+    /// compare-and-swap.
     BreakerClosed,
+    /// The same on lines of the calling thread's own, as the breaker's lanes do:
+    /// the clone of this thread's `Arc`, a compare-and-swap on this thread's word.
+    LaneClosed,
     /// The breaker's open-path ingredients together: one clock read (its
     /// `poll_ready`'s), one `fetch_add`, one boxed copy of a `CircuitOpen` built
     /// beforehand (as the breaker keeps one with its name).
@@ -45,7 +49,7 @@ pub(crate) enum Ingredient {
 }
 
 impl Ingredient {
-    pub(crate) const ALL: [Ingredient; 9] = [
+    pub(crate) const ALL: [Ingredient; 10] = [
         Ingredient::FetchAdd,
         Ingredient::CompareSwap,
         Ingredient::ArcInFuture,
@@ -54,6 +58,7 @@ impl Ingredient {
         Ingredient::BoxedRejection,
         Ingredient::LargeFuture,
         Ingredient::BreakerClosed,
+        Ingredient::LaneClosed,
         Ingredient::BreakerOpen,
     ];
 
@@ -69,7 +74,10 @@ impl Ingredient {
             }
             Ingredient::LargeFuture => "reference: a response future 256 B larger",
             Ingredient::BreakerClosed => {
-                "reference: `Arc` clone into a 280 B future + compare-and-swap (the breaker's closed path)"
+                "reference: shared `Arc` clone into a 160 B future + shared compare-and-swap"
+            }
+            Ingredient::LaneClosed => {
+                "reference: this thread's `Arc` clone into a 160 B future + compare-and-swap on its own line (the breaker's closed path)"
             }
             Ingredient::BreakerOpen => {
                 "reference: one clock read + `fetch_add` + boxed copy of a `CircuitOpen` (the breaker's open path)"
@@ -83,7 +91,9 @@ impl Ingredient {
 struct Reference<S, P> {
     inner: S,
     ingredient: Ingredient,
-    shared: Arc<AtomicU64>,
+    shared: Arc<Line>,
+    /// One line per thread slot, as a breaker's lanes.
+    lanes: Arc<[Arc<Line>]>,
     name: Name,
     /// Built once with `name`, as a breaker keeps its rejection.
     rejection: CircuitOpen,
@@ -93,11 +103,33 @@ struct Reference<S, P> {
 #[derive(Clone, Copy)]
 struct Marker(#[allow(dead_code)] u64);
 
+/// A counter on a cache line of its own (its `Arc`'s counts on the line before).
+#[repr(align(64))]
+#[derive(Default)]
+struct Line(AtomicU64);
+
+/// Lanes per reference instance: as many as a breaker has on this machine.
+const LANES: usize = 32;
+
+/// This thread's lane, given in the order threads first ask.
+fn lane_index() -> usize {
+    use std::cell::Cell;
+    use std::sync::atomic::AtomicUsize;
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    std::thread_local!(static SLOT: Cell<usize> = const { Cell::new(usize::MAX) });
+    SLOT.with(|slot| {
+        if slot.get() == usize::MAX {
+            slot.set(NEXT.fetch_add(1, Ordering::Relaxed) % LANES);
+        }
+        slot.get()
+    })
+}
+
 pin_project! {
     struct RefFuture<F, P> {
         #[pin]
         inner: F,
-        _arc: Option<Arc<AtomicU64>>,
+        _arc: Option<Arc<Line>>,
         _pad: P,
     }
 }
@@ -126,9 +158,9 @@ where
         let mut arc = None;
         match self.ingredient {
             Ingredient::FetchAdd => {
-                self.shared.fetch_add(1, Ordering::Relaxed);
+                self.shared.0.fetch_add(1, Ordering::Relaxed);
             }
-            Ingredient::CompareSwap => compare_swap(&self.shared),
+            Ingredient::CompareSwap => compare_swap(&self.shared.0),
             Ingredient::ArcInFuture => arc = Some(Arc::clone(&self.shared)),
             Ingredient::Clock => {
                 black_box(tokio::time::Instant::now());
@@ -140,11 +172,16 @@ where
             Ingredient::LargeFuture => {}
             Ingredient::BreakerClosed => {
                 arc = Some(Arc::clone(&self.shared));
-                compare_swap(&self.shared);
+                compare_swap(&self.shared.0);
+            }
+            Ingredient::LaneClosed => {
+                let lane = &self.lanes[lane_index()];
+                arc = Some(Arc::clone(lane));
+                compare_swap(&lane.0);
             }
             Ingredient::BreakerOpen => {
                 let now = black_box(tokio::time::Instant::now());
-                self.shared.fetch_add(1, Ordering::Relaxed);
+                self.shared.0.fetch_add(1, Ordering::Relaxed);
                 let e: BoxError = Box::new(self.rejection.until(now));
                 drop(black_box(e));
             }
@@ -178,7 +215,12 @@ fn reference<P: Default + Clone + Send + 'static>(ingredient: Ingredient) -> Row
         Reference::<_, P> {
             inner: inner::ok(),
             ingredient,
-            shared: Arc::new(AtomicU64::new(0)),
+            shared: Arc::default(),
+            lanes: if ingredient == Ingredient::LaneClosed {
+                (0..LANES).map(|_| Arc::default()).collect()
+            } else {
+                Arc::new([])
+            },
             rejection: CircuitOpen::new(Arc::clone(&name), Duration::from_secs(1)),
             name,
             _pad: PhantomData,
@@ -191,8 +233,8 @@ pub(super) fn rows() -> Vec<Row> {
         .into_iter()
         .map(|i| match i {
             Ingredient::LargeFuture => reference::<[u64; 32]>(i),
-            // 112 B of inner future, 8 of `Arc`, 160 of padding: the breaker's 280.
-            Ingredient::BreakerClosed => reference::<[u64; 20]>(i),
+            // 112 B of inner future, 8 of `Arc`, 40 of padding: the breaker's 160.
+            Ingredient::BreakerClosed | Ingredient::LaneClosed => reference::<[u64; 5]>(i),
             _ => reference::<()>(i),
         })
         .collect()
