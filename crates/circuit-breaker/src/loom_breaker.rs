@@ -19,7 +19,9 @@
 //! by the proptest suites), the clock (instants are passed in), telemetry.
 //!
 //! Run with `RUSTFLAGS="--cfg loom" cargo test -p seawall-circuit-breaker --release
-//! --lib loom_` (`.ci/run` bounds preemptions with `LOOM_MAX_PREEMPTIONS`).
+//! --lib loom_`. `.ci/run` runs every interleaving (no preemption bound), so each
+//! model stays at two threads and a few operations; `LOOM_MAX_PREEMPTIONS` bounds
+//! them if one grows.
 
 // Models check by panicking, as tests do (`cfg(loom)` hides that they are tests).
 #![allow(clippy::panic)]
