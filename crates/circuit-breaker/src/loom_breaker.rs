@@ -10,13 +10,18 @@
 //!
 //! A breaker shared by a layer's services also has a tally line per lane (see
 //! `state/lane.rs`): a success is then one compare-and-swap on its lane's line,
-//! which holds the epoch it was tallied in, and the lock folds every line.
+//! which holds the epoch it was tallied in, and the lock folds every line. The
+//! success reads the word (its epoch and `batch` bit) before that compare-and-swap,
+//! not in it, so the epoch can change in between: the line's own epoch decides,
+//! and a success of the new epoch through a line still holding the old one's goes
+//! to the lock.
 //!
 //! Covered: the word (its pending count, epoch and `plain` bit), the lanes' tally
 //! lines, their compare-and-swap loops (`try_batch_success`, `tally_in`,
-//! `publish`), the folds in `locked` and the mutex around the machine, with loom's atomics and
-//! mutex. Not covered: the machine's own logic (plain code under the mutex, tested
-//! by the proptest suites), the clock (instants are passed in), telemetry.
+//! `publish`), the folds in `locked` and the mutex around the machine, with loom's
+//! atomics and mutex. Not covered: the machine's own logic (plain code under the
+//! mutex, tested by the proptest suites), the clock (instants are passed in),
+//! telemetry, how threads take lanes (`std`'s thread-local, not modelled).
 //!
 //! Run with `RUSTFLAGS="--cfg loom" cargo test -p seawall-circuit-breaker --release
 //! --lib loom_`. `.ci/run` runs every interleaving (no preemption bound), so each
@@ -27,6 +32,7 @@
 #![allow(clippy::panic)]
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use loom::thread;
 use seawall_core::{Outcome, SeededRandom};
@@ -266,5 +272,91 @@ fn loom_successes_in_two_lanes_racing_a_reset_are_counted_once_and_in_order() {
             assert_eq!(m.window_counts(now).map_or(0, |w| w.calls), 1);
         });
         assert!(b.is_plainly_closed());
+    });
+}
+
+/// A success of the old epoch may pass its check of the word before an operator's
+/// reset and land in its lane's line after it; a success of the new epoch then
+/// comes through the same lane. The new one is current (in the new window) whatever
+/// the old one's line holds; the old one is counted once, and never in that window.
+#[test]
+fn loom_a_new_epochs_success_through_a_lane_an_old_one_is_landing_in_is_current() {
+    loom::model(|| {
+        let now = Instant::now();
+        let b = Arc::new(with_lines(count_window(), now, 2));
+        let old = admit(&b, now);
+        let late = {
+            let b = Arc::clone(&b);
+            thread::spawn(move || {
+                b.complete(1, old, Report::of(Outcome::Success), None, || now);
+            })
+        };
+        b.locked(now, |m| m.reset(now));
+        let fresh = admit(&b, now);
+        assert_ne!(fresh.epoch, old.epoch);
+        b.complete(1, fresh, Report::of(Outcome::Success), None, || now);
+        if late.join().is_err() {
+            panic!("the completing thread panicked");
+        }
+        b.locked(now, |m| {
+            let tally = m.tally();
+            assert_eq!(tally.successes, 2, "lost or counted twice");
+            assert!(tally.stale <= 1, "the new epoch's success was stale");
+            assert_eq!(
+                m.window_counts(now).map_or(0, |w| w.calls),
+                1,
+                "the new epoch's success is missing from its window, or the old one is in it"
+            );
+        });
+    });
+}
+
+/// A time window needs each success's instant, so successes are not batched under
+/// it. A lane's success checks the word's epoch and `batch` bit before its
+/// compare-and-swap on the line, not with it, so a reconfiguration that clears the
+/// bit must change the epoch too (a new window does): a success admitted under the
+/// count window that lands in its line after the change is stale, counted once and
+/// never recorded in the time window at the instant it happens to be folded.
+#[test]
+fn loom_a_success_racing_a_reconfiguration_to_a_time_window_never_lands_in_it() {
+    loom::model(|| {
+        let now = Instant::now();
+        let b = Arc::new(with_lines(count_window(), now, 2));
+        let ticket = admit(&b, now);
+        let success = {
+            let b = Arc::clone(&b);
+            thread::spawn(move || {
+                b.complete(1, ticket, Report::of(Outcome::Success), None, || now);
+            })
+        };
+        let timed = CircuitBreakerConfig {
+            policy: TripPolicy::TimeWindow {
+                window: Duration::from_secs(10),
+                bucket: Duration::from_secs(1),
+                min_calls: 10,
+                failure_rate: 0.5,
+            },
+            ..CircuitBreakerConfig::default()
+        };
+        if let Err(e) = b.locked(now, |m| m.reconfigure(&timed, now)) {
+            panic!("invalid model configuration: {e}");
+        }
+        if success.join().is_err() {
+            panic!("the completing thread panicked");
+        }
+        b.locked(now, |m| {
+            assert!(!m.batches_successes());
+            assert_ne!(m.epoch(), ticket.epoch);
+            let tally = m.tally();
+            assert_eq!(tally.successes, 1, "lost or counted twice");
+            assert!(tally.stale <= 1);
+            assert_eq!(
+                m.window_counts(now).map_or(0, |w| w.calls),
+                0,
+                "a success admitted under the count window reached the time window"
+            );
+        });
+        // Nothing left in a line: another fold changes nothing.
+        assert_eq!(b.locked(now, |m| m.tally().successes), 1);
     });
 }
