@@ -24,12 +24,20 @@
 //! - A breaker shared by a layer's services is held by its calls through lanes
 //!   (`state/lane.rs`), one per tally line: there a success bumps its lane's line
 //!   instead of the word (the line holds the epoch its successes were admitted in),
-//!   so calls on different cores write no line in common, and the word is only
-//!   read on the closed path. The lock folds every line as it folds the word; a
-//!   line's successes of an epoch gone by are stale. A success is in the machine's
-//!   sequence where its compare-and-swap is: before the failure of any call that
-//!   followed it (on its thread, or on a thread it told), and in either order with
-//!   a call it raced.
+//!   so successes through different lanes write no line in common, and the word is
+//!   only read on the closed path. The lock folds every line as it folds the word;
+//!   a line's successes of an epoch gone by are stale (counted so when a lock folds
+//!   them, where the word's are counted as the epoch changes). A success is in the
+//!   machine's sequence where its compare-and-swap is: before the failure of any
+//!   call that followed it (on its thread, or on a thread it told), and in either
+//!   order with a call it raced.
+//! - A lane's success reads the word (epoch, `batch`) before its compare-and-swap
+//!   on the line, not in it. That is enough because only a new epoch stops
+//!   batching (a transition, a reset, a new window: each changes the epoch, and
+//!   the shared proptest checks it), and the line keeps the success's own epoch: a
+//!   success that read the word just before such a change lands as stale, never in
+//!   a window that needs each success's instant. A success of the new epoch that
+//!   finds its line holding an old one's goes to the lock, which folds the line.
 //! - An open breaker rejects with one load of the word, one clock read and one load
 //!   of `reopen_at`; a forced-open one without the clock. A call whose `poll_ready`
 //!   already saw it open is rejected without the clock, its rejection carrying
@@ -1114,7 +1122,8 @@ mod tests {
         Complete(usize, Outcome),
         Drop(usize),
         Advance(u64),
-        Reconfigure(u32),
+        /// A new probe limit; `true`: under a time window, whose successes never batch.
+        Reconfigure(u32, bool),
         Operator(u8),
         Shadow(bool),
     }
@@ -1130,7 +1139,7 @@ mod tests {
             5 => (any::<usize>(), outcome).prop_map(|(i, o)| Op::Complete(i, o)),
             2 => any::<usize>().prop_map(Op::Drop),
             3 => (0u64..5_000).prop_map(Op::Advance),
-            1 => (1u32..4).prop_map(Op::Reconfigure),
+            1 => (1u32..4, any::<bool>()).prop_map(|(n, timed)| Op::Reconfigure(n, timed)),
             1 => (0u8..4).prop_map(Op::Operator),
             1 => any::<bool>().prop_map(Op::Shadow),
         ]
@@ -1148,7 +1157,8 @@ mod tests {
         /// Through the lock-free paths too (successes tallied in the word, or in
         /// the lines of two lanes), with shadow mode switched at random: half-open
         /// never lets more than `half_open_max` probes out, no slot leaks, stale
-        /// outcomes change nothing, and every call is counted exactly once.
+        /// outcomes change nothing, every call is counted exactly once, and
+        /// successes stop batching only with a new epoch.
         #[test]
         fn the_shared_breaker_keeps_the_machine_invariants(
             max in 1u32..4,
@@ -1162,6 +1172,7 @@ mod tests {
             let mut max = max;
             let mut held: Vec<Ticket> = Vec::new();
             let mut ended = 0u64;
+            let mut before = b.word.load(Ordering::Relaxed);
             for op in ops {
                 match op {
                     Op::Acquire => {
@@ -1204,8 +1215,17 @@ mod tests {
                         prop_assert_eq!(b.locked(now, |m| (m.state(now), m.epoch())), (state, epoch));
                     }
                     Op::Advance(d) => now += Duration::from_millis(d),
-                    Op::Reconfigure(n) => {
-                        b.locked(now, |m| m.reconfigure(&config(n, consecutive), now)).unwrap();
+                    Op::Reconfigure(n, timed) => {
+                        let mut to = config(n, consecutive);
+                        if timed {
+                            to.policy = TripPolicy::TimeWindow {
+                                window: 4 * S,
+                                bucket: S,
+                                min_calls: 2,
+                                failure_rate: 0.5,
+                            };
+                        }
+                        b.locked(now, |m| m.reconfigure(&to, now)).unwrap();
                         max = n;
                     }
                     Op::Operator(k) => b.locked(now, |m| match k {
@@ -1227,6 +1247,15 @@ mod tests {
                 // The word agrees with the machine.
                 let w = b.word.load(Ordering::Relaxed);
                 prop_assert_eq!(epoch_of(w), epoch);
+                // A lane's success reads the word before tallying in its line: only
+                // a new epoch may stop batching, so one that read `batch` lands in
+                // a line whose epoch is already gone by (stale), never in a window
+                // that needs each success's instant.
+                prop_assert!(
+                    before & BATCH == 0 || w & BATCH != 0 || epoch_of(before) != epoch,
+                    "successes stopped batching within epoch {}", epoch
+                );
+                before = w;
                 let plain = b.locked(now, |m| m.plainly_closed());
                 prop_assert_eq!(b.is_plainly_closed(), plain);
             }
