@@ -358,26 +358,30 @@
 //! a success is one compare-and-swap on that lane's own line, folded into the
 //! window by whoever next takes the lock (a failure, a snapshot, an operator), so
 //! the window sees the same sequence as if each success had been recorded on its
-//! own. Calls on different cores thus write no line in common (a keyed layer's key
-//! is one lane that owns its breaker and tallies in its word). No allocation, no
-//! span, and no clock read unless slow-call detection or a time window needs one
-//! (a time window records every outcome under the lock). Failures, probes, the
-//! ramp and operators take a short uncontended mutex. An open rejection takes no
-//! lock and reads the clock once, in `poll_ready` (to know whether a probe is due
-//! and the inner service must be polled). `call` then needs no clock: the inner
-//! service was not polled, so the call cannot go out whenever it comes, and the
-//! [`CircuitOpen`] it gets carries the end of the open interval and measures its
-//! retry-after when read (a call made long after its `poll_ready` is never given a
-//! stale remainder). That boxed rejection, copied from one the breaker built with
-//! its name, is its one allocation.
+//! own. Successful calls through different lanes thus write no line in common
+//! (threads beyond the lanes share them; an ignored or cancelled call bumps a
+//! counter of the breaker's, and the `metrics` feature's counters are the
+//! recorder's); a keyed layer's key is one lane that owns its breaker and tallies
+//! in its word. No allocation, no span, and no clock read unless slow-call
+//! detection or a time window needs one (a time window records every outcome under
+//! the lock). Failures, probes, the ramp and operators take a short uncontended
+//! mutex. An open rejection takes no lock and reads the clock once, in
+//! `poll_ready` (to know whether a probe is due and the inner service must be
+//! polled). `call` then needs no clock: the inner service was not polled, so the
+//! call cannot go out whenever it comes, and the [`CircuitOpen`] it gets carries
+//! the end of the open interval and measures its retry-after when read (a call
+//! made long after its `poll_ready` is never given a stale remainder). That boxed
+//! rejection, copied from one the breaker built with its name, is its one
+//! allocation.
 //!
 //! Memory is fixed by the configuration and the machine, never by traffic: a
 //! breaker with a 100-call count window takes under 600 bytes (one byte per
 //! count-window slot, 12 bytes per time-window bucket), plus its lanes when a
-//! layer's services share it (twice the cores, at most 32, of about 500 bytes
-//! each: 2.4 KB in all on a 2-core machine). What only matters once it has tripped, been
-//! forced or reconfigured (probe slots, transition counts, the backoff state, the
-//! subscription channel) is allocated then, about 600 bytes, and kept.
+//! layer's services share it (twice the cores, as a power of two, at most 32, of
+//! about 450 bytes each with its tally line: 2.4 KB in all on a 2-core machine).
+//! What only matters once it has tripped, been forced or reconfigured (probe
+//! slots, transition counts, the backoff state, the subscription channel) is
+//! allocated then, about 600 bytes, and kept.
 //!
 //! # Layout
 //!
@@ -406,7 +410,7 @@
 //!                         or one lane of a shared breaker, a thread's own cache lines
 //! telemetry.rs        tracing events and metrics
 //! sync.rs             std's atomics and mutex, or loom's in the loom models
-//! loom_breaker.rs     loom models of the word (tests only)
+//! loom_breaker.rs     loom models of the word and the lanes' lines (tests only)
 //! ```
 //!
 //! A new trip condition is a [`TripPolicy`] variant and its validation

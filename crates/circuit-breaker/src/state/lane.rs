@@ -5,10 +5,12 @@
 //! future, the drop). With one `Arc` per breaker, calls on two cores move that line
 //! between them on every call, whatever else they avoid. So a breaker shared by a
 //! layer's services has several lanes, each its own allocation with its own count,
-//! and each thread takes the lane of its slot: calls on different threads write
-//! different lines (the lane's count, the lane's success tally in the breaker) and
-//! only read the breaker's word. A key of a keyed layer is one lane that owns its
-//! breaker: one allocation per key, its successes tallied in the word as before.
+//! and each thread takes the lane of its slot: calls made on threads of different
+//! lanes write different lines (the lane's count, the lane's success tally in the
+//! breaker) and only read the breaker's word. A call reports through the lane it
+//! was made through, even when its future ends on another thread. A key of a
+//! keyed layer is one lane that owns its breaker: one allocation per key, its
+//! successes tallied in the word as before.
 
 use std::cell::Cell;
 use std::ops::Deref;
@@ -115,7 +117,10 @@ std::thread_local! {
 }
 
 /// This thread's slot: threads get consecutive slots in the order they first
-/// call a shared breaker, so a runtime's workers take different lanes.
+/// call a shared breaker (any of them), so the workers of a runtime, whose first
+/// calls come together, take different lanes. A slot is never given back: threads
+/// that come and go, or the workers of two runtimes calling in turn, may share a
+/// lane, which costs speed, never a count.
 #[inline]
 fn thread_slot() -> usize {
     let slot = SLOT.get();
