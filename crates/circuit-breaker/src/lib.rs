@@ -365,14 +365,14 @@
 //! in its word. No allocation, no span, and no clock read unless slow-call
 //! detection or a time window needs one (a time window records every outcome under
 //! the lock). Failures, probes, the ramp and operators take a short uncontended
-//! mutex. An open rejection takes no lock and reads the clock once, in
-//! `poll_ready` (to know whether a probe is due and the inner service must be
-//! polled). `call` then needs no clock: the inner service was not polled, so the
-//! call cannot go out whenever it comes, and the [`CircuitOpen`] it gets carries
-//! the end of the open interval and measures its retry-after when read (a call
-//! made long after its `poll_ready` is never given a stale remainder). That boxed
-//! rejection, copied from one the breaker built with its name, is its one
-//! allocation.
+//! mutex (its holder reads each lane's line). An open rejection takes no lock and
+//! reads the clock once, in `poll_ready` (to know whether a probe is due and the
+//! inner service must be polled). `call` then needs no clock: the inner service
+//! was not polled, so the call cannot go out whenever it comes, and the
+//! [`CircuitOpen`] it gets carries the end of the open interval and measures its
+//! retry-after when read (a call made long after its `poll_ready` is never given a
+//! stale remainder). That boxed rejection, copied from one the breaker built with
+//! its name, is its one allocation.
 //!
 //! Memory is fixed by the configuration and the machine, never by traffic: a
 //! breaker with a 100-call count window takes under 600 bytes (one byte per

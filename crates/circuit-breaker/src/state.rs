@@ -144,8 +144,10 @@ pub(crate) enum ReadyHint {
 
 /// One breaker's shared state, laid out (`repr(C)`) for the two ways it is read:
 ///
-/// - every call reads the word (and the slow-call threshold) and writes the
-///   `Arc`'s count: they come first, on the line of the count;
+/// - every call reads the word (and the slow-call threshold), and a key's calls
+///   write the count of the `Arc` its breaker sits in (the key's own lane): they
+///   come first, on the line of that count (a shared breaker's calls write their
+///   lanes' counts instead, so its first line is only read);
 /// - a keyed layer drops a breaker last used long ago, and each line dropping it
 ///   reads is a cache miss: the name, the telemetry, the waiters, the prebuilt
 ///   rejection and the machine's pointers follow, together, and what dropping

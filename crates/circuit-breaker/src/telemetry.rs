@@ -319,7 +319,8 @@ impl Telemetry {
     }
 
     /// Successes tallied on the lock-free path (already counted as successes) that
-    /// turned out to be stale: a state change was being made when they were tallied.
+    /// turned out to be stale: a state change was being made when they were tallied
+    /// (or, for a lane's line, had just been made after the success read the word).
     pub(crate) fn stale(&self, n: u64) {
         #[cfg(feature = "metrics")]
         self.metrics.stale.increment(n);
