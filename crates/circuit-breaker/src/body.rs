@@ -381,6 +381,6 @@ impl<C: ClassifyBodyEnd> OnBodyEnd for HeldTicket<C> {
             timed_out: false,
         };
         held.breaker
-            .complete(held.breaker.slot(), held.ticket, report, None, Instant::now);
+            .complete(held.ticket, report, None, Instant::now);
     }
 }

@@ -126,13 +126,7 @@ impl Guard {
                 slow,
                 timed_out,
             };
-            breaker.complete(
-                breaker.slot(),
-                self.ticket.unpack(),
-                report,
-                now,
-                Instant::now,
-            );
+            breaker.complete(self.ticket.unpack(), report, now, Instant::now);
         }
     }
 }

@@ -446,8 +446,9 @@ impl Breaker {
     }
 
     /// Reports how an admitted call ended, through the lane whose tally line is
-    /// `slot` (see [`Lane::slot`]). `now` is the completion instant if the caller
-    /// already read it; `clock` is read only when the lock must be taken.
+    /// `slot` ([`WORD_SLOT`] for the word; a call's [`Lane::complete`] passes its
+    /// own). `now` is the completion instant if the caller already read it; `clock`
+    /// is read only when the lock must be taken.
     #[inline]
     pub(crate) fn complete(
         &self,

@@ -17,7 +17,10 @@ use std::ops::Deref;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
+use tokio::time::Instant;
+
 use super::{Breaker, WORD_SLOT};
+use crate::machine::{Report, Ticket};
 
 /// A breaker, as a call holds it (see the module docs).
 ///
@@ -50,11 +53,24 @@ impl Lane {
     /// Which of the breaker's tally lines this lane counts successes in
     /// ([`WORD_SLOT`], none of them, for a breaker of its own).
     #[inline]
-    pub(crate) fn slot(&self) -> usize {
+    fn slot(&self) -> usize {
         match self {
             Self::Own(_) => WORD_SLOT,
             Self::Of { slot, .. } => *slot,
         }
+    }
+
+    /// Reports how a call admitted through this lane ended (see
+    /// [`Breaker::complete`]), tallying a batched success in this lane's line.
+    #[inline]
+    pub(crate) fn complete(
+        &self,
+        ticket: Ticket,
+        report: Report,
+        now: Option<Instant>,
+        clock: impl FnOnce() -> Instant,
+    ) {
+        Breaker::complete(self, self.slot(), ticket, report, now, clock);
     }
 }
 
