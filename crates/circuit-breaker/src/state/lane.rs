@@ -133,9 +133,11 @@ std::thread_local! {
 }
 
 /// This thread's slot: threads get consecutive slots in the order they first
-/// call a shared breaker (any of them), so the workers of a runtime, whose first
-/// calls come together, take different lanes. A slot is never given back: threads
-/// that come and go, or the workers of two runtimes calling in turn, may share a
+/// call a shared breaker (any of them), so the workers of a busy runtime, whose
+/// first calls come together, take different lanes while they are no more than
+/// the lanes. A slot is never given back and every calling thread takes the next
+/// one: a thread whose first call falls between two workers' (another runtime's,
+/// a blocking thread), or threads that come and go, can leave two workers on one
 /// lane, which costs speed, never a count.
 #[inline]
 fn thread_slot() -> usize {
