@@ -24,20 +24,24 @@
 //! - A breaker shared by a layer's services is held by its calls through lanes
 //!   (`state/lane.rs`), one per tally line: there a success bumps its lane's line
 //!   instead of the word (the line holds the epoch its successes were admitted in),
-//!   so successes through different lanes write no line in common, and the word is
-//!   only read on the closed path. The lock folds every line as it folds the word;
+//!   so successes through different lanes write no line in common, and the closed
+//!   path only reads the word. The lock folds every line as it folds the word;
 //!   a line's successes of an epoch gone by are stale (counted so when a lock folds
 //!   them, where the word's are counted as the epoch changes). A success is in the
 //!   machine's sequence where its compare-and-swap is: before the failure of any
 //!   call that followed it (on its thread, or on a thread it told), and in either
-//!   order with a call it raced.
+//!   order with a call it raced. Relaxed orderings are enough for that: a fold that
+//!   happens after the compare-and-swap reads the line's value from it or later
+//!   (coherence), and the counts are all the fold takes from the line.
 //! - A lane's success reads the word (epoch, `batch`) before its compare-and-swap
 //!   on the line, not in it. That is enough because only a new epoch stops
-//!   batching (a transition, a reset, a new window: each changes the epoch, and
-//!   the shared proptest checks it), and the line keeps the success's own epoch: a
-//!   success that read the word just before such a change lands as stale, never in
-//!   a window that needs each success's instant. A success of the new epoch that
-//!   finds its line holding an old one's goes to the lock, which folds the line.
+//!   batching (a transition, a reset, a new window: each changes the epoch, as
+//!   `the_shared_breaker_keeps_the_machine_invariants` checks), and the line keeps
+//!   the success's own epoch: a success that read the word before such a change
+//!   and lands after the change's fold is stale, never in a window that needs
+//!   each success's instant.
+//!   A success of the new epoch that finds its line holding an old one's goes to
+//!   the lock, which folds the line.
 //! - An open breaker rejects with one load of the word, one clock read and one load
 //!   of `reopen_at`; a forced-open one without the clock. A call whose `poll_ready`
 //!   already saw it open is rejected without the clock, its rejection carrying
@@ -53,9 +57,9 @@
 //!   two or three more times for a breaker last used long ago.
 //! - Everything else (failures, probes, half-open, the ramp, operators) takes the
 //!   mutex, asks the machine, then republishes the word. Only the holder of the
-//!   mutex changes the epoch or the mode, so a success whose compare-and-swap
-//!   succeeded was admitted in the epoch it was tallied in; successes tallied while
-//!   a transition was being made are counted as stale.
+//!   mutex changes the epoch or the mode, so a success whose compare-and-swap on
+//!   the word succeeded was admitted in the epoch it was tallied in; successes
+//!   tallied while a transition was being made are counted as stale.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock, PoisonError};
