@@ -1067,6 +1067,43 @@ mod tests {
     }
 
     #[test]
+    fn a_success_in_one_lane_counts_before_the_failure_of_a_thread_it_told_in_another() {
+        let t0 = Instant::now();
+        let b = with_lines(
+            &CircuitBreakerConfig {
+                policy: TripPolicy::ConsecutiveFailures { threshold: 2 },
+                ..CircuitBreakerConfig::default()
+            },
+            t0,
+            2,
+        );
+        let fail = |slot| {
+            let t = admit(&b, t0).unwrap();
+            b.complete(slot, t, Report::of(Outcome::Failure), Some(t0), || t0);
+        };
+        fail(0);
+        let (told, heard) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            let b = &b;
+            s.spawn(move || {
+                let t = admit(b, t0).unwrap();
+                b.complete(1, t, ok(), None, || {
+                    unreachable!("no clock on the fast path")
+                });
+                told.send(()).unwrap();
+            });
+            heard.recv().unwrap();
+            // Told after its success was tallied in line 1: this thread's failure,
+            // through line 0, comes after it, so the two failures are not in a row.
+            fail(0);
+        });
+        b.locked(t0, |m| {
+            assert_eq!(m.state(t0), State::Closed);
+            assert_eq!((m.tally().successes, m.tally().failures), (1, 2));
+        });
+    }
+
+    #[test]
     fn threads_lose_no_outcome() {
         // In the word (a breaker of its own), then in two lines shared by four threads.
         for lines in [0, 2] {
