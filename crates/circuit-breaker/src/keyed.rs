@@ -19,7 +19,7 @@ use crate::future::{Guard, ResponseFuture};
 use crate::handle::{Forced, Handle, Snapshot};
 use crate::layer::CircuitBreakerBuilder;
 use crate::machine::{Admission, State};
-use crate::state::{Breaker, Lane};
+use crate::state::{Breaker, Lane, WORD_SLOT};
 use crate::telemetry::Series;
 
 /// Wraps services in one circuit breaker per key extracted from the request, so one
@@ -426,7 +426,7 @@ where
                 OpenCause::Open,
             );
         };
-        match breaker.admit(Instant::now) {
+        match breaker.admit(WORD_SLOT, Instant::now) {
             Admission::Rejected(retry_after, cause) => {
                 ResponseFuture::rejected(breaker.name(), retry_after, cause)
             }

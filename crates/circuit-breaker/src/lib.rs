@@ -358,11 +358,10 @@
 //! a success is one compare-and-swap on that lane's own line, folded into the
 //! window by whoever next takes the lock (a failure, a snapshot, an operator), so
 //! the window sees the same sequence as if each success had been recorded on its
-//! own. Successful calls through different lanes thus write no line in common
-//! (threads beyond the lanes share them; an ignored or cancelled call bumps a
-//! counter of the breaker's, and the `metrics` feature's counters are the
-//! recorder's); a keyed layer's key is one lane that owns its breaker and tallies
-//! in its word. No allocation, no span, and no clock read unless slow-call
+//! own. Calls through different lanes thus write no line in common, whether they
+//! succeed, are ignored, cancelled or turned away while open (threads beyond the
+//! lanes share them, and the `metrics` feature's counters are the recorder's); a
+//! keyed layer's key is one lane that owns its breaker and counts in it. No allocation, no span, and no clock read unless slow-call
 //! detection or a time window needs one (a time window records every outcome under
 //! the lock). Failures, probes, the ramp and operators take a short uncontended
 //! mutex (its holder reads each lane's line). An open rejection takes no lock and

@@ -60,7 +60,7 @@ fn with_lines(policy: TripPolicy, now: Instant, lines: usize) -> Breaker {
 }
 
 fn admit(b: &Breaker, now: Instant) -> Ticket {
-    match b.admit(|| now) {
+    match b.admit(WORD_SLOT, || now) {
         Admission::Admitted(t) => t,
         Admission::Rejected(..) | Admission::Shadow(..) => {
             panic!("a closed breaker rejected a call")

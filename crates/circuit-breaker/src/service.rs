@@ -134,13 +134,15 @@ where
     fn call(&mut self, req: Req) -> Self::Future {
         let readiness = std::mem::replace(&mut self.ready, Readiness::Unknown);
         let breaker = self.breaker.breaker();
+        // This thread's lane: where its calls count, admitted or not.
+        let slot = self.breaker.slot_for_this_thread();
         if let Readiness::Skipped = readiness {
             // Open at `poll_ready`: rejected from the word alone, without the clock.
-            if let Some(open) = breaker.reject_unpolled() {
+            if let Some(open) = breaker.reject_unpolled(slot) {
                 return ResponseFuture::open(open);
             }
         }
-        match breaker.admit(Instant::now) {
+        match breaker.admit(slot, Instant::now) {
             Admission::Rejected(retry_after, cause) => {
                 ResponseFuture::rejected(breaker.name(), retry_after, cause)
             }
@@ -148,7 +150,7 @@ where
                 if let Readiness::Skipped = readiness {
                     // The breaker closed between `poll_ready` and `call`: the inner
                     // service was not polled, so this call cannot go out.
-                    breaker.turn_away(ticket, Instant::now);
+                    breaker.turn_away(slot, ticket, Instant::now);
                     return ResponseFuture::rejected(
                         breaker.name(),
                         MIN_RETRY_AFTER,
@@ -158,7 +160,7 @@ where
                 // The one shared pointer per call, to this thread's lane, taken
                 // before the future is built.
                 let started = breaker.start_clock(Instant::now);
-                let guard = Guard::new(Arc::clone(self.breaker.for_this_thread()), ticket, started);
+                let guard = Guard::new(Arc::clone(self.breaker.lane(slot)), ticket, started);
                 let classifier = self.classifier.classifier_for(&req);
                 let (future, guard) = guard.call(|| self.inner.call(req));
                 ResponseFuture::admitted(bounded_by_current(future), guard, classifier)

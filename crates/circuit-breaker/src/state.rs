@@ -42,6 +42,10 @@
 //!   each success's instant.
 //!   A success of the new epoch that finds its line holding an old one's goes to
 //!   the lock, which folds the line.
+//! - What the lock-free paths only count (a call turned away, let through in
+//!   shadow mode, ignored or cancelled) is counted in the lane's line too, and the
+//!   breaker's own counters serve a breaker no lane shares: a rejection on one
+//!   core writes no line the calls of another read. A snapshot sums them all.
 //! - An open breaker rejects with one load of the word, one clock read and one load
 //!   of `reopen_at`; a forced-open one without the clock. A call whose `poll_ready`
 //!   already saw it open is rejected without the clock, its rejection carrying
@@ -100,12 +104,42 @@ pub(crate) const WORD_SLOT: usize = usize::MAX;
 /// Successes one tally line holds before the lock must fold them (the low half).
 const TALLY_MASK: u64 = u32::MAX as u64;
 
-/// A lane's count of successes not yet folded into the machine, on a cache line of
-/// its own: the epoch they were admitted in (high half) and how many (low half);
-/// 0 when empty.
+/// What one lane counts without the lock, on a cache line of its own: its
+/// successes not yet folded into the machine (`tally`: the epoch they were
+/// admitted in in the high half, how many in the low half; 0 when empty), and the
+/// outcomes the lock-free paths only count (summed by [`Breaker::fast_counts`]),
+/// so that neither a success nor a rejection on one core writes a line another
+/// core's calls read.
 #[derive(Debug)]
 #[repr(align(64))]
-struct TallyLine(AtomicU64);
+struct TallyLine {
+    tally: AtomicU64,
+    short_circuited: AtomicU64,
+    shadow_open: AtomicU64,
+    ignored: AtomicU64,
+    cancelled: AtomicU64,
+}
+
+impl TallyLine {
+    fn new() -> Self {
+        Self {
+            tally: AtomicU64::new(0),
+            short_circuited: AtomicU64::new(0),
+            shadow_open: AtomicU64::new(0),
+            ignored: AtomicU64::new(0),
+            cancelled: AtomicU64::new(0),
+        }
+    }
+}
+
+/// A counter of the lock-free paths (see [`FastCounts`]).
+#[derive(Debug, Clone, Copy)]
+enum Fast {
+    ShortCircuited,
+    ShadowOpen,
+    Ignored,
+    Cancelled,
+}
 
 /// Capacity of the transition channel handed to subscribers.
 const SUBSCRIPTION_CAPACITY: usize = 64;
@@ -165,6 +199,7 @@ pub(crate) struct Breaker {
     reopen_at: AtomicU64,
     /// The slow-call threshold in nanoseconds; 0 when slow calls are not detected.
     slow_nanos: AtomicU64,
+    /// Calls turned away without the lock, when through no lane's line (a key's).
     short_circuited: AtomicU64,
     name: Name,
     telemetry: Telemetry,
@@ -270,15 +305,30 @@ impl Breaker {
             telemetry,
             ready_waiters: OnceLock::new(),
             machine: Mutex::new(machine),
-            tallies: (0..tally_lines)
-                .map(|_| TallyLine(AtomicU64::new(0)))
-                .collect(),
+            tallies: (0..tally_lines).map(|_| TallyLine::new()).collect(),
         }
     }
 
     /// How many lanes can tally without sharing a line.
     pub(crate) fn tally_lines(&self) -> usize {
         self.tallies.len()
+    }
+
+    /// Counts one `counter` for a call through the lane whose line is `slot`: in
+    /// that line, or in the breaker's own counters for a breaker no lane shares.
+    #[inline]
+    fn count(&self, slot: usize, counter: Fast) {
+        let cell = match (self.tallies.get(slot), counter) {
+            (Some(line), Fast::ShortCircuited) => &line.short_circuited,
+            (Some(line), Fast::ShadowOpen) => &line.shadow_open,
+            (Some(line), Fast::Ignored) => &line.ignored,
+            (Some(line), Fast::Cancelled) => &line.cancelled,
+            (None, Fast::ShortCircuited) => &self.short_circuited,
+            (None, Fast::ShadowOpen) => &self.shadow_open,
+            (None, Fast::Ignored) => &self.ignored,
+            (None, Fast::Cancelled) => &self.cancelled,
+        };
+        cell.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn name(&self) -> &Name {
@@ -360,21 +410,23 @@ impl Breaker {
     /// time. The clock is read here even when `poll_ready` read it moments before:
     /// `call` may come much later, and a stale instant would turn away a call that
     /// is due to probe, with a retry-after that has already passed.
+    /// A call through the lane whose line is `slot` (a rejection is counted there).
     #[inline(always)]
-    pub(crate) fn admit(&self, clock: impl Fn() -> Instant) -> Admission {
+    pub(crate) fn admit(&self, slot: usize, clock: impl Fn() -> Instant) -> Admission {
         let w = self.word.load(Ordering::Acquire);
         if w & MODE_MASK == MODE_CLOSED {
             // The common case, inlined into `call`: one load.
             return Admission::Admitted(Ticket::normal(epoch_of(w)));
         }
-        self.admit_not_closed(w, clock)
+        self.admit_not_closed(slot, w, clock)
     }
 
     #[inline(never)]
-    fn admit_not_closed(&self, w: u64, clock: impl Fn() -> Instant) -> Admission {
+    fn admit_not_closed(&self, slot: usize, w: u64, clock: impl Fn() -> Instant) -> Admission {
         match w & MODE_MASK {
             MODE_CLOSED => Admission::Admitted(Ticket::normal(epoch_of(w))),
             MODE_FORCED_OPEN => self.reject_fast(
+                slot,
                 Duration::from_nanos(self.reopen_at.load(Ordering::Acquire)),
                 OpenCause::ForcedOpen,
             ),
@@ -384,9 +436,13 @@ impl Breaker {
                 let until = self.reopen_at.load(Ordering::Acquire);
                 if at < until {
                     if w & SHADOW != 0 {
-                        return self.shadow_fast(epoch_of(w));
+                        return self.shadow_fast(slot, epoch_of(w));
                     }
-                    return self.reject_fast(Duration::from_nanos(until - at), OpenCause::Open);
+                    return self.reject_fast(
+                        slot,
+                        Duration::from_nanos(until - at),
+                        OpenCause::Open,
+                    );
                 }
                 self.admit_locked(now)
             }
@@ -394,8 +450,8 @@ impl Breaker {
         }
     }
 
-    fn reject_fast(&self, retry_after: Duration, cause: OpenCause) -> Admission {
-        self.short_circuited.fetch_add(1, Ordering::Relaxed);
+    fn reject_fast(&self, slot: usize, retry_after: Duration, cause: OpenCause) -> Admission {
+        self.count(slot, Fast::ShortCircuited);
         let retry_after = positive(retry_after);
         self.telemetry.rejected(&self.name, || Some(retry_after));
         Admission::Rejected(retry_after, cause)
@@ -407,15 +463,16 @@ impl Breaker {
     /// retry-after is measured when it is read, from the end of the open interval
     /// (a call made long after its `poll_ready` is never given a stale remainder).
     /// `None` when the breaker has left open since: [`admit`](Self::admit) decides.
+    /// Counted in the line `slot`, as `admit` counts.
     #[inline]
-    pub(crate) fn reject_unpolled(&self) -> Option<Box<CircuitOpen>> {
+    pub(crate) fn reject_unpolled(&self, slot: usize) -> Option<Box<CircuitOpen>> {
         let w = self.word.load(Ordering::Acquire);
         let mode = w & MODE_MASK;
         if mode != MODE_OPEN && mode != MODE_FORCED_OPEN {
             return None;
         }
         // Counted first: the locked increment then waits for fewer pending stores.
-        self.short_circuited.fetch_add(1, Ordering::Relaxed);
+        self.count(slot, Fast::ShortCircuited);
         let open = Box::new(if mode == MODE_OPEN {
             let until = self.reopen_at.load(Ordering::Acquire);
             self.rejection
@@ -430,8 +487,8 @@ impl Breaker {
     /// An open call let through in shadow mode, decided from the word alone (the
     /// machine is left alone, as a fast rejection leaves it).
     #[cold]
-    fn shadow_fast(&self, epoch: u32) -> Admission {
-        self.shadow_open.fetch_add(1, Ordering::Relaxed);
+    fn shadow_fast(&self, slot: usize, epoch: u32) -> Admission {
+        self.count(slot, Fast::ShadowOpen);
         self.telemetry.shadow_rejected(&self.name, OpenCause::Open);
         Admission::Shadow(Ticket::shadow(epoch), OpenCause::Open)
     }
@@ -474,7 +531,7 @@ impl Breaker {
                 }
                 // An ordinary call's ignored outcome never changes anything.
                 Outcome::Ignore if !report.timed_out => {
-                    self.ignored.fetch_add(1, Ordering::Relaxed);
+                    self.count(slot, Fast::Ignored);
                     self.telemetry.ignored();
                     return;
                 }
@@ -522,13 +579,14 @@ impl Breaker {
         self.telemetry.reason(outcome, reason);
     }
 
-    /// Reports that an admitted call was dropped before finishing.
+    /// Reports that an admitted call, through the lane whose line is `slot`, was
+    /// dropped before finishing.
     #[inline]
-    pub(crate) fn cancel(&self, ticket: Ticket, clock: impl FnOnce() -> Instant) {
+    pub(crate) fn cancel(&self, slot: usize, ticket: Ticket, clock: impl FnOnce() -> Instant) {
         self.telemetry.cancelled();
         if ticket.probe.is_none() {
             // Cancelling an ordinary call never changes anything.
-            self.cancelled.fetch_add(1, Ordering::Relaxed);
+            self.count(slot, Fast::Cancelled);
             return;
         }
         let now = clock();
@@ -546,10 +604,10 @@ impl Breaker {
     }
 
     /// Gives an admitted ticket back unused, counting the call as short-circuited
-    /// (the inner service was not ready to take it).
-    pub(crate) fn turn_away(&self, ticket: Ticket, clock: impl FnOnce() -> Instant) {
+    /// (the inner service was not ready to take it) in the line `slot`.
+    pub(crate) fn turn_away(&self, slot: usize, ticket: Ticket, clock: impl FnOnce() -> Instant) {
         if ticket.probe.is_none() {
-            self.short_circuited.fetch_add(1, Ordering::Relaxed);
+            self.count(slot, Fast::ShortCircuited);
         } else {
             let now = clock();
             self.locked(now, |m| m.give_back(ticket, now));
@@ -614,10 +672,10 @@ impl Breaker {
     /// fold are only read.
     fn fold_tallies(&self, m: &mut Driven, now: Instant) {
         for line in self.tallies.iter() {
-            if line.0.load(Ordering::Relaxed) == 0 {
+            if line.tally.load(Ordering::Relaxed) == 0 {
                 continue;
             }
-            let t = line.0.swap(0, Ordering::Relaxed);
+            let t = line.tally.swap(0, Ordering::Relaxed);
             let (epoch, n) = (epoch_of(t), t & TALLY_MASK);
             if epoch != m.epoch() && n != 0 {
                 self.telemetry.stale(n);
@@ -703,13 +761,22 @@ impl Breaker {
         self.word.load(Ordering::Acquire) & (MODE_MASK | PLAIN) == MODE_CLOSED | PLAIN
     }
 
+    /// The lock-free paths' counters: the breaker's own and every line's.
     pub(crate) fn fast_counts(&self) -> FastCounts {
-        FastCounts {
-            short_circuited: self.short_circuited.load(Ordering::Relaxed),
-            shadow_open: self.shadow_open.load(Ordering::Relaxed),
-            ignored: self.ignored.load(Ordering::Relaxed),
-            cancelled: self.cancelled.load(Ordering::Relaxed),
+        let load = |cell: &AtomicU64| cell.load(Ordering::Relaxed);
+        let mut counts = FastCounts {
+            short_circuited: load(&self.short_circuited),
+            shadow_open: load(&self.shadow_open),
+            ignored: load(&self.ignored),
+            cancelled: load(&self.cancelled),
+        };
+        for line in self.tallies.iter() {
+            counts.short_circuited += load(&line.short_circuited);
+            counts.shadow_open += load(&line.shadow_open);
+            counts.ignored += load(&line.ignored);
+            counts.cancelled += load(&line.cancelled);
         }
+        counts
     }
 }
 
@@ -718,7 +785,7 @@ impl Breaker {
 /// folds them and records this one).
 #[inline]
 fn tally_in(line: &TallyLine, epoch: u32) -> bool {
-    let mut t = line.0.load(Ordering::Relaxed);
+    let mut t = line.tally.load(Ordering::Relaxed);
     loop {
         let next = if t == 0 {
             (u64::from(epoch) << EPOCH_SHIFT) | 1
@@ -728,7 +795,7 @@ fn tally_in(line: &TallyLine, epoch: u32) -> bool {
             return false;
         };
         match line
-            .0
+            .tally
             .compare_exchange_weak(t, next, Ordering::Relaxed, Ordering::Relaxed)
         {
             Ok(_) => return true,
@@ -772,7 +839,7 @@ mod tests {
     }
 
     fn admit(b: &Breaker, now: Instant) -> Option<Ticket> {
-        match b.admit(|| now) {
+        match b.admit(WORD_SLOT, || now) {
             Admission::Admitted(t) | Admission::Shadow(t, _) => Some(t),
             Admission::Rejected(..) => None,
         }
@@ -895,7 +962,7 @@ mod tests {
         let guard = b.lock();
         // With the mutex held elsewhere, rejections still flow.
         assert_eq!(
-            b.admit(|| t0 + 4 * S),
+            b.admit(WORD_SLOT, || t0 + 4 * S),
             Admission::Rejected(6 * S, OpenCause::Open)
         );
         assert_eq!(b.ready_hint(|| t0 + 4 * S), ReadyHint::SkipOpen);
@@ -909,7 +976,10 @@ mod tests {
     async fn a_call_left_unpolled_is_rejected_from_the_word_alone_while_it_says_open() {
         let t0 = Instant::now();
         let b = breaker(&CircuitBreakerConfig::default(), t0);
-        assert!(b.reject_unpolled().is_none(), "closed: `admit` decides");
+        assert!(
+            b.reject_unpolled(WORD_SLOT).is_none(),
+            "closed: `admit` decides"
+        );
         b.locked(t0, |m| {
             for _ in 0..10 {
                 if let Admission::Admitted(t) = m.acquire(t0) {
@@ -919,7 +989,7 @@ mod tests {
         });
         let guard = b.lock();
         // Neither the mutex nor the clock: the end of the interval travels instead.
-        let open = b.reject_unpolled().expect("open");
+        let open = b.reject_unpolled(WORD_SLOT).expect("open");
         drop(guard);
         assert_eq!(open.cause(), OpenCause::Open);
         assert_eq!(open.retry_after(), Some(10 * S));
@@ -929,9 +999,12 @@ mod tests {
         // Due to probe: once a call has taken the probe, the machine decides again.
         let probe = admit(&b, t0 + 10 * S).unwrap();
         assert!(probe.probe.is_some());
-        assert!(b.reject_unpolled().is_none(), "half-open: `admit` decides");
+        assert!(
+            b.reject_unpolled(WORD_SLOT).is_none(),
+            "half-open: `admit` decides"
+        );
         b.locked(t0 + 10 * S, |m| m.force_open(t0 + 10 * S));
-        let forced = b.reject_unpolled().expect("forced open");
+        let forced = b.reject_unpolled(WORD_SLOT).expect("forced open");
         assert_eq!(
             (forced.cause(), forced.retry_after()),
             (OpenCause::ForcedOpen, None)
@@ -972,7 +1045,7 @@ mod tests {
         // Ramping from a tenth: most calls are not in the share.
         let ramping = t0 + 10 * S;
         let shadowed = (0..10)
-            .find_map(|_| match b.admit(|| ramping) {
+            .find_map(|_| match b.admit(WORD_SLOT, || ramping) {
                 Admission::Shadow(t, OpenCause::Ramping) => Some(t),
                 Admission::Admitted(t) => {
                     b.complete(WORD_SLOT, t, ok(), Some(ramping), || ramping);
@@ -1012,7 +1085,7 @@ mod tests {
         });
         // Tallied in line 1, not in the word, and not yet in the machine.
         assert_eq!(b.word.load(Ordering::Relaxed) & PENDING_MASK, 0);
-        assert_eq!(b.tallies[1].0.load(Ordering::Relaxed) & TALLY_MASK, 1);
+        assert_eq!(b.tallies[1].tally.load(Ordering::Relaxed) & TALLY_MASK, 1);
         // The failure after it takes the lock, which folds the success in first:
         // two failures, but not in a row.
         fail(0);
@@ -1020,9 +1093,56 @@ mod tests {
             assert_eq!(m.state(t0), State::Closed);
             assert_eq!((m.tally().successes, m.tally().failures), (1, 2));
         });
-        assert_eq!(b.tallies[1].0.load(Ordering::Relaxed), 0);
+        assert_eq!(b.tallies[1].tally.load(Ordering::Relaxed), 0);
         fail(1);
         b.locked(t0, |m| assert_eq!(m.state(t0), State::Open));
+    }
+
+    #[test]
+    fn what_the_lock_free_paths_count_through_a_lane_is_counted_in_its_line() {
+        let t0 = Instant::now();
+        let b = with_lines(
+            &CircuitBreakerConfig {
+                policy: TripPolicy::ConsecutiveFailures { threshold: 1 },
+                ..CircuitBreakerConfig::default()
+            },
+            t0,
+            2,
+        );
+        let own = |b: &Breaker| {
+            (
+                b.short_circuited.load(Ordering::Relaxed),
+                b.ignored.load(Ordering::Relaxed),
+                b.cancelled.load(Ordering::Relaxed),
+            )
+        };
+        let line = |i: usize| {
+            let l = &b.tallies[i];
+            (
+                l.short_circuited.load(Ordering::Relaxed),
+                l.ignored.load(Ordering::Relaxed),
+                l.cancelled.load(Ordering::Relaxed),
+            )
+        };
+        let t = admit(&b, t0).unwrap();
+        b.complete(1, t, Report::of(Outcome::Ignore), Some(t0), || t0);
+        let t = admit(&b, t0).unwrap();
+        b.cancel(1, t, || t0);
+        let t = admit(&b, t0).unwrap();
+        b.complete(0, t, Report::of(Outcome::Failure), Some(t0), || t0);
+        // Open now: a rejection through lane 1, one from the word alone through
+        // lane 0, one through no lane.
+        assert!(matches!(b.admit(1, || t0), Admission::Rejected(..)));
+        assert!(b.reject_unpolled(0).is_some());
+        assert!(matches!(b.admit(WORD_SLOT, || t0), Admission::Rejected(..)));
+        assert_eq!(line(0), (1, 0, 0));
+        assert_eq!(line(1), (1, 1, 1));
+        assert_eq!(own(&b), (1, 0, 0));
+        let fast = b.fast_counts();
+        assert_eq!(
+            (fast.short_circuited, fast.ignored, fast.cancelled),
+            (3, 1, 1)
+        );
     }
 
     #[test]
@@ -1043,7 +1163,7 @@ mod tests {
         // success (tallied as the reset was being made, say).
         b.locked(t0, |m| m.reset(t0));
         b.tallies[1]
-            .0
+            .tally
             .store((u64::from(old.epoch) << EPOCH_SHIFT) | 1, Ordering::Relaxed);
         // A success of the old epoch is not tallied in the line now.
         b.complete(1, also_old, ok(), None, || t0);
@@ -1061,7 +1181,7 @@ mod tests {
             unreachable!("no clock on the fast path")
         });
         assert_eq!(
-            b.tallies[1].0.load(Ordering::Relaxed),
+            b.tallies[1].tally.load(Ordering::Relaxed),
             (u64::from(fresh.epoch) << EPOCH_SHIFT) | 1
         );
     }
@@ -1141,7 +1261,7 @@ mod tests {
                         match (i + j) % 10 {
                             0 => b.complete(slot, t, Report::of(Outcome::Failure), Some(t0), || t0),
                             1 => b.complete(slot, t, Report::of(Outcome::Ignore), Some(t0), || t0),
-                            2 => b.cancel(t, || t0),
+                            2 => b.cancel(slot, t, || t0),
                             _ => b.complete(slot, t, ok(), None, || t0),
                         }
                     }
@@ -1221,7 +1341,9 @@ mod tests {
                 match op {
                     Op::Acquire => {
                         let before = b.locked(now, |m| { m.advance(now); m.probes_in_flight() });
-                        match b.admit(|| now) {
+                        // Rejections counted in the word's counters or in a line's.
+                        let slot = if lines == 0 { WORD_SLOT } else { held.len() % lines };
+                        match b.admit(slot, || now) {
                             Admission::Admitted(t) => {
                                 if t.probe.is_some() {
                                     let after = b.locked(now, |m| m.probes_in_flight());
@@ -1254,7 +1376,8 @@ mod tests {
                     Op::Drop(i) if !held.is_empty() => {
                         let t = held.swap_remove(i % held.len());
                         let (state, epoch) = b.locked(now, |m| { m.advance(now); (m.state(now), m.epoch()) });
-                        b.cancel(t, || now);
+                        let slot = if lines == 0 { WORD_SLOT } else { i % lines };
+                        b.cancel(slot, t, || now);
                         ended += 1;
                         prop_assert_eq!(b.locked(now, |m| (m.state(now), m.epoch())), (state, epoch));
                     }

@@ -72,6 +72,13 @@ impl Lane {
     ) {
         Breaker::complete(self, self.slot(), ticket, report, now, clock);
     }
+
+    /// Reports that a call admitted through this lane was dropped before it
+    /// finished (see [`Breaker::cancel`]), counted in this lane's line.
+    #[inline]
+    pub(crate) fn cancel(&self, ticket: Ticket, clock: impl FnOnce() -> Instant) {
+        Breaker::cancel(self, self.slot(), ticket, clock);
+    }
 }
 
 /// The lanes of one shared breaker, one per tally line; a thread always takes the
@@ -103,10 +110,17 @@ impl Lanes {
         &self.breaker
     }
 
-    /// The lane the current thread takes. The number of lanes is a power of two.
+    /// The slot of the lane the current thread takes (the number of lanes is a
+    /// power of two): what the breaker's lock-free paths count in for its calls.
     #[inline]
-    pub(crate) fn for_this_thread(&self) -> &Arc<Lane> {
-        &self.lanes[thread_slot() & (self.lanes.len() - 1)]
+    pub(crate) fn slot_for_this_thread(&self) -> usize {
+        thread_slot() & (self.lanes.len() - 1)
+    }
+
+    /// The lane of `slot` (from [`slot_for_this_thread`](Self::slot_for_this_thread)).
+    #[inline]
+    pub(crate) fn lane(&self, slot: usize) -> &Arc<Lane> {
+        &self.lanes[slot]
     }
 
     /// Any one lane, for an operator's handle (which writes no tally).
