@@ -151,6 +151,13 @@ impl Drop for Waiter {
     }
 }
 
+/// Frees the permit an inner `call` that panicked left in its service's `in_call`
+/// (see [`ResponseFuture::call_in`]), before the service's next call asks for a slot.
+#[cold]
+fn free_left_permit(in_call: &mut Option<Permit>) {
+    *in_call = None;
+}
+
 fn polled_after_completion() -> BoxError {
     "bulkhead response future polled after completion".into()
 }
@@ -168,9 +175,26 @@ where
     /// rejection is built where it is returned, so it is not copied on its way out.
     #[inline]
     pub(crate) fn new(shared: &Arc<Shared>, inner: &mut S, req: Req, overload: O) -> Self {
+        Self::new_in(shared, inner, &mut None, req, overload)
+    }
+
+    /// As [`ResponseFuture::new`], keeping the permit in `in_call` while the inner
+    /// service's `call` runs (see [`ResponseFuture::call_in`]).
+    #[inline]
+    pub(crate) fn new_in(
+        shared: &Arc<Shared>,
+        inner: &mut S,
+        in_call: &mut Option<Permit>,
+        req: Req,
+        overload: O,
+    ) -> Self {
+        if in_call.is_some() {
+            free_left_permit(in_call);
+        }
         if shared.semaphore.try_acquire() {
             shared.telemetry.admitted(Duration::ZERO);
-            return Self::admitted(Permit::new(shared.clone()), inner, req, Some(overload));
+            let permit = Permit::new(shared.clone());
+            return Self::admitted(permit, inner, in_call, req, Some(overload));
         }
         // Turned away without moving the request into another function: it is
         // dropped here (a shadow bulkhead lets it through on the slow path).
@@ -189,10 +213,16 @@ where
     /// `overload` is taken here rather than set afterwards, so the future (with
     /// the inner one inside it) is built once, in place, and never moved again.
     #[inline]
-    fn admitted(permit: Permit, svc: &mut S, req: Req, overload: Option<O>) -> Self {
+    fn admitted(
+        permit: Permit,
+        svc: &mut S,
+        in_call: &mut Option<Permit>,
+        req: Req,
+        overload: Option<O>,
+    ) -> Self {
         let mut cx = Context::from_waker(Waker::noop());
         match svc.poll_ready(&mut cx) {
-            Poll::Ready(Ok(())) => Self::call(permit, svc, req, overload),
+            Poll::Ready(Ok(())) => Self::call_in(permit, svc, in_call, req, overload),
             Poll::Ready(Err(e)) => Self::rejected(e.into()),
             Poll::Pending => {
                 let fresh = svc.clone();
@@ -224,12 +254,24 @@ where
         match enqueued {
             Enqueued::Admitted => {
                 shared.telemetry.admitted(Duration::ZERO);
-                Self::admitted(Permit::waited(shared.clone()), inner, req, Some(overload))
+                Self::admitted(
+                    Permit::waited(shared.clone()),
+                    inner,
+                    &mut None,
+                    req,
+                    Some(overload),
+                )
             }
             Enqueued::Full => Self::full_or_over_limit(shared, inner, req),
             Enqueued::Expired if shadow => {
                 shared.admit_over_limit(ShadowReason::Timeout);
-                Self::admitted(Permit::over_limit(shared.clone()), inner, req, None)
+                Self::admitted(
+                    Permit::over_limit(shared.clone()),
+                    inner,
+                    &mut None,
+                    req,
+                    None,
+                )
             }
             Enqueued::Expired => {
                 shared
@@ -268,6 +310,7 @@ where
         Self::admitted(
             Permit::over_limit(shared.clone()),
             inner,
+            &mut None,
             req,
             Some(overload),
         )
@@ -279,7 +322,13 @@ where
     fn full_or_over_limit(shared: &Arc<Shared>, inner: &mut S, req: Req) -> Self {
         if shared.shadows() {
             shared.admit_over_limit(ShadowReason::Full);
-            return Self::admitted(Permit::over_limit(shared.clone()), inner, req, None);
+            return Self::admitted(
+                Permit::over_limit(shared.clone()),
+                inner,
+                &mut None,
+                req,
+                None,
+            );
         }
         Self::full(shared)
     }
@@ -317,19 +366,42 @@ where
 {
     /// Holding a slot, to an inner service that said it was ready: lend the
     /// request what the mode lends, call, and keep `overload` to tell an adaptive
-    /// limit how the call ended. The inner future is written straight into the
-    /// returned future's place; nothing here takes or returns it by value.
+    /// limit how the call ended.
     #[inline]
-    pub(crate) fn call(permit: Permit, svc: &mut S, mut req: Req, overload: Option<O>) -> Self
+    pub(crate) fn call(permit: Permit, svc: &mut S, req: Req, overload: Option<O>) -> Self
     where
         H: Lend<Req>,
     {
-        let permit = H::lend(permit, &mut req);
+        Self::call_in(permit, svc, &mut None, req, overload)
+    }
+
+    /// As [`ResponseFuture::call`], with the permit kept in `in_call` while the
+    /// inner service's `call` runs.
+    ///
+    /// Nothing with a destructor is a local of this function across that `call`,
+    /// so there is nothing to drop should it unwind: the compiler then writes the
+    /// inner future straight into the returned future's place. A permit held in a
+    /// local would make the call one that may unwind into a cleanup, whose result
+    /// goes to a temporary and is then copied (160 bytes for a breaker's future).
+    /// `in_call` is a field of the calling service: if the inner `call` panics,
+    /// the slot is freed by that service's next call or by its drop.
+    #[inline]
+    pub(crate) fn call_in(
+        permit: Permit,
+        svc: &mut S,
+        in_call: &mut Option<Permit>,
+        mut req: Req,
+        overload: Option<O>,
+    ) -> Self
+    where
+        H: Lend<Req>,
+    {
+        *in_call = Some(H::lend(permit, &mut req));
         Self {
             phase: Phase::Calling {
                 future: svc.call(req),
             },
-            permit: Some(permit),
+            permit: in_call.take(),
             overload,
             _hold: PhantomData,
         }

@@ -11,6 +11,7 @@ use tower_service::Service;
 use crate::future::ResponseFuture;
 use crate::handle::Handle;
 use crate::hold::{Hold, Lend, UntilResponse};
+use crate::permit::Permit;
 use crate::state::Shared;
 
 /// A service whose calls go through a bulkhead; built by [`BulkheadLayer`](crate::BulkheadLayer).
@@ -22,6 +23,8 @@ use crate::state::Shared;
 /// time (hence `S: Clone`). Only once it holds a slot does the future drive that
 /// clone to readiness and call it, so a waiting caller holds nothing downstream. A
 /// call admitted at once to a ready inner service calls it directly, with no clone.
+/// Should that inner `call` panic, the slot it was given is freed by this
+/// service's next call, or when this service is dropped.
 ///
 /// Clones share the bulkhead with each other and with every service built from
 /// the same layer.
@@ -29,6 +32,9 @@ pub struct Bulkhead<S, H = UntilResponse, O = TimeoutsAsOverload> {
     inner: S,
     shared: Arc<Shared>,
     overload: O,
+    // The permit of the call being made, while the inner service's `call` runs
+    // (see `ResponseFuture::call_in`); `None` between calls.
+    in_call: Option<Permit>,
     _hold: PhantomData<fn() -> H>,
 }
 
@@ -38,6 +44,7 @@ impl<S, H, O> Bulkhead<S, H, O> {
             inner,
             shared,
             overload,
+            in_call: None,
             _hold: PhantomData,
         }
     }
@@ -69,6 +76,7 @@ impl<S: Clone, H, O: Clone> Clone for Bulkhead<S, H, O> {
             inner: self.inner.clone(),
             shared: self.shared.clone(),
             overload: self.overload.clone(),
+            in_call: None,
             _hold: PhantomData,
         }
     }
@@ -103,6 +111,12 @@ where
 
     #[inline]
     fn call(&mut self, req: Req) -> Self::Future {
-        ResponseFuture::new(&self.shared, &mut self.inner, req, self.overload.clone())
+        ResponseFuture::new_in(
+            &self.shared,
+            &mut self.inner,
+            &mut self.in_call,
+            req,
+            self.overload.clone(),
+        )
     }
 }

@@ -150,6 +150,64 @@ async fn an_inner_readiness_error_releases_the_slot() {
     assert_eq!(counts(&h), (0, 0));
 }
 
+/// An inner service whose `call` panics for the request "panic"; any other call
+/// stays in flight.
+#[derive(Clone)]
+struct PanicsOnCall;
+
+impl Service<Req> for PanicsOnCall {
+    type Response = &'static str;
+    type Error = Infallible;
+    type Future = std::future::Pending<Result<&'static str, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        assert_ne!(*req.body(), "panic", "the inner service panics in call");
+        std::future::pending()
+    }
+}
+
+/// Calls `svc` with the request that makes its inner `call` panic, and catches it.
+fn call_and_catch_the_panic(svc: &mut seawall_bulkhead::Bulkhead<PanicsOnCall>) {
+    let called = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        drop(svc.call(req("panic")));
+    }));
+    assert!(called.is_err(), "the inner call panicked");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slot_taken_by_an_inner_call_that_panicked_is_free_for_the_services_next_call() {
+    let l = layer(1, 0);
+    let h = l.handle();
+    let mut svc = l.layer(PanicsOnCall);
+    call_and_catch_the_panic(&mut svc);
+    // The only slot is free again: the next call is admitted, not turned away.
+    let _next = start(&mut svc, "next");
+    assert_eq!(counts(&h), (1, 0));
+    assert_eq!(h.snapshot().admitted, 2);
+    assert_eq!(h.snapshot().rejected_full, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slot_taken_by_an_inner_call_that_panicked_is_freed_when_the_service_is_dropped() {
+    let l = layer(1, 0);
+    let h = l.handle();
+    let mut svc = l.layer(PanicsOnCall);
+    call_and_catch_the_panic(&mut svc);
+    drop(svc);
+    assert_eq!(counts(&h), (0, 0));
+    // A clone made after the panic does not carry the slot: only the original did.
+    let mut svc = l.layer(PanicsOnCall);
+    call_and_catch_the_panic(&mut svc);
+    let copy = svc.clone();
+    drop(svc);
+    assert_eq!(counts(&h), (0, 0));
+    drop(copy);
+}
+
 /// An inner service that counts how often it is asked for readiness and cloned.
 #[derive(Clone)]
 struct Counting {
