@@ -52,6 +52,7 @@ pin_project! {
     #[project = PhaseProj]
     enum Phase<S, Req, F> {
         // Holding a slot (the future's `permit`); the inner service has the call.
+        // Without the permit, the call has answered (its inner future is kept).
         Calling { #[pin] future: F },
         // Waiting for a slot, or holding one and waiting for the inner service.
         Parked { parked: Pin<Box<Parked<S, Req>>> },
@@ -440,48 +441,75 @@ where
 {
     type Output = Result<H::Output, BoxError>;
 
+    /// Small enough to inline into the caller's `poll`: the call in flight is
+    /// polled here, every other phase out of line.
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let mut phase = this.phase;
         loop {
-            match phase.as_mut().project() {
-                PhaseProj::Calling { future } => {
-                    let output = ready!(future.poll(cx));
-                    // Drop the inner future, then hand the permit to the hold mode.
-                    phase.set(Phase::Done);
-                    let Some(permit) = this.permit.take() else {
-                        return Poll::Ready(Err(polled_after_completion()));
-                    };
-                    // Only a call timed for an adaptive limit needs the result as a
-                    // whole; any other hands the response straight to the hold mode.
-                    if permit.learns() {
-                        return Poll::Ready(learn_and_hold::<_, _, H, _>(
-                            output,
-                            permit,
-                            this.overload.as_ref(),
-                        ));
-                    }
-                    return Poll::Ready(match output {
-                        Ok(response) => Ok(H::hold(response, permit)),
-                        Err(e) => Err(e.into()),
-                    });
-                }
-                PhaseProj::Parked { .. } => {
-                    let parked = poll_parked::<S, Req, H>(phase.as_mut(), this.permit, cx);
-                    if let Err(e) = ready!(parked) {
-                        phase.set(Phase::Done);
-                        return Poll::Ready(Err(e));
-                    }
-                }
-                PhaseProj::Rejected { error } => {
-                    let error = error.take().unwrap_or_else(polled_after_completion);
-                    phase.set(Phase::Done);
-                    return Poll::Ready(Err(error));
-                }
-                PhaseProj::Done => return Poll::Ready(Err(polled_after_completion())),
+            let PhaseProj::Calling { future } = phase.as_mut().project() else {
+                ready!(poll_until_calling::<S, Req, H>(
+                    phase.as_mut(),
+                    this.permit,
+                    cx
+                ))?;
+                continue;
+            };
+            // The permit leaves when the inner future completes: a call without one
+            // has answered already. The completed inner future is not dropped here
+            // but with this future, which saves dropping a phase on every call.
+            if this.permit.is_none() {
+                return Poll::Ready(Err(polled_after_completion()));
             }
+            let output = ready!(future.poll(cx));
+            let Some(permit) = this.permit.take() else {
+                return Poll::Ready(Err(polled_after_completion()));
+            };
+            // Only a call timed for an adaptive limit needs the result as a whole;
+            // any other hands the response straight to the hold mode.
+            if permit.learns() {
+                return Poll::Ready(learn_and_hold::<_, _, H, _>(
+                    output,
+                    permit,
+                    this.overload.as_ref(),
+                ));
+            }
+            return Poll::Ready(match output {
+                Ok(response) => Ok(H::hold(response, permit)),
+                Err(e) => Err(e.into()),
+            });
         }
     }
+}
+
+/// Every phase but a call in flight: drives a parked call until it is calling the
+/// inner service (`Ok`), or hands out why it never will. Out of line, so the
+/// common path's `poll` stays small.
+#[inline(never)]
+fn poll_until_calling<S, Req, H>(
+    mut phase: Pin<&mut Phase<S, Req, S::Future>>,
+    calling_permit: &mut Option<Permit>,
+    cx: &mut Context<'_>,
+) -> Poll<Result<(), BoxError>>
+where
+    S: Service<Req>,
+    S::Error: Into<BoxError>,
+    H: Lend<Req>,
+{
+    let error = match phase.as_mut().project() {
+        PhaseProj::Calling { .. } => return Poll::Ready(Ok(())),
+        PhaseProj::Parked { .. } => {
+            match ready!(poll_parked::<S, Req, H>(phase.as_mut(), calling_permit, cx)) {
+                Ok(()) => return Poll::Ready(Ok(())),
+                Err(e) => e,
+            }
+        }
+        PhaseProj::Rejected { error } => error.take().unwrap_or_else(polled_after_completion),
+        PhaseProj::Done => polled_after_completion(),
+    };
+    phase.set(Phase::Done);
+    Poll::Ready(Err(error))
 }
 
 /// An adaptive limit's call: classify the result for the limit, then hand the
@@ -503,9 +531,7 @@ where
 }
 
 /// Drives a parked call: waits for its slot, then for the inner service, then
-/// calls it and moves `phase` to `Calling`. Out of line, so the common path's
-/// `poll` stays small enough to inline into the caller's.
-#[inline(never)]
+/// calls it and moves `phase` to `Calling`.
 fn poll_parked<S, Req, H>(
     mut phase: Pin<&mut Phase<S, Req, S::Future>>,
     calling_permit: &mut Option<Permit>,
@@ -551,6 +577,7 @@ where
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let phase = match &self.phase {
+            Phase::Calling { .. } if self.permit.is_none() => "done",
             Phase::Calling { .. } => "calling",
             Phase::Parked { parked } if parked.waiter.is_some() => "waiting",
             Phase::Parked { .. } => "ready",
