@@ -294,7 +294,7 @@ where
     fn call(&mut self, req: Req) -> Self::Future {
         match std::mem::replace(&mut self.slot, Slot::Empty) {
             Slot::Held(permit) => {
-                ResponseFuture::call(permit, &mut self.inner, req, Some(self.overload.clone()))
+                ResponseFuture::call(permit, &mut self.inner, req, self.overload.clone())
             }
             other => {
                 // Leave the line first: a waiter of our own would keep the slot from us.
@@ -324,17 +324,17 @@ impl<S, H, O: Clone> Backpressure<S, H, O> {
                 .admit_over_limit(crate::state::ShadowReason::Full);
             Permit::over_limit(self.shared.clone())
         } else {
-            return ResponseFuture::full(&self.shared);
+            return ResponseFuture::full(&self.shared, self.overload.clone());
         };
         match self
             .inner
             .poll_ready(&mut Context::from_waker(Waker::noop()))
         {
             Poll::Ready(Ok(())) => {
-                ResponseFuture::call(permit, &mut self.inner, req, Some(self.overload.clone()))
+                ResponseFuture::call(permit, &mut self.inner, req, self.overload.clone())
             }
-            Poll::Ready(Err(e)) => ResponseFuture::rejected(e.into()),
-            Poll::Pending => ResponseFuture::rejected(NOT_POLLED.into()),
+            Poll::Ready(Err(e)) => ResponseFuture::rejected(e.into(), self.overload.clone()),
+            Poll::Pending => ResponseFuture::rejected(NOT_POLLED.into(), self.overload.clone()),
         }
     }
 }

@@ -11,7 +11,7 @@
 
 use std::error::Error;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
 use seawall_core::{BoxError, Classify, Outcome, RandomSource, SeededRandom};
@@ -28,6 +28,76 @@ use crate::semaphore::Semaphore;
 pub(crate) struct Ticket {
     generation: u64,
     started: Option<Instant>,
+}
+
+/// A [`Ticket`] (or none) in the seven bytes a permit's slot leaves free beside its
+/// pointer and flag, so that a permit takes 16 bytes: past 128 bytes, every move
+/// of a response future is a call to `memcpy`. Packed by [`Feedback::issue_packed`]
+/// and read back by [`Feedback::observe_packed`]: the generation modulo 2^14 (the
+/// latest generation with those bits is taken, the ticket's own unless 16,384
+/// began while the call ran) and the start in whole microseconds modulo 2^40 (a
+/// latency is right to the microsecond for calls shorter than 12.7 days).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PackedTicket([u8; 7]);
+
+const PACKED_SOME: u64 = 1 << 55;
+const PACKED_TIMED: u64 = 1 << 54;
+const PACKED_STARTED_BITS: u32 = 40;
+const PACKED_STARTED: u64 = (1 << PACKED_STARTED_BITS) - 1;
+const PACKED_GENERATION: u64 = (1 << 14) - 1;
+
+impl PackedTicket {
+    /// No ticket: the limit is fixed, or the call is let through beyond it.
+    pub(crate) const NONE: Self = Self([0; 7]);
+
+    #[inline]
+    fn from_word(word: u64) -> Self {
+        let b = word.to_le_bytes();
+        Self([b[0], b[1], b[2], b[3], b[4], b[5], b[6]])
+    }
+
+    #[inline]
+    fn word(self) -> u64 {
+        let b = self.0;
+        u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], 0])
+    }
+
+    /// Whether there is a ticket (an algorithm to tell how the call ended).
+    #[inline]
+    pub(crate) fn is_some(self) -> bool {
+        self.word() & PACKED_SOME != 0
+    }
+}
+
+/// What packed starts are counted from. Any instant will do (the first one asked
+/// for): only differences of two starts modulo 2^40 are read.
+static PACKED_BASE: OnceLock<Instant> = OnceLock::new();
+
+/// `at` in whole microseconds since [`PACKED_BASE`] (rounded down, also before
+/// it, so that two instants a whole number of microseconds apart are that number
+/// apart here), modulo 2^64.
+fn packed_micros(at: Instant) -> u64 {
+    let base = *PACKED_BASE.get_or_init(Instant::now);
+    let whole = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+    if at >= base {
+        whole(at - base)
+    } else {
+        let before = base - at;
+        let up = u64::from(!before.subsec_nanos().is_multiple_of(1_000));
+        whole(before).wrapping_add(up).wrapping_neg()
+    }
+}
+
+/// When a call started, as [`Feedback::observe_at`] is given it.
+#[derive(Debug, Clone, Copy)]
+enum Started {
+    /// Not timed.
+    Untimed,
+    /// A whole instant, as the tests give it.
+    #[cfg(test)]
+    At(Instant),
+    /// [`packed_micros`] of the start, modulo 2^40.
+    Since(u64),
 }
 
 #[derive(Debug)]
@@ -213,6 +283,72 @@ impl Feedback {
         Some(self.ticket(fast_path.map(Semaphore::admissions_hint)))
     }
 
+    /// [`Feedback::issue`], packed for a permit.
+    #[inline]
+    pub(crate) fn issue_packed(&self, fast_path: Option<&Semaphore>) -> PackedTicket {
+        match self.issue(fast_path) {
+            Some(ticket) => self.pack(ticket),
+            None => PackedTicket::NONE,
+        }
+    }
+
+    #[inline]
+    fn pack(&self, ticket: Ticket) -> PackedTicket {
+        let mut word =
+            PACKED_SOME | ((ticket.generation & PACKED_GENERATION) << PACKED_STARTED_BITS);
+        if let Some(started) = ticket.started {
+            word |= PACKED_TIMED | (packed_micros(started) & PACKED_STARTED);
+        }
+        PackedTicket::from_word(word)
+    }
+
+    /// How long a call that `started` took, ending `now`.
+    fn latency(&self, started: Started, now: Instant) -> Duration {
+        match started {
+            Started::Untimed => Duration::ZERO,
+            #[cfg(test)]
+            Started::At(at) => now.saturating_duration_since(at),
+            Started::Since(micros) => {
+                Duration::from_micros(packed_micros(now).wrapping_sub(micros) & PACKED_STARTED)
+            }
+        }
+    }
+
+    /// [`Feedback::observe`], for a ticket a permit packed.
+    pub(crate) fn observe_packed<Res, O>(
+        &self,
+        packed: PackedTicket,
+        overload: &O,
+        result: &Result<Res, BoxError>,
+        semaphore: &Semaphore,
+        events: &Events,
+    ) -> Option<(usize, usize)>
+    where
+        O: Classify<Res>,
+    {
+        let (generation, started) = self.unpack(packed)?;
+        self.observe_at(generation, started, overload, result, semaphore, events)
+    }
+
+    /// A packed ticket's generation (the latest whose low bits are the ticket's)
+    /// and start; `None` for no ticket.
+    #[inline]
+    fn unpack(&self, packed: PackedTicket) -> Option<(u64, Started)> {
+        let word = packed.word();
+        if word & PACKED_SOME == 0 {
+            return None;
+        }
+        let current = self.generation.load(Ordering::Relaxed);
+        let low = (word >> PACKED_STARTED_BITS) & PACKED_GENERATION;
+        let generation = current.wrapping_sub(current.wrapping_sub(low) & PACKED_GENERATION);
+        let started = if word & PACKED_TIMED == 0 {
+            Started::Untimed
+        } else {
+            Started::Since(word & PACKED_STARTED)
+        };
+        Some((generation, started))
+    }
+
     /// The ticket of an admission numbered `admissions` (`None`: slow path).
     #[inline]
     fn ticket(&self, admissions: Option<u64>) -> Ticket {
@@ -224,12 +360,38 @@ impl Feedback {
         }
     }
 
-    /// Learns from a completed call; the limits before and after when the limit in
-    /// force changed (sent to `events` under the lock, so in order; the caller then
-    /// applies it to the semaphore).
+    /// Learns from a completed call with a whole ticket, as the tests make them (a
+    /// permit's goes through [`Feedback::observe_packed`]).
+    #[cfg(test)]
     pub(crate) fn observe<Res, O>(
         &self,
         ticket: Ticket,
+        overload: &O,
+        result: &Result<Res, BoxError>,
+        semaphore: &Semaphore,
+        events: &Events,
+    ) -> Option<(usize, usize)>
+    where
+        O: Classify<Res>,
+    {
+        let started = ticket.started.map_or(Started::Untimed, Started::At);
+        self.observe_at(
+            ticket.generation,
+            started,
+            overload,
+            result,
+            semaphore,
+            events,
+        )
+    }
+
+    /// Learns from a completed call; the limits before and after when the limit in
+    /// force changed (sent to `events` under the lock, so in order; the caller then
+    /// applies it to the semaphore).
+    fn observe_at<Res, O>(
+        &self,
+        generation: u64,
+        started: Started,
         overload: &O,
         result: &Result<Res, BoxError>,
         semaphore: &Semaphore,
@@ -243,17 +405,16 @@ impl Feedback {
         let (observation, now) = match outcome {
             Outcome::Ignore => return None,
             Outcome::Success => {
-                let started = ticket.started?;
+                if matches!(started, Started::Untimed) {
+                    return None;
+                }
                 let now = Instant::now();
-                (
-                    Observation::Served(now.saturating_duration_since(started)),
-                    now,
-                )
+                (Observation::Served(self.latency(started, now)), now)
             }
             Outcome::Failure => {
                 // An overload signal from an older generation changes nothing: skip
                 // the lock and the clock.
-                if ticket.generation != self.generation.load(Ordering::Relaxed) {
+                if generation != self.generation.load(Ordering::Relaxed) {
                     return None;
                 }
                 (Observation::Overloaded, Instant::now())
@@ -271,7 +432,7 @@ impl Feedback {
         let sample = Sample {
             observation,
             inflight,
-            generation: ticket.generation,
+            generation,
         };
         let mut state = self.lock();
         if state.forced.is_some() {
@@ -533,6 +694,63 @@ mod tests {
         f.reconfigure(&config(Some(aimd())), Instant::now(), &Events::default());
         assert_eq!(f.limit(), 10, "a new algorithm starts at its initial limit");
     }
+
+    #[test]
+    fn a_packed_ticket_takes_seven_bytes_and_none_is_not_a_ticket() {
+        assert_eq!(std::mem::size_of::<PackedTicket>(), 7);
+        let f = Feedback::new(&config(None), Some(1));
+        assert!(!f.issue_packed(None).is_some());
+        assert!(f.unpack(PackedTicket::NONE).is_none());
+    }
+
+    #[test]
+    fn a_packed_ticket_reads_back_its_generation_while_fewer_than_2_14_began_since() {
+        let f = Feedback::new(&config(Some(aimd())), Some(1));
+        for (issued, current) in [
+            (0, 0),
+            (7, 7),
+            (7, 9),
+            (16_383, 16_384),
+            (16_390, 16_390 + 16_383),
+            (u64::MAX - 3, u64::MAX),
+        ] {
+            f.generation.store(issued, Ordering::Relaxed);
+            let packed = f.issue_packed(None);
+            assert!(packed.is_some());
+            f.generation.store(current, Ordering::Relaxed);
+            let (generation, _) = f.unpack(packed).unwrap();
+            assert_eq!(generation, issued, "issued in {issued}, read in {current}");
+        }
+        // 2^14 generations later the low bits are the current generation's again.
+        f.generation.store(5, Ordering::Relaxed);
+        let packed = f.issue_packed(None);
+        f.generation.store(5 + 16_384, Ordering::Relaxed);
+        assert_eq!(f.unpack(packed).unwrap().0, 5 + 16_384);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_packed_ticket_gives_the_latency_to_the_microsecond_across_the_2_40_wrap() {
+        let f = Feedback::new(&config(Some(aimd())), Some(1));
+        let latency_of = |packed: PackedTicket| match f.unpack(packed) {
+            Some((_, started @ Started::Since(_))) => f.latency(started, Instant::now()),
+            other => panic!("a timed ticket, not {other:?}"),
+        };
+        tokio::time::advance(Duration::from_micros(3)).await;
+        let packed = f.issue_packed(None);
+        tokio::time::advance(Duration::from_millis(37)).await;
+        assert_eq!(latency_of(packed), Duration::from_millis(37));
+        // Started 5 µs before the start field wraps (2^40 µs, about 12.7 days, after
+        // the feedback was made), ended 8 µs later, past the wrap.
+        let field = 1u64 << 40;
+        let into_field = packed_micros(Instant::now()) % field;
+        tokio::time::advance(Duration::from_micros(field - into_field - 5)).await;
+        let packed = f.issue_packed(None);
+        tokio::time::advance(Duration::from_micros(8)).await;
+        assert_eq!(latency_of(packed), Duration::from_micros(8));
+        // An untimed ticket has no start.
+        let untimed = f.pack(f.ticket(Some(1)));
+        assert!(matches!(f.unpack(untimed), Some((_, Started::Untimed))));
+    }
 }
 
 #[cfg(test)]
@@ -655,7 +873,7 @@ mod schedule {
             let shared = Shared::new("schedule".into(), config, Some(3));
             let m = &shared.semaphore;
             let waker = Waker::noop();
-            let mut holders: Vec<Option<Ticket>> = Vec::new();
+            let mut holders: Vec<PackedTicket> = Vec::new();
             let mut waiters: Vec<WaiterId> = Vec::new();
             let mut forced: Option<usize> = None;
             let classify = OverloadStatus::default();
@@ -669,12 +887,12 @@ mod schedule {
                         if m.try_acquire() {
                             // No admission while active ≥ the limit, and none past a waiter.
                             prop_assert!(before.active < limit_before && before.queued == 0);
-                            holders.push(shared.feedback.issue(Some(m)));
+                            holders.push(shared.feedback.issue_packed(Some(m)));
                         } else if !m.is_full() {
                             match m.enqueue() {
                                 Enqueued::Admitted => {
                                     prop_assert!(before.active < limit_before);
-                                    holders.push(shared.feedback.issue(None));
+                                    holders.push(shared.feedback.issue_packed(None));
                                 }
                                 Enqueued::Waiting(id) => waiters.push(id),
                                 Enqueued::Full | Enqueued::Expired => {}
@@ -683,16 +901,14 @@ mod schedule {
                     }
                     Op::Complete(i, reply) if !holders.is_empty() => {
                         let ticket = holders.swap_remove(i % holders.len());
-                        if let Some(ticket) = ticket {
-                            if let Some((b, a)) = shared.feedback.observe(
-                                ticket,
-                                &classify,
-                                &result(reply),
-                                m,
-                                &shared.events,
-                            ) {
-                                shared.apply_limit(b, a);
-                            }
+                        if let Some((b, a)) = shared.feedback.observe_packed(
+                            ticket,
+                            &classify,
+                            &result(reply),
+                            m,
+                            &shared.events,
+                        ) {
+                            shared.apply_limit(b, a);
                         }
                         shared.release_slot();
                     }
@@ -700,14 +916,14 @@ mod schedule {
                         let k = i % waiters.len();
                         if m.poll_waiter(waiters[k], waker) {
                             waiters.swap_remove(k);
-                            holders.push(shared.feedback.issue(None));
+                            holders.push(shared.feedback.issue_packed(None));
                         }
                     }
                     Op::TimeOut(i) if !waiters.is_empty() => {
                         let id = waiters.swap_remove(i % waiters.len());
                         left = true;
                         if m.leave(id, Leave::TimedOut) == Left::HoldsSlot {
-                            holders.push(shared.feedback.issue(None));
+                            holders.push(shared.feedback.issue_packed(None));
                         }
                     }
                     Op::Advance(ms) => tokio::time::advance(Duration::from_millis(ms)).await,

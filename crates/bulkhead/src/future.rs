@@ -42,8 +42,10 @@ pin_project! {
         phase: Phase<S, Req, S::Future>,
         // The slot, once admitted and while the inner service has the call.
         permit: Option<Permit>,
-        // What an adaptive limit learns from the result (`None` for a rejection).
-        overload: Option<O>,
+        // Tells an adaptive limit how the call ended. Not an `Option`: for the
+        // default, zero-sized classifier it then takes no byte (a rejection also
+        // carries one, and never reads it).
+        overload: O,
         _hold: PhantomData<fn() -> H>,
     }
 }
@@ -171,9 +173,10 @@ where
 {
     /// Admission, decided at call time: a free slot is taken at once (no lock, no
     /// allocation, no clock read); a full bulkhead rejects at once; otherwise the
-    /// call joins the line (with a clone of the inner service, taken now). A call
-    /// that may reach the inner service keeps `overload` for the adaptive limit; a
-    /// rejection is built where it is returned, so it is not copied on its way out.
+    /// call joins the line (with a clone of the inner service, taken now). Every
+    /// future keeps `overload` (only an admitted call's is read, by an adaptive
+    /// limit); a rejection is built where it is returned, so it is not copied on
+    /// its way out.
     #[inline]
     pub(crate) fn new(shared: &Arc<Shared>, inner: &mut S, req: Req, overload: O) -> Self {
         Self::new_in(shared, inner, &mut None, req, overload)
@@ -195,12 +198,12 @@ where
         if shared.semaphore.try_acquire() {
             shared.telemetry.admitted(Duration::ZERO);
             let permit = Permit::new(shared.clone());
-            return Self::admitted(permit, inner, in_call, req, Some(overload));
+            return Self::admitted(permit, inner, in_call, req, overload);
         }
         // Turned away without moving the request into another function: it is
         // dropped here (a shadow bulkhead lets it through on the slow path).
         if shared.semaphore.is_full() && !shared.shadows() {
-            return Self::full(shared);
+            return Self::full(shared, overload);
         }
         Self::slow(shared, inner, req, overload)
     }
@@ -219,12 +222,12 @@ where
         svc: &mut S,
         in_call: &mut Option<Permit>,
         req: Req,
-        overload: Option<O>,
+        overload: O,
     ) -> Self {
         let mut cx = Context::from_waker(Waker::noop());
         match svc.poll_ready(&mut cx) {
             Poll::Ready(Ok(())) => Self::call_in(permit, svc, in_call, req, overload),
-            Poll::Ready(Err(e)) => Self::rejected(e.into()),
+            Poll::Ready(Err(e)) => Self::rejected(e.into(), overload),
             Poll::Pending => {
                 let fresh = svc.clone();
                 let polled = std::mem::replace(svc, fresh);
@@ -236,7 +239,7 @@ where
     #[cold]
     fn slow(shared: &Arc<Shared>, inner: &mut S, req: Req, overload: O) -> Self {
         if shared.semaphore.is_full() {
-            return Self::full_or_over_limit(shared, inner, req);
+            return Self::full_or_over_limit(shared, inner, req, overload);
         }
         let now = Instant::now();
         let deadline = Deadline::current();
@@ -260,10 +263,10 @@ where
                     inner,
                     &mut None,
                     req,
-                    Some(overload),
+                    overload,
                 )
             }
-            Enqueued::Full => Self::full_or_over_limit(shared, inner, req),
+            Enqueued::Full => Self::full_or_over_limit(shared, inner, req, overload),
             Enqueued::Expired if shadow => {
                 shared.admit_over_limit(ShadowReason::Timeout);
                 Self::admitted(
@@ -271,7 +274,7 @@ where
                     inner,
                     &mut None,
                     req,
-                    None,
+                    overload,
                 )
             }
             Enqueued::Expired => {
@@ -280,7 +283,7 @@ where
                     .rejected_timeout(&shared.name, Duration::ZERO);
                 shared.rejected(RejectionKind::BulkheadTimeout);
                 let error = BulkheadTimeout::new(shared.name.clone(), Duration::ZERO);
-                Self::rejected(Box::new(error))
+                Self::rejected(Box::new(error), overload)
             }
             Enqueued::Waiting(id) => {
                 shared.telemetry.enqueued();
@@ -291,15 +294,7 @@ where
                 };
                 let sleep = tokio::time::sleep_until(until);
                 let svc = inner.clone();
-                Self::park(
-                    Some(sleep),
-                    look,
-                    Some(waiter),
-                    None,
-                    svc,
-                    req,
-                    Some(overload),
-                )
+                Self::park(Some(sleep), look, Some(waiter), None, svc, req, overload)
             }
         }
     }
@@ -313,14 +308,14 @@ where
             inner,
             &mut None,
             req,
-            Some(overload),
+            overload,
         )
     }
 
     /// A call that finds the bulkhead full: rejected, or in shadow mode let
     /// through beyond the limit.
     #[cold]
-    fn full_or_over_limit(shared: &Arc<Shared>, inner: &mut S, req: Req) -> Self {
+    fn full_or_over_limit(shared: &Arc<Shared>, inner: &mut S, req: Req, overload: O) -> Self {
         if shared.shadows() {
             shared.admit_over_limit(ShadowReason::Full);
             return Self::admitted(
@@ -328,10 +323,10 @@ where
                 inner,
                 &mut None,
                 req,
-                None,
+                overload,
             );
         }
-        Self::full(shared)
+        Self::full(shared, overload)
     }
 
     fn park(
@@ -341,7 +336,7 @@ where
         permit: Option<Permit>,
         svc: S,
         req: Req,
-        overload: Option<O>,
+        overload: O,
     ) -> Self {
         Self {
             phase: Phase::Parked {
@@ -369,7 +364,7 @@ where
     /// request what the mode lends, call, and keep `overload` to tell an adaptive
     /// limit how the call ended.
     #[inline]
-    pub(crate) fn call(permit: Permit, svc: &mut S, req: Req, overload: Option<O>) -> Self
+    pub(crate) fn call(permit: Permit, svc: &mut S, req: Req, overload: O) -> Self
     where
         H: Lend<Req>,
     {
@@ -392,7 +387,7 @@ where
         svc: &mut S,
         in_call: &mut Option<Permit>,
         mut req: Req,
-        overload: Option<O>,
+        overload: O,
     ) -> Self
     where
         H: Lend<Req>,
@@ -410,7 +405,7 @@ where
 
     /// A call turned away because the bulkhead is full.
     #[cold]
-    pub(crate) fn full(shared: &Shared) -> Self {
+    pub(crate) fn full(shared: &Shared, overload: O) -> Self {
         shared.semaphore.count_full();
         shared
             .telemetry
@@ -418,15 +413,15 @@ where
         shared.rejected(RejectionKind::BulkheadFull);
         let now = shared.semaphore.counts();
         let full = BulkheadFull::named(&shared.name).with_load(now.active, now.queued);
-        Self::rejected(Box::new(full))
+        Self::rejected(Box::new(full), overload)
     }
 
     /// A call turned away with `error`, delivered on the first poll.
-    pub(crate) fn rejected(error: BoxError) -> Self {
+    pub(crate) fn rejected(error: BoxError, overload: O) -> Self {
         Self {
             phase: Phase::Rejected { error: Some(error) },
             permit: None,
-            overload: None,
+            overload,
             _hold: PhantomData,
         }
     }
@@ -472,7 +467,7 @@ where
                 return Poll::Ready(learn_and_hold::<_, _, H, _>(
                     output,
                     permit,
-                    this.overload.as_ref(),
+                    Some(&*this.overload),
                 ));
             }
             return Poll::Ready(match output {
@@ -517,7 +512,7 @@ where
 #[inline(never)]
 fn learn_and_hold<Res, E, H, O>(
     output: Result<Res, E>,
-    mut permit: Permit,
+    permit: Permit,
     overload: Option<&O>,
 ) -> Result<H::Output, BoxError>
 where
@@ -587,5 +582,50 @@ where
         f.debug_struct("ResponseFuture")
             .field("phase", &phase)
             .finish()
+    }
+}
+
+#[cfg(all(test, target_pointer_width = "64"))]
+mod tests {
+    use std::convert::Infallible;
+    use std::future::Ready;
+    use std::mem::size_of;
+
+    use super::*;
+    use crate::hold::UntilResponse;
+
+    /// An inner future the size of an answered `http::Response<()>` (112 bytes).
+    type Http = Ready<Result<[u64; 13], Infallible>>;
+
+    struct Answers;
+
+    impl Service<()> for Answers {
+        type Response = [u64; 13];
+        type Error = Infallible;
+        type Future = Http;
+
+        fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _req: ()) -> Http {
+            std::future::ready(Ok([0; 13]))
+        }
+    }
+
+    /// Pinned so that the response future cannot grow back silently: a future is
+    /// moved a few times before it is polled (into the caller's state, and
+    /// through `IntoFuture`), and past 128 bytes each move is a `memcpy` call
+    /// instead of a few inline copies.
+    #[test]
+    fn the_response_future_adds_16_bytes_to_the_inner_future() {
+        assert_eq!(size_of::<Http>(), 112);
+        // The slot's pointer, the packed ticket and the flag; the default
+        // classifier is zero-sized and the phase's tag fits in a niche.
+        assert_eq!(size_of::<Option<Permit>>(), 16);
+        assert_eq!(
+            size_of::<ResponseFuture<Answers, (), UntilResponse>>(),
+            size_of::<Http>() + 16
+        );
     }
 }

@@ -514,7 +514,8 @@ where
             None => {
                 ks.rejected_key_limit.fetch_add(1, Ordering::Relaxed);
                 ks.telemetry.key_limit(&ks.name, ks.map.max_keys());
-                ResponseFuture::rejected(Box::new(BulkheadFull::named(&ks.name)))
+                let full = Box::new(BulkheadFull::named(&ks.name));
+                ResponseFuture::rejected(full, self.overload.clone())
             }
         }
     }

@@ -345,8 +345,11 @@
 //! word (which also counts the admission), one `Arc` clone into the permit, one
 //! readiness poll of the inner service (no clone of it), and one `fetch_sub`
 //! when the call ends. No lock, no allocation, no clock read; the response future
-//! is the inner future plus a 40-byte permit (the slot, and the ticket an adaptive
-//! limit needs) and a word for its phase. With an adaptive limit, admission also
+//! is the inner future plus a 16-byte permit (the slot's pointer, and beside it
+//! the ticket an adaptive limit needs, packed into 7 bytes) and the classifier
+//! (nothing, for the default one): 128 bytes over an answered `http::Response<()>`,
+//! the size up to which moving a future is a few inline copies rather than a call
+//! to `memcpy`. With an adaptive limit, admission also
 //! reads a few relaxed atomics (is an algorithm fed, its generation, the sampling
 //! rate, the admission count) and the completion classifies the result (a status
 //! comparison); one admission in `sample_every` reads the clock at admission and

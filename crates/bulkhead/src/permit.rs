@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use seawall_core::{BoxError, Classify};
 
-use crate::feedback::Ticket;
+use crate::feedback::PackedTicket;
 use crate::state::Shared;
 
 /// Owns one slot; dropping it frees the slot (and hands it to the next waiter).
@@ -13,6 +13,9 @@ use crate::state::Shared;
 /// `Slot` only counts it out of the calls over the limit.
 struct Slot {
     shared: Arc<Shared>,
+    /// What an adaptive limit needs to learn from the call, in the bytes the
+    /// pointer and the flag leave free (none when the limit is fixed).
+    ticket: PackedTicket,
     over_limit: bool,
 }
 
@@ -41,8 +44,6 @@ enum Held {
 /// and every clone of the handle are gone.
 pub struct Permit {
     held: Held,
-    /// What an adaptive limit needs to learn from the call (`None` when fixed).
-    ticket: Option<Ticket>,
 }
 
 impl Permit {
@@ -51,26 +52,26 @@ impl Permit {
     /// a clock read for one admission in `sample_every`).
     #[inline]
     pub(crate) fn new(shared: Arc<Shared>) -> Self {
-        let ticket = shared.feedback.issue(Some(&shared.semaphore));
+        let ticket = shared.feedback.issue_packed(Some(&shared.semaphore));
         Self {
             held: Held::Unique(Slot {
                 shared,
+                ticket,
                 over_limit: false,
             }),
-            ticket,
         }
     }
 
     /// As [`Permit::new`], for a slot taken on the slow path: such a call already
     /// read the clock and took the lock, so an adaptive limit always times it.
     pub(crate) fn waited(shared: Arc<Shared>) -> Self {
-        let ticket = shared.feedback.issue(None);
+        let ticket = shared.feedback.issue_packed(None);
         Self {
             held: Held::Unique(Slot {
                 shared,
+                ticket,
                 over_limit: false,
             }),
-            ticket,
         }
     }
 
@@ -83,45 +84,43 @@ impl Permit {
         Self {
             held: Held::Unique(Slot {
                 shared,
+                ticket: PackedTicket::NONE,
                 over_limit: true,
             }),
-            ticket: None,
         }
     }
 
     /// Whether this call carries a ticket for an adaptive limit to learn from.
     #[inline]
     pub(crate) fn learns(&self) -> bool {
-        self.ticket.is_some()
+        self.slot().ticket.is_some()
     }
 
-    /// Tells the adaptive limit how the call ended, once: classified by
-    /// `overload` (a rejection's future has none and learns nothing).
+    /// Tells the adaptive limit how the call ended, classified by `overload`.
+    /// Called once, by the response future that then hands the permit on.
     #[inline]
     pub(crate) fn observe<Res, O: Classify<Res>>(
-        &mut self,
+        &self,
         overload: Option<&O>,
         result: &Result<Res, BoxError>,
     ) {
         // A fixed limit issues no ticket: one test, no call.
-        if let (Some(ticket), Some(overload)) = (self.ticket.take(), overload) {
-            self.learn(ticket, overload, result);
+        if let (true, Some(overload)) = (self.learns(), overload) {
+            self.learn(overload, result);
         }
     }
 
     #[inline(never)]
-    fn learn<Res, O: Classify<Res>>(
-        &self,
-        ticket: Ticket,
-        overload: &O,
-        result: &Result<Res, BoxError>,
-    ) {
-        let shared = &self.slot().shared;
-        if let Some((before, after)) =
-            shared
-                .feedback
-                .observe(ticket, overload, result, &shared.semaphore, &shared.events)
-        {
+    fn learn<Res, O: Classify<Res>>(&self, overload: &O, result: &Result<Res, BoxError>) {
+        let slot = self.slot();
+        let shared = &slot.shared;
+        if let Some((before, after)) = shared.feedback.observe_packed(
+            slot.ticket,
+            overload,
+            result,
+            &shared.semaphore,
+            &shared.events,
+        ) {
             shared.apply_limit(before, after);
         }
     }
@@ -136,7 +135,6 @@ impl Permit {
         (
             Self {
                 held: Held::Shared(slot),
-                ticket: self.ticket,
             },
             handle,
         )
@@ -214,7 +212,9 @@ impl fmt::Debug for PermitHandle {
 mod tests {
     #[test]
     fn a_permit_is_the_size_the_crate_docs_say() {
-        // The slot (16 bytes) and the ticket an adaptive limit needs (24).
-        assert_eq!(std::mem::size_of::<super::Permit>(), 40);
+        // The slot's pointer, and in the bytes beside it the packed ticket an
+        // adaptive limit needs and the flag; `Option` uses the flag's spare values.
+        assert_eq!(std::mem::size_of::<super::Permit>(), 16);
+        assert_eq!(std::mem::size_of::<Option<super::Permit>>(), 16);
     }
 }
