@@ -444,6 +444,12 @@ where
         let mut phase = this.phase;
         loop {
             let PhaseProj::Calling { future } = phase.as_mut().project() else {
+                // Turned away at call time: the error goes out at once, and the
+                // emptied phase answers any later poll (nothing left to drop).
+                if let PhaseProj::Rejected { error } = phase.as_mut().project() {
+                    let error = error.take().unwrap_or_else(polled_after_completion);
+                    return Poll::Ready(Err(error));
+                }
                 ready!(poll_until_calling::<S, Req, H>(
                     phase.as_mut(),
                     this.permit,
@@ -478,9 +484,9 @@ where
     }
 }
 
-/// Every phase but a call in flight: drives a parked call until it is calling the
-/// inner service (`Ok`), or hands out why it never will. Out of line, so the
-/// common path's `poll` stays small.
+/// A parked call, or one that has answered: drives a parked call until it is
+/// calling the inner service (`Ok`), or hands out why it never will. Out of line,
+/// so the common path's `poll` stays small.
 #[inline(never)]
 fn poll_until_calling<S, Req, H>(
     mut phase: Pin<&mut Phase<S, Req, S::Future>>,
@@ -576,6 +582,7 @@ where
             Phase::Calling { .. } => "calling",
             Phase::Parked { parked } if parked.waiter.is_some() => "waiting",
             Phase::Parked { .. } => "ready",
+            Phase::Rejected { error: None } => "done",
             Phase::Rejected { .. } => "rejected",
             Phase::Done => "done",
         };

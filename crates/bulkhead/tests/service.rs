@@ -360,6 +360,30 @@ async fn no_queue_rejects_at_once_when_busy() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_response_future_polled_again_after_it_answered_errs_without_touching_the_slots() {
+    let l = layer(1, 0);
+    let h = l.handle();
+    let (mut svc, mut inner) = pair(&l);
+    // Admitted and answered: the slot is free at once, and a second poll errs.
+    let (mut admitted, send) = through(&mut svc, &mut inner, "one").await;
+    send.send_response("answer");
+    assert_eq!(assert_ready_ok!(admitted.poll()), "answer");
+    assert_eq!(counts(&h), (0, 0));
+    let again = assert_ready!(admitted.poll()).unwrap_err();
+    assert!(again.to_string().contains("polled after completion"));
+    // Turned away: the rejection once, then the same error.
+    let (_busy, _send) = through(&mut svc, &mut inner, "two").await;
+    let mut rejected = task::spawn(svc.call(req("three")));
+    let err = assert_ready!(rejected.poll()).unwrap_err();
+    assert_eq!(kind(&err), RejectionKind::BulkheadFull);
+    let again = assert_ready!(rejected.poll()).unwrap_err();
+    assert!(find_rejection(&*again).is_none());
+    assert!(again.to_string().contains("polled after completion"));
+    assert_eq!(counts(&h), (1, 0));
+    assert_eq!(h.snapshot().admitted, 2);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_waiter_times_out_at_max_wait() {
     let l = layer(1, 1);
     let h = l.handle();
