@@ -51,7 +51,9 @@ impl<Req> Lend<Req> for UntilResponse {
 impl<Res> Hold<Res> for UntilResponse {
     type Output = Res;
 
-    #[inline]
+    // Always inlined: out of line (as in a bulkhead over a breaker), the response
+    // would be passed in and handed back through memory around the permit's drop.
+    #[inline(always)]
     fn hold(response: Res, permit: Permit) -> Res {
         drop(permit);
         response
