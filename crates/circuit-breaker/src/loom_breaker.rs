@@ -125,39 +125,55 @@ fn loom_a_success_racing_a_reset_is_counted_once_and_never_in_the_new_epoch() {
 /// tally is left pending in the word.
 #[test]
 fn loom_a_success_racing_a_trip_is_counted_once() {
-    loom::model(|| {
-        let now = Instant::now();
-        let b = Arc::new(breaker(
-            TripPolicy::ConsecutiveFailures { threshold: 1 },
-            now,
-        ));
-        let ok = admit(&b, now);
-        let failed = admit(&b, now);
-        let success = {
-            let b = Arc::clone(&b);
-            thread::spawn(move || {
-                b.complete(WORD_SLOT, ok, Report::of(Outcome::Success), None, || now);
-            })
-        };
-        b.complete(
-            WORD_SLOT,
-            failed,
-            Report::of(Outcome::Failure),
-            Some(now),
-            || now,
-        );
-        if success.join().is_err() {
-            panic!("the completing thread panicked");
-        }
-        let (state, tally) = b.locked(now, |m| (m.state(now), m.tally()));
-        assert_eq!(state, State::Open);
-        // Whichever thread folded last, the word no longer offers it for eviction.
-        assert!(!b.is_plainly_closed());
-        assert_eq!((tally.successes, tally.failures), (1, 1));
-        assert!(tally.stale <= 1);
-        // Nothing left in the word: a second fold changes nothing.
-        assert_eq!(b.locked(now, |m| m.tally().successes), 1);
-    });
+    loom::model(|| success_racing_a_trip(0, WORD_SLOT, WORD_SLOT));
+}
+
+/// The same race between a success tallied in one lane's line and a failure
+/// through another lane: no line is left pending either.
+#[test]
+fn loom_a_success_in_a_lanes_line_racing_a_trip_through_another_lane_is_counted_once() {
+    loom::model(|| success_racing_a_trip(2, 1, 0));
+}
+
+/// A success through `ok_slot` races a failure through `failed_slot` that trips
+/// a breaker with `lines` tally lines (threshold 1).
+fn success_racing_a_trip(lines: usize, ok_slot: usize, failed_slot: usize) {
+    let now = Instant::now();
+    let b = Arc::new(with_lines(
+        TripPolicy::ConsecutiveFailures { threshold: 1 },
+        now,
+        lines,
+    ));
+    let ok = admit(&b, now);
+    let failed = admit(&b, now);
+    let success = {
+        let b = Arc::clone(&b);
+        thread::spawn(move || {
+            b.complete(ok_slot, ok, Report::of(Outcome::Success), None, || now);
+        })
+    };
+    b.complete(
+        failed_slot,
+        failed,
+        Report::of(Outcome::Failure),
+        Some(now),
+        || now,
+    );
+    if success.join().is_err() {
+        panic!("the completing thread panicked");
+    }
+    let (state, tally) = b.locked(now, |m| (m.state(now), m.tally()));
+    assert_eq!(state, State::Open);
+    // Whichever thread folded last, the word no longer offers it for eviction.
+    assert!(!b.is_plainly_closed());
+    assert_eq!(
+        (tally.successes, tally.failures),
+        (1, 1),
+        "lost or counted twice"
+    );
+    assert!(tally.stale <= 1);
+    // Nothing left pending: a second fold changes nothing.
+    assert_eq!(b.locked(now, |m| m.tally().successes), 1);
 }
 
 /// Two successes tallied without the lock race an operator forcing the breaker
@@ -193,43 +209,6 @@ fn loom_successes_racing_two_epoch_changes_are_each_counted_once() {
             assert_eq!(m.state(now), State::Closed);
         });
         assert!(b.is_plainly_closed());
-    });
-}
-
-/// A success tallied in one lane's line races a failure through another lane that
-/// trips the breaker (threshold 1): the success is counted once, as current if the
-/// failure's lock folded it, else as stale; the breaker ends open, no line pending.
-#[test]
-fn loom_a_success_in_a_lanes_line_racing_a_trip_through_another_lane_is_counted_once() {
-    loom::model(|| {
-        let now = Instant::now();
-        let b = Arc::new(with_lines(
-            TripPolicy::ConsecutiveFailures { threshold: 1 },
-            now,
-            2,
-        ));
-        let ok = admit(&b, now);
-        let failed = admit(&b, now);
-        let success = {
-            let b = Arc::clone(&b);
-            thread::spawn(move || {
-                b.complete(1, ok, Report::of(Outcome::Success), None, || now);
-            })
-        };
-        b.complete(0, failed, Report::of(Outcome::Failure), Some(now), || now);
-        if success.join().is_err() {
-            panic!("the completing thread panicked");
-        }
-        let (state, tally) = b.locked(now, |m| (m.state(now), m.tally()));
-        assert_eq!(state, State::Open);
-        assert!(!b.is_plainly_closed());
-        assert_eq!(
-            (tally.successes, tally.failures),
-            (1, 1),
-            "lost or counted twice"
-        );
-        assert!(tally.stale <= 1);
-        assert_eq!(b.locked(now, |m| m.tally().successes), 1);
     });
 }
 

@@ -818,6 +818,14 @@ mod tests {
 
     const S: Duration = Duration::from_secs(1);
 
+    /// A breaker's configuration that trips after `threshold` failures in a row.
+    fn consecutive(threshold: u32) -> CircuitBreakerConfig {
+        CircuitBreakerConfig {
+            policy: TripPolicy::ConsecutiveFailures { threshold },
+            ..CircuitBreakerConfig::default()
+        }
+    }
+
     fn breaker(config: &CircuitBreakerConfig, now: Instant) -> Breaker {
         with_lines(config, now, 0)
     }
@@ -1066,14 +1074,7 @@ mod tests {
     #[test]
     fn a_success_in_a_lanes_line_counts_before_a_failure_judged_after_it() {
         let t0 = Instant::now();
-        let b = with_lines(
-            &CircuitBreakerConfig {
-                policy: TripPolicy::ConsecutiveFailures { threshold: 2 },
-                ..CircuitBreakerConfig::default()
-            },
-            t0,
-            2,
-        );
+        let b = with_lines(&consecutive(2), t0, 2);
         let fail = |slot| {
             let t = admit(&b, t0).unwrap();
             b.complete(slot, t, Report::of(Outcome::Failure), Some(t0), || t0);
@@ -1101,14 +1102,7 @@ mod tests {
     #[test]
     fn what_the_lock_free_paths_count_through_a_lane_is_counted_in_its_line() {
         let t0 = Instant::now();
-        let b = with_lines(
-            &CircuitBreakerConfig {
-                policy: TripPolicy::ConsecutiveFailures { threshold: 1 },
-                ..CircuitBreakerConfig::default()
-            },
-            t0,
-            2,
-        );
+        let b = with_lines(&consecutive(1), t0, 2);
         let own = |b: &Breaker| {
             (
                 b.short_circuited.load(Ordering::Relaxed),
@@ -1148,14 +1142,7 @@ mod tests {
     #[test]
     fn a_success_left_in_a_lanes_line_across_a_transition_is_stale() {
         let t0 = Instant::now();
-        let b = with_lines(
-            &CircuitBreakerConfig {
-                policy: TripPolicy::ConsecutiveFailures { threshold: 5 },
-                ..CircuitBreakerConfig::default()
-            },
-            t0,
-            2,
-        );
+        let b = with_lines(&consecutive(5), t0, 2);
         let old = admit(&b, t0).unwrap();
         let also_old = admit(&b, t0).unwrap();
         b.complete(0, old, ok(), None, || t0);
@@ -1189,14 +1176,7 @@ mod tests {
     #[test]
     fn a_success_in_one_lane_counts_before_the_failure_of_a_thread_it_told_in_another() {
         let t0 = Instant::now();
-        let b = with_lines(
-            &CircuitBreakerConfig {
-                policy: TripPolicy::ConsecutiveFailures { threshold: 2 },
-                ..CircuitBreakerConfig::default()
-            },
-            t0,
-            2,
-        );
+        let b = with_lines(&consecutive(2), t0, 2);
         let fail = |slot| {
             let t = admit(&b, t0).unwrap();
             b.complete(slot, t, Report::of(Outcome::Failure), Some(t0), || t0);
@@ -1233,16 +1213,7 @@ mod tests {
 
     fn threads_lose_no_outcome_with(lines: usize) {
         let t0 = Instant::now();
-        let b = with_lines(
-            &CircuitBreakerConfig {
-                policy: TripPolicy::ConsecutiveFailures {
-                    threshold: 1_000_000,
-                },
-                ..CircuitBreakerConfig::default()
-            },
-            t0,
-            lines,
-        );
+        let b = with_lines(&consecutive(1_000_000), t0, lines);
         let threads = 4;
         let per_thread = 20_000u64;
         std::thread::scope(|s| {
