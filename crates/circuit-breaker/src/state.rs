@@ -114,31 +114,43 @@ const TALLY_MASK: u64 = u32::MAX as u64;
 #[repr(align(64))]
 struct TallyLine {
     tally: AtomicU64,
+    counters: Counters,
+}
+
+/// The counters the lock-free paths keep outside the machine: a lane's, in its
+/// line, or a breaker's own, for calls through no lane's line (a key's).
+#[derive(Debug)]
+struct Counters {
     short_circuited: AtomicU64,
+    /// Open calls let through in shadow mode on the lock-free path.
     shadow_open: AtomicU64,
     ignored: AtomicU64,
     cancelled: AtomicU64,
 }
 
-impl TallyLine {
+impl Counters {
     fn new() -> Self {
         Self {
-            tally: AtomicU64::new(0),
             short_circuited: AtomicU64::new(0),
             shadow_open: AtomicU64::new(0),
             ignored: AtomicU64::new(0),
             cancelled: AtomicU64::new(0),
         }
     }
+
+    /// Adds what these counters hold to `counts`.
+    fn add_to(&self, counts: &mut FastCounts) {
+        counts.short_circuited += self.short_circuited.load(Ordering::Relaxed);
+        counts.shadow_open += self.shadow_open.load(Ordering::Relaxed);
+        counts.ignored += self.ignored.load(Ordering::Relaxed);
+        counts.cancelled += self.cancelled.load(Ordering::Relaxed);
+    }
 }
 
-/// A counter of the lock-free paths (see [`FastCounts`]).
-#[derive(Debug, Clone, Copy)]
-enum Fast {
-    ShortCircuited,
-    ShadowOpen,
-    Ignored,
-    Cancelled,
+/// One more of a lock-free path's counts.
+#[inline]
+fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Capacity of the transition channel handed to subscribers.
@@ -189,7 +201,7 @@ pub(crate) enum ReadyHint {
 /// - a keyed layer drops a breaker last used long ago, and each line dropping it
 ///   reads is a cache miss: the name, the telemetry, the waiters, the prebuilt
 ///   rejection and the machine's pointers follow, together, and what dropping
-///   never reads (the other counters, the machine's state) comes last.
+///   never reads (the lock-free paths' counters, the machine's state) comes last.
 #[repr(C)]
 #[derive(Debug)]
 pub(crate) struct Breaker {
@@ -199,8 +211,6 @@ pub(crate) struct Breaker {
     reopen_at: AtomicU64,
     /// The slow-call threshold in nanoseconds; 0 when slow calls are not detected.
     slow_nanos: AtomicU64,
-    /// Calls turned away without the lock, when through no lane's line (a key's).
-    short_circuited: AtomicU64,
     name: Name,
     telemetry: Telemetry,
     /// Services in readiness mode waiting for the breaker to let calls through;
@@ -213,10 +223,8 @@ pub(crate) struct Breaker {
     /// The lanes' success tallies (see `state/lane.rs`); none for a breaker of
     /// its own, whose successes are tallied in the word.
     tallies: Box<[TallyLine]>,
-    /// Open calls let through in shadow mode on the lock-free path.
-    shadow_open: AtomicU64,
-    ignored: AtomicU64,
-    cancelled: AtomicU64,
+    /// The lock-free paths' counters of calls through no lane's line (a key's).
+    counters: Counters,
     base: Instant,
 }
 
@@ -295,17 +303,19 @@ impl Breaker {
             word: AtomicU64::new(word),
             reopen_at: AtomicU64::new(0),
             slow_nanos: AtomicU64::new(slow),
-            short_circuited: AtomicU64::new(0),
-            shadow_open: AtomicU64::new(0),
-            ignored: AtomicU64::new(0),
-            cancelled: AtomicU64::new(0),
+            counters: Counters::new(),
             base: now,
             rejection: CircuitOpen::named(&name, OpenCause::Open, None),
             name,
             telemetry,
             ready_waiters: OnceLock::new(),
             machine: Mutex::new(machine),
-            tallies: (0..tally_lines).map(|_| TallyLine::new()).collect(),
+            tallies: (0..tally_lines)
+                .map(|_| TallyLine {
+                    tally: AtomicU64::new(0),
+                    counters: Counters::new(),
+                })
+                .collect(),
         }
     }
 
@@ -314,21 +324,14 @@ impl Breaker {
         self.tallies.len()
     }
 
-    /// Counts one `counter` for a call through the lane whose line is `slot`: in
-    /// that line, or in the breaker's own counters for a breaker no lane shares.
+    /// Where the lock-free paths count a call through the lane whose line is
+    /// `slot`: in that line, or in the breaker's own counters for a breaker no
+    /// lane shares.
     #[inline]
-    fn count(&self, slot: usize, counter: Fast) {
-        let cell = match (self.tallies.get(slot), counter) {
-            (Some(line), Fast::ShortCircuited) => &line.short_circuited,
-            (Some(line), Fast::ShadowOpen) => &line.shadow_open,
-            (Some(line), Fast::Ignored) => &line.ignored,
-            (Some(line), Fast::Cancelled) => &line.cancelled,
-            (None, Fast::ShortCircuited) => &self.short_circuited,
-            (None, Fast::ShadowOpen) => &self.shadow_open,
-            (None, Fast::Ignored) => &self.ignored,
-            (None, Fast::Cancelled) => &self.cancelled,
-        };
-        cell.fetch_add(1, Ordering::Relaxed);
+    fn counters(&self, slot: usize) -> &Counters {
+        self.tallies
+            .get(slot)
+            .map_or(&self.counters, |line| &line.counters)
     }
 
     pub(crate) fn name(&self) -> &Name {
@@ -451,7 +454,7 @@ impl Breaker {
     }
 
     fn reject_fast(&self, slot: usize, retry_after: Duration, cause: OpenCause) -> Admission {
-        self.count(slot, Fast::ShortCircuited);
+        bump(&self.counters(slot).short_circuited);
         let retry_after = positive(retry_after);
         self.telemetry.rejected(&self.name, || Some(retry_after));
         Admission::Rejected(retry_after, cause)
@@ -472,7 +475,7 @@ impl Breaker {
             return None;
         }
         // Counted first: the locked increment then waits for fewer pending stores.
-        self.count(slot, Fast::ShortCircuited);
+        bump(&self.counters(slot).short_circuited);
         let open = Box::new(if mode == MODE_OPEN {
             let until = self.reopen_at.load(Ordering::Acquire);
             self.rejection
@@ -488,7 +491,7 @@ impl Breaker {
     /// machine is left alone, as a fast rejection leaves it).
     #[cold]
     fn shadow_fast(&self, slot: usize, epoch: u32) -> Admission {
-        self.count(slot, Fast::ShadowOpen);
+        bump(&self.counters(slot).shadow_open);
         self.telemetry.shadow_rejected(&self.name, OpenCause::Open);
         Admission::Shadow(Ticket::shadow(epoch), OpenCause::Open)
     }
@@ -531,7 +534,7 @@ impl Breaker {
                 }
                 // An ordinary call's ignored outcome never changes anything.
                 Outcome::Ignore if !report.timed_out => {
-                    self.count(slot, Fast::Ignored);
+                    bump(&self.counters(slot).ignored);
                     self.telemetry.ignored();
                     return;
                 }
@@ -586,7 +589,7 @@ impl Breaker {
         self.telemetry.cancelled();
         if ticket.probe.is_none() {
             // Cancelling an ordinary call never changes anything.
-            self.count(slot, Fast::Cancelled);
+            bump(&self.counters(slot).cancelled);
             return;
         }
         let now = clock();
@@ -607,7 +610,7 @@ impl Breaker {
     /// (the inner service was not ready to take it) in the line `slot`.
     pub(crate) fn turn_away(&self, slot: usize, ticket: Ticket, clock: impl FnOnce() -> Instant) {
         if ticket.probe.is_none() {
-            self.count(slot, Fast::ShortCircuited);
+            bump(&self.counters(slot).short_circuited);
         } else {
             let now = clock();
             self.locked(now, |m| m.give_back(ticket, now));
@@ -763,18 +766,10 @@ impl Breaker {
 
     /// The lock-free paths' counters: the breaker's own and every line's.
     pub(crate) fn fast_counts(&self) -> FastCounts {
-        let load = |cell: &AtomicU64| cell.load(Ordering::Relaxed);
-        let mut counts = FastCounts {
-            short_circuited: load(&self.short_circuited),
-            shadow_open: load(&self.shadow_open),
-            ignored: load(&self.ignored),
-            cancelled: load(&self.cancelled),
-        };
+        let mut counts = FastCounts::default();
+        self.counters.add_to(&mut counts);
         for line in self.tallies.iter() {
-            counts.short_circuited += load(&line.short_circuited);
-            counts.shadow_open += load(&line.shadow_open);
-            counts.ignored += load(&line.ignored);
-            counts.cancelled += load(&line.cancelled);
+            line.counters.add_to(&mut counts);
         }
         counts
     }
@@ -1105,17 +1100,17 @@ mod tests {
         let b = with_lines(&consecutive(1), t0, 2);
         let own = |b: &Breaker| {
             (
-                b.short_circuited.load(Ordering::Relaxed),
-                b.ignored.load(Ordering::Relaxed),
-                b.cancelled.load(Ordering::Relaxed),
+                b.counters.short_circuited.load(Ordering::Relaxed),
+                b.counters.ignored.load(Ordering::Relaxed),
+                b.counters.cancelled.load(Ordering::Relaxed),
             )
         };
         let line = |i: usize| {
             let l = &b.tallies[i];
             (
-                l.short_circuited.load(Ordering::Relaxed),
-                l.ignored.load(Ordering::Relaxed),
-                l.cancelled.load(Ordering::Relaxed),
+                l.counters.short_circuited.load(Ordering::Relaxed),
+                l.counters.ignored.load(Ordering::Relaxed),
+                l.counters.cancelled.load(Ordering::Relaxed),
             )
         };
         let t = admit(&b, t0).unwrap();
