@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use pin_project_lite::pin_project;
 use seawall_core::{
-    BoxError, BulkheadFull, BulkheadTimeout, Classify, Deadline, RejectionKind, TimeoutsAsOverload,
+    on_unwind, BoxError, BulkheadFull, BulkheadTimeout, Classify, Deadline, RejectionKind,
+    TimeoutsAsOverload,
 };
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
@@ -154,10 +155,10 @@ impl Drop for Waiter {
     }
 }
 
-/// Frees the permit an inner `call` that panicked left in its service's `in_call`
-/// (see [`ResponseFuture::call_in`]), before the service's next call asks for a slot.
+/// Frees the permit of an inner `call` that is panicking (see
+/// [`ResponseFuture::call_in`]).
 #[cold]
-fn free_left_permit(in_call: &mut Option<Permit>) {
+fn free_on_unwind(in_call: &mut Option<Permit>) {
     *in_call = None;
 }
 
@@ -192,9 +193,6 @@ where
         req: Req,
         overload: O,
     ) -> Self {
-        if in_call.is_some() {
-            free_left_permit(in_call);
-        }
         if shared.semaphore.try_acquire() {
             shared.telemetry.admitted(Duration::ZERO);
             let permit = Permit::new(shared.clone());
@@ -374,13 +372,12 @@ where
     /// As [`ResponseFuture::call`], with the permit kept in `in_call` while the
     /// inner service's `call` runs.
     ///
-    /// Nothing with a destructor is a local of this function across that `call`,
-    /// so there is nothing to drop should it unwind: the compiler then writes the
-    /// inner future straight into the returned future's place. A permit held in a
-    /// local would make the call one that may unwind into a cleanup, whose result
-    /// goes to a temporary and is then copied (160 bytes for a breaker's future).
-    /// `in_call` is a field of the calling service: if the inner `call` panics,
-    /// the slot is freed by that service's next call or by its drop.
+    /// The permit waits in a field of the calling service rather than in a local
+    /// of this function, so the compiler writes the inner future straight into
+    /// the returned future's place instead of into a temporary it then copies
+    /// (160 bytes for a breaker's future). Should that `call` panic, the permit is
+    /// freed while the panic unwinds through here, as a permit held in a local
+    /// would be: a call that panicked never keeps its slot.
     #[inline]
     pub(crate) fn call_in(
         permit: Permit,
@@ -395,7 +392,7 @@ where
         *in_call = Some(H::lend(permit, &mut req));
         Self {
             phase: Phase::Calling {
-                future: svc.call(req),
+                future: on_unwind(|| svc.call(req), || free_on_unwind(in_call)),
             },
             permit: in_call.take(),
             overload,

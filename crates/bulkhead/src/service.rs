@@ -23,8 +23,8 @@ use crate::state::Shared;
 /// time (hence `S: Clone`). Only once it holds a slot does the future drive that
 /// clone to readiness and call it, so a waiting caller holds nothing downstream. A
 /// call admitted at once to a ready inner service calls it directly, with no clone.
-/// Should that inner `call` panic, the slot it was given is freed by this
-/// service's next call, or when this service is dropped.
+/// Should that inner `call` panic, the slot it was given is freed while the
+/// panic unwinds.
 ///
 /// Clones share the bulkhead with each other and with every service built from
 /// the same layer.
@@ -33,7 +33,8 @@ pub struct Bulkhead<S, H = UntilResponse, O = TimeoutsAsOverload> {
     shared: Arc<Shared>,
     overload: O,
     // The permit of the call being made, while the inner service's `call` runs
-    // (see `ResponseFuture::call_in`); `None` between calls.
+    // (see `ResponseFuture::call_in`); `None` between calls, a panicking call's
+    // included.
     in_call: Option<Permit>,
     _hold: PhantomData<fn() -> H>,
 }

@@ -179,33 +179,40 @@ fn call_and_catch_the_panic(svc: &mut seawall_bulkhead::Bulkhead<PanicsOnCall>) 
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_slot_taken_by_an_inner_call_that_panicked_is_free_for_the_services_next_call() {
+async fn a_slot_taken_by_an_inner_call_that_panicked_is_freed_while_the_panic_unwinds() {
     let l = layer(1, 0);
     let h = l.handle();
     let mut svc = l.layer(PanicsOnCall);
     call_and_catch_the_panic(&mut svc);
-    // The only slot is free again: the next call is admitted, not turned away.
-    let _next = start(&mut svc, "next");
+    // Free as soon as the panic is caught, with the service that panicked still
+    // alive and not called again: another service of the layer gets the only slot.
+    assert_eq!(counts(&h), (0, 0));
+    let mut other = l.layer(PanicsOnCall);
+    let next = start(&mut other, "next");
     assert_eq!(counts(&h), (1, 0));
     assert_eq!(h.snapshot().admitted, 2);
+    assert_eq!(h.snapshot().rejected_full, 0);
+    drop(next);
+    // The service that panicked works on: its next call takes the slot.
+    let _again = start(&mut svc, "again");
+    assert_eq!(counts(&h), (1, 0));
     assert_eq!(h.snapshot().rejected_full, 0);
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_slot_taken_by_an_inner_call_that_panicked_is_freed_when_the_service_is_dropped() {
-    let l = layer(1, 0);
+async fn a_panic_in_the_inner_call_of_a_full_bulkheads_service_frees_only_its_own_slot() {
+    let l = layer(2, 0);
     let h = l.handle();
     let mut svc = l.layer(PanicsOnCall);
+    let _running = start(&mut svc, "running");
     call_and_catch_the_panic(&mut svc);
+    assert_eq!(counts(&h), (1, 0), "the running call keeps its slot");
     drop(svc);
-    assert_eq!(counts(&h), (0, 0));
-    // A clone made after the panic does not carry the slot: only the original did.
-    let mut svc = l.layer(PanicsOnCall);
-    call_and_catch_the_panic(&mut svc);
-    let copy = svc.clone();
-    drop(svc);
-    assert_eq!(counts(&h), (0, 0));
-    drop(copy);
+    assert_eq!(
+        counts(&h),
+        (1, 0),
+        "dropping the service frees nothing more"
+    );
 }
 
 /// An inner service that counts how often it is asked for readiness and cloned.
