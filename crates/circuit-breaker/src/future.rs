@@ -75,14 +75,6 @@ impl Guard {
         }
     }
 
-    /// Runs `call` (the inner service's `call`); if it panics, the call is recorded
-    /// as a failure while the panic unwinds through this frame.
-    #[inline]
-    pub(crate) fn call<F>(mut self, call: impl FnOnce() -> F) -> (F, Self) {
-        let future = on_unwind(call, || self.finish_panicked());
-        (future, self)
-    }
-
     /// Records a panic in the dependency (its `call` or its future's `poll`): a
     /// failure, as every peer records it. A panic seen only when the future is
     /// dropped would look like a cancellation under `catch_unwind`.

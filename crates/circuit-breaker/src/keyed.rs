@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::{Context, Poll};
 
 use seawall_core::{
-    bounded_by_current, check_positive, BoxError, ClassifyRequest, ConfigError, KeyedMap, Name,
-    OpenCause, RandomSource, SeededRandom, DEFAULT_MAX_KEYS,
+    bounded_by_current, check_positive, on_unwind, BoxError, ClassifyRequest, ConfigError,
+    KeyedMap, Name, OpenCause, RandomSource, SeededRandom, DEFAULT_MAX_KEYS,
 };
 use tokio::time::Instant;
 use tower_layer::Layer;
@@ -434,9 +434,9 @@ where
                 // The guard exists before anything that may panic, so every path
                 // (a panicking `call` included) reports the ticket.
                 let started = breaker.start_clock(Instant::now);
-                let guard = Guard::new(breaker, ticket, started);
+                let mut guard = Guard::new(breaker, ticket, started);
                 let classifier = self.classifier.classifier_for(&req);
-                let (future, guard) = guard.call(|| self.inner.call(req));
+                let future = on_unwind(|| self.inner.call(req), || guard.finish_panicked());
                 ResponseFuture::admitted(bounded_by_current(future), guard, classifier)
             }
         }

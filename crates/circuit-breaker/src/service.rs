@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
-use seawall_core::{bounded_by_current, BoxError, ClassifyRequest, OpenCause};
+use seawall_core::{bounded_by_current, on_unwind, BoxError, ClassifyRequest, OpenCause};
 use tokio::time::Instant;
 use tower_service::Service;
 
@@ -160,9 +160,12 @@ where
                 // The one shared pointer per call, to this thread's lane, taken
                 // before the future is built.
                 let started = breaker.start_clock(Instant::now);
-                let guard = Guard::new(Arc::clone(self.breaker.lane(slot)), ticket, started);
+                // The guard exists before the inner `call`, so a panicking one is
+                // recorded as a failure while it unwinds; its future is moved once,
+                // into the response future.
+                let mut guard = Guard::new(Arc::clone(self.breaker.lane(slot)), ticket, started);
                 let classifier = self.classifier.classifier_for(&req);
-                let (future, guard) = guard.call(|| self.inner.call(req));
+                let future = on_unwind(|| self.inner.call(req), || guard.finish_panicked());
                 ResponseFuture::admitted(bounded_by_current(future), guard, classifier)
             }
         }
