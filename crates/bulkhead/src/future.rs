@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use pin_project_lite::pin_project;
 use seawall_core::{
-    on_unwind, BoxError, BulkheadFull, BulkheadTimeout, Classify, Deadline, RejectionKind,
+    BoxError, BulkheadFull, BulkheadTimeout, Classify, Deadline, PanicWatch, RejectionKind,
     TimeoutsAsOverload,
 };
 use tokio::time::{Instant, Sleep};
@@ -390,10 +390,11 @@ where
         H: Lend<Req>,
     {
         *in_call = Some(H::lend(permit, &mut req));
+        let watch = PanicWatch::arm(|| free_on_unwind(in_call));
+        let future = svc.call(req);
+        watch.disarm();
         Self {
-            phase: Phase::Calling {
-                future: on_unwind(|| svc.call(req), || free_on_unwind(in_call)),
-            },
+            phase: Phase::Calling { future },
             permit: in_call.take(),
             overload,
             _hold: PhantomData,

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::{Context, Poll};
 
 use seawall_core::{
-    bounded_by_current, check_positive, on_unwind, BoxError, ClassifyRequest, ConfigError,
-    KeyedMap, Name, OpenCause, RandomSource, SeededRandom, DEFAULT_MAX_KEYS,
+    bounded_by_current, check_positive, BoxError, ClassifyRequest, ConfigError, KeyedMap, Name,
+    OpenCause, PanicWatch, RandomSource, SeededRandom, DEFAULT_MAX_KEYS,
 };
 use tokio::time::Instant;
 use tower_layer::Layer;
@@ -436,7 +436,9 @@ where
                 let started = breaker.start_clock(Instant::now);
                 let mut guard = Guard::new(breaker, ticket, started);
                 let classifier = self.classifier.classifier_for(&req);
-                let future = on_unwind(|| self.inner.call(req), || guard.finish_panicked());
+                let watch = PanicWatch::arm(|| guard.finish_panicked());
+                let future = self.inner.call(req);
+                watch.disarm();
                 ResponseFuture::admitted(bounded_by_current(future), guard, classifier)
             }
         }

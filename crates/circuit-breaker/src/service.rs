@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
-use seawall_core::{bounded_by_current, on_unwind, BoxError, ClassifyRequest, OpenCause};
+use seawall_core::{bounded_by_current, BoxError, ClassifyRequest, OpenCause, PanicWatch};
 use tokio::time::Instant;
 use tower_service::Service;
 
@@ -165,7 +165,9 @@ where
                 // into the response future.
                 let mut guard = Guard::new(Arc::clone(self.breaker.lane(slot)), ticket, started);
                 let classifier = self.classifier.classifier_for(&req);
-                let future = on_unwind(|| self.inner.call(req), || guard.finish_panicked());
+                let watch = PanicWatch::arm(|| guard.finish_panicked());
+                let future = self.inner.call(req);
+                watch.disarm();
                 ResponseFuture::admitted(bounded_by_current(future), guard, classifier)
             }
         }

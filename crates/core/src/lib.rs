@@ -40,7 +40,7 @@
 //! - **A bounded keyed map** ([`KeyedMap`]) for the keyed layers: O(1) lookup and
 //!   eviction (CLOCK with a bounded sweep), values pinned by the layer's rule are
 //!   never evicted, and no lock is held while anything but the map's bookkeeping runs.
-//! - **Panics as failures** ([`on_unwind`]): how a layer records a panicking
+//! - **Panics as failures** ([`on_unwind`], [`PanicWatch`]): how a layer records a panicking
 //!   dependency while the panic unwinds, even when it is caught further out.
 //!
 //! # Example
@@ -91,7 +91,7 @@
 //! duration_format.rs  durations written "300ms" in configuration files (feature `serde`)
 //! random.rs           RandomSource and SeededRandom: injectable randomness for jitter
 //! reasons.rs          ReasonCounters: counts per classification reason (feature `metrics`)
-//! unwind.rs           on_unwind: a panicking dependency recorded as a failure
+//! unwind.rs           on_unwind, PanicWatch: a panicking dependency recorded as a failure
 //! held.rs             an inner service's readiness error kept to answer the next call
 //!                     (features `http`, `tonic`)
 //! http.rs             HTTP glue (feature `http`): rendered rejections, the answers table,
@@ -154,7 +154,7 @@ pub use retry::{
     RetryHandle, RetryIf, RetrySnapshot, RetryableRequest,
 };
 pub use time::{later, MAX_DURATION};
-pub use unwind::on_unwind;
+pub use unwind::{on_unwind, PanicWatch};
 
 /// Gives core's metrics (the deadline's and the retry policy's) their help text and unit.
 ///

@@ -33,16 +33,72 @@
 /// ```
 #[inline]
 pub fn on_unwind<R>(f: impl FnOnce() -> R, on_panic: impl FnOnce()) -> R {
-    let mut watch = Watch(Some(on_panic));
+    let watch = PanicWatch::arm(on_panic);
     let out = f();
-    watch.0 = None;
+    watch.disarm();
     out
 }
 
-/// Runs its closure when dropped while still armed, that is, during unwinding.
-struct Watch<G: FnOnce()>(Option<G>);
+/// [`on_unwind`] as a value: armed around code that is not a closure, so a call
+/// that takes a large request by value (an `http::Request` is 224 bytes) is made
+/// with it directly instead of after moving it into a closure's captures.
+///
+/// While armed, dropping the watch (which only unwinding does, between
+/// [`arm`](Self::arm) and [`disarm`](Self::disarm)) runs `on_panic`.
+///
+/// ```
+/// use std::panic::{catch_unwind, AssertUnwindSafe};
+/// use seawall_core::PanicWatch;
+///
+/// fn call(panics: bool) -> u32 {
+///     assert!(!panics, "the dependency's client panicked");
+///     7
+/// }
+///
+/// let mut seen = false;
+/// let caught = catch_unwind(AssertUnwindSafe(|| {
+///     let watch = PanicWatch::arm(|| seen = true);
+///     let out = call(true);
+///     watch.disarm();
+///     out
+/// }));
+/// assert!(caught.is_err());
+/// assert!(seen);
+///
+/// let mut seen = false;
+/// let watch = PanicWatch::arm(|| seen = true);
+/// assert_eq!(call(false), 7);
+/// watch.disarm();
+/// assert!(!seen);
+/// ```
+#[must_use = "dropped at once, the watch runs `on_panic` at once: disarm it after the watched code"]
+pub struct PanicWatch<G: FnOnce()>(Option<G>);
 
-impl<G: FnOnce()> Drop for Watch<G> {
+impl<G: FnOnce()> PanicWatch<G> {
+    /// Starts watching: `on_panic` runs if the watch is dropped before
+    /// [`disarm`](Self::disarm). `on_panic` must not panic itself (a panic while
+    /// unwinding aborts the process).
+    #[inline]
+    pub fn arm(on_panic: G) -> Self {
+        Self(Some(on_panic))
+    }
+
+    /// Stops watching: the watched code returned.
+    #[inline]
+    pub fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl<G: FnOnce()> std::fmt::Debug for PanicWatch<G> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PanicWatch")
+            .field("armed", &self.0.is_some())
+            .finish()
+    }
+}
+
+impl<G: FnOnce()> Drop for PanicWatch<G> {
     #[inline]
     fn drop(&mut self) {
         if let Some(on_panic) = self.0.take() {
