@@ -343,6 +343,13 @@ impl Breaker {
         nanos_between(self.base, at)
     }
 
+    /// The instant `nanos` after the base (`reopen_at` as an instant): an addition,
+    /// cheaper than measuring an instant from the base to compare nanoseconds.
+    #[inline]
+    fn instant_at(&self, nanos: u64) -> Instant {
+        later(self.base, Duration::from_nanos(nanos))
+    }
+
     /// Whether a call made now would reach the inner service (reads the clock only
     /// when open, half-open or ramping).
     #[inline(always)]
@@ -360,7 +367,7 @@ impl Breaker {
             MODE_FORCED_OPEN => ReadyHint::SkipForced,
             MODE_OPEN => {
                 let now = clock();
-                if self.nanos(now) < self.reopen_at.load(Ordering::Acquire) {
+                if now < self.instant_at(self.reopen_at.load(Ordering::Acquire)) {
                     if w & SHADOW != 0 {
                         return ReadyHint::Forward;
                     }
@@ -477,9 +484,8 @@ impl Breaker {
         // Counted first: the locked increment then waits for fewer pending stores.
         bump(&self.counters(slot).short_circuited);
         let open = Box::new(if mode == MODE_OPEN {
-            let until = self.reopen_at.load(Ordering::Acquire);
             self.rejection
-                .until(later(self.base, Duration::from_nanos(until)))
+                .until(self.instant_at(self.reopen_at.load(Ordering::Acquire)))
         } else {
             CircuitOpen::named(&self.name, OpenCause::ForcedOpen, None)
         });
