@@ -229,6 +229,8 @@ impl Handle {
 
 /// What an operator can hold a breaker at (see [`Handle::force`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 pub enum Forced {
     /// Every call is rejected ([`State::ForcedOpen`]).
     Open,

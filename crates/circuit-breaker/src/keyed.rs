@@ -610,7 +610,12 @@ where
 }
 
 /// Every key's breaker of a keyed layer at one instant (see [`KeyedHandle::snapshot`]).
+///
+/// With the `serde` feature it serializes as a keyed bulkhead's snapshot does, for
+/// an operator's endpoint: `keys` is a list of `[key, snapshot]` pairs and
+/// `forced` is `"open"`, `"closed"` or `null`.
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct KeyedSnapshot<K> {
     /// The layer's name.

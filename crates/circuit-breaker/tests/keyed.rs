@@ -416,6 +416,24 @@ async fn force_reaches_the_overflow_breaker_and_the_snapshot_shows_it() {
     assert_eq!(handle.len(), 2);
 }
 
+#[cfg(feature = "serde")]
+#[tokio::test(start_paused = true)]
+async fn the_keyed_snapshot_serializes_for_an_operator_endpoint() {
+    let (handle, _suppliers, mut svc) = per_host_over(1, 8, &["a.example"]);
+    send(&mut svc, "a.example").await.unwrap_err();
+    handle.force(Forced::Open);
+    let json = serde_json::to_value(handle.snapshot()).unwrap();
+    assert_eq!(json["name"], "suppliers");
+    assert_eq!(json["max_keys"], 8);
+    assert_eq!(json["forced"], "open");
+    assert_eq!(json["keys"][0][0], "a.example");
+    assert_eq!(json["keys"][0][1]["state"], "forced_open");
+    assert_eq!(json["keys"][0][1]["counters"]["failures"], 1);
+    assert!(json["overflow"].is_null());
+    handle.release();
+    assert!(serde_json::to_value(handle.snapshot()).unwrap()["forced"].is_null());
+}
+
 /// What code that treats every layer alike does with a handle: force, look,
 /// reconfigure, revert, release, all through the trait.
 fn operate<H: LayerHandle>(
