@@ -1059,13 +1059,55 @@ async fn degradation_a_dropped_future_records_nothing() {
     assert_eq!(body(svc.oneshot(req()).await), "quote");
 }
 
+/// The docs: "Records the classified outcome once, when it completes".
+#[tokio::test(start_paused = true)]
+async fn degradation_a_future_polled_again_after_it_answered_records_it_once() {
+    let (mut svc, handle) = degradation(Dependency::new(Act::Fail));
+    let mut fut = pin!(svc.ready().await.unwrap().call(req()));
+    let Poll::Ready(answer) = poll_once(fut.as_mut()) else {
+        panic!("a failing dependency's answer was pending");
+    };
+    assert_eq!(message(answer), REFUSED);
+    for _ in 0..3 {
+        assert!(matches!(poll_once(fut.as_mut()), Poll::Ready(Err(_))));
+    }
+    let s = handle.snapshot();
+    assert_eq!((s.state.level, s.state.failures), (0, 1));
+}
+
 /// The docs: "A panic in the level's service ... is recorded as a failure of that
 /// level while it unwinds, and the future then answers an error if polled again."
 #[tokio::test(start_paused = true)]
-async fn degradation_a_future_polled_again_after_its_level_panicked_answers_an_error() {
+async fn degradation_a_future_polled_again_after_its_level_panicked_answers_an_error_and_records_nothing(
+) {
     let (mut svc, handle) = degradation(Dependency::new(Act::PanicWhenPolled));
     let mut fut = pin!(svc.ready().await.unwrap().call(req()));
     assert!(panics(|| poll_once(fut.as_mut())));
     assert_eq!(handle.snapshot().state.failures, 1);
-    assert!(matches!(poll_once(fut.as_mut()), Poll::Ready(Err(_))));
+    for _ in 0..3 {
+        assert!(matches!(poll_once(fut.as_mut()), Poll::Ready(Err(_))));
+    }
+    let s = handle.snapshot();
+    assert_eq!((s.state.level, s.state.failures), (0, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn degradation_held_until_body_end_a_future_polled_again_after_its_level_panicked_records_nothing(
+) {
+    let layer = DegradationLayer::builder("quotes")
+        .consecutive_failures(3)
+        .level("canned", Fixed::new(Response::new("canned".to_owned())))
+        .build()
+        .unwrap()
+        .hold_until_body_end();
+    let handle = layer.handle();
+    let mut svc = layer.layer(Dependency::new(Act::PanicWhenPolled));
+    let mut fut = pin!(svc.ready().await.unwrap().call(req()));
+    assert!(panics(|| poll_once(fut.as_mut())));
+    assert_eq!(handle.snapshot().state.failures, 1);
+    for _ in 0..3 {
+        assert!(matches!(poll_once(fut.as_mut()), Poll::Ready(Err(_))));
+    }
+    let s = handle.snapshot();
+    assert_eq!((s.state.level, s.state.failures), (0, 1));
 }

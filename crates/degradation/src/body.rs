@@ -190,6 +190,10 @@ where
         let Some((shared, _, _)) = this.held.as_ref() else {
             return Poll::Ready(Err(internal("polled after completion")));
         };
+        // Panicked: recorded while it unwound, so not again here.
+        if let Some(after) = this.driving.finished() {
+            return Poll::Ready(Err(internal(after)));
+        }
         let result = ready!(this.driving.as_mut().poll_level(cx, shared));
         let Some((shared, classifier, extensions)) = this.held.take() else {
             return Poll::Ready(Err(internal("polled after completion")));

@@ -65,6 +65,20 @@ where
     pub(crate) fn ticket(&self) -> Ticket {
         self.ticket
     }
+
+    /// Why there is nothing left to drive, if the level has answered or panicked.
+    /// Its outcome was recorded then, so a caller that polls again must answer
+    /// this error and record nothing: a future polled again after it completed
+    /// would otherwise count its request a second time.
+    pub(crate) fn finished(&self) -> Option<&'static str> {
+        if self.panicked {
+            Some("polled after the level panicked")
+        } else if matches!(self.state, State::Done) {
+            Some("polled after completion")
+        } else {
+            None
+        }
+    }
 }
 
 impl<S, Req, Res> Driving<S, Req, Res>
@@ -74,16 +88,16 @@ where
 {
     /// Polls the level until it answers. A panic in the level's service is its
     /// failure, recorded in `shared` while it unwinds; polled again after that, or
-    /// after the answer, it answers an error.
+    /// after the answer, it answers an error (see [`Driving::finished`]).
     pub(crate) fn poll_level(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         shared: &Shared,
     ) -> Poll<Result<Res, BoxError>> {
-        let this = self.project();
-        if *this.panicked {
-            return Poll::Ready(Err(internal("polled after the level panicked")));
+        if let Some(after) = self.finished() {
+            return Poll::Ready(Err(internal(after)));
         }
+        let this = self.project();
         let ticket = *this.ticket;
         let panicked = this.panicked;
         let mut state = this.state;
@@ -234,6 +248,9 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
+        if let Some(after) = this.driving.finished() {
+            return Poll::Ready(Err(internal(after)));
+        }
         let result = ready!(this.driving.as_mut().poll_level(cx, this.shared));
         let outcome = this
             .classifier
