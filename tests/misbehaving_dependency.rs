@@ -778,6 +778,17 @@ async fn deadline_a_future_that_panics_in_a_spawned_task_leaves_no_deadline_on_t
 }
 
 #[tokio::test(start_paused = true)]
+async fn deadline_a_future_that_panics_under_catch_panic_leaves_no_deadline_behind() {
+    let svc = ServiceBuilder::new()
+        .layer(CatchPanicLayer::new())
+        .layer(DeadlineLayer::new(Duration::from_millis(300)).unwrap())
+        .service(Dependency::new(Act::PanicWhenPolled));
+    let res = svc.oneshot(req()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(Deadline::current(), None);
+}
+
+#[tokio::test(start_paused = true)]
 async fn deadline_a_readiness_error_is_returned_from_poll_ready() {
     let mut svc = DeadlineLayer::new(Duration::from_millis(300))
         .unwrap()
@@ -994,6 +1005,36 @@ async fn keyed_breaker_a_future_polled_again_after_it_answered_errs_and_reports_
     assert_eq!(s.state, State::Closed);
 }
 
+#[tokio::test(start_paused = true)]
+async fn keyed_breaker_a_future_polled_again_after_its_dependency_panicked_errs_and_counts_once() {
+    let layer = keyed_breaker(2);
+    let handle = layer.handle();
+    let mut svc = layer.layer(Dependency::new(Act::PanicWhenPolled));
+    let mut fut = pin!(svc.ready().await.unwrap().call(req_to("a.test")));
+    assert!(panics(|| poll_once(fut.as_mut())));
+    for _ in 0..2 {
+        assert!(matches!(poll_once(fut.as_mut()), Poll::Ready(Err(_))));
+    }
+    let s = handle.get(&key("a.test")).unwrap().snapshot();
+    assert_eq!(s.state, State::Closed);
+    assert_eq!((s.counters.calls, s.counters.failures), (1, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn keyed_breaker_a_poll_ready_that_panics_records_nothing_and_the_service_works_again() {
+    let layer = keyed_breaker(1);
+    let handle = layer.handle();
+    let dep = Dependency::new(Act::PanicInReady);
+    let mut svc = layer.layer(dep.clone());
+    assert!(panics(|| ready_now(&mut svc)));
+    assert!(handle.is_empty());
+
+    dep.set(Act::Answer);
+    let answer = svc.ready().await.unwrap().call(req_to("a.test")).await;
+    assert_eq!(body(answer), "quote");
+    assert_eq!(handle.get(&key("a.test")).unwrap().state(), State::Closed);
+}
+
 // ---------------------------------------------------------------------------
 // Degradation: a level whose service panics or fails has failed that request,
 // recorded once; a dropped future records nothing.
@@ -1057,6 +1098,28 @@ async fn degradation_a_dropped_future_records_nothing() {
     assert_eq!((s.state.level, s.state.failures), (0, 0));
     dep.set(Act::Answer);
     assert_eq!(body(svc.oneshot(req()).await), "quote");
+}
+
+#[tokio::test(start_paused = true)]
+async fn degradation_a_lower_level_whose_poll_ready_panics_in_a_spawned_task_is_left() {
+    let reduced = Dependency::new(Act::PanicInReady);
+    let layer = DegradationLayer::builder("quotes")
+        .consecutive_failures(1)
+        .level("reduced", reduced.clone())
+        .level("canned", Fixed::new(Response::new("canned".to_owned())))
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let svc = layer.layer(Dependency::new(Act::Fail));
+    assert_eq!(message(svc.clone().oneshot(req()).await), REFUSED);
+    assert_eq!(handle.level().name.as_ref(), "reduced");
+
+    // The lower level is polled in the response future, here in a spawned task.
+    let joined = tokio::spawn(svc.clone().oneshot(req())).await;
+    assert!(joined.unwrap_err().is_panic());
+    assert_eq!(reduced.calls(), 0);
+    assert_eq!(handle.level().name.as_ref(), "canned");
+    assert_eq!(body(svc.oneshot(req()).await), "canned");
 }
 
 /// The docs: "Records the classified outcome once, when it completes".
