@@ -5,7 +5,7 @@
 //! counts the store's operations around a run of calls and sets the renewal
 //! task's own count against them.
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use seawall::bulkhead::BulkheadLayer;
@@ -39,16 +39,38 @@ fn config() -> CapConfig {
         .mode(CapMode::Available { local_share: LIMIT })
 }
 
-/// A bulkhead like the plain row's, capped through `store` on `rt` (which runs
-/// the renewal task), returned once the store granted it an allotment.
-fn capped_bulkhead(rt: &Runtime, store: &LocalStore) -> (BulkheadLayer, Capped) {
+/// A runtime of its own, on a worker thread, for the measured row's renewal task.
+/// On the harness's runtime the task would run only while that runtime is
+/// driven: hand-driven rounds poll futures without it, and a round longer than
+/// the claims' TTL let the lease lapse; the store then took the bulkhead for a
+/// newcomer, whose allotment is 0 for a TTL, and refused the measured calls.
+fn renewals() -> &'static Runtime {
+    static RENEWALS: OnceLock<Runtime> = OnceLock::new();
+    RENEWALS.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("fleet-cap-renewals")
+            .enable_all()
+            .build()
+            .expect("a runtime for the renewals")
+    })
+}
+
+/// A bulkhead like the plain row's, capped through `store` with its renewal task
+/// on `renew_on`, returned once the store granted it an allotment (calls made
+/// on `rt` meanwhile are the demand its claims carry).
+fn capped_bulkhead(
+    rt: &Runtime,
+    renew_on: &Runtime,
+    store: &LocalStore,
+) -> (BulkheadLayer, Capped) {
     let layer = sw_bulkhead(LIMIT as usize, 10);
     let fleet = Fleet::builder(store.clone())
         .prefix("bench")
         .build()
         .expect("valid fleet");
     let capped = {
-        let _entered = rt.enter();
+        let _entered = renew_on.enter();
         fleet.cap(&layer.handle(), config()).expect("capped")
     };
     let mut svc = layer.clone().layer(inner::ok());
@@ -71,7 +93,7 @@ fn capped_bulkhead(rt: &Runtime, store: &LocalStore) -> (BulkheadLayer, Capped) 
 }
 
 pub(super) fn rows(rt: &Runtime) -> Vec<Row> {
-    let (layer, capped) = capped_bulkhead(rt, &LocalStore::new());
+    let (layer, capped) = capped_bulkhead(rt, renewals(), &LocalStore::new());
     CAPS.lock()
         .unwrap_or_else(PoisonError::into_inner)
         .push(capped);
@@ -102,7 +124,9 @@ pub(crate) struct StoreOps {
 /// is asked for; the renewal task counts its own).
 pub(crate) fn store_ops_on_the_admitted_path(rt: &Runtime, calls: u64) -> StoreOps {
     let store = LocalStore::new();
-    let (layer, capped) = capped_bulkhead(rt, &store);
+    // The renewals run on `rt` here, between the calls, so that the store's
+    // operations and the task's own count are read with neither moving.
+    let (layer, capped) = capped_bulkhead(rt, rt, &store);
     let allotment = capped.snapshot().allotment;
     let mut svc = layer.layer(inner::ok());
     let (store_before, task_before) = (store.ops(), capped.snapshot().store_ops);
