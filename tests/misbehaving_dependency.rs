@@ -220,6 +220,47 @@ async fn bulkhead_a_future_that_panics_in_a_spawned_task_frees_its_slot() {
     assert_eq!(handle.snapshot().rejected_full, 0);
 }
 
+/// A future whose inner future panicked gives its slot back while the panic
+/// unwinds, kept alive or not, and answers an error if polled again, without
+/// polling the dead inner future (which would panic again).
+#[tokio::test(start_paused = true)]
+async fn bulkhead_a_future_whose_inner_future_panicked_frees_its_slot_at_once_and_errs_if_polled_again(
+) {
+    let layer = one_slot();
+    let handle = layer.handle();
+    let mut svc = layer.layer(Dependency::new(Act::PanicWhenPolled));
+    let mut fut = std::pin::pin!(svc.ready().await.unwrap().call(req()));
+    assert!(panics(|| poll_once(fut.as_mut())));
+    assert_eq!(handle.snapshot().active, 0, "freed with the future alive");
+    assert_eq!(admitted(&layer).await, "quote");
+    let again = catch_unwind(AssertUnwindSafe(|| poll_once(fut.as_mut())));
+    match again {
+        Ok(Poll::Ready(Err(_))) => {}
+        Ok(other) => panic!("polled again: {:?}", other.map(|r| r.map(|_| ()))),
+        Err(_) => panic!("polled again, it polled the dead inner future"),
+    }
+    assert_eq!(handle.snapshot().active, 0);
+}
+
+/// The caller keeps `CatchPanicLayer`'s future after its 500: the slot is
+/// already free.
+#[tokio::test(start_paused = true)]
+async fn bulkhead_a_future_kept_after_catch_panic_answered_holds_no_slot() {
+    let layer = one_slot();
+    let handle = layer.handle();
+    let mut svc = ServiceBuilder::new()
+        .layer(CatchPanicLayer::new())
+        .layer(layer.clone())
+        .service(Dependency::new(Act::PanicWhenPolled));
+    let mut fut = std::pin::pin!(svc.ready().await.unwrap().call(req()));
+    let Poll::Ready(Ok(res)) = poll_once(fut.as_mut()) else {
+        panic!("CatchPanicLayer answers at once");
+    };
+    assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(handle.snapshot().active, 0);
+    assert_eq!(admitted(&layer).await, "quote");
+}
+
 #[tokio::test(start_paused = true)]
 async fn bulkhead_a_future_that_panics_under_catch_panic_frees_its_slot() {
     let layer = one_slot();
@@ -417,31 +458,24 @@ async fn backpressure_a_future_that_panics_under_catch_panic_frees_its_slot() {
     assert!(matches!(ready_now(&mut other), Poll::Ready(Ok(()))));
 }
 
-/// The docs promise the reserved slot back when the service is dropped, and when
-/// the inner `poll_ready` fails; they say nothing of one that panics. So: the
-/// service that panicked works once the dependency recovers, and a slot is free at
-/// the latest when that service is dropped.
+/// As a readiness error does, a panic in the inner `poll_ready` gives the reserved
+/// slot back (while it unwinds): another service is ready at once, and the one
+/// that panicked works once the dependency recovers.
 #[tokio::test(start_paused = true)]
-async fn backpressure_a_poll_ready_that_panics_frees_the_slot_at_the_latest_when_dropped() {
+async fn backpressure_a_poll_ready_that_panics_frees_the_reserved_slot_at_once() {
     let layer = one_slot().backpressure();
     let handle = layer.handle();
-
-    // Kept alive: works once the dependency recovers, and gives the slot back.
     let dep = Dependency::new(Act::PanicInReady);
     let mut kept = layer.layer(dep.clone());
     assert!(panics(|| ready_now(&mut kept)));
-    dep.set(Act::Answer);
-    assert_eq!(body(kept.ready().await.unwrap().call(req()).await), "quote");
-    assert_eq!(handle.snapshot().active, 0);
-
-    // Dropped: its slot is free for another service.
-    let mut dropped = layer.layer(Dependency::new(Act::PanicInReady));
-    assert!(panics(|| ready_now(&mut dropped)));
-    drop(dropped);
+    assert!(!kept.is_reserved());
     assert_eq!(handle.snapshot().active, 0);
     let mut other = layer.layer(Dependency::new(Act::Answer));
     assert!(matches!(ready_now(&mut other), Poll::Ready(Ok(()))));
     assert_eq!(body(other.call(req()).await), "quote");
+    dep.set(Act::Answer);
+    assert_eq!(body(kept.ready().await.unwrap().call(req()).await), "quote");
+    assert_eq!(handle.snapshot().active, 0);
 }
 
 #[tokio::test(start_paused = true)]

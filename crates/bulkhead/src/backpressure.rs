@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll, Waker};
 use std::time::Duration;
 
-use seawall_core::{BoxError, Classify, TimeoutsAsOverload};
+use seawall_core::{BoxError, Classify, PanicWatch, TimeoutsAsOverload};
 use tokio::time::Instant;
 use tower_layer::Layer;
 use tower_service::Service;
@@ -99,8 +99,9 @@ impl<S, H, O: Clone> Layer<S> for BackpressureLayer<H, O> {
 /// **Where the reservation lives.** In this service value, never shared: a clone
 /// starts with no slot (as tower's `ConcurrencyLimit`), and dropping the service
 /// frees a slot it reserved but did not use, or leaves the line. An error from the
-/// inner `poll_ready` frees the slot too; a call's slot is freed as in the default
-/// mode (when its future completes or is dropped, or as the hold mode says).
+/// inner `poll_ready`, or a panic in it, frees the slot too (the latter while the
+/// panic unwinds); a call's slot is freed as in the default mode (when its future
+/// completes, panics or is dropped, or as the hold mode says).
 ///
 /// A `call` without a ready `poll_ready` breaks Tower's contract; it is not made to
 /// wait: it goes out only if a slot is free and the inner service is ready at once,
@@ -281,7 +282,12 @@ where
     /// service (keeping the slot while it is not ready, freeing it if it fails).
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         ready!(self.reserve(cx));
-        match self.inner.poll_ready(cx) {
+        // A panicking inner `poll_ready` gives the reserved slot back while it
+        // unwinds, as a readiness error does.
+        let watch = PanicWatch::arm(|| self.slot = Slot::Empty);
+        let polled = self.inner.poll_ready(cx);
+        watch.disarm();
+        match polled {
             Poll::Ready(Ok(())) => Poll::Ready(Ok(())),
             Poll::Ready(Err(e)) => {
                 self.slot = Slot::Empty;

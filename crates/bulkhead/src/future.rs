@@ -155,7 +155,7 @@ impl Drop for Waiter {
     }
 }
 
-/// Frees the permit of an inner `call` that is panicking (see
+/// Frees the permit of an inner `call` or `poll` that is panicking (see
 /// [`ResponseFuture::call_in`]).
 #[cold]
 fn free_on_unwind(in_call: &mut Option<Permit>) {
@@ -461,7 +461,13 @@ where
             if this.permit.is_none() {
                 return Poll::Ready(Err(polled_after_completion()));
             }
-            let output = ready!(future.poll(cx));
+            // A panicking inner future gives its slot back while the panic unwinds
+            // (the caller may keep this future long after catching it), and a poll
+            // after that answers an error instead of polling the dead future.
+            let watch = PanicWatch::arm(|| free_on_unwind(this.permit));
+            let polled = future.poll(cx);
+            watch.disarm();
+            let output = ready!(polled);
             let Some(permit) = this.permit.take() else {
                 return Poll::Ready(Err(polled_after_completion()));
             };

@@ -23,8 +23,9 @@ use crate::state::Shared;
 /// time (hence `S: Clone`). Only once it holds a slot does the future drive that
 /// clone to readiness and call it, so a waiting caller holds nothing downstream. A
 /// call admitted at once to a ready inner service calls it directly, with no clone.
-/// Should that inner `call` panic, the slot it was given is freed while the
-/// panic unwinds.
+/// Should that inner `call`, or a poll of its future, panic, the slot it was
+/// given is freed while the panic unwinds, and the response future, polled
+/// again, answers an error without polling the inner one.
 ///
 /// Clones share the bulkhead with each other and with every service built from
 /// the same layer.
