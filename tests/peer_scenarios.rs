@@ -1,0 +1,1293 @@
+//! Behavioural scenarios that the test suites of other resilience libraries check,
+//! replayed against seawall's circuit breaker and bulkhead and judged by seawall's
+//! own documented rules (the crate docs of `seawall-circuit-breaker` and
+//! `seawall-bulkhead`). Each test names the scenario it comes from; where that
+//! library expects something else, the comment says what seawall promises instead.
+//!
+//! Everything goes through the public Tower API, with a small scripted dependency
+//! and paused time: `tokio::time::advance` moves the clock to the edges (one
+//! nanosecond before an interval ends, and at its end).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use seawall::bulkhead::BulkheadLayer;
+use seawall::circuit_breaker::{
+    CircuitBreakerLayer, Forced, State, MAX_COUNT_WINDOW, MAX_HALF_OPEN_PROBES,
+};
+use seawall::core::ClassifyInput;
+use seawall::{find_rejection, BoxError, Outcome, RejectionKind};
+use tokio::sync::oneshot;
+use tokio_test::{assert_pending, assert_ready_err, assert_ready_ok, task};
+use tower::util::Oneshot;
+use tower::{Layer, Service, ServiceExt};
+
+const NS: Duration = Duration::from_nanos(1);
+const MS: Duration = Duration::from_millis(1);
+const S: Duration = Duration::from_secs(1);
+
+/// What the dependency does with one request.
+enum Script {
+    Succeed,
+    Fail,
+    /// A valid business refusal, classified `Ignore` by [`refusals_ignored`].
+    Refuse,
+    /// Answers when told: `true` succeeds, `false` fails (a dropped sender fails too).
+    Hold(oneshot::Receiver<bool>),
+    Panic,
+}
+
+/// A held request and the switch that finishes it.
+fn held() -> (oneshot::Sender<bool>, Script) {
+    let (tx, rx) = oneshot::channel();
+    (tx, Script::Hold(rx))
+}
+
+/// The dependency: counts how often it is polled for readiness and called.
+#[derive(Clone, Default)]
+struct Dependency {
+    polled: Arc<AtomicUsize>,
+    called: Arc<AtomicUsize>,
+}
+
+impl Dependency {
+    fn polled(&self) -> usize {
+        self.polled.load(Ordering::SeqCst)
+    }
+    fn called(&self) -> usize {
+        self.called.load(Ordering::SeqCst)
+    }
+}
+
+type Answer = Pin<Box<dyn Future<Output = Result<&'static str, BoxError>> + Send>>;
+
+impl Service<Script> for Dependency {
+    type Response = &'static str;
+    type Error = BoxError;
+    type Future = Answer;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.polled.fetch_add(1, Ordering::SeqCst);
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, script: Script) -> Answer {
+        self.called.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move {
+            match script {
+                Script::Succeed => Ok("ok"),
+                Script::Fail => Err("connection refused".into()),
+                Script::Refuse => Ok("refused"),
+                Script::Hold(rx) => match rx.await {
+                    Ok(true) => Ok("late ok"),
+                    _ => Err("late failure".into()),
+                },
+                Script::Panic => panic!("the dependency crashed"),
+            }
+        })
+    }
+}
+
+/// Errors fail, a refusal is no evidence either way, any other answer succeeds.
+fn refusals_ignored(result: ClassifyInput<'_, &'static str>) -> Outcome {
+    match result {
+        Ok(&"refused") => Outcome::Ignore,
+        Ok(_) => Outcome::Success,
+        Err(_) => Outcome::Failure,
+    }
+}
+
+type Call<S> = task::Spawn<Oneshot<S, Script>>;
+
+/// One call, driven by hand: its first poll readies the service, calls it (where
+/// seawall admits or rejects) and polls the response once.
+fn start<S: Service<Script> + Clone>(svc: &S, script: Script) -> Call<S> {
+    task::spawn(svc.clone().oneshot(script))
+}
+
+/// A call that must have been admitted and still be running.
+fn start_held<S>(svc: &S) -> (oneshot::Sender<bool>, Call<S>)
+where
+    S: Service<Script, Response = &'static str, Error = BoxError> + Clone,
+{
+    let (tx, script) = held();
+    let mut call = task::spawn(svc.clone().oneshot(script));
+    assert_pending!(call.poll(), "the call should be admitted and running");
+    (tx, call)
+}
+
+fn kind(err: &BoxError) -> Option<RejectionKind> {
+    find_rejection(&**err).map(|r| r.kind())
+}
+
+fn retry_after(err: &BoxError) -> Option<Duration> {
+    find_rejection(&**err).and_then(|r| r.retry_after())
+}
+
+async fn run<S>(svc: &S, script: Script) -> Result<&'static str, BoxError>
+where
+    S: Service<Script, Response = &'static str, Error = BoxError> + Clone,
+{
+    svc.clone().oneshot(script).await
+}
+
+async fn fail_times<S>(svc: &S, n: usize)
+where
+    S: Service<Script, Response = &'static str, Error = BoxError> + Clone,
+{
+    for _ in 0..n {
+        let err = run(svc, Script::Fail).await.unwrap_err();
+        assert_eq!(
+            kind(&err),
+            None,
+            "a failure of the dependency itself: {err}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Circuit breaker: closed-state windows
+// ---------------------------------------------------------------------------
+
+// gobreaker: TestDefaultCircuitBreaker (a success between failures restarts the
+// count); failsafe: consecutive_failures reset_to_zero_on_success. gobreaker's
+// default trips on more than 5 failures in a row; seawall trips at `>=` threshold.
+#[tokio::test(start_paused = true)]
+async fn a_success_resets_the_consecutive_failure_count() {
+    let layer = CircuitBreakerLayer::builder("consecutive")
+        .consecutive_failures(5)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let svc = layer.layer(Dependency::default());
+
+    fail_times(&svc, 4).await;
+    assert_eq!(handle.snapshot().consecutive_failures, Some(4));
+    run(&svc, Script::Succeed).await.unwrap();
+    assert_eq!(handle.snapshot().consecutive_failures, Some(0));
+
+    fail_times(&svc, 4).await;
+    assert_eq!(
+        handle.state(),
+        State::Closed,
+        "8 failures, never 5 in a row"
+    );
+    fail_times(&svc, 1).await;
+    assert_eq!(handle.state(), State::Open, "the 5th in a row trips");
+}
+
+// tower-resilience: failure_rate_threshold_trips_after_window_fills (below the
+// minimum the breaker stays closed whatever the rate; at it, a rate exactly at
+// the threshold trips, as `>=`).
+#[tokio::test(start_paused = true)]
+async fn a_count_window_waits_for_min_calls_then_trips_at_exactly_the_rate() {
+    let layer = CircuitBreakerLayer::builder("count")
+        .count_window(4, 4, 0.5)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let svc = layer.layer(Dependency::default());
+
+    fail_times(&svc, 2).await;
+    assert_eq!(handle.state(), State::Closed, "2 calls: below min_calls");
+    run(&svc, Script::Succeed).await.unwrap();
+    assert_eq!(handle.state(), State::Closed, "3 calls: below min_calls");
+    run(&svc, Script::Succeed).await.unwrap();
+    // 4 calls, 2 failures: exactly 50 %, but a success alone never trips.
+    assert_eq!(handle.state(), State::Closed);
+    let window = handle.snapshot().window.unwrap();
+    assert_eq!((window.calls, window.failures), (4, 2));
+
+    // The oldest failure slides out and a new one comes in: still 2 of 4.
+    fail_times(&svc, 1).await;
+    assert_eq!(handle.state(), State::Open, "2 of 4 failed: 50 % >= 50 %");
+}
+
+// resilience4j: CircuitBreakerStateMachineTest.shouldOpenAfterFailureRateThresholdExceeded.
+// There the 5th call, a success that fills the window at 60 % failures, opens the
+// breaker. seawall evaluates the trip only when a failure is recorded ("a success
+// alone never trips"), so the breaker opens on the next failure instead.
+#[tokio::test(start_paused = true)]
+async fn a_success_that_fills_the_window_over_the_rate_does_not_trip_it() {
+    let layer = CircuitBreakerLayer::builder("count")
+        .count_window(5, 5, 0.5)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let svc = layer.layer(Dependency::default());
+
+    fail_times(&svc, 3).await;
+    run(&svc, Script::Succeed).await.unwrap();
+    run(&svc, Script::Succeed).await.unwrap();
+    assert_eq!(handle.state(), State::Closed);
+    let window = handle.snapshot().window.unwrap();
+    assert_eq!((window.calls, window.failures), (5, 3));
+
+    fail_times(&svc, 1).await; // F S S F over the first F: 3 of 5
+    assert_eq!(handle.state(), State::Open);
+}
+
+// recloser: test_ring_buffer_filling_on_error. recloser's full buffer at exactly
+// 50 % needs one more error to trip; seawall's `failure rate >= threshold` trips on
+// the failure that fills the window at exactly the rate.
+#[tokio::test(start_paused = true)]
+async fn a_full_window_at_exactly_the_rate_trips_on_its_last_failure() {
+    let layer = CircuitBreakerLayer::builder("count")
+        .count_window(10, 10, 0.5)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let svc = layer.layer(Dependency::default());
+
+    for _ in 0..5 {
+        run(&svc, Script::Succeed).await.unwrap();
+    }
+    fail_times(&svc, 4).await;
+    assert_eq!(handle.state(), State::Closed, "9 calls: below min_calls");
+    fail_times(&svc, 1).await;
+    assert_eq!(handle.state(), State::Open, "5 of 10");
+}
+
+// gobreaker: TestRollingWindowCircuitBreaker (buckets leave the window one by
+// one); failsafe: windowed_adder sliding_over_small_window.
+#[tokio::test(start_paused = true)]
+async fn a_time_window_drops_its_oldest_bucket_as_time_moves_on() {
+    let layer = CircuitBreakerLayer::builder("time")
+        .time_window(3 * S, S, 3, 0.7)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let svc = layer.layer(Dependency::default());
+
+    run(&svc, Script::Succeed).await.unwrap();
+    run(&svc, Script::Succeed).await.unwrap();
+    tokio::time::advance(S).await;
+    fail_times(&svc, 1).await;
+    tokio::time::advance(S).await;
+    fail_times(&svc, 1).await;
+    // 4 calls, 2 failures: 50 % < 70 %.
+    assert_eq!(handle.state(), State::Closed);
+
+    tokio::time::advance(S).await;
+    // The first bucket (the two successes) is 3 s old: out of the window.
+    let window = handle.snapshot().window.unwrap();
+    assert_eq!((window.calls, window.failures), (2, 2));
+    fail_times(&svc, 1).await;
+    // 3 calls, 3 failures. Had the successes stayed, 3 of 5 (60 %) would not trip.
+    assert_eq!(handle.state(), State::Open);
+}
+
+// gobreaker: TestRollingWindowCircuitBreaker at a bucket's edge; seawall's rule:
+// "an outcome exactly `window` old no longer counts".
+#[tokio::test(start_paused = true)]
+async fn a_time_window_forgets_an_outcome_exactly_one_window_old() {
+    for (age, trips) in [(10 * S - NS, true), (10 * S, false)] {
+        let layer = CircuitBreakerLayer::builder("time")
+            .time_window(10 * S, S, 2, 0.5)
+            .build()
+            .unwrap();
+        let handle = layer.handle();
+        let svc = layer.layer(Dependency::default());
+
+        fail_times(&svc, 1).await;
+        tokio::time::advance(age).await;
+        fail_times(&svc, 1).await;
+        let state = handle.state();
+        assert_eq!(
+            state == State::Open,
+            trips,
+            "first failure {age:?} old: {state:?}"
+        );
+    }
+}
+
+// failsafe: windowed_adder sliding_window_when_slices_are_skipped (an idle spell
+// longer than the window clears every bucket, however many were skipped).
+#[tokio::test(start_paused = true)]
+async fn an_idle_spell_longer_than_the_window_clears_it() {
+    let layer = CircuitBreakerLayer::builder("time")
+        .time_window(3 * S, S, 3, 0.5)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let svc = layer.layer(Dependency::default());
+
+    fail_times(&svc, 2).await;
+    tokio::time::advance(25 * S + 300 * MS).await;
+    assert_eq!(handle.snapshot().window.unwrap().calls, 0);
+    fail_times(&svc, 2).await;
+    assert_eq!(
+        handle.state(),
+        State::Closed,
+        "2 calls in the window, not 4"
+    );
+    fail_times(&svc, 1).await;
+    assert_eq!(handle.state(), State::Open);
+}
+
+// recloser: error_predicate; resilience4j: shouldIgnoreExceptionsAndThenTransitionToClosed.
+// In recloser an error the predicate rejects counts as a success; in seawall an
+// `Ignore` is not recorded at all, so it neither fills the window nor resets the
+// consecutive count.
+#[tokio::test(start_paused = true)]
+async fn ignored_outcomes_neither_count_nor_reset() {
+    let layer = CircuitBreakerLayer::builder("consecutive")
+        .consecutive_failures(2)
+        .classifier(refusals_ignored)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let svc = layer.layer(Dependency::default());
+    fail_times(&svc, 1).await;
+    for _ in 0..3 {
+        assert_eq!(run(&svc, Script::Refuse).await.unwrap(), "refused");
+    }
+    assert_eq!(handle.snapshot().consecutive_failures, Some(1));
+    fail_times(&svc, 1).await;
+    assert_eq!(
+        handle.state(),
+        State::Open,
+        "two failures in a row, refusals between"
+    );
+
+    let layer = CircuitBreakerLayer::builder("count")
+        .count_window(4, 2, 0.5)
+        .classifier(refusals_ignored)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let svc = layer.layer(Dependency::default());
+    for _ in 0..4 {
+        run(&svc, Script::Refuse).await.unwrap();
+    }
+    fail_times(&svc, 1).await;
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.window.unwrap().calls, 1, "refusals take no slot");
+    assert_eq!(snapshot.counters.ignored, 4);
+    assert_eq!(snapshot.state, State::Closed, "1 call: below min_calls");
+}
+
+// resilience4j: shouldOpenAfterSlowCallRateThresholdExceeded; tower-resilience:
+// slow_call_threshold_trips_independent_of_failure_rate. A call that takes the
+// threshold or longer is slow; one a nanosecond shorter is not.
+#[tokio::test(start_paused = true)]
+async fn slow_successes_alone_trip_at_the_slow_call_rate() {
+    let layer = CircuitBreakerLayer::builder("slow")
+        .count_window(2, 2, 1.0)
+        .slow_calls(S, 0.5)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let svc = layer.layer(Dependency::default());
+
+    let (tx, mut call) = start_held(&svc);
+    tokio::time::advance(S - NS).await;
+    tx.send(true).unwrap();
+    assert_ready_ok!(call.poll());
+    assert_eq!(
+        handle.snapshot().counters.slow,
+        0,
+        "a nanosecond under the threshold"
+    );
+    assert_eq!(handle.state(), State::Closed);
+
+    let (tx, mut call) = start_held(&svc);
+    tokio::time::advance(S).await;
+    tx.send(true).unwrap();
+    assert_ready_ok!(call.poll());
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.counters.slow, 1);
+    assert_eq!(snapshot.counters.failures, 0);
+    assert_eq!(snapshot.state, State::Open, "1 slow of 2: 50 % >= 50 %");
+}
+
+// gobreaker: TestPanicInRequest (a panicking request counts as a failure).
+#[tokio::test(start_paused = true)]
+async fn a_panicking_dependency_counts_as_a_failure() {
+    let layer = CircuitBreakerLayer::builder("panics")
+        .consecutive_failures(1)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let svc = layer.layer(Dependency::default());
+
+    let joined = tokio::spawn(svc.clone().oneshot(Script::Panic)).await;
+    assert!(joined.unwrap_err().is_panic());
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.counters.failures, 1);
+    assert_eq!(snapshot.counters.cancelled, 0);
+    assert_eq!(snapshot.state, State::Open);
+}
+
+// ---------------------------------------------------------------------------
+// Circuit breaker: open, half-open and back
+// ---------------------------------------------------------------------------
+
+// resilience4j: shouldTransitionToHalfOpenAfterWaitDuration; gobreaker:
+// TestDefaultCircuitBreaker (59 s still open, 60 s half-open). seawall: half-open
+// when `now >= opened_at + open_for`, and until then `retry_after` is what remains.
+#[tokio::test(start_paused = true)]
+async fn the_open_interval_ends_exactly_at_open_for() {
+    let layer = CircuitBreakerLayer::builder("interval")
+        .consecutive_failures(1)
+        .open_for(5 * S)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let dependency = Dependency::default();
+    let svc = layer.layer(dependency.clone());
+
+    fail_times(&svc, 1).await;
+    let err = run(&svc, Script::Succeed).await.unwrap_err();
+    assert_eq!(kind(&err), Some(RejectionKind::CircuitOpen));
+    assert_eq!(retry_after(&err), Some(5 * S));
+
+    tokio::time::advance(5 * S - NS).await;
+    assert_eq!(handle.state(), State::Open);
+    let err = run(&svc, Script::Succeed).await.unwrap_err();
+    assert_eq!(kind(&err), Some(RejectionKind::CircuitOpen));
+    assert_eq!(retry_after(&err), Some(NS));
+    assert_eq!(
+        dependency.called(),
+        1,
+        "nothing reached the dependency while open"
+    );
+
+    tokio::time::advance(NS).await;
+    assert_eq!(
+        handle.state(),
+        State::HalfOpen,
+        "reported as soon as it is due"
+    );
+    assert_eq!(run(&svc, Script::Succeed).await.unwrap(), "ok");
+    assert_eq!(
+        dependency.called(),
+        2,
+        "the first call after the interval is the probe"
+    );
+    assert_eq!(handle.state(), State::Closed);
+}
+
+// tower-resilience: open_rejection_does_not_poll_pending_inner (an open breaker
+// answers ready and rejects without touching the inner service).
+#[tokio::test(start_paused = true)]
+async fn an_open_breaker_neither_polls_nor_calls_the_inner_service() {
+    let layer = CircuitBreakerLayer::builder("open")
+        .consecutive_failures(1)
+        .build()
+        .unwrap();
+    let dependency = Dependency::default();
+    let mut svc = layer.layer(dependency.clone());
+    fail_times(&svc, 1).await;
+    let (polled, called) = (dependency.polled(), dependency.called());
+
+    for _ in 0..3 {
+        let err = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(Script::Succeed)
+            .await
+            .unwrap_err();
+        assert_eq!(kind(&err), Some(RejectionKind::CircuitOpen));
+    }
+    assert_eq!((dependency.polled(), dependency.called()), (polled, called));
+    assert_eq!(layer.handle().snapshot().counters.short_circuited, 3);
+}
+
+/// A breaker tripped by one failure and now half-open, with its service and the
+/// dependency behind it.
+async fn half_open(
+    half_open_max: u32,
+    probes_to_close: u32,
+) -> (
+    seawall::circuit_breaker::Handle,
+    seawall::circuit_breaker::CircuitBreaker<Dependency, seawall::ErrorsAsFailures>,
+    Dependency,
+) {
+    let layer = CircuitBreakerLayer::builder("probes")
+        .consecutive_failures(1)
+        .open_for(5 * S)
+        .half_open_max(half_open_max)
+        .probes_to_close(probes_to_close)
+        .half_open_timeout(10 * S)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let dependency = Dependency::default();
+    let svc = layer.layer(dependency.clone());
+    fail_times(&svc, 1).await;
+    tokio::time::advance(5 * S).await;
+    assert_eq!(handle.state(), State::HalfOpen);
+    (handle, svc, dependency)
+}
+
+// resilience4j: shouldOnlyPermitFourCallsInHalfOpenState and
+// shouldThrowCallNotPermittedExceptionWhenNotFurtherTestCallsArePermitted;
+// gobreaker: TestCustomCircuitBreaker (MaxRequests in half-open, closing on the
+// last success). resilience4j closes half-open by the failure rate of the
+// permitted calls; seawall closes after `probes_to_close` successes.
+#[tokio::test(start_paused = true)]
+async fn half_open_admits_exactly_half_open_max_probes_and_closes_on_enough_successes() {
+    let (handle, svc, dependency) = half_open(4, 4).await;
+
+    let probes: Vec<_> = (0..4).map(|_| start_held(&svc)).collect();
+    assert_eq!(handle.snapshot().probes_in_flight, 4);
+    let mut fifth = start(&svc, Script::Succeed);
+    let err = assert_ready_err!(fifth.poll());
+    assert_eq!(kind(&err), Some(RejectionKind::CircuitOpen));
+    // What remains of the oldest probe's half-open timeout: positive, never zero.
+    assert_eq!(retry_after(&err), Some(10 * S));
+    assert_eq!(
+        dependency.called(),
+        1 + 4,
+        "the 5th caller never reached it"
+    );
+
+    let mut probes = probes.into_iter();
+    for _ in 0..3 {
+        let (tx, mut call) = probes.next().unwrap();
+        tx.send(true).unwrap();
+        assert_ready_ok!(call.poll());
+        assert_eq!(handle.state(), State::HalfOpen);
+    }
+    let (tx, mut call) = probes.next().unwrap();
+    tx.send(true).unwrap();
+    assert_ready_ok!(call.poll());
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::Closed);
+    assert_eq!(snapshot.counters.probe_successes, 4);
+}
+
+// resilience4j: shouldTransitionBackToOpenStateWhenFailureRateIsAboveThreshold.
+// There half-open reopens once the permitted calls are in and their failure rate
+// is over the threshold; in seawall the first failed probe reopens at once, and
+// the probes still in flight become stale: their successes close nothing.
+#[tokio::test(start_paused = true)]
+async fn one_failed_probe_reopens_and_the_others_become_stale() {
+    let (handle, svc, _) = half_open(3, 3).await;
+    let (first, mut first_call) = start_held(&svc);
+    let (second, mut second_call) = start_held(&svc);
+    let (third, mut third_call) = start_held(&svc);
+
+    second.send(false).unwrap();
+    assert_ready_err!(second_call.poll());
+    assert_eq!(handle.state(), State::Open);
+
+    first.send(true).unwrap();
+    third.send(true).unwrap();
+    assert_ready_ok!(first_call.poll());
+    assert_ready_ok!(third_call.poll());
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::Open, "stale successes close nothing");
+    assert_eq!(snapshot.counters.stale, 2);
+    assert_eq!(
+        snapshot.retry_after,
+        Some(5 * S),
+        "the interval restarted at the failure"
+    );
+}
+
+// gobreaker: TestCustomCircuitBreaker (counts cleared when half-open closes).
+// seawall: closing empties the window, so the next N failures trip from zero.
+#[tokio::test(start_paused = true)]
+async fn closing_starts_a_fresh_window() {
+    let layer = CircuitBreakerLayer::builder("fresh")
+        .count_window(4, 4, 0.5)
+        .open_for(5 * S)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let svc = layer.layer(Dependency::default());
+
+    fail_times(&svc, 4).await;
+    assert_eq!(handle.state(), State::Open);
+    tokio::time::advance(5 * S).await;
+    run(&svc, Script::Succeed).await.unwrap();
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::Closed);
+    assert_eq!(snapshot.window.unwrap().calls, 0);
+
+    fail_times(&svc, 3).await;
+    assert_eq!(
+        handle.state(),
+        State::Closed,
+        "3 calls since closing: below min_calls"
+    );
+    fail_times(&svc, 1).await;
+    assert_eq!(handle.state(), State::Open);
+}
+
+// resilience4j: shouldReleasePermissionWhenExceptionIgnored (an ignored probe
+// gives its permission back and changes no state).
+#[tokio::test(start_paused = true)]
+async fn an_ignored_probe_frees_its_slot_without_a_transition() {
+    let layer = CircuitBreakerLayer::builder("probes")
+        .consecutive_failures(1)
+        .open_for(5 * S)
+        .classifier(refusals_ignored)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let svc = layer.layer(Dependency::default());
+    fail_times(&svc, 1).await;
+    tokio::time::advance(5 * S).await;
+
+    assert_eq!(run(&svc, Script::Refuse).await.unwrap(), "refused");
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::HalfOpen);
+    assert_eq!(snapshot.probes_in_flight, 0);
+    assert_eq!(
+        snapshot
+            .counters
+            .transitions_between(State::HalfOpen, State::Open),
+        0
+    );
+
+    run(&svc, Script::Succeed).await.unwrap();
+    assert_eq!(
+        handle.state(),
+        State::Closed,
+        "the next caller was the probe"
+    );
+}
+
+// tower-resilience: dropped_half_open_probe_future_releases_its_slot_without_recording_a_result.
+#[tokio::test(start_paused = true)]
+async fn a_dropped_probe_frees_its_slot_and_records_nothing() {
+    let (handle, svc, _) = half_open(1, 1).await;
+    let (_tx, probe) = start_held(&svc);
+    let mut second = start(&svc, Script::Succeed);
+    assert_eq!(
+        kind(&assert_ready_err!(second.poll())),
+        Some(RejectionKind::CircuitOpen)
+    );
+
+    drop(probe);
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.probes_in_flight, 0);
+    assert_eq!(snapshot.counters.cancelled, 1);
+    assert_eq!(
+        snapshot.counters.probe_successes + snapshot.counters.probe_failures,
+        0
+    );
+    assert_eq!(snapshot.state, State::HalfOpen);
+
+    assert_eq!(run(&svc, Script::Succeed).await.unwrap(), "ok");
+    assert_eq!(handle.state(), State::Closed);
+}
+
+// tower-resilience: half_open_admission_never_exceeds_permitted_calls_under_contention.
+#[tokio::test(start_paused = true)]
+async fn concurrent_callers_never_take_more_than_the_probe_slots() {
+    let (handle, svc, dependency) = half_open(2, 2).await;
+    let mut switches = Vec::new();
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (tx, script) = held();
+        switches.push(tx);
+        tasks.push(tokio::spawn(svc.clone().oneshot(script)));
+    }
+    // The rejected callers finish on their first poll; the probes wait.
+    for _ in 0..100 {
+        if tasks.iter().filter(|t| t.is_finished()).count() >= 6 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(tasks.iter().filter(|t| t.is_finished()).count(), 6);
+    assert_eq!(dependency.called(), 1 + 2);
+    assert_eq!(handle.snapshot().probes_in_flight, 2);
+
+    for tx in switches {
+        let _ = tx.send(true);
+    }
+    let mut admitted = 0;
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(_) => admitted += 1,
+            Err(err) => assert_eq!(kind(&err), Some(RejectionKind::CircuitOpen)),
+        }
+    }
+    assert_eq!(admitted, 2);
+    assert_eq!(handle.state(), State::Closed);
+}
+
+// resilience4j: maxWaitDurationInHalfOpenState scenarios (a half-open breaker
+// whose probe never answers goes back to open). seawall: a probe neither finished
+// nor dropped within `half_open_timeout` counts as failed, and the open interval
+// counts from that instant.
+#[tokio::test(start_paused = true)]
+async fn a_probe_that_outlives_the_half_open_timeout_fails_and_reopens() {
+    let layer = CircuitBreakerLayer::builder("slow probe")
+        .consecutive_failures(1)
+        .open_for(5 * S)
+        .half_open_timeout(2 * S)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let svc = layer.layer(Dependency::default());
+    fail_times(&svc, 1).await;
+    tokio::time::advance(5 * S).await;
+    let (tx, mut probe) = start_held(&svc);
+
+    tokio::time::advance(2 * S - NS).await;
+    let err = run(&svc, Script::Succeed).await.unwrap_err();
+    assert_eq!(kind(&err), Some(RejectionKind::CircuitOpen));
+    assert_eq!(
+        retry_after(&err),
+        Some(NS),
+        "what remains of the probe's timeout"
+    );
+    assert_eq!(handle.state(), State::HalfOpen);
+
+    tokio::time::advance(NS).await;
+    let err = run(&svc, Script::Succeed).await.unwrap_err();
+    assert_eq!(kind(&err), Some(RejectionKind::CircuitOpen));
+    assert_eq!(
+        retry_after(&err),
+        Some(5 * S),
+        "open again, from the timeout"
+    );
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::Open);
+    assert_eq!(snapshot.counters.probe_timeouts, 1);
+
+    // The probe answering late is stale: it cannot close the breaker.
+    tx.send(true).unwrap();
+    assert_ready_ok!(probe.poll());
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::Open);
+    assert_eq!(snapshot.counters.stale, 1);
+}
+
+// gobreaker: the generation checks of TestCustomCircuitBreaker (a result from an
+// older generation is dropped); resilience4j records such late results too. In
+// seawall a call admitted while closed that succeeds while a probe is in flight
+// is counted as stale and cannot close the breaker.
+#[tokio::test(start_paused = true)]
+async fn a_call_admitted_before_the_trip_cannot_close_the_breaker() {
+    let layer = CircuitBreakerLayer::builder("stale")
+        .consecutive_failures(2)
+        .open_for(5 * S)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let svc = layer.layer(Dependency::default());
+
+    let (old, mut old_call) = start_held(&svc);
+    fail_times(&svc, 2).await;
+    tokio::time::advance(5 * S).await;
+    let (probe, mut probe_call) = start_held(&svc);
+    assert_eq!(handle.state(), State::HalfOpen);
+
+    old.send(true).unwrap();
+    assert_ready_ok!(old_call.poll());
+    let snapshot = handle.snapshot();
+    assert_eq!(
+        snapshot.state,
+        State::HalfOpen,
+        "the old success closed nothing"
+    );
+    assert_eq!(snapshot.counters.stale, 1);
+    assert_eq!(snapshot.probes_in_flight, 1);
+
+    probe.send(true).unwrap();
+    assert_ready_ok!(probe_call.poll());
+    assert_eq!(handle.state(), State::Closed);
+}
+
+// resilience4j: shouldTransitionToHalfOpenAfterWaitInterval (an interval function
+// growing the wait); recloser: test_custom_wait (exponential, capped). seawall:
+// `open_for` times `backoff_multiplier` per re-trip, up to `max_open_for`, and
+// forgotten once the breaker closes.
+#[tokio::test(start_paused = true)]
+async fn each_failed_probe_grows_the_open_interval_up_to_its_cap() {
+    let layer = CircuitBreakerLayer::builder("backoff")
+        .consecutive_failures(1)
+        .open_for(5 * S)
+        .backoff(2.0, 15 * S)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let svc = layer.layer(Dependency::default());
+
+    fail_times(&svc, 1).await;
+    for open_for in [5 * S, 10 * S, 15 * S, 15 * S] {
+        assert_eq!(handle.snapshot().open_for, Some(open_for));
+        tokio::time::advance(open_for - NS).await;
+        let err = run(&svc, Script::Fail).await.unwrap_err();
+        assert_eq!(
+            kind(&err),
+            Some(RejectionKind::CircuitOpen),
+            "before {open_for:?}"
+        );
+        tokio::time::advance(NS).await;
+        fail_times(&svc, 1).await; // the probe fails
+    }
+    tokio::time::advance(15 * S).await;
+    run(&svc, Script::Succeed).await.unwrap();
+    assert_eq!(handle.state(), State::Closed);
+    fail_times(&svc, 1).await;
+    assert_eq!(
+        handle.snapshot().open_for,
+        Some(5 * S),
+        "the backoff is forgotten"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Circuit breaker: the operator's handle
+// ---------------------------------------------------------------------------
+
+// resilience4j: shouldForceOpenCircuitBreaker (no half-open after the wait
+// duration); tower-resilience: test_handle_force_open_rejects_calls_on_every_clone.
+#[tokio::test(start_paused = true)]
+async fn forced_open_rejects_past_open_for_until_released() {
+    let layer = CircuitBreakerLayer::builder("forced")
+        .open_for(5 * S)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let dependency = Dependency::default();
+    let svc = layer.layer(dependency.clone());
+    let clone = svc.clone();
+
+    handle.force(Forced::Open);
+    tokio::time::advance(60 * S).await;
+    for svc in [&svc, &clone] {
+        let err = run(svc, Script::Succeed).await.unwrap_err();
+        assert_eq!(kind(&err), Some(RejectionKind::CircuitOpen));
+    }
+    assert_eq!(handle.state(), State::ForcedOpen);
+    assert_eq!(dependency.called(), 0);
+
+    handle.release();
+    assert_eq!(handle.state(), State::Closed);
+    assert_eq!(run(&svc, Script::Succeed).await.unwrap(), "ok");
+}
+
+// resilience4j: shouldForceCloseCircuitBreaker (calls recorded, never tripped).
+#[tokio::test(start_paused = true)]
+async fn forced_closed_records_failures_but_never_trips() {
+    let layer = CircuitBreakerLayer::builder("forced")
+        .count_window(4, 4, 0.5)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let dependency = Dependency::default();
+    let svc = layer.layer(dependency.clone());
+
+    handle.force(Forced::Closed);
+    fail_times(&svc, 10).await;
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::ForcedClosed);
+    assert_eq!(
+        snapshot.window.unwrap().failures,
+        4,
+        "the window is recorded"
+    );
+    assert_eq!(dependency.called(), 10);
+
+    handle.release();
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::Closed);
+    assert_eq!(snapshot.window.unwrap().calls, 0, "released afresh");
+}
+
+// resilience4j: shouldDisableCircuitBreaker.
+#[tokio::test(start_paused = true)]
+async fn a_disabled_breaker_lets_everything_through_and_only_counts() {
+    let layer = CircuitBreakerLayer::builder("disabled")
+        .consecutive_failures(1)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let dependency = Dependency::default();
+    let svc = layer.layer(dependency.clone());
+
+    handle.disable();
+    fail_times(&svc, 5).await;
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::Disabled);
+    assert_eq!(snapshot.counters.failures, 5);
+    assert_eq!(dependency.called(), 5);
+}
+
+// resilience4j: shouldResetToClosedState and shouldResetMetrics; tower-resilience:
+// test_handle_reset_clears_counts_and_closes. seawall keeps the cumulative
+// counters across a reset; the window and the state start afresh.
+#[tokio::test(start_paused = true)]
+async fn reset_closes_an_open_breaker_with_an_empty_window() {
+    let layer = CircuitBreakerLayer::builder("reset")
+        .count_window(4, 2, 0.5)
+        .open_for(60 * S)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let svc = layer.layer(Dependency::default());
+
+    fail_times(&svc, 2).await;
+    assert_eq!(handle.state(), State::Open);
+    handle.reset();
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::Closed);
+    assert_eq!(snapshot.window.unwrap().calls, 0);
+    assert_eq!(snapshot.counters.failures, 2, "counters are cumulative");
+
+    fail_times(&svc, 1).await;
+    assert_eq!(
+        handle.state(),
+        State::Closed,
+        "1 call since the reset: below min_calls"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Configuration
+// ---------------------------------------------------------------------------
+
+// Polly: AdvancedCircuitBreakerSpecs configuration tests (failure threshold zero,
+// negative or above one rejected naming the parameter; one accepted; a break of
+// TimeSpan.MaxValue accepted); tower-resilience: config tests (zero window, zero
+// consecutive failures). seawall refuses a duration over a year instead of
+// accepting it, since it would overflow the clock.
+#[test]
+fn bad_breaker_settings_are_typed_errors_naming_the_field() {
+    type B = seawall::circuit_breaker::CircuitBreakerBuilder;
+    let b = || CircuitBreakerLayer::builder("config");
+    let cases: Vec<(B, &str)> = vec![
+        (b().consecutive_failures(0), "policy.threshold"),
+        (b().count_window(0, 0, 0.5), "policy.size"),
+        (
+            b().count_window(MAX_COUNT_WINDOW + 1, 1, 0.5),
+            "policy.size",
+        ),
+        (b().count_window(10, 11, 0.5), "policy.min_calls"),
+        (b().count_window(10, 0, 0.5), "policy.min_calls"),
+        (b().count_window(10, 10, 0.0), "policy.failure_rate"),
+        (b().count_window(10, 10, -0.5), "policy.failure_rate"),
+        (b().count_window(10, 10, 1.01), "policy.failure_rate"),
+        (b().count_window(10, 10, f64::NAN), "policy.failure_rate"),
+        (b().time_window(S, Duration::ZERO, 1, 0.5), "policy.bucket"),
+        (b().time_window(Duration::MAX, S, 1, 0.5), "policy.window"),
+        (b().time_window(S, 2 * S, 1, 0.5), "policy.window"),
+        (
+            b().time_window(S, Duration::from_micros(1), 1, 0.5),
+            "policy.bucket",
+        ),
+        (b().time_window(S, MS, 0, 0.5), "policy.min_calls"),
+        (b().slow_calls(Duration::ZERO, 0.5), "slow_call.threshold"),
+        (b().slow_calls(S, 0.0), "slow_call.rate"),
+        (b().consecutive_failures(3).slow_calls(S, 0.5), "slow_call"),
+        (b().open_for(Duration::ZERO), "open_for"),
+        (b().open_for(Duration::MAX), "open_for"),
+        (b().backoff(f64::INFINITY, 60 * S), "backoff_multiplier"),
+        (b().backoff(0.5, 60 * S), "backoff_multiplier"),
+        (b().backoff(2.0, S), "max_open_for"),
+        (b().backoff(2.0, Duration::MAX), "max_open_for"),
+        (b().jitter(f64::NAN), "jitter"),
+        (b().jitter(2.0), "jitter"),
+        (b().half_open_max(0), "half_open_max"),
+        (b().half_open_max(MAX_HALF_OPEN_PROBES + 1), "half_open_max"),
+        (b().probes_to_close(0), "probes_to_close"),
+        (b().half_open_timeout(Duration::ZERO), "half_open_timeout"),
+        (b().half_open_timeout(Duration::MAX), "half_open_timeout"),
+        (b().ramp(Duration::MAX, 0.1), "ramp.duration"),
+        (b().ramp(S, -0.1), "ramp.start_share"),
+    ];
+    for (builder, field) in cases {
+        let err = builder.build().unwrap_err();
+        assert_eq!(err.field(), field, "{err}");
+        assert!(err.to_string().contains(field), "{err}");
+    }
+    // The edges themselves are valid.
+    b().count_window(10, 10, 1.0).build().unwrap();
+    b().count_window(MAX_COUNT_WINDOW, 1, 0.5).build().unwrap();
+    b().half_open_max(MAX_HALF_OPEN_PROBES).build().unwrap();
+}
+
+// The same checks guard a change at run time: an invalid configuration is refused
+// and changes nothing (resilience4j and Polly validate only at construction).
+#[tokio::test(start_paused = true)]
+async fn an_invalid_reconfiguration_is_refused_and_changes_nothing() {
+    let layer = CircuitBreakerLayer::builder("reconfigure")
+        .consecutive_failures(3)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let before = handle.config();
+    let mut bad = before.clone();
+    bad.half_open_max = 0;
+    assert_eq!(
+        handle.reconfigure(bad).unwrap_err().field(),
+        "half_open_max"
+    );
+    assert_eq!(handle.config(), before);
+}
+
+// tower: ConcurrencyLimitLayer request_without_capacity (a limit of 0 is accepted
+// and never ready); resilience4j: SemaphoreBulkheadTest.testZeroMaxConcurrentCalls
+// (accepted, rejects everything); tower-resilience: zero_max_concurrent_calls_is_rejected.
+// seawall refuses a zero or oversized limit at build time, naming the field.
+#[test]
+fn bad_bulkhead_settings_are_typed_errors_naming_the_field() {
+    let over = (1 << 20) + 1;
+    let b = || BulkheadLayer::builder("config");
+    for (builder, field) in [
+        (b().max_concurrent(0), "max_concurrent"),
+        (b().max_concurrent(over), "max_concurrent"),
+        (b().max_concurrent(usize::MAX), "max_concurrent"),
+        (b().max_queue(over), "queue.max_queue"),
+        (b().max_wait(Duration::ZERO), "queue.max_wait"),
+        (b().max_wait(Duration::MAX), "queue.max_wait"),
+    ] {
+        let err = builder.build().unwrap_err();
+        assert_eq!(err.field(), field, "{err}");
+    }
+    b().max_concurrent(1 << 20).max_queue(0).build().unwrap();
+}
+
+// ---------------------------------------------------------------------------
+// Bulkhead
+// ---------------------------------------------------------------------------
+
+// tower: limit::concurrency basic_service_limit_functionality_*; resilience4j:
+// SemaphoreBulkheadTest.testBulkhead (permitted, permitted, rejected, finished, permitted).
+#[tokio::test(start_paused = true)]
+async fn a_bulkhead_admits_exactly_max_concurrent_and_a_freed_slot_is_taken_again() {
+    let layer = BulkheadLayer::builder("limit")
+        .max_concurrent(2)
+        .max_queue(0)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let dependency = Dependency::default();
+    let svc = layer.layer(dependency.clone());
+
+    let (first, mut first_call) = start_held(&svc);
+    let (_second, _second_call) = start_held(&svc);
+    assert_eq!(handle.snapshot().active, 2);
+    let mut third = start(&svc, Script::Succeed);
+    let err = assert_ready_err!(third.poll());
+    assert_eq!(kind(&err), Some(RejectionKind::BulkheadFull));
+    assert_eq!(dependency.called(), 2);
+
+    first.send(true).unwrap();
+    assert_ready_ok!(first_call.poll());
+    assert_eq!(handle.snapshot().active, 1);
+    let (_fourth, _fourth_call) = start_held(&svc);
+    let snapshot = handle.snapshot();
+    assert_eq!(
+        (snapshot.active, snapshot.admitted, snapshot.rejected_full),
+        (2, 3, 1)
+    );
+}
+
+// tower: load_shed when_not_ready (always ready; a call with no capacity fails at
+// once with a typed error instead of waiting).
+#[tokio::test(start_paused = true)]
+async fn a_full_bulkhead_without_a_queue_sheds_at_once_and_stays_ready() {
+    let layer = BulkheadLayer::builder("shed")
+        .max_concurrent(1)
+        .max_queue(0)
+        .build()
+        .unwrap();
+    let dependency = Dependency::default();
+    let mut svc = layer.layer(dependency.clone());
+    let (_busy, _busy_call) = start_held(&svc);
+
+    for _ in 0..3 {
+        let mut ready = task::spawn(svc.ready());
+        assert_ready_ok!(ready.poll(), "a bulkhead always reports ready");
+        drop(ready);
+        let mut shed = task::spawn(svc.call(Script::Succeed));
+        let err = assert_ready_err!(shed.poll());
+        assert_eq!(kind(&err), Some(RejectionKind::BulkheadFull));
+    }
+    assert_eq!(dependency.called(), 1);
+    assert_eq!(layer.handle().snapshot().rejected_full, 3);
+}
+
+// tower: limit::concurrency response_future_drop_releases_capacity;
+// tower-resilience: dropping_call_future_releases_reserved_permit.
+#[tokio::test(start_paused = true)]
+async fn a_dropped_call_frees_its_slot() {
+    let layer = BulkheadLayer::builder("drop")
+        .max_concurrent(1)
+        .max_queue(0)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let svc = layer.layer(Dependency::default());
+
+    let (_tx, call) = start_held(&svc);
+    assert_eq!(handle.snapshot().active, 1);
+    drop(call);
+    assert_eq!(handle.snapshot().active, 0);
+    assert_eq!(run(&svc, Script::Succeed).await.unwrap(), "ok");
+}
+
+// tower: limit::concurrency response_error_releases_capacity.
+#[tokio::test(start_paused = true)]
+async fn an_inner_error_frees_its_slot() {
+    let layer = BulkheadLayer::builder("error")
+        .max_concurrent(1)
+        .max_queue(0)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let svc = layer.layer(Dependency::default());
+
+    let (tx, mut call) = start_held(&svc);
+    tx.send(false).unwrap();
+    let err = assert_ready_err!(call.poll());
+    assert_eq!(kind(&err), None, "the dependency's own error");
+    assert_eq!(handle.snapshot().active, 0);
+    assert_eq!(run(&svc, Script::Succeed).await.unwrap(), "ok");
+}
+
+// tower-resilience: dropping_pending_waiter_does_not_block_fifo.
+#[tokio::test(start_paused = true)]
+async fn a_dropped_waiter_leaves_the_line_and_the_next_one_is_served() {
+    let layer = BulkheadLayer::builder("line")
+        .max_concurrent(1)
+        .max_queue(1)
+        .max_wait(S)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let dependency = Dependency::default();
+    let svc = layer.layer(dependency.clone());
+
+    let (busy, mut busy_call) = start_held(&svc);
+    let mut waiter = start(&svc, Script::Succeed);
+    assert_pending!(waiter.poll());
+    assert_eq!(handle.snapshot().queued, 1);
+    let mut over = start(&svc, Script::Succeed);
+    assert_eq!(
+        kind(&assert_ready_err!(over.poll())),
+        Some(RejectionKind::BulkheadFull),
+        "one waiter fills a queue of one"
+    );
+
+    drop(waiter);
+    assert_eq!(handle.snapshot().queued, 0);
+    let mut next = start(&svc, Script::Succeed);
+    assert_pending!(next.poll());
+    busy.send(true).unwrap();
+    assert_ready_ok!(busy_call.poll());
+    assert_eq!(assert_ready_ok!(next.poll()), "ok");
+    assert_eq!(
+        dependency.called(),
+        2,
+        "the dropped waiter never reached it"
+    );
+    assert_eq!(handle.snapshot().active, 0);
+}
+
+// resilience4j: SemaphoreBulkheadTest.testTryEnterWithTimeout (a waiter gives up
+// after maxWaitDuration; measured there on the wall clock, here at its edge).
+#[tokio::test(start_paused = true)]
+async fn a_waiter_is_served_before_max_wait_and_times_out_at_it() {
+    let layer = BulkheadLayer::builder("wait")
+        .max_concurrent(1)
+        .max_queue(1)
+        .max_wait(20 * MS)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let svc = layer.layer(Dependency::default());
+
+    // Served: the slot frees a millisecond before the wait would end.
+    let (busy, mut busy_call) = start_held(&svc);
+    let mut waiter = start(&svc, Script::Succeed);
+    assert_pending!(waiter.poll());
+    tokio::time::advance(19 * MS).await;
+    assert_pending!(waiter.poll());
+    busy.send(true).unwrap();
+    assert_ready_ok!(busy_call.poll());
+    assert_eq!(assert_ready_ok!(waiter.poll()), "ok");
+
+    // Timed out: nobody frees the slot within 20 ms.
+    let (_busy, _busy_call) = start_held(&svc);
+    let mut waiter = start(&svc, Script::Succeed);
+    assert_pending!(waiter.poll());
+    tokio::time::advance(20 * MS).await;
+    let err = assert_ready_err!(waiter.poll());
+    assert_eq!(kind(&err), Some(RejectionKind::BulkheadTimeout));
+    assert_eq!(find_rejection(&*err).unwrap().waited(), Some(20 * MS));
+    let snapshot = handle.snapshot();
+    assert_eq!((snapshot.rejected_timeout, snapshot.queued), (1, 0));
+}
+
+// tower: limit::concurrency reserve_capacity_without_sending_request,
+// service_drop_frees_capacity and multi_waiters (in seawall's backpressure mode,
+// which reserves in poll_ready as tower's ConcurrencyLimit does).
+#[tokio::test(start_paused = true)]
+async fn backpressure_reserves_in_poll_ready_and_a_dropped_service_wakes_only_the_next() {
+    let layer = BulkheadLayer::builder("backpressure")
+        .max_concurrent(1)
+        .build()
+        .unwrap()
+        .backpressure();
+    let handle = layer.handle();
+    let mut s1 = layer.layer(Dependency::default());
+    let mut s2 = s1.clone();
+    let mut s3 = s1.clone();
+    let (mut t1, mut t2, mut t3) = (task::spawn(()), task::spawn(()), task::spawn(()));
+
+    assert_ready_ok!(t1.enter(|cx, _| Service::<Script>::poll_ready(&mut s1, cx)));
+    assert_eq!(handle.snapshot().active, 1, "reserved without a call");
+    assert_pending!(t2.enter(|cx, _| Service::<Script>::poll_ready(&mut s2, cx)));
+    assert_pending!(t3.enter(|cx, _| Service::<Script>::poll_ready(&mut s3, cx)));
+
+    drop(s1);
+    assert!(t2.is_woken(), "the first waiter gets the freed slot");
+    assert!(!t3.is_woken());
+    assert_ready_ok!(t2.enter(|cx, _| Service::<Script>::poll_ready(&mut s2, cx)));
+
+    drop(s2);
+    assert!(t3.is_woken());
+    assert_ready_ok!(t3.enter(|cx, _| Service::<Script>::poll_ready(&mut s3, cx)));
+    assert_eq!(s3.call(Script::Succeed).await.unwrap(), "ok");
+    assert_eq!(handle.snapshot().active, 0);
+}
+
+// resilience4j: SemaphoreBulkheadTest.changePermissionsCountWhileOneThreadIsRunningWithThisPermission
+// (lowering the limit under running calls waits for them rather than preempting).
+#[tokio::test(start_paused = true)]
+async fn lowering_the_limit_never_preempts_a_running_call() {
+    let layer = BulkheadLayer::builder("shrink")
+        .max_concurrent(2)
+        .max_queue(0)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let svc = layer.layer(Dependency::default());
+
+    let (first, mut first_call) = start_held(&svc);
+    let (second, mut second_call) = start_held(&svc);
+    let mut config = handle.config();
+    config.max_concurrent = 1;
+    handle.reconfigure(config).unwrap();
+    assert_eq!(handle.snapshot().active, 2, "both keep their slots");
+
+    first.send(true).unwrap();
+    assert_ready_ok!(first_call.poll());
+    let mut third = start(&svc, Script::Succeed);
+    assert_eq!(
+        kind(&assert_ready_err!(third.poll())),
+        Some(RejectionKind::BulkheadFull),
+        "1 active at a limit of 1"
+    );
+
+    second.send(true).unwrap();
+    assert_ready_ok!(second_call.poll());
+    assert_eq!(run(&svc, Script::Succeed).await.unwrap(), "ok");
+}
