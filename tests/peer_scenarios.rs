@@ -1291,3 +1291,278 @@ async fn lowering_the_limit_never_preempts_a_running_call() {
     assert_ready_ok!(second_call.poll());
     assert_eq!(run(&svc, Script::Succeed).await.unwrap(), "ok");
 }
+
+// ---------------------------------------------------------------------------
+// More edges of the breaker
+// ---------------------------------------------------------------------------
+
+// gobreaker: TestDefaultCircuitBreaker (the expiry is set when the breaker opens);
+// Polly: CircuitBreakerSpecs, half-open after the duration of break counted from
+// the break. seawall: "the open interval starts at the trip, not at the last call".
+#[tokio::test(start_paused = true)]
+async fn the_open_interval_starts_at_the_trip_not_at_the_first_failure() {
+    let layer = CircuitBreakerLayer::builder("trip")
+        .consecutive_failures(2)
+        .open_for(5 * S)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let svc = layer.layer(Dependency::default());
+
+    fail_times(&svc, 1).await;
+    tokio::time::advance(3 * S).await;
+    fail_times(&svc, 1).await;
+    assert_eq!(handle.state(), State::Open);
+    tokio::time::advance(5 * S - NS).await;
+    assert_eq!(handle.state(), State::Open, "5 s after the first failure, not the trip");
+    tokio::time::advance(NS).await;
+    assert_eq!(handle.state(), State::HalfOpen);
+}
+
+// gobreaker: TestCustomCircuitBreaker (entering half-open clears the counts);
+// resilience4j: each half-open state starts a new ring buffer. seawall closes after
+// `probes_to_close` successes "of this half-open period".
+#[tokio::test(start_paused = true)]
+async fn successes_of_an_earlier_half_open_period_do_not_count_toward_closing() {
+    let (handle, svc, _) = half_open(1, 3).await;
+    run(&svc, Script::Succeed).await.unwrap();
+    run(&svc, Script::Succeed).await.unwrap();
+    assert_eq!(handle.state(), State::HalfOpen, "2 of 3");
+    fail_times(&svc, 1).await;
+    assert_eq!(handle.state(), State::Open);
+
+    tokio::time::advance(5 * S).await;
+    run(&svc, Script::Succeed).await.unwrap();
+    run(&svc, Script::Succeed).await.unwrap();
+    assert_eq!(handle.state(), State::HalfOpen, "2 of 3 in this period");
+    run(&svc, Script::Succeed).await.unwrap();
+    assert_eq!(handle.state(), State::Closed);
+}
+
+// resilience4j: shouldThrowCallNotPermittedExceptionWhenNotFurtherTestCallsArePermitted
+// (the extra caller is turned away). seawall also says when to come back: what
+// remains of the oldest probe's half-open timeout.
+#[tokio::test(start_paused = true)]
+async fn an_extra_half_open_callers_retry_after_is_what_remains_of_the_oldest_probe() {
+    let (_, svc, _) = half_open(2, 2).await; // half_open_timeout: 10 s
+    let (_older, _older_call) = start_held(&svc);
+    tokio::time::advance(3 * S).await;
+    let (_newer, _newer_call) = start_held(&svc);
+    tokio::time::advance(S).await;
+
+    let err = run(&svc, Script::Succeed).await.unwrap_err();
+    assert_eq!(kind(&err), Some(RejectionKind::CircuitOpen));
+    assert_eq!(retry_after(&err), Some(6 * S), "10 s from the older probe, 4 s ago");
+}
+
+// resilience4j: shouldResetToClosedState and shouldForceOpenCircuitBreaker with
+// calls in flight. seawall: after a reset "calls in flight become stale"; while
+// forced open "calls in flight finish but change nothing".
+#[tokio::test(start_paused = true)]
+async fn calls_in_flight_across_a_reset_or_a_force_change_nothing() {
+    let (handle, svc, _) = half_open(1, 1).await;
+    let (probe, mut probe_call) = start_held(&svc);
+    handle.reset();
+    probe.send(false).unwrap();
+    assert_ready_err!(probe_call.poll());
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::Closed, "the failed probe reopened nothing");
+    assert_eq!(snapshot.consecutive_failures, Some(0));
+    assert_eq!(snapshot.counters.stale, 1);
+
+    let (late, mut late_call) = start_held(&svc);
+    handle.force(Forced::Open);
+    handle.release();
+    late.send(false).unwrap();
+    assert_ready_err!(late_call.poll());
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::Closed);
+    assert_eq!(snapshot.consecutive_failures, Some(0));
+    assert_eq!(snapshot.counters.stale, 2);
+}
+
+// resilience4j: IntervalFunctionTest (a randomized wait stays within its
+// randomization factor). seawall: the interval is stretched by a fraction in
+// `[0, jitter)` of itself and never shorter than configured, whatever the source
+// returns.
+#[tokio::test(start_paused = true)]
+async fn jitter_stretches_the_open_interval_within_its_bound() {
+    for (sample, open_for) in [
+        (0.0, 10 * S),
+        (0.5, 12_500 * MS),
+        (1.0, 15 * S - NS),
+        (7.0, 15 * S - NS),
+        (-1.0, 10 * S),
+        (f64::NAN, 10 * S),
+    ] {
+        let layer = CircuitBreakerLayer::builder("jitter")
+            .consecutive_failures(1)
+            .open_for(10 * S)
+            .jitter(0.5)
+            .random_source(move || sample)
+            .build()
+            .unwrap();
+        let handle = layer.handle();
+        let svc = layer.layer(Dependency::default());
+        fail_times(&svc, 1).await;
+        let got = handle.snapshot().open_for.unwrap();
+        assert!(
+            got >= 10 * S && got <= open_for,
+            "a sample of {sample}: open for {got:?}, expected at least 10 s and at most {open_for:?}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------
+// More of the bulkhead's queue
+// ---------------------------------------------------------------------------
+
+// tower: limit::concurrency multi_waiters (the freed capacity goes to the first
+// waiter); resilience4j: SemaphoreBulkheadTest with fair call handling. seawall:
+// first in, first out, and a newcomer never overtakes a waiter.
+#[tokio::test(start_paused = true)]
+async fn waiters_are_served_first_in_first_out() {
+    let layer = BulkheadLayer::builder("fifo")
+        .max_concurrent(1)
+        .max_queue(2)
+        .max_wait(S)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let svc = layer.layer(Dependency::default());
+
+    let (busy, mut busy_call) = start_held(&svc);
+    let (first, first_script) = held();
+    let mut first_call = start(&svc, first_script);
+    assert_pending!(first_call.poll());
+    let mut second_call = start(&svc, Script::Succeed);
+    assert_pending!(second_call.poll());
+    assert_eq!(handle.snapshot().queued, 2);
+
+    busy.send(true).unwrap();
+    assert_ready_ok!(busy_call.poll());
+    // The slot went to the first waiter, which is now running.
+    assert_pending!(second_call.poll());
+    assert_pending!(first_call.poll());
+    let snapshot = handle.snapshot();
+    assert_eq!((snapshot.active, snapshot.queued), (1, 1));
+
+    first.send(true).unwrap();
+    assert_ready_ok!(first_call.poll());
+    assert_eq!(assert_ready_ok!(second_call.poll()), "ok");
+}
+
+// resilience4j: SemaphoreBulkheadTest.changePermissionsInIdleState and the growing
+// half of changePermissionsCountWhileOneThreadIsRunningWithThisPermission.
+// seawall: "growing admits waiters at once".
+#[tokio::test(start_paused = true)]
+async fn raising_the_limit_admits_a_waiter_at_once() {
+    let layer = BulkheadLayer::builder("grow")
+        .max_concurrent(1)
+        .max_queue(1)
+        .max_wait(S)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let dependency = Dependency::default();
+    let svc = layer.layer(dependency.clone());
+
+    let (_busy, _busy_call) = start_held(&svc);
+    let mut waiter = start(&svc, Script::Succeed);
+    assert_pending!(waiter.poll());
+    let mut config = handle.config();
+    config.max_concurrent = 2;
+    handle.reconfigure(config).unwrap();
+    assert_eq!(assert_ready_ok!(waiter.poll()), "ok");
+    assert_eq!(dependency.called(), 2);
+}
+
+// gobreaker: TestCustomCircuitBreaker (a request admitted in half-open that ends
+// after the breaker closed belongs to an older generation). seawall: the probe
+// left in flight when another closed the breaker is stale; its failure neither
+// trips the closed breaker nor enters its window.
+#[tokio::test(start_paused = true)]
+async fn a_probe_ending_after_another_closed_the_breaker_is_stale() {
+    let (handle, svc, _) = half_open(2, 1).await;
+    let (first, mut first_call) = start_held(&svc);
+    let (second, mut second_call) = start_held(&svc);
+    first.send(true).unwrap();
+    assert_ready_ok!(first_call.poll());
+    assert_eq!(handle.state(), State::Closed);
+
+    second.send(false).unwrap();
+    assert_ready_err!(second_call.poll());
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::Closed, "one failure would trip this breaker");
+    assert_eq!(snapshot.consecutive_failures, Some(0));
+    assert_eq!(snapshot.counters.stale, 1);
+}
+
+// tower-resilience: dropping_pending_waiter_does_not_block_fifo, at its hardest
+// moment: the freed slot has been handed to the waiter, which is dropped before it
+// runs. The slot must come back, not leak.
+#[tokio::test(start_paused = true)]
+async fn a_waiter_dropped_after_being_handed_a_slot_gives_it_back() {
+    let layer = BulkheadLayer::builder("handover")
+        .max_concurrent(1)
+        .max_queue(1)
+        .max_wait(S)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let dependency = Dependency::default();
+    let svc = layer.layer(dependency.clone());
+
+    let (busy, mut busy_call) = start_held(&svc);
+    let mut waiter = start(&svc, Script::Succeed);
+    assert_pending!(waiter.poll());
+    busy.send(true).unwrap();
+    assert_ready_ok!(busy_call.poll());
+    assert!(waiter.is_woken(), "the slot was handed to the waiter");
+    drop(waiter);
+
+    let snapshot = handle.snapshot();
+    assert_eq!((snapshot.active, snapshot.queued), (0, 0));
+    assert_eq!(run(&svc, Script::Succeed).await.unwrap(), "ok");
+    assert_eq!(dependency.called(), 2);
+}
+
+// tower-resilience: test_backpressure_waits_when_open and
+// half_open_backpressure_waiter_wakes_promptly_when_a_slot_frees. In seawall's
+// readiness mode `poll_ready` is pending while the breaker would turn a call away,
+// and is woken when the open interval ends and when a probe slot is freed.
+#[tokio::test(start_paused = true)]
+async fn readiness_mode_waits_out_the_open_interval_and_wakes_when_a_probe_slot_frees() {
+    let layer = CircuitBreakerLayer::builder("readiness")
+        .consecutive_failures(1)
+        .open_for(5 * S)
+        .build()
+        .unwrap()
+        .pending_while_open();
+    let handle = layer.handle();
+    let dependency = Dependency::default();
+    let mut svc = layer.layer(dependency.clone());
+    fail_times(&svc, 1).await;
+
+    let mut waiting = task::spawn(());
+    assert_pending!(waiting.enter(|cx, _| Service::<Script>::poll_ready(&mut svc, cx)));
+    tokio::time::advance(5 * S - MS).await;
+    assert!(!waiting.is_woken(), "woken before the interval ended");
+    tokio::time::advance(MS).await;
+    assert!(waiting.is_woken(), "the interval's end wakes it");
+    assert_ready_ok!(waiting.enter(|cx, _| Service::<Script>::poll_ready(&mut svc, cx)));
+
+    // The probe takes the only slot; another service waits for it.
+    let (tx, script) = held();
+    let mut probe = task::spawn(svc.call(script));
+    assert_pending!(probe.poll());
+    let mut other = svc.clone();
+    let mut other_waiting = task::spawn(());
+    assert_pending!(other_waiting.enter(|cx, _| Service::<Script>::poll_ready(&mut other, cx)));
+    drop(probe);
+    drop(tx);
+    assert!(other_waiting.is_woken(), "a freed probe slot wakes the waiter");
+    assert_ready_ok!(other_waiting.enter(|cx, _| Service::<Script>::poll_ready(&mut other, cx)));
+    assert_eq!(other.call(Script::Succeed).await.unwrap(), "ok");
+    assert_eq!(handle.state(), State::Closed);
+}
