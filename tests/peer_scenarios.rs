@@ -1566,3 +1566,180 @@ async fn readiness_mode_waits_out_the_open_interval_and_wakes_when_a_probe_slot_
     assert_eq!(other.call(Script::Succeed).await.unwrap(), "ok");
     assert_eq!(handle.state(), State::Closed);
 }
+
+// resilience4j: shouldOpenAfterSlowCallRateThresholdExceeded checks the rates on
+// every recorded call. seawall evaluates a trip when a failure or a slow call is
+// recorded: a fast success that completes `min_calls` never trips, the next slow
+// call does.
+#[tokio::test(start_paused = true)]
+async fn a_fast_success_completing_min_calls_does_not_trip_on_the_slow_rate() {
+    let layer = CircuitBreakerLayer::builder("slow")
+        .count_window(3, 2, 1.0)
+        .slow_calls(S, 0.5)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let svc = layer.layer(Dependency::default());
+
+    let (tx, mut slow) = start_held(&svc);
+    tokio::time::advance(S).await;
+    tx.send(true).unwrap();
+    assert_ready_ok!(slow.poll());
+    assert_eq!(handle.state(), State::Closed, "1 call: below min_calls");
+    run(&svc, Script::Succeed).await.unwrap();
+    let snapshot = handle.snapshot();
+    assert_eq!((snapshot.window.unwrap().calls, snapshot.window.unwrap().slow), (2, 1));
+    assert_eq!(snapshot.state, State::Closed, "a fast success alone never trips");
+
+    let (tx, mut slow) = start_held(&svc);
+    tokio::time::advance(2 * S).await;
+    tx.send(true).unwrap();
+    assert_ready_ok!(slow.poll());
+    assert_eq!(handle.state(), State::Open, "2 slow of 3");
+}
+
+// tower-resilience: circuitbreaker_composes_with_concurrency_limit. seawall: a
+// bulkhead's rejection from further in is an admission rejection, decided locally,
+// which the breaker's classifiers ignore: it is no evidence about the dependency.
+#[tokio::test(start_paused = true)]
+async fn a_breaker_over_a_full_bulkhead_ignores_its_rejections() {
+    let breaker = CircuitBreakerLayer::builder("outer")
+        .consecutive_failures(1)
+        .build()
+        .unwrap();
+    let handle = breaker.handle();
+    let bulkhead = BulkheadLayer::builder("inner")
+        .max_concurrent(1)
+        .max_queue(0)
+        .build()
+        .unwrap();
+    let svc = breaker.layer(bulkhead.layer(Dependency::default()));
+
+    let (_busy, _busy_call) = start_held(&svc);
+    for _ in 0..3 {
+        let err = run(&svc, Script::Succeed).await.unwrap_err();
+        assert_eq!(kind(&err), Some(RejectionKind::BulkheadFull));
+    }
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.state, State::Closed);
+    assert_eq!((snapshot.counters.ignored, snapshot.counters.failures), (3, 0));
+}
+
+/// A dependency whose readiness the test opens, closes or breaks.
+#[derive(Clone, Default)]
+struct Gate {
+    state: Arc<std::sync::Mutex<GateState>>,
+}
+
+#[derive(Default)]
+struct GateState {
+    open: bool,
+    broken: bool,
+    polls: usize,
+    waker: Option<std::task::Waker>,
+}
+
+impl Gate {
+    fn open(&self) {
+        let mut state = self.state.lock().unwrap();
+        state.open = true;
+        if let Some(waker) = state.waker.take() {
+            waker.wake();
+        }
+    }
+    fn break_it(&self) {
+        self.state.lock().unwrap().broken = true;
+    }
+    fn polls(&self) -> usize {
+        self.state.lock().unwrap().polls
+    }
+}
+
+impl Service<Script> for Gate {
+    type Response = &'static str;
+    type Error = BoxError;
+    type Future = Answer;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        let mut state = self.state.lock().unwrap();
+        state.polls += 1;
+        if state.broken {
+            Poll::Ready(Err("the connection pool is closed".into()))
+        } else if state.open {
+            Poll::Ready(Ok(()))
+        } else {
+            state.waker = Some(cx.waker().clone());
+            Poll::Pending
+        }
+    }
+
+    fn call(&mut self, _: Script) -> Answer {
+        Box::pin(async { Ok("ok") })
+    }
+}
+
+// tower-resilience: closed_circuit_forwards_permanently_pending_inner_without_busy_polling
+// and admitted_inner_readiness_error_is_preserved. A closed breaker forwards the
+// inner service's readiness as it is: pending (woken by the inner service, with
+// no polling in between), then ready; a readiness error comes back as the inner
+// service's own error, no rejection.
+#[tokio::test(start_paused = true)]
+async fn a_closed_breaker_forwards_the_inner_readiness() {
+    let layer = CircuitBreakerLayer::builder("closed").build().unwrap();
+    let gate = Gate::default();
+    let mut svc = layer.layer(gate.clone());
+
+    let mut waiting = task::spawn(());
+    assert_pending!(waiting.enter(|cx, _| Service::<Script>::poll_ready(&mut svc, cx)));
+    let polls = gate.polls();
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(gate.polls(), polls, "nobody polled again without a wake-up");
+    gate.open();
+    assert!(waiting.is_woken());
+    assert_ready_ok!(waiting.enter(|cx, _| Service::<Script>::poll_ready(&mut svc, cx)));
+    assert_eq!(svc.call(Script::Succeed).await.unwrap(), "ok");
+
+    gate.break_it();
+    let err = match svc.ready().await {
+        Ok(_) => panic!("a broken dependency is not ready"),
+        Err(err) => err,
+    };
+    assert_eq!(kind(&err), None);
+    assert_eq!(err.to_string(), "the connection pool is closed");
+}
+
+// tower-resilience: inner_readiness_error_releases_reserved_permit,
+// dropping_reserved_clone_releases_exactly_one_permit and
+// backpressure_call_requires_readiness_reservation (bulkhead in backpressure mode).
+#[tokio::test(start_paused = true)]
+async fn backpressure_reservations_belong_to_one_service_value() {
+    let layer = BulkheadLayer::builder("reserve")
+        .max_concurrent(1)
+        .build()
+        .unwrap()
+        .backpressure();
+    let handle = layer.handle();
+    let gate = Gate::default();
+    gate.open();
+    let mut reserved = layer.layer(gate.clone());
+    reserved.ready().await.unwrap();
+    assert_eq!(handle.snapshot().active, 1);
+
+    // A clone shares the bulkhead, not the reservation: dropping it frees nothing,
+    // and calling it without a reservation is turned away, not let through.
+    let mut clone = reserved.clone();
+    let err = clone.call(Script::Succeed).await.unwrap_err();
+    assert_eq!(kind(&err), Some(RejectionKind::BulkheadFull));
+    drop(clone);
+    assert_eq!(handle.snapshot().active, 1);
+    drop(reserved);
+    assert_eq!(handle.snapshot().active, 0);
+
+    // An error from the inner service's readiness frees the slot it was reserving.
+    gate.break_it();
+    let mut broken = layer.layer(gate.clone());
+    assert!(broken.ready().await.is_err());
+    assert_eq!(handle.snapshot().active, 0);
+}
