@@ -1743,3 +1743,45 @@ async fn backpressure_reservations_belong_to_one_service_value() {
     assert!(broken.ready().await.is_err());
     assert_eq!(handle.snapshot().active, 0);
 }
+
+// resilience4j: the state-transition events of CircuitBreakerStateMachineTest
+// (one event per transition, none per rejected call); Polly: the onBreak, onReset
+// and onHalfOpen delegates of CircuitBreakerSpecs. seawall sends lazy transitions
+// when the next call makes them, dated when they became due.
+#[tokio::test(start_paused = true)]
+async fn each_transition_is_announced_once_and_lazy_ones_with_their_due_time() {
+    use seawall::circuit_breaker::Reason;
+    use tokio::sync::broadcast::error::TryRecvError;
+
+    let layer = CircuitBreakerLayer::builder("events")
+        .consecutive_failures(2)
+        .open_for(5 * S)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let mut transitions = handle.subscribe();
+    let svc = layer.layer(Dependency::default());
+    let start = tokio::time::Instant::now();
+
+    fail_times(&svc, 2).await;
+    let trip = transitions.try_recv().unwrap();
+    assert_eq!((trip.from, trip.to, trip.reason), (State::Closed, State::Open, Reason::ConsecutiveFailures));
+    assert_eq!(trip.at, start);
+    for _ in 0..3 {
+        run(&svc, Script::Succeed).await.unwrap_err();
+    }
+    assert_eq!(transitions.try_recv().unwrap_err(), TryRecvError::Empty, "rejections are no transitions");
+
+    tokio::time::advance(7 * S).await;
+    assert_eq!(handle.state(), State::HalfOpen);
+    assert_eq!(transitions.try_recv().unwrap_err(), TryRecvError::Empty, "reading the state sends nothing");
+    run(&svc, Script::Succeed).await.unwrap();
+    let half_open = transitions.try_recv().unwrap();
+    assert_eq!((half_open.from, half_open.to, half_open.reason), (State::Open, State::HalfOpen, Reason::OpenIntervalElapsed));
+    assert_eq!(half_open.at, start + 5 * S, "dated when it became due");
+    let closed = transitions.try_recv().unwrap();
+    assert_eq!((closed.from, closed.to, closed.reason), (State::HalfOpen, State::Closed, Reason::ProbesSucceeded));
+    assert_eq!(closed.at, start + 7 * S);
+    assert!(trip.epoch < half_open.epoch && half_open.epoch < closed.epoch);
+    assert_eq!(transitions.try_recv().unwrap_err(), TryRecvError::Empty);
+}
