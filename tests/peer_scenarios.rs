@@ -1314,7 +1314,11 @@ async fn the_open_interval_starts_at_the_trip_not_at_the_first_failure() {
     fail_times(&svc, 1).await;
     assert_eq!(handle.state(), State::Open);
     tokio::time::advance(5 * S - NS).await;
-    assert_eq!(handle.state(), State::Open, "5 s after the first failure, not the trip");
+    assert_eq!(
+        handle.state(),
+        State::Open,
+        "5 s after the first failure, not the trip"
+    );
     tokio::time::advance(NS).await;
     assert_eq!(handle.state(), State::HalfOpen);
 }
@@ -1352,7 +1356,11 @@ async fn an_extra_half_open_callers_retry_after_is_what_remains_of_the_oldest_pr
 
     let err = run(&svc, Script::Succeed).await.unwrap_err();
     assert_eq!(kind(&err), Some(RejectionKind::CircuitOpen));
-    assert_eq!(retry_after(&err), Some(6 * S), "10 s from the older probe, 4 s ago");
+    assert_eq!(
+        retry_after(&err),
+        Some(6 * S),
+        "10 s from the older probe, 4 s ago"
+    );
 }
 
 // resilience4j: shouldResetToClosedState and shouldForceOpenCircuitBreaker with
@@ -1366,7 +1374,11 @@ async fn calls_in_flight_across_a_reset_or_a_force_change_nothing() {
     probe.send(false).unwrap();
     assert_ready_err!(probe_call.poll());
     let snapshot = handle.snapshot();
-    assert_eq!(snapshot.state, State::Closed, "the failed probe reopened nothing");
+    assert_eq!(
+        snapshot.state,
+        State::Closed,
+        "the failed probe reopened nothing"
+    );
     assert_eq!(snapshot.consecutive_failures, Some(0));
     assert_eq!(snapshot.counters.stale, 1);
 
@@ -1493,7 +1505,11 @@ async fn a_probe_ending_after_another_closed_the_breaker_is_stale() {
     second.send(false).unwrap();
     assert_ready_err!(second_call.poll());
     let snapshot = handle.snapshot();
-    assert_eq!(snapshot.state, State::Closed, "one failure would trip this breaker");
+    assert_eq!(
+        snapshot.state,
+        State::Closed,
+        "one failure would trip this breaker"
+    );
     assert_eq!(snapshot.consecutive_failures, Some(0));
     assert_eq!(snapshot.counters.stale, 1);
 }
@@ -1561,7 +1577,10 @@ async fn readiness_mode_waits_out_the_open_interval_and_wakes_when_a_probe_slot_
     assert_pending!(other_waiting.enter(|cx, _| Service::<Script>::poll_ready(&mut other, cx)));
     drop(probe);
     drop(tx);
-    assert!(other_waiting.is_woken(), "a freed probe slot wakes the waiter");
+    assert!(
+        other_waiting.is_woken(),
+        "a freed probe slot wakes the waiter"
+    );
     assert_ready_ok!(other_waiting.enter(|cx, _| Service::<Script>::poll_ready(&mut other, cx)));
     assert_eq!(other.call(Script::Succeed).await.unwrap(), "ok");
     assert_eq!(handle.state(), State::Closed);
@@ -1588,8 +1607,18 @@ async fn a_fast_success_completing_min_calls_does_not_trip_on_the_slow_rate() {
     assert_eq!(handle.state(), State::Closed, "1 call: below min_calls");
     run(&svc, Script::Succeed).await.unwrap();
     let snapshot = handle.snapshot();
-    assert_eq!((snapshot.window.unwrap().calls, snapshot.window.unwrap().slow), (2, 1));
-    assert_eq!(snapshot.state, State::Closed, "a fast success alone never trips");
+    assert_eq!(
+        (
+            snapshot.window.unwrap().calls,
+            snapshot.window.unwrap().slow
+        ),
+        (2, 1)
+    );
+    assert_eq!(
+        snapshot.state,
+        State::Closed,
+        "a fast success alone never trips"
+    );
 
     let (tx, mut slow) = start_held(&svc);
     tokio::time::advance(2 * S).await;
@@ -1622,7 +1651,10 @@ async fn a_breaker_over_a_full_bulkhead_ignores_its_rejections() {
     }
     let snapshot = handle.snapshot();
     assert_eq!(snapshot.state, State::Closed);
-    assert_eq!((snapshot.counters.ignored, snapshot.counters.failures), (3, 0));
+    assert_eq!(
+        (snapshot.counters.ignored, snapshot.counters.failures),
+        (3, 0)
+    );
 }
 
 /// A dependency whose readiness the test opens, closes or breaks.
@@ -1765,23 +1797,129 @@ async fn each_transition_is_announced_once_and_lazy_ones_with_their_due_time() {
 
     fail_times(&svc, 2).await;
     let trip = transitions.try_recv().unwrap();
-    assert_eq!((trip.from, trip.to, trip.reason), (State::Closed, State::Open, Reason::ConsecutiveFailures));
+    assert_eq!(
+        (trip.from, trip.to, trip.reason),
+        (State::Closed, State::Open, Reason::ConsecutiveFailures)
+    );
     assert_eq!(trip.at, start);
     for _ in 0..3 {
         run(&svc, Script::Succeed).await.unwrap_err();
     }
-    assert_eq!(transitions.try_recv().unwrap_err(), TryRecvError::Empty, "rejections are no transitions");
+    assert_eq!(
+        transitions.try_recv().unwrap_err(),
+        TryRecvError::Empty,
+        "rejections are no transitions"
+    );
 
     tokio::time::advance(7 * S).await;
     assert_eq!(handle.state(), State::HalfOpen);
-    assert_eq!(transitions.try_recv().unwrap_err(), TryRecvError::Empty, "reading the state sends nothing");
+    assert_eq!(
+        transitions.try_recv().unwrap_err(),
+        TryRecvError::Empty,
+        "reading the state sends nothing"
+    );
     run(&svc, Script::Succeed).await.unwrap();
     let half_open = transitions.try_recv().unwrap();
-    assert_eq!((half_open.from, half_open.to, half_open.reason), (State::Open, State::HalfOpen, Reason::OpenIntervalElapsed));
+    assert_eq!(
+        (half_open.from, half_open.to, half_open.reason),
+        (State::Open, State::HalfOpen, Reason::OpenIntervalElapsed)
+    );
     assert_eq!(half_open.at, start + 5 * S, "dated when it became due");
     let closed = transitions.try_recv().unwrap();
-    assert_eq!((closed.from, closed.to, closed.reason), (State::HalfOpen, State::Closed, Reason::ProbesSucceeded));
+    assert_eq!(
+        (closed.from, closed.to, closed.reason),
+        (State::HalfOpen, State::Closed, Reason::ProbesSucceeded)
+    );
     assert_eq!(closed.at, start + 7 * S);
     assert!(trip.epoch < half_open.epoch && half_open.epoch < closed.epoch);
     assert_eq!(transitions.try_recv().unwrap_err(), TryRecvError::Empty);
+}
+
+// ---------------------------------------------------------------------------
+// Fallback
+// ---------------------------------------------------------------------------
+
+// tower-resilience-fallback: success_no_fallback, failure_triggers_value_fallback
+// and predicate_skips_non_matching_errors. seawall: nothing fires the fallback
+// until it is selected; anything else passes through untouched.
+#[tokio::test(start_paused = true)]
+async fn a_fallback_fires_only_on_what_was_selected() {
+    let breaker = CircuitBreakerLayer::builder("supplier")
+        .consecutive_failures(1)
+        .build()
+        .unwrap();
+    let fallback = seawall::fallback::FallbackLayer::builder("quote")
+        .on_rejection(RejectionKind::CircuitOpen)
+        .value("cached")
+        .unmarked()
+        .build()
+        .unwrap();
+    let handle = fallback.handle();
+    let svc = fallback.layer(breaker.layer(Dependency::default()));
+
+    assert_eq!(run(&svc, Script::Succeed).await.unwrap(), "ok");
+    let err = run(&svc, Script::Fail).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "connection refused",
+        "not selected: untouched"
+    );
+    assert_eq!(
+        run(&svc, Script::Succeed).await.unwrap(),
+        "cached",
+        "the breaker is open"
+    );
+
+    let snapshot = handle.snapshot();
+    assert_eq!(
+        (snapshot.served, snapshot.passed_through),
+        (1, 1),
+        "one error passed through"
+    );
+}
+
+// tower-resilience-fallback: backup_service_also_fails. seawall: when every step
+// of a chain fails, the error says which step failed how, and a step that overruns
+// its own timeout is cut there.
+#[tokio::test(start_paused = true)]
+async fn when_every_step_fails_the_error_names_each_step_and_its_cause() {
+    let fallback = seawall::fallback::FallbackLayer::builder("quote")
+        .on_failure(seawall::ErrorsAsFailures)
+        .step("cache", 100 * MS, |_| async {
+            Err::<&'static str, BoxError>("cache miss".into())
+        })
+        .step("replica", 100 * MS, |_| {
+            std::future::pending::<Result<&'static str, BoxError>>()
+        })
+        .unmarked()
+        .build()
+        .unwrap();
+    let handle = fallback.handle();
+    let svc = fallback.layer(Dependency::default());
+    let started = tokio::time::Instant::now();
+
+    let err = run(&svc, Script::Fail).await.unwrap_err();
+    assert_eq!(kind(&err), Some(RejectionKind::FallbacksExhausted));
+    let exhausted = std::iter::successors(Some(&*err as &(dyn std::error::Error + 'static)), |e| {
+        e.source()
+    })
+    .find_map(|e| e.downcast_ref::<seawall::core::FallbacksExhausted>())
+    .expect("every step failed");
+    let steps: Vec<_> = exhausted
+        .steps()
+        .iter()
+        .map(|s| s.step().to_owned())
+        .collect();
+    assert_eq!(steps, ["cache", "replica"]);
+    assert_eq!(exhausted.steps()[0].cause().to_string(), "cache miss");
+    assert!(exhausted.steps()[1]
+        .cause()
+        .downcast_ref::<seawall::fallback::StepTimedOut>()
+        .is_some());
+    assert_eq!(
+        tokio::time::Instant::now() - started,
+        100 * MS,
+        "cut at its timeout"
+    );
+    assert_eq!(handle.snapshot().exhausted, 1);
 }
