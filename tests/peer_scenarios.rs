@@ -1923,3 +1923,68 @@ async fn when_every_step_fails_the_error_names_each_step_and_its_cause() {
     );
     assert_eq!(handle.snapshot().exhausted, 1);
 }
+
+// ---------------------------------------------------------------------------
+// Deadlines
+// ---------------------------------------------------------------------------
+
+// Polly: TimeoutSpecs (an execution shorter than the timeout completes, a longer
+// one is cut when the timeout passes); tower: timeout's Elapsed as a boxed error.
+// seawall: the breaker bounds the call by the current deadline and records an
+// overrun as a failure (a timeout), answered with DeadlineExceeded.
+#[tokio::test(start_paused = true)]
+async fn a_deadline_cuts_an_overrunning_call_and_the_breaker_counts_a_timeout_failure() {
+    let breaker = CircuitBreakerLayer::builder("supplier")
+        .consecutive_failures(2)
+        .build()
+        .unwrap();
+    let handle = breaker.handle();
+    let deadline = seawall::DeadlineLayer::new(100 * MS).unwrap();
+    let svc = deadline.layer(breaker.layer(Dependency::default()));
+
+    let (tx, mut call) = start_held(&svc);
+    tokio::time::advance(100 * MS - NS).await;
+    assert_pending!(call.poll());
+    tx.send(true).unwrap();
+    assert_ready_ok!(call.poll());
+
+    for expected in [State::Closed, State::Open] {
+        let (_tx, mut call) = start_held(&svc);
+        tokio::time::advance(100 * MS).await;
+        let err = assert_ready_err!(call.poll());
+        assert_eq!(kind(&err), Some(RejectionKind::DeadlineExceeded));
+        assert_eq!(handle.state(), expected);
+    }
+    let counters = handle.snapshot().counters;
+    assert_eq!((counters.timeouts, counters.failures, counters.successes), (2, 2, 1));
+}
+
+// resilience4j: SemaphoreBulkheadTest.testTryEnterWithTimeout, with the request's
+// own budget shorter than the wait. seawall: a waiter never waits past the
+// current deadline; it leaves with the bulkhead's admission rejection, which says
+// how long it waited.
+#[tokio::test(start_paused = true)]
+async fn a_bulkhead_waiter_leaves_at_its_deadline_before_max_wait() {
+    let bulkhead = BulkheadLayer::builder("budget")
+        .max_concurrent(1)
+        .max_queue(1)
+        .max_wait(S)
+        .build()
+        .unwrap();
+    let handle = bulkhead.handle();
+    let dependency = Dependency::default();
+    let inner = bulkhead.layer(dependency.clone());
+    let with_budget = seawall::DeadlineLayer::new(50 * MS).unwrap().layer(inner.clone());
+
+    let (_busy, _busy_call) = start_held(&inner);
+    let mut waiter = start(&with_budget, Script::Succeed);
+    assert_pending!(waiter.poll());
+    tokio::time::advance(50 * MS - NS).await;
+    assert_pending!(waiter.poll());
+    tokio::time::advance(NS).await;
+    let err = assert_ready_err!(waiter.poll());
+    assert_eq!(kind(&err), Some(RejectionKind::BulkheadTimeout), "{err}");
+    assert_eq!(find_rejection(&*err).unwrap().waited(), Some(50 * MS));
+    assert_eq!(dependency.called(), 1);
+    assert_eq!(handle.snapshot().queued, 0);
+}
