@@ -1956,7 +1956,10 @@ async fn a_deadline_cuts_an_overrunning_call_and_the_breaker_counts_a_timeout_fa
         assert_eq!(handle.state(), expected);
     }
     let counters = handle.snapshot().counters;
-    assert_eq!((counters.timeouts, counters.failures, counters.successes), (2, 2, 1));
+    assert_eq!(
+        (counters.timeouts, counters.failures, counters.successes),
+        (2, 2, 1)
+    );
 }
 
 // resilience4j: SemaphoreBulkheadTest.testTryEnterWithTimeout, with the request's
@@ -1974,7 +1977,9 @@ async fn a_bulkhead_waiter_leaves_at_its_deadline_before_max_wait() {
     let handle = bulkhead.handle();
     let dependency = Dependency::default();
     let inner = bulkhead.layer(dependency.clone());
-    let with_budget = seawall::DeadlineLayer::new(50 * MS).unwrap().layer(inner.clone());
+    let with_budget = seawall::DeadlineLayer::new(50 * MS)
+        .unwrap()
+        .layer(inner.clone());
 
     let (_busy, _busy_call) = start_held(&inner);
     let mut waiter = start(&with_budget, Script::Succeed);
@@ -1987,4 +1992,124 @@ async fn a_bulkhead_waiter_leaves_at_its_deadline_before_max_wait() {
     assert_eq!(find_rejection(&*err).unwrap().waited(), Some(50 * MS));
     assert_eq!(dependency.called(), 1);
     assert_eq!(handle.snapshot().queued, 0);
+}
+
+// tower-resilience: open_rejection_does_not_poll_pending_inner ("repeated
+// readiness polls preserve the same rejection grant"). seawall: a `poll_ready`
+// answered while open did not poll the inner service, so the call after it is
+// turned away even if the interval ended in between, with a retry-after that is
+// never zero; the next readiness poll sends the probe.
+#[tokio::test(start_paused = true)]
+async fn a_readiness_granted_while_open_rejects_its_call_even_after_the_interval() {
+    let layer = CircuitBreakerLayer::builder("grant")
+        .consecutive_failures(1)
+        .open_for(5 * S)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let dependency = Dependency::default();
+    let mut svc = layer.layer(dependency.clone());
+    fail_times(&svc, 1).await;
+    let polled = dependency.polled();
+
+    tokio::time::advance(5 * S - NS).await;
+    svc.ready().await.unwrap();
+    tokio::time::advance(NS).await;
+    let err = svc.call(Script::Succeed).await.unwrap_err();
+    assert_eq!(kind(&err), Some(RejectionKind::CircuitOpen));
+    assert_eq!(
+        retry_after(&err),
+        Some(seawall::core::CircuitOpen::MIN_RETRY_AFTER)
+    );
+    assert_eq!((dependency.polled(), dependency.called()), (polled, 1));
+
+    assert_eq!(run(&svc, Script::Succeed).await.unwrap(), "ok");
+    assert_eq!(dependency.polled(), polled + 1);
+    assert_eq!(handle.state(), State::Closed);
+}
+
+/// A dependency that tracks how many calls are inside it at once.
+#[derive(Clone, Default)]
+struct Gauge {
+    inside: Arc<AtomicUsize>,
+    most: Arc<AtomicUsize>,
+}
+
+impl Service<Script> for Gauge {
+    type Response = &'static str;
+    type Error = BoxError;
+    type Future = Answer;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Script) -> Answer {
+        let gauge = self.clone();
+        Box::pin(async move {
+            let now = gauge.inside.fetch_add(1, Ordering::SeqCst) + 1;
+            gauge.most.fetch_max(now, Ordering::SeqCst);
+            for _ in 0..3 {
+                tokio::task::yield_now().await;
+            }
+            gauge.inside.fetch_sub(1, Ordering::SeqCst);
+            Ok("ok")
+        })
+    }
+}
+
+// gobreaker: TestCircuitBreakerInParallel (every request counted once under
+// concurrency); recloser: recloser_concurrent. Real threads and real time, so only
+// invariants that hold under any interleaving: the bulkhead never lets more than
+// its limit in, every call is counted once by each layer, the breaker ignores
+// every bulkhead rejection, and no slot is left taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_parallel_callers_every_call_is_counted_once_and_the_limit_holds() {
+    const TASKS: usize = 8;
+    const CALLS: usize = 200;
+    let breaker = CircuitBreakerLayer::builder("parallel")
+        .consecutive_failures(1)
+        .build()
+        .unwrap();
+    let bulkhead = BulkheadLayer::builder("parallel")
+        .max_concurrent(3)
+        .max_queue(0)
+        .build()
+        .unwrap();
+    let gauge = Gauge::default();
+    let svc = breaker.layer(bulkhead.layer(gauge.clone()));
+
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let svc = svc.clone();
+            tokio::spawn(async move {
+                let mut answered = 0;
+                for _ in 0..CALLS {
+                    match svc.clone().oneshot(Script::Succeed).await {
+                        Ok(_) => answered += 1,
+                        Err(err) => assert_eq!(kind(&err), Some(RejectionKind::BulkheadFull)),
+                    }
+                }
+                answered
+            })
+        })
+        .collect();
+    let mut answered = 0;
+    for task in tasks {
+        answered += task.await.unwrap();
+    }
+
+    assert!(gauge.most.load(Ordering::SeqCst) <= 3);
+    let bulkhead = bulkhead.handle().snapshot();
+    assert_eq!(bulkhead.active, 0);
+    assert_eq!(bulkhead.admitted as usize, answered);
+    assert_eq!(
+        (bulkhead.admitted + bulkhead.rejected_full) as usize,
+        TASKS * CALLS
+    );
+    let breaker = breaker.handle().snapshot();
+    assert_eq!(breaker.state, State::Closed);
+    assert_eq!(breaker.counters.calls as usize, TASKS * CALLS);
+    assert_eq!(breaker.counters.successes as usize, answered);
+    assert_eq!(breaker.counters.ignored, bulkhead.rejected_full);
 }
