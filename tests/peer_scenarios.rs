@@ -803,7 +803,8 @@ async fn a_call_admitted_before_the_trip_cannot_close_the_breaker() {
 }
 
 // resilience4j: shouldTransitionToHalfOpenAfterWaitInterval (an interval function
-// growing the wait); recloser: test_custom_wait (exponential, capped). seawall:
+// growing the wait); recloser: test_custom_wait (exponential, capped); failsafe:
+// state_machine (open 5 s, a failed probe reopens for 10 s). seawall:
 // `open_for` times `backoff_multiplier` per re-trip, up to `max_open_for`, and
 // forgotten once the breaker closes.
 #[tokio::test(start_paused = true)]
@@ -917,6 +918,48 @@ async fn a_disabled_breaker_lets_everything_through_and_only_counts() {
     assert_eq!(snapshot.state, State::Disabled);
     assert_eq!(snapshot.counters.failures, 5);
     assert_eq!(dependency.called(), 5);
+}
+
+// resilience4j: shouldDisableCircuitBreaker (no metrics recorded while disabled).
+#[tokio::test(start_paused = true)]
+async fn a_disabled_breaker_records_nothing_in_its_window() {
+    let layer = CircuitBreakerLayer::builder("disabled")
+        .count_window(4, 2, 0.5)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let svc = layer.layer(Dependency::default());
+
+    handle.disable();
+    fail_times(&svc, 3).await;
+    assert_eq!(handle.snapshot().window.unwrap().calls, 0);
+    handle.release();
+    fail_times(&svc, 1).await;
+    assert_eq!(
+        handle.state(),
+        State::Closed,
+        "released with an empty window: 1 call"
+    );
+}
+
+// tower-resilience: manual_mode_still_supports_explicit_force_and_reset. seawall:
+// `release` hands back only what an operator holds; a breaker its own policy
+// opened is left open.
+#[tokio::test(start_paused = true)]
+async fn release_leaves_a_breaker_no_operator_holds_as_it_is() {
+    let layer = CircuitBreakerLayer::builder("release")
+        .consecutive_failures(1)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let svc = layer.layer(Dependency::default());
+
+    fail_times(&svc, 1).await;
+    handle.release();
+    assert_eq!(handle.state(), State::Open);
+    handle.force(Forced::Closed);
+    handle.release();
+    assert_eq!(handle.state(), State::Closed);
 }
 
 // resilience4j: shouldResetToClosedState and shouldResetMetrics; tower-resilience:
