@@ -1,8 +1,9 @@
 //! Behavioural scenarios that the test suites of other resilience libraries check,
-//! replayed against seawall's circuit breaker and bulkhead and judged by seawall's
-//! own documented rules (the crate docs of `seawall-circuit-breaker` and
-//! `seawall-bulkhead`). Each test names the scenario it comes from; where that
-//! library expects something else, the comment says what seawall promises instead.
+//! replayed against seawall's circuit breaker, bulkhead, fallback and deadline and
+//! judged by seawall's own documented rules (the crate docs of
+//! `seawall-circuit-breaker`, `seawall-bulkhead`, `seawall-fallback` and
+//! `seawall-core`). Each test names the scenario it comes from; where that library
+//! expects something else, the comment says what seawall promises instead.
 //!
 //! Everything goes through the public Tower API, with a small scripted dependency
 //! and paused time: `tokio::time::advance` moves the clock to the edges (one
@@ -104,8 +105,8 @@ fn refusals_ignored(result: ClassifyInput<'_, &'static str>) -> Outcome {
 
 type Call<S> = task::Spawn<Oneshot<S, Script>>;
 
-/// One call, driven by hand: its first poll readies the service, calls it (where
-/// seawall admits or rejects) and polls the response once.
+/// One call, not started: the test polls it by hand, and its first poll readies
+/// the service, calls it (where seawall admits or rejects) and polls the response.
 fn start<S: Service<Script> + Clone>(svc: &S, script: Script) -> Call<S> {
     task::spawn(svc.clone().oneshot(script))
 }
@@ -121,14 +122,17 @@ where
     (tx, call)
 }
 
+/// The kind of seawall rejection in the error's chain, if any.
 fn kind(err: &BoxError) -> Option<RejectionKind> {
     find_rejection(&**err).map(|r| r.kind())
 }
 
+/// The retry-after of the seawall rejection in the error's chain, if any.
 fn retry_after(err: &BoxError) -> Option<Duration> {
     find_rejection(&**err).and_then(|r| r.retry_after())
 }
 
+/// One call through a clone of `svc`, to its end.
 async fn run<S>(svc: &S, script: Script) -> Result<&'static str, BoxError>
 where
     S: Service<Script, Response = &'static str, Error = BoxError> + Clone,
@@ -136,6 +140,7 @@ where
     svc.clone().oneshot(script).await
 }
 
+/// `n` calls that reach the dependency and fail there.
 async fn fail_times<S>(svc: &S, n: usize)
 where
     S: Service<Script, Response = &'static str, Error = BoxError> + Clone,
