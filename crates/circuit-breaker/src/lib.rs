@@ -107,8 +107,9 @@
 //!    its body ends (see [Streams](#streams-reporting-when-the-body-ends)) whose
 //!    response looked healthy and whose body is still streaming: it is judged a
 //!    success at that instant, towards (3).
-//! 6. – 9. **Operators.** Forced open rejects everything (retry-after: `open_for`)
-//!    and nothing but an operator moves it; forced closed admits everything and
+//! 6. – 9. **Operators.** Forced open rejects everything, with no retry-after
+//!    (only an operator ends it, so no instant can be promised), and nothing but
+//!    an operator moves it; forced closed admits everything and
 //!    records the window but never trips; disabled admits everything and only
 //!    counts; reset empties the window, forgets the backoff and the failed probes.
 //!

@@ -88,8 +88,8 @@ impl<S, C: Clone> Layer<S> for PendingWhileOpenLayer<C> {
 ///   slot), at the latest when the oldest probe's half-open timeout ends.
 /// - **Forced open:** pending; nothing but an operator ends it, so it is woken by
 ///   any operator change ([`Handle::force`], [`Handle::release`], [`Handle::reset`], …) at once,
-///   and otherwise polled again every `open_for` (the retry-after a forced-open
-///   rejection gives).
+///   and otherwise polled again every `open_for` (a forced-open rejection
+///   carries no retry-after: only an operator ends it).
 /// - **Closed, forced closed, disabled:** as [`CircuitBreaker`]: the inner
 ///   service's readiness. The ramp after closing is not a wait: its share is of
 ///   the calls that ask, so calls keep coming and the ramp's rejections are
