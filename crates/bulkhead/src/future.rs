@@ -155,8 +155,8 @@ impl Drop for Waiter {
     }
 }
 
-/// Frees the permit of an inner `call` or `poll` that is panicking (see
-/// [`ResponseFuture::call_in`]).
+/// Frees the permit of an inner `poll_ready`, `call` or `poll` that is panicking
+/// (see [`ResponseFuture::call_in`]).
 #[cold]
 fn free_on_unwind(in_call: &mut Option<Permit>) {
     *in_call = None;
@@ -564,8 +564,17 @@ where
         *p.permit = Some(permit);
         *p.waiter = None;
     }
-    // Holding the slot: drive the inner service to readiness.
-    ready!(p.svc.poll_ready(cx)).map_err(Into::into)?;
+    // Neither waiting nor holding a slot: the inner service panicked in
+    // `poll_ready` or `call` on an earlier poll, and is not asked again.
+    if p.permit.is_none() {
+        return Poll::Ready(Err(polled_after_completion()));
+    }
+    // Holding the slot: drive the inner service to readiness. Should it panic,
+    // the slot is freed while the panic unwinds, as for a panicking `call`.
+    let watch = PanicWatch::arm(|| free_on_unwind(p.permit));
+    let polled = p.svc.poll_ready(cx);
+    watch.disarm();
+    ready!(polled).map_err(Into::into)?;
     let (Some(permit), Some(mut req)) = (p.permit.take(), p.req.take()) else {
         return Poll::Ready(Err(polled_after_completion()));
     };

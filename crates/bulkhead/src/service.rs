@@ -23,9 +23,10 @@ use crate::state::Shared;
 /// time (hence `S: Clone`). Only once it holds a slot does the future drive that
 /// clone to readiness and call it, so a waiting caller holds nothing downstream. A
 /// call admitted at once to a ready inner service calls it directly, with no clone.
-/// Should that inner `call`, or a poll of its future, panic, the slot it was
-/// given is freed while the panic unwinds, and the response future, polled
-/// again, answers an error without polling the inner one.
+/// Should the inner service panic while the call holds a slot (in the
+/// `poll_ready` the response future drives, in `call`, or in a poll of its
+/// future), the slot is freed while the panic unwinds, and the response future,
+/// polled again, answers an error without asking the inner service again.
 ///
 /// Clones share the bulkhead with each other and with every service built from
 /// the same layer.

@@ -215,6 +215,51 @@ async fn a_panic_in_the_inner_call_of_a_full_bulkheads_service_frees_only_its_ow
     );
 }
 
+/// An inner service not ready when the bulkhead first asks it (at `call`), whose
+/// `poll_ready` panics when asked again (from the response future); counts how
+/// often it is asked.
+#[derive(Clone, Default)]
+struct PanicsWhenAskedAgain(Arc<AtomicUsize>);
+
+impl Service<Req> for PanicsWhenAskedAgain {
+    type Response = &'static str;
+    type Error = Infallible;
+    type Future = std::future::Pending<Result<&'static str, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        let asked = self.0.fetch_add(1, Ordering::SeqCst);
+        assert_eq!(asked, 0, "the inner service panics in poll_ready");
+        Poll::Pending
+    }
+
+    fn call(&mut self, _req: Req) -> Self::Future {
+        std::future::pending()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slot_held_for_an_inner_service_whose_poll_ready_panics_in_the_future_is_freed_while_it_unwinds(
+) {
+    let l = layer(1, 0);
+    let h = l.handle();
+    let asked = Arc::new(AtomicUsize::new(0));
+    let mut svc = l.layer(PanicsWhenAskedAgain(asked.clone()));
+    let mut fut = task::spawn(svc.call(req("one")));
+    assert_eq!(
+        counts(&h),
+        (1, 0),
+        "the call holds the slot while its service is not ready"
+    );
+    let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fut.poll()));
+    assert!(polled.is_err(), "the inner poll_ready panicked");
+    assert_eq!(counts(&h), (0, 0), "freed with the future alive");
+    // Polled again, it answers an error without asking the inner service again.
+    let err = assert_ready!(fut.poll()).unwrap_err();
+    assert!(err.to_string().contains("polled after completion"), "{err}");
+    assert_eq!(asked.load(Ordering::SeqCst), 2);
+    assert_eq!(counts(&h), (0, 0));
+}
+
 /// An inner service that counts how often it is asked for readiness and cloned.
 #[derive(Clone)]
 struct Counting {
