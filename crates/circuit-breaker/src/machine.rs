@@ -430,7 +430,8 @@ impl CircuitBreakerMachine {
         }
     }
 
-    /// The open interval used when forced open, as a retry-after hint.
+    /// The configured open interval: how often a service in readiness mode asks
+    /// again while forced open (a forced-open rejection carries no retry-after).
     pub(crate) fn base_open_for(&self) -> Duration {
         self.config.open_for
     }

@@ -207,7 +207,8 @@ pub(crate) enum ReadyHint {
 pub(crate) struct Breaker {
     word: AtomicU64,
     /// In open mode: when it will admit a probe, in nanoseconds since `base`.
-    /// In forced-open mode: the retry-after hint, in nanoseconds.
+    /// In forced-open mode: `open_for` in nanoseconds, which a forced-open
+    /// rejection does not carry (only an operator ends it).
     reopen_at: AtomicU64,
     /// The slow-call threshold in nanoseconds; 0 when slow calls are not detected.
     slow_nanos: AtomicU64,
@@ -463,7 +464,10 @@ impl Breaker {
     fn reject_fast(&self, slot: usize, retry_after: Duration, cause: OpenCause) -> Admission {
         bump(&self.counters(slot).short_circuited);
         let retry_after = positive(retry_after);
-        self.telemetry.rejected(&self.name, || Some(retry_after));
+        // As the rejection itself: a forced-open one promises no instant.
+        self.telemetry.rejected(&self.name, || {
+            (cause != OpenCause::ForcedOpen).then_some(retry_after)
+        });
         Admission::Rejected(retry_after, cause)
     }
 

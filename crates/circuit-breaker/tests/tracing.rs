@@ -5,8 +5,9 @@
 
 use std::sync::{Arc, Mutex};
 
-use seawall_circuit_breaker::{CircuitBreakerLayer, Handle, State};
-use tower::Layer;
+use seawall_circuit_breaker::{CircuitBreakerLayer, Forced, Handle, State};
+use seawall_core::find_rejection;
+use tower::{Layer, Service, ServiceExt};
 
 mod support;
 use support::{drive, runtime, supplier};
@@ -100,10 +101,45 @@ mod tracing_events {
         assert_eq!(opened[0].0, Level::WARN);
         assert!(opened[0].1.contains("name=\"quotes\""));
         assert!(opened[0].1.contains("reason=\"failure_rate\""));
-        let rejected = events
+        let rejected: Vec<_> = events
             .iter()
             .filter(|(level, f)| *level == Level::DEBUG && f.contains("call rejected"))
-            .count();
-        assert_eq!(rejected, 7, "{events:?}");
+            .collect();
+        assert_eq!(rejected.len(), 7, "{events:?}");
+        // An open breaker's rejection names the wait.
+        assert!(rejected.iter().all(|(_, f)| f.contains("retry_after_ms=")));
+    }
+
+    /// A forced-open rejection carries no retry-after (only an operator ends it),
+    /// so its log line promises none.
+    #[test]
+    fn a_forced_open_rejection_is_logged_without_a_retry_after() {
+        let capture = Capture::default();
+        tracing::subscriber::with_default(capture.clone(), || {
+            let layer = CircuitBreakerLayer::builder("quotes").build().unwrap();
+            let mut svc = layer.layer(supplier(Arc::new(Mutex::new(false))));
+            runtime().block_on(async {
+                // Readied while closed, then forced open: `call` decides.
+                let ready = svc.ready().await.unwrap();
+                layer.handle().force(Forced::Open);
+                let first = ready.call(http::Request::new(())).await;
+                // Readied while forced open: `poll_ready` already saw it.
+                let second = svc.ready().await.unwrap().call(http::Request::new(()));
+                for err in [first.unwrap_err(), second.await.unwrap_err()] {
+                    let open = find_rejection(&*err).expect("a rejection");
+                    assert_eq!(open.retry_after(), None);
+                }
+            });
+        });
+        let events = capture.events.lock().unwrap();
+        let rejected: Vec<_> = events
+            .iter()
+            .filter(|(_, f)| f.contains("call rejected"))
+            .collect();
+        assert_eq!(rejected.len(), 2, "{events:?}");
+        assert!(
+            rejected.iter().all(|(_, f)| !f.contains("retry_after_ms")),
+            "{events:?}"
+        );
     }
 }
