@@ -43,8 +43,11 @@ pub fn on_unwind<R>(f: impl FnOnce() -> R, on_panic: impl FnOnce()) -> R {
 /// that takes a large request by value (an `http::Request` is 224 bytes) is made
 /// with it directly instead of after moving it into a closure's captures.
 ///
-/// While armed, dropping the watch (which only unwinding does, between
-/// [`arm`](Self::arm) and [`disarm`](Self::disarm)) runs `on_panic`.
+/// Dropping the watch while it is armed runs `on_panic`, whatever the reason: a
+/// panic unwinding through it, but also an early exit (`?`, `return`,
+/// `ready!`) between [`arm`](Self::arm) and [`disarm`](Self::disarm). So keep
+/// the watched code to one call whose result is bound to a local, disarm, and
+/// only then act on the result.
 ///
 /// ```
 /// use std::panic::{catch_unwind, AssertUnwindSafe};
