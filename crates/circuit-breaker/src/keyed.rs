@@ -611,9 +611,10 @@ where
 
 /// Every key's breaker of a keyed layer at one instant (see [`KeyedHandle::snapshot`]).
 ///
-/// With the `serde` feature it serializes as a keyed bulkhead's snapshot does, for
-/// an operator's endpoint: `keys` is a list of `[key, snapshot]` pairs and
-/// `forced` is `"open"`, `"closed"` or `null`.
+/// With the `serde` feature it serializes for an operator's endpoint, as a keyed
+/// bulkhead's snapshot does, though in a shape of its own: `keys` is a list of
+/// `[key, snapshot]` pairs (a keyed bulkhead's `keys` is a count) and `forced` is
+/// `"open"`, `"closed"` or `null`.
 #[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
