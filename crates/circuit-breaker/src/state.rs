@@ -368,7 +368,10 @@ impl Breaker {
             MODE_FORCED_OPEN => ReadyHint::SkipForced,
             MODE_OPEN => {
                 let now = clock();
-                if now < self.instant_at(self.reopen_at.load(Ordering::Acquire)) {
+                // 0 stands for any instant up to the base (the stored nanoseconds
+                // saturate there): due, as `admit` judges it, never the base itself.
+                let until = self.reopen_at.load(Ordering::Acquire);
+                if until != 0 && now < self.instant_at(until) {
                     if w & SHADOW != 0 {
                         return ReadyHint::Forward;
                     }
@@ -983,6 +986,28 @@ mod tests {
         assert_eq!(b.fast_counts().short_circuited, 1);
         assert_eq!(b.ready_hint(|| t0 + 10 * S), ReadyHint::Forward);
         assert!(admit(&b, t0 + 10 * S).unwrap().probe.is_some());
+    }
+
+    /// A clock behind the breaker's base (a layer built on another clock than the
+    /// one its calls read, as a paused runtime's): an open interval that ended
+    /// before the base is stored as 0 nanoseconds, and `poll_ready` must then ask
+    /// the machine, as `call` does, rather than take 0 for the base instant and
+    /// hold a due probe off until the clock reaches the base.
+    #[test]
+    fn an_interval_that_ended_before_the_base_is_due_for_poll_ready_as_for_call() {
+        let t0 = Instant::now();
+        let b = breaker(&CircuitBreakerConfig::default(), t0 + 60 * S);
+        b.locked(t0, |m| {
+            for _ in 0..10 {
+                if let Admission::Admitted(t) = m.acquire(t0) {
+                    m.complete(t, Report::of(Outcome::Failure), t0);
+                }
+            }
+        });
+        assert_eq!(b.ready_hint(|| t0 + 4 * S), ReadyHint::SkipOpen);
+        // Open for 10 s from t0: due at t0 + 10 s, 50 s before the base.
+        assert_eq!(b.ready_hint(|| t0 + 20 * S), ReadyHint::Forward);
+        assert!(admit(&b, t0 + 20 * S).unwrap().probe.is_some());
     }
 
     #[tokio::test(start_paused = true)]
