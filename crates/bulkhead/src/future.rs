@@ -158,8 +158,8 @@ impl Drop for Waiter {
 /// Frees the permit of an inner `poll_ready`, `call` or `poll` that is panicking
 /// (see [`ResponseFuture::call_in`]).
 #[cold]
-fn free_on_unwind(in_call: &mut Option<Permit>) {
-    *in_call = None;
+fn free_on_unwind(permit: &mut Option<Permit>) {
+    *permit = None;
 }
 
 fn polled_after_completion() -> BoxError {

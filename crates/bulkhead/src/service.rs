@@ -35,8 +35,8 @@ pub struct Bulkhead<S, H = UntilResponse, O = TimeoutsAsOverload> {
     shared: Arc<Shared>,
     overload: O,
     // The permit of the call being made, while the inner service's `call` runs
-    // (see `ResponseFuture::call_in`); `None` between calls, a panicking call's
-    // included.
+    // (see `ResponseFuture::call_in`); `None` between calls, also after one that
+    // panicked (its panic watch clears the field while it unwinds).
     in_call: Option<Permit>,
     _hold: PhantomData<fn() -> H>,
 }
