@@ -409,26 +409,38 @@ fn ready_now<S: Service<Req>>(svc: &mut S) -> Poll<Result<(), S::Error>> {
     svc.poll_ready(&mut Context::from_waker(Waker::noop()))
 }
 
+/// After `panicked`'s dependency panicked: its slot is not reserved and none is
+/// active, another service of the bulkhead is ready at once and its call goes
+/// out, and `panicked` works again once `dep` recovers.
+async fn slot_is_free_and_the_service_works_again(
+    layer: &seawall::bulkhead::BackpressureLayer,
+    mut panicked: seawall::bulkhead::Backpressure<Dependency>,
+    dep: &Dependency,
+) {
+    let handle = layer.handle();
+    assert!(!panicked.is_reserved());
+    assert_eq!(handle.snapshot().active, 0);
+    let mut other = layer.layer(Dependency::new(Act::Answer));
+    assert!(matches!(ready_now(&mut other), Poll::Ready(Ok(()))));
+    assert_eq!(body(other.call(req()).await), "quote");
+    dep.set(Act::Answer);
+    assert_eq!(
+        body(panicked.ready().await.unwrap().call(req()).await),
+        "quote"
+    );
+    assert_eq!(handle.snapshot().active, 0);
+}
+
 #[tokio::test(start_paused = true)]
 async fn backpressure_a_call_that_panics_frees_the_reserved_slot_and_the_service_works_again() {
     let layer = one_slot().backpressure();
-    let handle = layer.handle();
     let dep = Dependency::new(Act::PanicInCall);
     let mut svc = layer.layer(dep.clone());
 
     svc.ready().await.unwrap();
     assert!(svc.is_reserved());
     assert!(panics(|| svc.call(req())));
-    assert!(!svc.is_reserved());
-    assert_eq!(handle.snapshot().active, 0);
-    // Another service of the bulkhead is ready at once, and its call goes out.
-    let mut other = layer.layer(Dependency::new(Act::Answer));
-    assert!(matches!(ready_now(&mut other), Poll::Ready(Ok(()))));
-    assert_eq!(body(other.call(req()).await), "quote");
-
-    dep.set(Act::Answer);
-    assert_eq!(body(svc.ready().await.unwrap().call(req()).await), "quote");
-    assert_eq!(handle.snapshot().active, 0);
+    slot_is_free_and_the_service_works_again(&layer, svc, &dep).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -464,18 +476,10 @@ async fn backpressure_a_future_that_panics_under_catch_panic_frees_its_slot() {
 #[tokio::test(start_paused = true)]
 async fn backpressure_a_poll_ready_that_panics_frees_the_reserved_slot_at_once() {
     let layer = one_slot().backpressure();
-    let handle = layer.handle();
     let dep = Dependency::new(Act::PanicInReady);
     let mut kept = layer.layer(dep.clone());
     assert!(panics(|| ready_now(&mut kept)));
-    assert!(!kept.is_reserved());
-    assert_eq!(handle.snapshot().active, 0);
-    let mut other = layer.layer(Dependency::new(Act::Answer));
-    assert!(matches!(ready_now(&mut other), Poll::Ready(Ok(()))));
-    assert_eq!(body(other.call(req()).await), "quote");
-    dep.set(Act::Answer);
-    assert_eq!(body(kept.ready().await.unwrap().call(req()).await), "quote");
-    assert_eq!(handle.snapshot().active, 0);
+    slot_is_free_and_the_service_works_again(&layer, kept, &dep).await;
 }
 
 #[tokio::test(start_paused = true)]
