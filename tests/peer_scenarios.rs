@@ -1099,6 +1099,11 @@ fn bad_bulkhead_settings_are_typed_errors_naming_the_field() {
 // ---------------------------------------------------------------------------
 // Bulkhead
 // ---------------------------------------------------------------------------
+//
+// The peers' scenarios of a dropped call or an inner error freeing its slot,
+// first-in-first-out waiters, a dropped waiter (before or after its hand-over)
+// and a limit raised or lowered at run time are `crates/bulkhead/tests/service.rs`'s
+// own tests already; they are not repeated here.
 
 // tower: limit::concurrency basic_service_limit_functionality_*; resilience4j:
 // SemaphoreBulkheadTest.testBulkhead (permitted, permitted, rejected, finished, permitted).
@@ -1155,83 +1160,6 @@ async fn a_full_bulkhead_without_a_queue_sheds_at_once_and_stays_ready() {
     }
     assert_eq!(dependency.called(), 1);
     assert_eq!(layer.handle().snapshot().rejected_full, 3);
-}
-
-// tower: limit::concurrency response_future_drop_releases_capacity;
-// tower-resilience: dropping_call_future_releases_reserved_permit.
-#[tokio::test(start_paused = true)]
-async fn a_dropped_call_frees_its_slot() {
-    let layer = BulkheadLayer::builder("drop")
-        .max_concurrent(1)
-        .max_queue(0)
-        .build()
-        .unwrap();
-    let handle = layer.handle();
-    let svc = layer.layer(Dependency::default());
-
-    let (_tx, call) = start_held(&svc);
-    assert_eq!(handle.snapshot().active, 1);
-    drop(call);
-    assert_eq!(handle.snapshot().active, 0);
-    assert_eq!(run(&svc, Script::Succeed).await.unwrap(), "ok");
-}
-
-// tower: limit::concurrency response_error_releases_capacity.
-#[tokio::test(start_paused = true)]
-async fn an_inner_error_frees_its_slot() {
-    let layer = BulkheadLayer::builder("error")
-        .max_concurrent(1)
-        .max_queue(0)
-        .build()
-        .unwrap();
-    let handle = layer.handle();
-    let svc = layer.layer(Dependency::default());
-
-    let (tx, mut call) = start_held(&svc);
-    tx.send(false).unwrap();
-    let err = assert_ready_err!(call.poll());
-    assert_eq!(kind(&err), None, "the dependency's own error");
-    assert_eq!(handle.snapshot().active, 0);
-    assert_eq!(run(&svc, Script::Succeed).await.unwrap(), "ok");
-}
-
-// tower-resilience: dropping_pending_waiter_does_not_block_fifo.
-#[tokio::test(start_paused = true)]
-async fn a_dropped_waiter_leaves_the_line_and_the_next_one_is_served() {
-    let layer = BulkheadLayer::builder("line")
-        .max_concurrent(1)
-        .max_queue(1)
-        .max_wait(S)
-        .build()
-        .unwrap();
-    let handle = layer.handle();
-    let dependency = Dependency::default();
-    let svc = layer.layer(dependency.clone());
-
-    let (busy, mut busy_call) = start_held(&svc);
-    let mut waiter = start(&svc, Script::Succeed);
-    assert_pending!(waiter.poll());
-    assert_eq!(handle.snapshot().queued, 1);
-    let mut over = start(&svc, Script::Succeed);
-    assert_eq!(
-        kind(&assert_ready_err!(over.poll())),
-        Some(RejectionKind::BulkheadFull),
-        "one waiter fills a queue of one"
-    );
-
-    drop(waiter);
-    assert_eq!(handle.snapshot().queued, 0);
-    let mut next = start(&svc, Script::Succeed);
-    assert_pending!(next.poll());
-    busy.send(true).unwrap();
-    assert_ready_ok!(busy_call.poll());
-    assert_eq!(assert_ready_ok!(next.poll()), "ok");
-    assert_eq!(
-        dependency.called(),
-        2,
-        "the dropped waiter never reached it"
-    );
-    assert_eq!(handle.snapshot().active, 0);
 }
 
 // resilience4j: SemaphoreBulkheadTest.testTryEnterWithTimeout (a waiter gives up
@@ -1300,39 +1228,6 @@ async fn backpressure_reserves_in_poll_ready_and_a_dropped_service_wakes_only_th
     assert_ready_ok!(t3.enter(|cx, _| Service::<Script>::poll_ready(&mut s3, cx)));
     assert_eq!(s3.call(Script::Succeed).await.unwrap(), "ok");
     assert_eq!(handle.snapshot().active, 0);
-}
-
-// resilience4j: SemaphoreBulkheadTest.changePermissionsCountWhileOneThreadIsRunningWithThisPermission
-// (lowering the limit under running calls waits for them rather than preempting).
-#[tokio::test(start_paused = true)]
-async fn lowering_the_limit_never_preempts_a_running_call() {
-    let layer = BulkheadLayer::builder("shrink")
-        .max_concurrent(2)
-        .max_queue(0)
-        .build()
-        .unwrap();
-    let handle = layer.handle();
-    let svc = layer.layer(Dependency::default());
-
-    let (first, mut first_call) = start_held(&svc);
-    let (second, mut second_call) = start_held(&svc);
-    let mut config = handle.config();
-    config.max_concurrent = 1;
-    handle.reconfigure(config).unwrap();
-    assert_eq!(handle.snapshot().active, 2, "both keep their slots");
-
-    first.send(true).unwrap();
-    assert_ready_ok!(first_call.poll());
-    let mut third = start(&svc, Script::Succeed);
-    assert_eq!(
-        kind(&assert_ready_err!(third.poll())),
-        Some(RejectionKind::BulkheadFull),
-        "1 active at a limit of 1"
-    );
-
-    second.send(true).unwrap();
-    assert_ready_ok!(second_call.poll());
-    assert_eq!(run(&svc, Script::Succeed).await.unwrap(), "ok");
 }
 
 // ---------------------------------------------------------------------------
@@ -1472,66 +1367,6 @@ async fn jitter_stretches_the_open_interval_within_its_bound() {
 // More of the bulkhead's queue
 // ---------------------------------------------------------------------------
 
-// tower: limit::concurrency multi_waiters (the freed capacity goes to the first
-// waiter); resilience4j: SemaphoreBulkheadTest with fair call handling. seawall:
-// first in, first out, and a newcomer never overtakes a waiter.
-#[tokio::test(start_paused = true)]
-async fn waiters_are_served_first_in_first_out() {
-    let layer = BulkheadLayer::builder("fifo")
-        .max_concurrent(1)
-        .max_queue(2)
-        .max_wait(S)
-        .build()
-        .unwrap();
-    let handle = layer.handle();
-    let svc = layer.layer(Dependency::default());
-
-    let (busy, mut busy_call) = start_held(&svc);
-    let (first, first_script) = held();
-    let mut first_call = start(&svc, first_script);
-    assert_pending!(first_call.poll());
-    let mut second_call = start(&svc, Script::Succeed);
-    assert_pending!(second_call.poll());
-    assert_eq!(handle.snapshot().queued, 2);
-
-    busy.send(true).unwrap();
-    assert_ready_ok!(busy_call.poll());
-    // The slot went to the first waiter, which is now running.
-    assert_pending!(second_call.poll());
-    assert_pending!(first_call.poll());
-    let snapshot = handle.snapshot();
-    assert_eq!((snapshot.active, snapshot.queued), (1, 1));
-
-    first.send(true).unwrap();
-    assert_ready_ok!(first_call.poll());
-    assert_eq!(assert_ready_ok!(second_call.poll()), "ok");
-}
-
-// resilience4j: SemaphoreBulkheadTest.changePermissionsInIdleState and the growing
-// half of changePermissionsCountWhileOneThreadIsRunningWithThisPermission.
-// seawall: "growing admits waiters at once".
-#[tokio::test(start_paused = true)]
-async fn raising_the_limit_admits_a_waiter_at_once() {
-    let layer = BulkheadLayer::builder("grow")
-        .max_concurrent(1)
-        .max_queue(1)
-        .max_wait(S)
-        .build()
-        .unwrap();
-    let handle = layer.handle();
-    let dependency = Dependency::default();
-    let svc = layer.layer(dependency.clone());
-
-    let (_busy, _busy_call) = start_held(&svc);
-    let mut waiter = start(&svc, Script::Succeed);
-    assert_pending!(waiter.poll());
-    let mut config = handle.config();
-    config.max_concurrent = 2;
-    handle.reconfigure(config).unwrap();
-    assert_eq!(assert_ready_ok!(waiter.poll()), "ok");
-    assert_eq!(dependency.called(), 2);
-}
-
 // gobreaker: TestCustomCircuitBreaker (a request admitted in half-open that ends
 // after the breaker closed belongs to an older generation). seawall: the probe
 // left in flight when another closed the breaker is stale; its failure neither
@@ -1555,35 +1390,6 @@ async fn a_probe_ending_after_another_closed_the_breaker_is_stale() {
     );
     assert_eq!(snapshot.consecutive_failures, Some(0));
     assert_eq!(snapshot.counters.stale, 1);
-}
-
-// tower-resilience: dropping_pending_waiter_does_not_block_fifo, at its hardest
-// moment: the freed slot has been handed to the waiter, which is dropped before it
-// runs. The slot must come back, not leak.
-#[tokio::test(start_paused = true)]
-async fn a_waiter_dropped_after_being_handed_a_slot_gives_it_back() {
-    let layer = BulkheadLayer::builder("handover")
-        .max_concurrent(1)
-        .max_queue(1)
-        .max_wait(S)
-        .build()
-        .unwrap();
-    let handle = layer.handle();
-    let dependency = Dependency::default();
-    let svc = layer.layer(dependency.clone());
-
-    let (busy, mut busy_call) = start_held(&svc);
-    let mut waiter = start(&svc, Script::Succeed);
-    assert_pending!(waiter.poll());
-    busy.send(true).unwrap();
-    assert_ready_ok!(busy_call.poll());
-    assert!(waiter.is_woken(), "the slot was handed to the waiter");
-    drop(waiter);
-
-    let snapshot = handle.snapshot();
-    assert_eq!((snapshot.active, snapshot.queued), (0, 0));
-    assert_eq!(run(&svc, Script::Succeed).await.unwrap(), "ok");
-    assert_eq!(dependency.called(), 2);
 }
 
 // tower-resilience: test_backpressure_waits_when_open and
