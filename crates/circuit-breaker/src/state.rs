@@ -861,6 +861,12 @@ mod tests {
         }
     }
 
+    /// A call admitted at `now` that fails, reported through the line `slot`.
+    fn fail_through(b: &Breaker, slot: usize, now: Instant) {
+        let t = admit(b, now).unwrap();
+        b.complete(slot, t, Report::of(Outcome::Failure), Some(now), || now);
+    }
+
     #[test]
     fn the_word_round_trips() {
         let w = encode(Mode::Open, true, false, 0xdead_beef) | 17;
@@ -1105,10 +1111,7 @@ mod tests {
     fn a_success_in_a_lanes_line_counts_before_a_failure_judged_after_it() {
         let t0 = Instant::now();
         let b = with_lines(&consecutive(2), t0, 2);
-        let fail = |slot| {
-            let t = admit(&b, t0).unwrap();
-            b.complete(slot, t, Report::of(Outcome::Failure), Some(t0), || t0);
-        };
+        let fail = |slot| fail_through(&b, slot, t0);
         fail(0);
         let t = admit(&b, t0).unwrap();
         b.complete(1, t, ok(), None, || {
@@ -1207,10 +1210,7 @@ mod tests {
     fn a_success_in_one_lane_counts_before_the_failure_of_a_thread_it_told_in_another() {
         let t0 = Instant::now();
         let b = with_lines(&consecutive(2), t0, 2);
-        let fail = |slot| {
-            let t = admit(&b, t0).unwrap();
-            b.complete(slot, t, Report::of(Outcome::Failure), Some(t0), || t0);
-        };
+        let fail = |slot| fail_through(&b, slot, t0);
         fail(0);
         let (told, heard) = std::sync::mpsc::channel();
         std::thread::scope(|s| {
