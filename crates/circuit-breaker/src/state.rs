@@ -351,6 +351,17 @@ impl Breaker {
         later(self.base, Duration::from_nanos(nanos))
     }
 
+    /// When an open breaker admits a probe again, if `now` is before it: the one
+    /// rule `poll_ready` and `call` both judge the open interval by. An addition
+    /// to the base, cheaper than measuring `now` from it; a stored 0 stands for any
+    /// instant up to the base (the nanoseconds saturate there), so it is due.
+    #[inline]
+    fn open_until(&self, now: Instant) -> Option<Instant> {
+        let until = self.reopen_at.load(Ordering::Acquire);
+        let reopen = self.instant_at(until);
+        (until != 0 && now < reopen).then_some(reopen)
+    }
+
     /// Whether a call made now would reach the inner service (reads the clock only
     /// when open, half-open or ramping).
     #[inline(always)]
@@ -368,10 +379,7 @@ impl Breaker {
             MODE_FORCED_OPEN => ReadyHint::SkipForced,
             MODE_OPEN => {
                 let now = clock();
-                // 0 stands for any instant up to the base (the stored nanoseconds
-                // saturate there): due, as `admit` judges it, never the base itself.
-                let until = self.reopen_at.load(Ordering::Acquire);
-                if until != 0 && now < self.instant_at(until) {
+                if self.open_until(now).is_some() {
                     if w & SHADOW != 0 {
                         return ReadyHint::Forward;
                     }
@@ -446,15 +454,13 @@ impl Breaker {
             ),
             MODE_OPEN => {
                 let now = clock();
-                let at = self.nanos(now);
-                let until = self.reopen_at.load(Ordering::Acquire);
-                if at < until {
+                if let Some(reopen) = self.open_until(now) {
                     if w & SHADOW != 0 {
                         return self.shadow_fast(slot, epoch_of(w));
                     }
                     return self.reject_fast(
                         slot,
-                        Duration::from_nanos(until - at),
+                        reopen.saturating_duration_since(now),
                         OpenCause::Open,
                     );
                 }
