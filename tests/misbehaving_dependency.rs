@@ -765,6 +765,7 @@ async fn deadline_a_call_that_panics_puts_back_the_deadline_it_replaced() {
     let now = tokio::time::Instant::now();
     let outer = Deadline::after(now, Duration::from_secs(10));
 
+    assert!(matches!(ready_now(&mut svc), Poll::Ready(Ok(()))));
     let after = outer.sync_scope(|| {
         assert!(panics(|| svc.call(req())));
         Deadline::current()
@@ -778,6 +779,7 @@ async fn deadline_a_call_that_panics_puts_back_the_deadline_it_replaced() {
 
     // The next call gets a deadline of its own.
     tokio::time::advance(Duration::from_secs(1)).await;
+    assert!(matches!(ready_now(&mut svc), Poll::Ready(Ok(()))));
     assert!(panics(|| svc.call(req())));
     let next = tokio::time::Instant::now() + Duration::from_millis(300);
     assert_eq!(*seen.lock().unwrap(), Some(Deadline::at(next)));
@@ -789,12 +791,12 @@ async fn deadline_a_future_that_panics_when_polled_puts_back_the_deadline_it_rep
     let mut svc = DeadlineLayer::new(Duration::from_millis(300))
         .unwrap()
         .layer(Dependency::new(Act::PanicWhenPolled));
-    let mut fut = pin!(svc.call(req()));
+    let mut fut = pin!(svc.ready().await.unwrap().call(req()));
     assert!(panics(|| poll_once(fut.as_mut())));
     assert_eq!(Deadline::current(), None);
 
     let outer = Deadline::after(tokio::time::Instant::now(), Duration::from_secs(10));
-    let mut fut = pin!(svc.call(req()));
+    let mut fut = pin!(svc.ready().await.unwrap().call(req()));
     let after = outer.sync_scope(|| {
         assert!(panics(|| poll_once(fut.as_mut())));
         Deadline::current()
@@ -842,10 +844,10 @@ async fn deadline_a_response_future_dropped_before_its_first_poll_leaves_no_dead
     let mut svc = DeadlineLayer::new(Duration::from_millis(300))
         .unwrap()
         .layer(Dependency::new(Act::Hang));
-    drop(svc.call(req()));
+    drop(svc.ready().await.unwrap().call(req()));
     assert_eq!(Deadline::current(), None);
     // A later call is bounded by its own deadline, not by a leftover one.
-    let mut fut = pin!(svc.call(req()));
+    let mut fut = pin!(svc.ready().await.unwrap().call(req()));
     assert!(poll_once(fut.as_mut()).is_pending());
     tokio::time::advance(Duration::from_millis(300)).await;
     let err = fut.await.unwrap_err();
