@@ -190,11 +190,11 @@ where
         let Some((shared, _, _)) = this.held.as_ref() else {
             return Poll::Ready(Err(internal("polled after completion")));
         };
-        // Panicked: recorded while it unwound, so not again here.
-        if let Some(after) = this.driving.finished() {
-            return Poll::Ready(Err(internal(after)));
-        }
-        let result = ready!(this.driving.as_mut().poll_level(cx, shared));
+        // Answered or panicked already: recorded then, so not again here.
+        let result = match ready!(this.driving.as_mut().poll_level(cx, shared)) {
+            Ok(result) => result,
+            Err(after) => return Poll::Ready(Err(internal(after))),
+        };
         let Some((shared, classifier, extensions)) = this.held.take() else {
             return Poll::Ready(Err(internal("polled after completion")));
         };

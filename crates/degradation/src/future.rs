@@ -67,10 +67,7 @@ where
     }
 
     /// Why there is nothing left to drive, if the level has answered or panicked.
-    /// Its outcome was recorded then, so a caller that polls again must answer
-    /// this error and record nothing: a future polled again after it completed
-    /// would otherwise count its request a second time.
-    pub(crate) fn finished(&self) -> Option<&'static str> {
+    fn finished(&self) -> Option<&'static str> {
         if self.panicked {
             Some("polled after the level panicked")
         } else if matches!(self.state, State::Done) {
@@ -87,15 +84,17 @@ where
     S::Error: Into<BoxError>,
 {
     /// Polls the level until it answers. A panic in the level's service is its
-    /// failure, recorded in `shared` while it unwinds; polled again after that, or
-    /// after the answer, it answers an error (see [`Driving::finished`]).
+    /// failure, recorded in `shared` while it unwinds. Polled again after that, or
+    /// after the answer, it is `Err(why)`: the outcome was recorded then, so the
+    /// caller answers `why` and records nothing (a future polled again after it
+    /// completed would otherwise count its request a second time).
     pub(crate) fn poll_level(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         shared: &Shared,
-    ) -> Poll<Result<Res, BoxError>> {
+    ) -> Poll<Result<Result<Res, BoxError>, &'static str>> {
         if let Some(after) = self.finished() {
-            return Poll::Ready(Err(internal(after)));
+            return Poll::Ready(Err(after));
         }
         let this = self.project();
         let ticket = *this.ticket;
@@ -110,7 +109,7 @@ where
         );
         let result = ready!(polled);
         state.set(State::Done);
-        Poll::Ready(result)
+        Poll::Ready(Ok(result))
     }
 }
 
@@ -248,10 +247,10 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
-        if let Some(after) = this.driving.finished() {
-            return Poll::Ready(Err(internal(after)));
-        }
-        let result = ready!(this.driving.as_mut().poll_level(cx, this.shared));
+        let result = match ready!(this.driving.as_mut().poll_level(cx, this.shared)) {
+            Ok(result) => result,
+            Err(after) => return Poll::Ready(Err(internal(after))),
+        };
         let outcome = this
             .classifier
             .classify(result.as_ref().map_err(|e| &**e as &(dyn Error + 'static)));
