@@ -9,7 +9,6 @@
 //! admission semaphore, so a waiter woken by a larger limit may call back into
 //! the bulkhead at once.
 
-use std::error::Error;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
@@ -400,8 +399,11 @@ impl Feedback {
     where
         O: Classify<Res>,
     {
-        let outcome =
-            overload.classify(result.as_ref().map_err(|e| &**e as &(dyn Error + 'static)));
+        let outcome = overload.classify(
+            result
+                .as_ref()
+                .map_err(|e| seawall_core::ErrorRef::from(&**e)),
+        );
         let (observation, now) = match outcome {
             Outcome::Ignore => return None,
             Outcome::Success => {

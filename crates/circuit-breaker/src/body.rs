@@ -1,6 +1,5 @@
 //! Holding a call's ticket until its response body ends, for streamed responses.
 
-use std::error::Error;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -288,7 +287,7 @@ where
                     }
                     Ok(Err(error)) => {
                         let error: BoxError = error.into();
-                        let failed: &(dyn Error + 'static) = &*error;
+                        let failed = seawall_core::ErrorRef::from(&*error);
                         let outcome = classifier.classify(Err(failed));
                         guard.reason(outcome, classifier.reason(Err(failed), outcome));
                         guard.finish(outcome, false);

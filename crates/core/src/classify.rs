@@ -42,8 +42,79 @@ impl Outcome {
     }
 }
 
-/// The result shape a classifier sees.
-pub type ClassifyInput<'a, Res> = Result<&'a Res, &'a (dyn Error + 'static)>;
+/// The result shape a classifier sees: the response, or the call's error as an
+/// [`ErrorRef`].
+pub type ClassifyInput<'a, Res> = Result<&'a Res, ErrorRef<'a>>;
+
+/// A borrowed view of a call's error, as a classifier sees it.
+///
+/// It dereferences to `dyn Error + 'static`, so `downcast_ref`, `source` and
+/// `to_string` work as on the error itself, and [`rejection`](Self::rejection) finds a
+/// seawall rejection in its source chain.
+///
+/// Why a struct and not `&'a (dyn Error + 'static)`: a classifier closure's type
+/// carries its parameter types, and a `'static` named there is erased when the
+/// compiler checks that an `async` block holding the service is `Send` (a known
+/// compiler limitation). A closure over `&(dyn Error + 'static)` would then not
+/// compile inside `tokio::spawn(async move { .. })` or an axum handler; a closure over
+/// `ErrorRef<'_>` names no `'static` and compiles everywhere.
+#[derive(Clone, Copy)]
+pub struct ErrorRef<'a>(&'a (dyn Error + 'static));
+
+impl<'a> ErrorRef<'a> {
+    /// Views `error` as a classifier's input.
+    #[inline]
+    pub fn new(error: &'a (dyn Error + 'static)) -> Self {
+        Self(error)
+    }
+
+    /// The error itself.
+    #[inline]
+    pub fn get(self) -> &'a (dyn Error + 'static) {
+        self.0
+    }
+
+    /// The seawall rejection in the error's source chain, if any (see [`find_rejection`]).
+    #[inline]
+    pub fn rejection(self) -> Option<crate::Rejection<'a>> {
+        find_rejection(self.0)
+    }
+}
+
+impl<'a> From<&'a (dyn Error + 'static)> for ErrorRef<'a> {
+    #[inline]
+    fn from(error: &'a (dyn Error + 'static)) -> Self {
+        Self(error)
+    }
+}
+
+impl<'a> From<&'a (dyn Error + Send + Sync + 'static)> for ErrorRef<'a> {
+    #[inline]
+    fn from(error: &'a (dyn Error + Send + Sync + 'static)) -> Self {
+        Self(error)
+    }
+}
+
+impl std::ops::Deref for ErrorRef<'_> {
+    type Target = dyn Error + 'static;
+
+    #[inline]
+    fn deref(&self) -> &Self::Target {
+        self.0
+    }
+}
+
+impl std::fmt::Debug for ErrorRef<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.0, f)
+    }
+}
+
+impl std::fmt::Display for ErrorRef<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self.0, f)
+    }
+}
 
 /// Decides the [`Outcome`] of one call from the inner service's result.
 ///
@@ -76,7 +147,7 @@ pub type ClassifyInput<'a, Res> = Result<&'a Res, &'a (dyn Error + 'static)>;
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a seawall classifier for responses of type `{Res}`",
     label = "expected a classifier here",
-    note = "a classifier is a closure `Fn(Result<&{Res}, &(dyn std::error::Error + 'static)>) -> Outcome` (the alias `ClassifyInput<'_, {Res}>`), or a type implementing `Classify<{Res}>` such as `ErrorsAsFailures`, `HttpStatus` or `GrpcStatus`"
+    note = "a classifier is a closure `Fn(ClassifyInput<'_, {Res}>) -> Outcome` (that is `Result<&{Res}, ErrorRef<'_>>`), or a type implementing `Classify<{Res}>` such as `ErrorsAsFailures`, `HttpStatus` or `GrpcStatus`"
 )]
 pub trait Classify<Res> {
     /// Classifies one result.
@@ -321,7 +392,7 @@ impl<Res> Classify<Res> for ErrorsAsFailures {
     fn classify(&self, result: ClassifyInput<'_, Res>) -> Outcome {
         match result {
             Ok(_) => Outcome::Success,
-            Err(e) => classify_error(e),
+            Err(e) => classify_error(e.get()),
         }
     }
 }
@@ -339,7 +410,9 @@ where
 {
     fn classify(&self, result: ClassifyInput<'_, Res>) -> Outcome {
         if let Err(e) = result {
-            if find_rejection(e).is_some_and(|r| r.category() == Category::Admission) {
+            if e.rejection()
+                .is_some_and(|r| r.category() == Category::Admission)
+            {
                 return Outcome::Failure;
             }
         }
@@ -472,7 +545,7 @@ impl<B> Classify<http::Response<B>> for HttpStatus {
     fn classify(&self, result: ClassifyInput<'_, http::Response<B>>) -> Outcome {
         match result {
             Ok(res) => self.classify_status(res.status()),
-            Err(e) => classify_error(e),
+            Err(e) => classify_error(e.get()),
         }
     }
 }
@@ -603,7 +676,7 @@ impl<B> Classify<http::Response<B>> for GrpcStatus {
     fn classify(&self, result: ClassifyInput<'_, http::Response<B>>) -> Outcome {
         match result {
             Ok(res) => self.classify_parts(res.status(), res.headers()),
-            Err(e) => classify_error(e),
+            Err(e) => classify_error(e.get()),
         }
     }
 }
@@ -641,7 +714,7 @@ impl<Res> Classify<Res> for TimeoutsAsOverload {
     fn classify(&self, result: ClassifyInput<'_, Res>) -> Outcome {
         match result {
             Ok(_) => Outcome::Success,
-            Err(e) => overload_of_error(e),
+            Err(e) => overload_of_error(e.get()),
         }
     }
 }
@@ -734,7 +807,7 @@ impl<B> Classify<http::Response<B>> for OverloadStatus {
     fn classify(&self, result: ClassifyInput<'_, http::Response<B>>) -> Outcome {
         match result {
             Ok(res) => self.classify_parts(res.status(), res.headers()),
-            Err(e) => overload_of_error(e),
+            Err(e) => overload_of_error(e.get()),
         }
     }
 }
@@ -781,7 +854,7 @@ mod tests {
     fn connection_refused_is_a_failure() {
         let refused: BoxError =
             Box::new(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
-        let r: ClassifyInput<'_, http::Response<()>> = Err(&*refused);
+        let r: ClassifyInput<'_, http::Response<()>> = Err(ErrorRef::new(&*refused));
         assert_eq!(HttpStatus::default().classify(r), Outcome::Failure);
         assert_eq!(ErrorsAsFailures.classify(r), Outcome::Failure);
         assert_eq!(GrpcStatus::default().classify(r), Outcome::Failure);
@@ -790,13 +863,13 @@ mod tests {
     #[test]
     fn a_wrapped_bulkhead_rejection_is_ignored_by_every_classifier() {
         let err: BoxError = Box::new(ClientError(Box::new(BulkheadFull::new("b".into()))));
-        let r: ClassifyInput<'_, http::Response<()>> = Err(&*err);
+        let r: ClassifyInput<'_, http::Response<()>> = Err(ErrorRef::new(&*err));
         assert_eq!(ErrorsAsFailures.classify(r), Outcome::Ignore);
         assert_eq!(HttpStatus::default().classify(r), Outcome::Ignore);
         assert_eq!(GrpcStatus::default().classify(r), Outcome::Ignore);
         let open: BoxError = Box::new(CircuitOpen::new("c".into(), Duration::from_secs(1)));
         assert_eq!(
-            ErrorsAsFailures.classify(Err::<&(), _>(&*open)),
+            ErrorsAsFailures.classify(Err::<&(), _>(ErrorRef::new(&*open))),
             Outcome::Ignore
         );
     }
@@ -804,7 +877,7 @@ mod tests {
     #[test]
     fn a_deadline_exceeded_is_a_failure_for_every_classifier() {
         let err: BoxError = Box::new(DeadlineExceeded::new());
-        let r: ClassifyInput<'_, http::Response<()>> = Err(&*err);
+        let r: ClassifyInput<'_, http::Response<()>> = Err(ErrorRef::new(&*err));
         assert_eq!(ErrorsAsFailures.classify(r), Outcome::Failure);
         assert_eq!(HttpStatus::default().classify(r), Outcome::Failure);
         assert_eq!(GrpcStatus::default().classify(r), Outcome::Failure);
@@ -814,7 +887,10 @@ mod tests {
     fn admission_as_failure_counts_local_rejections() {
         let err: BoxError = Box::new(BulkheadFull::new("b".into()));
         let c = AdmissionAsFailure(ErrorsAsFailures);
-        assert_eq!(c.classify(Err::<&(), _>(&*err)), Outcome::Failure);
+        assert_eq!(
+            c.classify(Err::<&(), _>(ErrorRef::new(&*err))),
+            Outcome::Failure
+        );
         assert_eq!(c.classify(Ok(&())), Outcome::Success);
     }
 
@@ -978,10 +1054,10 @@ mod tests {
             &OverloadStatus::default() as &dyn Classify<http::Response<()>>,
             &TimeoutsAsOverload,
         ] {
-            assert_eq!(c.classify(Err(&*late)), Outcome::Failure);
-            assert_eq!(c.classify(Err(&*open)), Outcome::Ignore);
-            assert_eq!(c.classify(Err(&*full)), Outcome::Ignore);
-            assert_eq!(c.classify(Err(&*refused)), Outcome::Ignore);
+            assert_eq!(c.classify(Err(ErrorRef::new(&*late))), Outcome::Failure);
+            assert_eq!(c.classify(Err(ErrorRef::new(&*open))), Outcome::Ignore);
+            assert_eq!(c.classify(Err(ErrorRef::new(&*full))), Outcome::Ignore);
+            assert_eq!(c.classify(Err(ErrorRef::new(&*refused))), Outcome::Ignore);
         }
         assert_eq!(TimeoutsAsOverload.classify(Ok(&5u8)), Outcome::Success);
     }

@@ -49,7 +49,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use seawall_core::{BoxError, BulkheadFull, Classify, DeadlineExceeded, HttpStatus, Outcome};
+//! use seawall_core::{BoxError, BulkheadFull, Classify, DeadlineExceeded, ErrorRef, HttpStatus, Outcome};
 //!
 //! let classifier = HttpStatus::default();
 //! let not_found = http::Response::builder().status(404).body(()).unwrap();
@@ -59,10 +59,10 @@
 //!
 //! // A local admission rejection is no evidence about the supplier…
 //! let full: BoxError = Box::new(BulkheadFull::new("freight".into()));
-//! assert_eq!(Classify::<http::Response<()>>::classify(&classifier, Err(&*full)), Outcome::Ignore);
+//! assert_eq!(Classify::<http::Response<()>>::classify(&classifier, Err(ErrorRef::from(&*full))), Outcome::Ignore);
 //! // …but a supplier too slow for the budget is.
 //! let late: BoxError = Box::new(DeadlineExceeded::new());
-//! assert_eq!(Classify::<http::Response<()>>::classify(&classifier, Err(&*late)), Outcome::Failure);
+//! assert_eq!(Classify::<http::Response<()>>::classify(&classifier, Err(ErrorRef::from(&*late))), Outcome::Failure);
 //! ```
 //!
 //! # Layout
@@ -129,8 +129,8 @@ mod window;
 
 pub use classify::{
     classify_fn, grpc_code, with_reason, AdmissionAsFailure, Classify, ClassifyFn, ClassifyInput,
-    ClassifyRequest, ErrorsAsFailures, GrpcStatus, HttpStatus, Outcome, OverloadStatus, PerRequest,
-    StatusSet, TimeoutsAsOverload, WithReason,
+    ClassifyRequest, ErrorRef, ErrorsAsFailures, GrpcStatus, HttpStatus, Outcome, OverloadStatus,
+    PerRequest, StatusSet, TimeoutsAsOverload, WithReason,
 };
 pub use config::{check_duration, check_fraction, check_positive, ConfigError};
 pub use deadline::{

@@ -1,6 +1,5 @@
 //! Reporting a level's outcome when its response body ends, for streamed responses.
 
-use std::error::Error;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -201,7 +200,7 @@ where
         let mut response = match result {
             Ok(response) => response,
             Err(error) => {
-                let failed: &(dyn Error + 'static) = &*error;
+                let failed = seawall_core::ErrorRef::from(&*error);
                 shared.record(ticket, classifier.classify(Err(failed)));
                 return Poll::Ready(Err(error));
             }

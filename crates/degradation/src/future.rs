@@ -251,9 +251,11 @@ where
             Ok(result) => result,
             Err(after) => return Poll::Ready(Err(internal(after))),
         };
-        let outcome = this
-            .classifier
-            .classify(result.as_ref().map_err(|e| &**e as &(dyn Error + 'static)));
+        let outcome = this.classifier.classify(
+            result
+                .as_ref()
+                .map_err(|e| seawall_core::ErrorRef::from(&**e)),
+        );
         let ticket = this.driving.ticket();
         this.shared.record(ticket, outcome);
         let mut result = result;

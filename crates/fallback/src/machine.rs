@@ -269,7 +269,10 @@ impl<C> Triggers<C> {
                 retry_after: None,
             });
         }
-        match self.classifier.classify(Err(error)) {
+        match self
+            .classifier
+            .classify(Err(seawall_core::ErrorRef::new(error)))
+        {
             Outcome::Failure => Some(Fired {
                 trigger: Trigger::FailedError,
                 retry_after: None,

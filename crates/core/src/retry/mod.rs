@@ -4,7 +4,6 @@ mod backoff;
 mod budget;
 mod config;
 
-use std::error::Error;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -20,11 +19,11 @@ use tower::retry::Policy;
 pub use self::backoff::Jitter;
 use self::budget::RetryBudget;
 pub use self::config::RetryConfig;
-use crate::classify::{Classify, ClassifyInput, ErrorsAsFailures, Outcome};
+use crate::classify::{Classify, ClassifyInput, ErrorRef, ErrorsAsFailures, Outcome};
 use crate::config::ConfigError;
 use crate::deadline::Deadline;
 use crate::random::{RandomSource, SeededRandom};
-use crate::rejection::{find_rejection, BoxError, Name};
+use crate::rejection::{BoxError, Name};
 use crate::telemetry::{Refusal, RetryTelemetry};
 
 /// A [`tower::retry::Policy`] for retries that respect the budget: attempts counted
@@ -221,10 +220,10 @@ where
     type Future = RetryDelay;
 
     fn retry(&mut self, req: &mut Req, result: &mut Result<Res, BoxError>) -> Option<RetryDelay> {
-        let input = result.as_ref().map_err(|e| &**e as &(dyn Error + 'static));
+        let input = result.as_ref().map_err(|e| ErrorRef::from(&**e));
         // Another attempt would be rejected again (circuit open, bulkhead full) or
         // has no budget left (deadline exceeded): no predicate can change that.
-        if input.is_err_and(|e| find_rejection(e).is_some()) {
+        if input.is_err_and(|e| e.rejection().is_some()) {
             return None;
         }
         let outcome = self.classifier.classify(input);

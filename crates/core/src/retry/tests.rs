@@ -5,7 +5,9 @@ use super::*;
 use crate::classify::HttpStatus;
 use crate::deadline::{Deadline, DeadlineLayer};
 use crate::rejection::tests::ClientError;
-use crate::rejection::{BulkheadFull, BulkheadTimeout, CircuitOpen, DeadlineExceeded};
+use crate::rejection::{
+    find_rejection, BulkheadFull, BulkheadTimeout, CircuitOpen, DeadlineExceeded,
+};
 use crate::time::MAX_DURATION;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Mutex;
