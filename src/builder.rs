@@ -11,6 +11,55 @@ mod sealed {
     #[allow(unreachable_pub)]
     pub trait Sealed<L> {}
     impl<L> Sealed<L> for tower::ServiceBuilder<L> {}
+
+    #[allow(unreachable_pub)]
+    pub trait Layers {}
+}
+
+/// A circuit breaker's layer in either mode, as [`ServiceBuilderExt::circuit_breaker`]
+/// takes it: [`CircuitBreakerLayer`](crate::circuit_breaker::CircuitBreakerLayer)
+/// (the call ends at the response) or its
+/// [`hold_until_body_end`](crate::circuit_breaker::CircuitBreakerLayer::hold_until_body_end)
+/// layer (the call ends with the response body: what an HTTP or gRPC client stack
+/// wants), keyed or not. Sealed.
+#[cfg(feature = "circuit-breaker")]
+#[cfg_attr(docsrs, doc(cfg(feature = "circuit-breaker")))]
+pub trait CircuitBreakerLayers: sealed::Layers {}
+
+#[cfg(feature = "circuit-breaker")]
+mod breaker_layers {
+    use super::{sealed::Layers, CircuitBreakerLayers};
+    use crate::circuit_breaker::{CircuitBreakerLayer, KeyedCircuitBreakerLayer};
+
+    impl<C> Layers for CircuitBreakerLayer<C> {}
+    impl<C> CircuitBreakerLayers for CircuitBreakerLayer<C> {}
+    impl<K, F, C> Layers for KeyedCircuitBreakerLayer<K, F, C> {}
+    impl<K, F, C> CircuitBreakerLayers for KeyedCircuitBreakerLayer<K, F, C> {}
+    #[cfg(feature = "http")]
+    impl<C> Layers for crate::circuit_breaker::UntilBodyEndLayer<C> {}
+    #[cfg(feature = "http")]
+    impl<C> CircuitBreakerLayers for crate::circuit_breaker::UntilBodyEndLayer<C> {}
+}
+
+/// A degradation layer in either mode, as [`ServiceBuilderExt::degradation`] takes
+/// it: [`DegradationLayer`](crate::degradation::DegradationLayer) or its
+/// [`hold_until_body_end`](crate::degradation::DegradationLayer::hold_until_body_end)
+/// layer. Sealed.
+#[cfg(feature = "degradation")]
+#[cfg_attr(docsrs, doc(cfg(feature = "degradation")))]
+pub trait DegradationLayers: sealed::Layers {}
+
+#[cfg(feature = "degradation")]
+mod degradation_layers {
+    use super::{sealed::Layers, DegradationLayers};
+    use crate::degradation::DegradationLayer;
+
+    impl<Req, Res, C, X> Layers for DegradationLayer<Req, Res, C, X> {}
+    impl<Req, Res, C, X> DegradationLayers for DegradationLayer<Req, Res, C, X> {}
+    #[cfg(feature = "http")]
+    impl<Req, B, C, X> Layers for crate::degradation::UntilBodyEndLayer<Req, B, C, X> {}
+    #[cfg(feature = "http")]
+    impl<Req, B, C, X> DegradationLayers for crate::degradation::UntilBodyEndLayer<Req, B, C, X> {}
 }
 
 /// seawall's layers as methods of tower's [`ServiceBuilder`].
@@ -80,23 +129,20 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed<L> + Sized {
         layer: crate::bulkhead::BulkheadLayer<H, O>,
     ) -> ServiceBuilder<Stack<crate::bulkhead::BulkheadLayer<H, O>, L>>;
 
-    /// Adds a [`CircuitBreakerLayer`](crate::circuit_breaker::CircuitBreakerLayer).
-    /// Every service the stack builds shares the layer's one breaker.
+    /// Adds a circuit breaker: a [`CircuitBreakerLayer`](crate::circuit_breaker::CircuitBreakerLayer),
+    /// or, for an HTTP or gRPC client, its `hold_until_body_end()` layer, whose
+    /// verdict waits for the end of the response body (see
+    /// [`CircuitBreakerLayers`]). Every service the stack builds shares the layer's
+    /// one breaker.
     #[cfg(feature = "circuit-breaker")]
     #[cfg_attr(docsrs, doc(cfg(feature = "circuit-breaker")))]
-    fn circuit_breaker<C>(
-        self,
-        layer: crate::circuit_breaker::CircuitBreakerLayer<C>,
-    ) -> ServiceBuilder<Stack<crate::circuit_breaker::CircuitBreakerLayer<C>, L>>;
+    fn circuit_breaker<B: CircuitBreakerLayers>(self, layer: B) -> ServiceBuilder<Stack<B, L>>;
 
-    /// Adds a [`DegradationLayer`](crate::degradation::DegradationLayer): the rest
-    /// of the stack becomes its best level.
+    /// Adds a degradation layer, in either mode (see [`DegradationLayers`]): the
+    /// rest of the stack becomes its best level.
     #[cfg(feature = "degradation")]
     #[cfg_attr(docsrs, doc(cfg(feature = "degradation")))]
-    fn degradation<Req, Res, C, X>(
-        self,
-        layer: crate::degradation::DegradationLayer<Req, Res, C, X>,
-    ) -> ServiceBuilder<Stack<crate::degradation::DegradationLayer<Req, Res, C, X>, L>>;
+    fn degradation<D: DegradationLayers>(self, layer: D) -> ServiceBuilder<Stack<D, L>>;
 
     /// Adds a [`FallbackLayer`](crate::fallback::FallbackLayer), normally first
     /// (outermost), so that its answer is never seen by a breaker below it.
@@ -138,18 +184,12 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
     }
 
     #[cfg(feature = "circuit-breaker")]
-    fn circuit_breaker<C>(
-        self,
-        layer: crate::circuit_breaker::CircuitBreakerLayer<C>,
-    ) -> ServiceBuilder<Stack<crate::circuit_breaker::CircuitBreakerLayer<C>, L>> {
+    fn circuit_breaker<B: CircuitBreakerLayers>(self, layer: B) -> ServiceBuilder<Stack<B, L>> {
         self.layer(layer)
     }
 
     #[cfg(feature = "degradation")]
-    fn degradation<Req, Res, C, X>(
-        self,
-        layer: crate::degradation::DegradationLayer<Req, Res, C, X>,
-    ) -> ServiceBuilder<Stack<crate::degradation::DegradationLayer<Req, Res, C, X>, L>> {
+    fn degradation<D: DegradationLayers>(self, layer: D) -> ServiceBuilder<Stack<D, L>> {
         self.layer(layer)
     }
 

@@ -130,6 +130,10 @@ pub mod config;
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;
 
+#[cfg(feature = "circuit-breaker")]
+pub use builder::CircuitBreakerLayers;
+#[cfg(feature = "degradation")]
+pub use builder::DegradationLayers;
 pub use builder::ServiceBuilderExt;
 
 pub use seawall_core as core;

@@ -45,6 +45,7 @@ fn hanging() -> impl Service<String, Response = String, Error = BoxError> + Clon
 #[tokio::test(start_paused = true)]
 async fn circuit_open_is_503_with_the_remaining_interval_rounded_up() {
     let layer = CircuitBreakerLayer::builder("freight")
+        .jitter(0.0)
         .consecutive_failures(1)
         .open_for(Duration::from_secs(10))
         .build()
@@ -67,6 +68,7 @@ async fn circuit_open_is_503_with_the_remaining_interval_rounded_up() {
 #[tokio::test(start_paused = true)]
 async fn probe_slots_full_is_503_with_what_remains_of_the_oldest_probe() {
     let layer = CircuitBreakerLayer::builder("freight")
+        .jitter(0.0)
         .consecutive_failures(1)
         .open_for(Duration::from_secs(10))
         .half_open_timeout(Duration::from_secs(5))
@@ -99,7 +101,10 @@ async fn probe_slots_full_is_503_with_what_remains_of_the_oldest_probe() {
 
 #[tokio::test(start_paused = true)]
 async fn forced_open_is_503_without_a_retry_time() {
-    let layer = CircuitBreakerLayer::builder("freight").build().unwrap();
+    let layer = CircuitBreakerLayer::builder("freight")
+        .jitter(0.0)
+        .build()
+        .unwrap();
     layer.handle().force(Forced::Open);
     let err = layer
         .layer(failing())

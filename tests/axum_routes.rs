@@ -44,13 +44,13 @@ const DOCUMENT: &str = r#"
 [policies.freight]
 deadline = "30s"
 bulkhead = { max_concurrent = 2, queue = { max_queue = 0, max_wait = "10ms" } }
-breaker = { policy = { kind = "count_window", size = 4, min_calls = 4, failure_rate = 0.5 }, open_for = "60s" }
+breaker = { policy = { kind = "count_window", size = 4, min_calls = 4, failure_rate = 0.5 }, jitter = 0.0, open_for = "60s" }
 fallback = { on_rejections = ["circuit_open", "bulkhead_full", "bulkhead_timeout", "deadline_exceeded"] }
 
 [policies.recommendations]
 deadline = "30s"
 bulkhead = { max_concurrent = 2, queue = { max_queue = 0, max_wait = "10ms" } }
-breaker = { policy = { kind = "consecutive_failures", threshold = 3 }, open_for = "60s" }
+breaker = { policy = { kind = "consecutive_failures", threshold = 3 }, jitter = 0.0, open_for = "60s" }
 
 [policies.assistant]
 degradation = { failures_to_degrade = 2, min_dwell = "0s", probe_ratio = 1.0, probe_window = "0s", probe_successes_to_recover = 1 }
@@ -84,6 +84,7 @@ fn the_recommended_stacks_satisfy_route_layer() {
             .bulkhead(BulkheadLayer::builder("a").build().unwrap())
             .circuit_breaker(
                 CircuitBreakerLayer::builder("a")
+                    .jitter(0.0)
                     .classifier(HttpStatus::default())
                     .build()
                     .unwrap(),
@@ -102,7 +103,12 @@ fn the_recommended_stacks_satisfy_route_layer() {
             )
             .deadline(DeadlineLayer::new(Duration::from_millis(300)).unwrap())
             .bulkhead(BulkheadLayer::builder("b").build().unwrap())
-            .circuit_breaker(CircuitBreakerLayer::builder("b").build().unwrap()),
+            .circuit_breaker(
+                CircuitBreakerLayer::builder("b")
+                    .jitter(0.0)
+                    .build()
+                    .unwrap(),
+            ),
     );
     // Degradation with a fixed last level, answered by RespondLayer.
     let degradation = route_layer(

@@ -91,6 +91,37 @@ fn the_examples_document_and_a_good_one_load() {
     assert_eq!(degradation.min_dwell, Duration::from_secs(60));
 }
 
+#[test]
+fn a_policy_file_breaker_is_jittered_by_default_and_keeps_an_explicit_jitter() {
+    let text = r#"
+[policies.jittered]
+breaker = { open_for = "10s" }
+
+[policies.exact]
+breaker = { open_for = "10s", jitter = 0.0 }
+
+[policies.wide]
+breaker = { open_for = "10s", jitter = 0.5 }
+"#;
+    let policies = Policies::from_toml(text).unwrap();
+    let jittered = policies.circuit_breaker("jittered", |b| b).unwrap();
+    assert_eq!(jittered.handle().config().jitter, None);
+    assert_eq!(
+        jittered.handle().config().effective_jitter(),
+        seawall::circuit_breaker::DEFAULT_JITTER
+    );
+    let exact = policies.circuit_breaker("exact", |b| b).unwrap();
+    assert_eq!(exact.handle().config().jitter, Some(0.0));
+    let wide = policies.circuit_breaker("wide", |b| b).unwrap();
+    assert_eq!(wide.handle().config().jitter, Some(0.5));
+    // Out of [0, 1]: refused, naming the field by its path.
+    let (fields, _) = refused("[policies.bad]\nbreaker = { jitter = 1.5 }\n");
+    assert!(
+        fields.iter().any(|f| f.ends_with("breaker.jitter")),
+        "{fields:?}"
+    );
+}
+
 /// The fields `text` is refused for, and the error's message.
 fn refused(text: &str) -> (Vec<String>, String) {
     let e = PolicyDocument::from_toml(text).unwrap_err();

@@ -78,7 +78,7 @@ async fn every_handle_reconfigures_reverts_forces_and_releases_alike() {
     let mut shadow = h.config();
     shadow.shadow = true;
     let mut invalid = h.config();
-    invalid.jitter = 2.0;
+    invalid.jitter = Some(2.0);
     drive(
         &h,
         "breaker",

@@ -866,6 +866,7 @@ fn keyed_breaker(
 ) -> seawall::circuit_breaker::KeyedCircuitBreakerLayer<String, fn(&Req) -> String, ErrorsAsFailures>
 {
     CircuitBreakerLayer::builder("suppliers")
+        .jitter(0.0)
         .consecutive_failures(threshold)
         .open_for(Duration::from_secs(10))
         .keyed(host as fn(&Req) -> String)
@@ -1297,6 +1298,7 @@ mod panics_count_as_failures {
 
     fn breaker(threshold: u32) -> CircuitBreakerLayer {
         CircuitBreakerLayer::builder("freight")
+            .jitter(0.0)
             .consecutive_failures(threshold)
             .open_for(Duration::from_secs(10))
             .build()
@@ -1377,6 +1379,7 @@ mod panics_count_as_failures {
     async fn keyed_a_probe_whose_call_panics_frees_its_slot_and_is_counted() {
         let supplier = Supplier::default();
         let layer = CircuitBreakerLayer::builder("suppliers")
+            .jitter(0.0)
             .consecutive_failures(1)
             .open_for(Duration::from_secs(10))
             .keyed(|r: &Req| r.uri().host().unwrap_or("").to_owned())

@@ -165,6 +165,7 @@ where
 #[tokio::test(start_paused = true)]
 async fn a_success_resets_the_consecutive_failure_count() {
     let layer = CircuitBreakerLayer::builder("consecutive")
+        .jitter(0.0)
         .consecutive_failures(5)
         .build()
         .unwrap();
@@ -192,6 +193,7 @@ async fn a_success_resets_the_consecutive_failure_count() {
 #[tokio::test(start_paused = true)]
 async fn a_count_window_waits_for_min_calls_then_trips_at_exactly_the_rate() {
     let layer = CircuitBreakerLayer::builder("count")
+        .jitter(0.0)
         .count_window(4, 4, 0.5)
         .build()
         .unwrap();
@@ -220,6 +222,7 @@ async fn a_count_window_waits_for_min_calls_then_trips_at_exactly_the_rate() {
 #[tokio::test(start_paused = true)]
 async fn a_success_that_fills_the_window_over_the_rate_does_not_trip_it() {
     let layer = CircuitBreakerLayer::builder("count")
+        .jitter(0.0)
         .count_window(5, 5, 0.5)
         .build()
         .unwrap();
@@ -243,6 +246,7 @@ async fn a_success_that_fills_the_window_over_the_rate_does_not_trip_it() {
 #[tokio::test(start_paused = true)]
 async fn a_full_window_at_exactly_the_rate_trips_on_its_last_failure() {
     let layer = CircuitBreakerLayer::builder("count")
+        .jitter(0.0)
         .count_window(10, 10, 0.5)
         .build()
         .unwrap();
@@ -263,6 +267,7 @@ async fn a_full_window_at_exactly_the_rate_trips_on_its_last_failure() {
 #[tokio::test(start_paused = true)]
 async fn a_time_window_drops_its_oldest_bucket_as_time_moves_on() {
     let layer = CircuitBreakerLayer::builder("time")
+        .jitter(0.0)
         .time_window(3 * S, S, 3, 0.7)
         .build()
         .unwrap();
@@ -293,6 +298,7 @@ async fn a_time_window_drops_its_oldest_bucket_as_time_moves_on() {
 async fn a_time_window_forgets_an_outcome_exactly_one_window_old() {
     for (age, trips) in [(10 * S - NS, true), (10 * S, false)] {
         let layer = CircuitBreakerLayer::builder("time")
+            .jitter(0.0)
             .time_window(10 * S, S, 2, 0.5)
             .build()
             .unwrap();
@@ -316,6 +322,7 @@ async fn a_time_window_forgets_an_outcome_exactly_one_window_old() {
 #[tokio::test(start_paused = true)]
 async fn an_idle_spell_longer_than_the_window_clears_it() {
     let layer = CircuitBreakerLayer::builder("time")
+        .jitter(0.0)
         .time_window(3 * S, S, 3, 0.5)
         .build()
         .unwrap();
@@ -342,6 +349,7 @@ async fn an_idle_spell_longer_than_the_window_clears_it() {
 #[tokio::test(start_paused = true)]
 async fn ignored_outcomes_neither_count_nor_reset() {
     let layer = CircuitBreakerLayer::builder("consecutive")
+        .jitter(0.0)
         .consecutive_failures(2)
         .classifier(refusals_ignored)
         .build()
@@ -361,6 +369,7 @@ async fn ignored_outcomes_neither_count_nor_reset() {
     );
 
     let layer = CircuitBreakerLayer::builder("count")
+        .jitter(0.0)
         .count_window(4, 2, 0.5)
         .classifier(refusals_ignored)
         .build()
@@ -383,6 +392,7 @@ async fn ignored_outcomes_neither_count_nor_reset() {
 #[tokio::test(start_paused = true)]
 async fn slow_successes_alone_trip_at_the_slow_call_rate() {
     let layer = CircuitBreakerLayer::builder("slow")
+        .jitter(0.0)
         .count_window(2, 2, 1.0)
         .slow_calls(S, 0.5)
         .build()
@@ -415,6 +425,7 @@ async fn slow_successes_alone_trip_at_the_slow_call_rate() {
 #[tokio::test(start_paused = true)]
 async fn a_panicking_dependency_counts_as_a_failure() {
     let layer = CircuitBreakerLayer::builder("panics")
+        .jitter(0.0)
         .consecutive_failures(1)
         .build()
         .unwrap();
@@ -439,6 +450,7 @@ async fn a_panicking_dependency_counts_as_a_failure() {
 #[tokio::test(start_paused = true)]
 async fn the_open_interval_ends_exactly_at_open_for() {
     let layer = CircuitBreakerLayer::builder("interval")
+        .jitter(0.0)
         .consecutive_failures(1)
         .open_for(5 * S)
         .build()
@@ -483,6 +495,7 @@ async fn the_open_interval_ends_exactly_at_open_for() {
 #[tokio::test(start_paused = true)]
 async fn an_open_breaker_neither_polls_nor_calls_the_inner_service() {
     let layer = CircuitBreakerLayer::builder("open")
+        .jitter(0.0)
         .consecutive_failures(1)
         .build()
         .unwrap();
@@ -516,6 +529,7 @@ async fn half_open(
     Dependency,
 ) {
     let layer = CircuitBreakerLayer::builder("probes")
+        .jitter(0.0)
         .consecutive_failures(1)
         .open_for(5 * S)
         .half_open_max(half_open_max)
@@ -603,6 +617,7 @@ async fn one_failed_probe_reopens_and_the_others_become_stale() {
 #[tokio::test(start_paused = true)]
 async fn closing_starts_a_fresh_window() {
     let layer = CircuitBreakerLayer::builder("fresh")
+        .jitter(0.0)
         .count_window(4, 4, 0.5)
         .open_for(5 * S)
         .build()
@@ -633,6 +648,7 @@ async fn closing_starts_a_fresh_window() {
 #[tokio::test(start_paused = true)]
 async fn an_ignored_probe_frees_its_slot_without_a_transition() {
     let layer = CircuitBreakerLayer::builder("probes")
+        .jitter(0.0)
         .consecutive_failures(1)
         .open_for(5 * S)
         .classifier(refusals_ignored)
@@ -730,6 +746,7 @@ async fn concurrent_callers_never_take_more_than_the_probe_slots() {
 #[tokio::test(start_paused = true)]
 async fn a_probe_that_outlives_the_half_open_timeout_fails_and_reopens() {
     let layer = CircuitBreakerLayer::builder("slow probe")
+        .jitter(0.0)
         .consecutive_failures(1)
         .open_for(5 * S)
         .half_open_timeout(2 * S)
@@ -778,6 +795,7 @@ async fn a_probe_that_outlives_the_half_open_timeout_fails_and_reopens() {
 #[tokio::test(start_paused = true)]
 async fn a_call_admitted_before_the_trip_cannot_close_the_breaker() {
     let layer = CircuitBreakerLayer::builder("stale")
+        .jitter(0.0)
         .consecutive_failures(2)
         .open_for(5 * S)
         .build()
@@ -815,6 +833,7 @@ async fn a_call_admitted_before_the_trip_cannot_close_the_breaker() {
 #[tokio::test(start_paused = true)]
 async fn each_failed_probe_grows_the_open_interval_up_to_its_cap() {
     let layer = CircuitBreakerLayer::builder("backoff")
+        .jitter(0.0)
         .consecutive_failures(1)
         .open_for(5 * S)
         .backoff(2.0, 15 * S)
@@ -856,6 +875,7 @@ async fn each_failed_probe_grows_the_open_interval_up_to_its_cap() {
 #[tokio::test(start_paused = true)]
 async fn forced_open_rejects_past_open_for_until_released() {
     let layer = CircuitBreakerLayer::builder("forced")
+        .jitter(0.0)
         .open_for(5 * S)
         .build()
         .unwrap();
@@ -882,6 +902,7 @@ async fn forced_open_rejects_past_open_for_until_released() {
 #[tokio::test(start_paused = true)]
 async fn forced_closed_records_failures_but_never_trips() {
     let layer = CircuitBreakerLayer::builder("forced")
+        .jitter(0.0)
         .count_window(4, 4, 0.5)
         .build()
         .unwrap();
@@ -910,6 +931,7 @@ async fn forced_closed_records_failures_but_never_trips() {
 #[tokio::test(start_paused = true)]
 async fn a_disabled_breaker_lets_everything_through_and_only_counts() {
     let layer = CircuitBreakerLayer::builder("disabled")
+        .jitter(0.0)
         .consecutive_failures(1)
         .build()
         .unwrap();
@@ -929,6 +951,7 @@ async fn a_disabled_breaker_lets_everything_through_and_only_counts() {
 #[tokio::test(start_paused = true)]
 async fn a_disabled_breaker_records_nothing_in_its_window() {
     let layer = CircuitBreakerLayer::builder("disabled")
+        .jitter(0.0)
         .count_window(4, 2, 0.5)
         .build()
         .unwrap();
@@ -948,6 +971,7 @@ async fn a_disabled_breaker_records_nothing_in_its_window() {
 #[tokio::test(start_paused = true)]
 async fn release_leaves_a_breaker_no_operator_holds_as_it_is() {
     let layer = CircuitBreakerLayer::builder("release")
+        .jitter(0.0)
         .consecutive_failures(1)
         .build()
         .unwrap();
@@ -968,6 +992,7 @@ async fn release_leaves_a_breaker_no_operator_holds_as_it_is() {
 #[tokio::test(start_paused = true)]
 async fn reset_closes_an_open_breaker_with_an_empty_window() {
     let layer = CircuitBreakerLayer::builder("reset")
+        .jitter(0.0)
         .count_window(4, 2, 0.5)
         .open_for(60 * S)
         .build()
@@ -1003,7 +1028,7 @@ async fn reset_closes_an_open_breaker_with_an_empty_window() {
 #[test]
 fn bad_breaker_settings_are_typed_errors_naming_the_field() {
     type B = seawall::circuit_breaker::CircuitBreakerBuilder;
-    let b = || CircuitBreakerLayer::builder("config");
+    let b = || CircuitBreakerLayer::builder("config").jitter(0.0);
     let cases: Vec<(B, &str)> = vec![
         (b().consecutive_failures(0), "policy.threshold"),
         (b().count_window(0, 0, 0.5), "policy.size"),
@@ -1060,6 +1085,7 @@ fn bad_breaker_settings_are_typed_errors_naming_the_field() {
 #[tokio::test(start_paused = true)]
 async fn an_invalid_reconfiguration_is_refused_and_changes_nothing() {
     let layer = CircuitBreakerLayer::builder("reconfigure")
+        .jitter(0.0)
         .consecutive_failures(3)
         .build()
         .unwrap();
@@ -1240,6 +1266,7 @@ async fn backpressure_reserves_in_poll_ready_and_a_dropped_service_wakes_only_th
 #[tokio::test(start_paused = true)]
 async fn the_open_interval_starts_at_the_trip_not_at_the_first_failure() {
     let layer = CircuitBreakerLayer::builder("trip")
+        .jitter(0.0)
         .consecutive_failures(2)
         .open_for(5 * S)
         .build()
@@ -1399,6 +1426,7 @@ async fn a_probe_ending_after_another_closed_the_breaker_is_stale() {
 #[tokio::test(start_paused = true)]
 async fn readiness_mode_waits_out_the_open_interval_and_wakes_when_a_probe_slot_frees() {
     let layer = CircuitBreakerLayer::builder("readiness")
+        .jitter(0.0)
         .consecutive_failures(1)
         .open_for(5 * S)
         .build()
@@ -1442,6 +1470,7 @@ async fn readiness_mode_waits_out_the_open_interval_and_wakes_when_a_probe_slot_
 #[tokio::test(start_paused = true)]
 async fn a_fast_success_completing_min_calls_does_not_trip_on_the_slow_rate() {
     let layer = CircuitBreakerLayer::builder("slow")
+        .jitter(0.0)
         .count_window(3, 2, 1.0)
         .slow_calls(S, 0.5)
         .build()
@@ -1482,6 +1511,7 @@ async fn a_fast_success_completing_min_calls_does_not_trip_on_the_slow_rate() {
 #[tokio::test(start_paused = true)]
 async fn a_breaker_over_a_full_bulkhead_ignores_its_rejections() {
     let breaker = CircuitBreakerLayer::builder("outer")
+        .jitter(0.0)
         .consecutive_failures(1)
         .build()
         .unwrap();
@@ -1566,7 +1596,10 @@ impl Service<Script> for Gate {
 // service's own error, no rejection.
 #[tokio::test(start_paused = true)]
 async fn a_closed_breaker_forwards_the_inner_readiness() {
-    let layer = CircuitBreakerLayer::builder("closed").build().unwrap();
+    let layer = CircuitBreakerLayer::builder("closed")
+        .jitter(0.0)
+        .build()
+        .unwrap();
     let gate = Gate::default();
     let mut svc = layer.layer(gate.clone());
 
@@ -1635,6 +1668,7 @@ async fn each_transition_is_announced_once_and_lazy_ones_with_their_due_time() {
     use tokio::sync::broadcast::error::TryRecvError;
 
     let layer = CircuitBreakerLayer::builder("events")
+        .jitter(0.0)
         .consecutive_failures(2)
         .open_for(5 * S)
         .build()
@@ -1694,6 +1728,7 @@ async fn each_transition_is_announced_once_and_lazy_ones_with_their_due_time() {
 #[tokio::test(start_paused = true)]
 async fn a_fallback_fires_only_on_what_was_selected() {
     let breaker = CircuitBreakerLayer::builder("supplier")
+        .jitter(0.0)
         .consecutive_failures(1)
         .build()
         .unwrap();
@@ -1784,6 +1819,7 @@ async fn when_every_step_fails_the_error_names_each_step_and_its_cause() {
 #[tokio::test(start_paused = true)]
 async fn a_deadline_cuts_an_overrunning_call_and_the_breaker_counts_a_timeout_failure() {
     let breaker = CircuitBreakerLayer::builder("supplier")
+        .jitter(0.0)
         .consecutive_failures(2)
         .build()
         .unwrap();
@@ -1851,6 +1887,7 @@ async fn a_bulkhead_waiter_leaves_at_its_deadline_before_max_wait() {
 #[tokio::test(start_paused = true)]
 async fn a_readiness_granted_while_open_rejects_its_call_even_after_the_interval() {
     let layer = CircuitBreakerLayer::builder("grant")
+        .jitter(0.0)
         .consecutive_failures(1)
         .open_for(5 * S)
         .build()
@@ -1917,6 +1954,7 @@ async fn under_parallel_callers_every_call_is_counted_once_and_the_limit_holds()
     const TASKS: usize = 8;
     const CALLS: usize = 200;
     let breaker = CircuitBreakerLayer::builder("parallel")
+        .jitter(0.0)
         .consecutive_failures(1)
         .build()
         .unwrap();

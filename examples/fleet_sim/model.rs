@@ -101,7 +101,13 @@ pub fn breaker_config(mode: Mode) -> CircuitBreakerConfig {
     CircuitBreakerConfig {
         open_for: Duration::from_secs(10),
         half_open_timeout: Duration::from_secs(2),
-        jitter: if mode == Mode::LocalJitter { 0.2 } else { 0.0 },
+        // `Local` shows a fleet without jitter (set off explicitly); a coordinated
+        // breaker sets none and takes the fleet's.
+        jitter: match mode {
+            Mode::Local => Some(0.0),
+            Mode::LocalJitter => Some(0.2),
+            Mode::Fleet { .. } => None,
+        },
         ..CircuitBreakerConfig::default()
     }
 }
@@ -329,7 +335,7 @@ async fn simulate(config: &SimConfig) -> Result<Observations, BoxError> {
         open_for: config_b.open_for,
         jitter: match config.mode {
             Mode::Local => 0.0,
-            Mode::LocalJitter => config_b.jitter,
+            Mode::LocalJitter => config_b.effective_jitter(),
             Mode::Fleet { .. } => 0.2,
         },
         fail_at: config.warmup,

@@ -162,6 +162,18 @@ pub struct RampConfig {
     pub start_share: f64,
 }
 
+/// The jitter of a breaker whose configuration sets none and that no fleet
+/// coordinates: each open interval is stretched by up to 20 %.
+///
+/// Replicas that tripped on the same failing dependency trip within moments of each
+/// other; with no jitter their intervals end together and every replica probes the
+/// dependency at once, the moment it is most fragile. Stretching each interval by a
+/// uniform fraction in `[0, 0.2)` spreads those probes over a fifth of the interval
+/// (2 s of the default 10 s), while a single breaker's recovery is delayed by at most
+/// that fifth. Set `jitter(0.0)` where an exact interval matters (a test, a single
+/// instance).
+pub const DEFAULT_JITTER: f64 = 0.2;
+
 /// Everything that decides how a breaker behaves, as plain data.
 ///
 /// `Default` is the policy of the shipping exercise the project started from: the
@@ -188,8 +200,11 @@ pub struct CircuitBreakerConfig {
     #[cfg_attr(feature = "serde", serde(with = "seawall_core::duration_format"))]
     pub max_open_for: Duration,
     /// Each open interval is stretched by a random fraction in `[0, jitter)` of itself,
-    /// so breakers that opened together do not probe together. `0.0` disables it.
-    pub jitter: f64,
+    /// so breakers that opened together do not probe together. `Some(0.0)` disables
+    /// it. `None` (the default) takes the fleet's jitter when the breaker is
+    /// coordinated, and [`DEFAULT_JITTER`] otherwise: a setting made here always wins.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub jitter: Option<f64>,
     /// Probes allowed in flight at once while half-open.
     pub half_open_max: u32,
     /// Successful probes needed to close.
@@ -206,6 +221,13 @@ pub struct CircuitBreakerConfig {
     pub shadow: bool,
 }
 
+impl CircuitBreakerConfig {
+    /// The jitter in force: the configured one, or [`DEFAULT_JITTER`].
+    pub fn effective_jitter(&self) -> f64 {
+        self.jitter.unwrap_or(DEFAULT_JITTER)
+    }
+}
+
 impl Default for CircuitBreakerConfig {
     fn default() -> Self {
         Self {
@@ -218,7 +240,7 @@ impl Default for CircuitBreakerConfig {
             open_for: Duration::from_secs(10),
             backoff_multiplier: 1.0,
             max_open_for: Duration::from_secs(300),
-            jitter: 0.0,
+            jitter: None,
             half_open_max: 1,
             probes_to_close: 1,
             half_open_timeout: Duration::from_secs(10),
@@ -259,7 +281,9 @@ impl CircuitBreakerConfig {
                 ),
             ));
         }
-        check_fraction("jitter", self.jitter)?;
+        if let Some(jitter) = self.jitter {
+            check_fraction("jitter", jitter)?;
+        }
         if self.half_open_max == 0 || self.half_open_max > MAX_HALF_OPEN_PROBES {
             return Err(ConfigError::new(
                 "half_open_max",
@@ -386,7 +410,7 @@ mod tests {
             ),
             (
                 CircuitBreakerConfig {
-                    jitter: -0.1,
+                    jitter: Some(-0.1),
                     ..base()
                 },
                 "jitter",

@@ -202,10 +202,12 @@ impl<C> CircuitBreakerBuilder<C> {
         self
     }
 
-    /// Stretches each open interval by a random fraction in `[0, jitter)` of itself.
+    /// Stretches each open interval by a random fraction in `[0, jitter)` of itself
+    /// (default [`DEFAULT_JITTER`](crate::DEFAULT_JITTER), 0.2; `0.0` for exact intervals).
+    /// A value set here is kept when a fleet coordinates the breaker.
     #[must_use]
     pub fn jitter(mut self, jitter: f64) -> Self {
-        self.config.jitter = jitter;
+        self.config.jitter = Some(jitter);
         self
     }
 

@@ -39,7 +39,9 @@
 //! let err = quotes.clone().oneshot(http::Request::new("SP -> RJ")).await.unwrap_err();
 //! let rejection = find_rejection(&*err).unwrap();
 //! assert_eq!(rejection.kind(), RejectionKind::CircuitOpen);
-//! assert!(rejection.retry_after().unwrap() <= Duration::from_secs(10));
+//! // 10 s, stretched by up to 20 % so that replicas which tripped together do not
+//! // all probe at once (`jitter`, on by default).
+//! assert!(rejection.retry_after().unwrap() <= Duration::from_secs(12));
 //! assert_eq!(handle.snapshot().counters.short_circuited, 1);
 //! # Ok(())
 //! # }
@@ -164,7 +166,9 @@
 //! drawn from an injectable [`RandomSource`](seawall_core::RandomSource) (see
 //! [`CircuitBreakerBuilder::random_source`]), so a fleet whose breakers opened
 //! together does not probe in lockstep. With jitter the interval is never shorter
-//! than configured.
+//! than configured. The jitter is on by default ([`DEFAULT_JITTER`], 20 %): set it
+//! with `jitter(..)` (`jitter(0.0)` for exact intervals); a breaker that sets none
+//! and is coordinated by a fleet takes the fleet's.
 //!
 //! # Classification
 //!
@@ -451,7 +455,7 @@ mod telemetry;
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use body::{HeldTicket, UntilBodyEnd, UntilBodyEndFuture, UntilBodyEndLayer};
 pub use config::{
-    CircuitBreakerConfig, RampConfig, SlowCallConfig, TripPolicy, MAX_COUNT_WINDOW,
+    CircuitBreakerConfig, RampConfig, SlowCallConfig, TripPolicy, DEFAULT_JITTER, MAX_COUNT_WINDOW,
     MAX_HALF_OPEN_PROBES,
 };
 pub use future::ResponseFuture;

@@ -687,8 +687,9 @@ impl CircuitBreakerMachine {
             interval = (interval * c.backoff_multiplier.powi(exp)).min(cap);
             exact = false;
         }
-        if c.jitter > 0.0 {
-            interval *= 1.0 + c.jitter * u;
+        let jitter = c.effective_jitter();
+        if jitter > 0.0 {
+            interval *= 1.0 + jitter * u;
             exact = false;
         }
         if exact {

@@ -836,6 +836,7 @@ mod tests {
     fn consecutive(threshold: u32) -> CircuitBreakerConfig {
         CircuitBreakerConfig {
             policy: TripPolicy::ConsecutiveFailures { threshold },
+            jitter: Some(0.0),
             ..CircuitBreakerConfig::default()
         }
     }
@@ -903,6 +904,7 @@ mod tests {
                 duration: S,
                 start_share: 0.5,
             }),
+            jitter: Some(0.0),
             ..CircuitBreakerConfig::default()
         };
         let b = breaker(&config, t0);
@@ -944,7 +946,13 @@ mod tests {
     #[test]
     fn closed_successes_are_batched_without_the_lock_and_folded_before_a_failure() {
         let t0 = Instant::now();
-        let b = breaker(&CircuitBreakerConfig::default(), t0);
+        let b = breaker(
+            &CircuitBreakerConfig {
+                jitter: Some(0.0),
+                ..CircuitBreakerConfig::default()
+            },
+            t0,
+        );
         for _ in 0..1000 {
             let t = admit(&b, t0).unwrap();
             b.complete(WORD_SLOT, t, ok(), None, || {
@@ -966,7 +974,13 @@ mod tests {
     #[test]
     fn a_success_tallied_with_an_old_epoch_is_stale() {
         let t0 = Instant::now();
-        let b = breaker(&CircuitBreakerConfig::default(), t0);
+        let b = breaker(
+            &CircuitBreakerConfig {
+                jitter: Some(0.0),
+                ..CircuitBreakerConfig::default()
+            },
+            t0,
+        );
         let old = admit(&b, t0).unwrap();
         b.locked(t0, |m| m.force_open(t0));
         b.complete(WORD_SLOT, old, ok(), None, || t0);
@@ -979,7 +993,13 @@ mod tests {
     #[test]
     fn an_open_breaker_rejects_without_the_lock_and_counts() {
         let t0 = Instant::now();
-        let b = breaker(&CircuitBreakerConfig::default(), t0);
+        let b = breaker(
+            &CircuitBreakerConfig {
+                jitter: Some(0.0),
+                ..CircuitBreakerConfig::default()
+            },
+            t0,
+        );
         b.locked(t0, |m| {
             for _ in 0..10 {
                 if let Admission::Admitted(t) = m.acquire(t0) {
@@ -1008,7 +1028,13 @@ mod tests {
     #[test]
     fn an_interval_that_ended_before_the_base_is_due_for_poll_ready_as_for_call() {
         let t0 = Instant::now();
-        let b = breaker(&CircuitBreakerConfig::default(), t0 + 60 * S);
+        let b = breaker(
+            &CircuitBreakerConfig {
+                jitter: Some(0.0),
+                ..CircuitBreakerConfig::default()
+            },
+            t0 + 60 * S,
+        );
         b.locked(t0, |m| {
             for _ in 0..10 {
                 if let Admission::Admitted(t) = m.acquire(t0) {
@@ -1025,7 +1051,13 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_call_left_unpolled_is_rejected_from_the_word_alone_while_it_says_open() {
         let t0 = Instant::now();
-        let b = breaker(&CircuitBreakerConfig::default(), t0);
+        let b = breaker(
+            &CircuitBreakerConfig {
+                jitter: Some(0.0),
+                ..CircuitBreakerConfig::default()
+            },
+            t0,
+        );
         assert!(
             b.reject_unpolled(WORD_SLOT).is_none(),
             "closed: `admit` decides"
@@ -1072,6 +1104,7 @@ mod tests {
                 start_share: 0.1,
             }),
             shadow: true,
+            jitter: Some(0.0),
             ..CircuitBreakerConfig::default()
         };
         let b = breaker(&config, t0);

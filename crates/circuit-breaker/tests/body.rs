@@ -168,6 +168,7 @@ async fn a_body_error_is_a_failure_and_a_body_dropped_early_is_cancelled() {
 #[tokio::test(start_paused = true)]
 async fn a_closure_classifier_holds_a_call_until_its_body_ends() {
     let layer = CircuitBreakerLayer::builder("closure-stream")
+        .jitter(0.0)
         .consecutive_failures(1)
         .open_for(10 * S)
         .classifier(classify_fn(|r: Result<&http::Response<_>, _>| match r {

@@ -51,6 +51,7 @@ fn install(handle: &Handle, hold: Duration) -> Arc<Switch> {
 
 fn layer() -> CircuitBreakerLayer {
     CircuitBreakerLayer::builder("freight")
+        .jitter(0.0)
         .consecutive_failures(3)
         .open_for(10 * S)
         .build()
@@ -117,6 +118,7 @@ async fn a_gated_probe_never_reaches_the_dependency_until_the_gate_allows_it() {
 async fn a_close_verdict_takes_the_load_back_through_the_ramp() {
     let inner = Counting::default();
     let layer = CircuitBreakerLayer::builder("freight")
+        .jitter(0.0)
         .consecutive_failures(3)
         .open_for(10 * S)
         .ramp(10 * S, 0.0)

@@ -84,6 +84,7 @@ fn per_host(
     max_keys: usize,
 ) -> KeyedCircuitBreakerLayer<String, HostKey, ErrorsAsFailures> {
     CircuitBreakerLayer::builder("suppliers")
+        .jitter(0.0)
         .consecutive_failures(failures)
         .keyed(host as HostKey)
         .max_keys(max_keys)
@@ -183,6 +184,7 @@ async fn reconfiguring_applies_to_every_key_and_to_new_ones() {
     send(&mut svc, "a.example").await.unwrap_err();
     let stricter = CircuitBreakerConfig {
         policy: TripPolicy::ConsecutiveFailures { threshold: 2 },
+        jitter: Some(0.0),
         ..CircuitBreakerConfig::default()
     };
     handle.reconfigure(stricter.clone()).unwrap();
@@ -194,6 +196,7 @@ async fn reconfiguring_applies_to_every_key_and_to_new_ones() {
     assert_eq!(state_of(&handle, "b.example"), State::Open);
     let bad = CircuitBreakerConfig {
         half_open_max: 0,
+        jitter: Some(0.0),
         ..CircuitBreakerConfig::default()
     };
     assert_eq!(
@@ -211,6 +214,7 @@ async fn reconfiguring_applies_to_every_key_and_to_new_ones() {
 #[test]
 fn zero_keys_is_a_config_error() {
     let err = CircuitBreakerLayer::builder("suppliers")
+        .jitter(0.0)
         .keyed(host)
         .max_keys(0)
         .build()
@@ -261,6 +265,7 @@ fn the_inner_service_may_use_the_keyed_layer_while_it_is_polled_and_called() {
     let deadlocked = "the keyed layer deadlocked with its inner service";
     let evicted = seawall_test_support::watchdog(deadlocked, || {
         let layer = CircuitBreakerLayer::builder("suppliers")
+            .jitter(0.0)
             .keyed(host as fn(&Req) -> String)
             .max_keys(2)
             .build()
@@ -288,6 +293,7 @@ fn the_inner_service_may_use_the_keyed_layer_while_it_is_polled_and_called() {
 /// The settings a plain layer is built with, given to a keyed one by `.keyed(..)`.
 fn three_strikes() -> seawall_circuit_breaker::CircuitBreakerBuilder {
     CircuitBreakerLayer::builder("suppliers")
+        .jitter(0.0)
         .consecutive_failures(3)
         .open_for(Duration::from_secs(30))
 }
@@ -457,6 +463,7 @@ async fn a_keyed_handle_is_a_layer_handle() {
     assert_eq!(LayerHandle::name(&handle), "suppliers");
     let stricter = CircuitBreakerConfig {
         policy: TripPolicy::ConsecutiveFailures { threshold: 2 },
+        jitter: Some(0.0),
         ..CircuitBreakerConfig::default()
     };
     let (while_forced, reconfigured) = operate(&handle, Forced::Open, stricter.clone());

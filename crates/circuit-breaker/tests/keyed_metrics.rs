@@ -30,6 +30,7 @@ fn five_thousand_keys_leave_a_bounded_number_of_series_by_default() {
     let series = Series::default();
     metrics::with_local_recorder(&series, || {
         let layer = CircuitBreakerLayer::builder("suppliers")
+            .jitter(0.0)
             .consecutive_failures(1)
             .keyed(|host: &String| host.clone())
             .max_keys(16)
@@ -92,6 +93,7 @@ fn per_key_series_are_an_opt_in_with_a_key_label() {
     let series = Series::default();
     metrics::with_local_recorder(&series, || {
         let layer = CircuitBreakerLayer::builder("routes")
+            .jitter(0.0)
             .consecutive_failures(1)
             .keyed(|route: &String| route.clone())
             .max_keys(4)
@@ -142,6 +144,7 @@ fn a_key_made_while_the_configuration_changes_gets_the_new_one() {
     let handle: Arc<OnceLock<KeyedHandle<String>>> = Arc::default();
     let stricter = CircuitBreakerConfig {
         policy: TripPolicy::ConsecutiveFailures { threshold: 2 },
+        jitter: Some(0.0),
         ..CircuitBreakerConfig::default()
     };
     {
@@ -160,6 +163,7 @@ fn a_key_made_while_the_configuration_changes_gets_the_new_one() {
     }
     metrics::with_local_recorder(series, || {
         let layer = CircuitBreakerLayer::builder("suppliers")
+            .jitter(0.0)
             .consecutive_failures(5)
             .keyed(|host: &String| host.clone())
             .max_keys(4)
@@ -198,6 +202,7 @@ fn a_key_made_while_an_operator_forces_the_layer_is_forced_too() {
     }
     metrics::with_local_recorder(series, || {
         let layer = CircuitBreakerLayer::builder("suppliers")
+            .jitter(0.0)
             .keyed(|host: &String| host.clone())
             .max_keys(4)
             .per_key_metrics()

@@ -19,7 +19,10 @@ mod metrics_export {
         let registry = Series::default();
         let failing = Arc::new(Mutex::new(false));
         let layer = metrics::with_local_recorder(&registry, || {
-            let layer = CircuitBreakerLayer::builder("quotes").build().unwrap();
+            let layer = CircuitBreakerLayer::builder("quotes")
+                .jitter(0.0)
+                .build()
+                .unwrap();
             assert_eq!(
                 registry.gauge("seawall_breaker_state{name=quotes,state=closed}"),
                 1.0
@@ -94,7 +97,10 @@ fn a_recorder_reading_the_breaker_while_registering_an_operators_transition_is_a
                 }));
             }
             metrics::with_local_recorder(&registry, || {
-                let layer = CircuitBreakerLayer::builder("quotes").build().unwrap();
+                let layer = CircuitBreakerLayer::builder("quotes")
+                    .jitter(0.0)
+                    .build()
+                    .unwrap();
                 let _ = handle.set(layer.handle());
                 layer.handle().force(Forced::Open);
                 (

@@ -49,6 +49,7 @@ impl Service<Req> for Polls {
 /// counts as failed after 5 s.
 fn layer() -> PendingWhileOpenLayer<ErrorsAsFailures> {
     CircuitBreakerLayer::builder("freight")
+        .jitter(0.0)
         .consecutive_failures(2)
         .open_for(10 * S)
         .backoff(2.0, 60 * S)
@@ -291,6 +292,7 @@ async fn a_dropped_waiting_service_leaves_the_others_waiting() {
 #[tokio::test(start_paused = true)]
 async fn the_ramp_after_closing_is_no_wait() {
     let l = CircuitBreakerLayer::builder("freight")
+        .jitter(0.0)
         .consecutive_failures(2)
         .open_for(10 * S)
         .ramp(60 * S, 0.1)

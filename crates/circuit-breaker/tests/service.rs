@@ -18,7 +18,10 @@ use support::counting::{req, send, Counting, Req};
 const S: Duration = Duration::from_secs(1);
 
 fn default_layer() -> CircuitBreakerLayer {
-    CircuitBreakerLayer::builder("freight").build().unwrap()
+    CircuitBreakerLayer::builder("freight")
+        .jitter(0.0)
+        .build()
+        .unwrap()
 }
 
 type Spawned = tower_test::mock::Spawn<
@@ -110,6 +113,7 @@ async fn in_flight(
 /// The breaker opening after `failures` in a row, with its handle, over a mock supplier.
 fn consecutive_over_mock(failures: u32) -> (Handle, Spawned, Dependency) {
     let layer = CircuitBreakerLayer::builder("freight")
+        .jitter(0.0)
         .consecutive_failures(failures)
         .build()
         .unwrap();
@@ -324,6 +328,7 @@ async fn a_slow_inner_call_past_the_deadline_trips_the_breaker() {
 #[tokio::test(start_paused = true)]
 async fn slow_successes_trip_a_time_window_with_a_slow_call_rate() {
     let layer = CircuitBreakerLayer::builder("freight")
+        .jitter(0.0)
         .time_window(10 * S, S, 4, 0.5)
         .slow_calls(Duration::from_millis(200), 0.5)
         .build()
@@ -346,6 +351,7 @@ async fn slow_successes_trip_a_time_window_with_a_slow_call_rate() {
 #[tokio::test(start_paused = true)]
 async fn the_ramp_takes_back_the_load_gradually() {
     let layer = CircuitBreakerLayer::builder("freight")
+        .jitter(0.0)
         .ramp(10 * S, 0.25)
         .build()
         .unwrap();
@@ -510,6 +516,7 @@ async fn the_snapshot_serializes_for_an_operator_endpoint() {
 #[tokio::test(start_paused = true)]
 async fn a_caller_turned_away_during_half_open_is_not_made_to_wait_for_the_inner_service() {
     let layer = CircuitBreakerLayer::builder("freight")
+        .jitter(0.0)
         .consecutive_failures(1)
         .build()
         .unwrap();
@@ -542,6 +549,7 @@ async fn a_caller_turned_away_during_half_open_is_not_made_to_wait_for_the_inner
 #[test]
 fn calls_on_many_threads_through_clones_are_each_counted_once_and_before_what_follows() {
     let layer = CircuitBreakerLayer::builder("freight")
+        .jitter(0.0)
         .consecutive_failures(2)
         .build()
         .unwrap();

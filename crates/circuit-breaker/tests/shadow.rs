@@ -80,6 +80,7 @@ struct Run {
 
 async fn drive(shadow: bool) -> Run {
     let layer = CircuitBreakerLayer::builder("supplier")
+        .jitter(0.0)
         .consecutive_failures(3)
         .open_for(Duration::from_secs(10))
         .ramp(Duration::from_secs(4), 0.5)
@@ -167,6 +168,7 @@ async fn shadow_counts_exactly_what_enforcement_rejects_and_rejects_nothing() {
 #[tokio::test(start_paused = true)]
 async fn switching_shadow_at_run_time_takes_effect_on_the_next_call() {
     let layer = CircuitBreakerLayer::builder("supplier")
+        .jitter(0.0)
         .consecutive_failures(1)
         .open_for(Duration::from_secs(10))
         .build()
@@ -213,6 +215,7 @@ async fn switching_shadow_at_run_time_takes_effect_on_the_next_call() {
 #[tokio::test(start_paused = true)]
 async fn forced_open_rejects_even_in_shadow() {
     let layer = CircuitBreakerLayer::builder("supplier")
+        .jitter(0.0)
         .shadow(true)
         .build()
         .unwrap();
@@ -229,6 +232,7 @@ async fn forced_open_rejects_even_in_shadow() {
 #[tokio::test(start_paused = true)]
 async fn a_keyed_layer_shadows_every_key_and_switches_them_all() {
     let layer = CircuitBreakerLayer::builder("suppliers")
+        .jitter(0.0)
         .consecutive_failures(1)
         .shadow(true)
         .keyed(|(host, _fail): &(&'static str, bool)| *host)

@@ -64,7 +64,10 @@ mod tracing_events {
 
     #[test]
     fn a_subscriber_may_read_the_breaker_while_a_transition_is_logged() {
-        let layer = CircuitBreakerLayer::builder("quotes").build().unwrap();
+        let layer = CircuitBreakerLayer::builder("quotes")
+            .jitter(0.0)
+            .build()
+            .unwrap();
         let capture = Capture {
             reads: Some(layer.handle()),
             ..Capture::default()
@@ -88,7 +91,10 @@ mod tracing_events {
         let capture = Capture::default();
         let failing = Arc::new(Mutex::new(false));
         tracing::subscriber::with_default(capture.clone(), || {
-            let layer = CircuitBreakerLayer::builder("quotes").build().unwrap();
+            let layer = CircuitBreakerLayer::builder("quotes")
+                .jitter(0.0)
+                .build()
+                .unwrap();
             let mut svc = layer.layer(supplier(Arc::clone(&failing)));
             runtime().block_on(drive(&mut svc, &failing));
         });
@@ -116,7 +122,10 @@ mod tracing_events {
     fn a_forced_open_rejection_is_logged_without_a_retry_after() {
         let capture = Capture::default();
         tracing::subscriber::with_default(capture.clone(), || {
-            let layer = CircuitBreakerLayer::builder("quotes").build().unwrap();
+            let layer = CircuitBreakerLayer::builder("quotes")
+                .jitter(0.0)
+                .build()
+                .unwrap();
             let mut svc = layer.layer(supplier(Arc::new(Mutex::new(false))));
             runtime().block_on(async {
                 // Readied while closed, then forced open: `call` decides.

@@ -161,8 +161,9 @@ impl<S: Store> Fleet<S> {
             breaker.ramp = config.ramp;
             changed = true;
         }
-        if breaker.jitter == 0.0 && config.jitter > 0.0 {
-            breaker.jitter = config.jitter;
+        // Precedence: the breaker's own setting, then the fleet's, then the default.
+        if breaker.jitter.is_none() {
+            breaker.jitter = Some(config.jitter);
             changed = true;
         }
         if changed {

@@ -97,10 +97,10 @@ async fn the_fleet_defaults_give_a_breaker_a_ramp_and_jitter() {
     let inst = instance(0, &dep, Some(&fleet(&store, 1)), breaker_config());
     let config = inst.handle.config();
     assert_eq!(config.ramp, FleetConfig::default().ramp);
-    assert_eq!(config.jitter, 0.2);
+    assert_eq!(config.jitter, Some(0.2));
     // A breaker with its own keeps them.
     let own = seawall_circuit_breaker::CircuitBreakerConfig {
-        jitter: 0.05,
+        jitter: Some(0.05),
         ramp: None,
         ..breaker_config()
     };
@@ -111,6 +111,20 @@ async fn the_fleet_defaults_give_a_breaker_a_ramp_and_jitter() {
         .unwrap();
     let inst = instance(1, &dep, Some(&none), own.clone());
     assert_eq!(inst.handle.config(), own);
+    // An explicit `0.0` is a setting too: the fleet's jitter does not replace it.
+    let exact = seawall_circuit_breaker::CircuitBreakerConfig {
+        jitter: Some(0.0),
+        ..breaker_config()
+    };
+    let inst = instance(2, &dep, Some(&fleet(&store, 1)), exact);
+    assert_eq!(inst.handle.config().jitter, Some(0.0));
+    // A breaker that sets none and is not coordinated runs with the default.
+    let alone = instance::<LocalStore>(3, &dep, None, breaker_config());
+    assert_eq!(alone.handle.config().jitter, None);
+    assert_eq!(
+        alone.handle.config().effective_jitter(),
+        seawall_circuit_breaker::DEFAULT_JITTER
+    );
 }
 
 #[tokio::test(start_paused = true)]

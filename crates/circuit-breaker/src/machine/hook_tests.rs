@@ -21,6 +21,7 @@ fn machine_at(config: &CircuitBreakerConfig, t0: Instant) -> Driven {
 fn consecutive(threshold: u32) -> CircuitBreakerConfig {
     CircuitBreakerConfig {
         policy: TripPolicy::ConsecutiveFailures { threshold },
+        jitter: Some(0.0),
         ..CircuitBreakerConfig::default()
     }
 }

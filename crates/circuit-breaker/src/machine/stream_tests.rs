@@ -18,7 +18,7 @@ fn config(half_open_max: u32, probes_to_close: u32) -> CircuitBreakerConfig {
         probes_to_close,
         half_open_timeout: 2 * S,
         open_for: 10 * S,
-        jitter: 0.0,
+        jitter: Some(0.0),
         ..CircuitBreakerConfig::default()
     }
 }

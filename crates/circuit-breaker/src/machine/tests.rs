@@ -30,6 +30,7 @@ fn fresh(config: CircuitBreakerConfig) -> (Driven, Instant) {
 fn consecutive(threshold: u32) -> CircuitBreakerConfig {
     CircuitBreakerConfig {
         policy: TripPolicy::ConsecutiveFailures { threshold },
+        jitter: Some(0.0),
         ..CircuitBreakerConfig::default()
     }
 }
@@ -121,7 +122,13 @@ fn consecutive_failures_trip_at_threshold_and_a_success_resets_the_count() {
 fn an_80_percent_failing_dependency_never_trips_a_consecutive_counter_but_trips_a_window() {
     let t0 = Instant::now();
     let mut counter = machine_at(consecutive(5), t0);
-    let mut window = machine_at(CircuitBreakerConfig::default(), t0);
+    let mut window = machine_at(
+        CircuitBreakerConfig {
+            jitter: Some(0.0),
+            ..CircuitBreakerConfig::default()
+        },
+        t0,
+    );
     let pattern = [
         Outcome::Failure,
         Outcome::Failure,
@@ -149,7 +156,10 @@ fn an_80_percent_failing_dependency_never_trips_a_consecutive_counter_but_trips_
 
 #[test]
 fn the_window_slides_1000_successes_then_5_failures_among_the_last_10_trip() {
-    let (mut m, t0) = fresh(CircuitBreakerConfig::default());
+    let (mut m, t0) = fresh(CircuitBreakerConfig {
+        jitter: Some(0.0),
+        ..CircuitBreakerConfig::default()
+    });
     call_times(&mut m, 1000, Outcome::Success, t0);
     for i in 0..5 {
         assert_eq!(m.state(t0), State::Closed, "tripped after {i} failures");
@@ -168,7 +178,10 @@ fn the_window_slides_1000_successes_then_5_failures_among_the_last_10_trip() {
 
 #[test]
 fn the_window_needs_min_calls_and_a_success_alone_never_trips() {
-    let (mut m, t0) = fresh(CircuitBreakerConfig::default());
+    let (mut m, t0) = fresh(CircuitBreakerConfig {
+        jitter: Some(0.0),
+        ..CircuitBreakerConfig::default()
+    });
     // 9 outcomes, 5 failures: a rate of 55 %, but fewer than 10 calls.
     call_times(&mut m, 5, Outcome::Failure, t0);
     call_times(&mut m, 4, Outcome::Success, t0);
@@ -190,6 +203,7 @@ fn time_window_machine(t0: Instant) -> Driven {
                 min_calls: 3,
                 failure_rate: 0.6,
             },
+            jitter: Some(0.0),
             ..CircuitBreakerConfig::default()
         },
         t0,
@@ -239,7 +253,10 @@ fn the_open_interval_is_measured_from_the_trip_not_the_last_call() {
 
 #[test]
 fn half_open_is_lazy_reported_by_state_made_by_the_next_call() {
-    let (mut m, t0) = tripped(CircuitBreakerConfig::default());
+    let (mut m, t0) = tripped(CircuitBreakerConfig {
+        jitter: Some(0.0),
+        ..CircuitBreakerConfig::default()
+    });
     transitions(&mut m);
     let epoch = m.epoch();
     let later = t0 + 60 * S;
@@ -261,7 +278,10 @@ fn half_open_is_lazy_reported_by_state_made_by_the_next_call() {
 
 #[test]
 fn a_successful_probe_closes_and_resets_the_window_so_the_next_failures_trip_from_zero() {
-    let (mut m, t0, t1, probe) = probing(CircuitBreakerConfig::default());
+    let (mut m, t0, t1, probe) = probing(CircuitBreakerConfig {
+        jitter: Some(0.0),
+        ..CircuitBreakerConfig::default()
+    });
     assert_eq!(finish(&mut m, probe, Outcome::Success, t1), Recorded::Probe);
     assert_eq!(m.state(t1), State::Closed);
     assert_eq!(m.window_counts(t1).map(|c| c.calls), Some(0));
@@ -293,7 +313,10 @@ fn a_successful_probe_closes_and_resets_the_window_so_the_next_failures_trip_fro
 
 #[test]
 fn a_failed_probe_reopens_with_the_timer_reset_to_now() {
-    let (mut m, t0) = tripped(CircuitBreakerConfig::default());
+    let (mut m, t0) = tripped(CircuitBreakerConfig {
+        jitter: Some(0.0),
+        ..CircuitBreakerConfig::default()
+    });
     let admitted = t0 + 12 * S;
     let probe = admit(&mut m, admitted);
     let failed = admitted + 3 * S;
@@ -324,7 +347,10 @@ fn a_failed_probe_reopens_with_the_timer_reset_to_now() {
 
 #[test]
 fn callers_arriving_while_the_probe_is_in_flight_are_rejected_with_a_positive_retry_after() {
-    let (mut m, _, t1, _probe) = probing(CircuitBreakerConfig::default());
+    let (mut m, _, t1, _probe) = probing(CircuitBreakerConfig {
+        jitter: Some(0.0),
+        ..CircuitBreakerConfig::default()
+    });
     // The half-open timeout is 10 s: the slot is free (or the probe failed) by t1 + 10 s.
     assert_eq!(rejected(&mut m, t1), 10 * S);
     assert_eq!(rejected(&mut m, t1 + 4 * S), 6 * S);
@@ -336,6 +362,7 @@ fn callers_arriving_while_the_probe_is_in_flight_are_rejected_with_a_positive_re
 fn a_stuck_probe_counts_as_failed_after_the_half_open_timeout() {
     let short_half_open = || CircuitBreakerConfig {
         half_open_timeout: 2 * S,
+        jitter: Some(0.0),
         ..CircuitBreakerConfig::default()
     };
     let (mut m, t0, t1, stuck) = probing(short_half_open());
@@ -369,7 +396,10 @@ fn a_stuck_probe_counts_as_failed_after_the_half_open_timeout() {
 
 #[test]
 fn a_stale_success_from_a_closed_epoch_does_not_close_the_breaker_during_a_probe() {
-    let (mut m, t0) = fresh(CircuitBreakerConfig::default());
+    let (mut m, t0) = fresh(CircuitBreakerConfig {
+        jitter: Some(0.0),
+        ..CircuitBreakerConfig::default()
+    });
     let slow_call = admit(&mut m, t0);
     trip(&mut m, t0);
     let t1 = t0 + 10 * S;
@@ -393,7 +423,10 @@ fn a_stale_success_from_a_closed_epoch_does_not_close_the_breaker_during_a_probe
 
 #[test]
 fn a_cancelled_or_ignored_probe_frees_its_slot_without_a_transition() {
-    let (mut m, _, t1, probe) = probing(CircuitBreakerConfig::default());
+    let (mut m, _, t1, probe) = probing(CircuitBreakerConfig {
+        jitter: Some(0.0),
+        ..CircuitBreakerConfig::default()
+    });
     let _ = transitions(&mut m);
     let epoch = m.epoch();
     m.cancel(probe, t1);
@@ -415,6 +448,7 @@ fn several_probes_close_after_probes_to_close_and_the_first_failure_reopens() {
     let config = CircuitBreakerConfig {
         half_open_max: 2,
         probes_to_close: 3,
+        jitter: Some(0.0),
         ..CircuitBreakerConfig::default()
     };
     let mut m = machine_at(config.clone(), t0);
@@ -446,6 +480,7 @@ fn the_open_interval_grows_on_re_trips_up_to_the_cap_and_resets_after_closing() 
     let config = CircuitBreakerConfig {
         backoff_multiplier: 2.0,
         max_open_for: 35 * S,
+        jitter: Some(0.0),
         ..CircuitBreakerConfig::default()
     };
     let mut m = machine_at(config, t0);
@@ -471,7 +506,7 @@ fn the_open_interval_grows_on_re_trips_up_to_the_cap_and_resets_after_closing() 
 fn jitter_stretches_the_interval_by_the_injected_sample() {
     let t0 = Instant::now();
     let config = CircuitBreakerConfig {
-        jitter: 0.2,
+        jitter: Some(0.2),
         ..CircuitBreakerConfig::default()
     };
     let mut m = Driven::new(&config, Some(Box::new(|| 0.5)), t0).unwrap();
@@ -481,7 +516,7 @@ fn jitter_stretches_the_interval_by_the_injected_sample() {
     // A source out of range is treated as 0, never as a negative or huge stretch.
     let mut odd = Driven::new(
         &CircuitBreakerConfig {
-            jitter: 1.0,
+            jitter: Some(1.0),
             ..CircuitBreakerConfig::default()
         },
         Some(Box::new(|| f64::NAN)),
@@ -495,7 +530,7 @@ fn jitter_stretches_the_interval_by_the_injected_sample() {
         .map(|seed| {
             let mut m = Driven::new(
                 &CircuitBreakerConfig {
-                    jitter: 0.5,
+                    jitter: Some(0.5),
                     ..CircuitBreakerConfig::default()
                 },
                 Some(Box::new(SeededRandom::new(seed))),
@@ -511,11 +546,46 @@ fn jitter_stretches_the_interval_by_the_injected_sample() {
 }
 
 #[test]
+fn the_default_jitter_is_on_and_stretches_by_less_than_a_fifth() {
+    let t0 = Instant::now();
+    let config = CircuitBreakerConfig::default();
+    assert_eq!(config.jitter, None);
+    assert_eq!(config.effective_jitter(), 0.2);
+    // The largest sample the source can give stretches 10 s to just under 12 s.
+    let mut top = Driven::new(&config, Some(Box::new(|| 0.999_999)), t0).unwrap();
+    trip(&mut top, t0);
+    let longest = top.current_open_for().unwrap();
+    assert!(longest > 11 * S && longest < 12 * S, "{longest:?}");
+    // Breakers that trip together, each with its own source, end apart and inside
+    // [10 s, 12 s).
+    let ends: Vec<_> = (0..20)
+        .map(|seed| {
+            let mut m = Driven::new(&config, Some(Box::new(SeededRandom::new(seed))), t0).unwrap();
+            trip(&mut m, t0);
+            m.current_open_for().unwrap()
+        })
+        .collect();
+    assert!(ends.iter().all(|d| *d >= 10 * S && *d < 12 * S), "{ends:?}");
+    let mut distinct = ends.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert!(distinct.len() > 10, "{ends:?}");
+    // `Some(0.0)` is exact.
+    let exact = CircuitBreakerConfig {
+        jitter: Some(0.0),
+        ..CircuitBreakerConfig::default()
+    };
+    let mut m = Driven::new(&exact, Some(Box::new(|| 0.9)), t0).unwrap();
+    trip(&mut m, t0);
+    assert_eq!(m.current_open_for(), Some(10 * S));
+}
+
+#[test]
 fn the_pure_machine_uses_the_samples_it_is_fed_in_order_and_counts_nothing() {
     let t0 = Instant::now();
     let config = CircuitBreakerConfig {
         policy: TripPolicy::ConsecutiveFailures { threshold: 1 },
-        jitter: 0.5,
+        jitter: Some(0.5),
         ..CircuitBreakerConfig::default()
     };
     let mut m = CircuitBreakerMachine::new(&config, t0).unwrap();
@@ -569,6 +639,7 @@ fn the_ramp_admits_a_growing_share_and_a_trip_during_it_reopens_with_backoff() {
             start_share: 0.2,
         }),
         backoff_multiplier: 2.0,
+        jitter: Some(0.0),
         ..CircuitBreakerConfig::default()
     };
     let mut m = machine_at(config, t0);
@@ -629,6 +700,7 @@ fn slow_calls_trip_on_their_rate_even_when_they_succeed() {
             threshold: ms(300),
             rate: 0.5,
         }),
+        jitter: Some(0.0),
         ..CircuitBreakerConfig::default()
     });
     call_times(&mut m, 6, Outcome::Success, t0);
@@ -657,7 +729,10 @@ fn slow_calls_trip_on_their_rate_even_when_they_succeed() {
 
 #[test]
 fn operators_force_open_force_closed_and_disable() {
-    let (mut m, t0) = fresh(CircuitBreakerConfig::default());
+    let (mut m, t0) = fresh(CircuitBreakerConfig {
+        jitter: Some(0.0),
+        ..CircuitBreakerConfig::default()
+    });
     let before = admit(&mut m, t0);
     m.force_open(t0);
     assert_eq!(m.state(t0 + 3600 * S), State::ForcedOpen);
@@ -704,6 +779,7 @@ fn reset_really_resets() {
     let t0 = Instant::now();
     let config = CircuitBreakerConfig {
         backoff_multiplier: 2.0,
+        jitter: Some(0.0),
         ..CircuitBreakerConfig::default()
     };
     let mut m = machine_at(config, t0);
@@ -736,7 +812,10 @@ fn reset_really_resets() {
 #[test]
 fn reconfigure_keeps_the_state_and_revert_restores_the_built_configuration() {
     let t0 = Instant::now();
-    let built = CircuitBreakerConfig::default();
+    let built = CircuitBreakerConfig {
+        jitter: Some(0.0),
+        ..CircuitBreakerConfig::default()
+    };
     let mut m = machine_at(built.clone(), t0);
     call_times(&mut m, 4, Outcome::Failure, t0);
     // Same window shape, lower bar: the 4 failures are kept and the next one trips.
@@ -746,6 +825,7 @@ fn reconfigure_keeps_the_state_and_revert_restores_the_built_configuration() {
             min_calls: 5,
             failure_rate: 0.5,
         },
+        jitter: Some(0.0),
         ..CircuitBreakerConfig::default()
     };
     m.reconfigure(&lower, t0).unwrap();
@@ -755,6 +835,7 @@ fn reconfigure_keeps_the_state_and_revert_restores_the_built_configuration() {
     // An invalid configuration is refused and changes nothing.
     let bad = CircuitBreakerConfig {
         half_open_max: 0,
+        jitter: Some(0.0),
         ..CircuitBreakerConfig::default()
     };
     assert_eq!(
@@ -794,11 +875,14 @@ fn the_configuration_in_force_is_the_one_given_to_the_last_nanosecond() {
                 start_share: 0.0,
             }),
             backoff_multiplier: 1.5,
-            jitter: 0.25,
+            jitter: Some(0.25),
             ..CircuitBreakerConfig::default()
         },
         consecutive(3),
-        CircuitBreakerConfig::default(),
+        CircuitBreakerConfig {
+            jitter: Some(0.0),
+            ..CircuitBreakerConfig::default()
+        },
     ];
     let mut m = machine_at(configs[0].clone(), t0);
     assert_eq!(m.config(), &configs[0]);
@@ -812,18 +896,29 @@ fn the_configuration_in_force_is_the_one_given_to_the_last_nanosecond() {
 
 #[test]
 fn reconfiguring_half_open_max_applies_to_the_next_admissions() {
-    let (mut m, _, t1, a) = probing(CircuitBreakerConfig::default());
+    let (mut m, _, t1, a) = probing(CircuitBreakerConfig {
+        jitter: Some(0.0),
+        ..CircuitBreakerConfig::default()
+    });
     rejected(&mut m, t1);
     let wider = CircuitBreakerConfig {
         half_open_max: 3,
         probes_to_close: 3,
+        jitter: Some(0.0),
         ..CircuitBreakerConfig::default()
     };
     m.reconfigure(&wider, t1).unwrap();
     let b = admit(&mut m, t1);
     let c = admit(&mut m, t1);
     rejected(&mut m, t1);
-    m.reconfigure(&CircuitBreakerConfig::default(), t1).unwrap();
+    m.reconfigure(
+        &CircuitBreakerConfig {
+            jitter: Some(0.0),
+            ..CircuitBreakerConfig::default()
+        },
+        t1,
+    )
+    .unwrap();
     // Back to one probe: the three in flight finish normally, no new one is admitted.
     for t in [a, b] {
         finish(&mut m, t, Outcome::Ignore, t1);
@@ -835,7 +930,10 @@ fn reconfiguring_half_open_max_applies_to_the_next_admissions() {
 
 #[test]
 fn time_spent_open_and_failed_probes_show_a_breaker_stuck_open() {
-    let (mut m, t0) = tripped(CircuitBreakerConfig::default());
+    let (mut m, t0) = tripped(CircuitBreakerConfig {
+        jitter: Some(0.0),
+        ..CircuitBreakerConfig::default()
+    });
     let mut now = t0;
     for _ in 0..3 {
         now += 10 * S;
@@ -857,7 +955,10 @@ fn time_spent_open_and_failed_probes_show_a_breaker_stuck_open() {
 
 #[test]
 fn batched_successes_are_folded_like_single_ones() {
-    let (mut m, t0) = fresh(CircuitBreakerConfig::default());
+    let (mut m, t0) = fresh(CircuitBreakerConfig {
+        jitter: Some(0.0),
+        ..CircuitBreakerConfig::default()
+    });
     call_times(&mut m, 4, Outcome::Failure, t0);
     m.record_successes(m.epoch(), 1000, t0);
     assert_eq!(
@@ -913,6 +1014,7 @@ pub(crate) fn schedule_config(half_open_max: u32) -> CircuitBreakerConfig {
         half_open_max,
         probes_to_close: 2,
         half_open_timeout: 3 * S,
+        jitter: Some(0.0),
         ..CircuitBreakerConfig::default()
     }
 }
@@ -985,7 +1087,7 @@ proptest! {
         consecutive_policy in any::<bool>(),
     ) {
         let t0 = Instant::now();
-        let config = if consecutive_policy { consecutive(3) } else { CircuitBreakerConfig::default() };
+        let config = if consecutive_policy { consecutive(3) } else { CircuitBreakerConfig { jitter: Some(0.0), ..CircuitBreakerConfig::default() } };
         let mut one = machine_at(config.clone(), t0);
         let mut batched = machine_at(config, t0);
         let mut pending = 0u64;

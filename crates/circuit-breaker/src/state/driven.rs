@@ -186,7 +186,7 @@ impl Driven {
     /// wants (drawing a source from entropy once jitter is configured).
     fn settle(&mut self) {
         if self.machine.samples_wanted() > 0 {
-            if self.machine.config().jitter > 0.0 {
+            if self.machine.config().effective_jitter() > 0.0 {
                 self.books()
                     .random
                     .get_or_insert_with(|| Box::new(SeededRandom::from_entropy()));
