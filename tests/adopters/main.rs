@@ -12,7 +12,7 @@
 //!   small error struct, a hyper client, a tonic `Channel`): a `service_fn` closure
 //!   whose `async` block returns `Result<_, BoxError>` cannot be awaited through any
 //!   middleware whose error is `BoxError` inside a spawned task, tower's own
-//!   `Timeout` included (rust-lang/rust#64552);
+//!   `Timeout` included (rust-lang/rust#64552); `compile_fail.rs` pins that;
 //! - HTTP client stacks hold the bulkhead and the breaker until the response body
 //!   ends (`hold_until_body_end`), as the README recommends;
 //! - real sockets on 127.0.0.1 and real time: programs synchronise through channels
@@ -32,6 +32,7 @@ mod box_clone_sync_service;
 mod breaker_then_bulkhead;
 mod bulkhead_then_breaker;
 mod classify_fn_without_annotation;
+mod compile_fail;
 mod policies_from_toml;
 mod route_layer_per_route;
 mod spawned_string_client;
