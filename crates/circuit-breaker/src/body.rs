@@ -2,20 +2,26 @@
 
 use std::fmt;
 use std::future::Future;
+use std::hash::Hash;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use http_body::Body;
 use pin_project_lite::pin_project;
-use seawall_core::http::{guard_response, BodyEnd, ClassifyBodyEnd, Guarded, OnBodyEnd};
-use seawall_core::{on_unwind, BoundedByCurrent, BoxError, Classify, ClassifyRequest, Outcome};
+use seawall_core::http::{
+    guard_response, BodyEnd, BoundedBody, ClassifyBodyEnd, Guarded, OnBodyEnd,
+};
+use seawall_core::{
+    on_unwind, BoundedByCurrent, BoxError, Classify, ClassifyRequest, Deadline, Outcome,
+};
 use tokio::time::Instant;
 use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::future::{polled_after_completion, Guard, ResponseFuture};
 use crate::handle::Handle;
+use crate::keyed::{KeyedCircuitBreaker, KeyedCircuitBreakerLayer, KeyedHandle};
 use crate::layer::CircuitBreakerLayer;
 use crate::machine::{Report, Ticket};
 use crate::service::CircuitBreaker;
@@ -24,9 +30,10 @@ use crate::state::Lane;
 impl<C> CircuitBreakerLayer<C> {
     /// The same breaker, but a call whose response looks healthy is reported when
     /// the response **body** ends, so a gRPC stream that fails after its first
-    /// messages (its `grpc-status` in the trailers) counts as a failure. Its
-    /// services return `http::Response<Guarded<B, HeldTicket<_>>>`. See
-    /// [`UntilBodyEnd`].
+    /// messages (its `grpc-status` in the trailers) counts as a failure, and a
+    /// body still streaming when the request's deadline passes is cut there and
+    /// recorded as a timeout failure. Its services return
+    /// `http::Response<`[`HeldBody`]`<B, _>>`. See [`UntilBodyEnd`].
     #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
     pub fn hold_until_body_end(self) -> UntilBodyEndLayer<C> {
         UntilBodyEndLayer { layer: self }
@@ -106,8 +113,18 @@ impl<S, C: Clone> Layer<S> for UntilBodyEndLayer<C> {
 ///   long stream is not a slow call.
 /// - Reasons ([`Classify::reason`]) are counted for calls reported at the
 ///   response; a held call's verdict comes from its body and gives none.
-/// - A request's deadline bounds the wait for the response, as in the default
-///   mode; the body's duration is the caller's to bound.
+/// - **The request's deadline bounds the body too.** A deadline current when the
+///   response arrives (set by a `DeadlineLayer` further out) also bounds its body
+///   ([`BoundedBody`]): a body still streaming when it passes ends with an error
+///   whose source chain holds a [`DeadlineExceeded`](crate::DeadlineExceeded), the
+///   body to the dependency is dropped (its stream closed), and the call is
+///   recorded as a **timeout failure**, as a response that came too late is in
+///   the default mode. Any body error seen at or after the deadline counts as
+///   that timeout. Why: a client's budget is for the whole answer (gRPC's
+///   deadline covers the stream), and a body read past it is work nobody waits
+///   for that holds a connection and, under a bulkhead held until the body
+///   ends, a slot. A stream meant to outlive a request budget (a subscription)
+///   is given no `DeadlineLayer`, or one with a budget for the whole stream.
 ///
 /// ```
 /// use bytes::Bytes;
@@ -196,8 +213,9 @@ where
     C: ClassifyRequest<Req, http::Response<B>>,
     C::Classifier: ClassifyBodyEnd,
     B: Body,
+    B::Error: Into<BoxError>,
 {
-    type Response = http::Response<Guarded<B, HeldTicket<C::Classifier>>>;
+    type Response = http::Response<HeldBody<B, C::Classifier>>;
     type Error = BoxError;
     type Future = UntilBodyEndFuture<S::Future, C::Classifier>;
 
@@ -206,16 +224,15 @@ where
     }
 
     fn call(&mut self, req: Req) -> Self::Future {
-        let kind = match self.inner.call(req).into_admitted() {
-            Ok((future, guard, classifier)) => Kind::Admitted {
-                future,
-                held: Some((guard, classifier)),
-            },
-            Err(rejected) => Kind::Rejected { future: rejected },
-        };
-        UntilBodyEndFuture { kind }
+        UntilBodyEndFuture::new(self.inner.call(req))
     }
 }
+
+/// The response body of a breaker held until the body ends ([`UntilBodyEnd`], and
+/// the keyed breaker's `hold_until_body_end`): the dependency's body `B`, bounded by
+/// the request's deadline ([`BoundedBody`], its error boxed), holding the call's
+/// ticket ([`HeldTicket`]) until it ends.
+pub type HeldBody<B, C> = Guarded<BoundedBody<B>, HeldTicket<C>>;
 
 pin_project! {
     /// The response future of [`UntilBodyEnd`]: as [`ResponseFuture`], but a
@@ -241,6 +258,20 @@ pin_project! {
     }
 }
 
+impl<F, C> UntilBodyEndFuture<F, C> {
+    /// Holds the call of `future` (made by a breaker's `call`) until its body ends.
+    pub(crate) fn new(future: ResponseFuture<F, C>) -> Self {
+        let kind = match future.into_admitted() {
+            Ok((future, guard, classifier)) => Kind::Admitted {
+                future,
+                held: Some((guard, classifier)),
+            },
+            Err(rejected) => Kind::Rejected { future: rejected },
+        };
+        Self { kind }
+    }
+}
+
 impl<F, C> fmt::Debug for UntilBodyEndFuture<F, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let kind = match &self.kind {
@@ -259,10 +290,14 @@ where
     E: Into<BoxError>,
     C: Classify<http::Response<B>> + ClassifyBodyEnd,
     B: Body,
+    B::Error: Into<BoxError>,
 {
-    type Output = Result<http::Response<Guarded<B, HeldTicket<C>>>, BoxError>;
+    type Output = Result<http::Response<HeldBody<B, C>>, BoxError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // The request's deadline, in force while the response future is polled: it
+        // bounds the body as well.
+        let deadline = Deadline::current();
         match self.project().kind.project() {
             KindProj::Admitted { future, held } => {
                 let Some((guard, _)) = held.as_mut() else {
@@ -277,12 +312,12 @@ where
                     Ok(Ok(response)) => {
                         let outcome = classifier.classify(Ok(&response));
                         if outcome == Outcome::Success && !response.body().is_end_stream() {
-                            let ticket = HeldTicket::hold(guard, classifier);
-                            Ok(guard_response(response, ticket))
+                            let ticket = HeldTicket::hold(guard, classifier, deadline);
+                            Ok(held_response(response, ticket, deadline))
                         } else {
                             guard.reason(outcome, classifier.reason(Ok(&response), outcome));
                             guard.finish(outcome, false);
-                            Ok(guard_response(response, HeldTicket::released()))
+                            Ok(held_response(response, HeldTicket::released(), deadline))
                         }
                     }
                     Ok(Err(error)) => {
@@ -303,10 +338,31 @@ where
             KindProj::Rejected { future } => {
                 // A rejected call never answers with a response; mapped for the type.
                 let response = ready!(future.poll(cx))?;
-                Poll::Ready(Ok(guard_response(response, HeldTicket::released())))
+                Poll::Ready(Ok(held_response(
+                    response,
+                    HeldTicket::released(),
+                    deadline,
+                )))
             }
         }
     }
+}
+
+/// `response` with its body bounded by `deadline` and holding `ticket`. Every body
+/// is bounded, a released one too: a bulkhead further out may be holding its slot
+/// until that body ends.
+fn held_response<B: Body, C: ClassifyBodyEnd>(
+    response: http::Response<B>,
+    ticket: HeldTicket<C>,
+    deadline: Option<Deadline>,
+) -> http::Response<HeldBody<B, C>>
+where
+    B::Error: Into<BoxError>,
+{
+    guard_response(
+        response.map(|body| BoundedBody::new(body, deadline)),
+        ticket,
+    )
 }
 
 /// A call's ticket, held by its response body ([`Guarded`]) and reported to the
@@ -325,6 +381,9 @@ struct Held<C> {
     /// Measured to the response: a long stream is not a slow call.
     slow: bool,
     classifier: C,
+    /// The request's deadline, which bounds the body: an error from the body at or
+    /// after it is a timeout.
+    deadline: Option<Deadline>,
 }
 
 impl<C> HeldTicket<C> {
@@ -332,7 +391,7 @@ impl<C> HeldTicket<C> {
         Self { held: None }
     }
 
-    fn hold(guard: Guard, classifier: C) -> Self {
+    fn hold(guard: Guard, classifier: C, deadline: Option<Deadline>) -> Self {
         let Some((breaker, ticket, started)) = guard.into_held() else {
             return Self::released();
         };
@@ -347,6 +406,7 @@ impl<C> HeldTicket<C> {
                 ticket,
                 slow,
                 classifier,
+                deadline,
             }),
         }
     }
@@ -374,12 +434,142 @@ impl<C: ClassifyBodyEnd> OnBodyEnd for HeldTicket<C> {
             held.breaker.cancel(held.ticket, Instant::now);
             return;
         }
+        let timed_out = matches!(end, BodyEnd::Errored)
+            && held.deadline.is_some_and(|d| d.is_expired(Instant::now()));
         let report = Report {
-            outcome: held.classifier.classify_body_end(end),
+            // Past the deadline the dependency was too slow, whatever the
+            // classifier makes of the error: a failure, as in the default mode.
+            outcome: if timed_out {
+                Outcome::Failure
+            } else {
+                held.classifier.classify_body_end(end)
+            },
             slow: held.slow,
-            timed_out: false,
+            timed_out,
         };
         held.breaker
             .complete(held.ticket, report, None, Instant::now);
+    }
+}
+
+impl<K, F, C> KeyedCircuitBreakerLayer<K, F, C> {
+    /// The same breakers, one per key, in the mode of
+    /// [`CircuitBreakerLayer::hold_until_body_end`]: a call whose response looks
+    /// healthy is reported to its key's breaker when the response **body** ends
+    /// (its trailers, an error, or the request's deadline passing first), and a
+    /// body dropped first is a cancelled call. Its services return
+    /// `http::Response<`[`HeldBody`]`<B, _>>`. See [`UntilBodyEnd`] for the rules,
+    /// which are the same for every key.
+    #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+    pub fn hold_until_body_end(self) -> KeyedUntilBodyEndLayer<K, F, C> {
+        KeyedUntilBodyEndLayer { layer: self }
+    }
+}
+
+/// Applies one breaker per key that reports each call when its response body
+/// ends; made by [`KeyedCircuitBreakerLayer::hold_until_body_end`].
+///
+/// It keeps the map of breakers of the layer it was made from: services of every
+/// mode built from that layer, and all their clones, share the same breakers.
+pub struct KeyedUntilBodyEndLayer<K, F, C> {
+    layer: KeyedCircuitBreakerLayer<K, F, C>,
+}
+
+impl<K, F, C> KeyedUntilBodyEndLayer<K, F, C> {
+    /// The operator's handle on every key's breaker.
+    pub fn handle(&self) -> KeyedHandle<K> {
+        self.layer.handle()
+    }
+}
+
+impl<K, F: Clone, C: Clone> Clone for KeyedUntilBodyEndLayer<K, F, C> {
+    fn clone(&self) -> Self {
+        Self {
+            layer: self.layer.clone(),
+        }
+    }
+}
+
+impl<K, F, C: fmt::Debug> fmt::Debug for KeyedUntilBodyEndLayer<K, F, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedUntilBodyEndLayer")
+            .field("layer", &self.layer)
+            .finish()
+    }
+}
+
+impl<S, K, F: Clone, C: Clone> Layer<S> for KeyedUntilBodyEndLayer<K, F, C> {
+    type Service = KeyedUntilBodyEnd<S, K, F, C>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        KeyedUntilBodyEnd {
+            inner: self.layer.layer(inner),
+        }
+    }
+}
+
+/// A [`KeyedCircuitBreaker`] over `http::Response<B>` that reports each call to
+/// its key's breaker when the response body ends, by the rules of
+/// [`UntilBodyEnd`].
+///
+/// **What `Clone` shares:** the map of breakers, as [`KeyedCircuitBreaker`].
+pub struct KeyedUntilBodyEnd<S, K, F, C> {
+    inner: KeyedCircuitBreaker<S, K, F, C>,
+}
+
+impl<S, K, F, C> KeyedUntilBodyEnd<S, K, F, C> {
+    /// The operator's handle on every key's breaker.
+    pub fn handle(&self) -> KeyedHandle<K> {
+        self.inner.handle()
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        self.inner.get_ref()
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner.into_inner()
+    }
+}
+
+impl<S: Clone, K, F: Clone, C: Clone> Clone for KeyedUntilBodyEnd<S, K, F, C> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<S: fmt::Debug, K, F, C: fmt::Debug> fmt::Debug for KeyedUntilBodyEnd<S, K, F, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedUntilBodyEnd")
+            .field("inner", &self.inner)
+            .finish()
+    }
+}
+
+impl<S, K, F, C, Req, B> Service<Req> for KeyedUntilBodyEnd<S, K, F, C>
+where
+    S: Service<Req, Response = http::Response<B>>,
+    S::Error: Into<BoxError>,
+    C: ClassifyRequest<Req, http::Response<B>>,
+    C::Classifier: ClassifyBodyEnd,
+    F: Fn(&Req) -> K,
+    K: Hash + Eq + Clone + fmt::Display,
+    B: Body,
+    B::Error: Into<BoxError>,
+{
+    type Response = http::Response<HeldBody<B, C::Classifier>>;
+    type Error = BoxError;
+    type Future = UntilBodyEndFuture<S::Future, C::Classifier>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        UntilBodyEndFuture::new(self.inner.call(req))
     }
 }

@@ -57,6 +57,10 @@ use crate::telemetry::Series;
 ///
 /// **Readiness.** The key is known only in `call`, so `poll_ready` always polls the
 /// inner service; a call rejected because its key is open does not reach it.
+///
+/// **Streams.** With the `http` feature, `hold_until_body_end` reports each call
+/// when its response body ends, as the unkeyed breaker's mode of that name does
+/// (for client stacks, where the dependency's answer lasts until then).
 pub struct KeyedCircuitBreakerLayer<K, F, C> {
     shared: Arc<Keyed<K>>,
     key: F,

@@ -273,8 +273,21 @@
 //! [`GrpcStatus`](seawall_core::GrpcStatus), as a failure if the body errors, as
 //! cancelled if it is dropped first. A failure visible in the headers
 //! (trailers-only gRPC, HTTP 5xx) is reported at once, as in the default mode. The
-//! response type becomes `http::Response<Guarded<B, HeldTicket<_>>>`, which is why it
-//! is opt-in.
+//! request's deadline, if one is current, bounds the body too: a body still
+//! streaming when it passes ends with a [`DeadlineExceeded`] error and the call is
+//! recorded as a timeout failure. The response type becomes
+//! `http::Response<`[`HeldBody`]`<B, _>>` (that is `Guarded<BoundedBody<B>,
+//! HeldTicket<_>>`, its body error boxed), which is why the mode is a choice.
+//! [`KeyedCircuitBreakerLayer::hold_until_body_end`] gives the same mode to a
+//! breaker per key.
+//!
+//! **Clients hold, servers choose.** For a client stack (a hyper-util `Client`, a
+//! tonic `Channel`) hold until the body ends, with the bulkhead's
+//! `hold_until_body_end` too: the connection to the dependency is busy, and its
+//! answer can still fail, until then. This is what seawall's examples do. For a
+//! server route that streams to its own caller (server-sent events, long polling,
+//! a slow reader), holding would let the caller's reading pace pin a slot and a
+//! ticket; keep the default there, which ends the call at the response's headers.
 //!
 //! **The long-stream rule.** A half-open probe whose response looked healthy and
 //! whose body is still streaming without error at its half-open timeout is judged
@@ -453,7 +466,10 @@ mod telemetry;
 
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
-pub use body::{HeldTicket, UntilBodyEnd, UntilBodyEndFuture, UntilBodyEndLayer};
+pub use body::{
+    HeldBody, HeldTicket, KeyedUntilBodyEnd, KeyedUntilBodyEndLayer, UntilBodyEnd,
+    UntilBodyEndFuture, UntilBodyEndLayer,
+};
 pub use config::{
     CircuitBreakerConfig, RampConfig, SlowCallConfig, TripPolicy, DEFAULT_JITTER, MAX_COUNT_WINDOW,
     MAX_HALF_OPEN_PROBES,

@@ -281,3 +281,117 @@ async fn a_probe_waiting_for_its_response_at_the_timeout_still_fails() {
     assert!(svc.clone().oneshot(http::Request::new(())).await.is_err());
     assert_eq!(handle.snapshot().counters.probe_timeouts, 1);
 }
+
+/// The request's deadline bounds the body: a stream still running when it passes
+/// is cut there, with `DeadlineExceeded` in its error, and recorded as a timeout
+/// failure; the stream to the dependency is closed.
+#[tokio::test(start_paused = true)]
+async fn a_body_still_streaming_at_the_requests_deadline_is_a_timeout_failure() {
+    use seawall_core::{find_rejection, DeadlineLayer, RejectionKind};
+    let layer = layer(1);
+    let (handle, svc, mut sent) = streaming(&layer);
+    let svc = DeadlineLayer::new(Duration::from_millis(300))
+        .unwrap()
+        .layer(svc);
+
+    let (response, tx) = open_stream(&svc, &mut sent).await;
+    tx.send(message("quote 1")).unwrap();
+    let mut body = response.into_body();
+    assert!(body.frame().await.unwrap().unwrap().is_data());
+    assert_eq!(calls(&handle), (0, 0, 0), "nothing reported before the end");
+    // The server sends nothing more: the next read is cut at the deadline.
+    let started = tokio::time::Instant::now();
+    let error = body.frame().await.unwrap().unwrap_err();
+    assert_eq!(started.elapsed(), Duration::from_millis(300));
+    assert_eq!(
+        find_rejection(&*error).map(|r| r.kind()),
+        Some(RejectionKind::DeadlineExceeded)
+    );
+    assert!(body.frame().await.is_none(), "the body ended at the cut");
+    assert!(
+        tx.send(message("late")).is_err(),
+        "the dependency's stream is closed"
+    );
+    let c = handle.snapshot().counters;
+    assert_eq!(
+        (c.successes, c.failures, c.timeouts, c.cancelled),
+        (0, 1, 1, 0)
+    );
+    assert_eq!(handle.state(), State::Open);
+}
+
+/// A body that ends before the deadline is judged by its end, as without one;
+/// without a current deadline a body may stream as long as it likes.
+#[tokio::test(start_paused = true)]
+async fn a_body_ending_in_time_or_without_a_deadline_is_judged_by_its_end() {
+    use seawall_core::DeadlineLayer;
+    let layer = layer(1);
+    let (handle, svc, mut sent) = streaming(&layer);
+    let bounded = DeadlineLayer::new(Duration::from_millis(300))
+        .unwrap()
+        .layer(svc.clone());
+
+    let (response, tx) = open_stream(&bounded, &mut sent).await;
+    tx.send(message("quote 1")).unwrap();
+    advance(Duration::from_millis(299)).await;
+    end_with(tx, "0");
+    assert!(response.into_body().collect().await.is_ok());
+    assert_eq!(calls(&handle), (1, 0, 0));
+
+    let (response, tx) = open_stream(&svc, &mut sent).await;
+    advance(Duration::from_secs(3600)).await;
+    end_with(tx, "0");
+    assert!(response.into_body().collect().await.is_ok());
+    let c = handle.snapshot().counters;
+    assert_eq!((c.successes, c.failures, c.timeouts), (2, 0, 0));
+}
+
+/// The keyed breaker holds each call until its body ends too, and reports it to
+/// its key's breaker: one key's failing stream opens that key only.
+#[tokio::test(start_paused = true)]
+async fn a_keyed_breaker_holds_each_call_until_its_body_ends() {
+    let layer = CircuitBreakerLayer::builder("prices")
+        .consecutive_failures(1)
+        .open_for(10 * S)
+        .jitter(0.0)
+        .classifier(GrpcStatus::default())
+        .keyed(|req: &http::Request<()>| req.uri().path().to_owned())
+        .build()
+        .unwrap()
+        .hold_until_body_end();
+    let handle = layer.handle();
+    let (bodies, mut sent) = mpsc::unbounded_channel();
+    let svc = layer.layer(streaming_server(bodies));
+    let call = |path: &'static str| {
+        let svc = svc.clone();
+        async move {
+            let req = http::Request::get(path).body(()).unwrap();
+            svc.oneshot(req).await.unwrap()
+        }
+    };
+    let counts = |key: &str| {
+        let c = handle.get(&key.to_owned()).unwrap().snapshot().counters;
+        (c.successes, c.failures, c.cancelled)
+    };
+
+    // Key /a: healthy headers, UNAVAILABLE in the trailers.
+    let response = call("/a").await;
+    let tx = sent.recv().await.unwrap();
+    assert!(response.body().is_holding());
+    assert_eq!(counts("/a"), (0, 0, 0), "nothing reported before the end");
+    end_with(tx, "14");
+    let _ = response.into_body().collect().await.unwrap();
+    assert_eq!(counts("/a"), (0, 1, 0));
+    assert_eq!(handle.get(&"/a".to_owned()).unwrap().state(), State::Open);
+
+    // Key /b: one stream ends OK, another is dropped by the caller.
+    let response = call("/b").await;
+    end_with(sent.recv().await.unwrap(), "0");
+    let _ = response.into_body().collect().await.unwrap();
+    let response = call("/b").await;
+    let _tx = sent.recv().await.unwrap();
+    drop(response);
+    assert_eq!(counts("/b"), (1, 0, 1));
+    assert_eq!(handle.get(&"/b".to_owned()).unwrap().state(), State::Closed);
+    assert_eq!(handle.open_keys(), ["/a".to_owned()]);
+}

@@ -420,6 +420,105 @@ impl<B: Body, G: OnBodyEnd> Body for Guarded<B, G> {
     }
 }
 
+pin_project! {
+    /// A response body bounded by the request's deadline: once the deadline has
+    /// passed, the next poll ends the body with a [`DeadlineExceeded`] error (the
+    /// error itself, boxed) and drops the inner body, which closes the stream to the
+    /// dependency. Without a deadline it is the inner body, its error boxed.
+    ///
+    /// Why: a client's budget covers the whole answer, not only its headers (gRPC's
+    /// deadline covers the stream too). A stream still running when the caller's
+    /// budget is spent is work nobody waits for, holding a connection and, through
+    /// a [`Guarded`] body around it, a bulkhead's slot. The breaker's
+    /// `hold_until_body_end` mode wraps each response body in one, under the
+    /// [`Guarded`] body that holds its ticket, so a body cut here is recorded as a
+    /// timeout failure and every slot held by the body is freed.
+    ///
+    /// The deadline is checked at each poll, before the inner body: frames already
+    /// buffered are not read past it, as gRPC cancels the whole call. The timer is
+    /// registered at the first poll, boxed (one allocation per bounded body), so
+    /// the body is `Unpin` when the inner one is and `body.frame().await` keeps
+    /// working in callers' code.
+    #[derive(Debug)]
+    pub struct BoundedBody<B> {
+        #[pin]
+        body: Option<B>,
+        deadline: Option<tokio::time::Instant>,
+        sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    }
+}
+
+impl<B> BoundedBody<B> {
+    /// `body`, ended with [`DeadlineExceeded`] if still being read at `deadline`
+    /// (`None`: never).
+    pub fn new(body: B, deadline: Option<crate::Deadline>) -> Self {
+        Self {
+            body: Some(body),
+            deadline: deadline.map(|d| d.instant()),
+            sleep: None,
+        }
+    }
+
+    /// The deadline bounding the body, if any.
+    pub fn deadline(&self) -> Option<crate::Deadline> {
+        self.deadline.map(crate::Deadline::at)
+    }
+
+    /// Whether the body was cut at its deadline.
+    pub fn is_expired(&self) -> bool {
+        self.body.is_none()
+    }
+}
+
+impl<B> Body for BoundedBody<B>
+where
+    B: Body,
+    B::Error: Into<BoxError>,
+{
+    type Data = B::Data;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let mut this = self.project();
+        if this.body.is_none() {
+            // Already cut at the deadline: the error was the body's end.
+            return Poll::Ready(None);
+        }
+        if let Some(deadline) = *this.deadline {
+            let sleep = this
+                .sleep
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+            if sleep.as_mut().poll(cx).is_ready() {
+                this.body.set(None);
+                *this.sleep = None;
+                return Poll::Ready(Some(Err(Box::new(
+                    crate::rejection::DeadlineExceeded::new(),
+                ))));
+            }
+        }
+        match this.body.as_pin_mut() {
+            Some(body) => body
+                .poll_frame(cx)
+                .map(|frame| frame.map(|f| f.map_err(Into::into))),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.as_ref().is_none_or(Body::is_end_stream)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.body {
+            Some(body) => body.size_hint(),
+            None => SizeHint::with_exact(0),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -675,5 +774,91 @@ mod tests {
         let body = Guarded::new(stream(frames), rec.clone());
         assert!(body.collect().await.is_err());
         assert_eq!(rec.events(), ["errored"]);
+    }
+
+    /// A body that yields its frames, then waits forever (a stalled stream); it
+    /// holds `alive` until dropped.
+    struct Stalling {
+        frames: std::collections::VecDeque<Frame<Bytes>>,
+        _alive: Arc<()>,
+    }
+
+    impl Body for Stalling {
+        type Data = Bytes;
+        type Error = std::io::Error;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+            match self.frames.pop_front() {
+                Some(frame) => Poll::Ready(Some(Ok(frame))),
+                None => Poll::Pending,
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_still_streaming_at_its_deadline_ends_with_deadline_exceeded() {
+        use crate::Deadline;
+        use tokio::time::Instant;
+        let alive = Arc::new(());
+        let stalling = Stalling {
+            frames: [Frame::data(Bytes::from_static(b"first"))].into(),
+            _alive: Arc::clone(&alive),
+        };
+        let deadline = Deadline::after(Instant::now(), Duration::from_millis(300));
+        let rec = Recorder::default();
+        let mut body = Guarded::new(BoundedBody::new(stalling, Some(deadline)), rec.clone());
+        let first = body.frame().await.unwrap().unwrap();
+        assert_eq!(first.into_data().unwrap(), "first");
+        // Nothing more comes: the read waits, and is cut at the deadline.
+        let started = Instant::now();
+        let cut = body.frame().await.unwrap().unwrap_err();
+        assert_eq!(Instant::now() - started, Duration::from_millis(300));
+        assert!(matches!(
+            find_rejection(&*cut).map(|r| r.kind()),
+            Some(crate::RejectionKind::DeadlineExceeded)
+        ));
+        assert_eq!(rec.events(), ["errored"]);
+        // The inner body is dropped (the stream to the dependency closed), and the
+        // body stays ended.
+        assert_eq!(Arc::strong_count(&alive), 1);
+        assert!(body.frame().await.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn frames_buffered_before_the_deadline_are_not_read_past_it() {
+        use crate::Deadline;
+        use tokio::time::Instant;
+        let frames: Frames = vec![
+            Ok(Frame::data(Bytes::from_static(b"a"))),
+            Ok(Frame::data(Bytes::from_static(b"b"))),
+        ];
+        let deadline = Deadline::after(Instant::now(), Duration::from_millis(100));
+        let mut body = BoundedBody::new(stream(frames), Some(deadline));
+        assert!(body.frame().await.unwrap().is_ok());
+        tokio::time::advance(Duration::from_millis(100)).await;
+        assert!(body.frame().await.unwrap().is_err());
+        assert!(body.is_expired());
+        assert!(body.is_end_stream());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_that_ends_in_time_or_has_no_deadline_is_the_inner_body() {
+        use crate::Deadline;
+        use tokio::time::Instant;
+        let deadline = Deadline::after(Instant::now(), Duration::from_millis(100));
+        let body = BoundedBody::new(Full::new(Bytes::from_static(b"quote")), Some(deadline));
+        assert_eq!(body.deadline(), Some(deadline));
+        assert_eq!(&body.collect().await.unwrap().to_bytes()[..], b"quote");
+        let mut unbounded = BoundedBody::new(
+            stream(vec![Ok(Frame::data(Bytes::from_static(b"x")))]),
+            None,
+        );
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        assert!(unbounded.frame().await.unwrap().is_ok());
+        assert!(unbounded.frame().await.is_none());
+        assert!(!unbounded.is_expired());
     }
 }
