@@ -2,13 +2,32 @@
 //! that is healthy, then slow, then failing, then healthy again:
 //!
 //! ```text
-//! FallbackLayer        a clearly marked stale quote when the supplier cannot answer
-//! DeadlineLayer(300ms) the budget of the call, retries included
+//! FallbackLayer        the last quote the supplier sent, with its age, while it is
+//!                      valid (30 s); otherwise an explicit "no quote"
+//! DeadlineLayer(300ms) the budget of the call, retries included, body included
 //! DeadlineRetry        the one layer that retries: 3 attempts, jittered waits, a budget
-//! BulkheadLayer(4)     at most 4 calls to the supplier at once
-//! CircuitBreakerLayer  HTTP status classifier: 5xx, 429 and transport errors fail
+//! BulkheadLayer(4)     at most 4 calls to the supplier at once, each holding its slot
+//!                      until the response body has been read (hold_until_body_end)
+//! CircuitBreakerLayer  HTTP status classifier: 5xx, 429 and transport errors fail;
+//!                      a call is judged when its body ends (hold_until_body_end)
 //! hyper-util Client
 //! ```
+//!
+//! **Until the body ends.** A client's call is not over when the response's headers
+//! arrive: the connection streams the body after them, and the body can still stall
+//! or fail. So both the bulkhead and the breaker are held until the body ends
+//! (`hold_until_body_end`): the slot is freed, and the breaker judges the call, when
+//! the caller has read the body to its end (or it failed, or was dropped: a dropped
+//! body is a cancelled call, not recorded); the request's deadline bounds the body
+//! too. The response type becomes `Response<Guarded<..>>`, which the fallback wraps
+//! in an `Either` with its own body (`EitherResponse`), so its answer need not be
+//! the supplier's body type. The burst at the end shows a slot held by an unread
+//! body.
+//!
+//! **The fallback never invents a price.** It answers with the last quote the
+//! supplier really sent, unchanged, with its `Age` and its source in the headers,
+//! while that quote is younger than its declared validity; with nothing valid it
+//! answers "no quote" (`Unavailable`), which the caller shows as such.
 //!
 //! Each line shows what the caller got (the supplier's answer, or the fallback and
 //! why), the breaker's state after the call, how many requests reached the
@@ -30,11 +49,12 @@ mod phases;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, Response, StatusCode};
+use http::{header, HeaderValue, Request, Response, StatusCode};
+use http_body::Body;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
@@ -43,7 +63,7 @@ use seawall::bulkhead::BulkheadLayer;
 use seawall::circuit_breaker::CircuitBreakerLayer;
 use seawall::core::{DeadlineLayer, DeadlineRetry, Jitter, RetrySnapshot};
 use seawall::fallback::http::{served, EitherResponse};
-use seawall::fallback::{FallbackLayer, FallbackRequest, Rejections, Trigger};
+use seawall::fallback::{FallbackLayer, FallbackRequest, Rejections, Trigger, Unavailable};
 use seawall::{BoxError, HttpStatus, RejectionKind, ServiceBuilderExt};
 use tower::{ServiceBuilder, ServiceExt};
 
@@ -98,28 +118,95 @@ impl Supplier {
     }
 }
 
+/// How long a quote stays valid once the supplier sent it: what the supplier
+/// agreed to honour (here, for the example, 30 s).
+const QUOTE_VALIDITY: Duration = Duration::from_secs(30);
+
+/// Where the cached quote's headers say it came from.
+const QUOTE_SOURCE: &str = "x-quote-source";
+
+/// The last quote the supplier sent, and when it arrived: the only thing the
+/// fallback may answer with. Cloned handles share it.
+#[derive(Clone, Default)]
+struct LastQuote(Arc<Mutex<Option<(Bytes, tokio::time::Instant)>>>);
+
+impl LastQuote {
+    /// Keeps `quote`, read to its end from the supplier's answer.
+    fn store(&self, quote: Bytes) {
+        let now = tokio::time::Instant::now();
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some((quote, now));
+    }
+
+    /// The quote and its age, if it is still within its validity.
+    fn fresh(&self) -> Option<(Bytes, Duration)> {
+        let last = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let (quote, at) = last.as_ref()?;
+        let age = at.elapsed();
+        (age < QUOTE_VALIDITY).then(|| (quote.clone(), age))
+    }
+
+    /// The fallback's answer: the cached quote with its `Age` (whole seconds, as
+    /// HTTP caches give it) and source, or an explicit "no quote".
+    fn answer(&self) -> Result<Response<Full<Bytes>>, BoxError> {
+        let Some((quote, age)) = self.fresh() else {
+            return Err(
+                Unavailable::new("no quote: none from the supplier within its validity").into(),
+            );
+        };
+        let mut res = Response::new(Full::new(quote));
+        res.headers_mut()
+            .insert(header::AGE, HeaderValue::from(age.as_secs()));
+        res.headers_mut().insert(
+            QUOTE_SOURCE,
+            HeaderValue::from_static("cache: last quote from freight-supplier, valid 30 s"),
+        );
+        Ok(res)
+    }
+}
+
 fn quote_request(addr: SocketAddr) -> http::Result<Request<Full<Bytes>>> {
     Request::get(format!("http://{addr}/quote?to=PT-1000")).body(Full::default())
 }
 
-/// What the caller got: the supplier's answer, or the fallback's and why.
-async fn describe(result: Result<EitherResponse<Incoming, Full<Bytes>>, BoxError>) -> String {
+/// What the caller got: the supplier's answer (kept in `last` as the latest
+/// quote), or the fallback's and why. The body is read to its end: that is when
+/// the bulkhead frees the call's slot and the breaker judges it.
+async fn describe<B>(
+    result: Result<EitherResponse<B, Full<Bytes>>, BoxError>,
+    last: &LastQuote,
+) -> String
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
     let res = match result {
         Ok(res) => res,
-        Err(e) => return format!("error: {e}"),
+        Err(e) => match Unavailable::find(&*e) {
+            Some(no_quote) => return format!("fallback: {}", no_quote.reason()),
+            None => return format!("error: {e}"),
+        },
     };
     let served = served(&res).cloned();
     let status = res.status();
+    let age = res.headers().get(header::AGE).cloned();
     let body = match res.into_body().collect().await {
-        Ok(body) => String::from_utf8_lossy(&body.to_bytes()).into_owned(),
+        Ok(body) => body.to_bytes(),
         Err(e) => return format!("{status}, body failed: {e}"),
     };
+    let text = String::from_utf8_lossy(&body).into_owned();
+    let cached = |why: &str| {
+        let age = age.as_ref().and_then(|a| a.to_str().ok()).unwrap_or("?");
+        format!("{why}, cached {text}, age {age} s")
+    };
     match served.map(|s| s.trigger()) {
-        None => format!("served {status}: {body}"),
-        Some(Trigger::Rejected(RejectionKind::CircuitOpen)) => {
-            format!("breaker open, fallback: {body}")
+        None => {
+            if status.is_success() {
+                last.store(body);
+            }
+            format!("served {status}: {text}")
         }
-        Some(t) => format!("fallback ({t}): {body}"),
+        Some(Trigger::Rejected(RejectionKind::CircuitOpen)) => cached("breaker open"),
+        Some(t) => cached(&format!("fallback ({t})")),
     }
 }
 
@@ -185,14 +272,14 @@ async fn main() -> Result<(), BoxError> {
         .max_concurrent(4)
         .max_queue(0)
         .build()?;
+    let last = LastQuote::default();
     let fallback = FallbackLayer::builder("freight-quote")
         .on_rejections(Rejections::ALL) // open breaker, full bulkhead, deadline
         .on_failure(HttpStatus::default()) // a 5xx answer or a transport error
-        .sync_fn(|_r: FallbackRequest<()>| {
-            // A real service would read a cache with an agreed validity; it never
-            // invents a price.
-            let body = Full::new(Bytes::from_static(b"stale quote: 12.40 EUR"));
-            Ok::<_, BoxError>(Response::new(body))
+        .sync_fn({
+            // The last quote the supplier sent, while valid; never a made-up price.
+            let last = last.clone();
+            move |_r: FallbackRequest<()>| last.answer()
         })
         .either_body()
         .build()?;
@@ -200,12 +287,13 @@ async fn main() -> Result<(), BoxError> {
     let retry_handle = retry.handle();
 
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    // Client stacks hold the slot and the breaker's verdict until the body ends.
     let quotes = ServiceBuilder::new()
         .fallback(fallback)
         .deadline(DeadlineLayer::new(Duration::from_millis(300))?)
         .deadline_retry(retry)
-        .bulkhead(bulkhead)
-        .circuit_breaker(breaker)
+        .bulkhead(bulkhead.hold_until_body_end())
+        .layer(breaker.hold_until_body_end())
         .service(client);
 
     let script: [(&str, u16, Duration, usize); 4] = [
@@ -226,9 +314,9 @@ async fn main() -> Result<(), BoxError> {
         for _ in 0..calls {
             n += 1;
             let before = retry_handle.snapshot();
-            let what = describe(quotes.clone().oneshot(quote_request(addr)?).await).await;
+            let what = describe(quotes.clone().oneshot(quote_request(addr)?).await, &last).await;
             println!(
-                "call {n:>2}: {what:<58} breaker {:?}, supplier hits {}, {}",
+                "call {n:>2}: {what:<62} breaker {:?}, supplier hits {}, {}",
                 breaker_handle.state(),
                 supplier.received.load(Ordering::SeqCst),
                 retries_of(&before, &retry_handle.snapshot())
@@ -245,10 +333,24 @@ async fn main() -> Result<(), BoxError> {
         .into_iter()
         .map(|req| tokio::spawn(quotes.clone().oneshot(req)))
         .collect();
+    // Every answer is in before any body is read: the 4 admitted calls still hold
+    // their slots (their bodies are unread), the other 2 were turned away.
+    let mut answers = Vec::new();
     for call in burst {
-        n += 1;
-        println!("call {n:>2}: {}", describe(call.await?).await);
+        answers.push(call.await?);
     }
+    println!(
+        "   all answers in, no body read yet: {} slots held",
+        bulkhead_handle.snapshot().active
+    );
+    for answer in answers {
+        n += 1;
+        println!("call {n:>2}: {}", describe(answer, &last).await);
+    }
+    println!(
+        "   every body read: {} slots held",
+        bulkhead_handle.snapshot().active
+    );
 
     let b = breaker_handle.snapshot().counters;
     let k = bulkhead_handle.snapshot();

@@ -3,17 +3,28 @@
 //!
 //! ```text
 //! RejectionStatusLayer   seawall rejections become UNAVAILABLE / RESOURCE_EXHAUSTED, not UNKNOWN
-//! DeadlineLayer(500ms)   the budget of the call
-//! BulkheadLayer(8)       at most 8 calls to the supplier at once
-//! CircuitBreakerLayer    gRPC status classifier: UNAVAILABLE fails, NOT_FOUND is an answer
+//! DeadlineLayer(500ms)   the budget of the call, the response stream included
+//! BulkheadLayer(8)       at most 8 calls to the supplier at once, each until its stream ends
+//! CircuitBreakerLayer    gRPC status classifier: UNAVAILABLE fails, NOT_FOUND is an answer;
+//!                        judged when the response stream ends, by its trailers
 //! tonic Channel
 //! ```
+//!
+//! The stack is built by `quote_stack` (`examples/shared/quote_stack.rs`), which the
+//! tests use too. Both the bulkhead and the breaker hold each call until the
+//! response stream ends (`hold_until_body_end`): a gRPC server sends its final
+//! status in the trailers after its messages, so a call whose headers said 200 can
+//! still end `UNAVAILABLE`, and its connection is busy until then. The response
+//! body type becomes `Guarded<..>`, which a tonic generated client accepts as it
+//! is (any body with `Bytes` data and an error into `BoxError`).
 //!
 //! The supplier answers, then says NOT_FOUND (a business answer: the breaker stays
 //! closed), then is slow (the deadline cuts the call: UNAVAILABLE), then fails with
 //! UNAVAILABLE until the breaker opens; calls then fail fast with UNAVAILABLE from
 //! the breaker without reaching the server, until the open interval has passed and a
-//! probe finds it healthy again.
+//! probe finds it healthy again. Between them, one call's server answers 200 and
+//! puts `UNAVAILABLE` in the trailers only, as a stream failing late does: the
+//! breaker counts it as the failure it is.
 //!
 //! Run with `cargo run --example tonic_channel` (finishes by itself in about 2 s).
 #![allow(clippy::print_stdout)]
@@ -25,16 +36,12 @@ mod phases;
 
 #[path = "shared/grpc_quote.rs"]
 mod grpc_quote;
+#[path = "shared/quote_stack.rs"]
+mod quote_stack;
 
-use std::time::Duration;
 
 use grpc_quote::{Behaviour, QuoteRequest, QuotesClient, QuotesServer};
-use seawall::bulkhead::BulkheadLayer;
-use seawall::circuit_breaker::CircuitBreakerLayer;
-use seawall::core::grpc::RejectionStatusLayer;
-use seawall::core::DeadlineLayer;
-use seawall::{find_rejection, BoxError, GrpcStatus, RejectionKind};
-use tower::ServiceBuilder;
+use seawall::{find_rejection, BoxError, RejectionKind};
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
@@ -43,18 +50,7 @@ async fn main() -> Result<(), BoxError> {
     let addr = server.serve().await?;
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?.connect_lazy();
 
-    let breaker = CircuitBreakerLayer::builder("quotes")
-        .count_window(8, 6, 0.5) // trips at 50 % failures of the last 8 calls, once 6 are in
-        .open_for(Duration::from_secs(1))
-        .classifier(GrpcStatus::default())
-        .build()?;
-    let breaker_handle = breaker.handle();
-    let stack = ServiceBuilder::new()
-        .layer(RejectionStatusLayer)
-        .layer(DeadlineLayer::new(Duration::from_millis(500))?)
-        .layer(BulkheadLayer::builder("quotes").max_concurrent(8).build()?)
-        .layer(breaker)
-        .service(channel);
+    let (stack, breaker_handle) = quote_stack::quote_stack(channel)?;
     let mut client = QuotesClient::new(stack);
 
     let script = [
@@ -62,9 +58,14 @@ async fn main() -> Result<(), BoxError> {
         ("no quote for that destination", Behaviour::NotFound, 1),
         ("supplier slow (2 s, budget 500 ms)", Behaviour::Slow, 1),
         (
+            "supplier answers 200, UNAVAILABLE only in the trailers",
+            Behaviour::TrailingUnavailable,
+            1,
+        ),
+        (
             "supplier failing with UNAVAILABLE",
             Behaviour::Unavailable,
-            5,
+            4,
         ),
         (phases::RECOVERED, Behaviour::Quote, 2),
     ];
