@@ -39,7 +39,6 @@ mod grpc_quote;
 #[path = "shared/quote_stack.rs"]
 mod quote_stack;
 
-
 use grpc_quote::{Behaviour, QuoteRequest, QuotesClient, QuotesServer};
 use seawall::{find_rejection, BoxError, RejectionKind};
 
