@@ -65,6 +65,13 @@ impl<Res> Hold<Res> for UntilResponse {
 /// busy until then). The response type becomes
 /// `http::Response<`[`Guarded`](seawall_core::http::Guarded)`<B, `[`Permit`]`>>`.
 ///
+/// Hold it in **client** stacks (a hyper-util `Client`, a tonic `Channel`), where
+/// the connection to the dependency is busy until the body ends; a server route
+/// that streams to its own caller (server-sent events, long polling) keeps the
+/// default, or a slow reader pins the slot. The bulkhead does not bound the body
+/// in time: under a breaker held until the body ends too, the request's deadline
+/// ends a body still streaming when it passes, and with it the slot.
+///
 /// Chosen with [`BulkheadLayer::hold_until_body_end`](crate::BulkheadLayer::hold_until_body_end).
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]

@@ -422,7 +422,7 @@ impl<B: Body, G: OnBodyEnd> Body for Guarded<B, G> {
 
 pin_project! {
     /// A response body bounded by the request's deadline: once the deadline has
-    /// passed, the next poll ends the body with a [`DeadlineExceeded`] error (the
+    /// passed, the next poll ends the body with a [`DeadlineExceeded`](crate::DeadlineExceeded) error (the
     /// error itself, boxed) and drops the inner body, which closes the stream to the
     /// dependency. Without a deadline it is the inner body, its error boxed.
     ///
@@ -449,7 +449,7 @@ pin_project! {
 }
 
 impl<B> BoundedBody<B> {
-    /// `body`, ended with [`DeadlineExceeded`] if still being read at `deadline`
+    /// `body`, ended with [`DeadlineExceeded`](crate::DeadlineExceeded) if still being read at `deadline`
     /// (`None`: never).
     pub fn new(body: B, deadline: Option<crate::Deadline>) -> Self {
         Self {
