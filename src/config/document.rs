@@ -45,6 +45,7 @@ pub struct PolicyDocument {
 /// |---|---|---|
 /// | `deadline` | `"300ms"` | the budget of the segment, admission included ([`DeadlineLayer`](seawall_core::DeadlineLayer)) |
 /// | `deadline_shadow` | `true` \| `false` | shadow mode for the deadline: computed and counted, not enforced (default `false`; needs `deadline`; may change at run time) |
+/// | `hold` | `"body"` \| `"response"` | for the HTTP constructors ([`Policies::http_bulkhead`](super::Policies::http_bulkhead), [`Policies::http_circuit_breaker`](super::Policies::http_circuit_breaker)): the call ends when the response body ends (`"body"`, the default: a client's connection is busy until then, and a gRPC status comes in the trailers) or at the response's headers (`"response"`: a server route streaming to its own caller); the other constructors' calls end with the response future. Cannot change at run time. |
 /// | `bulkhead` | table | [`BulkheadConfig`](crate::bulkhead::BulkheadConfig): `max_concurrent`, `queue = { … }` (the options of [`QueuePolicy`](crate::bulkhead::QueuePolicy), listed there), and `adaptive = { algorithm = "aimd" \| "gradient", min_limit, max_limit, initial_limit, … }` for a limit found at run time ([`AdaptiveConfig`](crate::bulkhead::AdaptiveConfig)) |
 /// | `breaker` | table | [`CircuitBreakerConfig`](crate::circuit_breaker::CircuitBreakerConfig): `policy = { kind = "count_window", size, min_calls, failure_rate }`, `open_for`, … |
 /// | `degradation` | table | [`DegradationConfig`](crate::degradation::DegradationConfig): `failures_to_degrade`, `min_dwell`, `probe_ratio`, … |
@@ -65,6 +66,10 @@ pub struct PolicyConfig {
     /// sections have their own `shadow` field.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub deadline_shadow: bool,
+    /// When an HTTP call ends for the HTTP constructors: at the end of the response
+    /// body (the default) or at its headers.
+    #[serde(skip_serializing_if = "Hold::is_body")]
+    pub hold: Hold,
     /// The bulkhead's limits.
     #[cfg(feature = "bulkhead")]
     #[cfg_attr(docsrs, doc(cfg(feature = "bulkhead")))]
@@ -85,6 +90,27 @@ pub struct PolicyConfig {
     #[cfg_attr(docsrs, doc(cfg(feature = "fallback")))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fallback: Option<crate::fallback::FallbackConfig>,
+}
+
+/// When an HTTP call ends, for the layers a policy's HTTP constructors build.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Hold {
+    /// When the response body has been read to its end, has failed or is dropped:
+    /// the bulkhead's slot and the breaker's verdict last until then.
+    #[default]
+    Body,
+    /// When the response's headers arrive: for a server route whose body streams to
+    /// its own caller (server-sent events, long polling), which would otherwise pin
+    /// a slot for as long as the caller reads.
+    Response,
+}
+
+impl Hold {
+    /// Whether this is [`Hold::Body`], the default.
+    pub fn is_body(&self) -> bool {
+        *self == Hold::Body
+    }
 }
 
 /// The kinds of section a policy may have, in the order of the recommended stack.
@@ -310,6 +336,12 @@ impl PolicyDocument {
                         format!("added, but {RESTART}"),
                     ));
                 }
+            }
+            if old.hold != policy.hold {
+                errors.push(ConfigError::new(
+                    format!("{path}.hold"),
+                    format!("changed, but the layers were built with it: it {RESTART}"),
+                ));
             }
             if old.deadline.is_some()
                 && policy.deadline.is_some()

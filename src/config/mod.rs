@@ -151,7 +151,7 @@ for_the_policy_layers! {
 mod locate;
 mod policies;
 
-pub use document::{PolicyConfig, PolicyDocument, Section};
+pub use document::{Hold, PolicyConfig, PolicyDocument, Section};
 pub use error::LoadError;
 #[cfg(feature = "fleet")]
 #[cfg_attr(docsrs, doc(cfg(feature = "fleet")))]

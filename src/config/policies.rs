@@ -433,6 +433,53 @@ impl Policies {
         )
     }
 
+    /// The policy's [`Hold`](super::Hold): when an HTTP call ends for its HTTP
+    /// constructors.
+    fn hold(&self, name: &str) -> super::Hold {
+        self.inner
+            .started
+            .policies
+            .get(name)
+            .map(|p| p.hold)
+            .unwrap_or_default()
+    }
+
+    /// The bulkhead of policy `name` for an HTTP client: by default each call keeps
+    /// its slot until the response body ends ([`hold_until_body_end`](crate::bulkhead::BulkheadLayer::hold_until_body_end)),
+    /// or only until the headers with the policy's `hold = "response"`; the response
+    /// type is `http::Response<Guarded<B, Permit>>` either way. Built once, and the
+    /// same bulkhead as [`bulkhead`](Self::bulkhead) builds for the policy.
+    #[cfg(all(feature = "bulkhead", feature = "http"))]
+    #[cfg_attr(docsrs, doc(cfg(all(feature = "bulkhead", feature = "http"))))]
+    pub fn http_bulkhead(
+        &self,
+        name: &str,
+    ) -> Result<crate::bulkhead::BulkheadLayer<crate::bulkhead::UntilBodyEnd>, ConfigError> {
+        let hold = self.hold(name).is_body();
+        Ok(self.bulkhead(name)?.hold_until_body_end().hold_body(hold))
+    }
+
+    /// The circuit breaker of policy `name` for an HTTP or gRPC client: by default
+    /// each call is judged when the response body ends (a gRPC status in the
+    /// trailers, a body failing mid-stream), or at the headers with the policy's
+    /// `hold = "response"`; the response type is the same either way. `customize`
+    /// as for [`circuit_breaker`](Self::circuit_breaker), whose breaker it is.
+    #[cfg(all(feature = "circuit-breaker", feature = "http"))]
+    #[cfg_attr(docsrs, doc(cfg(all(feature = "circuit-breaker", feature = "http"))))]
+    pub fn http_circuit_breaker<C>(
+        &self,
+        name: &str,
+        customize: impl FnOnce(
+            crate::circuit_breaker::CircuitBreakerBuilder,
+        ) -> crate::circuit_breaker::CircuitBreakerBuilder<C>,
+    ) -> Result<crate::circuit_breaker::UntilBodyEndLayer<C>, ConfigError> {
+        let hold = self.hold(name).is_body();
+        Ok(self
+            .circuit_breaker(name, customize)?
+            .hold_until_body_end()
+            .hold_body(hold))
+    }
+
     /// Builds the degradation layer of policy `name` (once; clone it to share it).
     /// `customize` adds the levels (code); the document's section then replaces the
     /// builder's configuration.

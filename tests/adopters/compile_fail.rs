@@ -8,14 +8,16 @@
 //! | `bulkhead_inner_not_clone` | a client that is not `Clone` under a bulkhead | that `Clone` is missing, and `#[derive(Clone)]` |
 //! | `tower_timeout_boxerror_closure` | (no mistake) a `service_fn` closure returning `Result<_, BoxError>` awaited through tower's `Timeout` in a spawned task | "is not general enough" (rust-lang/rust#64552) |
 //!
-//! The first two cases hand the service to `BoxCloneSyncService::new`, a function
+//! The classifier case hands the service to `BoxCloneSyncService::new`, a function
 //! with a `Service<Req>` bound: there the compiler names the fix. Called as a method
-//! instead (`svc.oneshot(req)`, `svc.ready()`), the same two mistakes, and a bare
-//! closure classifier under `hold_until_body_end` (which needs `classify_fn`), end in
-//! E0599, "the method `oneshot` exists for struct `Bulkhead<Store>`, but its trait
-//! bounds were not satisfied", which names neither the classifier's signature, nor
-//! `Clone`, nor `classify_fn`: the compiler stops at the unsatisfied `Service<_>`
-//! bound and does not say which of the impl's bounds failed.
+//! instead (`svc.oneshot(req)`, `svc.ready()`), a wrong classifier, and a bare closure
+//! classifier under `hold_until_body_end` (which needs `classify_fn`), end in E0599,
+//! "the method `oneshot` exists for struct `CircuitBreaker<..>`, but its trait bounds
+//! were not satisfied", which names neither the classifier's signature nor
+//! `classify_fn`: the compiler stops at the unsatisfied `Service<_>` bound. The
+//! bulkhead case is written as users write it (`bulkhead.layer(Store)`, then
+//! `oneshot` in a spawned task): the bulkhead's `Layer` impl requires `S: Clone`, so
+//! the error comes where the client is layered and names `Clone`.
 //!
 //! `trybuild` compares the whole compiler output with each case's `.stderr` file; a
 //! new compiler may word it differently, and the bulkhead case quotes the bulkhead's

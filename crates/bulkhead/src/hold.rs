@@ -96,6 +96,10 @@ impl<B: http_body::Body> Hold<http::Response<B>> for UntilBodyEnd {
     type Output = http::Response<seawall_core::http::Guarded<B, Permit>>;
 
     fn hold(response: http::Response<B>, permit: Permit) -> Self::Output {
+        if permit.releases_at_headers() {
+            drop(permit);
+            return response.map(seawall_core::http::Guarded::without_guard);
+        }
         seawall_core::http::guard_response(response, permit)
     }
 }

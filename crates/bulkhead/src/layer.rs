@@ -116,6 +116,26 @@ impl<O> BulkheadLayer<UntilResponse, O> {
     }
 }
 
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+impl<O> BulkheadLayer<crate::hold::UntilBodyEnd, O> {
+    /// Whether the bulkhead holds each slot until the response body ends (`true`,
+    /// what [`hold_until_body_end`](BulkheadLayer::hold_until_body_end) builds) or
+    /// frees it when the response's headers arrive (`false`), with the same
+    /// response type either way, so the choice can come from configuration (a
+    /// policy file's `hold = "response"`) without changing the stack's type.
+    ///
+    /// It is the bulkhead's setting, not this layer's: every layer and service of
+    /// this bulkhead follows it, from the next response on.
+    #[must_use]
+    pub fn hold_body(self, hold: bool) -> Self {
+        self.shared
+            .release_at_headers
+            .store(!hold, std::sync::atomic::Ordering::Relaxed);
+        self
+    }
+}
+
 impl<H, O: Clone> Clone for BulkheadLayer<H, O> {
     fn clone(&self) -> Self {
         Self {
@@ -135,7 +155,11 @@ impl<H, O> fmt::Debug for BulkheadLayer<H, O> {
     }
 }
 
-impl<S, H, O: Clone> Layer<S> for BulkheadLayer<H, O> {
+/// `S: Clone` here, not only on the service: the bulkhead drives the inner service
+/// from its response future on a clone taken at call time, so a client that is not
+/// `Clone` is refused where it is layered, with an error that names `Clone`, rather
+/// than later where the service is called, where the error names neither.
+impl<S: Clone, H, O: Clone> Layer<S> for BulkheadLayer<H, O> {
     type Service = Bulkhead<S, H, O>;
 
     fn layer(&self, inner: S) -> Self::Service {

@@ -151,6 +151,16 @@ impl Permit {
     pub fn bulkhead(&self) -> &str {
         &self.slot().shared.name
     }
+
+    /// Whether the bulkhead releases its slots at the response's headers although
+    /// built to hold them until the body ends.
+    #[cfg(feature = "http")]
+    pub(crate) fn releases_at_headers(&self) -> bool {
+        self.slot()
+            .shared
+            .release_at_headers
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 impl fmt::Debug for Permit {

@@ -42,6 +42,9 @@ pub(crate) struct Shared {
     full_at_last_demand: AtomicU64,
     /// Shadow mode: read only where a call would be rejected.
     shadow: AtomicBool,
+    /// In the body-end hold: release the slot at the response's headers instead
+    /// (see `BulkheadLayer::hold_body`). Read once per response in that mode only.
+    pub(crate) release_at_headers: AtomicBool,
 }
 
 /// What a shadow bulkhead let through beyond its limit.
@@ -100,6 +103,7 @@ impl Shared {
             events: Events::default(),
             full_at_last_demand: AtomicU64::new(0),
             shadow: AtomicBool::new(config.shadow),
+            release_at_headers: AtomicBool::new(false),
             shadowed: OnceLock::new(),
         }
     }

@@ -36,7 +36,10 @@ impl<C> CircuitBreakerLayer<C> {
     /// `http::Response<`[`HeldBody`]`<B, _>>`. See [`UntilBodyEnd`].
     #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
     pub fn hold_until_body_end(self) -> UntilBodyEndLayer<C> {
-        UntilBodyEndLayer { layer: self }
+        UntilBodyEndLayer {
+            layer: self,
+            hold: true,
+        }
     }
 }
 
@@ -47,9 +50,22 @@ impl<C> CircuitBreakerLayer<C> {
 /// built from that layer, and all their clones, share one breaker.
 pub struct UntilBodyEndLayer<C> {
     layer: CircuitBreakerLayer<C>,
+    hold: bool,
 }
 
 impl<C> UntilBodyEndLayer<C> {
+    /// Whether the services this layer builds hold each call until the response
+    /// body ends (`true`, the default) or judge it at the response's headers as
+    /// [`CircuitBreakerLayer`] does (`false`), with the same response type either
+    /// way, so the choice can come from configuration (a policy file's
+    /// `hold = "response"`) without changing the stack's type. Released at the
+    /// headers, the body is not bounded by the request's deadline either.
+    #[must_use]
+    pub fn hold_body(mut self, hold: bool) -> Self {
+        self.hold = hold;
+        self
+    }
+
     /// The operator's handle on the breaker.
     pub fn handle(&self) -> Handle {
         self.layer.handle()
@@ -65,6 +81,7 @@ impl<C: Clone> Clone for UntilBodyEndLayer<C> {
     fn clone(&self) -> Self {
         Self {
             layer: self.layer.clone(),
+            hold: self.hold,
         }
     }
 }
@@ -73,6 +90,7 @@ impl<C: fmt::Debug> fmt::Debug for UntilBodyEndLayer<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("UntilBodyEndLayer")
             .field("layer", &self.layer)
+            .field("hold", &self.hold)
             .finish()
     }
 }
@@ -83,6 +101,7 @@ impl<S, C: Clone> Layer<S> for UntilBodyEndLayer<C> {
     fn layer(&self, inner: S) -> Self::Service {
         UntilBodyEnd {
             inner: self.layer.layer(inner),
+            hold: self.hold,
         }
     }
 }
@@ -166,6 +185,7 @@ impl<S, C: Clone> Layer<S> for UntilBodyEndLayer<C> {
 /// **What `Clone` shares:** the breaker, as [`CircuitBreaker`].
 pub struct UntilBodyEnd<S, C> {
     inner: CircuitBreaker<S, C>,
+    hold: bool,
 }
 
 impl<S, C> UntilBodyEnd<S, C> {
@@ -194,6 +214,7 @@ impl<S: Clone, C: Clone> Clone for UntilBodyEnd<S, C> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
+            hold: self.hold,
         }
     }
 }
@@ -202,6 +223,7 @@ impl<S: fmt::Debug, C: fmt::Debug> fmt::Debug for UntilBodyEnd<S, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("UntilBodyEnd")
             .field("inner", &self.inner)
+            .field("hold", &self.hold)
             .finish()
     }
 }
@@ -224,7 +246,7 @@ where
     }
 
     fn call(&mut self, req: Req) -> Self::Future {
-        UntilBodyEndFuture::new(self.inner.call(req))
+        UntilBodyEndFuture::new(self.inner.call(req), self.hold)
     }
 }
 
@@ -250,6 +272,8 @@ pin_project! {
             #[pin]
             future: BoundedByCurrent<F>,
             held: Option<(Guard, C)>,
+            // `false`: judged at the headers, as the plain breaker does.
+            hold: bool,
         },
         Rejected {
             #[pin]
@@ -260,11 +284,12 @@ pin_project! {
 
 impl<F, C> UntilBodyEndFuture<F, C> {
     /// Holds the call of `future` (made by a breaker's `call`) until its body ends.
-    pub(crate) fn new(future: ResponseFuture<F, C>) -> Self {
+    pub(crate) fn new(future: ResponseFuture<F, C>, hold: bool) -> Self {
         let kind = match future.into_admitted() {
             Ok((future, guard, classifier)) => Kind::Admitted {
                 future,
                 held: Some((guard, classifier)),
+                hold,
             },
             Err(rejected) => Kind::Rejected { future: rejected },
         };
@@ -299,7 +324,7 @@ where
         // bounds the body as well.
         let deadline = Deadline::current();
         match self.project().kind.project() {
-            KindProj::Admitted { future, held } => {
+            KindProj::Admitted { future, held, hold } => {
                 let Some((guard, _)) = held.as_mut() else {
                     return Poll::Ready(Err(polled_after_completion()));
                 };
@@ -311,12 +336,15 @@ where
                 Poll::Ready(match result {
                     Ok(Ok(response)) => {
                         let outcome = classifier.classify(Ok(&response));
-                        if outcome == Outcome::Success && !response.body().is_end_stream() {
+                        if *hold && outcome == Outcome::Success && !response.body().is_end_stream()
+                        {
                             let ticket = HeldTicket::hold(guard, classifier, deadline);
                             Ok(held_response(response, ticket, deadline))
                         } else {
                             guard.reason(outcome, classifier.reason(Ok(&response), outcome));
                             guard.finish(outcome, false);
+                            // Released at the headers: the body is the caller's to bound.
+                            let deadline = if *hold { deadline } else { None };
                             Ok(held_response(response, HeldTicket::released(), deadline))
                         }
                     }
@@ -570,6 +598,6 @@ where
     }
 
     fn call(&mut self, req: Req) -> Self::Future {
-        UntilBodyEndFuture::new(self.inner.call(req))
+        UntilBodyEndFuture::new(self.inner.call(req), true)
     }
 }

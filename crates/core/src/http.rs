@@ -371,6 +371,16 @@ impl<B: Body, G: OnBodyEnd> Guarded<B, G> {
         Self { body, slot }
     }
 
+    /// `body` with no guard held: the same type as a guarded body, for a layer that
+    /// released its call at the response's headers (a body-end layer switched to
+    /// release there, a call already judged from its headers).
+    pub fn without_guard(body: B) -> Self {
+        Self {
+            body,
+            slot: Slot(None),
+        }
+    }
+
     /// Whether the guard is still held.
     pub fn is_holding(&self) -> bool {
         self.slot.0.is_some()

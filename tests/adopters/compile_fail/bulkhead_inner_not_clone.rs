@@ -1,14 +1,13 @@
-// A client that is not `Clone` under a bulkhead, on a service kept as a
-// `BoxCloneSyncService`: the bulkhead drives the inner service from its response
-// future on a clone taken at call time, so it needs `S: Clone`. What matters in the
-// error: "consider annotating `Store` with `#[derive(Clone)]`".
+// A client that is not `Clone` under a bulkhead, layered and called the way users
+// write it: the bulkhead drives the inner service from its response future on a
+// clone taken at call time, so it needs `S: Clone`, and says so where it is layered.
+// What matters in the error: "consider annotating `Store` with `#[derive(Clone)]`".
 use std::future::Ready;
 use std::task::{Context, Poll};
 
 use seawall::bulkhead::BulkheadLayer;
 use seawall::BoxError;
-use tower::util::BoxCloneSyncService;
-use tower::{Layer, Service};
+use tower::{Layer, Service, ServiceExt};
 
 struct Store;
 
@@ -26,9 +25,11 @@ impl Service<String> for Store {
     }
 }
 
-fn main() -> Result<(), BoxError> {
+#[tokio::main]
+async fn main() -> Result<(), BoxError> {
     let bulkhead = BulkheadLayer::builder("kv").build()?;
-    let _kv: BoxCloneSyncService<String, String, BoxError> =
-        BoxCloneSyncService::new(bulkhead.layer(Store));
+    let kv = bulkhead.layer(Store);
+    let value = tokio::spawn(async move { kv.oneshot("k1".to_string()).await }).await??;
+    assert_eq!(value, "k1");
     Ok(())
 }
