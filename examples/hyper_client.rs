@@ -293,7 +293,7 @@ async fn main() -> Result<(), BoxError> {
         .deadline(DeadlineLayer::new(Duration::from_millis(300))?)
         .deadline_retry(retry)
         .bulkhead(bulkhead.hold_until_body_end())
-        .layer(breaker.hold_until_body_end())
+        .circuit_breaker(breaker.hold_until_body_end())
         .service(client);
 
     let script: [(&str, u16, Duration, usize); 4] = [

@@ -39,6 +39,10 @@ mod breaker_layers {
     impl<C> Layers for crate::circuit_breaker::UntilBodyEndLayer<C> {}
     #[cfg(feature = "http")]
     impl<C> CircuitBreakerLayers for crate::circuit_breaker::UntilBodyEndLayer<C> {}
+    #[cfg(feature = "http")]
+    impl<K, F, C> Layers for crate::circuit_breaker::KeyedUntilBodyEndLayer<K, F, C> {}
+    #[cfg(feature = "http")]
+    impl<K, F, C> CircuitBreakerLayers for crate::circuit_breaker::KeyedUntilBodyEndLayer<K, F, C> {}
 }
 
 /// A degradation layer in either mode, as [`ServiceBuilderExt::degradation`] takes
@@ -72,6 +76,8 @@ mod degradation_layers {
 ///
 /// ```
 /// use std::time::Duration;
+/// use bytes::Bytes;
+/// use http_body_util::{BodyExt, Full};
 /// use seawall::bulkhead::BulkheadLayer;
 /// use seawall::circuit_breaker::CircuitBreakerLayer;
 /// use seawall::core::{BoxError, DeadlineLayer, DeadlineRetry};
@@ -81,24 +87,32 @@ mod degradation_layers {
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), BoxError> {
+/// async fn supplier(_req: http::Request<()>) -> Result<http::Response<Full<Bytes>>, BoxError> {
+///     Ok(http::Response::new(Full::new(Bytes::from_static(b"12.50 EUR"))))
+/// }
 /// let breaker = CircuitBreakerLayer::builder("freight").build()?;
 /// let handle = breaker.handle();
+/// let bulkhead = BulkheadLayer::builder("freight").build()?;
+/// let slots = bulkhead.handle();
 /// let quotes = ServiceBuilder::new()
 ///     .fallback(
 ///         FallbackLayer::builder("freight")
 ///             .on_rejections(Rejections::ALL)
 ///             .unavailable::<http::Response<String>>("no valid freight quote")
+///             .either_body()
 ///             .build()?,
 ///     )
 ///     .deadline(DeadlineLayer::new(Duration::from_millis(300))?)
 ///     .deadline_retry(DeadlineRetry::builder("freight").build()?) // optional: the one retrying layer
-///     .bulkhead(BulkheadLayer::builder("freight").build()?)
-///     .circuit_breaker(breaker)
-///     .service(service_fn(|_req: http::Request<()>| async {
-///         Ok::<_, BoxError>(http::Response::new("12.50 EUR".to_owned()))
-///     }));
+///     // A client's call ends with its response body: the slot and the verdict wait for it.
+///     .bulkhead(bulkhead.hold_until_body_end())
+///     .circuit_breaker(breaker.hold_until_body_end())
+///     .service(service_fn(supplier));
 /// let res = quotes.oneshot(http::Request::new(())).await?;
-/// assert_eq!(res.body(), "12.50 EUR");
+/// assert_eq!(slots.snapshot().active, 1, "held until the body is read");
+/// let body = res.into_body().collect().await?.to_bytes();
+/// assert_eq!(&body[..], b"12.50 EUR");
+/// assert_eq!(slots.snapshot().active, 0);
 /// assert_eq!(handle.snapshot().counters.successes, 1);
 /// # Ok(())
 /// # }

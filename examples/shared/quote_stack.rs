@@ -9,6 +9,7 @@ use seawall::bulkhead::{Bulkhead, BulkheadLayer, UntilBodyEnd as BulkheadUntilBo
 use seawall::circuit_breaker::{CircuitBreakerLayer, Handle, UntilBodyEnd};
 use seawall::core::grpc::{RejectionStatus, RejectionStatusLayer};
 use seawall::core::{DeadlineLayer, DeadlineService};
+use seawall::ServiceBuilderExt;
 use seawall::{BoxError, GrpcStatus};
 use tonic::transport::Channel;
 use tower::ServiceBuilder;
@@ -44,14 +45,14 @@ pub fn quote_stack(channel: Channel) -> Result<(QuoteStack, Handle), BoxError> {
     let handle = breaker.handle();
     let stack = ServiceBuilder::new()
         .layer(RejectionStatusLayer)
-        .layer(DeadlineLayer::new(Duration::from_millis(500))?)
-        .layer(
+        .deadline(DeadlineLayer::new(Duration::from_millis(500))?)
+        .bulkhead(
             BulkheadLayer::builder("quotes")
                 .max_concurrent(8)
                 .build()?
                 .hold_until_body_end(),
         )
-        .layer(breaker.hold_until_body_end())
+        .circuit_breaker(breaker.hold_until_body_end())
         .service(channel);
     Ok((stack, handle))
 }
