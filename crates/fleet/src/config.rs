@@ -38,6 +38,12 @@ pub struct FleetConfig {
     pub reconnect_min: Duration,
     /// Longest pause between attempts to rejoin.
     pub reconnect_max: Duration,
+    /// How often a connected coordinator checks that the store still answers
+    /// ([`Store::ping`](crate::Store::ping)) while it has nothing else to send, so
+    /// an idle breaker notices a dead or frozen store within `disconnect_after`
+    /// checks instead of at its next trip. Counted apart from the protocol's
+    /// operations ([`FleetSnapshot::health_checks`](crate::FleetSnapshot::health_checks)).
+    pub health_every: Duration,
     /// The ramp given to a coordinated breaker configured without one, so the
     /// fleet does not take its whole load back the instant one probe succeeded.
     /// `None` leaves the breaker's configuration as it is.
@@ -110,6 +116,7 @@ impl Default for FleetConfig {
             disconnect_after: 3,
             reconnect_min: Duration::from_millis(500),
             reconnect_max: Duration::from_secs(30),
+            health_every: Duration::from_secs(1),
             ramp: Some(RampConfig {
                 duration: Duration::from_secs(10),
                 start_share: 0.1,
@@ -144,6 +151,7 @@ impl FleetConfig {
         }
         check_duration("reconnect_min", self.reconnect_min)?;
         check_duration("reconnect_max", self.reconnect_max)?;
+        check_duration("health_every", self.health_every)?;
         if self.reconnect_max < self.reconnect_min {
             return Err(ConfigError::new(
                 "reconnect_max",
@@ -242,6 +250,13 @@ mod tests {
                     ..base()
                 },
                 "store_timeout",
+            ),
+            (
+                FleetConfig {
+                    health_every: Duration::ZERO,
+                    ..base()
+                },
+                "health_every",
             ),
             (
                 FleetConfig {

@@ -142,6 +142,7 @@ impl<S: Store> Fleet<S> {
             published: AtomicU64::new(0),
             applied: AtomicU64::new(0),
             held_off: AtomicU64::new(0),
+            health_checks: AtomicU64::new(0),
             trips_recorded: AtomicU64::new(0),
             fleet_trips_applied: AtomicU64::new(0),
             telemetry: Telemetry::new(handle.name()),
@@ -194,6 +195,7 @@ impl<S: Store> Fleet<S> {
             announced_local: false,
             failures: 0,
             reconnect_at: Some(Instant::now()),
+            health_at: None,
             reconnect_delay: config.reconnect_min,
             due: None,
             want_probe: false,
@@ -261,6 +263,15 @@ impl<S> FleetBuilder<S> {
     pub fn reconnect(mut self, min: Duration, max: Duration) -> Self {
         self.config.reconnect_min = min;
         self.config.reconnect_max = max;
+        self
+    }
+
+    /// How often a connected coordinator checks that the store answers (default
+    /// 1 s): a dead or frozen store is reported within `disconnect_after` checks,
+    /// even by a breaker that has nothing else to send.
+    #[must_use]
+    pub fn health_every(mut self, every: Duration) -> Self {
+        self.config.health_every = every;
         self
     }
 
@@ -375,6 +386,7 @@ impl Coordinated {
             verdicts_published: load(&s.published),
             verdicts_applied: load(&s.applied),
             probes_held_off: load(&s.held_off),
+            health_checks: load(&s.health_checks),
             trips_recorded: load(&s.trips_recorded),
             fleet_trips_applied: load(&s.fleet_trips_applied),
         }
@@ -425,6 +437,9 @@ pub struct FleetSnapshot {
     /// Times the gate held a due probe off (the lease was elsewhere, maybe held,
     /// or not yet known).
     pub probes_held_off: u64,
+    /// Health checks sent ([`Store::ping`], every `health_every` while
+    /// connected); not counted in `store_ops`, their failures are in `store_errors`.
+    pub health_checks: u64,
     /// This instance's own trips recorded in the store for the fleet trip.
     pub trips_recorded: u64,
     /// Fleet trips that opened this instance's closed breaker.
@@ -548,6 +563,7 @@ struct Shared {
     published: AtomicU64,
     applied: AtomicU64,
     held_off: AtomicU64,
+    health_checks: AtomicU64,
     trips_recorded: AtomicU64,
     fleet_trips_applied: AtomicU64,
     telemetry: Telemetry,
@@ -620,6 +636,8 @@ struct Task<S> {
     failures: u32,
     reconnect_at: Option<Instant>,
     reconnect_delay: Duration,
+    /// When the next health check is due (while connected).
+    health_at: Option<Instant>,
     /// When to reconcile (and take the lease if a probe is wanted).
     due: Option<Instant>,
     /// The breaker wants to probe: its interval ended, or its gate was asked.
@@ -718,6 +736,11 @@ impl<S: Store> Task<S> {
                 self.read_baseline().await;
                 continue;
             }
+            if self.health_at.is_some_and(|at| at <= now) {
+                self.health_at = Some(later(now, self.config.health_every));
+                self.health_check().await;
+                continue;
+            }
             if let LeaseView::Holding {
                 token,
                 probe_until,
@@ -759,6 +782,7 @@ impl<S: Store> Task<S> {
         if self.connected {
             at(self.due);
             at(self.record_at);
+            at(self.health_at);
             if self.trip.is_none() {
                 at(self.poll_at);
             }
@@ -1149,6 +1173,7 @@ impl<S: Store> Task<S> {
                 self.shared.view().connected = true;
                 self.shared.connected.store(true, Ordering::Relaxed);
                 self.shared.telemetry.joined(&self.shared.name);
+                self.health_at = Some(later(Instant::now(), self.config.health_every));
                 if let Some(verdict) = verdict {
                     self.consider(verdict);
                 }
@@ -1163,6 +1188,23 @@ impl<S: Store> Task<S> {
                 self.handle.recheck_probe_gate();
             }
             Err(e) => self.rejoin_failed("read_verdict", &e),
+        }
+    }
+
+    /// Whether the store still answers; a failure counts as any failed operation
+    /// (`disconnect_after` of them in a row: local mode). An answer ends a run of
+    /// failures only while the breaker is closed: a store that answers pings but
+    /// never a take must still end in local mode.
+    async fn health_check(&mut self) {
+        self.shared.health_checks.fetch_add(1, Ordering::Relaxed);
+        let answer = tokio::time::timeout(self.config.store_timeout, self.store.ping()).await;
+        match answer.unwrap_or(Err(StoreError::TimedOut)) {
+            Ok(()) => {
+                if self.trip.is_none() {
+                    self.ok();
+                }
+            }
+            Err(e) => self.failed("ping", &e),
         }
     }
 
@@ -1205,6 +1247,7 @@ impl<S: Store> Task<S> {
     /// Falls back to the local breaker: its own interval, its own probe, with jitter.
     fn go_local(&mut self, e: &StoreError) {
         self.connected = false;
+        self.health_at = None;
         self.shared.view().connected = false;
         self.shared.connected.store(false, Ordering::Relaxed);
         if !self.announced_local {
@@ -1287,6 +1330,7 @@ mod tests {
             verdicts_published: 2,
             verdicts_applied: 1,
             probes_held_off: 3,
+            health_checks: 5,
             trips_recorded: 4,
             fleet_trips_applied: 0,
         }
@@ -1310,6 +1354,7 @@ mod tests {
             "verdicts_published": 2,
             "verdicts_applied": 1,
             "probes_held_off": 3,
+            "health_checks": 5,
             "trips_recorded": 4,
             "fleet_trips_applied": 0,
         });

@@ -146,8 +146,11 @@
 //!   interval (one lease TTL for an instance already waiting on the lease, if
 //!   that is longer), never for good.
 //! - **Store trouble never fails a call.** A failed or timed-out operation is
-//!   retried after a short jittered pause while probes wait; after
-//!   `disconnect_after` failures in a row (or the subscription ending) the
+//!   retried after a short jittered pause while probes wait; a connected
+//!   coordinator with nothing to send checks every `health_every` that the store
+//!   still answers ([`Store::ping`]), so an idle breaker notices a dead or frozen
+//!   store too; after `disconnect_after` failures in a row (or the subscription
+//!   ending: a dropped connection ends it) the
 //!   instance falls back to its own breaker, with jitter: it waits out one lease
 //!   TTL (a lease may be held where it can no longer see it), then probes alone.
 //!   It reports this in [`FleetSnapshot::connected`] and `store_errors`, the

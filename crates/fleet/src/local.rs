@@ -585,6 +585,16 @@ impl Store for LocalStore {
     async fn subscribe(&self, keys: &Keys) -> Result<Subscription, StoreError> {
         self.listen(keys.channel()).await
     }
+
+    /// Answers whether the store is down, at once: no fault is drawn and no
+    /// operation counted (a health check is not one of the protocol's).
+    async fn ping(&self) -> Result<(), StoreError> {
+        if self.is_down() {
+            Err(StoreError::Unavailable("the store is down".into()))
+        } else {
+            Ok(())
+        }
+    }
 }
 
 impl LocalStore {

@@ -262,10 +262,16 @@ struct Inner {
     set_cap: Script,
 }
 
+/// One subscriber's sender, and the id its release names it by (the release must
+/// not hold a sender: the stream ends when the map drops the last one).
+type Subscriber = (u64, mpsc::Sender<FleetEvent>);
+
 /// Subscribers by channel, fed by the connection's push sender.
 #[derive(Default)]
 struct Subscribers {
-    map: Mutex<HashMap<String, Vec<mpsc::Sender<FleetEvent>>>>,
+    map: Mutex<HashMap<String, Vec<Subscriber>>>,
+    /// The next subscriber's id.
+    next_id: std::sync::atomic::AtomicU64,
     /// Held while a SUBSCRIBE or UNSUBSCRIBE is sent and answered, so the store's
     /// commands reach the server one at a time, each decided on the subscribers
     /// registered when it is sent: the last one the server sees for a channel
@@ -277,19 +283,19 @@ struct Subscribers {
 }
 
 impl Subscribers {
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Vec<mpsc::Sender<FleetEvent>>>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Vec<Subscriber>>> {
         // Nothing panics while holding the lock; a poisoned map is still consistent.
         self.map.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Forgets `gone` and every closed subscriber of `channel`; whether none is left
-    /// (the entry is then removed).
-    fn release(&self, channel: &str, gone: &mpsc::Sender<FleetEvent>) -> bool {
+    /// Forgets subscriber `gone` and every closed subscriber of `channel`; whether
+    /// none is left (the entry is then removed).
+    fn release(&self, channel: &str, gone: u64) -> bool {
         let mut map = self.lock();
         let Some(txs) = map.get_mut(channel) else {
             return true;
         };
-        txs.retain(|tx| !tx.same_channel(gone) && !tx.is_closed());
+        txs.retain(|(id, tx)| *id != gone && !tx.is_closed());
         if txs.is_empty() {
             map.remove(channel);
             true
@@ -301,13 +307,14 @@ impl Subscribers {
     fn has_live(&self, channel: &str) -> bool {
         self.lock()
             .get(channel)
-            .is_some_and(|txs| txs.iter().any(|tx| !tx.is_closed()))
+            .is_some_and(|txs| txs.iter().any(|(_, tx)| !tx.is_closed()))
     }
 
     fn deliver(&self, info: &PushInfo) {
         match info.kind {
             // The connection is gone, and its subscriptions with it: end every
-            // stream so each coordinator resubscribes and reconciles.
+            // stream (the map holds the only senders) so each coordinator
+            // resubscribes on the new connection and reconciles.
             PushKind::Disconnection => self.lock().clear(),
             PushKind::Message => {
                 let [channel, payload] = info.data.as_slice() else {
@@ -321,8 +328,8 @@ impl Subscribers {
                 };
                 let mut map = self.lock();
                 if let Some(txs) = map.get_mut(&channel) {
-                    txs.retain(|tx| !tx.is_closed());
-                    for tx in txs.iter() {
+                    txs.retain(|(_, tx)| !tx.is_closed());
+                    for (_, tx) in txs.iter() {
                         // A full subscriber loses the push; its reconcile heals it.
                         let _ = tx.try_send(event);
                     }
@@ -510,6 +517,15 @@ impl Store for RedisStore {
     async fn subscribe(&self, keys: &Keys) -> Result<Subscription, StoreError> {
         self.listen(keys.channel()).await
     }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        let mut con = self.connection().await?;
+        let _: String = ::redis::cmd("PING")
+            .query_async(&mut con)
+            .await
+            .map_err(store_error)?;
+        Ok(())
+    }
 }
 
 impl RedisStore {
@@ -517,21 +533,28 @@ impl RedisStore {
     async fn listen(&self, channel: &str) -> Result<Subscription, StoreError> {
         let mut con = self.connection().await?;
         let (tx, rx) = mpsc::channel(SUBSCRIPTION_CAPACITY);
+        let id = self
+            .inner
+            .subscribers
+            .next_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let order = self.inner.subscribers.order.lock().await;
-        // Registered before SUBSCRIBE, so nothing published after its answer is missed.
+        // Registered before SUBSCRIBE, so nothing published after its answer is
+        // missed. The map keeps the only sender: when a dropped connection clears
+        // it, the stream ends.
         self.inner
             .subscribers
             .lock()
             .entry(channel.to_owned())
             .or_default()
-            .push(tx.clone());
+            .push((id, tx));
         // Until it is answered, this subscription is released if the call fails or
         // is dropped (a store timeout drops it with the SUBSCRIBE perhaps already
         // applied: the server's subscription must not outlive it).
         let mut pending = Release {
             subscribers: Some(Arc::clone(&self.inner.subscribers)),
             channel: channel.to_owned(),
-            tx,
+            id,
             con: con.clone(),
         };
         let subscribed = con.subscribe(channel).await;
@@ -540,7 +563,7 @@ impl RedisStore {
         let release = Release {
             subscribers: pending.subscribers.take(),
             channel: pending.channel.clone(),
-            tx: pending.tx.clone(),
+            id,
             con: pending.con.clone(),
         };
         Ok(Subscription::with_release(rx, move || drop(release)))
@@ -554,7 +577,9 @@ struct Release {
     /// `None` once handed on (to the subscription, when SUBSCRIBE was answered).
     subscribers: Option<Arc<Subscribers>>,
     channel: String,
-    tx: mpsc::Sender<FleetEvent>,
+    /// The subscriber's id in [`Subscribers`] (never a sender, which would keep
+    /// the stream open after its connection dropped).
+    id: u64,
     con: ConnectionManager,
 }
 
@@ -563,7 +588,7 @@ impl Drop for Release {
         let Some(subscribers) = self.subscribers.take() else {
             return;
         };
-        if !subscribers.release(&self.channel, &self.tx) {
+        if !subscribers.release(&self.channel, self.id) {
             return;
         }
         // Off the dropping thread, after any SUBSCRIBE or UNSUBSCRIBE in flight.

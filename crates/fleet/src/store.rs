@@ -489,6 +489,15 @@ pub trait Store: Send + Sync + 'static {
         &self,
         keys: &Keys,
     ) -> impl Future<Output = Result<Subscription, StoreError>> + Send;
+
+    /// Whether the store answers now: the coordinator's health check, sent every
+    /// [`FleetConfig::health_every`](crate::FleetConfig::health_every) while it
+    /// coordinates, so a store that died or froze is noticed by an idle breaker
+    /// too. It must touch no key. The provided method answers at once, `Ok`: a
+    /// store that cannot tell (then only the protocol's own operations notice).
+    fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
+        std::future::ready(Ok(()))
+    }
 }
 
 // ----- the fleet-wide cap ------------------------------------------------------------
