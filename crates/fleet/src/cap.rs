@@ -390,6 +390,7 @@ impl Capped {
             store_errors: load(&s.errors),
             lapses: load(&s.lapses),
             cap_disagreements: load(&s.disagreements),
+            store_warning: view.store_warning,
         }
     }
 }
@@ -459,6 +460,10 @@ pub struct CapSnapshot {
     pub lapses: u64,
     /// Answers whose cap differed from this instance's configured one.
     pub cap_disagreements: u64,
+    /// What the store says an operator must fix in its setup
+    /// ([`CapStore::warning`]: on Redis, an eviction policy other than `noeviction`).
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub store_warning: Option<String>,
 }
 
 // ----- the renewal task ----------------------------------------------------------
@@ -471,6 +476,7 @@ struct CapView {
     fleet_demand: Option<u64>,
     claimants: Option<u32>,
     lease_until: Option<Instant>,
+    store_warning: Option<String>,
 }
 
 struct CapShared {
@@ -794,6 +800,7 @@ impl<S: CapStore> CapTask<S> {
             view.fleet_demand = Some(reply.demand);
             view.claimants = Some(reply.claimants);
             view.lease_until = Some(until);
+            view.store_warning = self.store.warning();
         }
         shared.apply(reply.allotment);
         if was_fenced {
@@ -860,6 +867,7 @@ mod tests {
             store_errors: 1,
             lapses: 0,
             cap_disagreements: 0,
+            store_warning: None,
         };
         let expected = serde_json::json!({
             "instance": "000000000000000000000000000000ab",

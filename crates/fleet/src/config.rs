@@ -39,7 +39,7 @@ pub struct FleetConfig {
     /// Longest pause between attempts to rejoin.
     pub reconnect_max: Duration,
     /// How often a connected coordinator checks that the store still answers
-    /// ([`Store::ping`](crate::Store::ping)) while it has nothing else to send, so
+    /// ([`Store::touch`](crate::Store::touch)) while it has nothing else to send, so
     /// an idle breaker notices a dead or frozen store within `disconnect_after`
     /// checks instead of at its next trip. Counted apart from the protocol's
     /// operations ([`FleetSnapshot::health_checks`](crate::FleetSnapshot::health_checks)).

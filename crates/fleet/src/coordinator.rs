@@ -143,6 +143,7 @@ impl<S: Store> Fleet<S> {
             applied: AtomicU64::new(0),
             held_off: AtomicU64::new(0),
             health_checks: AtomicU64::new(0),
+            store_warning: Mutex::new(None),
             trips_recorded: AtomicU64::new(0),
             fleet_trips_applied: AtomicU64::new(0),
             telemetry: Telemetry::new(handle.name()),
@@ -387,6 +388,11 @@ impl Coordinated {
             verdicts_applied: load(&s.applied),
             probes_held_off: load(&s.held_off),
             health_checks: load(&s.health_checks),
+            store_warning: s
+                .store_warning
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone(),
             trips_recorded: load(&s.trips_recorded),
             fleet_trips_applied: load(&s.fleet_trips_applied),
         }
@@ -437,9 +443,13 @@ pub struct FleetSnapshot {
     /// Times the gate held a due probe off (the lease was elsewhere, maybe held,
     /// or not yet known).
     pub probes_held_off: u64,
-    /// Health checks sent ([`Store::ping`], every `health_every` while
+    /// Health checks sent ([`Store::touch`], every `health_every` while
     /// connected); not counted in `store_ops`, their failures are in `store_errors`.
     pub health_checks: u64,
+    /// What the store says an operator must fix in its setup ([`Store::warning`]:
+    /// on Redis, an eviction policy other than `noeviction`).
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub store_warning: Option<String>,
     /// This instance's own trips recorded in the store for the fleet trip.
     pub trips_recorded: u64,
     /// Fleet trips that opened this instance's closed breaker.
@@ -564,6 +574,7 @@ struct Shared {
     applied: AtomicU64,
     held_off: AtomicU64,
     health_checks: AtomicU64,
+    store_warning: Mutex<Option<String>>,
     trips_recorded: AtomicU64,
     fleet_trips_applied: AtomicU64,
     telemetry: Telemetry,
@@ -1191,20 +1202,31 @@ impl<S: Store> Task<S> {
         }
     }
 
-    /// Whether the store still answers; a failure counts as any failed operation
-    /// (`disconnect_after` of them in a row: local mode). An answer ends a run of
-    /// failures only while the breaker is closed: a store that answers pings but
-    /// never a take must still end in local mode.
+    /// Whether the store still answers ([`Store::touch`]: it also keeps the
+    /// keys alive, raises the epoch counter to what this instance has seen, and
+    /// reconciles). A failure counts as any failed operation (`disconnect_after`
+    /// of them in a row: local mode). An answer ends a run of failures only
+    /// while the breaker is closed: a store that answers these but never a take
+    /// must still end in local mode.
     async fn health_check(&mut self) {
         self.shared.health_checks.fetch_add(1, Ordering::Relaxed);
-        let answer = tokio::time::timeout(self.config.store_timeout, self.store.ping()).await;
+        let touch = self.store.touch(&self.keys, self.seen);
+        let answer = tokio::time::timeout(self.config.store_timeout, touch).await;
         match answer.unwrap_or(Err(StoreError::TimedOut)) {
-            Ok(()) => {
+            Ok(verdict) => {
                 if self.trip.is_none() {
                     self.ok();
                 }
+                *self
+                    .shared
+                    .store_warning
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = self.store.warning();
+                if let Some(verdict) = verdict {
+                    self.consider(verdict);
+                }
             }
-            Err(e) => self.failed("ping", &e),
+            Err(e) => self.failed("touch", &e),
         }
     }
 
@@ -1331,6 +1353,7 @@ mod tests {
             verdicts_applied: 1,
             probes_held_off: 3,
             health_checks: 5,
+            store_warning: None,
             trips_recorded: 4,
             fleet_trips_applied: 0,
         }

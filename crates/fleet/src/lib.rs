@@ -148,7 +148,8 @@
 //! - **Store trouble never fails a call.** A failed or timed-out operation is
 //!   retried after a short jittered pause while probes wait; a connected
 //!   coordinator with nothing to send checks every `health_every` that the store
-//!   still answers ([`Store::ping`]), so an idle breaker notices a dead or frozen
+//!   still answers ([`Store::touch`], which also keeps the breaker's keys alive and the epoch
+//!   counter above what the instance has seen), so an idle breaker notices a dead or frozen
 //!   store too; after `disconnect_after` failures in a row (or the subscription
 //!   ending: a dropped connection ends it) the
 //!   instance falls back to its own breaker, with jitter: it waits out one lease
@@ -449,7 +450,7 @@ pub use coordinator::{Coordinated, Fleet, FleetBuilder, FleetSnapshot, LeaseStat
 pub use local::{Faults, LocalStore, StoredClaim};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use redis::RedisStore;
+pub use redis::{RedisStore, RedisStoreBuilder};
 pub use store::{
     CapKeys, CapStore, Claim, ClaimReply, FleetEpoch, FleetEvent, FleetVerdict, InstanceId, Keys,
     LeaseReply, LeaseRequest, ProbeResult, Store, StoreError, Subscription, Token, TripRecord,

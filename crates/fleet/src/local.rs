@@ -459,8 +459,8 @@ impl LocalStore {
         })
     }
 
-    /// Operations received so far (each call of a [`Store`] method counts one,
-    /// lost or not).
+    /// Operations received so far (each call of a [`Store`] method but the health
+    /// check, [`Store::touch`], counts one, lost or not).
     pub fn ops(&self) -> u64 {
         self.inner.ops.load(Ordering::Relaxed)
     }
@@ -586,14 +586,20 @@ impl Store for LocalStore {
         self.listen(keys.channel()).await
     }
 
-    /// Answers whether the store is down, at once: no fault is drawn and no
-    /// operation counted (a health check is not one of the protocol's).
-    async fn ping(&self) -> Result<(), StoreError> {
-        if self.is_down() {
-            Err(StoreError::Unavailable("the store is down".into()))
-        } else {
-            Ok(())
+    /// At once: no fault is drawn and no operation counted (a health check is
+    /// not one of the protocol's); fails only while the store is down.
+    async fn touch(
+        &self,
+        keys: &Keys,
+        seen: FleetEpoch,
+    ) -> Result<Option<FleetVerdict>, StoreError> {
+        let mut s = self.inner.lock();
+        if s.down {
+            return Err(StoreError::Unavailable("the store is down".into()));
         }
+        let counter = s.epochs.entry(keys.epoch().to_owned()).or_insert(0);
+        *counter = (*counter).max(seen.0);
+        Ok(s.verdicts.get(keys.verdict()).copied())
     }
 }
 

@@ -23,6 +23,29 @@
 //! `<seq>:<demand>:<reserved>:<expiry ms>`); a claim that frees slots while
 //! another wants more publishes `freed:<instance>` on `…:freed`.
 //!
+//! Every key expires: the lease by its own TTL, the others (the counter, the
+//! verdict, the trips and the cap's hash) a [key TTL](RedisStoreBuilder::key_ttl)
+//! after their last use (default a day), refreshed by every write and by each
+//! instance's health check ([`Store::touch`]), so the keys of a prefix nobody
+//! runs any more are gone a day after its last instance stopped.
+//!
+//! **Epochs never go backwards** for an instance that saw them: a take raises
+//! the counter to the taker's highest epoch seen, and so does every connected
+//! instance's health check, every `health_every`. A counter lost to a flush, an
+//! eviction or its expiry is back above every epoch a connected instance saw
+//! within one health check; a newcomer's lease taken before then may get a lower
+//! epoch, whose verdict those instances ignore (it costs them their own probe at
+//! their interval end, never a wrong state).
+//!
+//! # Eviction
+//!
+//! Only `maxmemory-policy noeviction` is safe: `allkeys-*` may evict any fleet
+//! key (a silent, repeated partial FLUSHALL), `volatile-*` exactly the keys with
+//! a TTL, a live lease first, which lets two probes overlap. At the first
+//! connection the store reads the policy (`CONFIG GET`, where the server allows
+//! it) and, unless it is `noeviction`, warns (`warn` event, target
+//! `seawall::fleet`) and says so in every snapshot (`store_warning`).
+//!
 //! Epochs travel as decimal strings, never as Lua numbers (doubles), so they stay
 //! exact. Each breaker's keys share one hash tag, so a script touching several of
 //! them stays in one cluster slot.
@@ -74,20 +97,22 @@ end
 ";
 
 /// The fleet epoch counter (KEYS[2] of the scripts that use it) raised to at
-/// least `seen`, then incremented; returns the new epoch as a string.
+/// least `seen`, then incremented, its TTL refreshed to `key_ttl` ms; returns
+/// the new epoch as a string.
 const NEXT_EPOCH: &str = r"
-local function next_epoch(counter_key, seen)
+local function next_epoch(counter_key, seen, key_ttl)
   local counter = redis.call('GET', counter_key) or '0'
   if greater(seen, counter) then
     redis.call('SET', counter_key, seen)
   end
   redis.call('INCR', counter_key)
+  redis.call('PEXPIRE', counter_key, key_ttl)
   -- Read back as a string: INCR's reply becomes a Lua number, a double.
   return redis.call('GET', counter_key)
 end
 ";
 
-/// KEYS: lease, epoch. ARGV: token, ttl in ms, seen epoch.
+/// KEYS: lease, epoch. ARGV: token, ttl in ms, seen epoch, key ttl in ms.
 /// Returns {1, epoch} taken (now or already ours), {0, epoch, remaining ms} held.
 const TAKE: &str = r"
 local cur = redis.call('GET', KEYS[1])
@@ -100,7 +125,7 @@ if cur then
   if pttl < 0 then pttl = 0 end
   return {0, epoch, pttl}
 end
-local epoch = next_epoch(KEYS[2], ARGV[3])
+local epoch = next_epoch(KEYS[2], ARGV[3], ARGV[4])
 redis.call('SET', KEYS[1], ARGV[1] .. ':' .. epoch, 'PX', ARGV[2])
 return {1, epoch}
 ";
@@ -115,7 +140,8 @@ end
 return 0
 ";
 
-/// KEYS: lease, verdict, trips, fleet trip. ARGV: token, result (`S`/`F`), channel.
+/// KEYS: lease, verdict, trips, fleet trip. ARGV: token, result (`S`/`F`), channel,
+/// key ttl in ms.
 /// Returns the verdict stored, or nil when the token does not hold the lease.
 const PUBLISH: &str = r"
 local cur = redis.call('GET', KEYS[1])
@@ -127,14 +153,14 @@ if stored then
   if sep and greater(string.sub(stored, 1, sep - 1), epoch) then return stored end
 end
 local verdict = epoch .. ':' .. ARGV[2]
-redis.call('SET', KEYS[2], verdict)
+redis.call('SET', KEYS[2], verdict, 'PX', ARGV[4])
 if ARGV[2] == 'S' then redis.call('DEL', KEYS[3], KEYS[4]) end
 redis.call('PUBLISH', ARGV[3], verdict)
 return verdict
 ";
 
 /// KEYS: trips, fleet trip, epoch. ARGV: instance, window in ms, instances, seen
-/// epoch, channel. Returns {instances counted, fleet trip epoch or ''}.
+/// epoch, channel, key ttl in ms. Returns {instances counted, fleet trip epoch or ''}.
 const RECORD_TRIP: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -146,7 +172,7 @@ redis.call('PEXPIRE', KEYS[1], within)
 local tripped = redis.call('ZCARD', KEYS[1])
 local fleet_trip = redis.call('GET', KEYS[2])
 if not fleet_trip and tripped >= tonumber(ARGV[3]) then
-  fleet_trip = next_epoch(KEYS[3], ARGV[4])
+  fleet_trip = next_epoch(KEYS[3], ARGV[4], ARGV[6])
   redis.call('SET', KEYS[2], fleet_trip, 'PX', ARGV[2])
   redis.call('PUBLISH', ARGV[5], fleet_trip .. ':T')
 end
@@ -154,7 +180,7 @@ return {tripped, fleet_trip or ''}
 ";
 
 /// KEYS: the cap's hash. ARGV: instance (32 hex digits), seq, demand, held, ttl
-/// in ms, configured cap, the freed channel. Returns {allotment, cap, reserved,
+/// in ms, configured cap, the freed channel, the hash's ttl in ms. Returns {allotment, cap, reserved,
 /// demand, claimants, stale}. The steps of `CapStore`'s contract, with the
 /// server's `TIME`; `freed:<instance>` is published as step 6.
 const CLAIM: &str = r"
@@ -172,6 +198,7 @@ if not settled then
   settled = now + ttl
   redis.call('HSET', KEYS[1], 'settled', settled)
 end
+redis.call('PEXPIRE', KEYS[1], ARGV[8])
 local me = 'i:' .. ARGV[1]
 local all = redis.call('HGETALL', KEYS[1])
 local claims = {}
@@ -224,10 +251,25 @@ end
 return {grant, g, others + reserved, total, #claims, 0}
 ";
 
-/// KEYS: the cap's hash. ARGV: cap. Replaces the cap, keeping the claims.
+/// KEYS: the cap's hash. ARGV: cap, the hash's ttl in ms. Replaces the cap,
+/// keeping the claims.
 const SET_CAP: &str = r"
 redis.call('HSET', KEYS[1], 'g', ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
+";
+
+/// KEYS: epoch, verdict. ARGV: seen epoch, key ttl in ms. The health check:
+/// raises the counter to `seen` (never lowers it), refreshes both TTLs, and
+/// returns the verdict stored (or nil).
+const TOUCH: &str = r"
+local counter = redis.call('GET', KEYS[1]) or '0'
+if greater(ARGV[1], counter) then
+  redis.call('SET', KEYS[1], ARGV[1])
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return redis.call('GET', KEYS[2])
 ";
 
 /// A [`Store`] on one Redis (or Valkey) server; cloning shares the connection.
@@ -254,6 +296,13 @@ struct Inner {
     client: Client,
     connection: OnceCell<ConnectionManager>,
     subscribers: Arc<Subscribers>,
+    /// The TTL of every key but the lease's, in ms, refreshed by use.
+    key_ttl_ms: u64,
+    /// Whether the eviction policy was read (or is being read).
+    eviction_checked: std::sync::atomic::AtomicBool,
+    /// The warning about the eviction policy, once read.
+    eviction_warning: Mutex<Option<String>>,
+    touch: Script,
     take: Script,
     release: Script,
     publish: Script,
@@ -350,10 +399,76 @@ impl fmt::Debug for RedisStore {
     }
 }
 
+/// The TTL every key but the lease gets by default, refreshed by use.
+pub const DEFAULT_KEY_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// Builds a [`RedisStore`] with settings beyond the URL; [`build`](Self::build)
+/// checks them, naming the field at fault.
+#[derive(Debug, Clone)]
+pub struct RedisStoreBuilder {
+    url: String,
+    key_ttl: Duration,
+}
+
+impl RedisStoreBuilder {
+    /// How long a key the fleet no longer uses stays on the server (default
+    /// [`DEFAULT_KEY_TTL`], one day; at least a second). Every key has it (the
+    /// lease has its own, shorter one) and every use refreshes it: the epoch
+    /// counter and the verdict at each lease, verdict and health check, a cap's
+    /// hash at each claim. Keys of a prefix nobody runs any more (an old release's)
+    /// are gone this long after its last instance stopped.
+    #[must_use]
+    pub fn key_ttl(mut self, ttl: Duration) -> Self {
+        self.key_ttl = ttl;
+        self
+    }
+
+    /// The store; refused, naming the field (`url`, `key_ttl`), if a setting is
+    /// wrong. The server is not contacted.
+    pub fn build(self) -> Result<RedisStore, ConfigError> {
+        if self.key_ttl < Duration::from_secs(1) || self.key_ttl > crate::MAX_SETTING * 30 {
+            return Err(ConfigError::new(
+                "key_ttl",
+                format!(
+                    "must be between 1s and {:?}, got {:?}",
+                    crate::MAX_SETTING * 30,
+                    self.key_ttl
+                ),
+            ));
+        }
+        RedisStore::open(&self.url, self.key_ttl)
+    }
+}
+
 impl RedisStore {
-    /// A store on the server at `url`. Refused, naming the field `url`, if the URL
-    /// does not parse; the server is not contacted (see the [module docs](self)).
+    /// A store on the server at `url`, with the default settings. Refused, naming
+    /// the field `url`, if the URL does not parse; the server is not contacted
+    /// (see the [module docs](self)).
     pub fn new(url: &str) -> Result<Self, ConfigError> {
+        Self::builder(url).build()
+    }
+
+    /// A builder for a store on the server at `url`.
+    pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
+        RedisStoreBuilder {
+            url: url.into(),
+            key_ttl: DEFAULT_KEY_TTL,
+        }
+    }
+
+    /// The warning about the server's eviction policy, once read at the first
+    /// connection: `None` under `noeviction` (the only safe policy: any other may
+    /// evict a live lease or claim), while not read yet, or where `CONFIG GET` is
+    /// refused (a managed Redis: check the setting by its console).
+    pub fn eviction_warning(&self) -> Option<String> {
+        self.inner
+            .eviction_warning
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn open(url: &str, key_ttl: Duration) -> Result<Self, ConfigError> {
         let client = Client::open(url).map_err(|e| ConfigError::new("url", e.to_string()))?;
         // Pushes (the verdicts) need RESP3, whatever the URL asked for.
         let info = client.get_connection_info().clone();
@@ -368,6 +483,10 @@ impl RedisStore {
                 client,
                 connection: OnceCell::new(),
                 subscribers: Arc::default(),
+                key_ttl_ms: u64::try_from(key_ttl.as_millis()).unwrap_or(u64::MAX),
+                eviction_checked: std::sync::atomic::AtomicBool::new(false),
+                eviction_warning: Mutex::new(None),
+                touch: Script::new(&format!("{GREATER}{TOUCH}")),
                 take: Script::new(&format!("{GREATER}{NEXT_EPOCH}{TAKE}")),
                 release: Script::new(RELEASE),
                 publish: Script::new(&format!("{GREATER}{PUBLISH}")),
@@ -378,8 +497,47 @@ impl RedisStore {
         })
     }
 
-    /// The connection, opened (lazily, without dialling) on first use.
+    /// The connection, opened (lazily, without dialling) on first use; the
+    /// first use also reads the server's eviction policy, in the background.
     async fn connection(&self) -> Result<ConnectionManager, StoreError> {
+        let con = self.manager().await?;
+        if !self
+            .inner
+            .eviction_checked
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            let (inner, mut con) = (Arc::clone(&self.inner), con.clone());
+            tokio::spawn(async move {
+                let mut cmd = ::redis::cmd("CONFIG");
+                cmd.arg("GET").arg("maxmemory-policy");
+                let read = cmd.query_async::<HashMap<String, String>>(&mut con);
+                match tokio::time::timeout(Duration::from_secs(5), read).await {
+                    Ok(Ok(config)) => {
+                        let policy = config.get("maxmemory-policy").cloned();
+                        let warning = eviction_warning(policy.as_deref());
+                        if let Some(warning) = &warning {
+                            crate::telemetry::store_warning(warning);
+                        }
+                        *inner
+                            .eviction_warning
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner) = warning;
+                    }
+                    // Refused (a managed server, an ACL): nothing to read it by.
+                    Ok(Err(e)) if !e.is_io_error() && !e.is_connection_dropped() => {
+                        crate::telemetry::store_check_refused(&e.to_string());
+                    }
+                    // No answer: read it at the next use.
+                    _ => inner
+                        .eviction_checked
+                        .store(false, std::sync::atomic::Ordering::Relaxed),
+                }
+            });
+        }
+        Ok(con)
+    }
+
+    async fn manager(&self) -> Result<ConnectionManager, StoreError> {
         let subscribers = Arc::clone(&self.inner.subscribers);
         self.inner
             .connection
@@ -421,6 +579,7 @@ impl Store for RedisStore {
             .arg(token_text(request.token))
             .arg(ttl_ms)
             .arg(request.seen.0.to_string())
+            .arg(self.inner.key_ttl_ms)
             .invoke_async(&mut con)
             .await
             .map_err(store_error)?;
@@ -460,6 +619,7 @@ impl Store for RedisStore {
                 ProbeResult::Failed => "F",
             })
             .arg(keys.channel())
+            .arg(self.inner.key_ttl_ms)
             .invoke_async(&mut con)
             .await
             .map_err(store_error)?;
@@ -496,6 +656,7 @@ impl Store for RedisStore {
             .arg(trip.instances)
             .arg(trip.seen.0.to_string())
             .arg(keys.channel())
+            .arg(self.inner.key_ttl_ms)
             .invoke_async(&mut con)
             .await
             .map_err(store_error)?;
@@ -518,13 +679,29 @@ impl Store for RedisStore {
         self.listen(keys.channel()).await
     }
 
-    async fn ping(&self) -> Result<(), StoreError> {
+    async fn touch(
+        &self,
+        keys: &Keys,
+        seen: FleetEpoch,
+    ) -> Result<Option<FleetVerdict>, StoreError> {
         let mut con = self.connection().await?;
-        let _: String = ::redis::cmd("PING")
-            .query_async(&mut con)
+        let stored: Option<String> = self
+            .inner
+            .touch
+            .key(keys.epoch())
+            .key(keys.verdict())
+            .arg(seen.0.to_string())
+            .arg(self.inner.key_ttl_ms)
+            .invoke_async(&mut con)
             .await
             .map_err(store_error)?;
-        Ok(())
+        stored
+            .map(|s| parse_verdict(&s).ok_or_else(|| malformed("verdict", &s)))
+            .transpose()
+    }
+
+    fn warning(&self) -> Option<String> {
+        self.eviction_warning()
     }
 }
 
@@ -625,6 +802,7 @@ impl CapStore for RedisStore {
             .arg(ttl_ms)
             .arg(claim.cap)
             .arg(keys.freed())
+            .arg(self.inner.key_ttl_ms.max(ttl_ms))
             .invoke_async(&mut con)
             .await
             .map_err(store_error)?;
@@ -638,6 +816,7 @@ impl CapStore for RedisStore {
             .set_cap
             .key(keys.claims())
             .arg(cap)
+            .arg(self.inner.key_ttl_ms)
             .invoke_async(&mut con)
             .await
             .map_err(store_error)?;
@@ -646,6 +825,24 @@ impl CapStore for RedisStore {
 
     async fn watch_freed(&self, keys: &CapKeys) -> Result<Subscription, StoreError> {
         self.listen(keys.freed()).await
+    }
+
+    fn warning(&self) -> Option<String> {
+        self.eviction_warning()
+    }
+}
+
+/// The warning an eviction policy calls for: any but `noeviction` may evict the
+/// fleet's keys (`allkeys-*` any of them, like a partial FLUSHALL; `volatile-*`
+/// exactly the ones with a TTL, a live lease or claim first).
+fn eviction_warning(policy: Option<&str>) -> Option<String> {
+    match policy {
+        Some("noeviction") => None,
+        Some(policy) => Some(format!(
+            "the server's maxmemory-policy is {policy}: under memory pressure it may \
+             evict the fleet's keys (a live lease or claim included); set noeviction"
+        )),
+        None => None,
     }
 }
 

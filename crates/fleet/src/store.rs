@@ -490,13 +490,31 @@ pub trait Store: Send + Sync + 'static {
         keys: &Keys,
     ) -> impl Future<Output = Result<Subscription, StoreError>> + Send;
 
-    /// Whether the store answers now: the coordinator's health check, sent every
+    /// The coordinator's health check, sent every
     /// [`FleetConfig::health_every`](crate::FleetConfig::health_every) while it
     /// coordinates, so a store that died or froze is noticed by an idle breaker
-    /// too. It must touch no key. The provided method answers at once, `Ok`: a
-    /// store that cannot tell (then only the protocol's own operations notice).
-    fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
-        std::future::ready(Ok(()))
+    /// too. It keeps the breaker's keys alive (a store that expires idle keys
+    /// refreshes their TTL), raises the epoch counter to at least `seen` (never
+    /// lowers it), and answers the latest verdict, like
+    /// [`read_verdict`](Self::read_verdict). Idempotent.
+    ///
+    /// So a counter lost to a flush, an eviction or an expiry comes back, within
+    /// one health check, above every epoch a connected instance has seen: epochs
+    /// never go backwards for them. The provided method only reads the verdict.
+    fn touch(
+        &self,
+        keys: &Keys,
+        seen: FleetEpoch,
+    ) -> impl Future<Output = Result<Option<FleetVerdict>, StoreError>> + Send {
+        let _ = seen;
+        self.read_verdict(keys)
+    }
+
+    /// A warning about the store's setup that an operator must act on (for
+    /// Redis: an eviction policy other than `noeviction`), shown in the fleet's
+    /// snapshots; `None` when there is none or it is not known yet.
+    fn warning(&self) -> Option<String> {
+        None
     }
 }
 
@@ -682,6 +700,12 @@ pub trait CapStore: Send + Sync + 'static {
         keys: &CapKeys,
         cap: u32,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// A warning about the store's setup, as [`Store::warning`]; shown in
+    /// [`CapSnapshot::store_warning`](crate::CapSnapshot::store_warning).
+    fn warning(&self) -> Option<String> {
+        None
+    }
 
     /// [`FleetEvent::SlotsFreed`] pushes from now on (step 6 of the contract).
     /// Best effort, as for [`Store::subscribe`]: a lost push costs its listener

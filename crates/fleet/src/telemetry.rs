@@ -68,6 +68,22 @@ impl Telemetry {
     }
 }
 
+/// The store's setup is unsafe for the fleet (an eviction policy).
+pub(crate) fn store_warning(warning: &str) {
+    #[cfg(feature = "tracing")]
+    tracing::warn!(target: "seawall::fleet", %warning, "store setup");
+}
+
+/// The store refused to say how it is set up (`CONFIG GET` not allowed).
+pub(crate) fn store_check_refused(error: &str) {
+    #[cfg(feature = "tracing")]
+    tracing::info!(
+        target: "seawall::fleet",
+        %error,
+        "could not read the store's eviction policy: make sure it is noeviction"
+    );
+}
+
 #[derive(Debug)]
 pub(crate) struct CapTelemetry {
     #[cfg(feature = "metrics")]

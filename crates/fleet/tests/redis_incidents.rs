@@ -15,7 +15,10 @@ use std::time::Duration;
 
 use seawall_bulkhead::BulkheadLayer;
 use seawall_circuit_breaker::CircuitBreakerLayer;
-use seawall_fleet::{CapConfig, CapKeys, Fleet, Keys, RedisStore};
+use seawall_fleet::{
+    CapConfig, CapKeys, CapStore, Claim, Fleet, FleetEpoch, InstanceId, Keys, LeaseReply,
+    LeaseRequest, ProbeResult, RedisStore, Store, Token, TripRecord,
+};
 use support::redis_server::RedisServer;
 use tokio::time::{sleep, Instant};
 
@@ -161,4 +164,188 @@ async fn an_idle_breaker_reports_a_frozen_redis_and_rejoins() {
         coordinated.snapshot().connected
     })
     .await;
+}
+
+async fn pttl(url: &str, key: &str) -> i64 {
+    let mut cmd = ::redis::cmd("PTTL");
+    cmd.arg(key);
+    query(url, &cmd).await.unwrap()
+}
+
+/// Every key the fleet writes has a TTL (no key of an old prefix lives
+/// forever), and using a key refreshes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_key_expires_and_use_refreshes_it() {
+    let Some(server) = RedisServer::start("every_key_expires_and_use_refreshes_it") else {
+        return;
+    };
+    let url = server.url();
+    let key_ttl = Duration::from_secs(600);
+    let store = RedisStore::builder(&url).key_ttl(key_ttl).build().unwrap();
+    let k = Keys::new("ttl", "freight").unwrap();
+    let request = LeaseRequest::new(Token(1), Duration::from_secs(60), FleetEpoch(0));
+    store.take_lease(&k, request).await.unwrap();
+    store
+        .publish_verdict(&k, Token(1), ProbeResult::Failed)
+        .await
+        .unwrap();
+    let trip = TripRecord::new(Token(2), Duration::from_secs(60), 2, FleetEpoch(0));
+    store.record_trip(&k, trip).await.unwrap();
+    store
+        .record_trip(
+            &k,
+            TripRecord::new(Token(3), Duration::from_secs(60), 2, FleetEpoch(0)),
+        )
+        .await
+        .unwrap();
+    let cap = CapKeys::new("ttl", "freight").unwrap();
+    let claim = Claim::new(InstanceId(1), 1, 2, 0, Duration::from_secs(3), 4);
+    store.claim(&cap, claim).await.unwrap();
+
+    let keys: Vec<String> = query(&url, ::redis::cmd("KEYS").arg("ttl:*"))
+        .await
+        .unwrap();
+    assert!(keys.len() >= 6, "{keys:?}");
+    for key in &keys {
+        let left = pttl(&url, key).await;
+        assert!(left > 0, "{key} has no TTL ({left})");
+    }
+    // Use refreshes it: a counter about to expire lives on after a health check.
+    let _: () = query(&url, ::redis::cmd("PEXPIRE").arg(k.epoch()).arg(60_000))
+        .await
+        .unwrap();
+    store.touch(&k, FleetEpoch(0)).await.unwrap();
+    let left = pttl(&url, k.epoch()).await;
+    assert!(
+        left > 60_000,
+        "the touch did not refresh the counter: {left}"
+    );
+    report(&format!("keys written: {keys:?}"));
+}
+
+/// The rule: every connected instance raises the epoch counter to the highest
+/// epoch it has seen at each health check, so a counter lost to a flush, an
+/// eviction or an expiry comes back above it, and a new lease's epoch is newer
+/// than every verdict the instance knows (it would ignore an older one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn epochs_never_go_backwards_after_the_counter_is_lost() {
+    let Some(server) = RedisServer::start("epochs_never_go_backwards_after_the_counter_is_lost")
+    else {
+        return;
+    };
+    let url = server.url();
+    let fleet = fleet(&url);
+    let breaker = CircuitBreakerLayer::builder("freight").build().unwrap();
+    let coordinated = fleet.coordinate(&breaker.handle()).unwrap();
+    let store = RedisStore::new(&url).unwrap();
+    let k = Keys::new("incident", "freight").unwrap();
+    let request = LeaseRequest::new(Token(1), Duration::from_secs(60), FleetEpoch(56));
+    assert_eq!(
+        store.take_lease(&k, request).await.unwrap(),
+        LeaseReply::Taken {
+            epoch: FleetEpoch(57)
+        }
+    );
+    store
+        .publish_verdict(&k, Token(1), ProbeResult::Failed)
+        .await
+        .unwrap();
+    store.release_lease(&k, Token(1)).await.unwrap();
+    until("the instance saw epoch 57", || async {
+        coordinated.snapshot().fleet_epoch == FleetEpoch(57)
+    })
+    .await;
+
+    for loss in ["FLUSHALL", "expiry"] {
+        if loss == "FLUSHALL" {
+            assert_eq!(server.command("FLUSHALL").unwrap(), "+OK");
+        } else {
+            assert_eq!(server.command(&format!("DEL {}", k.epoch())).unwrap(), ":1");
+        }
+        until(
+            "the counter is back above what the instance saw",
+            || async {
+                let mut cmd = ::redis::cmd("GET");
+                cmd.arg(k.epoch());
+                let counter: Option<u64> = query(&url, &cmd).await.flatten();
+                counter.is_some_and(|c| c >= 57)
+            },
+        )
+        .await;
+        // A newcomer that saw nothing takes a lease newer than epoch 57.
+        let request = LeaseRequest::new(Token(9), Duration::from_secs(60), FleetEpoch(0));
+        let LeaseReply::Taken { epoch } = store.take_lease(&k, request).await.unwrap() else {
+            panic!("the lease was held");
+        };
+        assert!(
+            epoch > FleetEpoch(57),
+            "{loss}: epoch {epoch} went backwards"
+        );
+        store.release_lease(&k, Token(9)).await.unwrap();
+        report(&format!(
+            "after {loss}: a newcomer's lease has epoch {epoch}"
+        ));
+    }
+}
+
+/// An eviction policy other than `noeviction` is reported (log and snapshots);
+/// a server that refuses `CONFIG GET` is tolerated: coordination goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_eviction_policy_that_may_evict_the_fleet_is_reported() {
+    let Some(server) =
+        RedisServer::start("an_eviction_policy_that_may_evict_the_fleet_is_reported")
+    else {
+        return;
+    };
+    let url = server.url();
+    assert_eq!(
+        server
+            .command("CONFIG SET maxmemory-policy allkeys-lru")
+            .unwrap(),
+        "+OK"
+    );
+    let fleet = fleet(&url);
+    let breaker = CircuitBreakerLayer::builder("freight").build().unwrap();
+    let coordinated = fleet.coordinate(&breaker.handle()).unwrap();
+    let bulkhead = BulkheadLayer::builder("freight").build().unwrap();
+    let config = CapConfig::new(4)
+        .renew_every(Duration::from_millis(100))
+        .ttl(Duration::from_millis(500));
+    let capped = fleet.cap(&bulkhead.handle(), config).unwrap();
+    until("the breaker's snapshot warns", || async {
+        coordinated
+            .snapshot()
+            .store_warning
+            .is_some_and(|w| w.contains("allkeys-lru"))
+    })
+    .await;
+    until("the cap's snapshot warns", || async {
+        capped.snapshot().store_warning.is_some()
+    })
+    .await;
+    report(&format!("{:?}", coordinated.snapshot().store_warning));
+
+    // A user not allowed CONFIG: no warning, and coordination works.
+    assert_eq!(
+        server
+            .command("ACL SETUSER limited on >secret ~* &* +@all -config")
+            .unwrap(),
+        "+OK"
+    );
+    let limited = format!("redis://limited:secret@127.0.0.1:{}/", server.port());
+    let fleet = Fleet::builder(RedisStore::new(&limited).unwrap())
+        .prefix("limited")
+        .health_every(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let other = CircuitBreakerLayer::builder("freight").build().unwrap();
+    let coordinated = fleet.coordinate(&other.handle()).unwrap();
+    until("a few health checks answered", || async {
+        let s = coordinated.snapshot();
+        s.connected && s.health_checks >= 3
+    })
+    .await;
+    let s = coordinated.snapshot();
+    assert_eq!(s.store_warning, None, "{s:?}");
+    assert!(s.connected);
 }
