@@ -130,8 +130,17 @@ fn the_fleet_document_caps_freight_in_its_fleet_table() {
     let cap = fleet.caps["freight"].config().unwrap();
     assert_eq!(cap.cap, 8);
     assert_eq!(cap.longest_call, p.budget);
-    assert_eq!(cap.mode, seawall::fleet::CapMode::Strict);
+    // The default mode: an instance cut off from the store serves its share.
+    assert_eq!(cap.mode, seawall::fleet::CapMode::default());
     assert!(scenario::shop::document(&p).find("[fleet").is_none());
+    let strict = scenario::shop::Policy {
+        strict_cap: true,
+        ..p
+    };
+    let document = scenario::shop::document_in_fleet(&strict, Some("local"));
+    let policies = seawall::config::Policies::from_toml(&document).unwrap();
+    let cap = policies.fleet().unwrap().caps["freight"].config().unwrap();
+    assert_eq!(cap.mode, seawall::fleet::CapMode::Strict);
 }
 
 /// `--fleet 3` on the in-process store (the drill's own choice when no

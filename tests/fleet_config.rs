@@ -195,10 +195,10 @@ fn a_cap_table_gives_the_fleet_wide_cap_of_a_policys_bulkhead() {
     assert_eq!(freight.ttl, Duration::from_secs(4));
     assert_eq!(freight.longest_call, Duration::from_secs(2));
     assert_eq!(freight.mode, CapMode::Available { local_share: 2 });
-    // Only `cap` given: strict, and the cap's own defaults.
+    // Only `cap` given: the cap's own defaults, divided mode with a floor of 1.
     let search = caps["search"].config().unwrap();
     assert_eq!(search, CapConfig::new(12));
-    assert_eq!(search.mode, CapMode::Strict);
+    assert_eq!(search.mode, CapMode::Divided { floor: 1 });
     // No caps table, no caps.
     let none = PolicyDocument::from_toml(DOC).unwrap();
     assert!(none.fleet.unwrap().caps.is_empty());

@@ -5,6 +5,7 @@
 //! cargo run --release --example drill -- --fast  # the same drill in about a minute
 //! cargo run --release --example drill -- --fast --serve-dashboard  # and watch it live
 //! cargo run --release --example drill -- --fast --fleet 3   # three instances, one store
+//! cargo run --release --example drill -- --fast --fleet 3 --strict-cap   # the cap in strict mode
 //! ```
 //!
 //! `--fleet N` runs N shop instances whose freight breakers coordinate through one
@@ -16,6 +17,10 @@
 //! gains each fleet's probes per open interval at its supplier, and the output
 //! each supplier's high-water mark of requests in flight (at most 8 across the
 //! capped fleet, up to 8 × N for the other).
+//! The cap runs in its default mode: an instance cut off from the store (Redis
+//! killed mid-run) keeps serving at the cap divided by the instances it last
+//! knew; `--strict-cap` puts it in strict mode (such an instance refuses every
+//! capped call until the store answers again).
 //!
 //! `--serve-dashboard[=ADDR]` serves the shop on `ADDR` (127.0.0.1:3000 by
 //! default) and prints the address of its incident dashboard (`/admin`), so that
@@ -93,11 +98,12 @@ async fn main() -> Result<(), seawall::BoxError> {
         None => Serve::default(),
     };
     let controls = serve.token.is_some();
-    let config = if fast {
+    let mut config = if fast {
         DrillConfig::fast()
     } else {
         DrillConfig::real()
     };
+    config.policy.strict_cap = std::env::args().any(|a| a == "--strict-cap");
     println!(
         "seawall failure drill ({}): {} phases of {:?}, budget {:?}, bulkhead {}/{}/{:?}, breaker open {:?}",
         if fast { "--fast" } else { "real durations" },

@@ -72,6 +72,7 @@ impl DrillConfig {
                 probe_ratio: 0.05,
                 probe_window: Duration::from_secs(30),
                 probe_successes: 20,
+                strict_cap: false,
             },
             rates: Rates {
                 quote: 40,
@@ -187,6 +188,15 @@ pub async fn run_fleet(
         let s = m.cap.snapshot();
         s.store_cap.unwrap_or(s.cap)
     });
+    // The run over, each instance leaves as a rolling deploy's would: stops
+    // admitting, drains its freight calls (bounded by their budget), and gives
+    // its share of the cap and any probe lease back at once.
+    for shop in &coordinated {
+        if let Some(member) = &shop.fleet {
+            member.cap.shutdown(config.policy.budget).await;
+            member.breaker.shutdown().await;
+        }
+    }
     Ok(FleetRun {
         obs,
         probes,

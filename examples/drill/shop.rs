@@ -108,6 +108,10 @@ pub struct Policy {
     pub probe_ratio: f64,
     pub probe_window: Duration,
     pub probe_successes: u32,
+    /// `--strict-cap`: the fleet-wide cap in strict mode (an instance cut off
+    /// from the store admits nothing) instead of the default (the cap divided by
+    /// the instances last known).
+    pub strict_cap: bool,
 }
 
 type Quotes = BoxCloneSyncService<Request, QuoteAnswer, BoxError>;
@@ -151,12 +155,16 @@ prefix = "drill"
 cap = {max_concurrent}
 renew_every = "200ms"
 ttl = "{ttl}"
-longest_call = "{budget}"
-mode = "strict"
+longest_call = "{budget}"{mode}
 "#,
             max_concurrent = p.max_concurrent,
             ttl = d(p.budget + Duration::from_secs(1)),
             budget = d(p.budget),
+            mode = if p.strict_cap {
+                "\nmode = \"strict\""
+            } else {
+                ""
+            },
         ),
         None => String::new(),
     };

@@ -86,6 +86,7 @@ impl CapSim {
         };
         match self.mode {
             CapMode::Strict => format!("strict, {store}"),
+            CapMode::Divided { floor } => format!("divided (floor {floor}), {store}"),
             CapMode::Available { local_share } => {
                 format!("available (local share {local_share}), {store}")
             }

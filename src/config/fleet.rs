@@ -27,7 +27,8 @@ use super::document::key;
 /// renew_every = "1s"                # T: how often each instance renews its allotment
 /// ttl = "3s"                        # a claim's life unrenewed; above renew_every
 /// longest_call = "2s"               # the deadline bounding every call; ttl - longest_call > renew_every
-/// mode = "available"                # or "strict" (the default): what an instance admits cut off from the store
+/// mode = "available"                # or "divided" (the default: cap / instances last known, at least
+///                                   # `floor`, default 1) or "strict" (nothing): what an instance admits cut off from the store
 /// local_share = 2                   # only with "available": the slots it then admits, at most cap
 /// ```
 ///
@@ -103,18 +104,24 @@ pub struct CapSection {
     #[serde(default)]
     pub mode: CapModeSection,
     /// The slots an instance cut off from the store admits into: required with
-    /// `mode = "available"`, refused with `"strict"`.
+    /// `mode = "available"`, refused otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local_share: Option<u32>,
+    /// The least an instance cut off from the store admits into (and what one
+    /// that never reached it admits), with `mode = "divided"` only: 1 if left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub floor: Option<u32>,
 }
 
-/// `mode = "strict" | "available"`: see [`CapMode`].
+/// `mode = "divided" | "strict" | "available"`: see [`CapMode`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum CapModeSection {
-    /// [`CapMode::Strict`], the default.
+    /// [`CapMode::Divided`], with the section's `floor` (1 if left out): the default.
     #[default]
+    Divided,
+    /// [`CapMode::Strict`].
     Strict,
     /// [`CapMode::Available`], with the section's `local_share`.
     Available,
@@ -136,7 +143,22 @@ impl CapSection {
     /// The cap's settings, checked by [`CapConfig::validate`]; errors name the
     /// field relative to the section (`ttl`, `local_share`).
     pub fn config(&self) -> Result<CapConfig, ConfigError> {
+        if self.floor.is_some() && self.mode != CapModeSection::Divided {
+            return Err(ConfigError::new(
+                "floor",
+                "only with mode = \"divided\" (the default)",
+            ));
+        }
         let mode = match (self.mode, self.local_share) {
+            (CapModeSection::Divided, None) => CapMode::Divided {
+                floor: self.floor.unwrap_or(1),
+            },
+            (CapModeSection::Divided, Some(_)) => {
+                return Err(ConfigError::new(
+                    "local_share",
+                    "only with mode = \"available\" (a divided cap admits the cap / the instances last known)",
+                ))
+            }
             (CapModeSection::Strict, None) => CapMode::Strict,
             (CapModeSection::Available, Some(local_share)) => CapMode::Available { local_share },
             (CapModeSection::Strict, Some(_)) => {

@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -14,7 +15,7 @@ use tokio::task::AbortHandle;
 use tokio::time::{sleep_until, Instant};
 
 use crate::config::MAX_SETTING;
-use crate::coordinator::{next_push, sleep_until_due, Fleet};
+use crate::coordinator::{next_push, sleep_until_due, Fleet, Shutdown};
 use crate::store::{
     CapKeys, CapStore, Claim, ClaimReply, FleetEvent, InstanceId, StoreError, Subscription,
 };
@@ -28,11 +29,33 @@ const EARLY_BURST: u32 = 4;
 
 /// What an instance admits when it holds no live lease (the store is unreachable,
 /// slow, or has not answered yet).
+///
+/// The default is [`Divided`](Self::Divided) with a floor of 1: most services
+/// would rather serve at a documented share of the cap than refuse every
+/// capped call while the store is away. [`Strict`](Self::Strict) is for a
+/// supplier that must never see more than the cap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CapMode {
+    /// The cap divided by the instances last known, once the lease lapsed:
+    /// `max(floor, G / N)`, rounded down, where G is the cap as the store last
+    /// answered it (else the configured one) and N the live claims in that
+    /// answer (this instance included); an instance that never reached the
+    /// store admits `floor`. The default, with a floor of 1.
+    ///
+    /// The bound: with the whole fleet cut off and no instance started since,
+    /// `N × ⌊G/N⌋ ≤ G`: the cap holds. Each instance started during the outage
+    /// adds `floor`; each instance cut off while others still reach the store
+    /// adds its `⌊G/N⌋` (the others share G among themselves once its claim
+    /// expired). So at most `G + c × ⌊G/N⌋ + k × floor` with `c` instances cut
+    /// off from a store the rest still reach and `k` started during the outage.
+    Divided {
+        /// What an instance admits before it ever reached the store, and the
+        /// least it admits cut off (at most the cap; 0 admits nothing then).
+        floor: u32,
+    },
     /// Nothing beyond the lease it still holds: the fleet never exceeds the cap
     /// (while clocks run at the same rate), at the price of failing fast with
-    /// `BulkheadFull` while the store is away. The default.
+    /// `BulkheadFull` while the store is away.
     Strict,
     /// Falls back to a local share of its own once its lease lapsed: calls go on
     /// while the store is away, and the fleet may exceed the cap by the shares of
@@ -43,18 +66,37 @@ pub enum CapMode {
     },
 }
 
+impl Default for CapMode {
+    /// `Divided { floor: 1 }`.
+    fn default() -> Self {
+        CapMode::Divided { floor: 1 }
+    }
+}
+
 impl CapMode {
-    /// The allotment an instance without a lease admits into.
+    /// The allotment an instance that never reached the store admits into.
     pub fn fallback(self) -> u32 {
+        self.share(u32::MAX, None)
+    }
+
+    /// The allotment an instance without a lease admits into, given the cap
+    /// (the store's, as last answered, else the configured one) and the live
+    /// claims it last heard of (`None`: it never reached the store).
+    pub fn share(self, cap: u32, instances: Option<u32>) -> u32 {
         match self {
             CapMode::Strict => 0,
             CapMode::Available { local_share } => local_share,
+            CapMode::Divided { floor } => match instances {
+                Some(n) if n > 0 => (cap / n).max(floor).min(cap),
+                _ => floor.min(cap),
+            },
         }
     }
 
-    /// `"strict"` or `"available"`.
+    /// `"divided"`, `"strict"` or `"available"`.
     pub fn as_str(self) -> &'static str {
         match self {
+            CapMode::Divided { .. } => "divided",
             CapMode::Strict => "strict",
             CapMode::Available { .. } => "available",
         }
@@ -70,14 +112,18 @@ impl serde::Serialize for CapMode {
             mode: &'static str,
             #[serde(skip_serializing_if = "Option::is_none")]
             local_share: Option<u32>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            floor: Option<u32>,
         }
-        let local_share = match *self {
-            CapMode::Available { local_share } => Some(local_share),
-            CapMode::Strict => None,
+        let (local_share, floor) = match *self {
+            CapMode::Available { local_share } => (Some(local_share), None),
+            CapMode::Divided { floor } => (None, Some(floor)),
+            CapMode::Strict => (None, None),
         };
         Fields {
             mode: self.as_str(),
             local_share,
+            floor,
         }
         .serialize(serializer)
     }
@@ -114,14 +160,15 @@ pub struct CapConfig {
 }
 
 impl CapConfig {
-    /// A strict cap of `cap` calls, renewed every second, claims living 3 s.
+    /// A cap of `cap` calls, renewed every second, claims living 3 s, in the
+    /// default mode ([`CapMode::Divided`] with a floor of 1).
     pub fn new(cap: u32) -> Self {
         Self {
             cap,
             renew_every: Duration::from_secs(1),
             ttl: Duration::from_secs(3),
             longest_call: Duration::ZERO,
-            mode: CapMode::Strict,
+            mode: CapMode::default(),
         }
     }
 
@@ -195,6 +242,14 @@ impl CapConfig {
                 ));
             }
         }
+        if let CapMode::Divided { floor } = self.mode {
+            if floor > self.cap {
+                return Err(ConfigError::new(
+                    "floor",
+                    format!("must be at most the cap ({}), got {floor}", self.cap),
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -264,9 +319,19 @@ impl<S: CapStore> Fleet<S> {
             early_paced: Instant::now(),
         };
         let join = runtime.spawn(task.run());
+        let withdraw: Withdraw = {
+            let store = Arc::clone(&self.inner.store);
+            let keys = CapKeys::new(&self.config().prefix, handle.name())?;
+            Box::new(move || {
+                let (store, keys) = (Arc::clone(&store), keys.clone());
+                Box::pin(async move { store.withdraw(&keys, instance).await })
+            })
+        };
         Ok(Capped {
             shared,
             task: join.abort_handle(),
+            withdraw,
+            store_timeout: self.config().store_timeout,
         })
     }
 
@@ -328,7 +393,13 @@ impl std::error::Error for CapError {
 pub struct Capped {
     shared: Arc<CapShared>,
     task: AbortHandle,
+    /// Deletes this instance's claim from the store (the graceful shutdown's last step).
+    withdraw: Withdraw,
+    store_timeout: Duration,
 }
+
+type Withdraw =
+    Box<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send>> + Send + Sync>;
 
 impl fmt::Debug for Capped {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -395,14 +466,56 @@ impl Capped {
     }
 }
 
+impl Capped {
+    /// A graceful shutdown, for an instance about to stop (a rolling deploy):
+    /// stops the renewals and admits nothing more (the bulkhead's allotment goes
+    /// to 0: new calls are refused as full), waits up to `drain` for the calls
+    /// running to end, then deletes this instance's claim from the store, so its
+    /// share goes back to the fleet at once (instances short of their demand are
+    /// told) instead of a TTL later. The claim is deleted after the drain, even a
+    /// drain cut short: calls admitted under the lease end within `longest_call`,
+    /// before the store could have handed their slots on anyway.
+    ///
+    /// The bulkhead stays at 0 afterwards ([`Handle::set_allotment`]`(None)`
+    /// lifts it). Never fails: what it did not do is in the answer.
+    pub async fn shutdown(&self, drain: Duration) -> Shutdown {
+        self.task.abort();
+        {
+            let mut stopped = self.shared.stopped();
+            *stopped = true;
+            self.shared.handle.set_allotment(Some(0));
+            self.shared.telemetry.allotment(0);
+        }
+        let handle = &self.shared.handle;
+        let deadline = later(Instant::now(), drain);
+        while handle.snapshot().active > 0 && Instant::now() < deadline {
+            let pause = Duration::from_millis(10).min(deadline - Instant::now());
+            tokio::time::sleep(pause).await;
+        }
+        let still_running = handle.snapshot().active;
+        let released = matches!(
+            tokio::time::timeout(self.store_timeout, (self.withdraw)()).await,
+            Ok(Ok(()))
+        );
+        Shutdown {
+            still_running,
+            released,
+        }
+    }
+}
+
 impl Drop for Capped {
     fn drop(&mut self) {
         self.task.abort();
         let mut stopped = self.shared.stopped();
+        if *stopped {
+            // Shut down: it stays at 0.
+            return;
+        }
         *stopped = true;
         self.shared
             .handle
-            .set_allotment(Some(self.shared.config.mode.fallback() as usize));
+            .set_allotment(Some(self.shared.fallback() as usize));
     }
 }
 
@@ -510,6 +623,13 @@ impl CapShared {
     /// task aborted mid-step never overwrites the drop's fallback.
     fn stopped(&self) -> MutexGuard<'_, bool> {
         self.stopped.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// What the mode gives this instance without a lease, from its last answer.
+    fn fallback(&self) -> u32 {
+        let view = self.view();
+        let cap = view.store_cap.unwrap_or(self.config.cap);
+        self.config.mode.share(cap, view.claimants)
     }
 
     fn apply(&self, allotment: u32) {
@@ -827,7 +947,7 @@ impl<S: CapStore> CapTask<S> {
         self.fenced = true;
         self.lease_until = None;
         shared.view().lease_until = None;
-        let fallback = shared.config.mode.fallback();
+        let fallback = shared.fallback();
         shared.apply(fallback);
         if had_lease {
             shared.lapses.fetch_add(1, Ordering::Relaxed);
@@ -920,6 +1040,7 @@ mod tests {
                 ok.mode(CapMode::Available { local_share: 9 }),
                 "local_share",
             ),
+            (ok.mode(CapMode::Divided { floor: 9 }), "floor"),
         ];
         for (config, field) in cases {
             assert_eq!(config.validate().unwrap_err().field(), field, "{config:?}");
@@ -929,6 +1050,25 @@ mod tests {
             .unwrap();
         assert_eq!(CapMode::Available { local_share: 3 }.fallback(), 3);
         assert_eq!(CapMode::Strict.fallback(), 0);
+        assert_eq!(ok.mode, CapMode::Divided { floor: 1 });
+    }
+
+    #[test]
+    fn the_default_mode_divides_the_cap_by_the_instances_last_known() {
+        let divided = CapMode::default();
+        // Rounded down: 3 instances of a cap of 8 admit 2 each, 6 in all.
+        assert_eq!(divided.share(8, Some(3)), 2);
+        assert_eq!(divided.share(6, Some(3)), 2);
+        // Never below the floor, never above the cap.
+        assert_eq!(divided.share(8, Some(20)), 1);
+        assert_eq!(CapMode::Divided { floor: 3 }.share(8, Some(4)), 3);
+        assert_eq!(divided.share(8, Some(1)), 8);
+        // Never reached the store: the floor.
+        assert_eq!(divided.share(8, None), 1);
+        assert_eq!(divided.fallback(), 1);
+        assert_eq!(CapMode::Divided { floor: 0 }.share(8, None), 0);
+        assert_eq!(CapMode::Strict.share(8, Some(2)), 0);
+        assert_eq!(CapMode::Available { local_share: 3 }.share(8, Some(2)), 3);
     }
 
     /// A call admitted while a renewal lowers the ceiling (after its snapshot of

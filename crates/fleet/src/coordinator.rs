@@ -211,11 +211,21 @@ impl<S: Store> Fleet<S> {
             peer_trip: None,
         };
         let join = runtime.spawn(task.run());
+        let release: ReleaseLease = {
+            let store = Arc::clone(&self.inner.store);
+            let keys = Keys::new(&config.prefix, handle.name())?;
+            Box::new(move |token| {
+                let (store, keys) = (Arc::clone(&store), keys.clone());
+                Box::pin(async move { store.release_lease(&keys, token).await })
+            })
+        };
         Ok(Coordinated {
             shared,
             handle: handle.clone(),
             gate,
             task: join.abort_handle(),
+            release,
+            store_timeout: config.store_timeout,
         })
     }
 }
@@ -336,6 +346,27 @@ pub struct Coordinated {
     handle: Handle,
     gate: Arc<dyn ProbeGate>,
     task: AbortHandle,
+    /// Releases a lease of this instance's (the graceful shutdown).
+    release: ReleaseLease,
+    store_timeout: Duration,
+}
+
+type ReleaseLease = Box<
+    dyn Fn(Token) -> std::pin::Pin<Box<dyn Future<Output = Result<bool, StoreError>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// What a graceful shutdown ([`Coordinated::shutdown`], [`Capped::shutdown`](crate::Capped::shutdown)) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Shutdown {
+    /// Calls still running when the drain's bound ran out (0: every call ended).
+    pub still_running: usize,
+    /// Whether the store let go of what this instance held (its claim, its
+    /// lease), or it held nothing. `false`: the store did not answer in time, and
+    /// what it held leaves by its TTL.
+    pub released: bool,
 }
 
 impl fmt::Debug for Coordinated {
@@ -399,8 +430,43 @@ impl Coordinated {
     }
 }
 
+impl Coordinated {
+    /// A graceful shutdown, for an instance about to stop (a rolling deploy):
+    /// stops the background task, hands the breaker back to itself (as dropping
+    /// does), and releases the probe lease if this instance holds it, so another
+    /// instance can probe at once instead of a lease TTL later. A probe still in
+    /// flight runs on; its verdict is not published. Never fails: what it did not
+    /// do is in the answer.
+    pub async fn shutdown(&self) -> Shutdown {
+        self.stop();
+        let held = match self.shared.view().lease {
+            LeaseView::Holding { token, until, .. } if Instant::now() < until => Some(token),
+            _ => None,
+        };
+        self.shared.view().lease = LeaseView::Unknown;
+        let released = match held {
+            Some(token) => matches!(
+                tokio::time::timeout(self.store_timeout, (self.release)(token)).await,
+                Ok(Ok(_))
+            ),
+            None => true,
+        };
+        Shutdown {
+            still_running: 0,
+            released,
+        }
+    }
+}
+
 impl Drop for Coordinated {
     fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl Coordinated {
+    /// Stops the task and takes the gate off the breaker (if it is still ours).
+    fn stop(&self) {
         self.task.abort();
         if let Some(previous) = self.handle.set_probe_gate(None) {
             if !Arc::ptr_eq(&previous, &self.gate) {

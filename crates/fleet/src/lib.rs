@@ -275,7 +275,7 @@
 //!                                            reserve max(grant, held) until now + TTL
 //!   ◄──────────────────────────── grant ───
 //!   ceiling := grant, lease until sent + TTL - longest_call (A's own clock)
-//!   no answer by then: strict → 0, available → local share
+//!   no answer by then: divided → max(floor, G / N), strict → 0, available → local share
 //!                                            the reservations fell while another
 //!                                            claim wants more than it holds:
 //!   instance B (short of its demand)         PUBLISH …:freed  SlotsFreed(A)
@@ -354,7 +354,19 @@
 //!
 //! ## The bounds
 //!
-//! - **`strict` (the default):** without a live lease an instance admits
+//! - **`divided` (the default, [`CapMode::Divided`]):** without a live lease an
+//!   instance admits into `max(floor, ⌊G / N⌋)`, N the live claims in the last
+//!   answer it had (itself included), G the store's cap as last answered; one
+//!   that never reached the store admits `floor` (default 1). Calls go on
+//!   through a store outage, and the fleet stays within **G** while the whole
+//!   fleet is cut off and no instance started since (`N × ⌊G/N⌋ ≤ G`), once the
+//!   calls admitted under the last leases ended (within `longest_call`). Each
+//!   instance started during the outage adds `floor`; each instance cut off
+//!   while the rest still reach the store adds its `⌊G/N⌋` (the others share G
+//!   once its claim expired): at most **G + c × ⌊G/N⌋ + k × floor**, with `c`
+//!   instances cut off from a store the others reach and `k` started during the
+//!   outage.
+//! - **`strict`:** without a live lease an instance admits
 //!   nothing (calls are refused at once as full). While clocks run at the same
 //!   rate and calls end within `longest_call`, the fleet never has more than G
 //!   calls at the supplier: not when the store is slow, partitioned, paused,
@@ -385,7 +397,8 @@
 //! - **`longest_call`**: the deadline of the calls behind the bulkhead (bound them
 //!   with a [`DeadlineLayer`](seawall_core::DeadlineLayer)); it shortens every lease
 //!   by as much, so keep it well under TTL − T.
-//! - **Mode:** `strict` when exceeding G hurts more than refusing calls (a
+//! - **Mode:** `divided` (the default) serves through a store outage within the
+//!   bound above; `strict` when exceeding G hurts more than refusing calls (a
 //!   supplier that falls over, a contractual limit); `available` when refusing is
 //!   worse and the supplier has headroom. **`local_share`**: what the supplier can
 //!   absorb from each instance cut off; with `k` instances at risk of being cut
@@ -446,7 +459,7 @@ mod telemetry;
 
 pub use cap::{CapConfig, CapError, CapMode, CapSnapshot, Capped, MAX_CAP};
 pub use config::{FleetConfig, TripTogether, MAX_SETTING};
-pub use coordinator::{Coordinated, Fleet, FleetBuilder, FleetSnapshot, LeaseStatus};
+pub use coordinator::{Coordinated, Fleet, FleetBuilder, FleetSnapshot, LeaseStatus, Shutdown};
 pub use local::{Faults, LocalStore, StoredClaim};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]

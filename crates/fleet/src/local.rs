@@ -638,6 +638,21 @@ impl CapStore for LocalStore {
         self.listen(keys.freed()).await
     }
 
+    async fn withdraw(&self, keys: &CapKeys, instance: InstanceId) -> Result<(), StoreError> {
+        let keys = keys.clone();
+        self.run(move |s, _| {
+            let removed = s
+                .caps
+                .get_mut(keys.claims())
+                .and_then(|ledger| ledger.claims.remove(&instance.0))
+                .is_some();
+            if removed {
+                s.push(keys.freed(), FleetEvent::SlotsFreed(instance));
+            }
+        })
+        .await
+    }
+
     async fn set_cap(&self, keys: &CapKeys, cap: u32) -> Result<(), StoreError> {
         let key = keys.claims().to_owned();
         self.run(move |s, _| {

@@ -259,6 +259,14 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 ";
 
+/// KEYS: the cap's hash. ARGV: instance (32 hex digits), the freed channel.
+/// Deletes the instance's claim; publishes `freed:<instance>` if there was one.
+const WITHDRAW: &str = r"
+local removed = redis.call('HDEL', KEYS[1], 'i:' .. ARGV[1])
+if removed == 1 then redis.call('PUBLISH', ARGV[2], 'freed:' .. ARGV[1]) end
+return removed
+";
+
 /// KEYS: epoch, verdict. ARGV: seen epoch, key ttl in ms. The health check:
 /// raises the counter to `seen` (never lowers it), refreshes both TTLs, and
 /// returns the verdict stored (or nil).
@@ -303,6 +311,7 @@ struct Inner {
     /// The warning about the eviction policy, once read.
     eviction_warning: Mutex<Option<String>>,
     touch: Script,
+    withdraw: Script,
     take: Script,
     release: Script,
     publish: Script,
@@ -487,6 +496,7 @@ impl RedisStore {
                 eviction_checked: std::sync::atomic::AtomicBool::new(false),
                 eviction_warning: Mutex::new(None),
                 touch: Script::new(&format!("{GREATER}{TOUCH}")),
+                withdraw: Script::new(WITHDRAW),
                 take: Script::new(&format!("{GREATER}{NEXT_EPOCH}{TAKE}")),
                 release: Script::new(RELEASE),
                 publish: Script::new(&format!("{GREATER}{PUBLISH}")),
@@ -825,6 +835,20 @@ impl CapStore for RedisStore {
 
     async fn watch_freed(&self, keys: &CapKeys) -> Result<Subscription, StoreError> {
         self.listen(keys.freed()).await
+    }
+
+    async fn withdraw(&self, keys: &CapKeys, instance: InstanceId) -> Result<(), StoreError> {
+        let mut con = self.connection().await?;
+        let _: i64 = self
+            .inner
+            .withdraw
+            .key(keys.claims())
+            .arg(format!("{:032x}", instance.0))
+            .arg(keys.freed())
+            .invoke_async(&mut con)
+            .await
+            .map_err(store_error)?;
+        Ok(())
     }
 
     fn warning(&self) -> Option<String> {

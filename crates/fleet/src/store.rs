@@ -701,6 +701,19 @@ pub trait CapStore: Send + Sync + 'static {
         cap: u32,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// Deletes `instance`'s claim (a graceful shutdown, once its calls ended), so
+    /// its share comes back to the fleet at once instead of after its TTL; pushes
+    /// [`FleetEvent::SlotsFreed`] when there was one. Idempotent. The provided
+    /// method does nothing: the claim then leaves by its TTL.
+    fn withdraw(
+        &self,
+        keys: &CapKeys,
+        instance: InstanceId,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = (keys, instance);
+        std::future::ready(Ok(()))
+    }
+
     /// A warning about the store's setup, as [`Store::warning`]; shown in
     /// [`CapSnapshot::store_warning`](crate::CapSnapshot::store_warning).
     fn warning(&self) -> Option<String> {

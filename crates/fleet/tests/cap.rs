@@ -247,8 +247,12 @@ impl Harness {
     }
 }
 
+/// Strict: these tests hold the fleet to the cap whatever the store does.
 fn config(cap: u32) -> CapConfig {
-    CapConfig::new(cap).renew_every(T).ttl(TTL)
+    CapConfig::new(cap)
+        .renew_every(T)
+        .ttl(TTL)
+        .mode(CapMode::Strict)
 }
 
 #[tokio::test(start_paused = true)]
@@ -408,7 +412,8 @@ async fn a_move_under_calls_longer_than_two_periods_is_served_within_the_bound()
     let config = CapConfig::new(6)
         .renew_every(T)
         .ttl(ms(600))
-        .longest_call(ms(300));
+        .longest_call(ms(300))
+        .mode(CapMode::Strict);
     let h = built_harness(7, 2, 10, None, long);
     h.store.set_faults(Faults::latency(ms(1))).unwrap();
     let start = Instant::now();

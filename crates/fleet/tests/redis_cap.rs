@@ -51,8 +51,11 @@ impl Shop {
     }
 }
 
+/// Strict unless a test says otherwise: the fleet held to the cap whatever the
+/// store does.
 fn config(cap: u32) -> CapConfig {
     CapConfig::new(cap)
+        .mode(CapMode::Strict)
         .renew_every(T)
         .ttl(TTL)
         .longest_call(LONGEST)
@@ -61,7 +64,17 @@ fn config(cap: u32) -> CapConfig {
 /// `n` instances, each with a fleet of its own (its own connection) and a
 /// bulkhead of 10 without a queue, capped by `config`.
 fn shops(url: &str, n: usize, supplier: &Supplier, config: CapConfig) -> Vec<Arc<Shop>> {
-    (0..n)
+    numbered_shops(url, 0..n, supplier, config)
+}
+
+/// Shops numbered `numbers` (each number seeds its instance: no two alike).
+fn numbered_shops(
+    url: &str,
+    numbers: std::ops::Range<usize>,
+    supplier: &Supplier,
+    config: CapConfig,
+) -> Vec<Arc<Shop>> {
+    numbers
         .map(|i| {
             let (fleet, layer) = support::capped_instance(url, "drill", 40 + i as u64);
             let handle = layer.handle();
@@ -387,4 +400,62 @@ async fn the_supplier_stops_work_when_its_client_gives_up() {
     .await;
     assert_eq!(supplier.served(), 0);
     assert_eq!(supplier.most(), 1);
+}
+
+/// The default mode (the cap divided by the instances last known) through a
+/// Redis killed and left dead: calls go on at each instance's share, the fleet
+/// stays within the cap once the calls admitted under the leases ended, an
+/// instance started during the outage admits its floor, and the cap is handed
+/// out again once Redis is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_mode_keeps_serving_through_a_redis_outage() {
+    let Some(mut server) =
+        RedisServer::start("the_default_mode_keeps_serving_through_a_redis_outage")
+    else {
+        return;
+    };
+    let supplier = Supplier::start(WORK).await;
+    let default = config(6).mode(CapMode::default());
+    let mut xs = shops(&server.url(), 3, &supplier, default);
+    saturate(&xs, &[0, 1, 2]);
+    let handed_out = |xs: &[Arc<Shop>]| xs.iter().map(|s| s.allotment()).sum::<usize>() == 6;
+    until("all of the cap handed out", || handed_out(&xs)).await;
+
+    server.kill();
+    let lapsed = |s: &Shop| {
+        s.capped
+            .lock()
+            .unwrap()
+            .as_ref()
+            .is_some_and(|c| c.snapshot().lapses > 0)
+    };
+    until("every lease lapsed", || xs.iter().all(|s| lapsed(s))).await;
+    // Calls admitted under the leases end within LONGEST; from then on the
+    // whole fleet, cut off, admits N × ⌊G/N⌋ ≤ G.
+    sleep(LONGEST).await;
+    supplier.reset_most();
+    let shares: Vec<usize> = xs.iter().map(|s| s.allotment()).collect();
+    let (ok, full, other) = phase(&xs, Duration::from_millis(1500)).await;
+    let cut_off = supplier.most();
+    report(&format!(
+        "default mode, redis killed: shares {shares:?}, {ok} calls served, {full} refused \
+         full, {other} failed because of the store, supplier high-water mark {cut_off} (cap 6)"
+    ));
+    assert!(ok > 0, "no call served while the store was away");
+    assert!(shares.iter().all(|s| *s >= 1), "{shares:?}");
+    assert!(shares.iter().sum::<usize>() <= 6, "{shares:?}");
+    assert!(cut_off <= 6, "supplier saw {cut_off}");
+
+    // An instance started while the store is down admits its floor, 1.
+    let late = numbered_shops(&server.url(), 3..4, &supplier, default);
+    late[0].workers.store(usize::MAX, Ordering::SeqCst);
+    until("the newcomer admits its floor", || late[0].allotment() == 1).await;
+    xs.extend(late);
+    let (ok, _, _) = phase(&xs, Duration::from_millis(1000)).await;
+    assert!(ok > 0);
+    assert!(supplier.most() <= 7, "supplier saw {}", supplier.most());
+
+    server.restart();
+    until("the cap handed out again", || handed_out(&xs)).await;
+    assert_eq!(sum(&xs, |s| s.other.load(Ordering::SeqCst)), 0);
 }

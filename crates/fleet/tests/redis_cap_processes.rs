@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use seawall_core::{find_rejection, RejectionKind};
-use seawall_fleet::CapConfig;
+use seawall_fleet::{CapConfig, CapMode};
 use support::redis_server::RedisServer;
 use support::supplier::{client, Supplier};
 use tokio::time::{sleep, Instant};
@@ -120,7 +120,8 @@ async fn cap_instance_process() {
     let config = CapConfig::new(CAP)
         .renew_every(Duration::from_millis(100))
         .ttl(Duration::from_millis(700))
-        .longest_call(LONGEST);
+        .longest_call(LONGEST)
+        .mode(CapMode::Strict);
     let capped = fleet.cap(&handle, config).unwrap();
     let svc = layer.layer(client(addr, LONGEST));
     let other = Arc::new(AtomicU64::new(0));

@@ -15,12 +15,14 @@ use std::time::Duration;
 
 use seawall_bulkhead::BulkheadLayer;
 use seawall_circuit_breaker::CircuitBreakerLayer;
+use seawall_core::BoxError;
 use seawall_fleet::{
     CapConfig, CapKeys, CapStore, Claim, Fleet, FleetEpoch, InstanceId, Keys, LeaseReply,
-    LeaseRequest, ProbeResult, RedisStore, Store, Token, TripRecord,
+    LeaseRequest, LeaseStatus, ProbeResult, RedisStore, Store, Token, TripRecord,
 };
 use support::redis_server::RedisServer;
 use tokio::time::{sleep, Instant};
+use tower::{service_fn, Layer, Service, ServiceExt};
 
 /// How long any wait that must end may take before the test gives up.
 const WATCHDOG: Duration = Duration::from_secs(30);
@@ -348,4 +350,99 @@ async fn an_eviction_policy_that_may_evict_the_fleet_is_reported() {
     let s = coordinated.snapshot();
     assert_eq!(s.store_warning, None, "{s:?}");
     assert!(s.connected);
+}
+
+/// A graceful shutdown drains the capped bulkhead's calls, deletes its claim
+/// and releases the probe lease it holds, instead of leaving them to their TTLs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_shutdown_gives_the_claim_and_the_lease_back() {
+    let Some(server) = RedisServer::start("a_graceful_shutdown_gives_the_claim_and_the_lease_back")
+    else {
+        return;
+    };
+    let url = server.url();
+    let fleet = fleet(&url);
+
+    // The cap: one call running when the shutdown starts.
+    let bulkhead = BulkheadLayer::builder("parcels")
+        .max_concurrent(4)
+        .max_queue(0)
+        .build()
+        .unwrap();
+    let handle = bulkhead.handle();
+    let config = CapConfig::new(4)
+        .renew_every(Duration::from_millis(100))
+        .ttl(Duration::from_secs(1));
+    let capped = fleet.cap(&handle, config).unwrap();
+    let instance = capped.instance();
+    let svc = bulkhead.layer(service_fn(|()| async {
+        sleep(Duration::from_millis(300)).await;
+        Ok::<_, BoxError>(())
+    }));
+    until("a call admitted under the cap", || {
+        tokio::spawn(svc.clone().oneshot(()));
+        let active = handle.snapshot().active;
+        async move { active > 0 }
+    })
+    .await;
+    let claims = CapKeys::new("incident", "parcels").unwrap();
+    let field = format!("i:{instance}");
+    let exists = |field: String| {
+        let (url, key) = (url.clone(), claims.claims().to_owned());
+        async move {
+            let mut cmd = ::redis::cmd("HEXISTS");
+            cmd.arg(key).arg(field);
+            query::<i64>(&url, &cmd).await.unwrap()
+        }
+    };
+    assert_eq!(exists(field.clone()).await, 1);
+    let done = capped.shutdown(Duration::from_secs(20)).await;
+    assert_eq!(done.still_running, 0, "{done:?}");
+    assert!(done.released, "{done:?}");
+    assert_eq!(handle.allotment(), Some(0));
+    assert_eq!(exists(field).await, 0, "the claim outlived the shutdown");
+
+    // The breaker: trips, takes the probe lease at its interval's end, and
+    // shuts down holding it.
+    let breaker = CircuitBreakerLayer::builder("freight")
+        .consecutive_failures(1)
+        .open_for(Duration::from_millis(100))
+        .half_open_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let coordinated = fleet.coordinate(&breaker.handle()).unwrap();
+    until("connected", || async { coordinated.snapshot().connected }).await;
+    // The first call fails; the probe after it hangs, holding the lease.
+    let first = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let mut sick = breaker.layer(service_fn(move |()| {
+        let first = first.swap(false, std::sync::atomic::Ordering::SeqCst);
+        async move {
+            if first {
+                return Err::<(), BoxError>("down".into());
+            }
+            std::future::pending().await
+        }
+    }));
+    let _ = sick.ready().await.unwrap().call(()).await;
+    let coordination = &coordinated;
+    let breaker_handle = breaker.handle();
+    until("the lease held, its probe in flight", || {
+        // A call asks the gate for the probe, which has the lease taken.
+        tokio::spawn(sick.clone().oneshot(()));
+        let holding = matches!(coordination.snapshot().lease, LeaseStatus::Holding { .. });
+        let probing = breaker_handle.snapshot().probes_in_flight > 0;
+        async move { holding && probing }
+    })
+    .await;
+    let lease = Keys::new("incident", "freight").unwrap();
+    let mut cmd = ::redis::cmd("EXISTS");
+    cmd.arg(lease.lease());
+    assert_eq!(query::<i64>(&url, &cmd).await, Some(1));
+    let done = coordinated.shutdown().await;
+    assert!(done.released, "{done:?}");
+    assert_eq!(
+        query::<i64>(&url, &cmd).await,
+        Some(0),
+        "the lease outlived the shutdown"
+    );
 }
