@@ -60,6 +60,26 @@
 //! and the manager redials in the background on the next operation, so the
 //! instance joins as soon as the server answers.
 //!
+//! # High availability
+//!
+//! - **Sentinel** ([`RedisStore::sentinel`]): the store asks the sentinels (in
+//!   turn, one second each) which server is the primary at the first operation,
+//!   and again whenever the connection is lost or a write is refused as
+//!   `READONLY`; sentinel and data node credentials are given apart.
+//! - **A URL** (a DNS name an operator repoints at the new primary, a cloud
+//!   endpoint): a write refused as `READONLY` (the server is a replica now) is
+//!   [`StoreError::Unavailable`]`("read-only replica: …")`, warned about, and drops
+//!   the connection, so the next operation dials the name again.
+//! - **The guarantee across a failover.** Replication is asynchronous: the new
+//!   primary may lack the last writes, a live lease or claim among them. It is
+//!   then a store that lost its data, and the bounds of a flush apply: at most
+//!   two probes at once for one lease TTL (one probe per interval, except across
+//!   a failover), and the cap's record settles again for one TTL (no instance
+//!   granted more than it holds). Epochs stay ordered for the instances that saw
+//!   them (the health check raises the counter again). No call fails because of
+//!   the failover: instances fall back to local mode while the store answers
+//!   nothing or `READONLY`, and rejoin by themselves.
+//!
 //! Verdicts arrive as RESP3 pushes on the same connection. When the connection
 //! drops, every [`Subscription`] of this store ends (`None`): the coordinator
 //! then resubscribes on the new connection and reconciles with a read, so a
@@ -76,7 +96,7 @@ use std::time::Duration;
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::{Client, ProtocolVersion, PushInfo, PushKind, RedisError, Script, Value};
 use seawall_core::ConfigError;
-use tokio::sync::{mpsc, OnceCell};
+use tokio::sync::mpsc;
 
 use crate::store::{
     CapKeys, CapStore, Claim, ClaimReply, FleetEpoch, FleetEvent, FleetVerdict, InstanceId, Keys,
@@ -301,8 +321,12 @@ pub struct RedisStore {
 }
 
 struct Inner {
-    client: Client,
-    connection: OnceCell<ConnectionManager>,
+    target: Target,
+    /// The connection in use and its generation (one more for every connection
+    /// opened); `None` until the first operation, and again once it was found
+    /// to reach a read-only replica (or, behind sentinels, no server at all).
+    current: tokio::sync::Mutex<Option<(u64, ConnectionManager)>>,
+    generation: std::sync::atomic::AtomicU64,
     subscribers: Arc<Subscribers>,
     /// The TTL of every key but the lease's, in ms, refreshed by use.
     key_ttl_ms: u64,
@@ -400,10 +424,17 @@ impl Subscribers {
 
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let addr = self.inner.client.get_connection_info().addr();
+        let target = match &self.inner.target {
+            Target::Url(client) => client.get_connection_info().addr().to_string(),
+            Target::Sentinel(s) => format!("{} via sentinels {:?}", s.master, s.sentinels),
+        };
+        let opened = self
+            .inner
+            .generation
+            .load(std::sync::atomic::Ordering::Relaxed);
         f.debug_struct("RedisStore")
-            .field("addr", &addr.to_string())
-            .field("connected_once", &self.inner.connection.initialized())
+            .field("target", &target)
+            .field("connected_once", &(opened > 0))
             .finish_non_exhaustive()
     }
 }
@@ -413,10 +444,39 @@ pub const DEFAULT_KEY_TTL: Duration = Duration::from_secs(24 * 3600);
 
 /// Builds a [`RedisStore`] with settings beyond the URL; [`build`](Self::build)
 /// checks them, naming the field at fault.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RedisStoreBuilder {
-    url: String,
+    place: Place,
     key_ttl: Duration,
+}
+
+/// Where the server is, as given to the builder.
+#[derive(Clone)]
+enum Place {
+    Url(String),
+    Sentinel {
+        master: String,
+        sentinels: Vec<String>,
+        sentinel_auth: Option<(Option<String>, String)>,
+        auth: Option<(Option<String>, String)>,
+        db: i64,
+    },
+}
+
+impl fmt::Debug for RedisStoreBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never the passwords.
+        let place = match &self.place {
+            Place::Url(_) => "url".to_owned(),
+            Place::Sentinel {
+                master, sentinels, ..
+            } => format!("{master} via sentinels {sentinels:?}"),
+        };
+        f.debug_struct("RedisStoreBuilder")
+            .field("place", &place)
+            .field("key_ttl", &self.key_ttl)
+            .finish_non_exhaustive()
+    }
 }
 
 impl RedisStoreBuilder {
@@ -432,8 +492,37 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// The store; refused, naming the field (`url`, `key_ttl`), if a setting is
-    /// wrong. The server is not contacted.
+    /// Behind sentinels: the credentials of the data nodes (the primary), as
+    /// `AUTH [username] password`. Ignored for a URL (it carries its own).
+    #[must_use]
+    pub fn auth(mut self, username: Option<&str>, password: &str) -> Self {
+        if let Place::Sentinel { auth, .. } = &mut self.place {
+            *auth = Some((username.map(str::to_owned), password.to_owned()));
+        }
+        self
+    }
+
+    /// Behind sentinels: the sentinels' own credentials, which often differ
+    /// from the data nodes'. Ignored for a URL.
+    #[must_use]
+    pub fn sentinel_auth(mut self, username: Option<&str>, password: &str) -> Self {
+        if let Place::Sentinel { sentinel_auth, .. } = &mut self.place {
+            *sentinel_auth = Some((username.map(str::to_owned), password.to_owned()));
+        }
+        self
+    }
+
+    /// Behind sentinels: the database number (default 0). Ignored for a URL.
+    #[must_use]
+    pub fn db(mut self, number: i64) -> Self {
+        if let Place::Sentinel { db, .. } = &mut self.place {
+            *db = number;
+        }
+        self
+    }
+
+    /// The store; refused, naming the field (`url`, `key_ttl`, `sentinels`,
+    /// `master`, `db`), if a setting is wrong. The server is not contacted.
     pub fn build(self) -> Result<RedisStore, ConfigError> {
         if self.key_ttl < Duration::from_secs(1) || self.key_ttl > crate::MAX_SETTING * 30 {
             return Err(ConfigError::new(
@@ -445,7 +534,143 @@ impl RedisStoreBuilder {
                 ),
             ));
         }
-        RedisStore::open(&self.url, self.key_ttl)
+        let target = match self.place {
+            Place::Url(url) => {
+                let client = Client::open(url.as_str())
+                    .map_err(|e| ConfigError::new("url", e.to_string()))?;
+                // Pushes (the verdicts) need RESP3, whatever the URL asked for.
+                let info = client.get_connection_info().clone();
+                let settings = info
+                    .redis_settings()
+                    .clone()
+                    .set_protocol(ProtocolVersion::RESP3);
+                Target::Url(
+                    Client::open(info.set_redis_settings(settings))
+                        .map_err(|e| ConfigError::new("url", e.to_string()))?,
+                )
+            }
+            Place::Sentinel {
+                master,
+                sentinels,
+                sentinel_auth,
+                auth,
+                db,
+            } => {
+                if master.is_empty() {
+                    return Err(ConfigError::new("master", "must not be empty"));
+                }
+                if sentinels.is_empty() {
+                    return Err(ConfigError::new("sentinels", "must name at least one"));
+                }
+                let mut addrs = Vec::new();
+                for s in &sentinels {
+                    addrs.push(host_port(s).ok_or_else(|| {
+                        ConfigError::new("sentinels", format!("{s:?} is not host:port"))
+                    })?);
+                }
+                if db < 0 {
+                    return Err(ConfigError::new(
+                        "db",
+                        format!("must be at least 0, got {db}"),
+                    ));
+                }
+                Target::Sentinel(SentinelTarget {
+                    master,
+                    sentinels: addrs,
+                    sentinel_auth,
+                    auth,
+                    db,
+                })
+            }
+        };
+        Ok(RedisStore::open(target, self.key_ttl))
+    }
+}
+
+/// `host:port` (a bracketed IPv6 host allowed) as its parts.
+fn host_port(s: &str) -> Option<(String, u16)> {
+    let (host, port) = s.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return None;
+    }
+    Some((host.to_owned(), port.parse().ok()?))
+}
+
+/// Where the store's server is.
+enum Target {
+    /// One URL (a DNS name is resolved again at every new connection).
+    Url(Client),
+    /// The primary named by a set of sentinels, asked again at every new connection.
+    Sentinel(SentinelTarget),
+}
+
+struct SentinelTarget {
+    master: String,
+    sentinels: Vec<(String, u16)>,
+    sentinel_auth: Option<(Option<String>, String)>,
+    auth: Option<(Option<String>, String)>,
+    db: i64,
+}
+
+/// How long one sentinel may take to name the primary before the next is asked.
+const SENTINEL_TIMEOUT: Duration = Duration::from_secs(1);
+
+impl SentinelTarget {
+    /// A client of the primary, as the first sentinel that answers names it.
+    async fn resolve(&self) -> Result<Client, StoreError> {
+        let mut why = Vec::new();
+        for (host, port) in &self.sentinels {
+            match tokio::time::timeout(SENTINEL_TIMEOUT, self.ask(host, *port)).await {
+                Ok(Ok(client)) => return Ok(client),
+                Ok(Err(e)) => why.push(format!("{host}:{port}: {e}")),
+                Err(_) => why.push(format!("{host}:{port}: no answer")),
+            }
+        }
+        Err(StoreError::Unavailable(format!(
+            "no sentinel named the primary of {:?} ({})",
+            self.master,
+            why.join("; ")
+        )))
+    }
+
+    async fn ask(&self, host: &str, port: u16) -> Result<Client, RedisError> {
+        let info = ::redis::IntoConnectionInfo::into_connection_info(
+            ::redis::ConnectionAddr::Tcp(host.to_owned(), port),
+        )?;
+        let mut settings = ::redis::RedisConnectionInfo::default();
+        if let Some((user, password)) = &self.sentinel_auth {
+            if let Some(user) = user {
+                settings = settings.set_username(user);
+            }
+            settings = settings.set_password(password);
+        }
+        let sentinel = Client::open(info.set_redis_settings(settings))?;
+        let mut con = sentinel.get_multiplexed_async_connection().await?;
+        let named: Option<(String, u16)> = ::redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg(&self.master)
+            .query_async(&mut con)
+            .await?;
+        let Some((host, port)) = named else {
+            return Err(RedisError::from((
+                ::redis::ErrorKind::Client,
+                "the sentinel knows no such master",
+            )));
+        };
+        let info = ::redis::IntoConnectionInfo::into_connection_info(
+            ::redis::ConnectionAddr::Tcp(host, port),
+        )?;
+        let mut settings = ::redis::RedisConnectionInfo::default()
+            .set_db(self.db)
+            .set_protocol(ProtocolVersion::RESP3);
+        if let Some((user, password)) = &self.auth {
+            if let Some(user) = user {
+                settings = settings.set_username(user);
+            }
+            settings = settings.set_password(password);
+        }
+        Client::open(info.set_redis_settings(settings))
     }
 }
 
@@ -457,10 +682,34 @@ impl RedisStore {
         Self::builder(url).build()
     }
 
-    /// A builder for a store on the server at `url`.
+    /// A builder for a store on the server at `url`
+    /// (`redis://[user:password@]host[:port][/db]`).
     pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
         RedisStoreBuilder {
-            url: url.into(),
+            place: Place::Url(url.into()),
+            key_ttl: DEFAULT_KEY_TTL,
+        }
+    }
+
+    /// A builder for a store on the primary that the sentinels (each
+    /// `host:port`) name `master`: asked at the first operation and again
+    /// whenever the connection is lost or reaches a read-only replica (a
+    /// failover), each sentinel in turn until one answers. Sentinel and data
+    /// node credentials are set apart ([`RedisStoreBuilder::sentinel_auth`],
+    /// [`RedisStoreBuilder::auth`]).
+    pub fn sentinel<I, S>(master: impl Into<String>, sentinels: I) -> RedisStoreBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        RedisStoreBuilder {
+            place: Place::Sentinel {
+                master: master.into(),
+                sentinels: sentinels.into_iter().map(Into::into).collect(),
+                sentinel_auth: None,
+                auth: None,
+                db: 0,
+            },
             key_ttl: DEFAULT_KEY_TTL,
         }
     }
@@ -477,20 +726,12 @@ impl RedisStore {
             .clone()
     }
 
-    fn open(url: &str, key_ttl: Duration) -> Result<Self, ConfigError> {
-        let client = Client::open(url).map_err(|e| ConfigError::new("url", e.to_string()))?;
-        // Pushes (the verdicts) need RESP3, whatever the URL asked for.
-        let info = client.get_connection_info().clone();
-        let settings = info
-            .redis_settings()
-            .clone()
-            .set_protocol(ProtocolVersion::RESP3);
-        let client = Client::open(info.set_redis_settings(settings))
-            .map_err(|e| ConfigError::new("url", e.to_string()))?;
-        Ok(Self {
+    fn open(target: Target, key_ttl: Duration) -> Self {
+        Self {
             inner: Arc::new(Inner {
-                client,
-                connection: OnceCell::new(),
+                target,
+                current: tokio::sync::Mutex::new(None),
+                generation: std::sync::atomic::AtomicU64::new(0),
                 subscribers: Arc::default(),
                 key_ttl_ms: u64::try_from(key_ttl.as_millis()).unwrap_or(u64::MAX),
                 eviction_checked: std::sync::atomic::AtomicBool::new(false),
@@ -504,13 +745,15 @@ impl RedisStore {
                 claim: Script::new(&format!("{GREATER}{CLAIM}")),
                 set_cap: Script::new(SET_CAP),
             }),
-        })
+        }
     }
 
-    /// The connection, opened (lazily, without dialling) on first use; the
-    /// first use also reads the server's eviction policy, in the background.
-    async fn connection(&self) -> Result<ConnectionManager, StoreError> {
-        let con = self.manager().await?;
+    /// The connection and its generation, opened (lazily, without dialling a
+    /// URL; behind sentinels, after asking them) on first use and after it was
+    /// dropped; the first use also reads the server's eviction policy, in the
+    /// background.
+    async fn connection(&self) -> Result<(u64, ConnectionManager), StoreError> {
+        let (generation, con) = self.manager().await?;
         if !self
             .inner
             .eviction_checked
@@ -544,30 +787,72 @@ impl RedisStore {
                 }
             });
         }
-        Ok(con)
+        Ok((generation, con))
     }
 
-    async fn manager(&self) -> Result<ConnectionManager, StoreError> {
+    async fn manager(&self) -> Result<(u64, ConnectionManager), StoreError> {
+        let mut current = self.inner.current.lock().await;
+        if let Some((generation, con)) = &*current {
+            return Ok((*generation, con.clone()));
+        }
+        let client = match &self.inner.target {
+            Target::Url(client) => client.clone(),
+            Target::Sentinel(sentinels) => sentinels.resolve().await?,
+        };
         let subscribers = Arc::clone(&self.inner.subscribers);
-        self.inner
-            .connection
-            .get_or_try_init(|| async {
-                let config = ConnectionManagerConfig::new()
-                    .set_push_sender(move |info: PushInfo| {
-                        subscribers.deliver(&info);
-                        Ok::<(), ::redis::aio::SendError>(())
-                    })
-                    // The coordinator bounds each operation; these only keep a
-                    // dead socket from holding a reconnect for long.
-                    .set_connection_timeout(Some(Duration::from_secs(1)))
-                    .set_response_timeout(Some(Duration::from_secs(5)))
-                    .set_number_of_retries(1)
-                    .set_max_delay(Duration::from_millis(500));
-                ConnectionManager::new_lazy_with_config(self.inner.client.clone(), config)
-                    .map_err(store_error)
+        let config = ConnectionManagerConfig::new()
+            .set_push_sender(move |info: PushInfo| {
+                subscribers.deliver(&info);
+                Ok::<(), ::redis::aio::SendError>(())
             })
-            .await
-            .cloned()
+            // The coordinator bounds each operation; these only keep a
+            // dead socket from holding a reconnect for long.
+            .set_connection_timeout(Some(Duration::from_secs(1)))
+            .set_response_timeout(Some(Duration::from_secs(5)))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(500));
+        let con = ConnectionManager::new_lazy_with_config(client, config).map_err(store_error)?;
+        let generation = self
+            .inner
+            .generation
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        *current = Some((generation, con.clone()));
+        Ok((generation, con))
+    }
+
+    /// `e`, met on the connection of `generation`, as a store error. A write
+    /// refused as `READONLY` (the server is a replica: a failover happened, and
+    /// the URL or the connection still points at the old primary) drops the
+    /// connection, so the next operation dials again (resolving the name again,
+    /// or asking the sentinels); behind sentinels a lost connection does too.
+    /// Every subscription of the dropped connection ends, so its listeners
+    /// subscribe again on the next.
+    fn failed(&self, generation: u64, e: RedisError) -> StoreError {
+        let read_only = e.code() == Some("READONLY");
+        let lost = e.is_io_error() || e.is_connection_refusal() || e.is_connection_dropped();
+        let sentinel = matches!(self.inner.target, Target::Sentinel(_));
+        if read_only || (sentinel && lost) {
+            self.drop_connection(generation);
+        }
+        if read_only {
+            let error = StoreError::Unavailable(format!("read-only replica: {e}"));
+            crate::telemetry::store_warning(&error.to_string());
+            return error;
+        }
+        store_error(e)
+    }
+
+    /// Forgets the connection of `generation` if it is still the current one.
+    fn drop_connection(&self, generation: u64) {
+        // Someone opening the next one holds the lock: nothing to drop.
+        let Ok(mut current) = self.inner.current.try_lock() else {
+            return;
+        };
+        if current.as_ref().is_some_and(|(g, _)| *g == generation) {
+            *current = None;
+            self.inner.subscribers.lock().clear();
+        }
     }
 }
 
@@ -577,7 +862,7 @@ impl Store for RedisStore {
         keys: &Keys,
         request: LeaseRequest,
     ) -> Result<LeaseReply, StoreError> {
-        let mut con = self.connection().await?;
+        let (generation, mut con) = self.connection().await?;
         let ttl_ms = u64::try_from(request.ttl.as_millis())
             .unwrap_or(u64::MAX)
             .max(1);
@@ -592,12 +877,12 @@ impl Store for RedisStore {
             .arg(self.inner.key_ttl_ms)
             .invoke_async(&mut con)
             .await
-            .map_err(store_error)?;
+            .map_err(|e| self.failed(generation, e))?;
         parse_take(&reply).ok_or_else(|| malformed("lease reply", &reply))
     }
 
     async fn release_lease(&self, keys: &Keys, token: Token) -> Result<bool, StoreError> {
-        let mut con = self.connection().await?;
+        let (generation, mut con) = self.connection().await?;
         let released: i64 = self
             .inner
             .release
@@ -605,7 +890,7 @@ impl Store for RedisStore {
             .arg(token_text(token))
             .invoke_async(&mut con)
             .await
-            .map_err(store_error)?;
+            .map_err(|e| self.failed(generation, e))?;
         Ok(released == 1)
     }
 
@@ -615,7 +900,7 @@ impl Store for RedisStore {
         token: Token,
         result: ProbeResult,
     ) -> Result<Option<FleetVerdict>, StoreError> {
-        let mut con = self.connection().await?;
+        let (generation, mut con) = self.connection().await?;
         let stored: Option<String> = self
             .inner
             .publish
@@ -632,26 +917,26 @@ impl Store for RedisStore {
             .arg(self.inner.key_ttl_ms)
             .invoke_async(&mut con)
             .await
-            .map_err(store_error)?;
+            .map_err(|e| self.failed(generation, e))?;
         stored
             .map(|s| parse_verdict(&s).ok_or_else(|| malformed("verdict", &s)))
             .transpose()
     }
 
     async fn read_verdict(&self, keys: &Keys) -> Result<Option<FleetVerdict>, StoreError> {
-        let mut con = self.connection().await?;
+        let (generation, mut con) = self.connection().await?;
         let stored: Option<String> = ::redis::cmd("GET")
             .arg(keys.verdict())
             .query_async(&mut con)
             .await
-            .map_err(store_error)?;
+            .map_err(|e| self.failed(generation, e))?;
         stored
             .map(|s| parse_verdict(&s).ok_or_else(|| malformed("verdict", &s)))
             .transpose()
     }
 
     async fn record_trip(&self, keys: &Keys, trip: TripRecord) -> Result<TripReply, StoreError> {
-        let mut con = self.connection().await?;
+        let (generation, mut con) = self.connection().await?;
         let within_ms = u64::try_from(trip.within.as_millis())
             .unwrap_or(u64::MAX)
             .max(1);
@@ -669,17 +954,17 @@ impl Store for RedisStore {
             .arg(self.inner.key_ttl_ms)
             .invoke_async(&mut con)
             .await
-            .map_err(store_error)?;
+            .map_err(|e| self.failed(generation, e))?;
         parse_trip_reply(&reply).ok_or_else(|| malformed("trip reply", &reply))
     }
 
     async fn read_fleet_trip(&self, keys: &Keys) -> Result<Option<FleetEpoch>, StoreError> {
-        let mut con = self.connection().await?;
+        let (generation, mut con) = self.connection().await?;
         let stored: Option<String> = ::redis::cmd("GET")
             .arg(keys.fleet_trip())
             .query_async(&mut con)
             .await
-            .map_err(store_error)?;
+            .map_err(|e| self.failed(generation, e))?;
         stored
             .map(|s| parse_epoch(&s).ok_or_else(|| malformed("fleet trip", &s)))
             .transpose()
@@ -694,7 +979,7 @@ impl Store for RedisStore {
         keys: &Keys,
         seen: FleetEpoch,
     ) -> Result<Option<FleetVerdict>, StoreError> {
-        let mut con = self.connection().await?;
+        let (generation, mut con) = self.connection().await?;
         let stored: Option<String> = self
             .inner
             .touch
@@ -704,7 +989,7 @@ impl Store for RedisStore {
             .arg(self.inner.key_ttl_ms)
             .invoke_async(&mut con)
             .await
-            .map_err(store_error)?;
+            .map_err(|e| self.failed(generation, e))?;
         stored
             .map(|s| parse_verdict(&s).ok_or_else(|| malformed("verdict", &s)))
             .transpose()
@@ -718,7 +1003,7 @@ impl Store for RedisStore {
 impl RedisStore {
     /// Pushes on `channel` from now on: registered, then `SUBSCRIBE`d.
     async fn listen(&self, channel: &str) -> Result<Subscription, StoreError> {
-        let mut con = self.connection().await?;
+        let (generation, mut con) = self.connection().await?;
         let (tx, rx) = mpsc::channel(SUBSCRIPTION_CAPACITY);
         let id = self
             .inner
@@ -746,7 +1031,7 @@ impl RedisStore {
         };
         let subscribed = con.subscribe(channel).await;
         drop(order);
-        subscribed.map_err(store_error)?;
+        subscribed.map_err(|e| self.failed(generation, e))?;
         let release = Release {
             subscribers: pending.subscribers.take(),
             channel: pending.channel.clone(),
@@ -797,7 +1082,7 @@ impl Drop for Release {
 
 impl CapStore for RedisStore {
     async fn claim(&self, keys: &CapKeys, claim: Claim) -> Result<ClaimReply, StoreError> {
-        let mut con = self.connection().await?;
+        let (generation, mut con) = self.connection().await?;
         let ttl_ms = u64::try_from(claim.ttl.as_millis())
             .unwrap_or(u64::MAX)
             .max(1);
@@ -815,12 +1100,12 @@ impl CapStore for RedisStore {
             .arg(self.inner.key_ttl_ms.max(ttl_ms))
             .invoke_async(&mut con)
             .await
-            .map_err(store_error)?;
+            .map_err(|e| self.failed(generation, e))?;
         parse_claim(&reply).ok_or_else(|| malformed("claim reply", &reply))
     }
 
     async fn set_cap(&self, keys: &CapKeys, cap: u32) -> Result<(), StoreError> {
-        let mut con = self.connection().await?;
+        let (generation, mut con) = self.connection().await?;
         let _: i64 = self
             .inner
             .set_cap
@@ -829,7 +1114,7 @@ impl CapStore for RedisStore {
             .arg(self.inner.key_ttl_ms)
             .invoke_async(&mut con)
             .await
-            .map_err(store_error)?;
+            .map_err(|e| self.failed(generation, e))?;
         Ok(())
     }
 
@@ -838,7 +1123,7 @@ impl CapStore for RedisStore {
     }
 
     async fn withdraw(&self, keys: &CapKeys, instance: InstanceId) -> Result<(), StoreError> {
-        let mut con = self.connection().await?;
+        let (generation, mut con) = self.connection().await?;
         let _: i64 = self
             .inner
             .withdraw
@@ -847,7 +1132,7 @@ impl CapStore for RedisStore {
             .arg(keys.freed())
             .invoke_async(&mut con)
             .await
-            .map_err(store_error)?;
+            .map_err(|e| self.failed(generation, e))?;
         Ok(())
     }
 

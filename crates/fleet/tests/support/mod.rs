@@ -4,6 +4,7 @@
 
 pub mod contract;
 pub mod redis_server;
+pub mod servers;
 pub mod supplier;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};

@@ -1,0 +1,257 @@
+//! The fleet on Redis as operators run it for high availability: a replica a
+//! URL may still point at after a failover, and a primary behind a sentinel that
+//! fails over. Real servers started by each test, real time; every assertion is
+//! an invariant, the deadlines are watchdogs.
+//!
+//! Without `redis-server` on PATH each test writes one line saying it did not
+//! run, unless `SEAWALL_REQUIRE_REDIS=1` (set by CI) makes that a failure.
+#![cfg(feature = "redis")]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use seawall_bulkhead::BulkheadLayer;
+use seawall_circuit_breaker::CircuitBreakerLayer;
+use seawall_core::{find_rejection, BoxError, RejectionKind};
+use seawall_fleet::{
+    CapConfig, CapKeys, CapStore, Claim, Fleet, InstanceId, RedisStore, StoreError,
+};
+use support::redis_server::RedisServer;
+use support::servers::Proc;
+use tokio::time::{sleep, Instant};
+use tower::util::BoxCloneSyncService;
+use tower::{service_fn, Layer, ServiceExt};
+
+const WATCHDOG: Duration = Duration::from_secs(60);
+
+fn report(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+async fn until<F, Fut>(what: &str, mut done: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + WATCHDOG;
+    while !done().await {
+        assert!(Instant::now() < deadline, "watchdog: never {what}");
+        sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// One command on a connection of the test's own; `None` while the server does
+/// not answer or refuses it.
+async fn query<T: ::redis::FromRedisValue>(url: &str, cmd: &::redis::Cmd) -> Option<T> {
+    let client = ::redis::Client::open(url).ok()?;
+    let connect = client.get_multiplexed_async_connection();
+    let mut con = tokio::time::timeout(Duration::from_secs(2), connect)
+        .await
+        .ok()?
+        .ok()?;
+    tokio::time::timeout(Duration::from_secs(2), cmd.query_async(&mut con))
+        .await
+        .ok()?
+        .ok()
+}
+
+async fn info_replication(url: &str) -> String {
+    let mut cmd = ::redis::cmd("INFO");
+    cmd.arg("replication");
+    query::<String>(url, &cmd).await.unwrap_or_default()
+}
+
+/// A replica of `primary`, in sync.
+async fn replica_of(primary: u16) -> Proc {
+    let replica = Proc::node(&["--replicaof", "127.0.0.1", &primary.to_string()]);
+    let url = replica.url();
+    until("the replica in sync", || {
+        let url = url.clone();
+        async move {
+            info_replication(&url)
+                .await
+                .contains("master_link_status:up")
+        }
+    })
+    .await;
+    replica
+}
+
+/// A write refused as `READONLY` (a URL still pointing at the old primary after
+/// a failover) is the store unavailable, said so, not a server error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_replica_is_reported_as_the_store_unavailable() {
+    let Some(primary) =
+        RedisServer::start("a_read_only_replica_is_reported_as_the_store_unavailable")
+    else {
+        return;
+    };
+    let replica = replica_of(primary.port()).await;
+    let store = RedisStore::new(&replica.url()).unwrap();
+    let keys = CapKeys::new("ha", "freight").unwrap();
+    let claim = Claim::new(InstanceId(1), 1, 2, 0, Duration::from_secs(3), 4);
+    match store.claim(&keys, claim).await {
+        Err(StoreError::Unavailable(why)) => {
+            assert!(why.contains("read-only replica"), "{why}");
+            report(&format!("a claim on a replica: store unavailable: {why}"));
+        }
+        other => panic!("a write to a replica answered {other:?}"),
+    }
+}
+
+/// What the calls of one instance came back with.
+#[derive(Default)]
+struct Calls {
+    ok: AtomicU64,
+    full: AtomicU64,
+    other: AtomicU64,
+}
+
+/// A primary, its replica and a sentinel; `SENTINEL FAILOVER` under load. No
+/// call fails because of the store, and the fleet rejoins on the new primary
+/// (the sentinel asked again once the old one answers `READONLY`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_failover_fails_no_call_and_the_fleet_rejoins() {
+    let Some(primary) =
+        RedisServer::start("a_sentinel_failover_fails_no_call_and_the_fleet_rejoins")
+    else {
+        return;
+    };
+    let replica = replica_of(primary.port()).await;
+    let sentinel = Proc::sentinel("seawall", primary.port());
+    let sentinel_url = sentinel.url();
+    let named = || {
+        let url = sentinel_url.clone();
+        async move {
+            let mut cmd = ::redis::cmd("SENTINEL");
+            cmd.arg("get-master-addr-by-name").arg("seawall");
+            query::<(String, u16)>(&url, &cmd).await.map(|(_, p)| p)
+        }
+    };
+    assert_eq!(named().await, Some(primary.port()));
+
+    let store = RedisStore::sentinel("seawall", [sentinel.addr()])
+        .build()
+        .unwrap();
+    let fleet = Fleet::builder(store)
+        .prefix("ha")
+        .store_timeout(Duration::from_millis(500))
+        .reconnect(Duration::from_millis(100), Duration::from_millis(500))
+        .health_every(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let breaker = CircuitBreakerLayer::builder("freight").build().unwrap();
+    let coordinated = fleet.coordinate(&breaker.handle()).unwrap();
+    let bulkhead = BulkheadLayer::builder("freight")
+        .max_concurrent(4)
+        .max_queue(0)
+        .build()
+        .unwrap();
+    let handle = bulkhead.handle();
+    let capped = fleet
+        .cap(
+            &handle,
+            CapConfig::new(4)
+                .renew_every(Duration::from_millis(100))
+                .ttl(Duration::from_millis(600)),
+        )
+        .unwrap();
+    let supplier = service_fn(|()| async {
+        sleep(Duration::from_millis(5)).await;
+        Ok::<_, BoxError>(())
+    });
+    let svc: BoxCloneSyncService<(), (), BoxError> =
+        BoxCloneSyncService::new(breaker.layer(bulkhead.layer(supplier)));
+    let calls = Arc::new(Calls::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for _ in 0..6 {
+        let (svc, calls, stop) = (svc.clone(), Arc::clone(&calls), Arc::clone(&stop));
+        workers.push(tokio::spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                match svc.clone().oneshot(()).await {
+                    Ok(()) => calls.ok.fetch_add(1, Ordering::SeqCst),
+                    Err(e) => match find_rejection(&*e).map(|r| r.kind()) {
+                        Some(RejectionKind::BulkheadFull) => {
+                            sleep(Duration::from_millis(2)).await;
+                            calls.full.fetch_add(1, Ordering::SeqCst)
+                        }
+                        _ => calls.other.fetch_add(1, Ordering::SeqCst),
+                    },
+                };
+            }
+        }));
+    }
+    until("coordinating with the whole cap handed out", || async {
+        coordinated.snapshot().connected && handle.allotment() == Some(4)
+    })
+    .await;
+
+    // The failover: the sentinel promotes the replica and demotes the primary.
+    until("the sentinel accepted the failover", || {
+        let url = sentinel_url.clone();
+        async move {
+            let mut cmd = ::redis::cmd("SENTINEL");
+            cmd.arg("FAILOVER").arg("seawall");
+            query::<String>(&url, &cmd).await.is_some()
+        }
+    })
+    .await;
+    until("the sentinel names the replica", || async {
+        named().await == Some(replica.port)
+    })
+    .await;
+    let old = primary.url();
+    until("the old primary demoted", || {
+        let old = old.clone();
+        async move { info_replication(&old).await.contains("role:slave") }
+    })
+    .await;
+
+    // Every write now reaches the old primary as READONLY until the store asks
+    // the sentinel again: renewals resume only on the new primary.
+    let renewals = capped.snapshot().renewals;
+    let claims = CapKeys::new("ha", "freight").unwrap();
+    let field = format!("i:{}", capped.instance());
+    let new_primary = replica.url();
+    until("renewing on the new primary", || {
+        let (url, key, field) = (
+            new_primary.clone(),
+            claims.claims().to_owned(),
+            field.clone(),
+        );
+        let renewed = capped.snapshot().renewals > renewals + 2;
+        async move {
+            let mut cmd = ::redis::cmd("HEXISTS");
+            cmd.arg(key).arg(field);
+            renewed && query::<i64>(&url, &cmd).await == Some(1)
+        }
+    })
+    .await;
+    until("coordinating again with the whole cap", || async {
+        coordinated.snapshot().connected && handle.allotment() == Some(4)
+    })
+    .await;
+    stop.store(true, Ordering::SeqCst);
+    for w in workers {
+        w.await.unwrap();
+    }
+    let (ok, full, other) = (
+        calls.ok.load(Ordering::SeqCst),
+        calls.full.load(Ordering::SeqCst),
+        calls.other.load(Ordering::SeqCst),
+    );
+    report(&format!(
+        "sentinel failover: {ok} calls served, {full} refused full, {other} failed because of \
+         the store; breaker {:?}; cap {:?}",
+        coordinated.snapshot(),
+        capped.snapshot()
+    ));
+    assert_eq!(other, 0, "a call failed because of the store");
+    assert!(ok > 0);
+}
