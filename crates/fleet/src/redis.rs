@@ -70,6 +70,11 @@
 //!   endpoint): a write refused as `READONLY` (the server is a replica now) is
 //!   [`StoreError::Unavailable`]`("read-only replica: …")`, warned about, and drops
 //!   the connection, so the next operation dials the name again.
+//! - **Cluster** ([`RedisStore::cluster`], feature `redis-cluster`): each
+//!   breaker's and cap's keys share a hash tag, so each script runs on the node
+//!   that owns their slot; pushes are sharded (`SPUBLISH`, `SSUBSCRIBE`: Redis 7
+//!   or later), so they reach that node's listeners only. The cluster
+//!   connection follows slot moves and failovers and restores subscriptions.
 //! - **The guarantee across a failover.** Replication is asynchronous: the new
 //!   primary may lack the last writes, a live lease or claim among them. It is
 //!   then a store that lost its data, and the bounds of a flush apply: at most
@@ -325,7 +330,7 @@ struct Inner {
     /// The connection in use and its generation (one more for every connection
     /// opened); `None` until the first operation, and again once it was found
     /// to reach a read-only replica (or, behind sentinels, no server at all).
-    current: tokio::sync::Mutex<Option<(u64, ConnectionManager)>>,
+    current: tokio::sync::Mutex<Option<(u64, Con)>>,
     generation: std::sync::atomic::AtomicU64,
     subscribers: Arc<Subscribers>,
     /// The TTL of every key but the lease's, in ms, refreshed by use.
@@ -398,7 +403,7 @@ impl Subscribers {
             // stream (the map holds the only senders) so each coordinator
             // resubscribes on the new connection and reconciles.
             PushKind::Disconnection => self.lock().clear(),
-            PushKind::Message => {
+            PushKind::Message | PushKind::SMessage => {
                 let [channel, payload] = info.data.as_slice() else {
                     return;
                 };
@@ -427,6 +432,8 @@ impl fmt::Debug for RedisStore {
         let target = match &self.inner.target {
             Target::Url(client) => client.get_connection_info().addr().to_string(),
             Target::Sentinel(s) => format!("{} via sentinels {:?}", s.master, s.sentinels),
+            #[cfg(feature = "redis-cluster")]
+            Target::Cluster(nodes) => format!("cluster of {} nodes given", nodes.len()),
         };
         let opened = self
             .inner
@@ -461,6 +468,8 @@ enum Place {
         auth: Option<(Option<String>, String)>,
         db: i64,
     },
+    #[cfg(feature = "redis-cluster")]
+    Cluster(Vec<String>),
 }
 
 impl fmt::Debug for RedisStoreBuilder {
@@ -471,6 +480,8 @@ impl fmt::Debug for RedisStoreBuilder {
             Place::Sentinel {
                 master, sentinels, ..
             } => format!("{master} via sentinels {sentinels:?}"),
+            #[cfg(feature = "redis-cluster")]
+            Place::Cluster(nodes) => format!("cluster of {} nodes given", nodes.len()),
         };
         f.debug_struct("RedisStoreBuilder")
             .field("place", &place)
@@ -582,6 +593,17 @@ impl RedisStoreBuilder {
                     db,
                 })
             }
+            #[cfg(feature = "redis-cluster")]
+            Place::Cluster(nodes) => {
+                if nodes.is_empty() {
+                    return Err(ConfigError::new("nodes", "must name at least one"));
+                }
+                for node in &nodes {
+                    Client::open(node.as_str())
+                        .map_err(|e| ConfigError::new("nodes", format!("{node:?}: {e}")))?;
+                }
+                Target::Cluster(nodes)
+            }
         };
         Ok(RedisStore::open(target, self.key_ttl))
     }
@@ -597,12 +619,76 @@ fn host_port(s: &str) -> Option<(String, u16)> {
     Some((host.to_owned(), port.parse().ok()?))
 }
 
+/// The connection: one server's (through a manager that redials), or a cluster's.
+#[derive(Clone)]
+enum Con {
+    Single(ConnectionManager),
+    #[cfg(feature = "redis-cluster")]
+    Cluster(::redis::cluster_async::ClusterConnection),
+}
+
+impl Con {
+    /// Pushes on `channel` from now on (`SSUBSCRIBE` on a cluster).
+    async fn subscribe(&mut self, channel: &str) -> Result<(), RedisError> {
+        match self {
+            Con::Single(con) => con.subscribe(channel).await,
+            #[cfg(feature = "redis-cluster")]
+            Con::Cluster(con) => con.ssubscribe(channel).await,
+        }
+    }
+
+    async fn unsubscribe(&mut self, channel: &str) -> Result<(), RedisError> {
+        match self {
+            Con::Single(con) => con.unsubscribe(channel).await,
+            #[cfg(feature = "redis-cluster")]
+            Con::Cluster(con) => con.sunsubscribe(channel).await,
+        }
+    }
+}
+
+impl ::redis::aio::ConnectionLike for Con {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a ::redis::Cmd,
+    ) -> ::redis::RedisFuture<'a, Value> {
+        match self {
+            Con::Single(con) => con.req_packed_command(cmd),
+            #[cfg(feature = "redis-cluster")]
+            Con::Cluster(con) => con.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a ::redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> ::redis::RedisFuture<'a, Vec<Value>> {
+        match self {
+            Con::Single(con) => con.req_packed_commands(pipeline, offset, count),
+            #[cfg(feature = "redis-cluster")]
+            Con::Cluster(con) => con.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Con::Single(con) => con.get_db(),
+            #[cfg(feature = "redis-cluster")]
+            Con::Cluster(con) => con.get_db(),
+        }
+    }
+}
+
 /// Where the store's server is.
 enum Target {
     /// One URL (a DNS name is resolved again at every new connection).
     Url(Client),
     /// The primary named by a set of sentinels, asked again at every new connection.
     Sentinel(SentinelTarget),
+    /// A Redis Cluster, by some of its nodes' URLs.
+    #[cfg(feature = "redis-cluster")]
+    Cluster(Vec<String>),
 }
 
 struct SentinelTarget {
@@ -714,6 +800,26 @@ impl RedisStore {
         }
     }
 
+    /// A builder for a store on a Redis Cluster (feature `redis-cluster`),
+    /// given the URLs of some of its nodes (the others are found from them).
+    /// All of a breaker's or a cap's keys share a hash tag, so each script runs
+    /// on the one node that owns their slot; pushes are sharded (`SPUBLISH` and
+    /// `SSUBSCRIBE`, Redis 7 or later), so they cost the one node their slot is
+    /// on, not every node. The cluster connection follows slot moves and
+    /// failovers by itself, and restores the subscriptions.
+    #[cfg(feature = "redis-cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis-cluster")))]
+    pub fn cluster<I, S>(nodes: I) -> RedisStoreBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        RedisStoreBuilder {
+            place: Place::Cluster(nodes.into_iter().map(Into::into).collect()),
+            key_ttl: DEFAULT_KEY_TTL,
+        }
+    }
+
     /// The warning about the server's eviction policy, once read at the first
     /// connection: `None` under `noeviction` (the only safe policy: any other may
     /// evict a live lease or claim), while not read yet, or where `CONFIG GET` is
@@ -727,6 +833,20 @@ impl RedisStore {
     }
 
     fn open(target: Target, key_ttl: Duration) -> Self {
+        // On a cluster, pushes are sharded: `SPUBLISH` reaches only the node
+        // that owns the channel's slot (the breaker's or cap's hash tag), where
+        // its listeners `SSUBSCRIBE`d; `PUBLISH` would go to every node.
+        #[cfg(feature = "redis-cluster")]
+        let sharded = matches!(target, Target::Cluster(_));
+        #[cfg(not(feature = "redis-cluster"))]
+        let sharded = false;
+        let script = |text: &str| {
+            if sharded {
+                Script::new(&text.replace("'PUBLISH'", "'SPUBLISH'"))
+            } else {
+                Script::new(text)
+            }
+        };
         Self {
             inner: Arc::new(Inner {
                 target,
@@ -737,12 +857,12 @@ impl RedisStore {
                 eviction_checked: std::sync::atomic::AtomicBool::new(false),
                 eviction_warning: Mutex::new(None),
                 touch: Script::new(&format!("{GREATER}{TOUCH}")),
-                withdraw: Script::new(WITHDRAW),
+                withdraw: script(WITHDRAW),
                 take: Script::new(&format!("{GREATER}{NEXT_EPOCH}{TAKE}")),
                 release: Script::new(RELEASE),
-                publish: Script::new(&format!("{GREATER}{PUBLISH}")),
-                record_trip: Script::new(&format!("{GREATER}{NEXT_EPOCH}{RECORD_TRIP}")),
-                claim: Script::new(&format!("{GREATER}{CLAIM}")),
+                publish: script(&format!("{GREATER}{PUBLISH}")),
+                record_trip: script(&format!("{GREATER}{NEXT_EPOCH}{RECORD_TRIP}")),
+                claim: script(&format!("{GREATER}{CLAIM}")),
                 set_cap: Script::new(SET_CAP),
             }),
         }
@@ -752,7 +872,7 @@ impl RedisStore {
     /// URL; behind sentinels, after asking them) on first use and after it was
     /// dropped; the first use also reads the server's eviction policy, in the
     /// background.
-    async fn connection(&self) -> Result<(u64, ConnectionManager), StoreError> {
+    async fn connection(&self) -> Result<(u64, Con), StoreError> {
         let (generation, con) = self.manager().await?;
         if !self
             .inner
@@ -790,7 +910,7 @@ impl RedisStore {
         Ok((generation, con))
     }
 
-    async fn manager(&self) -> Result<(u64, ConnectionManager), StoreError> {
+    async fn manager(&self) -> Result<(u64, Con), StoreError> {
         let mut current = self.inner.current.lock().await;
         if let Some((generation, con)) = &*current {
             return Ok((*generation, con.clone()));
@@ -798,6 +918,30 @@ impl RedisStore {
         let client = match &self.inner.target {
             Target::Url(client) => client.clone(),
             Target::Sentinel(sentinels) => sentinels.resolve().await?,
+            #[cfg(feature = "redis-cluster")]
+            Target::Cluster(nodes) => {
+                let subscribers = Arc::clone(&self.inner.subscribers);
+                let client =
+                    ::redis::cluster::ClusterClientBuilder::new(nodes.iter().map(String::as_str))
+                        .use_protocol(ProtocolVersion::RESP3)
+                        .push_sender(move |info: PushInfo| {
+                            subscribers.deliver(&info);
+                            Ok::<(), ::redis::aio::SendError>(())
+                        })
+                        .connection_timeout(Duration::from_secs(1))
+                        .response_timeout(Duration::from_secs(5))
+                        .retries(1)
+                        .build()
+                        .map_err(store_error)?;
+                let con = Con::Cluster(client.get_async_connection().await.map_err(store_error)?);
+                let generation = self
+                    .inner
+                    .generation
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                    + 1;
+                *current = Some((generation, con.clone()));
+                return Ok((generation, con));
+            }
         };
         let subscribers = Arc::clone(&self.inner.subscribers);
         let config = ConnectionManagerConfig::new()
@@ -811,7 +955,9 @@ impl RedisStore {
             .set_response_timeout(Some(Duration::from_secs(5)))
             .set_number_of_retries(1)
             .set_max_delay(Duration::from_millis(500));
-        let con = ConnectionManager::new_lazy_with_config(client, config).map_err(store_error)?;
+        let con = Con::Single(
+            ConnectionManager::new_lazy_with_config(client, config).map_err(store_error)?,
+        );
         let generation = self
             .inner
             .generation
@@ -1052,7 +1198,7 @@ struct Release {
     /// The subscriber's id in [`Subscribers`] (never a sender, which would keep
     /// the stream open after its connection dropped).
     id: u64,
-    con: ConnectionManager,
+    con: Con,
 }
 
 impl Drop for Release {

@@ -255,3 +255,135 @@ async fn a_sentinel_failover_fails_no_call_and_the_fleet_rejoins() {
     assert_eq!(other, 0, "a call failed because of the store");
     assert!(ok > 0);
 }
+
+/// Three cluster nodes, their slots assigned by `redis-cli --cluster create`.
+#[cfg(feature = "redis-cluster")]
+async fn cluster() -> Option<Vec<Proc>> {
+    let args = [
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-node-timeout",
+        "2000",
+    ];
+    let nodes: Vec<Proc> = (0..3).map(|_| Proc::node(&args)).collect();
+    let mut create = std::process::Command::new("redis-cli");
+    create.arg("--cluster").arg("create");
+    for node in &nodes {
+        create.arg(node.addr());
+    }
+    let created = create
+        .arg("--cluster-yes")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status();
+    match created {
+        Ok(status) => assert!(status.success(), "redis-cli --cluster create: {status}"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            assert!(
+                std::env::var("SEAWALL_REQUIRE_REDIS").map_or(true, |v| v != "1"),
+                "SEAWALL_REQUIRE_REDIS=1 but redis-cli is not on PATH"
+            );
+            report("!!! the cluster test DID NOT RUN: redis-cli is not on PATH (apt-get install redis-tools)");
+            return None;
+        }
+        Err(e) => panic!("redis-cli: {e}"),
+    }
+    for node in &nodes {
+        let url = node.url();
+        until("the cluster's state ok on every node", || {
+            let url = url.clone();
+            async move {
+                let mut cmd = ::redis::cmd("CLUSTER");
+                cmd.arg("INFO");
+                query::<String>(&url, &cmd)
+                    .await
+                    .is_some_and(|info| info.contains("cluster_state:ok"))
+            }
+        })
+        .await;
+    }
+    Some(nodes)
+}
+
+/// On a 3-node Redis Cluster the store keeps its whole contract (each breaker's
+/// and cap's keys in one slot, pushes sharded), and a fleet coordinates and
+/// hands out its caps for names whose slots live on different nodes.
+#[cfg(feature = "redis-cluster")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_cluster_keeps_the_contract_and_the_fleet_coordinates() {
+    let Some(probe) =
+        RedisServer::start("a_redis_cluster_keeps_the_contract_and_the_fleet_coordinates")
+    else {
+        return;
+    };
+    drop(probe);
+    let Some(nodes) = cluster().await else {
+        return;
+    };
+    let urls: Vec<String> = nodes.iter().map(Proc::url).collect();
+    let store = RedisStore::cluster(urls.clone()).build().unwrap();
+    support::contract::all(&store, "cluster").await;
+    support::contract::cap_claims(&store, "cluster").await;
+    support::contract::freed_slots_are_pushed(&store, "cluster").await;
+
+    let fleet = Fleet::builder(RedisStore::cluster(urls.clone()).build().unwrap())
+        .prefix("ha")
+        .store_timeout(Duration::from_millis(500))
+        .health_every(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let names = ["freight", "payments", "parcels", "search", "stock", "tax"];
+    let mut held = Vec::new();
+    for name in names {
+        let breaker = CircuitBreakerLayer::builder(name).build().unwrap();
+        let bulkhead = BulkheadLayer::builder(name)
+            .max_concurrent(4)
+            .max_queue(0)
+            .build()
+            .unwrap();
+        let coordinated = fleet.coordinate(&breaker.handle()).unwrap();
+        let config = CapConfig::new(2)
+            .renew_every(Duration::from_millis(100))
+            .ttl(Duration::from_millis(500));
+        let capped = fleet.cap(&bulkhead.handle(), config).unwrap();
+        held.push((breaker, bulkhead, coordinated, capped));
+    }
+    // Every cap is claimed (its hash written on the node that owns its slot),
+    // and every coordination connected and answering health checks.
+    until(
+        "every name coordinated and claimed on the cluster",
+        || async {
+            held.iter().all(|(_, _, c, capped)| {
+                let s = c.snapshot();
+                s.connected && s.health_checks > 2 && capped.snapshot().renewals > 2
+            })
+        },
+    )
+    .await;
+    let mut owners = std::collections::BTreeSet::new();
+    for name in names {
+        let key = CapKeys::new("ha", name).unwrap();
+        for node in &nodes {
+            let mut cmd = ::redis::cmd("EXISTS");
+            cmd.arg(key.claims());
+            if query::<i64>(&node.url(), &cmd).await == Some(1) {
+                owners.insert(node.port);
+            }
+        }
+    }
+    report(&format!(
+        "cluster: the caps' hashes live on {} of 3 nodes",
+        owners.len()
+    ));
+    assert!(
+        owners.len() >= 2,
+        "every name landed on one node: {owners:?}"
+    );
+    let errors: u64 = held
+        .iter()
+        .map(|(_, _, c, capped)| c.snapshot().store_errors + capped.snapshot().store_errors)
+        .sum();
+    report(&format!("cluster: {errors} store errors in all"));
+}
