@@ -52,9 +52,8 @@ use super::document::key;
 pub struct FleetSection {
     /// `"local"` (the default: an in-process store, for one process) or the URL
     /// of a Redis or Valkey server: `redis://[user:password@]host[:port][/db]`,
-    /// or `rediss://…` for TLS (needs the `redis` crate built with a TLS feature,
-    /// e.g. `tokio-rustls-comp`, in the application's own dependencies; without
-    /// it such a URL is refused, naming `fleet.store`).
+    /// or `rediss://…` for TLS (needs seawall's feature `fleet-redis-tls`;
+    /// without it such a URL is refused, naming `fleet.store`).
     pub store: String,
     /// The first part of every key ([`FleetConfig::prefix`]).
     pub prefix: String,

@@ -387,3 +387,92 @@ async fn a_redis_cluster_keeps_the_contract_and_the_fleet_coordinates() {
         .sum();
     report(&format!("cluster: {errors} store errors in all"));
 }
+
+/// A private CA, a server certificate for 127.0.0.1 and a client certificate,
+/// all PEM: (ca, server cert, server key, client cert, client key).
+#[cfg(feature = "tls-rustls")]
+fn certificates() -> (String, String, String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, "seawall test CA");
+    let ca = ca.self_signed(&ca_key).unwrap();
+    let server_key = KeyPair::generate().unwrap();
+    let server = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+        .unwrap()
+        .signed_by(&server_key, &ca, &ca_key)
+        .unwrap();
+    let client_key = KeyPair::generate().unwrap();
+    let client = CertificateParams::new(vec!["seawall-client".to_owned()])
+        .unwrap()
+        .signed_by(&client_key, &ca, &ca_key)
+        .unwrap();
+    (
+        ca.pem(),
+        server.pem(),
+        server_key.serialize_pem(),
+        client.pem(),
+        client_key.serialize_pem(),
+    )
+}
+
+/// Over TLS (`redis-server --tls-port`, certificates the test makes, client
+/// certificates required): the store keeps its contract and a fleet
+/// coordinates; without the client certificate the server refuses it; the CA
+/// and client certificate without a `rediss://` URL are refused at build.
+#[cfg(feature = "tls-rustls")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_with_a_private_ca_and_a_client_certificate() {
+    let Some(probe) = RedisServer::start("over_tls_with_a_private_ca_and_a_client_certificate")
+    else {
+        return;
+    };
+    drop(probe);
+    let (ca, cert, key, client_cert, client_key) = certificates();
+    let server = Proc::tls_node(&ca, &cert, &key);
+    let url = format!("rediss://127.0.0.1:{}/", server.port);
+    let store = RedisStore::builder(url.as_str())
+        .tls_ca(ca.as_bytes())
+        .tls_client_cert(client_cert.as_bytes(), client_key.as_bytes())
+        .build()
+        .unwrap();
+    support::contract::all(&store, "tls").await;
+
+    let fleet = Fleet::builder(store)
+        .prefix("tls")
+        .health_every(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let breaker = CircuitBreakerLayer::builder("freight").build().unwrap();
+    let coordinated = fleet.coordinate(&breaker.handle()).unwrap();
+    until("coordinating over TLS", || async {
+        let s = coordinated.snapshot();
+        s.connected && s.health_checks > 2
+    })
+    .await;
+
+    // No client certificate: the server refuses the handshake.
+    let anonymous = RedisStore::builder(url.as_str())
+        .tls_ca(ca.as_bytes())
+        .build()
+        .unwrap();
+    let keys = seawall_fleet::Keys::new("tls", "freight").unwrap();
+    let refused = tokio::time::timeout(
+        WATCHDOG,
+        seawall_fleet::Store::read_verdict(&anonymous, &keys),
+    )
+    .await
+    .expect("watchdog");
+    assert!(refused.is_err(), "{refused:?}");
+    report(&format!(
+        "without a client certificate: {}",
+        refused.unwrap_err()
+    ));
+
+    let plain = RedisStore::builder(format!("redis://127.0.0.1:{}/", server.port))
+        .tls_ca(ca.as_bytes())
+        .build();
+    assert_eq!(plain.unwrap_err().field(), "tls");
+}

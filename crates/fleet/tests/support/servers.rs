@@ -43,6 +43,41 @@ impl Proc {
         })
     }
 
+    /// A data node that speaks TLS only, on a free port, with this CA, server
+    /// certificate and key (PEM), asking clients for a certificate of that CA.
+    pub fn tls_node(ca: &str, cert: &str, key: &str) -> Proc {
+        Self::start(|port, dir| {
+            let file = |name: &str, pem: &str| {
+                let path = dir.join(name);
+                std::fs::write(&path, pem).expect("write a certificate");
+                path.display().to_string()
+            };
+            let args = vec![
+                "--port".to_owned(),
+                "0".to_owned(),
+                "--tls-port".to_owned(),
+                port.to_string(),
+                "--bind".to_owned(),
+                "127.0.0.1".to_owned(),
+                "--save".to_owned(),
+                String::new(),
+                "--appendonly".to_owned(),
+                "no".to_owned(),
+                "--logfile".to_owned(),
+                String::new(),
+                "--tls-cert-file".to_owned(),
+                file("server.crt", cert),
+                "--tls-key-file".to_owned(),
+                file("server.key", key),
+                "--tls-ca-cert-file".to_owned(),
+                file("ca.crt", ca),
+                "--tls-auth-clients".to_owned(),
+                "yes".to_owned(),
+            ];
+            (args, "Ready to accept connections")
+        })
+    }
+
     /// A sentinel on a free port watching `master` at `127.0.0.1:primary`, with
     /// a quorum of 1 and a 1 s down-after.
     pub fn sentinel(master: &str, primary: u16) -> Proc {
