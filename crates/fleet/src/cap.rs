@@ -17,7 +17,8 @@ use tokio::time::{sleep_until, Instant};
 use crate::config::MAX_SETTING;
 use crate::coordinator::{next_push, sleep_until_due, Fleet, Shutdown};
 use crate::store::{
-    CapKeys, CapStore, Claim, ClaimReply, FleetEvent, InstanceId, StoreError, Subscription,
+    CapKeys, CapStore, Claim, ClaimReply, FleetEvent, InstanceId, OperatorCap, StoreError,
+    Subscription,
 };
 use crate::telemetry::CapTelemetry;
 
@@ -317,6 +318,7 @@ impl<S: CapStore> Fleet<S> {
             last_demand: 0,
             early_due: None,
             early_paced: Instant::now(),
+            operator: None,
         };
         let join = runtime.spawn(task.run());
         let withdraw: Withdraw = {
@@ -337,7 +339,10 @@ impl<S: CapStore> Fleet<S> {
 
     /// Replaces the cap the store keeps for bulkhead `name` (an operator changing
     /// the fleet's G; instances configured with another value warn until their
-    /// configuration follows). Under the fleet's `store_timeout`.
+    /// configuration follows). The decision is configuration: recorded with the
+    /// store's time, learnt by every instance at its next claim, and given back
+    /// by them to a store that lost it (a flush, an eviction, a failover), until
+    /// [`clear_cap`](Self::clear_cap). Under the fleet's `store_timeout`.
     pub async fn set_cap(&self, name: &str, cap: u32) -> Result<(), CapError> {
         if cap == 0 || cap > MAX_CAP {
             return Err(CapError::Config(ConfigError::new(
@@ -349,6 +354,26 @@ impl<S: CapStore> Fleet<S> {
         match tokio::time::timeout(
             self.config().store_timeout,
             self.inner.store.set_cap(&keys, cap),
+        )
+        .await
+        {
+            Ok(result) => result.map_err(CapError::Store),
+            Err(_) => Err(CapError::Store(StoreError::TimedOut)),
+        }
+    }
+}
+
+impl<S: CapStore> Fleet<S> {
+    /// Clears an operator's cap for bulkhead `name` ([`set_cap`](Self::set_cap)):
+    /// the instances' configured cap applies again (the next claim stores it).
+    /// An operator's cap is configuration: until cleared, the instances keep it
+    /// and give it back to a store that lost it (a flush, a failover). Under the
+    /// fleet's `store_timeout`.
+    pub async fn clear_cap(&self, name: &str) -> Result<(), CapError> {
+        let keys = CapKeys::new(&self.config().prefix, name).map_err(CapError::Config)?;
+        match tokio::time::timeout(
+            self.config().store_timeout,
+            self.inner.store.clear_cap(&keys),
         )
         .await
         {
@@ -669,6 +694,9 @@ struct CapTask<S> {
     /// itself or now, whichever is later; one may go out from
     /// `EARLY_BURST - 1` quarters before it.
     early_paced: Instant,
+    /// The latest operator's decision on the cap heard of: sent with every
+    /// claim, so a store that lost it has it again.
+    operator: Option<OperatorCap>,
 }
 
 /// Why a claim is sent.
@@ -846,7 +874,8 @@ impl<S: CapStore> CapTask<S> {
             held,
             config.ttl,
             config.cap,
-        );
+        )
+        .with_operator(self.operator);
         shared.view().demand = demand;
         let sent = Instant::now();
         let store = Arc::clone(&self.store);
@@ -899,6 +928,11 @@ impl<S: CapStore> CapTask<S> {
         }
         shared.renewals.fetch_add(1, Ordering::Relaxed);
         shared.telemetry.renewed(true);
+        if let Some(heard) = reply.operator {
+            if self.operator.is_none_or(|known| known.at_ms < heard.at_ms) {
+                self.operator = Some(heard);
+            }
+        }
         if reply.cap != shared.config.cap {
             shared.disagreements.fetch_add(1, Ordering::Relaxed);
             if !self.warned_cap {

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::store::{Claim, ClaimReply};
+use crate::store::{Claim, ClaimReply, OperatorCap};
 
 /// One live claim as the store keeps it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,6 +24,10 @@ pub(crate) struct Ledger<T> {
     /// `None` until a first claim.
     pub(crate) settled: Option<T>,
     pub(crate) claims: BTreeMap<u128, Entry<T>>,
+    /// The operator's decision kept, if any.
+    pub(crate) operator: Option<OperatorCap>,
+    /// The operator cleared the cap: the next claim's configured cap is kept.
+    pub(crate) cap_cleared: bool,
 }
 
 /// Max-min fair shares of `cap` over `demands` (instance, demand): in ascending
@@ -53,13 +57,50 @@ impl<T: Copy + Ord> Ledger<T> {
             cap,
             settled: None,
             claims: BTreeMap::new(),
+            operator: None,
+            cap_cleared: false,
         }
     }
 
     /// Applies `claim` at `now`: it expires at `expires` (`now` plus its TTL).
     /// Also says whether to push [`SlotsFreed`](crate::FleetEvent::SlotsFreed):
     /// fewer slots are reserved than before while another claim wants more.
+    /// Applies `decision` if it is later than the one kept (or none is): an
+    /// operator's cap the store lost comes back with the next claim.
+    pub(crate) fn assert_operator(&mut self, decision: OperatorCap) {
+        if self
+            .operator
+            .is_some_and(|kept| kept.at_ms >= decision.at_ms)
+        {
+            return;
+        }
+        self.operator = Some(decision);
+        match decision.cap {
+            Some(cap) => {
+                self.cap = cap;
+                self.cap_cleared = false;
+            }
+            None => self.cap_cleared = true,
+        }
+    }
+
+    /// An operator's decision made now (`at_ms`): applied, and ordered after the
+    /// one kept even within the same millisecond.
+    pub(crate) fn decide(&mut self, cap: Option<u32>, at_ms: u64) {
+        let at_ms = match self.operator {
+            Some(kept) => at_ms.max(kept.at_ms.saturating_add(1)),
+            None => at_ms,
+        };
+        self.assert_operator(OperatorCap::new(cap, at_ms));
+    }
+
     pub(crate) fn claim(&mut self, claim: &Claim, now: T, expires: T) -> (ClaimReply, bool) {
+        if let Some(decision) = claim.operator {
+            self.assert_operator(decision);
+        }
+        if std::mem::take(&mut self.cap_cleared) {
+            self.cap = claim.cap;
+        }
         let settled = *self.settled.get_or_insert(expires);
         let settling = now < settled;
         let before = self.reserved();
@@ -122,6 +163,7 @@ impl<T: Copy + Ord> Ledger<T> {
             demand: self.claims.values().map(|e| u64::from(e.demand)).sum(),
             claimants: u32::try_from(self.claims.len()).unwrap_or(u32::MAX),
             stale,
+            operator: self.operator,
         }
     }
 }

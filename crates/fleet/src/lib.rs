@@ -466,6 +466,6 @@ pub use local::{Faults, LocalStore, StoredClaim};
 pub use redis::{RedisStore, RedisStoreBuilder};
 pub use store::{
     CapKeys, CapStore, Claim, ClaimReply, FleetEpoch, FleetEvent, FleetVerdict, InstanceId, Keys,
-    LeaseReply, LeaseRequest, ProbeResult, Store, StoreError, Subscription, Token, TripRecord,
-    TripReply, MAX_PREFIX_LEN, SCHEMA_VERSION,
+    LeaseReply, LeaseRequest, OperatorCap, ProbeResult, Store, StoreError, Subscription, Token,
+    TripRecord, TripReply, MAX_PREFIX_LEN, SCHEMA_VERSION,
 };

@@ -168,6 +168,8 @@ struct State {
     fleet_trips: BTreeMap<String, (FleetEpoch, Instant)>,
     subscribers: BTreeMap<String, Vec<mpsc::Sender<FleetEvent>>>,
     caps: BTreeMap<String, Ledger<Instant>>,
+    /// The origin of the store's millisecond clock (operators' decisions).
+    origin: Instant,
 }
 
 impl fmt::Debug for LocalStore {
@@ -390,6 +392,7 @@ impl LocalStore {
                     fleet_trips: BTreeMap::new(),
                     subscribers: BTreeMap::new(),
                     caps: BTreeMap::new(),
+                    origin: Instant::now(),
                 }),
                 ops: AtomicU64::new(0),
             }),
@@ -655,9 +658,26 @@ impl CapStore for LocalStore {
 
     async fn set_cap(&self, keys: &CapKeys, cap: u32) -> Result<(), StoreError> {
         let key = keys.claims().to_owned();
-        self.run(move |s, _| {
-            s.caps.entry(key).or_insert_with(|| Ledger::new(cap)).cap = cap;
+        self.run(move |s, now| {
+            let at_ms = millis(now.duration_since(s.origin));
+            let ledger = s.caps.entry(key).or_insert_with(|| Ledger::new(cap));
+            ledger.decide(Some(cap), at_ms);
         })
         .await
     }
+
+    async fn clear_cap(&self, keys: &CapKeys) -> Result<(), StoreError> {
+        let key = keys.claims().to_owned();
+        self.run(move |s, now| {
+            let at_ms = millis(now.duration_since(s.origin));
+            if let Some(ledger) = s.caps.get_mut(&key) {
+                ledger.decide(None, at_ms);
+            }
+        })
+        .await
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

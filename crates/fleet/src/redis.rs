@@ -109,8 +109,8 @@ use tokio::sync::mpsc;
 
 use crate::store::{
     CapKeys, CapStore, Claim, ClaimReply, FleetEpoch, FleetEvent, FleetVerdict, InstanceId, Keys,
-    LeaseReply, LeaseRequest, ProbeResult, Store, StoreError, Subscription, Token, TripRecord,
-    TripReply,
+    LeaseReply, LeaseRequest, OperatorCap, ProbeResult, Store, StoreError, Subscription, Token,
+    TripRecord, TripReply,
 };
 
 /// Pushed verdicts a slow subscriber may have pending before newer ones are
@@ -209,13 +209,30 @@ return {tripped, fleet_trip or ''}
 ";
 
 /// KEYS: the cap's hash. ARGV: instance (32 hex digits), seq, demand, held, ttl
-/// in ms, configured cap, the freed channel, the hash's ttl in ms. Returns {allotment, cap, reserved,
+/// in ms, configured cap, the freed channel, the hash's ttl in ms, the operator's
+/// cap the instance knows (`''` none, `0` cleared) and its time (ms).
+/// The reply ends with the operator's cap kept and its time (`''` if none). Returns {allotment, cap, reserved,
 /// demand, claimants, stale}. The steps of `CapStore`'s contract, with the
 /// server's `TIME`; `freed:<instance>` is published as step 6.
 const CLAIM: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[5])
+if ARGV[9] ~= '' then
+  -- An operator's decision this store lost (a flush, a failover): again.
+  local kept = tonumber(redis.call('HGET', KEYS[1], 'op_at') or '-1')
+  if tonumber(ARGV[10]) > kept then
+    redis.call('HSET', KEYS[1], 'op', ARGV[9], 'op_at', ARGV[10])
+    if ARGV[9] == '0' then
+      redis.call('HDEL', KEYS[1], 'g')
+    else
+      redis.call('HSET', KEYS[1], 'g', ARGV[9])
+    end
+  end
+end
+local function operator()
+  return redis.call('HGET', KEYS[1], 'op') or '', redis.call('HGET', KEYS[1], 'op_at') or ''
+end
 local g = tonumber(redis.call('HGET', KEYS[1], 'g') or '')
 local settled = tonumber(redis.call('HGET', KEYS[1], 'settled') or '')
 if not g then
@@ -252,7 +269,8 @@ if mine and not greater(ARGV[2], mine[1]) then
   -- A late copy of an older claim: nothing changes.
   local demand = mine[2]
   for _, c in ipairs(claims) do demand = demand + c[2] end
-  return {0, g, others + mine[3], demand, #claims + 1, 1}
+  local op, op_at = operator()
+  return {0, g, others + mine[3], demand, #claims + 1, 1, op, op_at}
 end
 local demand = tonumber(ARGV[3])
 local held = tonumber(ARGV[4])
@@ -277,13 +295,25 @@ redis.call('HSET', KEYS[1], me, ARGV[2] .. ':' .. demand .. ':' .. reserved .. '
 if wanting and others + reserved < before then
   redis.call('PUBLISH', ARGV[7], 'freed:' .. ARGV[1])
 end
-return {grant, g, others + reserved, total, #claims, 0}
+local op, op_at = operator()
+return {grant, g, others + reserved, total, #claims, 0, op, op_at}
 ";
 
-/// KEYS: the cap's hash. ARGV: cap, the hash's ttl in ms. Replaces the cap,
-/// keeping the claims.
+/// KEYS: the cap's hash. ARGV: cap (`0`: cleared), the hash's ttl in ms.
+/// Replaces the cap (cleared: forgets it, so the next claim stores its
+/// configured one), keeping the claims, and records the operator's decision
+/// with the server's time (after the one kept, even within a millisecond).
 const SET_CAP: &str = r"
-redis.call('HSET', KEYS[1], 'g', ARGV[1])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local kept = tonumber(redis.call('HGET', KEYS[1], 'op_at') or '-1')
+if now <= kept then now = kept + 1 end
+if ARGV[1] == '0' then
+  redis.call('HDEL', KEYS[1], 'g')
+else
+  redis.call('HSET', KEYS[1], 'g', ARGV[1])
+end
+redis.call('HSET', KEYS[1], 'op', ARGV[1], 'op_at', string.format('%d', now))
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 ";
@@ -1319,6 +1349,10 @@ impl CapStore for RedisStore {
             .arg(claim.cap)
             .arg(keys.freed())
             .arg(self.inner.key_ttl_ms.max(ttl_ms))
+            .arg(claim.operator.map_or(String::new(), |o| {
+                o.cap.map_or("0".to_owned(), |c| c.to_string())
+            }))
+            .arg(claim.operator.map_or(0, |o| o.at_ms))
             .invoke_async(&mut con)
             .await
             .map_err(|e| self.failed(generation, e))?;
@@ -1357,6 +1391,20 @@ impl CapStore for RedisStore {
         Ok(())
     }
 
+    async fn clear_cap(&self, keys: &CapKeys) -> Result<(), StoreError> {
+        let (generation, mut con) = self.connection().await?;
+        let _: i64 = self
+            .inner
+            .set_cap
+            .key(keys.claims())
+            .arg(0)
+            .arg(self.inner.key_ttl_ms)
+            .invoke_async(&mut con)
+            .await
+            .map_err(|e| self.failed(generation, e))?;
+        Ok(())
+    }
+
     fn warning(&self) -> Option<String> {
         self.eviction_warning()
     }
@@ -1379,9 +1427,19 @@ fn eviction_warning(policy: Option<&str>) -> Option<String> {
 fn parse_claim(reply: &[Value]) -> Option<ClaimReply> {
     let n = |i: usize| int(reply.get(i)?).and_then(|v| u64::try_from(v).ok());
     let small = |i: usize| n(i).and_then(|v| u32::try_from(v).ok());
-    if reply.len() != 6 {
+    if reply.len() != 8 {
         return None;
     }
+    let operator = match text(reply.get(6)?)?.as_str() {
+        "" => None,
+        op => {
+            let cap = match op.parse::<u32>().ok()? {
+                0 => None,
+                cap => Some(cap),
+            };
+            Some(OperatorCap::new(cap, text(reply.get(7)?)?.parse().ok()?))
+        }
+    };
     Some(ClaimReply {
         allotment: small(0)?,
         cap: small(1)?,
@@ -1393,6 +1451,7 @@ fn parse_claim(reply: &[Value]) -> Option<ClaimReply> {
             1 => true,
             _ => return None,
         },
+        operator,
     })
 }
 
@@ -1554,7 +1613,8 @@ mod tests {
     #[test]
     fn malformed_claim_replies_are_refused() {
         let i = Value::Int;
-        let ok = [i(3), i(10), i(7), i(12), i(2), i(0)];
+        let s = |t: &str| Value::BulkString(t.as_bytes().to_vec());
+        let ok = [i(3), i(10), i(7), i(12), i(2), i(0), s(""), s("")];
         let r = parse_claim(&ok).unwrap();
         assert_eq!(
             (
@@ -1568,9 +1628,22 @@ mod tests {
             (3, 10, 7, 12, 2, false)
         );
         assert!(parse_claim(&ok[..5]).is_none());
-        assert!(parse_claim(&[i(-1), i(10), i(7), i(12), i(2), i(0)]).is_none());
-        assert!(parse_claim(&[i(3), i(10), i(7), i(12), i(2), i(2)]).is_none());
-        assert!(parse_claim(&[i(1 << 40), i(10), i(7), i(12), i(2), i(0)]).is_none());
+        let with = |mut r: [Value; 8], at: usize, v: Value| {
+            r[at] = v;
+            parse_claim(&r)
+        };
+        assert!(with(ok.clone(), 0, i(-1)).is_none());
+        assert!(with(ok.clone(), 5, i(2)).is_none());
+        assert!(with(ok, 0, i(1 << 40)).is_none());
+        let set = [i(3), i(10), i(7), i(12), i(2), i(0), s("4"), s("1765")];
+        assert_eq!(
+            parse_claim(&set).unwrap().operator,
+            Some(OperatorCap::new(Some(4), 1765))
+        );
+        let cleared = with(set.clone(), 6, s("0")).unwrap();
+        assert_eq!(cleared.operator, Some(OperatorCap::new(None, 1765)));
+        assert!(with(set.clone(), 7, s("x")).is_none());
+        assert!(with(set, 6, s("-1")).is_none());
     }
 
     #[test]

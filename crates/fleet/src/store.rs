@@ -593,6 +593,28 @@ impl serde::Serialize for InstanceId {
     }
 }
 
+/// An operator's decision on a cap ([`Fleet::set_cap`](crate::Fleet::set_cap),
+/// [`Fleet::clear_cap`](crate::Fleet::clear_cap)), with the store's time of it.
+/// Configuration, not state: every instance keeps the latest it heard of and
+/// sends it with its claims, so a store that lost it (a flush, an eviction, a
+/// failover) has it again at the next claim, until an operator clears it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OperatorCap {
+    /// The cap the operator set; `None`: cleared (the configured caps apply).
+    pub cap: Option<u32>,
+    /// When the store applied it, in milliseconds of the store's clock: the
+    /// later decision wins.
+    pub at_ms: u64,
+}
+
+impl OperatorCap {
+    /// A decision: `cap` set (or cleared, `None`) at `at_ms` of the store's clock.
+    pub fn new(cap: Option<u32>, at_ms: u64) -> Self {
+        Self { cap, at_ms }
+    }
+}
+
 /// One renewal of an instance's allotment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -614,6 +636,9 @@ pub struct Claim {
     /// The cap this instance is configured with: stored if the store has none,
     /// otherwise only compared (the store's cap wins).
     pub cap: u32,
+    /// The latest operator's decision this instance heard of: the store applies
+    /// it if it is later than the one it keeps (or keeps none).
+    pub operator: Option<OperatorCap>,
 }
 
 impl Claim {
@@ -634,7 +659,15 @@ impl Claim {
             held,
             ttl,
             cap,
+            operator: None,
         }
+    }
+
+    /// With the latest operator's decision the instance heard of.
+    #[must_use]
+    pub fn with_operator(mut self, operator: Option<OperatorCap>) -> Self {
+        self.operator = operator;
+        self
     }
 }
 
@@ -654,6 +687,8 @@ pub struct ClaimReply {
     pub claimants: u32,
     /// The claim was older than one already applied: nothing changed.
     pub stale: bool,
+    /// The operator's decision the store keeps, if any.
+    pub operator: Option<OperatorCap>,
 }
 
 /// The operations a fleet-wide cap needs from the shared store: claims, one
@@ -694,12 +729,24 @@ pub trait CapStore: Send + Sync + 'static {
     ) -> impl Future<Output = Result<ClaimReply, StoreError>> + Send;
 
     /// Replaces the cap kept by the store (an operator's change of the fleet's
-    /// cap; instances configured otherwise warn until their configuration follows).
+    /// cap; instances configured otherwise warn until their configuration
+    /// follows), recorded as an [`OperatorCap`] with the store's time.
     fn set_cap(
         &self,
         keys: &CapKeys,
         cap: u32,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Clears the operator's cap: records an [`OperatorCap`] of `None` with the
+    /// store's time and forgets the cap kept, so the next claim stores its
+    /// configured one. The provided method refuses (a store that keeps no
+    /// operator's decision).
+    fn clear_cap(&self, keys: &CapKeys) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = keys;
+        std::future::ready(Err(StoreError::Other(
+            "this store cannot clear an operator's cap".into(),
+        )))
+    }
 
     /// Deletes `instance`'s claim (a graceful shutdown, once its calls ended), so
     /// its share comes back to the fleet at once instead of after its TTL; pushes

@@ -446,3 +446,64 @@ async fn a_graceful_shutdown_gives_the_claim_and_the_lease_back() {
         "the lease outlived the shutdown"
     );
 }
+
+/// An operator's `set_cap` is configuration: after a FLUSHALL the instances give
+/// it back to the store (not their configured cap) until an operator clears it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operators_cap_outlives_a_flush_until_it_is_cleared() {
+    let Some(server) = RedisServer::start("an_operators_cap_outlives_a_flush_until_it_is_cleared")
+    else {
+        return;
+    };
+    let url = server.url();
+    let fleet = fleet(&url);
+    let bulkhead = BulkheadLayer::builder("freight")
+        .max_concurrent(8)
+        .build()
+        .unwrap();
+    let config = CapConfig::new(6)
+        .renew_every(Duration::from_millis(100))
+        .ttl(Duration::from_millis(500));
+    let capped = fleet.cap(&bulkhead.handle(), config).unwrap();
+    let key = CapKeys::new("incident", "freight").unwrap();
+    let stored = || {
+        let (url, key) = (url.clone(), key.claims().to_owned());
+        async move {
+            let mut cmd = ::redis::cmd("HGET");
+            cmd.arg(key).arg("g");
+            query::<Option<u32>>(&url, &cmd).await.flatten()
+        }
+    };
+    let heard = |cap: u32| {
+        let capped = &capped;
+        move || async move { capped.snapshot().store_cap == Some(cap) }
+    };
+    until("the configured cap stored", heard(6)).await;
+
+    fleet.set_cap("freight", 4).await.unwrap();
+    until("the instance heard the operator's cap", heard(4)).await;
+    assert_eq!(server.command("FLUSHALL").unwrap(), "+OK");
+    until(
+        "the operator's cap given back to the flushed store",
+        || async { stored().await == Some(4) },
+    )
+    .await;
+    let renewals = capped.snapshot().renewals;
+    until("a few renewals after the flush", || async {
+        capped.snapshot().renewals > renewals + 3
+    })
+    .await;
+    assert_eq!(stored().await, Some(4));
+    assert_eq!(capped.snapshot().store_cap, Some(4));
+
+    // Cleared: the configured cap again, and after a flush too.
+    fleet.clear_cap("freight").await.unwrap();
+    until("the configured cap back", heard(6)).await;
+    assert_eq!(server.command("FLUSHALL").unwrap(), "+OK");
+    let renewals = capped.snapshot().renewals;
+    until("a few renewals after the second flush", || async {
+        capped.snapshot().renewals > renewals + 3
+    })
+    .await;
+    assert_eq!(stored().await, Some(6));
+}
