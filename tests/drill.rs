@@ -143,6 +143,27 @@ fn the_fleet_document_caps_freight_in_its_fleet_table() {
     assert_eq!(cap.mode, seawall::fleet::CapMode::Strict);
 }
 
+/// `--fleet 3` with the store (a `redis-server` when one is on PATH) stopped
+/// half-way through the first phase and left down for the whole incident. In
+/// the cap's default mode every instance keeps serving at its share of the cap,
+/// and its breaker recovers on its own: the final, healthy phase serves quotes
+/// (in strict mode the cap would refuse them all).
+#[tokio::test(flavor = "current_thread")]
+async fn the_fleet_drill_keeps_serving_quotes_with_its_store_stopped_mid_run() {
+    let store = scenario::fleet::FleetStore::start().unwrap();
+    let mut config = test_config();
+    config.stop_store_after = Some(config.phase / 2);
+    let run = scenario::run_fleet(config, 3, &store).await.unwrap();
+    let rows = run.obs.rows();
+    let table = scenario::report::table_with_fleet(&rows, Some(&run.probes));
+    let last = rows.last().unwrap();
+    assert!(
+        last.quotes_served > 0,
+        "no quote served in the last phase with the store down ({}): {table}",
+        store.label()
+    );
+}
+
 /// `--fleet 3` on the in-process store (the drill's own choice when no
 /// `redis-server` is on PATH): the coordinated fleet never has two probes at its
 /// supplier at once, and no call reaches a supplier from an open breaker.

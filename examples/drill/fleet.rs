@@ -50,6 +50,16 @@ impl FleetStore {
         }
     }
 
+    /// Stops the store for good, as an outage would (`SHUTDOWN NOSAVE` to the
+    /// `redis-server`: every connection closes).
+    pub fn stop(&self) {
+        match self {
+            // The server closes the connection as it exits: no answer to read.
+            FleetStore::Redis(server) => drop(server.command("SHUTDOWN NOSAVE")),
+            FleetStore::Local(store) => store.go_down(),
+        }
+    }
+
     /// The `store` of the policy document's `[fleet]` table.
     pub fn url(&self) -> String {
         match self {

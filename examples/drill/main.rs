@@ -6,6 +6,7 @@
 //! cargo run --release --example drill -- --fast --serve-dashboard  # and watch it live
 //! cargo run --release --example drill -- --fast --fleet 3   # three instances, one store
 //! cargo run --release --example drill -- --fast --fleet 3 --strict-cap   # the cap in strict mode
+//! cargo run --release --example drill -- --fast --fleet 3 --kill-redis   # the store stopped mid-run
 //! ```
 //!
 //! `--fleet N` runs N shop instances whose freight breakers coordinate through one
@@ -104,6 +105,10 @@ async fn main() -> Result<(), seawall::BoxError> {
         DrillConfig::real()
     };
     config.policy.strict_cap = std::env::args().any(|a| a == "--strict-cap");
+    if std::env::args().any(|a| a == "--kill-redis") {
+        // Half-way through the third phase, for the rest of the run.
+        config.stop_store_after = Some(config.phase * 5 / 2);
+    }
     println!(
         "seawall failure drill ({}): {} phases of {:?}, budget {:?}, bulkhead {}/{}/{:?}, breaker open {:?}",
         if fast { "--fast" } else { "real durations" },

@@ -54,6 +54,9 @@ pub struct DrillConfig {
     pub rates: Rates,
     /// How late the slow supplier answers (well past the budget).
     pub slow_delay: Duration,
+    /// `--fleet N --kill-redis`: the fleet's store is stopped this long into the
+    /// run, and stays down.
+    pub stop_store_after: Option<Duration>,
 }
 
 impl DrillConfig {
@@ -81,6 +84,7 @@ impl DrillConfig {
                 products: 20,
             },
             slow_delay: Duration::from_secs(1),
+            stop_store_after: None,
         }
     }
 
@@ -159,14 +163,18 @@ pub async fn run_fleet(
         .split_first()
         .ok_or("a fleet needs an instance")?;
     let others: Vec<&shop::Running> = rest.iter().chain(&independent).collect();
-    let mut obs = drive(
-        config,
-        first,
-        &[&coordinated_supplier, &independent_supplier],
-        &recommender,
-        &others,
-    )
-    .await?;
+    let outage = async {
+        if let Some(after) = config.stop_store_after {
+            tokio::time::sleep(after).await;
+            store.stop();
+        }
+    };
+    let suppliers = [&coordinated_supplier, &independent_supplier];
+    let (obs, ()) = tokio::join!(
+        drive(config, first, &suppliers, &recommender, &others),
+        outage
+    );
+    let mut obs = obs?;
     obs.freight_arrivals = coordinated_supplier.arrivals();
     let probes = obs
         .phases

@@ -847,8 +847,14 @@ impl<S: CapStore> CapTask<S> {
         // The answer grants at most the demand: give back what the period did
         // not use now, so the store can hand it on at this renewal rather than
         // the next (what is active stays). An early claim wants more than it
-        // holds: it gives nothing back.
-        let mut held = limit.min(demand).max(active);
+        // holds: it gives nothing back. Without a lease (fenced), the ceiling is
+        // the mode's and stays: lowered to a period's demand while calls cannot
+        // reach the bulkhead, it could never rise again until the store answers.
+        let mut held = if self.fenced {
+            limit.max(active)
+        } else {
+            limit.min(demand).max(active)
+        };
         if held < limit {
             #[cfg(test)]
             if let Some(admit) = shared

@@ -446,6 +446,14 @@ async fn the_default_mode_keeps_serving_through_a_redis_outage() {
     assert!(shares.iter().sum::<usize>() <= 6, "{shares:?}");
     assert!(cut_off <= 6, "supplier saw {cut_off}");
 
+    // A lull while cut off: without a lease the ceiling is the mode's, not a
+    // period's demand (lowered to a lull's, it could not rise again).
+    saturate(&xs, &[]);
+    sleep(T * 5).await;
+    let idle: Vec<usize> = xs.iter().map(|s| s.allotment()).collect();
+    assert_eq!(idle, shares, "the shares fell during a lull");
+    saturate(&xs, &[0, 1, 2]);
+
     // An instance started while the store is down admits its floor, 1.
     let late = numbered_shops(&server.url(), 3..4, &supplier, default);
     late[0].workers.store(usize::MAX, Ordering::SeqCst);
