@@ -89,7 +89,7 @@ async fn get_fleet_shows_each_registered_coordination_and_cap_live() {
     assert_eq!(status, http::StatusCode::OK);
     assert_eq!(before["prefix"], "shop-v2");
     assert_eq!(before["caps"]["freight"]["cap"], 8);
-    assert_eq!(before["caps"]["freight"]["mode"], "strict");
+    assert_eq!(before["caps"]["freight"]["mode"], "divided");
     assert_eq!(before["policies"], serde_json::json!({}));
 
     policies.register_coordination(coordinated).unwrap();
@@ -116,7 +116,8 @@ async fn get_fleet_shows_each_registered_coordination_and_cap_live() {
     };
     let cap = &freight["cap"];
     assert_eq!(cap["instance"], instance.as_str());
-    assert_eq!(cap["mode"], "strict");
+    assert_eq!(cap["mode"], "divided");
+    assert_eq!(cap["floor"], 1);
     assert!(cap.get("local_share").is_none(), "{cap:#}");
     assert_eq!(cap["cap"], 8);
     assert_eq!(cap["store_cap"], 8);
