@@ -69,12 +69,14 @@ impl Telemetry {
 }
 
 /// The store's setup is unsafe for the fleet (an eviction policy).
+#[cfg(feature = "redis")]
 pub(crate) fn store_warning(warning: &str) {
     #[cfg(feature = "tracing")]
     tracing::warn!(target: "seawall::fleet", %warning, "store setup");
 }
 
 /// The store refused to say how it is set up (`CONFIG GET` not allowed).
+#[cfg(feature = "redis")]
 pub(crate) fn store_check_refused(error: &str) {
     #[cfg(feature = "tracing")]
     tracing::info!(
