@@ -415,7 +415,9 @@
 //! process. `RedisStore` (feature `redis`) keeps them on a Redis or Valkey server
 //! shared by the fleet: one Lua script per write, verdicts as RESP3 pushes, and a
 //! lazy connection, so a server that is down when the application starts leaves its
-//! instances in local mode until it answers instead of failing their start.
+//! instances in local mode until it answers instead of failing their start. It
+//! follows Sentinel and Cluster deployments and speaks TLS (see its module docs
+//! for what holds across a failover, and for the eviction policy it needs).
 //!
 //! # Where state lives
 //!
