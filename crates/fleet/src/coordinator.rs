@@ -435,7 +435,9 @@ impl Coordinated {
     /// stops the background task, hands the breaker back to itself (as dropping
     /// does), and releases the probe lease if this instance holds it, so another
     /// instance can probe at once instead of a lease TTL later. A probe still in
-    /// flight runs on; its verdict is not published. Never fails: what it did not
+    /// flight runs on; its verdict is not published. A take of the lease in flight
+    /// when it starts may still be applied: that lease ends by its TTL. Never
+    /// fails: what it did not
     /// do is in the answer.
     pub async fn shutdown(&self) -> Shutdown {
         self.stop();
