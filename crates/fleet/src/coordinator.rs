@@ -437,8 +437,7 @@ impl Coordinated {
     /// instance can probe at once instead of a lease TTL later. A probe still in
     /// flight runs on; its verdict is not published. A take of the lease in flight
     /// when it starts may still be applied: that lease ends by its TTL. Never
-    /// fails: what it did not
-    /// do is in the answer.
+    /// fails: what it did not do is in the answer.
     pub async fn shutdown(&self) -> Shutdown {
         self.stop();
         let held = match self.shared.view().lease {
