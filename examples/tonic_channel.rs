@@ -19,7 +19,7 @@
 //! is (any body with `Bytes` data and an error into `BoxError`).
 //!
 //! The supplier answers, then says NOT_FOUND (a business answer: the breaker stays
-//! closed), then is slow (the deadline cuts the call: UNAVAILABLE), then fails with
+//! closed), then is slow (the deadline cuts the call: DEADLINE_EXCEEDED), then fails with
 //! UNAVAILABLE until the breaker opens; calls then fail fast with UNAVAILABLE from
 //! the breaker without reaching the server, until the open interval has passed and a
 //! probe finds it healthy again. Between them, one call's server answers 200 and

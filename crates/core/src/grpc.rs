@@ -8,7 +8,7 @@
 //! | rejection | gRPC status |
 //! |---|---|
 //! | circuit open | `UNAVAILABLE` |
-//! | deadline exceeded | `UNAVAILABLE` |
+//! | deadline exceeded | `DEADLINE_EXCEEDED` |
 //! | fallbacks exhausted | `UNAVAILABLE` |
 //! | bulkhead full | `RESOURCE_EXHAUSTED` |
 //! | bulkhead wait timed out | `RESOURCE_EXHAUSTED` |
@@ -92,7 +92,8 @@ pub fn error_grpc_response<B: Default>(
 
 /// Server side: answers the protected service's errors as trailers-only gRPC
 /// responses ([`error_grpc_response`]), so the stack's error is `Infallible` as
-/// tonic's server wants and a client sees `UNAVAILABLE` / `RESOURCE_EXHAUSTED`.
+/// tonic's server wants and a client sees `UNAVAILABLE` / `RESOURCE_EXHAUSTED` /
+/// `DEADLINE_EXCEEDED`.
 ///
 /// tonic's `Server::add_service` needs the service's gRPC name; seawall's layers
 /// hide the generated server's, so give it back with [`named`](Self::named):
@@ -253,7 +254,8 @@ where
 }
 
 /// Maps errors coming out of the wrapped service with [`status_from_error`], so a
-/// tonic client sees `UNAVAILABLE` / `RESOURCE_EXHAUSTED` instead of `UNKNOWN`.
+/// tonic client sees `UNAVAILABLE` / `RESOURCE_EXHAUSTED` / `DEADLINE_EXCEEDED`
+/// instead of `UNKNOWN`.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RejectionStatusLayer;
 
@@ -322,6 +324,40 @@ mod tests {
     use crate::rejection::{BulkheadFull, BulkheadTimeout, CircuitOpen, DeadlineExceeded};
     use std::time::Duration;
     use tower::{service_fn, ServiceExt};
+
+    /// The module's table is prose: it must say, for every kind, the code the kinds'
+    /// one list declares (it once said `UNAVAILABLE` for a spent deadline).
+    #[test]
+    fn the_module_table_matches_every_kind_s_declared_code() {
+        let prose = |kind: RejectionKind| match kind {
+            RejectionKind::CircuitOpen => "circuit open",
+            RejectionKind::BulkheadFull => "bulkhead full",
+            RejectionKind::BulkheadTimeout => "bulkhead wait timed out",
+            RejectionKind::DeadlineExceeded => "deadline exceeded",
+            RejectionKind::FallbacksExhausted => "fallbacks exhausted",
+        };
+        let source = include_str!("grpc.rs");
+        let rows: Vec<(&str, &str)> = source
+            .lines()
+            .filter_map(|l| l.strip_prefix("//! | "))
+            .filter_map(|l| l.split_once(" | "))
+            .map(|(label, code)| (label, code.trim_end_matches(" |").trim_matches('`')))
+            .collect();
+        for kind in RejectionKind::ALL {
+            let code = format!("{:?}", kind.grpc_code());
+            // `DeadlineExceeded` → `DEADLINE_EXCEEDED`.
+            let mut screaming = String::new();
+            for (i, c) in code.chars().enumerate() {
+                if c.is_uppercase() && i > 0 {
+                    screaming.push('_');
+                }
+                screaming.push(c.to_ascii_uppercase());
+            }
+            let found: Vec<_> = rows.iter().filter(|(l, _)| *l == prose(kind)).collect();
+            assert_eq!(found.len(), 1, "{kind}: one row, found {found:?}");
+            assert_eq!(found[0].1, screaming, "{kind}");
+        }
+    }
 
     #[test]
     fn rejections_map_to_meaningful_codes_and_stay_findable() {
