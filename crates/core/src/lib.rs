@@ -23,6 +23,11 @@
 //!   fit in the remaining deadline, a retry budget shared by the policy's clones, and
 //!   never a seawall rejection or a business answer. Placed inside the deadline and
 //!   outside the bulkhead and the breaker (see its docs for why).
+//! - **Hedged requests** ([`HedgeLayer`], module [`hedge`]): a second attempt when the
+//!   first is slow (a fixed delay or a percentile of recent first attempts), only if
+//!   the deadline fits it, the request is idempotent, no breaker or bulkhead refused
+//!   it, and the retry budget (which it can share with [`DeadlineRetry`] through a
+//!   [`SharedBudget`]) allows it; the first success wins and the losers are cancelled.
 //! - **HTTP glue** (feature `http`, module [`http`]): a rejection
 //!   rendered by one answers table (503 with `Retry-After` when known, 504 for a
 //!   spent deadline), the [`Guarded`](crate::http::Guarded)
@@ -81,8 +86,10 @@
 //!                     handle and snapshot
 //!   retry/config.rs       RetryConfig, validated field by field
 //!   retry/backoff.rs      the wait before each retry: capped exponential growth, jitter
-//!   retry/budget.rs       the retry budget the policy's clones share
+//!   retry/budget.rs       the retry budget the policy's clones share, and SharedBudget
 //!   retry/tests.rs        the policy under tower's Retry, in paused time (tests only)
+//! hedge/              HedgeLayer: hedged requests inside the deadline and the retry
+//!                     budget (its own layout block is in its module docs)
 //! handle.rs           LayerHandle: the name, config, reconfigure, revert, snapshot and
 //!                     operator verbs every layer's handle has
 //! keyed.rs            KeyedMap, the bounded map of the keyed layers, and DEFAULT_MAX_KEYS
@@ -111,6 +118,7 @@ pub mod duration_format;
 #[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
 pub mod grpc;
 mod handle;
+pub mod hedge;
 #[cfg(any(feature = "http", feature = "tonic"))]
 mod held;
 #[cfg(feature = "http")]
@@ -140,6 +148,10 @@ pub use deadline::{
     WithDeadline, GRPC_TIMEOUT,
 };
 pub use handle::LayerHandle;
+pub use hedge::{
+    Hedge, HedgeBuilder, HedgeConfig, HedgeDelay, HedgeFuture, HedgeHandle, HedgeIf, HedgeLayer,
+    HedgeSnapshot, IdempotentRequests, PercentileDelay,
+};
 pub use keyed::{KeyedMap, DEFAULT_MAX_KEYS, MAX_PROBES};
 pub use random::{RandomSource, SeededRandom};
 #[cfg(feature = "metrics")]
@@ -151,12 +163,13 @@ pub use rejection::{
 };
 pub use retry::{
     DeadlineRetry, DeadlineRetryBuilder, IdempotentFailures, Jitter, RetryConfig, RetryDelay,
-    RetryHandle, RetryIf, RetrySnapshot, RetryableRequest,
+    RetryHandle, RetryIf, RetrySnapshot, RetryableRequest, SharedBudget,
 };
 pub use time::{later, MAX_DURATION};
 pub use unwind::{on_unwind, PanicWatch};
 
-/// Gives core's metrics (the deadline's and the retry policy's) their help text and unit.
+/// Gives core's metrics (the deadline's, the retry policy's and the hedging layer's)
+/// their help text and unit.
 ///
 /// A description given before a recorder is installed is lost, so call this (or the
 /// facade's `seawall::metrics::describe()`, which calls every crate's) after
@@ -165,5 +178,6 @@ pub use unwind::{on_unwind, PanicWatch};
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub fn describe_metrics() {
     telemetry::describe();
+    hedge::describe();
 }
 pub use window::{CountWindow, TimeWindow, WindowCounts, MAX_BUCKETS};

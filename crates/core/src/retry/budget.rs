@@ -26,10 +26,13 @@
 //! takes a mutex on every deposit, that is on every first attempt.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+use crate::config::{check_fraction, ConfigError};
 
 /// Buckets in a window.
 const BUCKETS: usize = 10;
@@ -47,6 +50,8 @@ pub(crate) struct RetryBudget {
     reserve: u64,
     firsts: [AtomicU64; BUCKETS],
     retries: [AtomicU64; BUCKETS],
+    /// Set once a retry policy counts the first attempts (see [`SharedBudget`]).
+    pub(crate) counted_by_retry: AtomicBool,
 }
 
 impl RetryBudget {
@@ -61,6 +66,7 @@ impl RetryBudget {
             reserve: u64::from(reserve),
             firsts: Default::default(),
             retries: Default::default(),
+            counted_by_retry: AtomicBool::new(false),
         }
     }
 
@@ -120,6 +126,72 @@ impl RetryBudget {
         let elapsed = now.saturating_duration_since(self.start).as_nanos();
         // Modulo 2^32 on purpose (see the type's docs).
         (elapsed / self.bucket_nanos) as u32
+    }
+}
+
+/// One retry budget that a [`DeadlineRetry`](crate::DeadlineRetry) and a
+/// [`HedgeLayer`](crate::HedgeLayer) draw on together, so that retries and hedges
+/// *together* stay within `share × first attempts + reserve` per window.
+///
+/// Take it from a built policy ([`DeadlineRetry::budget`](crate::DeadlineRetry::budget))
+/// and give it to the hedge layer
+/// ([`HedgeBuilder::shared_budget`](crate::HedgeBuilder::shared_budget)), or make one
+/// with [`new`](Self::new) and give it to both builders. Cloning shares it.
+///
+/// Who counts the first attempts: a retry policy built with (or owning) this budget
+/// counts them, once per request however many attempts follow; the hedge layer then
+/// only takes from it. A budget no retry policy uses is counted by the hedge layer,
+/// once per request it sees.
+#[derive(Clone)]
+pub struct SharedBudget {
+    pub(crate) budget: Arc<RetryBudget>,
+}
+
+impl SharedBudget {
+    /// A budget of `share` (0.0 to 1.0) of the first attempts of the last `window`
+    /// (1 s to 60 s), plus `reserve` per window. Errors name the field at fault
+    /// (`budget_share`, `budget_window`).
+    pub fn new(share: f64, reserve: u32, window: Duration) -> Result<Self, ConfigError> {
+        check_fraction("budget_share", share)?;
+        check_window(window)?;
+        Ok(Self::build(share, reserve, window))
+    }
+
+    pub(crate) fn build(share: f64, reserve: u32, window: Duration) -> Self {
+        Self {
+            budget: Arc::new(RetryBudget::new(window, share, reserve, Instant::now())),
+        }
+    }
+
+    /// Retries and hedges the budget would allow now.
+    pub fn available(&self) -> u64 {
+        self.budget.available(Instant::now())
+    }
+
+    /// Whether a retry policy counts this budget's first attempts.
+    pub(crate) fn counted_by_retry(&self) -> bool {
+        self.budget.counted_by_retry.load(Ordering::Relaxed)
+    }
+}
+
+/// The budget window's bounds (as [`RetryConfig`](crate::RetryConfig) checks them):
+/// shorter than 1 s, the share is taken of too few calls to be a rate; longer than
+/// 60 s, a long healthy spell funds a long burst at the start of an outage.
+pub(crate) fn check_window(window: Duration) -> Result<(), ConfigError> {
+    let (shortest, longest) = (Duration::from_secs(1), Duration::from_secs(60));
+    if (shortest..=longest).contains(&window) {
+        Ok(())
+    } else {
+        Err(ConfigError::new(
+            "budget_window",
+            format!("must be between {shortest:?} and {longest:?}, got {window:?}"),
+        ))
+    }
+}
+
+impl fmt::Debug for SharedBudget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.budget, f)
     }
 }
 

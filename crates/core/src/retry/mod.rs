@@ -17,7 +17,8 @@ use tokio::time::{Instant, Sleep};
 use tower::retry::Policy;
 
 pub use self::backoff::Jitter;
-use self::budget::RetryBudget;
+pub(crate) use self::budget::check_window;
+pub use self::budget::SharedBudget;
 pub use self::config::RetryConfig;
 use crate::classify::{Classify, ClassifyInput, ErrorRef, ErrorsAsFailures, Outcome};
 use crate::config::ConfigError;
@@ -176,6 +177,7 @@ impl DeadlineRetry {
             name: name.into(),
             config: RetryConfig::default(),
             random: None,
+            budget: None,
             classifier: ErrorsAsFailures,
             retry_if: IdempotentFailures,
         }
@@ -191,6 +193,12 @@ impl<C, F> DeadlineRetry<C, F> {
     /// The configuration in force.
     pub fn config(&self) -> &RetryConfig {
         &self.shared.config
+    }
+
+    /// The retry budget this policy and its clones draw on, to share with a
+    /// [`HedgeLayer`](crate::HedgeLayer) (see [`SharedBudget`]).
+    pub fn budget(&self) -> SharedBudget {
+        self.shared.budget.clone()
     }
 
     /// A handle on the counters this policy and its clones share.
@@ -257,7 +265,7 @@ where
             }
         }
         // Last, so that a retry refused for another reason takes nothing from the budget.
-        if !shared.budget.withdraw(now) {
+        if !shared.budget.budget.withdraw(now) {
             shared.refused(Refusal::Budget);
             return None;
         }
@@ -273,7 +281,7 @@ where
     fn clone_request(&mut self, req: &Req) -> Option<Req> {
         let shared = &*self.shared;
         if self.attempts == 1 {
-            shared.budget.deposit(Instant::now());
+            shared.budget.budget.deposit(Instant::now());
         }
         shared.counters.attempts.fetch_add(1, Ordering::Relaxed);
         shared.telemetry.attempt();
@@ -287,6 +295,7 @@ pub struct DeadlineRetryBuilder<C = ErrorsAsFailures, F = IdempotentFailures> {
     name: Name,
     config: RetryConfig,
     random: Option<Box<dyn RandomSource>>,
+    budget: Option<SharedBudget>,
     classifier: C,
     retry_if: F,
 }
@@ -336,6 +345,16 @@ impl<C, F> DeadlineRetryBuilder<C, F> {
         self
     }
 
+    /// Draws on `budget` instead of a budget of the policy's own, so that a
+    /// [`HedgeLayer`](crate::HedgeLayer) given the same budget spends it too. The
+    /// policy counts the budget's first attempts; the `budget` setting is then not
+    /// used (the shared budget's own share, reserve and window apply).
+    #[must_use]
+    pub fn shared_budget(mut self, budget: SharedBudget) -> Self {
+        self.budget = Some(budget);
+        self
+    }
+
     /// Replaces the whole configuration (e.g. one loaded from a file).
     #[must_use]
     pub fn config(mut self, config: RetryConfig) -> Self {
@@ -358,6 +377,7 @@ impl<C, F> DeadlineRetryBuilder<C, F> {
             name: self.name,
             config: self.config,
             random: self.random,
+            budget: self.budget,
             classifier,
             retry_if: self.retry_if,
         }
@@ -389,6 +409,7 @@ impl<C, F> DeadlineRetryBuilder<C, F> {
             name: self.name,
             config: self.config,
             random: self.random,
+            budget: self.budget,
             classifier: self.classifier,
             retry_if,
         }
@@ -402,16 +423,22 @@ impl<C, F> DeadlineRetryBuilder<C, F> {
         let random = self
             .random
             .unwrap_or_else(|| Box::new(SeededRandom::from_entropy()));
+        let budget = self.budget.unwrap_or_else(|| {
+            SharedBudget::build(
+                config.budget_share,
+                config.budget_reserve,
+                config.budget_window,
+            )
+        });
+        budget
+            .budget
+            .counted_by_retry
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         let shared = Shared {
             telemetry: RetryTelemetry::new(&self.name),
             name: self.name,
             config,
-            budget: RetryBudget::new(
-                config.budget_window,
-                config.budget_share,
-                config.budget_reserve,
-                Instant::now(),
-            ),
+            budget,
             random: Mutex::new(random),
             counters: Counters::default(),
         };
@@ -429,7 +456,7 @@ impl<C, F> DeadlineRetryBuilder<C, F> {
 struct Shared {
     name: Name,
     config: RetryConfig,
-    budget: RetryBudget,
+    budget: SharedBudget,
     /// Locked only to draw the wait of a retry, never on a first attempt.
     random: Mutex<Box<dyn RandomSource>>,
     counters: Counters,
@@ -494,7 +521,7 @@ impl RetryHandle {
             refused_budget: load(&c.refused_budget),
             refused_deadline: load(&c.refused_deadline),
             refused_attempts: load(&c.refused_attempts),
-            budget_available: self.shared.budget.available(Instant::now()),
+            budget_available: self.shared.budget.available(),
         }
     }
 }
