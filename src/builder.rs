@@ -5,7 +5,7 @@ use tower::layer::util::Stack;
 use tower::retry::RetryLayer;
 use tower::ServiceBuilder;
 
-use seawall_core::{DeadlineLayer, DeadlineRetry};
+use seawall_core::{DeadlineLayer, DeadlineRetry, HedgeLayer};
 
 mod sealed {
     #[allow(unreachable_pub)]
@@ -134,6 +134,14 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed<L> + Sized {
         policy: DeadlineRetry<C, F>,
     ) -> ServiceBuilder<Stack<RetryLayer<DeadlineRetry<C, F>>, L>>;
 
+    /// Adds a [`HedgeLayer`]: a second attempt when the first is slow. Put it below
+    /// the deadline (and below the retries, if any), so that a hedge is sent only
+    /// when the remaining budget fits one, and above the bulkhead and the breaker, so
+    /// that each hedge takes its own slot, an open breaker or a full bulkhead ends
+    /// hedging at once, and the losing attempt is cancelled below. Every service the
+    /// stack builds shares the layer's budget, latency estimate and counters.
+    fn hedge<C, F>(self, layer: HedgeLayer<C, F>) -> ServiceBuilder<Stack<HedgeLayer<C, F>, L>>;
+
     /// Adds a [`BulkheadLayer`](crate::bulkhead::BulkheadLayer). Every service the
     /// stack builds shares the layer's one bulkhead.
     #[cfg(feature = "bulkhead")]
@@ -187,6 +195,10 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
         policy: DeadlineRetry<C, F>,
     ) -> ServiceBuilder<Stack<RetryLayer<DeadlineRetry<C, F>>, L>> {
         self.layer(RetryLayer::new(policy))
+    }
+
+    fn hedge<C, F>(self, layer: HedgeLayer<C, F>) -> ServiceBuilder<Stack<HedgeLayer<C, F>, L>> {
+        self.layer(layer)
     }
 
     #[cfg(feature = "bulkhead")]
