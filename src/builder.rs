@@ -129,10 +129,11 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed<L> + Sized {
     /// shares the one budget, and above the bulkhead and the breaker, so that no slot
     /// is held between attempts and an open breaker ends the retries at once. Every
     /// service the stack builds shares the policy's retry budget and counters.
-    fn deadline_retry<C, F>(
+    #[allow(clippy::type_complexity)]
+    fn deadline_retry<C, F, P>(
         self,
-        policy: DeadlineRetry<C, F>,
-    ) -> ServiceBuilder<Stack<RetryLayer<DeadlineRetry<C, F>>, L>>;
+        policy: DeadlineRetry<C, F, P>,
+    ) -> ServiceBuilder<Stack<RetryLayer<DeadlineRetry<C, F, P>>, L>>;
 
     /// Adds a [`HedgeLayer`]: a second attempt when the first is slow. Put it below
     /// the deadline (and below the retries, if any), so that a hedge is sent only
@@ -190,10 +191,10 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
         self.layer(layer)
     }
 
-    fn deadline_retry<C, F>(
+    fn deadline_retry<C, F, P>(
         self,
-        policy: DeadlineRetry<C, F>,
-    ) -> ServiceBuilder<Stack<RetryLayer<DeadlineRetry<C, F>>, L>> {
+        policy: DeadlineRetry<C, F, P>,
+    ) -> ServiceBuilder<Stack<RetryLayer<DeadlineRetry<C, F, P>>, L>> {
         self.layer(RetryLayer::new(policy))
     }
 

@@ -87,6 +87,7 @@
 //!   retry/config.rs       RetryConfig, validated field by field
 //!   retry/backoff.rs      the wait before each retry: capped exponential growth, jitter
 //!   retry/budget.rs       the retry budget the policy's clones share, and SharedBudget
+//!   retry/pushback.rs     the dependency's own signals: Retry-After, grpc-retry-pushback-ms
 //!   retry/tests.rs        the policy under tower's Retry, in paused time (tests only)
 //! hedge/              HedgeLayer: hedged requests inside the deadline and the retry
 //!                     budget (its own layout block is in its module docs)
@@ -162,8 +163,9 @@ pub use rejection::{
     DeadlineExceeded, FallbacksExhausted, Name, OpenCause, Rejection, RejectionKind, StepFailure,
 };
 pub use retry::{
-    DeadlineRetry, DeadlineRetryBuilder, IdempotentFailures, Jitter, RetryConfig, RetryDelay,
-    RetryHandle, RetryIf, RetrySnapshot, RetryableRequest, SharedBudget,
+    DeadlineRetry, DeadlineRetryBuilder, HttpPushback, IdempotentFailures, IgnorePushback, Jitter,
+    Pushback, ReadPushback, RetryConfig, RetryDelay, RetryHandle, RetryIf, RetrySnapshot,
+    RetryableRequest, SharedBudget,
 };
 pub use time::{later, MAX_DURATION};
 pub use unwind::{on_unwind, PanicWatch};

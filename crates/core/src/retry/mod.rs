@@ -3,6 +3,7 @@
 mod backoff;
 mod budget;
 mod config;
+mod pushback;
 
 use std::fmt;
 use std::future::Future;
@@ -20,6 +21,7 @@ pub use self::backoff::Jitter;
 pub(crate) use self::budget::check_window;
 pub use self::budget::SharedBudget;
 pub use self::config::RetryConfig;
+pub use self::pushback::{HttpPushback, IgnorePushback, Pushback, ReadPushback};
 use crate::classify::{Classify, ClassifyInput, ErrorRef, ErrorsAsFailures, Outcome};
 use crate::config::ConfigError;
 use crate::deadline::Deadline;
@@ -159,10 +161,11 @@ use crate::telemetry::{Refusal, RetryTelemetry};
 /// seawall returns a [`ConfigError`]; and it locks a mutex on every deposit, that is
 /// on every first attempt.
 #[derive(Clone)]
-pub struct DeadlineRetry<C = ErrorsAsFailures, F = IdempotentFailures> {
+pub struct DeadlineRetry<C = ErrorsAsFailures, F = IdempotentFailures, P = IgnorePushback> {
     shared: Arc<Shared>,
     classifier: C,
     retry_if: F,
+    pushback: P,
     /// Attempts made so far for the current request (1 until the first retry).
     attempts: usize,
     /// The wait before the last retry of the current request.
@@ -180,11 +183,12 @@ impl DeadlineRetry {
             budget: None,
             classifier: ErrorsAsFailures,
             retry_if: IdempotentFailures,
+            pushback: IgnorePushback,
         }
     }
 }
 
-impl<C, F> DeadlineRetry<C, F> {
+impl<C, F, P> DeadlineRetry<C, F, P> {
     /// The attempts made so far for the current request (1 before any retry).
     pub fn attempts(&self) -> usize {
         self.attempts
@@ -209,7 +213,7 @@ impl<C, F> DeadlineRetry<C, F> {
     }
 }
 
-impl<C, F> fmt::Debug for DeadlineRetry<C, F> {
+impl<C, F, P> fmt::Debug for DeadlineRetry<C, F, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DeadlineRetry")
             .field("name", &self.shared.name)
@@ -219,10 +223,11 @@ impl<C, F> fmt::Debug for DeadlineRetry<C, F> {
     }
 }
 
-impl<C, F, Req, Res> Policy<Req, Res, BoxError> for DeadlineRetry<C, F>
+impl<C, F, P, Req, Res> Policy<Req, Res, BoxError> for DeadlineRetry<C, F, P>
 where
     C: Classify<Res>,
     F: RetryIf<Req, Res>,
+    P: ReadPushback<Res>,
     Req: RetryableRequest,
 {
     type Future = RetryDelay;
@@ -244,6 +249,19 @@ where
             shared.refused(Refusal::Attempts);
             return None;
         }
+        // The dependency's own signal: "do not retry" ends the retries; "not before"
+        // lengthens the wait, which must then fit in the deadline like any wait.
+        let not_before = match self.pushback.pushback(input) {
+            Pushback::Stop => {
+                shared
+                    .counters
+                    .refused_pushback
+                    .fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+            Pushback::After(after) => after,
+            Pushback::None => Duration::ZERO,
+        };
         let wait = backoff::wait(
             config.jitter,
             config.base_delay,
@@ -251,7 +269,8 @@ where
             self.attempts,
             self.last_wait,
             shared.sample(),
-        );
+        )
+        .max(not_before);
         let now = Instant::now();
         // The current deadline: tower's `Retry` asks this policy from its response
         // future, which the deadline layer further out polls inside its scope.
@@ -291,16 +310,17 @@ where
 
 /// Builds a [`DeadlineRetry`]; see [`DeadlineRetry::builder`]. Every setter is
 /// validated by [`build`](Self::build), which names the field at fault.
-pub struct DeadlineRetryBuilder<C = ErrorsAsFailures, F = IdempotentFailures> {
+pub struct DeadlineRetryBuilder<C = ErrorsAsFailures, F = IdempotentFailures, P = IgnorePushback> {
     name: Name,
     config: RetryConfig,
     random: Option<Box<dyn RandomSource>>,
     budget: Option<SharedBudget>,
     classifier: C,
     retry_if: F,
+    pushback: P,
 }
 
-impl<C, F> fmt::Debug for DeadlineRetryBuilder<C, F> {
+impl<C, F, P> fmt::Debug for DeadlineRetryBuilder<C, F, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DeadlineRetryBuilder")
             .field("name", &self.name)
@@ -309,7 +329,7 @@ impl<C, F> fmt::Debug for DeadlineRetryBuilder<C, F> {
     }
 }
 
-impl<C, F> DeadlineRetryBuilder<C, F> {
+impl<C, F, P> DeadlineRetryBuilder<C, F, P> {
     /// Attempts in all, the first included (default 3; at least 1).
     #[must_use]
     pub fn max_attempts(mut self, attempts: usize) -> Self {
@@ -372,7 +392,7 @@ impl<C, F> DeadlineRetryBuilder<C, F> {
 
     /// Decides which results are failures (default [`ErrorsAsFailures`]); with
     /// [`HttpStatus`](crate::HttpStatus), a `503` is retried and a `404` is not.
-    pub fn classifier<C2>(self, classifier: C2) -> DeadlineRetryBuilder<C2, F> {
+    pub fn classifier<C2>(self, classifier: C2) -> DeadlineRetryBuilder<C2, F, P> {
         DeadlineRetryBuilder {
             name: self.name,
             config: self.config,
@@ -380,6 +400,25 @@ impl<C, F> DeadlineRetryBuilder<C, F> {
             budget: self.budget,
             classifier,
             retry_if: self.retry_if,
+            pushback: self.pushback,
+        }
+    }
+
+    /// Honours the dependency's own backoff signals (default [`IgnorePushback`]):
+    /// with [`HttpPushback`], a `Retry-After` on a 429 or a 503 makes the retry wait
+    /// at least that long, and not happen at all if that wait plus
+    /// `min_attempt_time` does not fit in the deadline; a negative or malformed
+    /// `grpc-retry-pushback-ms` ends the retries. Any [`ReadPushback`], such as a
+    /// closure, reads other signals.
+    pub fn pushback<P2>(self, pushback: P2) -> DeadlineRetryBuilder<C, F, P2> {
+        DeadlineRetryBuilder {
+            name: self.name,
+            config: self.config,
+            random: self.random,
+            budget: self.budget,
+            classifier: self.classifier,
+            retry_if: self.retry_if,
+            pushback,
         }
     }
 
@@ -404,7 +443,7 @@ impl<C, F> DeadlineRetryBuilder<C, F> {
     ///     .unwrap();
     /// # let _ = policy;
     /// ```
-    pub fn retry_if<F2>(self, retry_if: F2) -> DeadlineRetryBuilder<C, F2> {
+    pub fn retry_if<F2>(self, retry_if: F2) -> DeadlineRetryBuilder<C, F2, P> {
         DeadlineRetryBuilder {
             name: self.name,
             config: self.config,
@@ -412,12 +451,13 @@ impl<C, F> DeadlineRetryBuilder<C, F> {
             budget: self.budget,
             classifier: self.classifier,
             retry_if,
+            pushback: self.pushback,
         }
     }
 
     /// Validates the configuration and creates the shared budget, counters and
     /// metric handles (install a metrics recorder before this).
-    pub fn build(self) -> Result<DeadlineRetry<C, F>, ConfigError> {
+    pub fn build(self) -> Result<DeadlineRetry<C, F, P>, ConfigError> {
         let config = self.config;
         config.validate()?;
         let random = self
@@ -446,6 +486,7 @@ impl<C, F> DeadlineRetryBuilder<C, F> {
             shared: Arc::new(shared),
             classifier: self.classifier,
             retry_if: self.retry_if,
+            pushback: self.pushback,
             attempts: 1,
             last_wait: None,
         })
@@ -496,6 +537,7 @@ struct Counters {
     refused_budget: AtomicU64,
     refused_deadline: AtomicU64,
     refused_attempts: AtomicU64,
+    refused_pushback: AtomicU64,
 }
 
 /// Reads the counters of one [`DeadlineRetry`] and its clones. Cheap to clone.
@@ -521,6 +563,7 @@ impl RetryHandle {
             refused_budget: load(&c.refused_budget),
             refused_deadline: load(&c.refused_deadline),
             refused_attempts: load(&c.refused_attempts),
+            refused_pushback: load(&c.refused_pushback),
             budget_available: self.shared.budget.available(),
         }
     }
@@ -538,7 +581,8 @@ impl fmt::Debug for RetryHandle {
 ///
 /// Counters run since the policy was built. First attempts are `attempts - retries`.
 /// A result worth retrying that was not retried is counted once, under the first
-/// rule that refused it: attempts, then deadline, then budget.
+/// rule that refused it: attempts, then the dependency's pushback, then deadline,
+/// then budget.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
@@ -556,6 +600,10 @@ pub struct RetrySnapshot {
     pub refused_deadline: u64,
     /// Requests that failed with every attempt used.
     pub refused_attempts: u64,
+    /// Retries not made because the dependency said not to retry (see
+    /// [`Pushback::Stop`]). A retry-after that does not fit in the deadline is
+    /// counted under `refused_deadline`.
+    pub refused_pushback: u64,
     /// Retries the budget would allow now.
     pub budget_available: u64,
 }
