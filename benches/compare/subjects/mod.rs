@@ -64,6 +64,8 @@ pub(crate) enum Id {
     Failsafe,
     Recloser,
     Deadline,
+    /// The hedging layer, on calls that answer before any hedge is due.
+    SwHedge,
     SwBreaker,
     /// The same breaker, coordinated by a fleet over an in-process store.
     SwBreakerFleet,
@@ -97,6 +99,7 @@ impl Id {
             Id::Failsafe => "failsafe",
             Id::Recloser => "recloser",
             Id::Deadline => "deadline",
+            Id::SwHedge => "hedge",
             Id::SwBreaker => "breaker",
             Id::SwBreakerFleet => "breaker in a fleet",
             Id::SwBulkhead => "bulkhead",

@@ -8,7 +8,7 @@ use std::time::Duration;
 use http::Response;
 use seawall::bulkhead::BulkheadLayer;
 use seawall::circuit_breaker::CircuitBreakerLayer;
-use seawall::core::DeadlineLayer;
+use seawall::core::{DeadlineLayer, HedgeLayer};
 use tokio::runtime::Runtime;
 use tower::layer::util::{Identity, Stack};
 use tower::{Layer, ServiceBuilder};
@@ -41,6 +41,23 @@ pub(super) fn rows(rt: &Runtime) -> Vec<Row> {
     vec![
         Row::new(Id::Deadline, "seawall DeadlineLayer(300 ms)", || {
             deadline().layer(inner::ok())
+        }),
+        // The hedging layer's cost when no hedge is sent: the inner service answers on
+        // the first poll, so no timer is armed; a fixed delay, and a percentile delay
+        // (which records each first attempt's latency).
+        Row::new(Id::SwHedge, "seawall HedgeLayer (fixed 20 ms), no hedge sent", || {
+            HedgeLayer::builder("bench")
+                .fixed_delay(Duration::from_millis(20))
+                .build()
+                .expect("valid hedging")
+                .layer(inner::ok())
+        }),
+        Row::new(Id::SwHedge, "seawall HedgeLayer (p95 delay), no hedge sent", || {
+            HedgeLayer::builder("bench")
+                .percentile_delay(95.0)
+                .build()
+                .expect("valid hedging")
+                .layer(inner::ok())
         }),
         Row::new(
             Id::SwStack,

@@ -89,8 +89,16 @@
 //!   retry/budget.rs       the retry budget the policy's clones share, and SharedBudget
 //!   retry/pushback.rs     the dependency's own signals: Retry-After, grpc-retry-pushback-ms
 //!   retry/tests.rs        the policy under tower's Retry, in paused time (tests only)
-//! hedge/              HedgeLayer: hedged requests inside the deadline and the retry
-//!                     budget (its own layout block is in its module docs)
+//! hedge/mod.rs        the hedging module's docs (why, where it goes, the state
+//!                     diagram, an example) and its re-exports
+//!   hedge/config.rs       HedgeConfig, HedgeDelay, PercentileDelay, validated
+//!   hedge/latency.rs      the decaying log-bucketed histogram of first attempts
+//!   hedge/telemetry.rs    the hedging events and metrics
+//!   hedge/state.rs        what a layer's services share; HedgeHandle, HedgeSnapshot
+//!   hedge/future.rs       HedgeFuture: the attempts, the timer, which answer wins
+//!   hedge/service.rs      Hedge, HedgeIf, IdempotentRequests
+//!   hedge/layer.rs        HedgeLayer and HedgeBuilder
+//!   hedge/tests.rs        the layer in paused time (tests only)
 //! handle.rs           LayerHandle: the name, config, reconfigure, revert, snapshot and
 //!                     operator verbs every layer's handle has
 //! keyed.rs            KeyedMap, the bounded map of the keyed layers, and DEFAULT_MAX_KEYS
