@@ -105,6 +105,39 @@ async fn a_full_bulkhead_refuses_the_hedge_at_once_and_stops_further_hedges() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_hedge_never_queues_even_at_a_bulkhead_with_a_queue() {
+    // One slot and room for ten in line: a first attempt would wait, a hedge may not.
+    let bulkhead = BulkheadLayer::builder("supplier")
+        .max_concurrent(1)
+        .max_queue(10)
+        .max_wait(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let slots = bulkhead.handle();
+    let hedge = hedging(20 * MS).max_attempts(3).build().unwrap();
+    let hedges = hedge.handle();
+    let hits = Arc::new(AtomicUsize::new(0));
+    let svc = ServiceBuilder::new()
+        .deadline(DeadlineLayer::new(300 * MS).unwrap())
+        .layer(hedge)
+        .bulkhead(bulkhead)
+        .service(dependency(&hits, |_| (200 * MS, true)));
+    let request = tokio::spawn(svc.oneshot(Req::new(())));
+    tokio::time::sleep(30 * MS).await;
+    // The hedge came at 20 ms, found the one slot taken, and was turned away at once;
+    // no second hedge followed at 40 ms.
+    let seen = slots.snapshot();
+    assert_eq!((seen.active, seen.queued, seen.rejected_full), (1, 0, 1));
+    // The caller gets the first attempt's answer, never the hedge's refusal.
+    assert_eq!(request.await.unwrap().unwrap(), 0);
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+    let hedged = hedges.snapshot();
+    assert_eq!((hedged.hedges_sent, hedged.refused_rejected), (1, 1));
+    // A first attempt (no hedge) still waits in line as configured.
+    assert!(seawall::core::may_wait());
+}
+
+#[tokio::test(start_paused = true)]
 async fn an_open_breaker_stops_hedging() {
     let breaker = CircuitBreakerLayer::builder("supplier")
         .consecutive_failures(2)

@@ -239,6 +239,22 @@ where
         if shared.semaphore.is_full() {
             return Self::full_or_over_limit(shared, inner, req, overload);
         }
+        if !seawall_core::may_wait() {
+            // A hedge: a slot freed meanwhile, or turned away as full, never queued.
+            return match shared.semaphore.take_free() {
+                Enqueued::Admitted => {
+                    shared.telemetry.admitted(Duration::ZERO);
+                    Self::admitted(
+                        Permit::waited(shared.clone()),
+                        inner,
+                        &mut None,
+                        req,
+                        overload,
+                    )
+                }
+                _ => Self::full_or_over_limit(shared, inner, req, overload),
+            };
+        }
         let now = Instant::now();
         let deadline = Deadline::current();
         let look = deadline.is_none();

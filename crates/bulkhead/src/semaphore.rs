@@ -395,6 +395,13 @@ impl Semaphore {
         self.join(false, None, !shadow)
     }
 
+    /// As [`Semaphore::enqueue_no_wait`], for a call that may not wait by its
+    /// nature (a hedge): where it would join the line it is answered `Expired` and
+    /// nothing is counted; the caller turns it away as full.
+    pub(crate) fn take_free(&self) -> Enqueued {
+        self.join(false, None, false)
+    }
+
     fn join(&self, may_wait: bool, max_queue: Option<usize>, count_expired: bool) -> Enqueued {
         let mut line = self.lock();
         // Only at its cap: below it, the word's count goes on numbering fast-path

@@ -142,6 +142,7 @@ mod retry;
 mod telemetry;
 mod time;
 mod unwind;
+mod wait;
 mod window;
 
 pub use classify::{
@@ -177,6 +178,7 @@ pub use retry::{
 };
 pub use time::{later, MAX_DURATION};
 pub use unwind::{on_unwind, PanicWatch};
+pub use wait::{may_wait, without_waiting};
 
 /// Gives core's metrics (the deadline's, the retry policy's and the hedging layer's)
 /// their help text and unit.

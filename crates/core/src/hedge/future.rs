@@ -284,7 +284,8 @@ where
             let hedge = match request {
                 Some(copy) => {
                     let spare_request = std::mem::replace(&mut spare.request, copy);
-                    spare.service.call(spare_request)
+                    // A hedge takes free capacity or none: it never queues.
+                    crate::wait::without_waiting(|| spare.service.call(spare_request))
                 }
                 None => {
                     let Some(Spare {
@@ -299,7 +300,7 @@ where
                         // The rule gave no further copy: this hedge is the last one.
                         shared.refused(HedgeRefusal::NotIdempotent);
                     }
-                    service.call(request)
+                    crate::wait::without_waiting(|| service.call(request))
                 }
             };
             this.hedges.push(Box::pin(hedge));

@@ -75,10 +75,12 @@
 //! attempt shares it. Outside the bulkhead and the breaker, so that each hedge is
 //! admitted like any call (a slot of its own; a breaker that sees it), so that an open
 //! breaker or a full bulkhead ends hedging at once, and so that the loser's
-//! cancellation frees its slot and is recorded as cancelled. Above a bulkhead with no
-//! queue (the default), a hedge takes a free slot or is refused at once, and that
-//! refusal stops further hedges; a bulkhead with a queue makes a hedge wait in it like
-//! any call, bounded by the deadline, so prefer no queue under a hedging layer.
+//! cancellation frees its slot and is recorded as cancelled. A hedge never queues: its
+//! `call` is made inside [`without_waiting`](crate::without_waiting), so a bulkhead
+//! called directly below gives it a free slot or turns it away at once as full, even
+//! when first attempts may wait in its line; that refusal stops further hedges. (A
+//! bulkhead behind a `tower::Buffer` makes the call on another task and does not see
+//! the mark: there, give it no queue.)
 //!
 //! Below a retry layer, each retry is a request to the hedging layer and may be
 //! hedged: attempts multiply per request (at most `retry.max_attempts ×
