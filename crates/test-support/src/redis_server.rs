@@ -129,7 +129,13 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
+        let _ = std::fs::remove_dir_all(data_dir(self.port));
     }
+}
+
+/// The working directory of the server on `port`, the same across its restarts.
+fn data_dir(port: u16) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("seawall-redis-{}-{port}", std::process::id()))
 }
 
 fn free_port() -> u16 {
@@ -146,9 +152,14 @@ fn spawn(port: u16) -> std::io::Result<Option<Child>> {
     if port == 0 {
         return Ok(None);
     }
+    // Its own working directory: a `SAVE`, a `DEBUG RELOAD` or a replica's sync
+    // writes `dump.rdb` there, never into the crate under test.
+    let dir = data_dir(port);
+    std::fs::create_dir_all(&dir)?;
     let mut child = Command::new("redis-server")
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .args(["--save", "", "--appendonly", "no", "--logfile", ""])
+        .current_dir(&dir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
