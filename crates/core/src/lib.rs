@@ -108,6 +108,7 @@
 //! random.rs           RandomSource and SeededRandom: injectable randomness for jitter
 //! reasons.rs          ReasonCounters: counts per classification reason (feature `metrics`)
 //! unwind.rs           on_unwind, PanicWatch: a panicking dependency recorded as a failure
+//! wait.rs             without_waiting, may_wait: a call (a hedge) that may not queue for capacity
 //! held.rs             an inner service's readiness error kept to answer the next call
 //!                     (features `http`, `tonic`)
 //! http.rs             HTTP glue (feature `http`): rendered rejections, the answers table,
