@@ -67,12 +67,14 @@ fn the_default_is_body_and_response_is_read() {
     assert!(e.fields().contains(&"policies.x.hold"), "{:?}", e.fields());
 }
 
-#[tokio::test]
-async fn by_default_the_slot_and_the_verdict_last_until_the_body_ends() {
+/// What a client of `policy`'s HTTP bulkhead and breaker saw of one call whose
+/// body fails after its first chunk: slots active and successes recorded once the
+/// response arrived, then slots active and failures recorded once the body failed.
+async fn a_body_failing_mid_stream(policy: &str) -> ((usize, u64), (usize, u64)) {
     let policies = Policies::from_toml(DOCUMENT).unwrap();
-    let bulkhead = policies.http_bulkhead("held").unwrap();
+    let bulkhead = policies.http_bulkhead(policy).unwrap();
     let breaker = policies
-        .http_circuit_breaker("held", |b| b.classifier(HttpStatus::default()))
+        .http_circuit_breaker(policy, |b| b.classifier(HttpStatus::default()))
         .unwrap();
     let (slots, verdicts) = (bulkhead.handle(), breaker.handle());
     let (tx, supplier) = streaming_supplier();
@@ -84,44 +86,35 @@ async fn by_default_the_slot_and_the_verdict_last_until_the_body_ends() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(slots.snapshot().active, 1, "held while the body streams");
-    assert_eq!(verdicts.snapshot().counters.successes, 0, "not judged yet");
-    // The body fails mid-stream: a failure, and the slot is free.
+    let at_headers = (
+        slots.snapshot().active,
+        verdicts.snapshot().counters.successes,
+    );
     tx.send(Err("connection reset".into())).await.unwrap();
     drop(tx);
     assert!(res.into_body().collect().await.is_err());
-    assert_eq!(slots.snapshot().active, 0);
-    assert_eq!(verdicts.snapshot().counters.failures, 1);
+    let at_end = (
+        slots.snapshot().active,
+        verdicts.snapshot().counters.failures,
+    );
+    (at_headers, at_end)
+}
+
+#[tokio::test]
+async fn by_default_the_slot_and_the_verdict_last_until_the_body_ends() {
+    let (at_headers, at_end) = a_body_failing_mid_stream("held").await;
+    // Held while the body streams, not judged yet; its failure is the call's.
+    assert_eq!(at_headers, (1, 0));
+    assert_eq!(at_end, (0, 1));
 }
 
 #[tokio::test]
 async fn with_hold_response_the_call_ends_at_the_headers() {
-    let policies = Policies::from_toml(DOCUMENT).unwrap();
-    let bulkhead = policies.http_bulkhead("headers").unwrap();
-    let breaker = policies
-        .http_circuit_breaker("headers", |b| b.classifier(HttpStatus::default()))
-        .unwrap();
-    let (slots, verdicts) = (bulkhead.handle(), breaker.handle());
-    let (tx, supplier) = streaming_supplier();
-    let client = ServiceBuilder::new()
-        .bulkhead(bulkhead)
-        .circuit_breaker(breaker)
-        .service(supplier);
-    let res = tokio::spawn(async move { client.oneshot(http::Request::new(())).await })
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(slots.snapshot().active, 0, "freed at the headers");
-    assert_eq!(
-        verdicts.snapshot().counters.successes,
-        1,
-        "judged at the headers"
-    );
-    // What the body does next is not the breaker's to judge.
-    tx.send(Err("connection reset".into())).await.unwrap();
-    drop(tx);
-    assert!(res.into_body().collect().await.is_err());
-    assert_eq!(verdicts.snapshot().counters.failures, 0);
+    let (at_headers, at_end) = a_body_failing_mid_stream("headers").await;
+    // Freed and judged a success at the headers; what the body does next is not
+    // the breaker's to judge.
+    assert_eq!(at_headers, (0, 1));
+    assert_eq!(at_end, (0, 0));
 }
 
 #[test]

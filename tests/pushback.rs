@@ -102,11 +102,10 @@ async fn a_retry_waits_for_the_dependencys_retry_after() {
 #[tokio::test]
 async fn a_retry_after_past_the_deadline_is_not_waited_for() {
     let (url, arrivals) = server(|_| answer(429, Some(("retry-after", "2")))).await;
-    let started = Instant::now();
     let (status, retries) = get(&url, Duration::from_millis(500)).await;
-    // The caller gets the 429 at once, not a timeout after 500 ms.
+    // The caller gets the 429 itself: a wait for the retry-after would have ended
+    // at the 500 ms deadline with an error instead.
     assert_eq!(status, 429);
-    assert!(started.elapsed() < Duration::from_millis(500));
     assert_eq!(arrivals.lock().unwrap().len(), 1);
     let seen = retries.snapshot();
     assert_eq!((seen.retries, seen.refused_deadline), (0, 1));

@@ -239,34 +239,23 @@ where
         if shared.semaphore.is_full() {
             return Self::full_or_over_limit(shared, inner, req, overload);
         }
-        if !seawall_core::may_wait() {
-            // A hedge: a slot freed meanwhile, or turned away as full, never queued.
-            return match shared.semaphore.take_free() {
-                Enqueued::Admitted => {
-                    shared.telemetry.admitted(Duration::ZERO);
-                    Self::admitted(
-                        Permit::waited(shared.clone()),
-                        inner,
-                        &mut None,
-                        req,
-                        overload,
-                    )
-                }
-                _ => Self::full_or_over_limit(shared, inner, req, overload),
-            };
-        }
         let now = Instant::now();
         let deadline = Deadline::current();
         let look = deadline.is_none();
+        // A hedge (a call made under `without_waiting`) takes a slot freed meanwhile
+        // or is turned away as full: it never joins the line.
+        let may_wait = seawall_core::may_wait();
         let until = shared
             .queue_policy()
-            .wait_until(now, deadline.map(|d| d.instant()));
+            .wait_until(now, deadline.map(|d| d.instant()))
+            .filter(|_| may_wait);
         // A call whose deadline has passed takes a free slot but never joins the line.
         // Read once: the decision and what is counted must agree.
         let shadow = until.is_none() && shared.shadows();
         // Only `enqueue`, with a bound, can answer `Waiting`.
         let (enqueued, until) = match until {
             Some(until) => (shared.semaphore.enqueue(), until),
+            None if !may_wait => (shared.semaphore.take_free(), now),
             None => (shared.semaphore.enqueue_no_wait(shadow), now),
         };
         match enqueued {
@@ -281,6 +270,10 @@ where
                 )
             }
             Enqueued::Full => Self::full_or_over_limit(shared, inner, req, overload),
+            // A hedge that would have joined the line: full, not timed out.
+            Enqueued::Expired if !may_wait => {
+                Self::full_or_over_limit(shared, inner, req, overload)
+            }
             Enqueued::Expired if shadow => {
                 shared.admit_over_limit(ShadowReason::Timeout);
                 Self::admitted(

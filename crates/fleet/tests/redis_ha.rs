@@ -23,41 +23,13 @@ use seawall_fleet::{
 };
 use support::redis_server::RedisServer;
 use support::servers::Proc;
-use tokio::time::{sleep, Instant};
+use support::watch::{query, until, WATCHDOG};
+use tokio::time::sleep;
 use tower::util::BoxCloneSyncService;
 use tower::{service_fn, Layer, ServiceExt};
 
-const WATCHDOG: Duration = Duration::from_secs(60);
-
 fn report(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
-}
-
-async fn until<F, Fut>(what: &str, mut done: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + WATCHDOG;
-    while !done().await {
-        assert!(Instant::now() < deadline, "watchdog: never {what}");
-        sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// One command on a connection of the test's own; `None` while the server does
-/// not answer or refuses it.
-async fn query<T: ::redis::FromRedisValue>(url: &str, cmd: &::redis::Cmd) -> Option<T> {
-    let client = ::redis::Client::open(url).ok()?;
-    let connect = client.get_multiplexed_async_connection();
-    let mut con = tokio::time::timeout(Duration::from_secs(2), connect)
-        .await
-        .ok()?
-        .ok()?;
-    tokio::time::timeout(Duration::from_secs(2), cmd.query_async(&mut con))
-        .await
-        .ok()?
-        .ok()
 }
 
 async fn info_replication(url: &str) -> String {

@@ -21,42 +21,12 @@ use seawall_fleet::{
     LeaseRequest, LeaseStatus, ProbeResult, RedisStore, Store, Token, TripRecord,
 };
 use support::redis_server::RedisServer;
-use tokio::time::{sleep, Instant};
+use support::watch::{query, until};
+use tokio::time::sleep;
 use tower::{service_fn, Layer, Service, ServiceExt};
-
-/// How long any wait that must end may take before the test gives up.
-const WATCHDOG: Duration = Duration::from_secs(30);
 
 fn report(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
-}
-
-/// Waits until `done` answers true (a watchdog, not a measurement).
-async fn until<F, Fut>(what: &str, mut done: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + WATCHDOG;
-    while !done().await {
-        assert!(Instant::now() < deadline, "watchdog: never {what}");
-        sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// One command on a connection of the test's own; `None` while the server does
-/// not answer.
-async fn query<T: ::redis::FromRedisValue>(url: &str, cmd: &::redis::Cmd) -> Option<T> {
-    let client = ::redis::Client::open(url).ok()?;
-    let connect = client.get_multiplexed_async_connection();
-    let mut con = tokio::time::timeout(Duration::from_secs(2), connect)
-        .await
-        .ok()?
-        .ok()?;
-    tokio::time::timeout(Duration::from_secs(2), cmd.query_async(&mut con))
-        .await
-        .ok()?
-        .ok()
 }
 
 /// Subscribers of `channel` on the server (`PUBSUB NUMSUB`); `-1` while it does

@@ -174,7 +174,8 @@ impl SharedBudget {
     }
 }
 
-/// The budget window's bounds (as [`RetryConfig`](crate::RetryConfig) checks them):
+/// The budget window's bounds, the one check of every budget (a retry policy's, a
+/// hedging layer's, a [`SharedBudget`]):
 /// shorter than 1 s, the share is taken of too few calls to be a rate; longer than
 /// 60 s, a long healthy spell funds a long burst at the start of an outage.
 pub(crate) fn check_window(window: Duration) -> Result<(), ConfigError> {

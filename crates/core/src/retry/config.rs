@@ -6,9 +6,6 @@ use super::backoff::Jitter;
 use crate::config::{check_duration, check_fraction, check_positive, ConfigError};
 use crate::time::MAX_DURATION;
 
-/// The shortest and longest budget window (see [`RetryConfig::budget_window`]).
-const WINDOW_RANGE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(60));
-
 /// What a [`DeadlineRetry`](super::DeadlineRetry) may do. Validated by
 /// [`validate`](Self::validate), which [`build`](super::DeadlineRetryBuilder::build) calls.
 ///
@@ -87,17 +84,7 @@ impl RetryConfig {
             ));
         }
         check_fraction("budget_share", self.budget_share)?;
-        let (shortest, longest) = WINDOW_RANGE;
-        if !(shortest..=longest).contains(&self.budget_window) {
-            return Err(ConfigError::new(
-                "budget_window",
-                format!(
-                    "must be between {shortest:?} and {longest:?}, got {:?}",
-                    self.budget_window
-                ),
-            ));
-        }
-        Ok(())
+        super::budget::check_window(self.budget_window)
     }
 }
 

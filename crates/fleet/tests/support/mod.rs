@@ -6,6 +6,7 @@ pub mod contract;
 pub mod redis_server;
 pub mod servers;
 pub mod supplier;
+pub mod watch;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
