@@ -319,6 +319,9 @@ impl<S: CapStore> Fleet<S> {
             early_due: None,
             early_paced: Instant::now(),
             operator: None,
+            anchor: None,
+            failures: 0,
+            rng: fastrand::Rng::with_seed(instance.0 as u64),
         };
         let join = runtime.spawn(task.run());
         let withdraw: Withdraw = {
@@ -697,6 +700,14 @@ struct CapTask<S> {
     /// The latest operator's decision on the cap heard of: sent with every
     /// claim, so a store that lost it has it again.
     operator: Option<OperatorCap>,
+    /// When the last answered claim was sent, by this instance's clock, and
+    /// the store's clock (ms) in its answer: the next claim's deadline is
+    /// reckoned from it (see [`deadline_ms`](Self::deadline_ms)).
+    anchor: Option<(Instant, u64)>,
+    /// Renewals in a row that the store did not answer in time.
+    failures: u32,
+    /// Draws the jitter of backed-off renewals.
+    rng: fastrand::Rng,
 }
 
 /// Why a claim is sent.
@@ -715,15 +726,63 @@ impl<S: CapStore> CapTask<S> {
         let every = self.shared.config.renew_every;
         let mut tick = Instant::now();
         loop {
+            let sent = Instant::now();
             let answered = self.renew(Claiming::Renewal).await;
+            let took = sent.elapsed();
             if answered && self.freed.is_none() {
                 self.watch_freed().await;
             }
-            tick = later(tick, every);
+            tick = later(tick, self.next_wait(every, answered, took));
             // A renewal slower than a period: the next one at once, not a burst.
             tick = tick.max(Instant::now());
             self.wait_until(tick).await;
         }
+    }
+
+    /// How long after this renewal's tick the next one goes out: the period
+    /// while the store answers promptly; twice the period (at most what keeps
+    /// the lease live) while its answers take over half the store timeout; and
+    /// after failures, the period doubled for each failure in a row but the
+    /// first, up to eight periods, drawn at random from the upper half of that
+    /// (so a fleet that lost its store together does not come back in step).
+    /// A slow or failing store is asked less, never more: the load it sheds is
+    /// what lets it recover, while the mode's fallback serves the calls.
+    fn next_wait(&mut self, every: Duration, answered: bool, took: Duration) -> Duration {
+        if answered {
+            self.failures = 0;
+            if took <= self.store_timeout / 2 {
+                return every;
+            }
+            let live = self
+                .shared
+                .config
+                .lease_span()
+                .saturating_sub(self.store_timeout);
+            return (every * 2).min(live).max(every);
+        }
+        self.failures = self.failures.saturating_add(1);
+        if self.failures == 1 {
+            return every.mul_f64(0.75 + 0.25 * self.rng.f64());
+        }
+        let base = every * (1u32 << (self.failures - 1).min(3));
+        base.mul_f64(0.5 + 0.5 * self.rng.f64())
+    }
+
+    /// The last instant of the store's clock at which this instance still
+    /// waits for a claim sent now: the store's clock in the last answer, plus
+    /// the time since that claim was sent, plus the store timeout. The store's
+    /// clock at any later instant is at most its reading in the answer plus the
+    /// time elapsed here since the claim was sent (the answer was made after
+    /// the claim left), so the deadline is never before the true one: a claim
+    /// still awaited is never refused. It may be up to the round trip of that
+    /// earlier claim (plus the drift of the two clocks' rates since, parts per
+    /// million) after it: the most a claim nobody waits for can still be
+    /// applied late. No instant of one host is compared with another's.
+    fn deadline_ms(&self, now: Instant) -> Option<u64> {
+        let (sent, store_ms) = self.anchor?;
+        let ahead = now.saturating_duration_since(sent) + self.store_timeout;
+        let ahead = u64::try_from(ahead.as_millis()).unwrap_or(u64::MAX / 2);
+        Some(store_ms.saturating_add(ahead).saturating_add(1))
     }
 
     /// The lapse still ahead, if the lease is live.
@@ -884,11 +943,19 @@ impl<S: CapStore> CapTask<S> {
         .with_operator(self.operator);
         shared.view().demand = demand;
         let sent = Instant::now();
+        let claim = claim.with_deadline_ms(self.deadline_ms(sent));
         let store = Arc::clone(&self.store);
         let keys = self.keys.clone();
         let result = self.op(store.claim(&keys, claim)).await;
+        if let Ok(reply) = &result {
+            self.anchor = Some((sent, reply.store_ms));
+        }
         match result {
             Ok(reply) if !reply.stale => self.granted(reply, sent),
+            Ok(reply) if reply.abandoned => {
+                self.failed(&StoreError::TimedOut);
+                false
+            }
             Ok(_) => {
                 self.failed(&StoreError::Other(
                     "the store holds a newer claim of this instance".into(),

@@ -469,5 +469,5 @@ pub use redis::{RedisStore, RedisStoreBuilder};
 pub use store::{
     CapKeys, CapStore, Claim, ClaimReply, FleetEpoch, FleetEvent, FleetVerdict, InstanceId, Keys,
     LeaseReply, LeaseRequest, OperatorCap, ProbeResult, Store, StoreError, Subscription, Token,
-    TripRecord, TripReply, MAX_PREFIX_LEN, SCHEMA_VERSION,
+    TripRecord, TripReply, CAP_SCHEMA_VERSION, MAX_PREFIX_LEN, SCHEMA_VERSION,
 };

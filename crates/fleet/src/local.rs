@@ -11,7 +11,7 @@ use seawall_core::ConfigError;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use crate::ledger::Ledger;
+use crate::ledger::{Effects, Ledger};
 use crate::store::{
     CapKeys, CapStore, Claim, ClaimReply, FleetEpoch, FleetEvent, FleetVerdict, InstanceId, Keys,
     LeaseReply, LeaseRequest, ProbeResult, Store, StoreError, Subscription, Token, TripRecord,
@@ -167,7 +167,7 @@ struct State {
     /// Per breaker: the fleet trip in force and when it ends.
     fleet_trips: BTreeMap<String, (FleetEpoch, Instant)>,
     subscribers: BTreeMap<String, Vec<mpsc::Sender<FleetEvent>>>,
-    caps: BTreeMap<String, Ledger<Instant>>,
+    caps: BTreeMap<String, Ledger>,
     /// The origin of the store's millisecond clock (operators' decisions).
     origin: Instant,
 }
@@ -447,6 +447,7 @@ impl LocalStore {
     pub fn peek_claims(&self, keys: &CapKeys) -> Option<(u32, Vec<StoredClaim>)> {
         let now = Instant::now();
         let s = self.inner.lock();
+        let now = s.millis(now);
         s.caps.get(keys.claims()).map(|l| {
             let live = l
                 .claims
@@ -458,7 +459,7 @@ impl LocalStore {
                     reserved: e.reserved,
                 })
                 .collect();
-            (l.cap, live)
+            (l.cap.unwrap_or(0), live)
         })
     }
 
@@ -623,15 +624,10 @@ impl CapStore for LocalStore {
     async fn claim(&self, keys: &CapKeys, claim: Claim) -> Result<ClaimReply, StoreError> {
         let keys = keys.clone();
         self.run(move |s, now| {
-            let ledger = s
-                .caps
-                .entry(keys.claims().to_owned())
-                .or_insert_with(|| Ledger::new(claim.cap));
-            let expires = now.checked_add(claim.ttl).unwrap_or(now);
-            let (reply, freed) = ledger.claim(&claim, now, expires);
-            if freed {
-                s.push(keys.freed(), FleetEvent::SlotsFreed(claim.instance));
-            }
+            let now = s.millis(now);
+            let ledger = s.caps.entry(keys.claims().to_owned()).or_default();
+            let (reply, effects) = ledger.claim(&claim, now);
+            s.pushed(&keys, claim.instance, &effects);
             reply
         })
         .await
@@ -641,16 +637,23 @@ impl CapStore for LocalStore {
         self.listen(keys.freed()).await
     }
 
+    async fn watch_freed_for(
+        &self,
+        keys: &CapKeys,
+        instance: InstanceId,
+    ) -> Result<Subscription, StoreError> {
+        self.listen(&keys.freed_for(instance)).await
+    }
+
     async fn withdraw(&self, keys: &CapKeys, instance: InstanceId) -> Result<(), StoreError> {
         let keys = keys.clone();
         self.run(move |s, _| {
-            let removed = s
+            let effects = s
                 .caps
                 .get_mut(keys.claims())
-                .and_then(|ledger| ledger.claims.remove(&instance.0))
-                .is_some();
-            if removed {
-                s.push(keys.freed(), FleetEvent::SlotsFreed(instance));
+                .and_then(|ledger| ledger.withdraw(instance.0));
+            if let Some(effects) = effects {
+                s.pushed(&keys, instance, &effects);
             }
         })
         .await
@@ -659,9 +662,8 @@ impl CapStore for LocalStore {
     async fn set_cap(&self, keys: &CapKeys, cap: u32) -> Result<(), StoreError> {
         let key = keys.claims().to_owned();
         self.run(move |s, now| {
-            let at_ms = millis(now.duration_since(s.origin));
-            let ledger = s.caps.entry(key).or_insert_with(|| Ledger::new(cap));
-            ledger.decide(Some(cap), at_ms);
+            let at_ms = s.millis(now);
+            s.caps.entry(key).or_default().decide(Some(cap), at_ms);
         })
         .await
     }
@@ -669,12 +671,38 @@ impl CapStore for LocalStore {
     async fn clear_cap(&self, keys: &CapKeys) -> Result<(), StoreError> {
         let key = keys.claims().to_owned();
         self.run(move |s, now| {
-            let at_ms = millis(now.duration_since(s.origin));
+            let at_ms = s.millis(now);
             if let Some(ledger) = s.caps.get_mut(&key) {
                 ledger.decide(None, at_ms);
             }
         })
         .await
+    }
+}
+
+impl State {
+    /// The store's clock in ms (from its creation; 1 at creation, so a
+    /// deadline of 0 is always past).
+    fn millis(&self, now: Instant) -> u64 {
+        millis(now.duration_since(self.origin)).saturating_add(1)
+    }
+
+    /// Step 6 of the cap's contract: the freed slots pushed on the cap's
+    /// channel and to the claimants to wake.
+    fn pushed(&mut self, keys: &CapKeys, by: InstanceId, effects: &Effects) {
+        if !effects.freed {
+            return;
+        }
+        self.push(keys.freed(), FleetEvent::SlotsFreed(by));
+        for id in &effects.wake {
+            self.push(&keys.freed_for(InstanceId(*id)), FleetEvent::SlotsFreed(by));
+        }
+    }
+}
+
+impl Default for Ledger {
+    fn default() -> Self {
+        Ledger::new()
     }
 }
 

@@ -18,10 +18,18 @@
 //!   TTL; `<epoch>:T` is `PUBLISH`ed on `…:verdicts` when it starts. A
 //!   successful verdict deletes both: they were about the sickness it ended.
 //!
-//! Under a capped bulkhead's [`CapKeys`], one hash holds the cap (`g`), when
-//! the record settles (`settled`) and each live claim (`i:<instance>` as
-//! `<seq>:<demand>:<reserved>:<expiry ms>`); a claim that frees slots while
-//! another wants more publishes `freed:<instance>` on `…:freed`.
+//! Under a capped bulkhead's [`CapKeys`] (layout version 2), one hash holds the
+//! cap (`g`), when the record settles (`settled`), the aggregates a claim needs
+//! (`r` reserved, `d` demand, `e` entitled, `x` extra, summed) and each claim
+//! (`i:<instance>` as `<seq>:<demand>:<reserved>:<expiry ms>:<entitled>:<extra>`);
+//! a sorted set indexes the claims by expiry and another the claims short of
+//! their demand, so a claim costs `O(log N)`, never a scan of every claim (at
+//! most 16 dead claims leave the index per claim). A claim that frees slots
+//! while another wants more publishes `freed:<instance>` on `…:freed` and on
+//! the own channels (`…:freed:<instance>`) of at most 4 short claims.
+//! A claim carries its sender's deadline by the server's clock, reckoned from
+//! the server's `TIME` in an earlier reply: one applied after it changes
+//! nothing.
 //!
 //! Every key expires: the lease by its own TTL, the others (the counter, the
 //! verdict, the trips and the cap's hash) a [key TTL](RedisStoreBuilder::key_ttl)
@@ -208,95 +216,146 @@ end
 return {tripped, fleet_trip or ''}
 ";
 
-/// KEYS: the cap's hash. ARGV: instance (32 hex digits), seq, demand, held, ttl
-/// in ms, configured cap, the freed channel, the hash's ttl in ms, the operator's
-/// cap the instance knows (`''` none, `0` cleared) and its time (ms).
-/// The reply ends with the operator's cap kept and its time (`''` if none). Returns {allotment, cap, reserved,
-/// demand, claimants, stale}. The steps of `CapStore`'s contract, with the
-/// server's `TIME`; `freed:<instance>` is published as step 6.
+/// The cap's helpers, KEYS: the cap's hash, its expiry index, its index of
+/// claims short of their demand. `remove` forgets one claim and its part of
+/// the aggregates (`r`: reserved, `d`: demand, `e`: entitled, `x`: extra);
+/// a claim is `i:<instance>` = `<seq>:<demand>:<reserved>:<expiry ms>:<entitled>:<extra>`; `wake` publishes a freed slot
+/// on the cap's channel and to at most 4 short claims' own channels,
+/// ascending from the one after the claimant (the `ledger` module's steps).
+const CAP_HELPERS: &str = r"
+local H, X, S = KEYS[1], KEYS[2], KEYS[3]
+local function num(field) return tonumber(redis.call('HGET', H, field) or '0') end
+local function remove(id)
+  local v = redis.call('HGET', H, 'i:' .. id)
+  redis.call('ZREM', X, id)
+  redis.call('ZREM', S, id)
+  if not v then return nil end
+  local seq, d, r, e, en, x = string.match(v, '^(%d+):(%d+):(%d+):(%d+):(%d+):(%d+)$')
+  redis.call('HDEL', H, 'i:' .. id)
+  redis.call('HINCRBY', H, 'r', 0 - tonumber(r))
+  redis.call('HINCRBY', H, 'd', 0 - tonumber(d))
+  redis.call('HINCRBY', H, 'e', 0 - tonumber(en))
+  redis.call('HINCRBY', H, 'x', 0 - tonumber(x))
+  return {seq, tonumber(d), tonumber(r), tonumber(e), tonumber(en), tonumber(x)}
+end
+local function wake(me, channel)
+  redis.call('PUBLISH', channel, 'freed:' .. me)
+  local ids = redis.call('ZRANGEBYLEX', S, '(' .. me, '+', 'LIMIT', 0, 4)
+  if #ids < 4 then
+    local more = redis.call('ZRANGEBYLEX', S, '-', '(' .. me, 'LIMIT', 0, 4 - #ids)
+    for _, id in ipairs(more) do ids[#ids + 1] = id end
+  end
+  for _, id in ipairs(ids) do
+    redis.call('PUBLISH', channel .. ':' .. id, 'freed:' .. me)
+  end
+end
+";
+
+/// KEYS: the cap's hash, expiry index, short index. ARGV: instance (32 hex
+/// digits), seq, demand, held, ttl in ms, configured cap, the freed channel,
+/// the keys' ttl in ms, the operator's cap the instance knows (`''` none, `0`
+/// cleared) and its time (ms), the deadline by the server's clock (ms, `''`
+/// none). Returns {allotment, cap, reserved, demand, claimants, 0 applied / 1
+/// stale / 2 abandoned, operator's cap kept (`''` if none), its time, the
+/// server's ms}. The steps of `CapStore`'s contract, with the server's `TIME`,
+/// in `O(log N)`: the aggregates live in the hash, dead claims leave the
+/// expiry index at most 16 a claim.
 const CLAIM: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function reply(grant, g, verdict)
+  local op, op_at = redis.call('HGET', H, 'op') or '', redis.call('HGET', H, 'op_at') or ''
+  return {grant, g, num('r'), num('d'), redis.call('ZCARD', X), verdict, op, op_at,
+    string.format('%d', now)}
+end
+if ARGV[11] ~= '' and now > tonumber(ARGV[11]) then
+  -- Its sender gave up on it: nothing changes.
+  return reply(0, tonumber(redis.call('HGET', H, 'g') or ARGV[6]), 2)
+end
 local ttl = tonumber(ARGV[5])
 if ARGV[9] ~= '' then
   -- An operator's decision this store lost (a flush, a failover): again.
-  local kept = tonumber(redis.call('HGET', KEYS[1], 'op_at') or '-1')
+  local kept = tonumber(redis.call('HGET', H, 'op_at') or '-1')
   if tonumber(ARGV[10]) > kept then
-    redis.call('HSET', KEYS[1], 'op', ARGV[9], 'op_at', ARGV[10])
+    redis.call('HSET', H, 'op', ARGV[9], 'op_at', ARGV[10])
     if ARGV[9] == '0' then
-      redis.call('HDEL', KEYS[1], 'g')
+      redis.call('HDEL', H, 'g')
     else
-      redis.call('HSET', KEYS[1], 'g', ARGV[9])
+      redis.call('HSET', H, 'g', ARGV[9])
     end
   end
 end
-local function operator()
-  return redis.call('HGET', KEYS[1], 'op') or '', redis.call('HGET', KEYS[1], 'op_at') or ''
-end
-local g = tonumber(redis.call('HGET', KEYS[1], 'g') or '')
-local settled = tonumber(redis.call('HGET', KEYS[1], 'settled') or '')
+local g = tonumber(redis.call('HGET', H, 'g') or '')
 if not g then
   g = tonumber(ARGV[6])
-  redis.call('HSET', KEYS[1], 'g', ARGV[6])
+  redis.call('HSET', H, 'g', ARGV[6])
 end
+local settled = tonumber(redis.call('HGET', H, 'settled') or '')
 if not settled then
   -- A new (or wiped) record: older leases may still be in use for one TTL.
   settled = now + ttl
-  redis.call('HSET', KEYS[1], 'settled', settled)
+  redis.call('HSET', H, 'settled', string.format('%d', settled))
 end
-redis.call('PEXPIRE', KEYS[1], ARGV[8])
-local me = 'i:' .. ARGV[1]
-local all = redis.call('HGETALL', KEYS[1])
-local claims = {}
-local others, mine, before, wanting = 0, nil, 0, false
-for i = 1, #all, 2 do
-  local field, value = all[i], all[i + 1]
-  if string.sub(field, 1, 2) == 'i:' then
-    local seq, d, r, e = string.match(value, '^(%d+):(%d+):(%d+):(%d+)$')
-    if seq then before = before + tonumber(r) end
-    if not seq or tonumber(e) <= now then
-      redis.call('HDEL', KEYS[1], field)
-    elseif field == me then
-      mine = {seq, tonumber(d), tonumber(r), e}
-    else
-      claims[#claims + 1] = {field, tonumber(d)}
-      others = others + tonumber(r)
-      if tonumber(d) > tonumber(r) then wanting = true end
-    end
-  end
+-- Every key expires, those this claim creates included.
+local function keep()
+  for _, k in ipairs(KEYS) do redis.call('PEXPIRE', k, ARGV[8]) end
 end
-if mine and not greater(ARGV[2], mine[1]) then
+local before = num('r')
+local me = ARGV[1]
+local function mine()
+  local v = redis.call('HGET', H, 'i:' .. me)
+  if not v then return nil end
+  local seq, d, r, e, en, x = string.match(v, '^(%d+):(%d+):(%d+):(%d+):(%d+):(%d+)$')
+  return {seq, tonumber(d), tonumber(r), tonumber(e), tonumber(en), tonumber(x)}
+end
+local m = mine()
+if m and m[4] <= now then
+  remove(me)
+  m = nil
+end
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', X, '-inf', now, 'LIMIT', 0, 16)) do
+  remove(id)
+end
+if m and not greater(ARGV[2], m[1]) then
   -- A late copy of an older claim: nothing changes.
-  local demand = mine[2]
-  for _, c in ipairs(claims) do demand = demand + c[2] end
-  local op, op_at = operator()
-  return {0, g, others + mine[3], demand, #claims + 1, 1, op, op_at}
+  keep()
+  return reply(0, g, 1)
 end
-local demand = tonumber(ARGV[3])
-local held = tonumber(ARGV[4])
-claims[#claims + 1] = {me, demand}
-table.sort(claims, function(a, b)
-  if a[2] ~= b[2] then return a[2] < b[2] end
-  return a[1] < b[1]
-end)
-local left, fair, total = g, 0, 0
-for i, c in ipairs(claims) do
-  local share = math.min(c[2], math.floor(left / (#claims - i + 1)))
-  left = left - share
-  total = total + c[2]
-  if c[1] == me then fair = share end
-end
-local free = g - others
+local n = redis.call('ZCARD', X)
+local mr, md, me_, mx = 0, 0, 0, 0
+if m then mr, md, me_, mx = m[3], m[2], m[5], m[6] else n = n + 1 end
+local demand, held = tonumber(ARGV[3]), tonumber(ARGV[4])
+local rest = g - (num('d') - md)
+if rest < 0 then rest = 0 end
+local entitled = math.min(demand, math.max(math.floor(g / n), rest))
+-- The slack no entitlement covers, shared by the claims short of their demand.
+local slack = g - (num('e') - me_ + entitled)
+if slack < 0 then slack = 0 end
+local left = slack - (num('x') - mx)
+if left < 0 then left = 0 end
+local short = redis.call('ZCARD', S) + 1
+if redis.call('ZSCORE', S, me) then short = short - 1 end
+local extra = math.min(math.ceil(slack / short), left, demand - entitled)
+local fair = entitled + extra
+local free = g - (num('r') - mr)
 if free < 0 then free = 0 end
 local grant = math.min(fair, free)
 if now < settled then grant = math.min(grant, held) end
 local reserved = math.max(grant, held)
-redis.call('HSET', KEYS[1], me, ARGV[2] .. ':' .. demand .. ':' .. reserved .. ':' .. (now + ttl))
-if wanting and others + reserved < before then
-  redis.call('PUBLISH', ARGV[7], 'freed:' .. ARGV[1])
-end
-local op, op_at = operator()
-return {grant, g, others + reserved, total, #claims, 0, op, op_at}
+if m then remove(me) end
+local expires = string.format('%d', now + ttl)
+redis.call('HSET', H, 'i:' .. me,
+  table.concat({ARGV[2], demand, reserved, expires, entitled, extra}, ':'))
+redis.call('ZADD', X, expires, me)
+redis.call('HINCRBY', H, 'r', reserved)
+redis.call('HINCRBY', H, 'd', demand)
+redis.call('HINCRBY', H, 'e', entitled)
+redis.call('HINCRBY', H, 'x', extra)
+if demand > reserved then redis.call('ZADD', S, 0, me) end
+local wanting = redis.call('ZCARD', S) - ((demand > reserved) and 1 or 0)
+if wanting > 0 and num('r') < before then wake(me, ARGV[7]) end
+keep()
+return reply(grant, g, 0)
 ";
 
 /// KEYS: the cap's hash. ARGV: cap (`0`: cleared), the hash's ttl in ms.
@@ -318,12 +377,13 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 ";
 
-/// KEYS: the cap's hash. ARGV: instance (32 hex digits), the freed channel.
-/// Deletes the instance's claim; publishes `freed:<instance>` if there was one.
+/// KEYS: the cap's hash, expiry index, short index. ARGV: instance (32 hex
+/// digits), the freed channel. Deletes the instance's claim; if there was one,
+/// publishes `freed:<instance>` and wakes at most 4 short claims.
 const WITHDRAW: &str = r"
-local removed = redis.call('HDEL', KEYS[1], 'i:' .. ARGV[1])
-if removed == 1 then redis.call('PUBLISH', ARGV[2], 'freed:' .. ARGV[1]) end
-return removed
+if not remove(ARGV[1]) then return 0 end
+wake(ARGV[1], ARGV[2])
+return 1
 ";
 
 /// KEYS: epoch, verdict. ARGV: seen epoch, key ttl in ms. The health check:
@@ -962,12 +1022,12 @@ impl RedisStore {
                 eviction_checked: std::sync::atomic::AtomicBool::new(false),
                 eviction_warning: Mutex::new(None),
                 touch: Script::new(&format!("{GREATER}{TOUCH}")),
-                withdraw: script(WITHDRAW),
+                withdraw: script(&format!("{CAP_HELPERS}{WITHDRAW}")),
                 take: Script::new(&format!("{GREATER}{NEXT_EPOCH}{TAKE}")),
                 release: Script::new(RELEASE),
                 publish: script(&format!("{GREATER}{PUBLISH}")),
                 record_trip: script(&format!("{GREATER}{NEXT_EPOCH}{RECORD_TRIP}")),
-                claim: script(&format!("{GREATER}{CLAIM}")),
+                claim: script(&format!("{GREATER}{CAP_HELPERS}{CLAIM}")),
                 set_cap: Script::new(SET_CAP),
             }),
         }
@@ -1341,6 +1401,8 @@ impl CapStore for RedisStore {
             .inner
             .claim
             .key(keys.claims())
+            .key(keys.expiry())
+            .key(keys.short())
             .arg(format!("{:032x}", claim.instance.0))
             .arg(claim.seq.to_string())
             .arg(claim.demand)
@@ -1353,6 +1415,7 @@ impl CapStore for RedisStore {
                 o.cap.map_or("0".to_owned(), |c| c.to_string())
             }))
             .arg(claim.operator.map_or(0, |o| o.at_ms))
+            .arg(claim.deadline_ms.map_or(String::new(), |d| d.to_string()))
             .invoke_async(&mut con)
             .await
             .map_err(|e| self.failed(generation, e))?;
@@ -1377,12 +1440,22 @@ impl CapStore for RedisStore {
         self.listen(keys.freed()).await
     }
 
+    async fn watch_freed_for(
+        &self,
+        keys: &CapKeys,
+        instance: InstanceId,
+    ) -> Result<Subscription, StoreError> {
+        self.listen(&keys.freed_for(instance)).await
+    }
+
     async fn withdraw(&self, keys: &CapKeys, instance: InstanceId) -> Result<(), StoreError> {
         let (generation, mut con) = self.connection().await?;
         let _: i64 = self
             .inner
             .withdraw
             .key(keys.claims())
+            .key(keys.expiry())
+            .key(keys.short())
             .arg(format!("{:032x}", instance.0))
             .arg(keys.freed())
             .invoke_async(&mut con)
@@ -1427,7 +1500,7 @@ fn eviction_warning(policy: Option<&str>) -> Option<String> {
 fn parse_claim(reply: &[Value]) -> Option<ClaimReply> {
     let n = |i: usize| int(reply.get(i)?).and_then(|v| u64::try_from(v).ok());
     let small = |i: usize| n(i).and_then(|v| u32::try_from(v).ok());
-    if reply.len() != 8 {
+    if reply.len() != 9 {
         return None;
     }
     let operator = match text(reply.get(6)?)?.as_str() {
@@ -1440,18 +1513,22 @@ fn parse_claim(reply: &[Value]) -> Option<ClaimReply> {
             Some(OperatorCap::new(cap, text(reply.get(7)?)?.parse().ok()?))
         }
     };
+    let (stale, abandoned) = match n(5)? {
+        0 => (false, false),
+        1 => (true, false),
+        2 => (true, true),
+        _ => return None,
+    };
     Some(ClaimReply {
         allotment: small(0)?,
         cap: small(1)?,
         reserved: small(2)?,
         demand: n(3)?,
         claimants: small(4)?,
-        stale: match n(5)? {
-            0 => false,
-            1 => true,
-            _ => return None,
-        },
+        stale,
+        abandoned,
         operator,
+        store_ms: text(reply.get(8)?)?.parse().ok()?,
     })
 }
 
@@ -1614,7 +1691,7 @@ mod tests {
     fn malformed_claim_replies_are_refused() {
         let i = Value::Int;
         let s = |t: &str| Value::BulkString(t.as_bytes().to_vec());
-        let ok = [i(3), i(10), i(7), i(12), i(2), i(0), s(""), s("")];
+        let ok = [i(3), i(10), i(7), i(12), i(2), i(0), s(""), s(""), s("17")];
         let r = parse_claim(&ok).unwrap();
         assert_eq!(
             (
@@ -1627,15 +1704,29 @@ mod tests {
             ),
             (3, 10, 7, 12, 2, false)
         );
-        assert!(parse_claim(&ok[..5]).is_none());
-        let with = |mut r: [Value; 8], at: usize, v: Value| {
+        assert_eq!((r.abandoned, r.store_ms), (false, 17));
+        assert!(parse_claim(&ok[..8]).is_none());
+        let with = |mut r: [Value; 9], at: usize, v: Value| {
             r[at] = v;
             parse_claim(&r)
         };
         assert!(with(ok.clone(), 0, i(-1)).is_none());
-        assert!(with(ok.clone(), 5, i(2)).is_none());
+        let abandoned = with(ok.clone(), 5, i(2)).unwrap();
+        assert!(abandoned.stale && abandoned.abandoned);
+        assert!(with(ok.clone(), 5, i(3)).is_none());
+        assert!(with(ok.clone(), 8, s("x")).is_none());
         assert!(with(ok, 0, i(1 << 40)).is_none());
-        let set = [i(3), i(10), i(7), i(12), i(2), i(0), s("4"), s("1765")];
+        let set = [
+            i(3),
+            i(10),
+            i(7),
+            i(12),
+            i(2),
+            i(0),
+            s("4"),
+            s("1765"),
+            s("17"),
+        ];
         assert_eq!(
             parse_claim(&set).unwrap().operator,
             Some(OperatorCap::new(Some(4), 1765))

@@ -520,43 +520,90 @@ pub trait Store: Send + Sync + 'static {
 
 // ----- the fleet-wide cap ------------------------------------------------------------
 
-/// The store's key for one capped bulkhead: the cap, when the store's record of it
-/// began, and every live claim, in one hash (so a flush or an eviction loses all
-/// of it together, never half); and the channel that says slots were freed.
+/// The version of a capped bulkhead's key layout. Version 2 keeps aggregates
+/// and an expiry index beside the claims, so a claim costs the same at any
+/// fleet size; while an instance of version 1 still claims under the same
+/// prefix, version 2 instances bridge the two layouts (see the `RedisStore`
+/// docs): the fleet keeps one cap across a rolling upgrade.
+pub const CAP_SCHEMA_VERSION: u32 = 2;
+
+/// The store's keys for one capped bulkhead, all under one hash tag (a Redis
+/// Cluster keeps them in one slot, as a script over several keys needs): the
+/// record (the cap, when it settles, the aggregates and every claim) in one
+/// hash, the index of claims by expiry, the index of claims short of their
+/// demand, and the channels that say slots were freed.
 ///
 /// ```
-/// use seawall_fleet::CapKeys;
+/// use seawall_fleet::{CapKeys, InstanceId};
 ///
 /// let keys = CapKeys::new("shop", "freight").unwrap();
-/// assert_eq!(keys.claims(), "shop:v1:cap:{freight}");
-/// assert_eq!(keys.freed(), "shop:v1:cap:{freight}:freed");
+/// assert_eq!(keys.claims(), "shop:v2:cap:{freight}");
+/// assert_eq!(keys.expiry(), "shop:v2:cap:{freight}:expiry");
+/// assert_eq!(keys.short(), "shop:v2:cap:{freight}:short");
+/// assert_eq!(keys.freed(), "shop:v2:cap:{freight}:freed");
+/// assert_eq!(
+///     keys.freed_for(InstanceId(0xab)),
+///     "shop:v2:cap:{freight}:freed:000000000000000000000000000000ab"
+/// );
+/// assert_eq!(keys.v1_claims(), "shop:v1:cap:{freight}");
 /// assert!(CapKeys::new("", "freight").is_err());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CapKeys {
     claims: String,
+    expiry: String,
+    short: String,
     freed: String,
+    v1_claims: String,
 }
 
 impl CapKeys {
-    /// The key of bulkhead `name` under `prefix` (the rules of [`Keys::new`]).
+    /// The keys of bulkhead `name` under `prefix` (the rules of [`Keys::new`]).
     pub fn new(prefix: &str, name: &str) -> Result<Self, ConfigError> {
         check_prefix(prefix)?;
-        let claims = format!("{prefix}:v{SCHEMA_VERSION}:cap:{{{}}}", escape(name));
+        let tag = escape(name);
+        let claims = format!("{prefix}:v{CAP_SCHEMA_VERSION}:cap:{{{tag}}}");
         Ok(Self {
+            expiry: format!("{claims}:expiry"),
+            short: format!("{claims}:short"),
             freed: format!("{claims}:freed"),
+            v1_claims: format!("{prefix}:v1:cap:{{{tag}}}"),
             claims,
         })
     }
 
-    /// Holds the cap, its start and the claims.
+    /// Holds the cap, its start, the aggregates and the claims.
     pub fn claims(&self) -> &str {
         &self.claims
     }
 
-    /// The channel [`FleetEvent::SlotsFreed`] is pushed on.
+    /// The claims by expiry (a sorted set scored by the store's ms).
+    pub fn expiry(&self) -> &str {
+        &self.expiry
+    }
+
+    /// The claims whose demand is above their reservation.
+    pub fn short(&self) -> &str {
+        &self.short
+    }
+
+    /// The channel every [`FleetEvent::SlotsFreed`] is pushed on (for tools
+    /// and tests: the cap's own instances listen on [`freed_for`](Self::freed_for)).
     pub fn freed(&self) -> &str {
         &self.freed
+    }
+
+    /// The channel on which `instance` is told of freed slots: a freed slot is
+    /// pushed to a bounded number of the claims short of their demand, not to
+    /// the whole fleet.
+    pub fn freed_for(&self, instance: InstanceId) -> String {
+        format!("{}:{instance}", self.freed)
+    }
+
+    /// The record of the layout before [`CAP_SCHEMA_VERSION`] 2 (one hash of
+    /// every claim), bridged while an older instance still writes it.
+    pub fn v1_claims(&self) -> &str {
+        &self.v1_claims
     }
 }
 
@@ -639,6 +686,12 @@ pub struct Claim {
     /// The latest operator's decision this instance heard of: the store applies
     /// it if it is later than the one it keeps (or keeps none).
     pub operator: Option<OperatorCap>,
+    /// The last instant of the store's clock (ms) at which the sender still
+    /// waits for the answer; a claim applied later changes nothing and is
+    /// answered [`abandoned`](ClaimReply::abandoned). The sender reckons it from
+    /// a reply it had (see [`ClaimReply::store_ms`]), never from its own clock's
+    /// reading of the time of day. `None`: no deadline.
+    pub deadline_ms: Option<u64>,
 }
 
 impl Claim {
@@ -660,7 +713,16 @@ impl Claim {
             ttl,
             cap,
             operator: None,
+            deadline_ms: None,
         }
+    }
+
+    /// With the deadline of the store's clock after which the claim is
+    /// abandoned by its sender.
+    #[must_use]
+    pub fn with_deadline_ms(mut self, deadline_ms: Option<u64>) -> Self {
+        self.deadline_ms = deadline_ms;
+        self
     }
 
     /// With the latest operator's decision the instance heard of.
@@ -685,10 +747,16 @@ pub struct ClaimReply {
     pub demand: u64,
     /// Live claims, this one included.
     pub claimants: u32,
-    /// The claim was older than one already applied: nothing changed.
+    /// The claim was not applied: older than one already applied, or
+    /// abandoned. Nothing changed.
     pub stale: bool,
+    /// The claim came after its [`deadline`](Claim::deadline_ms): nothing changed.
+    pub abandoned: bool,
     /// The operator's decision the store keeps, if any.
     pub operator: Option<OperatorCap>,
+    /// The store's clock when it answered, in ms: the sender reckons the next
+    /// claim's deadline from it.
+    pub store_ms: u64,
 }
 
 /// The operations a fleet-wide cap needs from the shared store: claims, one
@@ -698,28 +766,37 @@ pub struct ClaimReply {
 /// # Contract
 ///
 /// A claim, applied at the store's instant `now`:
+/// 0. if `now` is past the claim's [`deadline`](Claim::deadline_ms), changes
+///    nothing and is answered `abandoned` (its sender gave up on it);
 /// 1. stores `claim.cap` as the cap if the store has none, else keeps its own;
 ///    the record's first claim settles it at `now + ttl`;
-/// 2. drops every claim whose TTL ran out (a dead instance's share comes back);
-///    a claim whose `seq` is not above the instance's stored one changes nothing
-///    and is answered `stale`;
-/// 3. divides the cap by max-min fairness over the live claims' demands (this
-///    one's included): in ascending order of (demand, instance), each gets
-///    `min(demand, floor(left / claims left))`;
-/// 4. grants `min(fair share, cap - what the others have reserved)`, and, until
+/// 2. drops the instance's own claim if its TTL ran out, and at most 16 other
+///    such claims, oldest first (a dead instance's share comes back; one not
+///    dropped yet still counts, erring on the side of the cap); a claim whose
+///    `seq` is not above the instance's stored one changes nothing and is
+///    answered `stale`;
+/// 3. computes the share `min(demand, max(⌊G/N⌋, G − D'))`, with `N` the
+///    claims kept (this one included) and `D'` the others' demands summed:
+///    never above the max-min fair share, never below `min(demand, ⌊G/N⌋)`
+///    (the bound is in the `ledger` module's docs), and computed from
+///    aggregates kept up to date with every change, never from every claim;
+/// 4. grants `min(share, cap - what the others have reserved)`, and, until
 ///    the record settles (a new or wiped store cannot know what older leases are
 ///    still in use), no more than `held`;
 /// 5. reserves `max(grant, held)` for the instance until `now + ttl`;
 /// 6. if the slots reserved across the fleet are now fewer than before the
 ///    claim (its own reservation lowered, expired claims dropped) while another
-///    live claim's demand is above its reservation, pushes
-///    [`FleetEvent::SlotsFreed`]`(claim.instance)` on [`CapKeys::freed`], in
+///    claim's demand is above its reservation, pushes
+///    [`FleetEvent::SlotsFreed`]`(claim.instance)` on [`CapKeys::freed`] and on
+///    the [own channels](CapKeys::freed_for) of at most 4 claims short of their
+///    demand (ascending from the instance after the claimant, wrapping), in
 ///    the same atomic step.
 ///
 /// So the reservations never sum above the cap while every instance renews
 /// within its TTL, an allotment lowered by the division frees its slots only
-/// as the instance's calls end, and an instance short of its demand hears of
-/// freed slots at once instead of at its next renewal.
+/// as the instance's calls end, and a few instances short of their demand hear
+/// of freed slots at once instead of at their next renewal (not the whole
+/// fleet: the early claims of a saturated cap do not herd).
 pub trait CapStore: Send + Sync + 'static {
     /// Applies `claim` (see the trait's contract) and answers the allotment.
     fn claim(
@@ -767,11 +844,24 @@ pub trait CapStore: Send + Sync + 'static {
         None
     }
 
-    /// [`FleetEvent::SlotsFreed`] pushes from now on (step 6 of the contract).
-    /// Best effort, as for [`Store::subscribe`]: a lost push costs its listener
-    /// the wait until its next renewal.
+    /// [`FleetEvent::SlotsFreed`] pushes on [`CapKeys::freed`] from now on
+    /// (step 6 of the contract): every one of them. Best effort, as for
+    /// [`Store::subscribe`]: a lost push costs its listener the wait until its
+    /// next renewal.
     fn watch_freed(
         &self,
         keys: &CapKeys,
     ) -> impl Future<Output = Result<Subscription, StoreError>> + Send;
+
+    /// The pushes of freed slots meant for `instance` ([`CapKeys::freed_for`]):
+    /// what a capped instance listens to. The provided method listens to every
+    /// push ([`watch_freed`](Self::watch_freed)).
+    fn watch_freed_for(
+        &self,
+        keys: &CapKeys,
+        instance: InstanceId,
+    ) -> impl Future<Output = Result<Subscription, StoreError>> + Send {
+        let _ = instance;
+        self.watch_freed(keys)
+    }
 }
