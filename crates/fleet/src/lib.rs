@@ -161,7 +161,10 @@
 //! - **Versioned keys.** Every key starts with the prefix and
 //!   [`SCHEMA_VERSION`]: `seawall:v1:breaker:{freight}:lease` (see [`Keys`]), so
 //!   instances of two releases with different layouts share a store without
-//!   misreading each other.
+//!   misreading each other. The fleet-wide cap's layout 2
+//!   ([`CAP_SCHEMA_VERSION`]) also reads and writes layout 1's record while an
+//!   older instance still claims in it, so a rolling upgrade keeps one cap, not
+//!   one per release (see [`CapKeys::v1_claims`]).
 //! - **Fleet defaults.** A coordinated breaker gets a ramp and jitter if it has
 //!   none (see [`FleetConfig`]): without a ramp, one successful probe would be
 //!   followed by the whole fleet's load at once; without jitter, instances that

@@ -31,6 +31,30 @@
 //! the server's `TIME` in an earlier reply: one applied after it changes
 //! nothing.
 //!
+//! **A rolling upgrade from cap layout 1** (the previous release: one hash
+//! `…:v1:cap:{name}` of every claim, [`CapKeys::v1_claims`], under the same
+//! hash tag, so the same cluster slot). While that hash exists, a layout-2
+//! claim reads it and (1) counts the reservations of its live layout-1 claims
+//! as reserved before granting, and (2) writes a copy of its own claim there in
+//! layout 1's format, `i:<instance>:v2` = `<seq>:<demand>:<reserved>:<expiry
+//! ms>`, which layout 1's script reads as one more claim: it counts its
+//! reservation, divides among it too, and drops it when it expires (a withdraw
+//! deletes it). So every grant of either layout sees every live reservation of
+//! both, and **the reservations across the fleet never sum above the cap**,
+//! as within one layout. The first layout-2 claim that finds no live layout-1
+//! claim deletes the old hash, and claims are `O(log N)` again (until then a
+//! claim reads the old hash whole: `O(N)`, during the upgrade only). The edges
+//! of the bound: a layout-1 instance that starts after the old hash went
+//! creates a new record, which settles for one TTL (no instance granted more
+//! than it holds) while every live layout-2 instance renews and copies its
+//! claim there (given layout 2's TTL is no longer than layout 1's, as with one
+//! configuration); and each layout grants within its own record's cap: a cap
+//! set through a layout-2 instance is written to both records, one set through
+//! a layout-1 instance only to its own, so the fleet stays within the larger of
+//! the two. Shares across layouts are not max-min fair during the upgrade
+//! (layout 2 leaves layout 1's reservations free but does not divide among its
+//! demands); the cap is what holds.
+//!
 //! Every key expires: the lease by its own TTL, the others (the counter, the
 //! verdict, the trips and the cap's hash) a [key TTL](RedisStoreBuilder::key_ttl)
 //! after their last use (default a day), refreshed by every write and by each
@@ -223,7 +247,7 @@ return {tripped, fleet_trip or ''}
 /// on the cap's channel and to at most 4 short claims' own channels,
 /// ascending from the one after the claimant (the `ledger` module's steps).
 const CAP_HELPERS: &str = r"
-local H, X, S = KEYS[1], KEYS[2], KEYS[3]
+local H, X, S, V1 = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local function num(field) return tonumber(redis.call('HGET', H, field) or '0') end
 local function remove(id)
   local v = redis.call('HGET', H, 'i:' .. id)
@@ -232,6 +256,7 @@ local function remove(id)
   if not v then return nil end
   local seq, d, r, e, en, x = string.match(v, '^(%d+):(%d+):(%d+):(%d+):(%d+):(%d+)$')
   redis.call('HDEL', H, 'i:' .. id)
+  redis.call('HDEL', V1, 'i:' .. id .. ':v2')
   redis.call('HINCRBY', H, 'r', 0 - tonumber(r))
   redis.call('HINCRBY', H, 'd', 0 - tonumber(d))
   redis.call('HINCRBY', H, 'e', 0 - tonumber(en))
@@ -251,7 +276,8 @@ local function wake(me, channel)
 end
 ";
 
-/// KEYS: the cap's hash, expiry index, short index. ARGV: instance (32 hex
+/// KEYS: the cap's hash, expiry index, short index, layout 1's hash (see the
+/// module's docs on a rolling upgrade). ARGV: instance (32 hex
 /// digits), seq, demand, held, ttl in ms, configured cap, the freed channel,
 /// the keys' ttl in ms, the operator's cap the instance knows (`''` none, `0`
 /// cleared) and its time (ms), the deadline by the server's clock (ms, `''`
@@ -298,7 +324,7 @@ if not settled then
 end
 -- Every key expires, those this claim creates included.
 local function keep()
-  for _, k in ipairs(KEYS) do redis.call('PEXPIRE', k, ARGV[8]) end
+  for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[8]) end
 end
 local before = num('r')
 local me = ARGV[1]
@@ -337,7 +363,28 @@ local short = redis.call('ZCARD', S) + 1
 if redis.call('ZSCORE', S, me) then short = short - 1 end
 local extra = math.min(math.ceil(slack / short), left, demand - entitled)
 local fair = entitled + extra
-local free = g - (num('r') - mr)
+-- A rolling upgrade: while layout 1's hash holds a live claim of an older
+-- instance, its reservation counts as reserved here, and this claim is
+-- mirrored there in layout 1's format (so older instances count it too); once
+-- no older claim is live, the old hash goes and claims are O(log N) again.
+local v1, bridging = 0, redis.call('EXISTS', V1) == 1
+if bridging then
+  local live, all = false, redis.call('HGETALL', V1)
+  for i = 1, #all, 2 do
+    local f = all[i]
+    if string.sub(f, 1, 2) == 'i:' and string.sub(f, -3) ~= ':v2' then
+      local seq, d, r, e = string.match(all[i + 1], '^(%d+):(%d+):(%d+):(%d+)$')
+      if seq and tonumber(e) > now then
+        v1, live = v1 + tonumber(r), true
+      end
+    end
+  end
+  if not live then
+    redis.call('DEL', V1)
+    bridging = false
+  end
+end
+local free = g - (num('r') - mr) - v1
 if free < 0 then free = 0 end
 local grant = math.min(fair, free)
 if now < settled then grant = math.min(grant, held) end
@@ -347,6 +394,10 @@ local expires = string.format('%d', now + ttl)
 redis.call('HSET', H, 'i:' .. me,
   table.concat({ARGV[2], demand, reserved, expires, entitled, extra}, ':'))
 redis.call('ZADD', X, expires, me)
+if bridging then
+  redis.call('HSET', V1, 'i:' .. me .. ':v2',
+    table.concat({ARGV[2], demand, reserved, expires}, ':'))
+end
 redis.call('HINCRBY', H, 'r', reserved)
 redis.call('HINCRBY', H, 'd', demand)
 redis.call('HINCRBY', H, 'e', entitled)
@@ -358,7 +409,8 @@ keep()
 return reply(grant, g, 0)
 ";
 
-/// KEYS: the cap's hash. ARGV: cap (`0`: cleared), the hash's ttl in ms.
+/// KEYS: the cap's hash, layout 1's hash. ARGV: cap (`0`: cleared), the
+/// hash's ttl in ms. Layout 1's hash, if it exists, gets the same decision.
 /// Replaces the cap (cleared: forgets it, so the next claim stores its
 /// configured one), keeping the claims, and records the operator's decision
 /// with the server's time (after the one kept, even within a millisecond).
@@ -367,18 +419,24 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local kept = tonumber(redis.call('HGET', KEYS[1], 'op_at') or '-1')
 if now <= kept then now = kept + 1 end
-if ARGV[1] == '0' then
-  redis.call('HDEL', KEYS[1], 'g')
-else
-  redis.call('HSET', KEYS[1], 'g', ARGV[1])
+local function decide(k)
+  if ARGV[1] == '0' then
+    redis.call('HDEL', k, 'g')
+  else
+    redis.call('HSET', k, 'g', ARGV[1])
+  end
+  redis.call('HSET', k, 'op', ARGV[1], 'op_at', string.format('%d', now))
 end
-redis.call('HSET', KEYS[1], 'op', ARGV[1], 'op_at', string.format('%d', now))
+decide(KEYS[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
+-- Layout 1's instances, if any still claim, hear of it too.
+if redis.call('EXISTS', KEYS[2]) == 1 then decide(KEYS[2]) end
 return 1
 ";
 
-/// KEYS: the cap's hash, expiry index, short index. ARGV: instance (32 hex
-/// digits), the freed channel. Deletes the instance's claim; if there was one,
+/// KEYS: the cap's hash, expiry index, short index, layout 1's hash. ARGV:
+/// instance (32 hex digits), the freed channel. Deletes the instance's claim
+/// (and its copy in layout 1's hash); if there was one,
 /// publishes `freed:<instance>` and wakes at most 4 short claims.
 const WITHDRAW: &str = r"
 if not remove(ARGV[1]) then return 0 end
@@ -1403,6 +1461,7 @@ impl CapStore for RedisStore {
             .key(keys.claims())
             .key(keys.expiry())
             .key(keys.short())
+            .key(keys.v1_claims())
             .arg(format!("{:032x}", claim.instance.0))
             .arg(claim.seq.to_string())
             .arg(claim.demand)
@@ -1428,6 +1487,7 @@ impl CapStore for RedisStore {
             .inner
             .set_cap
             .key(keys.claims())
+            .key(keys.v1_claims())
             .arg(cap)
             .arg(self.inner.key_ttl_ms)
             .invoke_async(&mut con)
@@ -1456,6 +1516,7 @@ impl CapStore for RedisStore {
             .key(keys.claims())
             .key(keys.expiry())
             .key(keys.short())
+            .key(keys.v1_claims())
             .arg(format!("{:032x}", instance.0))
             .arg(keys.freed())
             .invoke_async(&mut con)
@@ -1470,6 +1531,7 @@ impl CapStore for RedisStore {
             .inner
             .set_cap
             .key(keys.claims())
+            .key(keys.v1_claims())
             .arg(0)
             .arg(self.inner.key_ttl_ms)
             .invoke_async(&mut con)

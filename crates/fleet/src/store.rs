@@ -522,9 +522,12 @@ pub trait Store: Send + Sync + 'static {
 
 /// The version of a capped bulkhead's key layout. Version 2 keeps aggregates
 /// and an expiry index beside the claims, so a claim costs the same at any
-/// fleet size; while an instance of version 1 still claims under the same
-/// prefix, version 2 instances bridge the two layouts (see the `RedisStore`
-/// docs): the fleet keeps one cap across a rolling upgrade.
+/// fleet size. While an instance of version 1 still claims under the same
+/// prefix, a version-2 claim counts the live version-1 reservations as
+/// reserved before granting and copies itself into the version-1 record, which
+/// the older instances count: the reservations of both versions together stay
+/// within the cap across a rolling upgrade (the rule and its edges are in the
+/// `RedisStore` module's docs).
 pub const CAP_SCHEMA_VERSION: u32 = 2;
 
 /// The store's keys for one capped bulkhead, all under one hash tag (a Redis
@@ -601,7 +604,10 @@ impl CapKeys {
     }
 
     /// The record of the layout before [`CAP_SCHEMA_VERSION`] 2 (one hash of
-    /// every claim), bridged while an older instance still writes it.
+    /// every claim), under the same hash tag: while it holds a live claim of an
+    /// older instance, version-2 claims count that claim's reservation and copy
+    /// themselves into it; the first version-2 claim that finds none live
+    /// deletes it.
     pub fn v1_claims(&self) -> &str {
         &self.v1_claims
     }
