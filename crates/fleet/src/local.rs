@@ -671,10 +671,10 @@ impl CapStore for LocalStore {
     async fn clear_cap(&self, keys: &CapKeys) -> Result<(), StoreError> {
         let key = keys.claims().to_owned();
         self.run(move |s, now| {
+            // Recorded even with no record yet, as Redis does: a claim that
+            // carries an older decision does not bring it back.
             let at_ms = s.millis(now);
-            if let Some(ledger) = s.caps.get_mut(&key) {
-                ledger.decide(None, at_ms);
-            }
+            s.caps.entry(key).or_default().decide(None, at_ms);
         })
         .await
     }
