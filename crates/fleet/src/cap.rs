@@ -270,6 +270,12 @@ impl<S: CapStore> Fleet<S> {
     /// fails) and spawns the renewal task on the current Tokio runtime. The
     /// bulkhead's own limit still applies: the allotment only lowers it.
     ///
+    /// During a rolling upgrade from the previous release (cap layout 1), the
+    /// instances of both releases share the one cap on a `RedisStore`: while
+    /// an older instance's claim is live, a claim counts its reservation and is
+    /// copied where the older instances count it, so the fleet's reservations
+    /// stay within `config.cap` (the edges are in the `redis` module's docs).
+    ///
     /// Errors, changing nothing: no Tokio runtime (`runtime`), a bad setting
     /// (`cap`, `renew_every`, `ttl`, `longest_call`, `local_share`), or a bulkhead
     /// that already has an allotment (`allotment`).
