@@ -8,16 +8,33 @@
 //! first TTL (grants bounded by what each claimant holds): the division is
 //! computed all the same, and no claim expires while it counts.
 //!
+//! Then it runs fleets of real `Fleet::cap` instances (one `Fleet` and one
+//! capped bulkhead each, sharing one `RedisStore` connection, at the default
+//! renewal and TTL, in strict mode) with calls flowing, and prints the store
+//! operations per instance per second, the server's time per claim, Redis's
+//! CPU share, the leases that lapsed and the calls refused. In the "fits"
+//! rows the fleet's demand (each instance about one call at a time) fits the
+//! cap (2 slots per instance): every refusal there is the store's doing. In
+//! the "contended" rows the cap is half the demand.
+//!
 //! ```text
 //! cargo run --release -p seawall-fleet --features redis --example cap_scale
 //! ```
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use seawall_fleet::{CapKeys, CapStore, Claim, ClaimReply, InstanceId, RedisStore, StoreError};
+use seawall_bulkhead::BulkheadLayer;
+use seawall_core::BoxError;
+use seawall_fleet::{
+    CapConfig, CapKeys, CapMode, CapStore, Claim, ClaimReply, Fleet, InstanceId, RedisStore,
+    StoreError,
+};
 use seawall_test_support::RedisServer;
+use tower::{service_fn, Layer, ServiceExt};
 
 /// Claims outlive the run: the measure is of renewals, not of lapses.
 const TTL: Duration = Duration::from_secs(600);
@@ -28,6 +45,12 @@ const IN_FLIGHT: usize = 64;
 
 /// `(calls, µs)` of the `EVALSHA` command since the last `CONFIG RESETSTAT`.
 async fn evalsha(con: &mut MultiplexedConnection) -> (u64, u64) {
+    command_stats(con, "evalsha").await
+}
+
+/// `(calls, µs)` of `command` (scripts' calls included) since the last
+/// `CONFIG RESETSTAT`.
+async fn command_stats(con: &mut MultiplexedConnection, command: &str) -> (u64, u64) {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(con)
@@ -35,8 +58,8 @@ async fn evalsha(con: &mut MultiplexedConnection) -> (u64, u64) {
         .unwrap();
     let line = info
         .lines()
-        .find(|l| l.starts_with("cmdstat_evalsha:"))
-        .unwrap_or("cmdstat_evalsha:calls=0,usec=0");
+        .find(|l| l.starts_with(&format!("cmdstat_{command}:")))
+        .unwrap_or("calls=0,usec=0");
     let field = |name: &str| -> u64 {
         line.split([':', ','])
             .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
@@ -72,7 +95,142 @@ async fn round(store: &RedisStore, keys: &CapKeys, n: u32, seq: u64, cap: u32) {
     }
 }
 
-#[tokio::main(flavor = "current_thread")]
+/// Redis's CPU seconds so far (system and user).
+async fn redis_cpu(con: &mut MultiplexedConnection) -> f64 {
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .query_async(con)
+        .await
+        .unwrap();
+    info.lines()
+        .filter_map(|l| {
+            l.strip_prefix("used_cpu_sys:")
+                .or_else(|| l.strip_prefix("used_cpu_user:"))
+        })
+        .filter_map(|v| v.trim().parse::<f64>().ok())
+        .sum()
+}
+
+/// The supplier: 20 ms a call. (A named `async fn`: a closure returning
+/// `BoxError` cannot be called from a spawned task, see the README's
+/// known compiler limitation.)
+async fn supply((): ()) -> Result<(), BoxError> {
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    Ok(())
+}
+
+/// What a fleet of real capped instances did over the measured stretch.
+struct FleetRun {
+    ops_per_instance_s: f64,
+    per_claim_us: f64,
+    pushes_per_claim: f64,
+    cpu: f64,
+    lapses: u64,
+    refused: u64,
+    served: u64,
+}
+
+/// `n` instances capped at `cap` on one Redis, each calling every 100 ms
+/// (calls of 20 ms: about one at a time), warmed up for two TTLs, then
+/// measured for `measure`.
+async fn fleet(
+    store: &RedisStore,
+    con: &mut MultiplexedConnection,
+    n: u32,
+    cap: u32,
+    measure: Duration,
+) -> FleetRun {
+    let served = Arc::new(AtomicU64::new(0));
+    let refused = Arc::new(AtomicU64::new(0));
+    let counting = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut instances = Vec::new();
+    let mut callers = tokio::task::JoinSet::new();
+    let name = format!("fleet{n}x{cap}");
+    for i in 0..n {
+        let fleet = Fleet::builder(store.clone())
+            .prefix("scale")
+            .seed(u64::from(i))
+            .build()
+            .unwrap();
+        let layer = BulkheadLayer::builder(name.as_str())
+            .max_concurrent(4)
+            .max_queue(0)
+            .build()
+            .unwrap();
+        let capped = fleet
+            .cap(&layer.handle(), CapConfig::new(cap).mode(CapMode::Strict))
+            .unwrap();
+        let svc = layer.layer(service_fn(supply));
+        let (served, refused, counting) = (
+            Arc::clone(&served),
+            Arc::clone(&refused),
+            Arc::clone(&counting),
+        );
+        callers.spawn(async move {
+            // Spread over the 100 ms.
+            tokio::time::sleep(Duration::from_micros(u64::from(i) * 100_000 / u64::from(n))).await;
+            let mut every = tokio::time::interval(Duration::from_millis(100));
+            loop {
+                every.tick().await;
+                let (svc, served, refused, counting) = (
+                    svc.clone(),
+                    Arc::clone(&served),
+                    Arc::clone(&refused),
+                    Arc::clone(&counting),
+                );
+                tokio::spawn(async move {
+                    let ok = svc.oneshot(()).await.is_ok();
+                    if counting.load(Ordering::Relaxed) {
+                        let tally = if ok { &served } else { &refused };
+                        tally.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+            }
+        });
+        instances.push((fleet, capped));
+    }
+    let warm_up = CapConfig::new(cap).ttl * 2;
+    tokio::time::sleep(warm_up).await;
+    let snapshot = |instances: &[(Fleet<RedisStore>, seawall_fleet::Capped)]| {
+        instances
+            .iter()
+            .fold((0u64, 0u64), |(ops, lapses), (_, c)| {
+                let s = c.snapshot();
+                (ops + s.store_ops, lapses + s.lapses)
+            })
+    };
+    let (ops_before, lapses_before) = snapshot(&instances);
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(con)
+        .await
+        .unwrap();
+    let cpu_before = redis_cpu(con).await;
+    counting.store(true, Ordering::Relaxed);
+    let began = std::time::Instant::now();
+    tokio::time::sleep(measure).await;
+    counting.store(false, Ordering::Relaxed);
+    let took = began.elapsed().as_secs_f64();
+    let cpu = (redis_cpu(con).await - cpu_before) / took * 100.0;
+    let (calls, usec) = evalsha(con).await;
+    let (pushes, _) = command_stats(con, "publish").await;
+    let (ops, lapses) = snapshot(&instances);
+    callers.shutdown().await;
+    for (_, capped) in instances {
+        capped.shutdown(Duration::from_millis(100)).await;
+    }
+    FleetRun {
+        ops_per_instance_s: (ops - ops_before) as f64 / f64::from(n) / took,
+        per_claim_us: usec as f64 / calls.max(1) as f64,
+        pushes_per_claim: pushes as f64 / calls.max(1) as f64,
+        cpu,
+        lapses: lapses - lapses_before,
+        refused: refused.load(Ordering::Relaxed),
+        served: served.load(Ordering::Relaxed),
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let Some(server) = RedisServer::start("cap_scale") else {
         return;
@@ -110,6 +268,28 @@ async fn main() {
             "| {n} | {calls} | {per_claim:.1} | {core:.2} % |",
             n = group(u64::from(n)),
             calls = group(calls)
+        );
+    }
+
+    println!();
+    println!("| fleet of real instances | store ops per instance per s | server µs per claim | freed-slot pushes per claim | Redis CPU | lapses | calls refused | calls served |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    let measure = Duration::from_secs(10);
+    for (n, fits) in [(100u32, true), (100, false), (1_000, true), (1_000, false)] {
+        let cap = if fits { 2 * n } else { n / 2 };
+        let run = fleet(&store, &mut con, n, cap, measure).await;
+        println!(
+            "| N = {n}, G = {cap} ({how}) | {ops:.2} | {us:.1} | {pushes:.2} | {cpu:.1} % | {lapses} | {refused} | {served} |",
+            n = group(u64::from(n)),
+            cap = group(u64::from(cap)),
+            how = if fits { "fits" } else { "contended" },
+            ops = run.ops_per_instance_s,
+            us = run.per_claim_us,
+            pushes = run.pushes_per_claim,
+            cpu = run.cpu,
+            lapses = run.lapses,
+            refused = group(run.refused),
+            served = group(run.served),
         );
     }
 }

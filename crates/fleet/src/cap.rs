@@ -327,6 +327,7 @@ impl<S: CapStore> Fleet<S> {
             operator: None,
             anchor: None,
             failures: 0,
+            quiet: false,
             rng: fastrand::Rng::with_seed(instance.0 as u64),
         };
         let join = runtime.spawn(task.run());
@@ -712,8 +713,20 @@ struct CapTask<S> {
     anchor: Option<(Instant, u64)>,
     /// Renewals in a row that the store did not answer in time.
     failures: u32,
+    /// The last answer said the fleet's demands fit the cap and this
+    /// instance's is met: nobody waits on a renewal, so it can wait longer.
+    quiet: bool,
     /// Draws the jitter of backed-off renewals.
     rng: fastrand::Rng,
+}
+
+/// How a wait for the next renewal ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Woken {
+    /// At the instant it was waiting for.
+    OnTime,
+    /// Before, because the demand rose above the allotment while quiet.
+    ByDemand,
 }
 
 /// Why a claim is sent.
@@ -741,13 +754,18 @@ impl<S: CapStore> CapTask<S> {
             tick = later(tick, self.next_wait(every, answered, took));
             // A renewal slower than a period: the next one at once, not a burst.
             tick = tick.max(Instant::now());
-            self.wait_until(tick).await;
+            if self.wait_until(tick).await == Woken::ByDemand {
+                tick = Instant::now();
+            }
         }
     }
 
     /// How long after this renewal's tick the next one goes out: the period
     /// while the store answers promptly; twice the period (at most what keeps
-    /// the lease live) while its answers take over half the store timeout; and
+    /// the lease live) while its answers take over half the store timeout, or
+    /// while quiet (the fleet's demands fit the cap and this one's is met: a
+    /// renewal would change nothing, and a rise of this instance's demand ends
+    /// the wait at the next quarter period); and
     /// after failures, the period doubled for each failure in a row but the
     /// first, up to eight periods, drawn at random from the upper half of that
     /// (so a fleet that lost its store together does not come back in step).
@@ -756,7 +774,7 @@ impl<S: CapStore> CapTask<S> {
     fn next_wait(&mut self, every: Duration, answered: bool, took: Duration) -> Duration {
         if answered {
             self.failures = 0;
-            if took <= self.store_timeout / 2 {
+            if took <= self.store_timeout / 2 && !self.quiet {
                 return every;
             }
             let live = self
@@ -801,15 +819,28 @@ impl<S: CapStore> CapTask<S> {
     }
 
     /// Sleeps until `at`, lapsing the lease on time if it ends before, and
-    /// claiming early when the store says slots were freed.
-    async fn wait_until(&mut self, at: Instant) {
+    /// claiming early when the store says slots were freed. While quiet (the
+    /// renewal put off), it looks at the bulkhead's demand every quarter
+    /// period, without the store, and ends the wait if it rose above the
+    /// allotment.
+    async fn wait_until(&mut self, at: Instant) -> Woken {
+        let quarter = self.shared.config.renew_every / 4;
+        let mut look = Instant::now() + quarter;
         loop {
             let lapse = self.lapse_due().filter(|lapse| *lapse < at);
             let early = self.early_due.filter(|due| *due < at);
+            let looking = Some(look).filter(|look| self.quiet && *look < at);
             tokio::select! {
                 biased;
                 () = sleep_until_due(lapse) => self.lapse(),
-                () = sleep_until(at) => return,
+                () = sleep_until(at) => return Woken::OnTime,
+                () = sleep_until_due(looking) => {
+                    if self.short_of_demand().is_some() {
+                        self.quiet = false;
+                        return Woken::ByDemand;
+                    }
+                    look = Instant::now() + quarter;
+                }
                 () = sleep_until_due(early) => {
                     self.early_due = None;
                     self.renew(Claiming::Early).await;
@@ -829,7 +860,8 @@ impl<S: CapStore> CapTask<S> {
     async fn watch_freed(&mut self) {
         let store = Arc::clone(&self.store);
         let keys = self.keys.clone();
-        match self.op(store.watch_freed(&keys)).await {
+        let instance = self.shared.instance;
+        match self.op(store.watch_freed(&keys, instance)).await {
             Ok(subscription) => self.freed = Some(subscription),
             Err(e) => {
                 let shared = &self.shared;
@@ -1007,6 +1039,8 @@ impl<S: CapStore> CapTask<S> {
         }
         shared.renewals.fetch_add(1, Ordering::Relaxed);
         shared.telemetry.renewed(true);
+        let sent_demand = shared.view().demand;
+        self.quiet = reply.demand <= u64::from(reply.cap) && sent_demand <= reply.allotment;
         if let Some(heard) = reply.operator {
             if self.operator.is_none_or(|known| known.at_ms < heard.at_ms) {
                 self.operator = Some(heard);
@@ -1043,6 +1077,7 @@ impl<S: CapStore> CapTask<S> {
     }
 
     fn failed(&mut self, e: &StoreError) {
+        self.quiet = false;
         let shared = Arc::clone(&self.shared);
         shared.errors.fetch_add(1, Ordering::Relaxed);
         shared.telemetry.renewed(false);

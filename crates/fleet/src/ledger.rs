@@ -45,8 +45,8 @@ use crate::store::{Claim, ClaimReply, OperatorCap};
 pub(crate) const TRIM: usize = 16;
 
 /// The claims of a freed slot's push reach at most this many claimants short of
-/// their demand (the early-claim herd bounded), in ascending instance order
-/// from the one after the claimant.
+/// their demand (the early-claim herd bounded): the furthest short first, so a
+/// claimant that a lost push or a lost race left short is the next one told.
 pub(crate) const WAKE: usize = 4;
 
 /// One claim as the store keeps it (times in ms of the store's clock).
@@ -65,6 +65,11 @@ pub(crate) struct Entry {
 impl Entry {
     fn short(&self) -> bool {
         self.demand > self.reserved
+    }
+
+    /// How far short of its demand it is: its key in the index of the short.
+    fn shortfall(&self) -> u32 {
+        self.demand.saturating_sub(self.reserved)
     }
 }
 
@@ -87,9 +92,9 @@ pub(crate) struct Ledger {
     pub(crate) entitled: u64,
     /// Σ extra over the claims kept.
     pub(crate) extra: u64,
-    /// The claims kept whose demand is above their reservation (who a freed
-    /// slot wakes).
-    pub(crate) short: BTreeSet<u128>,
+    /// The claims kept whose demand is above their reservation, by (shortfall,
+    /// instance): who a freed slot wakes, the furthest short first.
+    pub(crate) short: BTreeSet<(u32, u128)>,
     /// The operator's decision kept, if any.
     pub(crate) operator: Option<OperatorCap>,
 }
@@ -139,8 +144,8 @@ pub(crate) fn slack(cap: u32, wants: u32, entitled: u64, others_extra: u64, shor
 /// What a claim did besides its reply.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct Effects {
-    /// Slots were freed while another claim wants more: push on the cap's
-    /// channel, and to each of these instances' own channels.
+    /// Slots were freed (or left free) while another claim wants more: push
+    /// to each of `wake`'s own channels.
     pub(crate) freed: bool,
     /// The claimants told of the freed slots (at most [`WAKE`]).
     pub(crate) wake: Vec<u128>,
@@ -194,7 +199,7 @@ impl Ledger {
         self.demand -= u64::from(e.demand);
         self.entitled -= u64::from(e.entitled);
         self.extra -= u64::from(e.extra);
-        self.short.remove(&id);
+        self.short.remove(&(e.shortfall(), id));
         Some(e)
     }
 
@@ -206,7 +211,7 @@ impl Ledger {
         self.entitled += u64::from(e.entitled);
         self.extra += u64::from(e.extra);
         if e.short() {
-            self.short.insert(id);
+            self.short.insert((e.shortfall(), id));
         }
         self.claims.insert(id, e);
     }
@@ -228,15 +233,16 @@ impl Ledger {
         }
     }
 
-    /// Up to [`WAKE`] claims short of their demand, `me` excluded: ascending
-    /// from the first instance after `me`, wrapping around.
+    /// Up to [`WAKE`] claims short of their demand, `me` excluded: the
+    /// furthest short first, ties by the higher instance (the order of a
+    /// sorted set read from its top).
     fn wake(&self, me: u128) -> Vec<u128> {
         self.short
-            .range(me.saturating_add(1)..)
-            .filter(|id| **id > me)
-            .chain(self.short.range(..me))
+            .iter()
+            .rev()
+            .map(|(_, id)| *id)
+            .filter(|id| *id != me)
             .take(WAKE)
-            .copied()
             .collect()
     }
 
@@ -273,7 +279,7 @@ impl Ledger {
         let others_extra = self.extra - mine.map_or(0, |e| u64::from(e.extra));
         let n = self.claims.len() as u64 + u64::from(mine.is_none());
         let entitled = share(cap, n, claim.demand, others_demand);
-        let short_others = self.short.len() as u64 - u64::from(self.short.contains(&me));
+        let short_others = self.short.len() as u64 - u64::from(mine.is_some_and(|e| e.short()));
         let extra = slack(
             cap,
             claim.demand - entitled,
@@ -296,11 +302,18 @@ impl Ledger {
                 reserved: grant.max(claim.held),
                 expires: now + ttl,
                 entitled,
-                extra,
+                // What it took: an extra the free slots did not cover leaves
+                // the slack to the next short claim instead of blocking it.
+                extra: extra.min(grant.saturating_sub(entitled)),
             },
         );
-        let wanting = self.short.iter().any(|id| *id != me);
-        let freed = self.reserved < before && wanting;
+        let wanting = self.short.iter().any(|(_, id)| *id != me);
+        // Slots freed by this claim, or still free after it (it took what its
+        // share allowed) once the record settled (before, a claim gets no more
+        // than it holds): the next short claims hear of them now, not at their
+        // renewals, four at a time.
+        let free_after = now >= settled && self.reserved < u64::from(cap);
+        let freed = wanting && (self.reserved < before || free_after);
         let effects = Effects {
             freed,
             wake: if freed { self.wake(me) } else { Vec::new() },
@@ -377,7 +390,8 @@ mod tests {
     }
 
     /// The aggregates recounted from the entries.
-    fn recount(l: &Ledger) -> (u64, u64, u64, BTreeSet<u128>, BTreeSet<(u64, u128)>) {
+    #[allow(clippy::type_complexity)]
+    fn recount(l: &Ledger) -> (u64, u64, u64, BTreeSet<(u32, u128)>, BTreeSet<(u64, u128)>) {
         (
             l.claims.values().map(|e| u64::from(e.reserved)).sum(),
             l.claims.values().map(|e| u64::from(e.demand)).sum(),
@@ -387,8 +401,8 @@ mod tests {
                 .sum(),
             l.claims
                 .iter()
-                .filter(|(_, e)| e.short())
-                .map(|(id, _)| *id)
+                .filter(|(_, e)| e.demand > e.reserved)
+                .map(|(id, e)| (e.demand - e.reserved, *id))
                 .collect(),
             l.claims.iter().map(|(id, e)| (e.expires, *id)).collect(),
         )
@@ -462,10 +476,13 @@ mod tests {
         assert_eq!(l.short.len(), 49);
         let (_, fx) = l.claim(&claim(0, 2, 0, 0), 2);
         assert!(fx.freed);
-        assert_eq!(fx.wake, vec![1, 2, 3, 4]);
-        // From the one after the claimant, wrapping around.
+        // 49 short by 10 each: four of them, the highest instances on a tie.
+        assert_eq!(fx.wake, vec![49, 48, 47, 46]);
+        // 49 now wants 5 (and still holds none): the least short, told last.
+        let r = l.claim(&claim(49, 2, 5, 0), 3).0;
+        assert_eq!((r.allotment, r.demand), (0, 48 * 10 + 5));
         let fx = l.withdraw(47).unwrap();
-        assert_eq!(fx.wake, vec![48, 49, 1, 2]);
+        assert_eq!(fx.wake, vec![48, 46, 45, 44]);
         assert!(l.withdraw(47).is_none());
     }
 

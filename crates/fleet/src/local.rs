@@ -633,11 +633,7 @@ impl CapStore for LocalStore {
         .await
     }
 
-    async fn watch_freed(&self, keys: &CapKeys) -> Result<Subscription, StoreError> {
-        self.listen(keys.freed()).await
-    }
-
-    async fn watch_freed_for(
+    async fn watch_freed(
         &self,
         keys: &CapKeys,
         instance: InstanceId,
@@ -687,13 +683,12 @@ impl State {
         millis(now.duration_since(self.origin)).saturating_add(1)
     }
 
-    /// Step 6 of the cap's contract: the freed slots pushed on the cap's
-    /// channel and to the claimants to wake.
+    /// Step 6 of the cap's contract: the freed slots pushed to the claimants
+    /// to wake (at most four, never the whole fleet).
     fn pushed(&mut self, keys: &CapKeys, by: InstanceId, effects: &Effects) {
         if !effects.freed {
             return;
         }
-        self.push(keys.freed(), FleetEvent::SlotsFreed(by));
         for id in &effects.wake {
             self.push(&keys.freed_for(InstanceId(*id)), FleetEvent::SlotsFreed(by));
         }

@@ -23,10 +23,11 @@
 //! (`r` reserved, `d` demand, `e` entitled, `x` extra, summed) and each claim
 //! (`i:<instance>` as `<seq>:<demand>:<reserved>:<expiry ms>:<entitled>:<extra>`);
 //! a sorted set indexes the claims by expiry and another the claims short of
-//! their demand, so a claim costs `O(log N)`, never a scan of every claim (at
-//! most 16 dead claims leave the index per claim). A claim that frees slots
-//! while another wants more publishes `freed:<instance>` on `…:freed` and on
-//! the own channels (`…:freed:<instance>`) of at most 4 short claims.
+//! their demand (scored by how far short), so a claim costs `O(log N)`, never
+//! a scan of every claim (at most 16 dead claims leave the index per claim). A
+//! claim that frees slots while another wants more publishes `freed:<instance>`
+//! on the own channels (`…:freed:<instance>`) of at most 4 short claims, the
+//! furthest short first: no channel reaches the whole fleet.
 //! A claim carries its sender's deadline by the server's clock, reckoned from
 //! the server's `TIME` in an earlier reply: one applied after it changes
 //! nothing.
@@ -243,9 +244,10 @@ return {tripped, fleet_trip or ''}
 /// The cap's helpers, KEYS: the cap's hash, its expiry index, its index of
 /// claims short of their demand. `remove` forgets one claim and its part of
 /// the aggregates (`r`: reserved, `d`: demand, `e`: entitled, `x`: extra);
-/// a claim is `i:<instance>` = `<seq>:<demand>:<reserved>:<expiry ms>:<entitled>:<extra>`; `wake` publishes a freed slot
-/// on the cap's channel and to at most 4 short claims' own channels,
-/// ascending from the one after the claimant (the `ledger` module's steps).
+/// a claim is `i:<instance>` = `<seq>:<demand>:<reserved>:<expiry ms>:<entitled>:<extra>`;
+/// the short index is scored by `demand - reserved`; `wake` publishes a freed
+/// slot to the own channels of at most 4 short claims, the furthest short
+/// first (the `ledger` module's steps).
 const CAP_HELPERS: &str = r"
 local H, X, S, V1 = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local function num(field) return tonumber(redis.call('HGET', H, field) or '0') end
@@ -264,21 +266,19 @@ local function remove(id)
   return {seq, tonumber(d), tonumber(r), tonumber(e), tonumber(en), tonumber(x)}
 end
 local function wake(me, channel)
-  redis.call('PUBLISH', channel, 'freed:' .. me)
-  local ids = redis.call('ZRANGEBYLEX', S, '(' .. me, '+', 'LIMIT', 0, 4)
-  if #ids < 4 then
-    local more = redis.call('ZRANGEBYLEX', S, '-', '(' .. me, 'LIMIT', 0, 4 - #ids)
-    for _, id in ipairs(more) do ids[#ids + 1] = id end
-  end
-  for _, id in ipairs(ids) do
-    redis.call('PUBLISH', channel .. ':' .. id, 'freed:' .. me)
+  local told = 0
+  for _, id in ipairs(redis.call('ZREVRANGEBYSCORE', S, '+inf', '1', 'LIMIT', 0, 5)) do
+    if id ~= me and told < 4 then
+      redis.call('PUBLISH', channel .. ':' .. id, 'freed:' .. me)
+      told = told + 1
+    end
   end
 end
 ";
 
 /// KEYS: the cap's hash, expiry index, short index, layout 1's hash (see the
 /// module's docs on a rolling upgrade). ARGV: instance (32 hex
-/// digits), seq, demand, held, ttl in ms, configured cap, the freed channel,
+/// digits), seq, demand, held, ttl in ms, configured cap, the prefix of the freed channels,
 /// the keys' ttl in ms, the operator's cap the instance knows (`''` none, `0`
 /// cleared) and its time (ms), the deadline by the server's clock (ms, `''`
 /// none). Returns {allotment, cap, reserved, demand, claimants, 0 applied / 1
@@ -391,6 +391,9 @@ if now < settled then grant = math.min(grant, held) end
 local reserved = math.max(grant, held)
 if m then remove(me) end
 local expires = string.format('%d', now + ttl)
+-- What it took: an extra the free slots did not cover leaves the slack to the
+-- next short claim.
+extra = math.min(extra, math.max(grant - entitled, 0))
 redis.call('HSET', H, 'i:' .. me,
   table.concat({ARGV[2], demand, reserved, expires, entitled, extra}, ':'))
 redis.call('ZADD', X, expires, me)
@@ -402,9 +405,13 @@ redis.call('HINCRBY', H, 'r', reserved)
 redis.call('HINCRBY', H, 'd', demand)
 redis.call('HINCRBY', H, 'e', entitled)
 redis.call('HINCRBY', H, 'x', extra)
-if demand > reserved then redis.call('ZADD', S, 0, me) end
+if demand > reserved then redis.call('ZADD', S, demand - reserved, me) end
 local wanting = redis.call('ZCARD', S) - ((demand > reserved) and 1 or 0)
-if wanting > 0 and num('r') < before then wake(me, ARGV[7]) end
+-- Slots freed by this claim, or still free after it once the record settled:
+-- the next short claims hear of them now, four at a time.
+if wanting > 0 and (num('r') < before or (now >= settled and num('r') < g)) then
+  wake(me, ARGV[7])
+end
 keep()
 return reply(grant, g, 0)
 ";
@@ -435,9 +442,9 @@ return 1
 ";
 
 /// KEYS: the cap's hash, expiry index, short index, layout 1's hash. ARGV:
-/// instance (32 hex digits), the freed channel. Deletes the instance's claim
+/// instance (32 hex digits), the prefix of the freed channels. Deletes the instance's claim
 /// (and its copy in layout 1's hash); if there was one,
-/// publishes `freed:<instance>` and wakes at most 4 short claims.
+/// publishes `freed:<instance>` to at most 4 short claims.
 const WITHDRAW: &str = r"
 if not remove(ARGV[1]) then return 0 end
 wake(ARGV[1], ARGV[2])
@@ -1468,7 +1475,7 @@ impl CapStore for RedisStore {
             .arg(claim.held)
             .arg(ttl_ms)
             .arg(claim.cap)
-            .arg(keys.freed())
+            .arg(keys.freed_prefix())
             .arg(self.inner.key_ttl_ms.max(ttl_ms))
             .arg(claim.operator.map_or(String::new(), |o| {
                 o.cap.map_or("0".to_owned(), |c| c.to_string())
@@ -1496,11 +1503,7 @@ impl CapStore for RedisStore {
         Ok(())
     }
 
-    async fn watch_freed(&self, keys: &CapKeys) -> Result<Subscription, StoreError> {
-        self.listen(keys.freed()).await
-    }
-
-    async fn watch_freed_for(
+    async fn watch_freed(
         &self,
         keys: &CapKeys,
         instance: InstanceId,
@@ -1518,7 +1521,7 @@ impl CapStore for RedisStore {
             .key(keys.short())
             .key(keys.v1_claims())
             .arg(format!("{:032x}", instance.0))
-            .arg(keys.freed())
+            .arg(keys.freed_prefix())
             .invoke_async(&mut con)
             .await
             .map_err(|e| self.failed(generation, e))?;

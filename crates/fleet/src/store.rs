@@ -543,7 +543,6 @@ pub const CAP_SCHEMA_VERSION: u32 = 2;
 /// assert_eq!(keys.claims(), "shop:v2:cap:{freight}");
 /// assert_eq!(keys.expiry(), "shop:v2:cap:{freight}:expiry");
 /// assert_eq!(keys.short(), "shop:v2:cap:{freight}:short");
-/// assert_eq!(keys.freed(), "shop:v2:cap:{freight}:freed");
 /// assert_eq!(
 ///     keys.freed_for(InstanceId(0xab)),
 ///     "shop:v2:cap:{freight}:freed:000000000000000000000000000000ab"
@@ -590,9 +589,8 @@ impl CapKeys {
         &self.short
     }
 
-    /// The channel every [`FleetEvent::SlotsFreed`] is pushed on (for tools
-    /// and tests: the cap's own instances listen on [`freed_for`](Self::freed_for)).
-    pub fn freed(&self) -> &str {
+    /// The prefix of the instances' [`freed_for`](Self::freed_for) channels.
+    pub(crate) fn freed_prefix(&self) -> &str {
         &self.freed
     }
 
@@ -791,11 +789,12 @@ pub struct ClaimReply {
 ///    still in use), no more than `held`;
 /// 5. reserves `max(grant, held)` for the instance until `now + ttl`;
 /// 6. if the slots reserved across the fleet are now fewer than before the
-///    claim (its own reservation lowered, expired claims dropped) while another
-///    claim's demand is above its reservation, pushes
-///    [`FleetEvent::SlotsFreed`]`(claim.instance)` on [`CapKeys::freed`] and on
-///    the [own channels](CapKeys::freed_for) of at most 4 claims short of their
-///    demand (ascending from the instance after the claimant, wrapping), in
+///    claim (its own reservation lowered, expired claims dropped), or, once the
+///    record settled, still fewer than the cap, while another claim's demand
+///    is above its reservation, pushes
+///    [`FleetEvent::SlotsFreed`]`(claim.instance)` on the
+///    [own channels](CapKeys::freed_for) of at most 4 claims short of their
+///    demand, the furthest short first (ties: the higher instance first), in
 ///    the same atomic step.
 ///
 /// So the reservations never sum above the cap while every instance renews
@@ -850,24 +849,14 @@ pub trait CapStore: Send + Sync + 'static {
         None
     }
 
-    /// [`FleetEvent::SlotsFreed`] pushes on [`CapKeys::freed`] from now on
-    /// (step 6 of the contract): every one of them. Best effort, as for
+    /// The [`FleetEvent::SlotsFreed`] pushes meant for `instance` from now on
+    /// ([`CapKeys::freed_for`], step 6 of the contract). Best effort, as for
     /// [`Store::subscribe`]: a lost push costs its listener the wait until its
-    /// next renewal.
+    /// next renewal, and the next freed slot tells it first (it is still the
+    /// furthest short).
     fn watch_freed(
         &self,
         keys: &CapKeys,
-    ) -> impl Future<Output = Result<Subscription, StoreError>> + Send;
-
-    /// The pushes of freed slots meant for `instance` ([`CapKeys::freed_for`]):
-    /// what a capped instance listens to. The provided method listens to every
-    /// push ([`watch_freed`](Self::watch_freed)).
-    fn watch_freed_for(
-        &self,
-        keys: &CapKeys,
         instance: InstanceId,
-    ) -> impl Future<Output = Result<Subscription, StoreError>> + Send {
-        let _ = instance;
-        self.watch_freed(keys)
-    }
+    ) -> impl Future<Output = Result<Subscription, StoreError>> + Send;
 }

@@ -550,15 +550,23 @@ async fn the_store_s_cap_wins_and_a_disagreeing_instance_counts_it() {
 async fn calls_make_no_store_operation() {
     let h = harness(3, 10, config(6));
     h.saturate(&[0, 1, 2]);
+    // The first second: the record settles, and the slots still free when it
+    // has are told to the claims short of them (a few early claims).
+    let _ = h.watch(Duration::from_secs(1)).await;
+    let early =
+        |h: &Harness| -> u64 { h.nodes.iter().map(|n| n.cap_snapshot().early_claims).sum() };
+    let (ops_before, early_before) = (h.store.ops(), early(&h));
+    let calls_before = h.calls(|t| &t.ok) + h.calls(|t| &t.full);
     let _ = h.watch(Duration::from_secs(3)).await;
-    let calls = h.calls(|t| &t.ok) + h.calls(|t| &t.full);
+    let calls = h.calls(|t| &t.ok) + h.calls(|t| &t.full) - calls_before;
     assert!(calls > 2000, "{calls} calls");
     // Every operation the store received was a renewal task's: one per period
     // and instance, whatever the number of calls, and one subscription each to
-    // freed slots (none is freed under a steady demand: no early claim).
+    // freed slots; under a steady demand nothing is freed: no early claim.
     let renewals: u64 = h.nodes.iter().map(|n| n.cap_snapshot().store_ops).sum();
     assert_eq!(h.store.ops(), renewals);
-    assert!(renewals <= 3 * (3000 / 100 + 1) + 3);
+    assert_eq!(early(&h), early_before);
+    assert!(h.store.ops() - ops_before <= 3 * (3000 / 100 + 1));
 }
 
 #[tokio::test(start_paused = true)]
@@ -591,4 +599,74 @@ fn outside_a_runtime_the_cap_is_refused() {
     let layer = BulkheadLayer::builder("freight").build().unwrap();
     let e = fleet.cap(&layer.handle(), CapConfig::new(8)).unwrap_err();
     assert_eq!(e.field(), "runtime");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quiet_fleet_renews_half_as_often_and_a_rising_demand_is_claimed_within_a_quarter_period()
+{
+    let h = harness(2, 4, config(10));
+    // Node 0 wants 2 of 10, node 1 nothing: the demands fit the cap.
+    h.nodes[0].workers.store(2, Ordering::SeqCst);
+    let _ = h.watch(ms(1000)).await;
+    let renewals =
+        |h: &Harness| -> Vec<u64> { h.nodes.iter().map(|n| n.cap_snapshot().renewals).collect() };
+    let before = renewals(&h);
+    let _ = h.watch(ms(2000)).await;
+    // 20 periods: a renewal every second one (the lease lives 3 periods).
+    for (node, (after, before)) in renewals(&h).iter().zip(&before).enumerate() {
+        let n = after - before;
+        assert!((9..=11).contains(&n), "node {node}: {n} renewals");
+    }
+    assert_eq!(h.nodes[1].allotment(), 0);
+    // Node 1's demand rises: seen by its next look (a quarter period), claimed
+    // then, not at its put-off renewal.
+    h.nodes[1].workers.store(usize::MAX, Ordering::SeqCst);
+    let start = Instant::now();
+    while h.nodes[1].allotment() < 4 {
+        assert!(start.elapsed() <= T / 4 + ms(10), "{:?}", start.elapsed());
+        sleep(ms(1)).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn renewals_back_off_while_the_store_is_slow_and_while_it_fails() {
+    // Three instances contending (so never quiet): a renewal every period.
+    let h = harness(3, 10, config(6));
+    h.saturate(&[0, 1, 2]);
+    let _ = h.watch(ms(1000)).await;
+    let ops = |h: &Harness| h.store.ops();
+    let before = ops(&h);
+    let _ = h.watch(ms(2000)).await;
+    let healthy = ops(&h) - before;
+    assert!((57..=63).contains(&healthy), "{healthy} in 20 periods");
+    // Answers taking over half the store timeout (12 ms there and back, of
+    // 20): every second period, within what keeps the lease live; nobody lapses.
+    h.store.set_faults(Faults::latency(ms(6))).unwrap();
+    let _ = h.watch(ms(300)).await;
+    let (before, lapsed) = (ops(&h), lapses(&h));
+    let _ = h.watch(ms(2000)).await;
+    let slow = ops(&h) - before;
+    assert!((27..=33).contains(&slow), "{slow} in 20 periods");
+    assert_eq!(lapses(&h), lapsed);
+    // The store fails every operation: after the first failure in a row the
+    // period doubles with each, up to eight periods, drawn from the upper
+    // half: at most 3 + 2 + 4 per instance in the first 40 periods (1, 2, 4,
+    // then 8 periods apart), not 40.
+    h.store.set_faults(Faults::latency(Duration::ZERO)).unwrap();
+    h.store.go_down();
+    let before = ops(&h);
+    let _ = h.watch(ms(4000)).await;
+    let failing = ops(&h) - before;
+    assert!(failing <= 3 * 10, "{failing} in 40 periods");
+    // The store comes back: renewals too, and the cap is used again.
+    h.store.come_up();
+    let _ = h.watch(ms(2000)).await;
+    assert!(h
+        .nodes
+        .iter()
+        .all(|n| n.cap_snapshot().lease_remaining.is_some()));
+}
+
+fn lapses(h: &Harness) -> u64 {
+    h.nodes.iter().map(|n| n.cap_snapshot().lapses).sum()
 }

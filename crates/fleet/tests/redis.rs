@@ -104,6 +104,7 @@ async fn redis_store_keeps_the_contract() {
     let store = RedisStore::new(&server.url()).unwrap();
     support::contract::all(&store, "contract").await;
     support::contract::cap_claims(&store, "contract").await;
+    support::contract::an_abandoned_claim_changes_nothing(&store, "contract").await;
     support::contract::freed_slots_are_pushed(&store, "contract").await;
 }
 

@@ -298,6 +298,7 @@ async fn a_redis_cluster_keeps_the_contract_and_the_fleet_coordinates() {
     let store = RedisStore::cluster(urls.clone()).build().unwrap();
     support::contract::all(&store, "cluster").await;
     support::contract::cap_claims(&store, "cluster").await;
+    support::contract::an_abandoned_claim_changes_nothing(&store, "cluster").await;
     support::contract::freed_slots_are_pushed(&store, "cluster").await;
 
     let fleet = Fleet::builder(RedisStore::cluster(urls.clone()).build().unwrap())

@@ -69,10 +69,13 @@ async fn subscriptions_are_restored_after_redis_restarts() {
         .ttl(Duration::from_millis(500));
     let capped = fleet.cap(&bulkhead.handle(), config).unwrap();
     let verdicts = Keys::new("incident", "freight").unwrap();
-    let freed = CapKeys::new("incident", "freight").unwrap();
+    // The cap listens on its instance's own channel of freed slots.
+    let freed = CapKeys::new("incident", "freight")
+        .unwrap()
+        .freed_for(capped.snapshot().instance);
     let both = |n: i64| {
         let url = url.clone();
-        let (v, f) = (verdicts.channel().to_owned(), freed.freed().to_owned());
+        let (v, f) = (verdicts.channel().to_owned(), freed.clone());
         move || {
             let (url, v, f) = (url.clone(), v.clone(), f.clone());
             async move { numsub(&url, &v).await == n && numsub(&url, &f).await == n }
@@ -81,7 +84,7 @@ async fn subscriptions_are_restored_after_redis_restarts() {
     until("subscribed before the restart", both(1)).await;
     let before = (
         numsub(&url, verdicts.channel()).await,
-        numsub(&url, freed.freed()).await,
+        numsub(&url, &freed).await,
     );
 
     server.kill();
@@ -98,7 +101,7 @@ async fn subscriptions_are_restored_after_redis_restarts() {
     .await;
     let after = (
         numsub(&url, verdicts.channel()).await,
-        numsub(&url, freed.freed()).await,
+        numsub(&url, &freed).await,
     );
     report(&format!(
         "restart: NUMSUB (verdicts, freed) {before:?} before, {after:?} after; {:?}; cap {:?}",

@@ -41,8 +41,10 @@ async fn local_store_keeps_the_contract() {
 #[tokio::test(start_paused = true)]
 async fn local_store_keeps_the_cap_contract() {
     support::contract::cap_claims(&LocalStore::new(), "test").await;
+    support::contract::an_abandoned_claim_changes_nothing(&LocalStore::new(), "test").await;
     let store = with_latency(3);
     support::contract::cap_claims(&store, "latency").await;
+    support::contract::an_abandoned_claim_changes_nothing(&store, "latency").await;
     support::contract::freed_slots_are_pushed(&store, "latency").await;
     support::contract::freed_slots_are_pushed(&LocalStore::new(), "test").await;
 }

@@ -290,12 +290,14 @@ pub async fn cap_claims<S: CapStore>(store: &S, prefix: &str) {
 }
 
 /// Step 6 of `CapStore`'s contract: a claim that lowers the reservations while
-/// another claim wants more is pushed to the watchers of that cap, and only then.
+/// another claim wants more is pushed to that claimant's own channel, and only
+/// then; then a freed slot reaches the four furthest short of their demand
+/// (ties: the higher instance), not every claimant.
 pub async fn freed_slots_are_pushed<S: CapStore>(store: &S, prefix: &str) {
     let k = CapKeys::new(prefix, "parcels").unwrap();
     let other = CapKeys::new(prefix, "payments").unwrap();
-    let mut watching = store.watch_freed(&k).await.unwrap();
-    let mut elsewhere = store.watch_freed(&other).await.unwrap();
+    let mut watching = store.watch_freed(&k, InstanceId(2)).await.unwrap();
+    let mut elsewhere = store.watch_freed(&other, InstanceId(2)).await.unwrap();
     let _ = store.claim(&k, claim(3, 1, 0, 0, SHORT, 10)).await.unwrap();
     sleep(SHORT + GRACE).await;
     // Instance 3 takes all 10 and gives them back with nobody wanting them: no push.
@@ -308,15 +310,74 @@ pub async fn freed_slots_are_pushed<S: CapStore>(store: &S, prefix: &str) {
     assert_eq!(r.allotment, 10);
     let r = store.claim(&k, claim(2, 1, 10, 0, LONG, 10)).await.unwrap();
     assert_eq!(r.allotment, 0);
-    // Instance 1's demand is gone: freed while 2 wants them, pushed.
+    // Instance 1's demand is gone: freed while 2 wants them, pushed to 2.
     let r = store.claim(&k, claim(1, 2, 0, 0, LONG, 10)).await.unwrap();
     assert_eq!(r.reserved, 0);
     let heard = timeout(WATCHDOG, watching.next()).await.expect("watchdog");
     assert_eq!(heard, Some(FleetEvent::SlotsFreed(InstanceId(1))));
     let r = store.claim(&k, claim(2, 2, 10, 0, LONG, 10)).await.unwrap();
     assert_eq!(r.allotment, 10);
+
+    // Eight claimants short by 1 to 8 (instance 10 + s short by s) behind
+    // instance 2's 10: one freed slot is told to 18, 17, 16 and 15 only.
+    let mut told = Vec::new();
+    for s in 1..=8u32 {
+        let id = 10 + u128::from(s);
+        told.push((id, store.watch_freed(&k, InstanceId(id)).await.unwrap()));
+        let r = store.claim(&k, claim(id, 1, s, 0, LONG, 10)).await.unwrap();
+        assert_eq!(r.allotment, 0, "instance {id}");
+    }
+    let r = store.claim(&k, claim(2, 3, 9, 9, LONG, 10)).await.unwrap();
+    assert_eq!(r.reserved, 9);
+    for (id, watch) in told.iter_mut().rev().take(4) {
+        let heard = timeout(WATCHDOG, watch.next()).await.expect("watchdog");
+        assert_eq!(heard, Some(FleetEvent::SlotsFreed(InstanceId(2))), "{id}");
+    }
+    // A second freed slot is told to the same four (still the furthest short)
+    // and to nobody else: the others' channels are empty. (Exact in paused
+    // time; on a real server a push still in flight could only hide an error,
+    // never invent one.)
+    let r = store.claim(&k, claim(2, 4, 8, 8, LONG, 10)).await.unwrap();
+    assert_eq!(r.reserved, 8);
+    for (id, watch) in told.iter_mut().rev().take(4) {
+        let heard = timeout(WATCHDOG, watch.next()).await.expect("watchdog");
+        assert_eq!(heard, Some(FleetEvent::SlotsFreed(InstanceId(2))), "{id}");
+    }
+    for (id, watch) in told.iter_mut().take(4) {
+        assert!(
+            timeout(Duration::from_millis(1), watch.next())
+                .await
+                .is_err(),
+            "instance {id} was told"
+        );
+    }
     // Another cap's watchers heard nothing.
     assert!(timeout(Duration::from_millis(200), elsewhere.next())
         .await
         .is_err());
+}
+
+/// A claim carrying a deadline (by the store's clock) that has passed when the
+/// store runs it is answered `abandoned` and changes nothing: its sender gave
+/// up on it, so applying it could only reserve slots nobody admits under. A
+/// deadline still ahead is applied as usual.
+pub async fn an_abandoned_claim_changes_nothing<S: CapStore>(store: &S, prefix: &str) {
+    let k = CapKeys::new(prefix, "abandoned").unwrap();
+    let first = store.claim(&k, claim(1, 1, 2, 0, LONG, 10)).await.unwrap();
+    assert!(!first.abandoned && !first.stale);
+    let now = first.store_ms;
+    // Given up on before this store's clock read `now`: a no-op.
+    let late = claim(1, 2, 8, 0, LONG, 10).with_deadline_ms(Some(now.saturating_sub(1)));
+    let r = store.claim(&k, late).await.unwrap();
+    assert!(r.abandoned && r.stale, "{r:?}");
+    assert_eq!(
+        (r.allotment, r.reserved, r.demand, r.claimants),
+        (0, 0, 2, 1)
+    );
+    // The same seq with a deadline an hour ahead is applied: the no-op kept
+    // nothing (not even the seq).
+    let timely = claim(1, 2, 8, 0, LONG, 10).with_deadline_ms(Some(now + 3_600_000));
+    let r = store.claim(&k, timely).await.unwrap();
+    assert!(!r.abandoned && !r.stale, "{r:?}");
+    assert_eq!((r.demand, r.claimants), (8, 1));
 }
