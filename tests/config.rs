@@ -129,51 +129,62 @@ fn refused(text: &str) -> (Vec<String>, String) {
     (fields, e.to_string())
 }
 
+/// Malformed documents: each refused with the field it names and a word of its message.
+const MALFORMED: &[(&str, &str, &str)] = &[
+    (
+        "[policies.freight.bulkhead]\nmax_concurent = 4\n",
+        "policies.freight.bulkhead.max_concurent",
+        "unknown field",
+    ),
+    (
+        "[policies.freight.bulkhead.queue]\nmax_wait = \"20\"\n",
+        "policies.freight.bulkhead.queue.max_wait",
+        "no unit",
+    ),
+    (
+        "[policies.freight.bulkhead]\nqueue = { max_queue = \"ten\" }\n",
+        "policies.freight.bulkhead.queue.max_queue",
+        "invalid type",
+    ),
+    (
+        "[policies.freight.bulkhed]\nmax_queue = 1\n",
+        "policies.freight.bulkhed",
+        "unknown field",
+    ),
+    (
+        "[policies.freight.breaker]\npolicy = { kind = \"count_windw\", size = 10 }\n",
+        "policies.freight.breaker.policy.kind",
+        "count_windw",
+    ),
+    (
+        "[policies.freight.fallback]\non_rejections = [\"circuit_opened\"]\n",
+        "policies.freight.fallback.on_rejections[0]",
+        "circuit_opened",
+    ),
+    (
+        "[policies.freight]\ndeadline = 300\n",
+        "policies.freight.deadline",
+        "invalid type",
+    ),
+    (
+        "[routes]\n\"/quote\" = 1\n",
+        "routes.\"/quote\"",
+        "invalid type",
+    ),
+    // A misspelled top-level table: the unknown key is `polices`, where it is written.
+    ("[polices.f]\nbulkhead = {}\n", "polices", "unknown field"),
+    ("polices = 1\n", "polices", "unknown field"),
+    ("[rootes]\n\"/q\" = \"f\"\n", "rootes", "unknown field"),
+    (
+        "[policies.f]\ndeadline = \"1s\"\n[policies.f.breaker.polcy]\nkind = \"count_window\"\n",
+        "policies.f.breaker.polcy",
+        "unknown field",
+    ),
+];
+
 #[test]
 fn each_malformed_field_is_named_with_its_line() {
-    let cases: &[(&str, &str, &str)] = &[
-        (
-            "[policies.freight.bulkhead]\nmax_concurent = 4\n",
-            "policies.freight.bulkhead.max_concurent",
-            "unknown field",
-        ),
-        (
-            "[policies.freight.bulkhead.queue]\nmax_wait = \"20\"\n",
-            "policies.freight.bulkhead.queue.max_wait",
-            "no unit",
-        ),
-        (
-            "[policies.freight.bulkhead]\nqueue = { max_queue = \"ten\" }\n",
-            "policies.freight.bulkhead.queue.max_queue",
-            "invalid type",
-        ),
-        (
-            "[policies.freight.bulkhed]\nmax_queue = 1\n",
-            "policies.freight.bulkhed",
-            "unknown field",
-        ),
-        (
-            "[policies.freight.breaker]\npolicy = { kind = \"count_windw\", size = 10 }\n",
-            "policies.freight.breaker.policy.kind",
-            "count_windw",
-        ),
-        (
-            "[policies.freight.fallback]\non_rejections = [\"circuit_opened\"]\n",
-            "policies.freight.fallback.on_rejections[0]",
-            "circuit_opened",
-        ),
-        (
-            "[policies.freight]\ndeadline = 300\n",
-            "policies.freight.deadline",
-            "invalid type",
-        ),
-        (
-            "[routes]\n\"/quote\" = 1\n",
-            "routes.\"/quote\"",
-            "invalid type",
-        ),
-    ];
-    for (text, field, said) in cases {
+    for (text, field, said) in MALFORMED {
         let e = PolicyDocument::from_toml(text).unwrap_err();
         assert!(matches!(e, LoadError::Malformed { .. }), "{text}: {e:?}");
         assert_eq!(e.fields(), [*field], "{text}: {e}");
@@ -257,66 +268,68 @@ fn durations_are_read_as_humantime_users_write_them() {
     assert!(message.contains("unknown unit"), "{message}");
 }
 
+/// Well-formed documents with an invalid value: each refused naming the field.
+const INVALID: &[(&str, &str)] = &[
+    (
+        "[policies.quote.breaker]\npolicy = { kind = \"count_window\", size = 10, min_calls = 10, failure_rate = 1.5 }\n",
+        "policies.quote.breaker.policy.failure_rate",
+    ),
+    (
+        "[policies.quote.breaker]\nopen_for = \"0s\"\n",
+        "policies.quote.breaker.open_for",
+    ),
+    (
+        "[policies.quote.bulkhead]\nmax_concurrent = 0\n",
+        "policies.quote.bulkhead.max_concurrent",
+    ),
+    (
+        "[policies.quote.bulkhead.queue]\nmax_wait = \"0ms\"\n",
+        "policies.quote.bulkhead.queue.max_wait",
+    ),
+    (
+        "[policies.quote.degradation]\nprobe_ratio = 0.0\n",
+        "policies.quote.degradation.probe_ratio",
+    ),
+    (
+        "[policies.quote.fallback]\nstep_timeouts = [{ step = \"cache\", timeout = \"0ms\" }]\n",
+        "policies.quote.fallback.step_timeouts",
+    ),
+    ("[policies.quote]\ndeadline = \"0ms\"\n", "policies.quote.deadline"),
+    // Past the one-year maximum: refused when loaded, not a panic on the first call.
+    (
+        "[policies.quote]\ndeadline = \"18446744073709551615s\"\n",
+        "policies.quote.deadline",
+    ),
+    (
+        "[policies.quote.bulkhead]\nqueue = { max_wait = \"18446744073709551615s\" }\n",
+        "policies.quote.bulkhead.queue.max_wait",
+    ),
+    (
+        "[policies.quote.breaker]\nopen_for = \"9000h\"\n",
+        "policies.quote.breaker.open_for",
+    ),
+    (
+        "[policies.quote.degradation]\nrate_window = \"18446744073709551610s\"\n",
+        "policies.quote.degradation.rate_window",
+    ),
+    (
+        "[policies.quote.fallback]\nstep_timeouts = [{ step = \"cache\", timeout = \"18446744073709551615s\" }]\n",
+        "policies.quote.fallback.step_timeouts",
+    ),
+    ("[policies.quote]\n", "policies.quote"),
+    (
+        "[policies.quote]\ndeadline = \"1s\"\n[routes]\n\"/quote\" = \"qoute\"\n",
+        "routes.\"/quote\"",
+    ),
+    (
+        "[policies.quote]\ndeadline = \"1s\"\n[dependencies]\nfreight-supplier = \"freight\"\n",
+        "dependencies.freight-supplier",
+    ),
+];
+
 #[test]
 fn each_invalid_value_is_named_by_its_path_in_the_document() {
-    let cases: &[(&str, &str)] = &[
-        (
-            "[policies.quote.breaker]\npolicy = { kind = \"count_window\", size = 10, min_calls = 10, failure_rate = 1.5 }\n",
-            "policies.quote.breaker.policy.failure_rate",
-        ),
-        (
-            "[policies.quote.breaker]\nopen_for = \"0s\"\n",
-            "policies.quote.breaker.open_for",
-        ),
-        (
-            "[policies.quote.bulkhead]\nmax_concurrent = 0\n",
-            "policies.quote.bulkhead.max_concurrent",
-        ),
-        (
-            "[policies.quote.bulkhead.queue]\nmax_wait = \"0ms\"\n",
-            "policies.quote.bulkhead.queue.max_wait",
-        ),
-        (
-            "[policies.quote.degradation]\nprobe_ratio = 0.0\n",
-            "policies.quote.degradation.probe_ratio",
-        ),
-        (
-            "[policies.quote.fallback]\nstep_timeouts = [{ step = \"cache\", timeout = \"0ms\" }]\n",
-            "policies.quote.fallback.step_timeouts",
-        ),
-        ("[policies.quote]\ndeadline = \"0ms\"\n", "policies.quote.deadline"),
-        // Past the one-year maximum: refused when loaded, not a panic on the first call.
-        (
-            "[policies.quote]\ndeadline = \"18446744073709551615s\"\n",
-            "policies.quote.deadline",
-        ),
-        (
-            "[policies.quote.bulkhead]\nqueue = { max_wait = \"18446744073709551615s\" }\n",
-            "policies.quote.bulkhead.queue.max_wait",
-        ),
-        (
-            "[policies.quote.breaker]\nopen_for = \"9000h\"\n",
-            "policies.quote.breaker.open_for",
-        ),
-        (
-            "[policies.quote.degradation]\nrate_window = \"18446744073709551610s\"\n",
-            "policies.quote.degradation.rate_window",
-        ),
-        (
-            "[policies.quote.fallback]\nstep_timeouts = [{ step = \"cache\", timeout = \"18446744073709551615s\" }]\n",
-            "policies.quote.fallback.step_timeouts",
-        ),
-        ("[policies.quote]\n", "policies.quote"),
-        (
-            "[policies.quote]\ndeadline = \"1s\"\n[routes]\n\"/quote\" = \"qoute\"\n",
-            "routes.\"/quote\"",
-        ),
-        (
-            "[policies.quote]\ndeadline = \"1s\"\n[dependencies]\nfreight-supplier = \"freight\"\n",
-            "dependencies.freight-supplier",
-        ),
-    ];
-    for (text, field) in cases {
+    for (text, field) in INVALID {
         let (fields, message) = refused(text);
         assert_eq!(fields, [*field], "{text}: {message}");
         assert!(message.contains(&format!("`{field}`")), "{message}");
@@ -624,23 +637,25 @@ async fn reload_reads_the_file_again() {
     assert_eq!(bulkhead.snapshot().max_concurrent, 3);
 }
 
+/// Errors inside an inline table, where the parser points at the whole table.
+const INLINE: &[(&str, &str)] = &[
+    (
+        "[policies.freight.breaker]\npolicy = { kind = \"count_window\", size = \"ten\", min_calls = 4, failure_rate = 0.5 }\n",
+        "policies.freight.breaker.policy.size",
+    ),
+    (
+        "[policies.freight.breaker]\npolicy = { kind = \"count_window\", size = 10, failure_rate = 0.5 }\n",
+        "policies.freight.breaker.policy.min_calls",
+    ),
+    (
+        "[policies.freight.breaker]\npolicy = { kind = \"count_window\", sise = 10, min_calls = 4, failure_rate = 0.5 }\n",
+        "policies.freight.breaker.policy.sise",
+    ),
+];
+
 #[test]
 fn an_error_inside_an_inline_policy_table_names_the_inner_field() {
-    let cases: &[(&str, &str)] = &[
-        (
-            "[policies.freight.breaker]\npolicy = { kind = \"count_window\", size = \"ten\", min_calls = 4, failure_rate = 0.5 }\n",
-            "policies.freight.breaker.policy.size",
-        ),
-        (
-            "[policies.freight.breaker]\npolicy = { kind = \"count_window\", size = 10, failure_rate = 0.5 }\n",
-            "policies.freight.breaker.policy.min_calls",
-        ),
-        (
-            "[policies.freight.breaker]\npolicy = { kind = \"count_window\", sise = 10, min_calls = 4, failure_rate = 0.5 }\n",
-            "policies.freight.breaker.policy.sise",
-        ),
-    ];
-    for (text, field) in cases {
+    for (text, field) in INLINE {
         let e = PolicyDocument::from_toml(text).unwrap_err();
         assert_eq!(e.fields(), [*field], "{text}: {e}");
     }
@@ -755,4 +770,65 @@ async fn shadow_settings_reach_the_layers_and_change_at_run_time() {
     policies.revert();
     assert!(deadline.handle().is_shadow());
     assert!(handles.breaker.as_ref().unwrap().is_shadow());
+}
+
+/// Whether the dotted `path` (`routes."/quote"`, `fallback.on_rejections[0]`) is a
+/// key or an item of the TOML document `text`.
+fn in_document(text: &str, path: &str) -> bool {
+    let mut value = toml::Value::Table(toml::from_str(text).unwrap());
+    let mut rest = path;
+    while !rest.is_empty() {
+        let (key, after) = match rest.strip_prefix('"') {
+            Some(quoted) => {
+                let end = quoted.find('"').unwrap();
+                (&quoted[..end], &quoted[end + 1..])
+            }
+            None => {
+                let end = rest.find(['.', '[']).unwrap_or(rest.len());
+                (&rest[..end], &rest[end..])
+            }
+        };
+        let Some(next) = value.get(key) else {
+            return false;
+        };
+        value = next.clone();
+        rest = after;
+        while let Some(indexed) = rest.strip_prefix('[') {
+            let end = indexed.find(']').unwrap();
+            let Some(item) = value.get(indexed[..end].parse::<usize>().unwrap()) else {
+                return false;
+            };
+            value = item.clone();
+            rest = &indexed[end + 1..];
+        }
+        rest = rest.strip_prefix('.').unwrap_or(rest);
+    }
+    true
+}
+
+#[test]
+fn every_field_named_in_an_error_is_in_the_document() {
+    let texts = MALFORMED
+        .iter()
+        .map(|(text, _, _)| *text)
+        .chain(INVALID.iter().chain(INLINE).map(|(text, _)| *text))
+        // A syntax error names no field; the others must name one.
+        .filter(|text| toml::from_str::<toml::Table>(text).is_ok());
+    for text in texts {
+        let e = PolicyDocument::from_toml(text).unwrap_err();
+        let fields = e.fields();
+        assert!(!fields.is_empty(), "{text}: names no field: {e}");
+        for field in fields {
+            // A missing field is named where it belongs: its table is in the document.
+            let missing = e.to_string().contains("missing field");
+            let written = match field.rsplit_once('.') {
+                Some((table, _)) if missing => table,
+                _ => field,
+            };
+            assert!(
+                in_document(text, written),
+                "{text}: `{field}` is not in it: {e}"
+            );
+        }
+    }
 }

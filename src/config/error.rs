@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use seawall_core::ConfigError;
 
-use super::locate::{field_at, inner_field};
+use super::locate::field_named;
 
 /// Why a policy document was not loaded or applied. Every variant says which
 /// file, and every problem names its field by its path in the document.
@@ -57,13 +57,9 @@ impl LoadError {
     pub(crate) fn from_toml(path: Option<PathBuf>, text: &str, e: &toml::de::Error) -> Self {
         let span = e.span();
         let message = e.message().trim().to_owned();
-        let field = span.as_ref().and_then(|s| {
-            let outer = field_at(text, s.start)?;
-            Some(match inner_field(text, s.start, &message) {
-                Some(inner) if !outer.ends_with(&format!(".{inner}")) => format!("{outer}.{inner}"),
-                _ => outer,
-            })
-        });
+        let field = span
+            .as_ref()
+            .and_then(|s| field_named(text, s.start, &message));
         let line_column = match &span {
             Some(s) => Some(line_column(text, s.start)),
             // The parser gives no position when a document nests deeper than it

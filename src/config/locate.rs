@@ -65,12 +65,85 @@ fn walk_value(
     }
 }
 
+/// The field a parser error at byte `at` is about, by its path in the document: the
+/// deepest key or value containing `at`, made precise by the key the message names
+/// ([`inner_field`]) only where the result is a path of the document (or, for a
+/// missing field, where the field belongs). A misspelled top-level table
+/// (`[polices.f]`) is refused as an unknown field `polices` of the document while
+/// the parser points into `polices.f`: the field is `polices`, the key that is
+/// there, not `polices.f.polices`.
+pub(crate) fn field_named(text: &str, at: usize, message: &str) -> Option<String> {
+    let outer = field_at(text, at)?;
+    let Some(inner) = inner_field(text, at, message) else {
+        return Some(outer);
+    };
+    if outer == inner || outer.ends_with(&format!(".{inner}")) {
+        return Some(outer);
+    }
+    let joined = format!("{outer}.{inner}");
+    if message.contains("missing field ") || has_path(text, &joined) {
+        return Some(joined);
+    }
+    // The nearest enclosing key the message names, if any.
+    let mut ancestor = outer.as_str();
+    while let Some((parent, last)) = ancestor.rsplit_once('.') {
+        if last == inner {
+            return Some(ancestor.to_owned());
+        }
+        ancestor = parent;
+    }
+    Some(if ancestor == inner { inner } else { outer })
+}
+
+/// Whether `path` (dotted, as [`field_at`] writes it) is a key of the document.
+pub(crate) fn has_path(text: &str, path: &str) -> bool {
+    let Ok(doc) = DeTable::parse(text) else {
+        return false;
+    };
+    let mut found = false;
+    let mut prefix = Vec::new();
+    each_path(doc.get_ref(), &mut prefix, &mut |p| found |= p == path);
+    found
+}
+
+/// Calls `f` with the dotted path of every key and array item of `table`.
+fn each_path(table: &DeTable<'_>, path: &mut Vec<String>, f: &mut impl FnMut(&str)) {
+    for (k, v) in table.iter() {
+        path.push(key(k.get_ref()));
+        f(&path.join("."));
+        each_value_path(v.get_ref(), path, f);
+        path.pop();
+    }
+}
+
+fn each_value_path(value: &DeValue<'_>, path: &mut Vec<String>, f: &mut impl FnMut(&str)) {
+    match value {
+        DeValue::Table(t) => each_path(t, path, f),
+        DeValue::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                let Some(base) = path.last().cloned() else {
+                    return;
+                };
+                if let Some(last) = path.last_mut() {
+                    *last = format!("{base}[{i}]");
+                }
+                f(&path.join("."));
+                each_value_path(item.get_ref(), path, f);
+                if let Some(last) = path.last_mut() {
+                    *last = base;
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
 /// The field an error inside an inline table is about, when the parser could only
 /// point at the whole table (serde buffers internally tagged tables such as a
 /// breaker's `policy = { kind = ... }`, losing the inner position): the key a
 /// `missing field`/`unknown field` message names, or the one key whose written value
 /// the message quotes. `None` when nothing names one key for sure.
-pub(crate) fn inner_field(text: &str, at: usize, message: &str) -> Option<String> {
+fn inner_field(text: &str, at: usize, message: &str) -> Option<String> {
     let doc = DeTable::parse(text).ok()?;
     let table = table_at(doc.get_ref(), at)?;
     if let Some(name) = backticked_after(message, "unknown field ")

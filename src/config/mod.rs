@@ -45,8 +45,9 @@
 //!
 //! Each section is the crate's own configuration type ([`PolicyConfig`] lists
 //! them); fields left out take the crate's defaults, unknown fields are errors,
-//! durations are written `"300ms"`, `"10s"`, `"2m"`. A route or dependency not
-//! listed is untouched.
+//! durations are written `"300ms"`, `"10s"`, `"2m"`. Every interval is measured on
+//! the monotonic clock, never the wall clock (a clock step changes nothing). A route or
+//! dependency not listed is untouched.
 //!
 //! # Errors name the field
 //!

@@ -41,7 +41,10 @@
 //!   every layer's handle has, so code can treat the layers alike.
 //! - **Configuration errors** ([`ConfigError`]) naming the field at fault, and the
 //!   longest duration any setting accepts ([`MAX_DURATION`], a year) with
-//!   instant arithmetic that cannot panic ([`later`]).
+//!   instant arithmetic that cannot panic ([`later`]). Every interval seawall
+//!   measures (budgets, open intervals, windows, waits, dwells, backoffs) is measured
+//!   on the monotonic clock (tokio's `Instant`), never the wall clock: a clock step
+//!   trips, opens, closes and expires nothing.
 //! - **A bounded keyed map** ([`KeyedMap`]) for the keyed layers: O(1) lookup and
 //!   eviction (CLOCK with a bounded sweep), values pinned by the layer's rule are
 //!   never evicted, and no lock is held while anything but the map's bookkeeping runs.

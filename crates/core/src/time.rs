@@ -1,5 +1,11 @@
 //! Instant arithmetic that cannot panic, and the longest duration any setting accepts.
 //!
+//! Every interval seawall measures (a deadline's budget, an open interval, a window, a
+//! queue wait, a dwell, a retry's backoff, a fleet's lease renewal) is measured on the
+//! monotonic clock, tokio's [`Instant`], never on the wall clock: a clock step (NTP, a
+//! leap second, an operator setting the date) neither trips, opens, closes nor expires
+//! anything. It also lets tests drive every interval with `tokio::time::pause()`.
+//!
 //! `Instant + Duration` panics when the sum leaves the clock's range, and a budget,
 //! an open interval or a wait is user input. seawall's builders refuse budgets,
 //! intervals, windows, timeouts and waits longer than [`MAX_DURATION`], and every
