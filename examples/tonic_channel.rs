@@ -2,7 +2,7 @@
 //! working through the stack against a real gRPC server on loopback:
 //!
 //! ```text
-//! RejectionStatusLayer   seawall rejections become UNAVAILABLE / RESOURCE_EXHAUSTED, not UNKNOWN
+//! RejectionStatusLayer   rejections: UNAVAILABLE / RESOURCE_EXHAUSTED / DEADLINE_EXCEEDED, not UNKNOWN
 //! DeadlineLayer(500ms)   the budget of the call, the response stream included
 //! BulkheadLayer(8)       at most 8 calls to the supplier at once, each until its stream ends
 //! CircuitBreakerLayer    gRPC status classifier: UNAVAILABLE fails, NOT_FOUND is an answer;

@@ -24,7 +24,7 @@ pub type QuoteStack = RejectionStatus<
 /// `channel` behind the example's layers, outermost first:
 ///
 /// ```text
-/// RejectionStatusLayer   seawall rejections become UNAVAILABLE / RESOURCE_EXHAUSTED, not UNKNOWN
+/// RejectionStatusLayer   rejections: UNAVAILABLE / RESOURCE_EXHAUSTED / DEADLINE_EXCEEDED, not UNKNOWN
 /// DeadlineLayer(500ms)   the budget of the call, the response stream included
 /// BulkheadLayer(8)       at most 8 calls to the supplier at once, each until its stream ends
 /// CircuitBreakerLayer    gRPC status classifier, judged when the stream ends (its trailers)

@@ -61,7 +61,7 @@ pub fn rejection_response(rejection: &Rejection<'_>) -> Response<RenderedBody> {
 /// Renders `rejection` by the table in the module docs, with your `body`.
 pub fn rejection_response_with(rejection: &Rejection<'_>, body: Bytes) -> Response<RenderedBody> {
     let mut res = Response::new(Full::new(body));
-    *res.status_mut() = rejection_status(rejection.kind());
+    *res.status_mut() = rejection.kind().http_status();
     res.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
@@ -71,12 +71,6 @@ pub fn rejection_response_with(rejection: &Rejection<'_>, body: Bytes) -> Respon
             .insert(header::RETRY_AFTER, retry_after_value(d));
     }
     res
-}
-
-/// The HTTP status for a rejection of `kind`: `504 Gateway Timeout` for a spent
-/// deadline, `503 Service Unavailable` for the rest.
-pub fn rejection_status(kind: crate::RejectionKind) -> StatusCode {
-    kind.http_status()
 }
 
 /// Renders `error` when a seawall rejection is in its chain; `None` for other errors.

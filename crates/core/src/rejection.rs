@@ -205,6 +205,15 @@ pub enum OpenCause {
 }
 
 impl OpenCause {
+    /// Every cause, in declaration order: the rows per cause of the answers table
+    /// (the `http` module's docs, the README) are tested against it.
+    pub const ALL: [OpenCause; 4] = [
+        Self::Open,
+        Self::ProbeSlotsFull,
+        Self::Ramping,
+        Self::ForcedOpen,
+    ];
+
     /// A short, stable, lower-case label (for metrics and logs).
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -648,6 +657,20 @@ pub(crate) mod tests {
     impl Error for ClientError {
         fn source(&self) -> Option<&(dyn Error + 'static)> {
             Some(&*self.0)
+        }
+    }
+
+    #[test]
+    fn every_open_cause_is_in_all_in_declaration_order() {
+        for (i, cause) in OpenCause::ALL.into_iter().enumerate() {
+            // A new cause does not compile here until it has its place in `ALL`.
+            let declared = match cause {
+                OpenCause::Open => 0,
+                OpenCause::ProbeSlotsFull => 1,
+                OpenCause::Ramping => 2,
+                OpenCause::ForcedOpen => 3,
+            };
+            assert_eq!(declared, i, "{}", cause.as_str());
         }
     }
 
