@@ -81,8 +81,12 @@
 //!   config/layers.rs          where each kind of layer lives in a policy, for one generic loop
 //!   config/policies.rs        Policies: the layers built from a document, their handles,
 //!                             apply, reload and revert
+//!   config/bulkhead.rs        each layer's constructors (`Policies::bulkhead`, …), behind
+//!   config/breaker.rs         its feature; the one list of layers (`policy_layers!`, in
+//!   config/degradation.rs     config/mod.rs) declares them and writes each layer's fields
+//!   config/fallback.rs        and place
 //!   config/fleet.rs           the `[fleet]` table (feature `fleet`)
-//!   config/fleet_status.rs    the coordinations and caps registered, as snapshots show them
+//!   config/fleet/status.rs    the coordinations and caps registered, as snapshots show them
 //! admin.rs                the admin router (feature `admin`): snapshots, token-gated changes
 //!   admin/bulkhead.rs         the bulkhead's force and release actions
 //!   admin/dashboard.rs        the incident dashboard and its event stream; its page, script

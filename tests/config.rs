@@ -832,3 +832,18 @@ fn every_field_named_in_an_error_is_in_the_document() {
         }
     }
 }
+
+#[test]
+fn every_section_key_is_the_field_the_document_reads() {
+    use seawall::config::Section;
+    for section in [
+        Section::Fallback,
+        Section::Degradation,
+        Section::Bulkhead,
+        Section::Breaker,
+    ] {
+        let text = format!("[policies.p.{}]\n", section.key());
+        let doc = PolicyDocument::from_toml(&text).unwrap();
+        assert_eq!(doc.policies["p"].sections(), [section], "{text}");
+    }
+}

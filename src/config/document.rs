@@ -7,6 +7,7 @@ use std::time::Duration;
 use seawall_core::{check_duration, ConfigError};
 
 use super::error::LoadError;
+use super::layers::each_section;
 
 /// A whole policy document: named policies, and which route or dependency uses
 /// which. See the [module docs](super) for the format.
@@ -30,67 +31,61 @@ pub struct PolicyDocument {
     /// The fleet's store and coordination settings (`[fleet]`), if the service
     /// coordinates its breakers across instances.
     #[cfg(feature = "fleet")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "fleet")))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fleet: Option<super::FleetSection>,
 }
 
-/// One named policy: which layers protect the route or dependency that uses it,
-/// and their settings. Every section is optional; a policy needs at least one.
-///
-/// The sections are each crate's own configuration type, with its defaults for
-/// the fields left out (the crates' defaults):
-///
-/// | key | type | what |
-/// |---|---|---|
-/// | `deadline` | `"300ms"` | the budget of the segment, admission included ([`DeadlineLayer`](seawall_core::DeadlineLayer)) |
-/// | `deadline_shadow` | `true` \| `false` | shadow mode for the deadline: computed and counted, not enforced (default `false`; needs `deadline`; may change at run time) |
-/// | `hold` | `"body"` \| `"response"` | for the HTTP constructors ([`Policies::http_bulkhead`](super::Policies::http_bulkhead), [`Policies::http_circuit_breaker`](super::Policies::http_circuit_breaker)): the call ends when the response body ends (`"body"`, the default: a client's connection is busy until then, and a gRPC status comes in the trailers) or at the response's headers (`"response"`: a server route streaming to its own caller); the other constructors' calls end with the response future. Cannot change at run time. |
-/// | `bulkhead` | table | [`BulkheadConfig`](crate::bulkhead::BulkheadConfig): `max_concurrent`, `queue = { … }` (the options of [`QueuePolicy`](crate::bulkhead::QueuePolicy), listed there), and `adaptive = { algorithm = "aimd" \| "gradient", min_limit, max_limit, initial_limit, … }` for a limit found at run time ([`AdaptiveConfig`](crate::bulkhead::AdaptiveConfig)) |
-/// | `breaker` | table | [`CircuitBreakerConfig`](crate::circuit_breaker::CircuitBreakerConfig): `policy = { kind = "count_window", size, min_calls, failure_rate }`, `open_for`, … |
-/// | `degradation` | table | [`DegradationConfig`](crate::degradation::DegradationConfig): `failures_to_degrade`, `min_dwell`, `probe_ratio`, … |
-/// | `fallback` | table | [`FallbackConfig`](crate::fallback::FallbackConfig): `on_rejections`, `step_timeouts`, `enabled` |
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(default, deny_unknown_fields)]
-#[non_exhaustive]
-pub struct PolicyConfig {
-    /// The budget of the protected segment, admission included.
-    #[serde(
-        with = "seawall_core::duration_format::option",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub deadline: Option<Duration>,
-    /// Shadow mode for the deadline: each request's deadline is computed and the
-    /// requests that outlive it are counted, but nothing is enforced (see
-    /// [`DeadlineLayer`](seawall_core::DeadlineLayer#shadow-mode)). The other
-    /// sections have their own `shadow` field.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub deadline_shadow: bool,
-    /// When an HTTP call ends for the HTTP constructors: at the end of the response
-    /// body (the default) or at its headers.
-    #[serde(skip_serializing_if = "Hold::is_body")]
-    pub hold: Hold,
-    /// The bulkhead's limits.
-    #[cfg(feature = "bulkhead")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "bulkhead")))]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub bulkhead: Option<crate::bulkhead::BulkheadConfig>,
-    /// The circuit breaker's policy.
-    #[cfg(feature = "circuit-breaker")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "circuit-breaker")))]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub breaker: Option<crate::circuit_breaker::CircuitBreakerConfig>,
-    /// The degradation machine's policy (the levels themselves are code).
-    #[cfg(feature = "degradation")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "degradation")))]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub degradation: Option<crate::degradation::DegradationConfig>,
-    /// What fires the fallback and its steps' timeouts (the strategies are code).
-    #[cfg(feature = "fallback")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "fallback")))]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fallback: Option<crate::fallback::FallbackConfig>,
+macro_rules! policy_config {
+    ($($field:ident {
+        feature: $feature:literal, section: $section:ident, module: $module:ident,
+        config: $config:ident, config_doc: $doc:literal, $($_docs:tt)*
+    })*) => {
+        /// One named policy: which layers protect the route or dependency that uses it,
+        /// and their settings. Every section is optional; a policy needs at least one.
+        ///
+        /// The sections are each crate's own configuration type, with its defaults for
+        /// the fields left out (the crates' defaults):
+        ///
+        /// | key | type | what |
+        /// |---|---|---|
+        /// | `deadline` | `"300ms"` | the budget of the segment, admission included ([`DeadlineLayer`](seawall_core::DeadlineLayer)) |
+        /// | `deadline_shadow` | `true` \| `false` | shadow mode for the deadline: computed and counted, not enforced (default `false`; needs `deadline`; may change at run time) |
+        /// | `hold` | `"body"` \| `"response"` | for the HTTP constructors ([`Policies::http_bulkhead`](super::Policies::http_bulkhead), [`Policies::http_circuit_breaker`](super::Policies::http_circuit_breaker)): the call ends when the response body ends (`"body"`, the default: a client's connection is busy until then, and a gRPC status comes in the trailers) or at the response's headers (`"response"`: a server route streaming to its own caller); the other constructors' calls end with the response future. Cannot change at run time. |
+        /// | `bulkhead` | table | [`BulkheadConfig`](crate::bulkhead::BulkheadConfig): `max_concurrent`, `queue = { … }` (the options of [`QueuePolicy`](crate::bulkhead::QueuePolicy), listed there), and `adaptive = { algorithm = "aimd" \| "gradient", min_limit, max_limit, initial_limit, … }` for a limit found at run time ([`AdaptiveConfig`](crate::bulkhead::AdaptiveConfig)) |
+        /// | `breaker` | table | [`CircuitBreakerConfig`](crate::circuit_breaker::CircuitBreakerConfig): `policy = { kind = "count_window", size, min_calls, failure_rate }`, `open_for`, … |
+        /// | `degradation` | table | [`DegradationConfig`](crate::degradation::DegradationConfig): `failures_to_degrade`, `min_dwell`, `probe_ratio`, … |
+        /// | `fallback` | table | [`FallbackConfig`](crate::fallback::FallbackConfig): `on_rejections`, `step_timeouts`, `enabled` |
+        #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+        #[serde(default, deny_unknown_fields)]
+        #[non_exhaustive]
+        pub struct PolicyConfig {
+            /// The budget of the protected segment, admission included.
+            #[serde(
+                with = "seawall_core::duration_format::option",
+                skip_serializing_if = "Option::is_none"
+            )]
+            pub deadline: Option<Duration>,
+            /// Shadow mode for the deadline: each request's deadline is computed and the
+            /// requests that outlive it are counted, but nothing is enforced (see
+            /// [`DeadlineLayer`](seawall_core::DeadlineLayer#shadow-mode)). The other
+            /// sections have their own `shadow` field.
+            #[serde(skip_serializing_if = "std::ops::Not::not")]
+            pub deadline_shadow: bool,
+            /// When an HTTP call ends for the HTTP constructors: at the end of the response
+            /// body (the default) or at its headers.
+            #[serde(skip_serializing_if = "Hold::is_body")]
+            pub hold: Hold,
+            $(
+                #[doc = $doc]
+                #[cfg(feature = $feature)]
+                #[serde(skip_serializing_if = "Option::is_none")]
+                pub $field: Option<crate::$module::$config>,
+            )*
+        }
+    };
 }
+
+policy_layers!(policy_config);
 
 /// When an HTTP call ends, for the layers a policy's HTTP constructors build.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -146,25 +141,11 @@ impl PolicyConfig {
     /// The sections this policy declares, in the order of the recommended stack.
     pub fn sections(&self) -> Vec<Section> {
         let mut out = Vec::new();
-        #[cfg(feature = "fallback")]
-        if self.fallback.is_some() {
-            out.push(Section::Fallback);
-        }
-        #[cfg(feature = "degradation")]
-        if self.degradation.is_some() {
-            out.push(Section::Degradation);
-        }
+        each_section(self, |section, _| out.push(section));
         if self.deadline.is_some() {
             out.push(Section::Deadline);
         }
-        #[cfg(feature = "bulkhead")]
-        if self.bulkhead.is_some() {
-            out.push(Section::Bulkhead);
-        }
-        #[cfg(feature = "circuit-breaker")]
-        if self.breaker.is_some() {
-            out.push(Section::Breaker);
-        }
+        out.sort();
         out
     }
 
@@ -189,22 +170,11 @@ impl PolicyConfig {
                 "needs a `deadline` to shadow",
             ));
         }
-        #[cfg(feature = "bulkhead")]
-        if let Some(Err(e)) = self.bulkhead.as_ref().map(|c| c.validate()) {
-            out.push(e.within("bulkhead"));
-        }
-        #[cfg(feature = "circuit-breaker")]
-        if let Some(Err(e)) = self.breaker.as_ref().map(|c| c.validate()) {
-            out.push(e.within("breaker"));
-        }
-        #[cfg(feature = "degradation")]
-        if let Some(Err(e)) = self.degradation.as_ref().map(|c| c.validate()) {
-            out.push(e.within("degradation"));
-        }
-        #[cfg(feature = "fallback")]
-        if let Some(Err(e)) = self.fallback.as_ref().map(|c| c.validate()) {
-            out.push(e.within("fallback"));
-        }
+        each_section(self, |section, valid| {
+            if let Err(e) = valid {
+                out.push(e.within(section.key()));
+            }
+        });
         out
     }
 }
@@ -353,8 +323,15 @@ impl PolicyDocument {
                 ));
             }
         }
-        #[cfg(feature = "fleet")]
-        if self.fleet != next.fleet {
+        // Past the policies and the wiring, the document's one table is `[fleet]`
+        // (feature `fleet`): its store and settings were built at start.
+        let set_aside = |d: &PolicyDocument| PolicyDocument {
+            policies: BTreeMap::new(),
+            routes: BTreeMap::new(),
+            dependencies: BTreeMap::new(),
+            ..d.clone()
+        };
+        if set_aside(self) != set_aside(next) {
             errors.push(ConfigError::new(
                 "fleet",
                 format!("changed, but the fleet's store and settings {RESTART}"),

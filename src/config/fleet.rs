@@ -8,6 +8,10 @@ use seawall_fleet::{CapConfig, CapMode, FleetConfig, TripTogether};
 
 use super::document::key;
 
+mod status;
+pub(super) use status::{fill_snapshot, FleetParts};
+pub use status::{FleetStatus, PolicyFleetSnapshot};
+
 /// The `[fleet]` table of a policy document (feature `fleet`): the store every
 /// instance of the service shares and the coordination settings, for
 /// [`Fleet`](crate::fleet::Fleet). Fields left out take

@@ -139,25 +139,71 @@
 //! shadow mode decides as it would but lets through what it would reject, counting
 //! it (see `docs/operations.md`, "Trying a new limit in shadow mode").
 
+/// The one list of the layers a policy configures, each behind its crate's feature,
+/// in the order of their fields: its field (the key of its table in a policy, of its
+/// handle in [`PolicyHandles`], of its snapshot in [`PolicySnapshot`]), feature,
+/// [`Section`], the facade module of its crate, configuration type, and the docs of
+/// its three fields. `policy_layers!(then)` hands the list to the macro `then`, which
+/// writes what each layer needs: the fields (`document.rs`, `policies.rs`), the
+/// module with its constructors (`<field>.rs`, declared below) and its place
+/// (`layers.rs`). A new kind of layer is a row here and its module.
+macro_rules! policy_layers {
+    ($then:ident) => {
+        $then! {
+            bulkhead {
+                feature: "bulkhead", section: Bulkhead, module: bulkhead, config: BulkheadConfig,
+                config_doc: "The bulkhead's limits.",
+                handle_doc: "The bulkhead's handle.",
+                snapshot_doc: "The bulkhead's counts and limits.",
+            }
+            breaker {
+                feature: "circuit-breaker", section: Breaker, module: circuit_breaker, config: CircuitBreakerConfig,
+                config_doc: "The circuit breaker's policy.",
+                handle_doc: "The breaker's handle (`force`, `release`, `reset`, …).",
+                snapshot_doc: "The breaker's state and counters.",
+            }
+            degradation {
+                feature: "degradation", section: Degradation, module: degradation, config: DegradationConfig,
+                config_doc: "The degradation machine's policy (the levels themselves are code).",
+                handle_doc: "The degradation layer's handle (`set_floor`, `force`, `release`, …).",
+                snapshot_doc: "The degradation level and probe progress.",
+            }
+            fallback {
+                feature: "fallback", section: Fallback, module: fallback, config: FallbackConfig,
+                config_doc: "What fires the fallback and its steps' timeouts (the strategies are code).",
+                handle_doc: "The fallback's handle (`force`, `disable`, …).",
+                snapshot_doc: "The fallback's counters and controls.",
+            }
+        }
+    };
+}
+
+/// Declares the modules of the features' parts: each layer's constructors
+/// (`<field>.rs`) and the `[fleet]` table's (`fleet.rs`).
+macro_rules! feature_modules {
+    ($($module:ident { feature: $feature:literal, $($_rest:tt)* })*) => {
+        feature_modules!(@ $($module $feature)* fleet "fleet");
+    };
+    (@ $($module:ident $feature:literal)*) => {$(
+        #[cfg(feature = $feature)]
+        mod $module;
+    )*};
+}
+
 mod document;
 mod error;
-#[cfg(feature = "fleet")]
-mod fleet;
-#[cfg(feature = "fleet")]
-mod fleet_status;
 for_the_policy_layers! {
-    // With every policy crate left out, there is no layer to visit.
+    // With every policy crate left out, there is no layer to place.
     mod layers;
 }
 mod locate;
 mod policies;
+policy_layers!(feature_modules);
 
 pub use document::{Hold, PolicyConfig, PolicyDocument, Section};
 pub use error::LoadError;
 #[cfg(feature = "fleet")]
-#[cfg_attr(docsrs, doc(cfg(feature = "fleet")))]
-pub use fleet::{CapModeSection, CapSection, FleetSection, TripTogetherSection};
-#[cfg(feature = "fleet")]
-#[cfg_attr(docsrs, doc(cfg(feature = "fleet")))]
-pub use fleet_status::{FleetStatus, PolicyFleetSnapshot};
+pub use fleet::{
+    CapModeSection, CapSection, FleetSection, FleetStatus, PolicyFleetSnapshot, TripTogetherSection,
+};
 pub use policies::{Policies, PoliciesSnapshot, PolicyHandles, PolicySnapshot};

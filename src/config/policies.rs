@@ -16,11 +16,11 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use seawall_core::{ConfigError, DeadlineLayer, LayerHandle};
+use seawall_core::{ConfigError, DeadlineLayer};
 
 use super::document::{key, within, PolicyConfig, PolicyDocument};
 use super::error::LoadError;
-use super::layers::{each_layer, EachLayer, Place};
+use super::layers::{differs, each_layer, EachLayer, Placed};
 use crate::telemetry;
 
 /// The layers built from a policy document, the handles of their shared state, and
@@ -54,12 +54,12 @@ use crate::telemetry;
 /// Cloning is cheap and shares everything (hand a clone to an admin route).
 #[derive(Clone)]
 pub struct Policies {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
 }
 
-struct Inner {
+pub(super) struct Inner {
     file: Option<PathBuf>,
-    started: PolicyDocument,
+    pub(super) started: PolicyDocument,
     /// Serialises changes (apply, reload, revert). Held while the handles are
     /// reconfigured and events are emitted; `state` is not, so a subscriber that
     /// reads [`Policies::snapshot`] from inside one of those events never waits on
@@ -68,13 +68,14 @@ struct Inner {
     state: Mutex<State>,
 }
 
-struct State {
-    current: PolicyDocument,
+#[derive(Default)]
+pub(super) struct State {
+    pub(super) current: PolicyDocument,
     generation: u64,
     built: BTreeMap<String, PolicyHandles>,
     /// The coordinations and caps registered, by policy.
     #[cfg(feature = "fleet")]
-    fleet_parts: BTreeMap<String, super::fleet_status::FleetParts>,
+    pub(super) fleet_parts: BTreeMap<String, super::fleet::FleetParts>,
 }
 
 impl fmt::Debug for Policies {
@@ -88,34 +89,9 @@ impl fmt::Debug for Policies {
     }
 }
 
-/// The handles of the layers built for one policy (the ones not built yet are `None`).
-#[derive(Debug, Clone, Default)]
-#[non_exhaustive]
-pub struct PolicyHandles {
-    /// The deadline's handle (its shadow switch), once [`Policies::deadline`] was
-    /// called: every layer it returns for the policy shares it.
-    pub deadline: Option<seawall_core::DeadlineHandle>,
-    /// The bulkhead's handle.
-    #[cfg(feature = "bulkhead")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "bulkhead")))]
-    pub bulkhead: Option<crate::bulkhead::Handle>,
-    /// The breaker's handle (`force`, `release`, `reset`, …).
-    #[cfg(feature = "circuit-breaker")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "circuit-breaker")))]
-    pub breaker: Option<crate::circuit_breaker::Handle>,
-    /// The degradation layer's handle (`set_floor`, `force`, `release`, …).
-    #[cfg(feature = "degradation")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "degradation")))]
-    pub degradation: Option<crate::degradation::Handle>,
-    /// The fallback's handle (`force`, `disable`, …).
-    #[cfg(feature = "fallback")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "fallback")))]
-    pub fallback: Option<crate::fallback::Handle>,
-}
-
 /// Everything an operator needs to see, at one moment: the document in force and
 /// each built layer's snapshot. Serialises to JSON for an admin endpoint.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct PoliciesSnapshot {
     /// The file the policies were loaded from, if any.
@@ -132,45 +108,57 @@ pub struct PoliciesSnapshot {
     pub dependencies: BTreeMap<String, String>,
     /// The fleet settings in force, the store URL's password as `***`.
     #[cfg(feature = "fleet")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "fleet")))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fleet: Option<super::FleetSection>,
 }
 
-/// One policy's configuration in force and its layers' snapshots.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-#[non_exhaustive]
-pub struct PolicySnapshot {
-    /// The configuration in force.
-    pub config: PolicyConfig,
-    /// Whether it differs from the start-up document.
-    pub changed_at_run_time: bool,
-    /// The deadline's shadow setting and count, once built.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub deadline: Option<seawall_core::DeadlineSnapshot>,
-    /// The bulkhead's counts and limits.
-    #[cfg(feature = "bulkhead")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub bulkhead: Option<crate::bulkhead::Snapshot>,
-    /// The breaker's state and counters.
-    #[cfg(feature = "circuit-breaker")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub breaker: Option<crate::circuit_breaker::Snapshot>,
-    /// The degradation level and probe progress.
-    #[cfg(feature = "degradation")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub degradation: Option<crate::degradation::Snapshot>,
-    /// The fallback's counters and controls.
-    #[cfg(feature = "fallback")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fallback: Option<crate::fallback::Snapshot>,
-    /// The policy's coordination and cap, once registered
-    /// ([`Policies::register_coordination`], [`Policies::register_cap`]).
-    #[cfg(feature = "fleet")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "fleet")))]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fleet: Option<super::PolicyFleetSnapshot>,
+macro_rules! policy_handles_and_snapshot {
+    ($($field:ident {
+        feature: $feature:literal, section: $section:ident, module: $module:ident,
+        config: $config:ident, config_doc: $config_doc:literal,
+        handle_doc: $handle_doc:literal, snapshot_doc: $snapshot_doc:literal,
+    })*) => {
+        /// The handles of the layers built for one policy (the ones not built yet are `None`).
+        #[derive(Debug, Clone, Default)]
+        #[non_exhaustive]
+        pub struct PolicyHandles {
+            /// The deadline's handle (its shadow switch), once [`Policies::deadline`] was
+            /// called: every layer it returns for the policy shares it.
+            pub deadline: Option<seawall_core::DeadlineHandle>,
+            $(
+                #[doc = $handle_doc]
+                #[cfg(feature = $feature)]
+                pub $field: Option<crate::$module::Handle>,
+            )*
+        }
+
+        /// One policy's configuration in force and its layers' snapshots.
+        #[derive(Debug, Clone, Default, serde::Serialize)]
+        #[non_exhaustive]
+        pub struct PolicySnapshot {
+            /// The configuration in force.
+            pub config: PolicyConfig,
+            /// Whether it differs from the start-up document.
+            pub changed_at_run_time: bool,
+            /// The deadline's shadow setting and count, once built.
+            #[serde(skip_serializing_if = "Option::is_none")]
+            pub deadline: Option<seawall_core::DeadlineSnapshot>,
+            /// The policy's coordination and cap, once registered
+            /// ([`Policies::register_coordination`], [`Policies::register_cap`]).
+            #[cfg(feature = "fleet")]
+            #[serde(skip_serializing_if = "Option::is_none")]
+            pub fleet: Option<super::PolicyFleetSnapshot>,
+            $(
+                #[doc = $snapshot_doc]
+                #[cfg(feature = $feature)]
+                #[serde(skip_serializing_if = "Option::is_none")]
+                pub $field: Option<crate::$module::Snapshot>,
+            )*
+        }
+    };
 }
+
+policy_layers!(policy_handles_and_snapshot);
 
 fn section_path(name: &str, section: &str) -> String {
     format!("policies.{}.{section}", key(name))
@@ -213,16 +201,13 @@ impl Policies {
                 changes: Mutex::new(()),
                 state: Mutex::new(State {
                     current: document,
-                    generation: 0,
-                    built: BTreeMap::new(),
-                    #[cfg(feature = "fleet")]
-                    fleet_parts: BTreeMap::new(),
+                    ..State::default()
                 }),
             }),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, State> {
         self.inner
             .state
             .lock()
@@ -340,30 +325,30 @@ impl Policies {
         }
     }
 
-    /// Builds the layer at `place` of policy `name`, once: from the start-up
+    /// Builds the layer of kind `H` of policy `name`, once: from the start-up
     /// section (so that its handle's `revert` returns to it), then reconfigured to
     /// the section in force if that differs; then registers its handle.
-    fn build_layer<H: LayerHandle, L>(
+    pub(super) fn build_layer<H: Placed, L>(
         &self,
         name: &str,
-        place: &Place<H>,
         build: impl FnOnce(H::Config) -> Result<L, ConfigError>,
         handle: impl FnOnce(&L) -> H,
     ) -> Result<L, ConfigError> {
-        let (first, now) = self.sections(name, place.key, place.section)?;
+        let key = H::SECTION.key();
+        let (first, now) = self.sections(name, key, H::section_of)?;
         if self
             .handles(name)
-            .is_some_and(|mut h| (place.handle)(&mut h).is_some())
+            .is_some_and(|mut h| H::handle_slot(&mut h).is_some())
         {
-            return Err(built_twice(name, place.key));
+            return Err(built_twice(name, key));
         }
-        let at = |e| within(e, &section_path(name, place.key));
+        let at = |e| within(e, &section_path(name, key));
         let layer = build(first).map_err(at)?;
         let handle = handle(&layer);
         if let Some(now) = now {
             handle.reconfigure(now).map_err(at)?;
         }
-        self.register(name, place.key, |h| fill((place.handle)(h), handle))?;
+        self.register(name, key, |h| fill(H::handle_slot(h), handle))?;
         Ok(layer)
     }
 
@@ -396,142 +381,15 @@ impl Policies {
         })
     }
 
-    /// Builds the bulkhead of policy `name` (once; clone it to share it).
-    #[cfg(feature = "bulkhead")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "bulkhead")))]
-    pub fn bulkhead(&self, name: &str) -> Result<crate::bulkhead::BulkheadLayer, ConfigError> {
-        self.build_layer(
-            name,
-            &super::layers::BULKHEAD,
-            |config| crate::bulkhead::BulkheadLayer::from_config(name, config),
-            crate::bulkhead::BulkheadLayer::handle,
-        )
-    }
-
-    /// Builds the circuit breaker of policy `name` (once; clone it to share it).
-    /// `customize` receives the builder and sets what is code, such as the
-    /// classifier (`|b| b.classifier(HttpStatus::default())`); the document's
-    /// section then replaces the builder's configuration.
-    #[cfg(feature = "circuit-breaker")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "circuit-breaker")))]
-    pub fn circuit_breaker<C>(
-        &self,
-        name: &str,
-        customize: impl FnOnce(
-            crate::circuit_breaker::CircuitBreakerBuilder,
-        ) -> crate::circuit_breaker::CircuitBreakerBuilder<C>,
-    ) -> Result<crate::circuit_breaker::CircuitBreakerLayer<C>, ConfigError> {
-        self.build_layer(
-            name,
-            &super::layers::BREAKER,
-            |config| {
-                customize(crate::circuit_breaker::CircuitBreakerLayer::builder(name))
-                    .config(config)
-                    .build()
-            },
-            crate::circuit_breaker::CircuitBreakerLayer::handle,
-        )
-    }
-
     /// The policy's [`Hold`](super::Hold): when an HTTP call ends for its HTTP
     /// constructors.
-    fn hold(&self, name: &str) -> super::Hold {
+    pub(super) fn hold(&self, name: &str) -> super::Hold {
         self.inner
             .started
             .policies
             .get(name)
             .map(|p| p.hold)
             .unwrap_or_default()
-    }
-
-    /// The bulkhead of policy `name` for an HTTP client: by default each call keeps
-    /// its slot until the response body ends ([`hold_until_body_end`](crate::bulkhead::BulkheadLayer::hold_until_body_end)),
-    /// or only until the headers with the policy's `hold = "response"`; the response
-    /// type is `http::Response<Guarded<B, Permit>>` either way. Built once, and the
-    /// same bulkhead as [`bulkhead`](Self::bulkhead) builds for the policy.
-    #[cfg(all(feature = "bulkhead", feature = "http"))]
-    #[cfg_attr(docsrs, doc(cfg(all(feature = "bulkhead", feature = "http"))))]
-    pub fn http_bulkhead(
-        &self,
-        name: &str,
-    ) -> Result<crate::bulkhead::BulkheadLayer<crate::bulkhead::UntilBodyEnd>, ConfigError> {
-        let hold = self.hold(name).is_body();
-        Ok(self.bulkhead(name)?.hold_until_body_end().hold_body(hold))
-    }
-
-    /// The circuit breaker of policy `name` for an HTTP or gRPC client: by default
-    /// each call is judged when the response body ends (a gRPC status in the
-    /// trailers, a body failing mid-stream), or at the headers with the policy's
-    /// `hold = "response"`; the response type is the same either way. `customize`
-    /// as for [`circuit_breaker`](Self::circuit_breaker), whose breaker it is.
-    #[cfg(all(feature = "circuit-breaker", feature = "http"))]
-    #[cfg_attr(docsrs, doc(cfg(all(feature = "circuit-breaker", feature = "http"))))]
-    pub fn http_circuit_breaker<C>(
-        &self,
-        name: &str,
-        customize: impl FnOnce(
-            crate::circuit_breaker::CircuitBreakerBuilder,
-        ) -> crate::circuit_breaker::CircuitBreakerBuilder<C>,
-    ) -> Result<crate::circuit_breaker::UntilBodyEndLayer<C>, ConfigError> {
-        let hold = self.hold(name).is_body();
-        Ok(self
-            .circuit_breaker(name, customize)?
-            .hold_until_body_end()
-            .hold_body(hold))
-    }
-
-    /// Builds the degradation layer of policy `name` (once; clone it to share it).
-    /// `customize` adds the levels (code); the document's section then replaces the
-    /// builder's configuration.
-    #[cfg(feature = "degradation")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "degradation")))]
-    pub fn degradation<Req, Res, C, X>(
-        &self,
-        name: &str,
-        customize: impl FnOnce(
-            crate::degradation::DegradationBuilder<Req, Res>,
-        ) -> crate::degradation::DegradationBuilder<Req, Res, C, X>,
-    ) -> Result<crate::degradation::DegradationLayer<Req, Res, C, X>, ConfigError> {
-        self.build_layer(
-            name,
-            &super::layers::DEGRADATION,
-            |config| {
-                customize(crate::degradation::DegradationLayer::builder(name))
-                    .config(config)
-                    .build()
-            },
-            crate::degradation::DegradationLayer::handle,
-        )
-    }
-
-    /// Builds the fallback of policy `name` (once; clone it to share it).
-    /// `customize` sets what is code (the capture, the strategy or chain of steps,
-    /// a failure classifier, the HTTP server mode); the document's section then
-    /// replaces the builder's configuration (which rejection kinds fire it, step
-    /// timeouts, enabled).
-    #[cfg(feature = "fallback")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "fallback")))]
-    pub fn fallback<Cap, P, C, M>(
-        &self,
-        name: &str,
-        customize: impl FnOnce(
-            crate::fallback::FallbackBuilder,
-        ) -> crate::fallback::FallbackBuilder<Cap, P, C, M>,
-    ) -> Result<crate::fallback::FallbackLayer<Cap, P::Plan, C, M>, ConfigError>
-    where
-        Cap: crate::fallback::Captures,
-        P: crate::fallback::Spec<Cap::Output>,
-    {
-        self.build_layer(
-            name,
-            &super::layers::FALLBACK,
-            |config| {
-                customize(crate::fallback::FallbackLayer::builder(name))
-                    .config(config)
-                    .build()
-            },
-            crate::fallback::FallbackLayer::handle,
-        )
     }
 
     /// The document in force and every built layer's snapshot.
@@ -547,8 +405,6 @@ impl Policies {
                     config: config.clone(),
                     changed_at_run_time: self.inner.started.policies.get(name) != Some(config),
                     deadline: built.deadline.as_ref().map(|h| h.snapshot()),
-                    #[cfg(feature = "fleet")]
-                    fleet: state.fleet_parts.get(name).map(|p| p.snapshot()),
                     ..PolicySnapshot::default()
                 };
                 // Snapshots take no error.
@@ -556,96 +412,18 @@ impl Policies {
                 (name.clone(), snapshot)
             })
             .collect();
-        PoliciesSnapshot {
+        let snapshot = PoliciesSnapshot {
             file: self.inner.file.as_ref().map(|p| p.display().to_string()),
             generation: state.generation,
             as_started: state.current == self.inner.started,
             policies,
             routes: state.current.routes.clone(),
             dependencies: state.current.dependencies.clone(),
-            #[cfg(feature = "fleet")]
-            fleet: state
-                .current
-                .fleet
-                .as_ref()
-                .map(super::FleetSection::redacted),
-        }
-    }
-
-    /// The `[fleet]` table the service started with, if any: build the
-    /// [`Fleet`](crate::fleet::Fleet) from it (it cannot change at run time).
-    #[cfg(feature = "fleet")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "fleet")))]
-    pub fn fleet(&self) -> Option<&super::FleetSection> {
-        self.inner.started.fleet.as_ref()
-    }
-
-    /// Shows the coordination of policy `coordinated.name()`'s breaker in the
-    /// policy's snapshot and at the admin router's `GET /fleet`. The policies keep
-    /// it (and so the coordination) for as long as they live; registering again
-    /// replaces it. Errors, naming `policies.<name>`, when no policy has that name.
-    #[cfg(feature = "fleet")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "fleet")))]
-    pub fn register_coordination(
-        &self,
-        coordinated: impl Into<Arc<crate::fleet::Coordinated>>,
-    ) -> Result<(), ConfigError> {
-        let coordinated = coordinated.into();
-        let name = coordinated.name().to_owned();
-        self.fleet_part(&name, |p| p.coordinated = Some(coordinated))
-    }
-
-    /// Shows the fleet-wide cap of policy `capped.name()`'s bulkhead in the
-    /// policy's snapshot and at `GET /fleet`, kept as
-    /// [`register_coordination`](Self::register_coordination) keeps a coordination.
-    #[cfg(feature = "fleet")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "fleet")))]
-    pub fn register_cap(
-        &self,
-        capped: impl Into<Arc<crate::fleet::Capped>>,
-    ) -> Result<(), ConfigError> {
-        let capped = capped.into();
-        let name = capped.name().to_owned();
-        self.fleet_part(&name, |p| p.capped = Some(capped))
-    }
-
-    #[cfg(feature = "fleet")]
-    fn fleet_part(
-        &self,
-        name: &str,
-        set: impl FnOnce(&mut super::fleet_status::FleetParts),
-    ) -> Result<(), ConfigError> {
-        let mut state = self.lock();
-        if !state.current.policies.contains_key(name) {
-            return Err(ConfigError::new(
-                format!("policies.{}", key(name)),
-                "no such policy: a coordination or cap is shown under the policy it was built from",
-            ));
-        }
-        set(state.fleet_parts.entry(name.to_owned()).or_default());
-        Ok(())
-    }
-
-    /// The `[fleet]` settings (redacted) and every registered policy's part in
-    /// the fleet; `None` with neither.
-    #[cfg(feature = "fleet")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "fleet")))]
-    pub fn fleet_status(&self) -> Option<super::FleetStatus> {
-        let state = self.lock();
-        let settings = state
-            .current
-            .fleet
-            .as_ref()
-            .map(super::FleetSection::redacted);
-        if settings.is_none() && state.fleet_parts.is_empty() {
-            return None;
-        }
-        let policies = state
-            .fleet_parts
-            .iter()
-            .map(|(name, parts)| (name.clone(), parts.snapshot()))
-            .collect();
-        Some(super::FleetStatus { settings, policies })
+            ..PoliciesSnapshot::default()
+        };
+        #[cfg(feature = "fleet")]
+        let snapshot = super::fleet::fill_snapshot(&state, snapshot);
+        snapshot
     }
 
     /// Applies a changed document to every built layer, keeping their state; all
@@ -758,30 +536,42 @@ fn read(path: &Path) -> Result<PolicyDocument, LoadError> {
     PolicyDocument::from_toml(&text).map_err(|e| e.in_file(path.to_path_buf()))
 }
 
-/// What the handles would refuse, checked before anything changes: the fallback's
-/// step timeouts must name steps the built fallback has.
+/// What the handles would refuse, checked before anything changes (the fallback's
+/// step timeouts must name steps the built fallback has).
 fn preflight(built: &BTreeMap<String, PolicyHandles>, next: &PolicyDocument) -> Vec<ConfigError> {
-    #[allow(unused_mut)]
     let mut problems = Vec::new();
-    #[cfg(feature = "fallback")]
     for (name, handles) in built {
-        let (Some(handle), Some(config)) = (
-            &handles.fallback,
-            next.policies.get(name).and_then(|p| p.fallback.as_ref()),
-        ) else {
+        let Some(policy) = next.policies.get(name) else {
             continue;
         };
-        let steps = handle.snapshot().steps;
-        for (i, st) in config.step_timeouts.iter().enumerate() {
-            if !steps.iter().any(|s| s.name == st.step) {
-                problems.push(ConfigError::new(
-                    format!("{}.step_timeouts[{i}].step", section_path(name, "fallback")),
-                    format!("this fallback has no step named `{}`", st.step),
-                ));
-            }
-        }
+        let _ = each_layer(
+            &mut handles.clone(),
+            &mut Refused {
+                name,
+                policy,
+                problems: &mut problems,
+            },
+        );
     }
     problems
+}
+
+/// Collects what each built layer of policy `name` would refuse of `policy`.
+struct Refused<'a> {
+    name: &'a str,
+    policy: &'a PolicyConfig,
+    problems: &'a mut Vec<ConfigError>,
+}
+
+impl EachLayer for Refused<'_> {
+    fn layer<H: Placed>(&mut self, handle: &H) -> Result<(), ConfigError> {
+        if let Some(config) = H::section_of(self.policy) {
+            let at = section_path(self.name, H::SECTION.key());
+            let refused = handle.refused(config).into_iter();
+            self.problems.extend(refused.map(|e| within(e, &at)));
+        }
+        Ok(())
+    }
 }
 
 /// Hands each section that differs between `from` and `to` to its handle.
@@ -808,7 +598,7 @@ fn reconfigure(
 struct Revert;
 
 impl EachLayer for Revert {
-    fn layer<H: LayerHandle>(&mut self, handle: &H, _: &Place<H>) -> Result<(), ConfigError> {
+    fn layer<H: Placed>(&mut self, handle: &H) -> Result<(), ConfigError> {
         handle.revert();
         Ok(())
     }
@@ -822,16 +612,16 @@ struct Reconfigure<'a> {
 }
 
 impl EachLayer for Reconfigure<'_> {
-    fn layer<H: LayerHandle>(&mut self, handle: &H, place: &Place<H>) -> Result<(), ConfigError> {
-        let Some(to) = (place.section)(self.to) else {
+    fn layer<H: Placed>(&mut self, handle: &H) -> Result<(), ConfigError> {
+        let Some(to) = H::section_of(self.to) else {
             return Ok(());
         };
-        if (place.section)(self.from) == Some(to) {
+        if H::section_of(self.from) == Some(to) {
             return Ok(());
         }
         handle
             .reconfigure(to.clone())
-            .map_err(|e| within(e, &section_path(self.name, place.key)))
+            .map_err(|e| within(e, &section_path(self.name, H::SECTION.key())))
     }
 }
 
@@ -839,8 +629,8 @@ impl EachLayer for Reconfigure<'_> {
 struct Snapshots<'a>(&'a mut PolicySnapshot);
 
 impl EachLayer for Snapshots<'_> {
-    fn layer<H: LayerHandle>(&mut self, handle: &H, place: &Place<H>) -> Result<(), ConfigError> {
-        *(place.snapshot)(self.0) = Some(handle.snapshot());
+    fn layer<H: Placed>(&mut self, handle: &H) -> Result<(), ConfigError> {
+        *H::snapshot_slot(self.0) = Some(handle.snapshot());
         Ok(())
     }
 }
@@ -867,20 +657,10 @@ fn changed_sections(from: &PolicyDocument, to: &PolicyDocument) -> Vec<String> {
 }
 
 fn section_differs(old: &PolicyConfig, new: &PolicyConfig, s: super::Section) -> bool {
-    use super::Section;
     match s {
-        Section::Deadline => {
+        super::Section::Deadline => {
             old.deadline != new.deadline || old.deadline_shadow != new.deadline_shadow
         }
-        #[cfg(feature = "bulkhead")]
-        Section::Bulkhead => old.bulkhead != new.bulkhead,
-        #[cfg(feature = "circuit-breaker")]
-        Section::Breaker => old.breaker != new.breaker,
-        #[cfg(feature = "degradation")]
-        Section::Degradation => old.degradation != new.degradation,
-        #[cfg(feature = "fallback")]
-        Section::Fallback => old.fallback != new.fallback,
-        #[allow(unreachable_patterns)]
-        _ => false,
+        layer => differs(old, new, layer),
     }
 }
