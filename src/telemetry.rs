@@ -16,9 +16,10 @@ pub(crate) fn applied(generation: u64, changed: &[String]) {
     );
 }
 
-/// A document was refused; nothing changed.
+/// A document was refused; nothing changed. Takes the error as `Display`, so that
+/// this module, which the config module calls, does not call it back.
 #[cfg(feature = "serde")]
-pub(crate) fn refused(error: &crate::config::LoadError) {
+pub(crate) fn refused(error: &dyn std::fmt::Display) {
     #[cfg(feature = "tracing")]
     tracing::warn!(target: "seawall::config", %error, "policy document refused");
 }
