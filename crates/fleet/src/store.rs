@@ -121,8 +121,9 @@ pub enum FleetEvent {
     /// this epoch (see [`FleetConfig::trip_together`](crate::FleetConfig::trip_together)).
     Tripped(FleetEpoch),
     /// A claim to a fleet-wide cap, by this instance, lowered the slots reserved
-    /// while another live claim wanted more than it holds (pushed on
-    /// [`CapKeys::freed`]): a claim sent now may be granted more.
+    /// (or left some free) while another live claim wanted more than it holds
+    /// (pushed on that claimant's [`CapKeys::freed_for`] channel): a claim sent
+    /// now may be granted more.
     SlotsFreed(InstanceId),
 }
 
