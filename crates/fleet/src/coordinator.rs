@@ -17,6 +17,7 @@ use tokio::sync::{broadcast, Notify};
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
+use crate::actions::{AppliedAction, Applier, AuditEntry, FleetAction, FleetSecret, WallClock};
 use crate::config::{FleetConfig, TripTogether};
 use crate::store::{
     FleetEpoch, FleetEvent, FleetVerdict, Keys, LeaseReply, LeaseRequest, ProbeResult, Store,
@@ -37,8 +38,11 @@ pub struct Fleet<S> {
 
 pub(crate) struct FleetInner<S> {
     pub(crate) store: Arc<S>,
-    config: FleetConfig,
+    pub(crate) config: FleetConfig,
     rng: Mutex<fastrand::Rng>,
+    /// Signs and checks fleet actions; `None`: fleet actions are off.
+    pub(crate) secret: Option<Arc<FleetSecret>>,
+    pub(crate) clock: WallClock,
 }
 
 impl<S> FleetInner<S> {
@@ -69,6 +73,8 @@ pub struct FleetBuilder<S> {
     store: S,
     config: FleetConfig,
     seed: Option<u64>,
+    secret: Option<FleetSecret>,
+    clock: Option<WallClock>,
 }
 
 impl<S> fmt::Debug for FleetBuilder<S> {
@@ -87,6 +93,8 @@ impl<S> Fleet<S> {
             store,
             config: FleetConfig::default(),
             seed: None,
+            secret: None,
+            clock: None,
         }
     }
 
@@ -146,6 +154,8 @@ impl<S: Store> Fleet<S> {
             store_warning: Mutex::new(None),
             trips_recorded: AtomicU64::new(0),
             fleet_trips_applied: AtomicU64::new(0),
+            fleet_action: Mutex::new(None),
+            actions_refused: AtomicU64::new(0),
             telemetry: Telemetry::new(handle.name()),
         });
         let gate: Arc<dyn ProbeGate> = Arc::new(FleetGate {
@@ -181,8 +191,15 @@ impl<S: Store> Fleet<S> {
             .unwrap_or_else(PoisonError::into_inner)
             .u64(..);
         let mut rng = fastrand::Rng::with_seed(seed);
+        let instance = Token::random(&mut rng);
         let task = Task {
-            instance: Token::random(&mut rng),
+            actions: Applier::new(
+                self.inner.secret.clone(),
+                &config.prefix,
+                format!("{:032x}", instance.0),
+                self.inner.clock,
+            ),
+            instance,
             shared: Arc::clone(&shared),
             store: Arc::clone(&self.inner.store),
             keys,
@@ -321,6 +338,23 @@ impl<S> FleetBuilder<S> {
         self
     }
 
+    /// The fleet secret that signs and checks operators' fleet actions (see
+    /// [`FleetSecret::from_env`]). Without one, fleet actions are off: this
+    /// instance neither reads nor applies them, and [`Fleet::act`] refuses.
+    #[must_use]
+    pub fn secret(mut self, secret: Option<FleetSecret>) -> Self {
+        self.secret = secret;
+        self
+    }
+
+    /// The wall clock fleet actions are issued and checked with (by default
+    /// one read when the fleet is built).
+    #[must_use]
+    pub fn wall_clock(mut self, clock: WallClock) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
     /// Validates the settings and creates the fleet.
     pub fn build(self) -> Result<Fleet<S>, ConfigError> {
         self.config.validate()?;
@@ -333,6 +367,8 @@ impl<S> FleetBuilder<S> {
                 store: Arc::new(self.store),
                 config: self.config,
                 rng: Mutex::new(rng),
+                secret: self.secret.map(Arc::new),
+                clock: self.clock.unwrap_or_default(),
             }),
         })
     }
@@ -426,6 +462,16 @@ impl Coordinated {
                 .clone(),
             trips_recorded: load(&s.trips_recorded),
             fleet_trips_applied: load(&s.fleet_trips_applied),
+            fleet_action: s
+                .fleet_action
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone()
+                .map(|(action, until)| AppliedAction {
+                    action,
+                    remaining: until.saturating_duration_since(now),
+                }),
+            actions_refused: load(&s.actions_refused),
         }
     }
 }
@@ -521,6 +567,12 @@ pub struct FleetSnapshot {
     pub trips_recorded: u64,
     /// Fleet trips that opened this instance's closed breaker.
     pub fleet_trips_applied: u64,
+    /// The operators' fleet action holding this breaker now, if any.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub fleet_action: Option<AppliedAction>,
+    /// Fleet actions this instance refused (unsigned, badly signed, replayed,
+    /// too long-lived, malformed); each is in the audit log.
+    pub actions_refused: u64,
 }
 
 /// The probe lease as one instance last saw it.
@@ -627,6 +679,9 @@ struct View {
 }
 
 struct Shared {
+    /// The fleet action in force, for the snapshot.
+    fleet_action: Mutex<Option<(FleetAction, Instant)>>,
+    actions_refused: AtomicU64,
     name: String,
     view: Mutex<View>,
     wake: Notify,
@@ -699,6 +754,8 @@ struct Trip {
 }
 
 struct Task<S> {
+    /// The operators' fleet actions on this breaker.
+    actions: Applier,
     shared: Arc<Shared>,
     store: Arc<S>,
     keys: Keys,
@@ -802,6 +859,7 @@ impl<S: Store> Task<S> {
         for _ in 0..8 {
             let now = Instant::now();
             self.expire_view(now);
+            self.expire_actions(now).await;
             if !self.connected {
                 if self.reconnect_at.is_some_and(|at| at <= now) {
                     self.reconnect().await;
@@ -857,6 +915,7 @@ impl<S: Store> Task<S> {
                 wake = Some(wake.map_or(t, |w| w.min(t)));
             }
         };
+        at(self.actions.due());
         if self.connected {
             at(self.due);
             at(self.record_at);
@@ -1292,8 +1351,55 @@ impl<S: Store> Task<S> {
                 if let Some(verdict) = verdict {
                     self.consider(verdict);
                 }
+                self.read_actions().await;
             }
             Err(e) => self.failed("touch", &e),
+        }
+    }
+
+    /// Reads the operators' fleet actions (when this fleet has a secret to
+    /// check them with) and applies the new valid ones; writes the audit.
+    async fn read_actions(&mut self) {
+        if self.actions.off() {
+            return;
+        }
+        let read = self.store.read_actions(&self.keys);
+        let read = match tokio::time::timeout(self.config.store_timeout, read).await {
+            Ok(Ok(read)) => read,
+            Ok(Err(e)) => return self.count_error("read_actions", &e),
+            Err(_) => return self.count_error("read_actions", &StoreError::TimedOut),
+        };
+        let audit = self.actions.consider(&self.handle, read);
+        self.actions_changed(audit).await;
+    }
+
+    /// Ends the fleet action in force if it is due.
+    async fn expire_actions(&mut self, now: Instant) {
+        if let Some(entry) = self.actions.expire(&self.handle, now) {
+            self.actions_changed(vec![entry]).await;
+        }
+    }
+
+    /// Publishes the fleet action in force to the snapshot, logs and audits.
+    async fn actions_changed(&mut self, audit: Vec<AuditEntry>) {
+        *self
+            .shared
+            .fleet_action
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = self.actions.in_force();
+        self.shared
+            .actions_refused
+            .store(self.actions.refused, Ordering::Relaxed);
+        for entry in audit {
+            self.shared
+                .telemetry
+                .fleet_action(&self.shared.name, &entry);
+            let write = self.store.audit(&self.keys, entry.encode());
+            match tokio::time::timeout(self.config.store_timeout, write).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => self.count_error("audit", &e),
+                Err(_) => self.count_error("audit", &StoreError::TimedOut),
+            }
         }
     }
 
@@ -1423,6 +1529,8 @@ mod tests {
             store_warning: None,
             trips_recorded: 4,
             fleet_trips_applied: 0,
+            fleet_action: None,
+            actions_refused: 0,
         }
     }
 

@@ -422,6 +422,19 @@
 //! follows Sentinel and Cluster deployments and speaks TLS (see its module docs
 //! for what holds across a failover, and for the eviction policy it needs).
 //!
+//! # Fleet-wide operator actions
+//!
+//! [`Fleet::act`] forces a breaker open or closed on every instance, resets
+//! it, or reverts an earlier action, with a reason and a mandatory expiry (at
+//! most [`MAX_ACTION_TTL`]) that every instance enforces by its own timer,
+//! also one that joins later. Actions are signed with a fleet secret from the
+//! instances' environment ([`FleetSecret::from_env`]), never kept in the
+//! store: an instance applies only what the secret signed, and refuses,
+//! counts and audits the rest (the threat model and the clock rules are in
+//! the `actions` module's docs, [`FleetAction`]). Without a secret, fleet
+//! actions are off. Every step is in the breaker's audit log in the store
+//! ([`Fleet::audit_log`]) and in the instance's log.
+//!
 //! # Where state lives
 //!
 //! A [`Fleet`] holds the store and the settings; cloning it shares both. Each
@@ -441,6 +454,8 @@
 //! cap.rs          a fleet-wide cap: CapConfig, CapMode, Capped, the renewal task that applies
 //!                 an instance's allotment to its bulkhead; CapSnapshot
 //! ledger.rs       the division of a cap as plain code (no clock, no I/O), as both stores run it
+//! actions.rs      operators' fleet actions: signed, expiring, audited (FleetAction, FleetSecret,
+//!                 Fleet::act) and the applier each coordinator runs
 //! store.rs        Store and CapStore: all a coordinator asks of the shared store; keys,
 //!                 leases, verdicts, claims, StoreError
 //! local.rs        LocalStore: the in-process store, with Faults to inject
@@ -451,6 +466,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod actions;
 mod cap;
 mod config;
 mod coordinator;
@@ -462,6 +478,11 @@ pub mod redis;
 mod store;
 mod telemetry;
 
+pub use actions::{
+    wall_ms, ActionError, ActionKind, ActionRefusal, AppliedAction, AuditEntry, FleetAction,
+    FleetSecret, WallClock, CLOCK_SKEW, DEFAULT_ACTION_TTL, MAX_ACTION_TTL, MAX_TEXT_LEN,
+    MIN_SECRET_LEN, PREVIOUS_SECRET_ENV, SECRET_ENV,
+};
 pub use cap::{CapConfig, CapError, CapMode, CapSnapshot, Capped, MAX_CAP};
 pub use config::{FleetConfig, TripTogether, MAX_SETTING};
 pub use coordinator::{Coordinated, Fleet, FleetBuilder, FleetSnapshot, LeaseStatus, Shutdown};
@@ -472,5 +493,6 @@ pub use redis::{RedisStore, RedisStoreBuilder};
 pub use store::{
     CapKeys, CapStore, Claim, ClaimReply, FleetEpoch, FleetEvent, FleetVerdict, InstanceId, Keys,
     LeaseReply, LeaseRequest, OperatorCap, ProbeResult, Store, StoreError, Subscription, Token,
-    TripRecord, TripReply, CAP_SCHEMA_VERSION, MAX_PREFIX_LEN, SCHEMA_VERSION,
+    TripRecord, TripReply, AUDIT_KEPT, CAP_SCHEMA_VERSION, MAX_ACTIONS, MAX_PREFIX_LEN,
+    SCHEMA_VERSION,
 };

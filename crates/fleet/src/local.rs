@@ -15,7 +15,7 @@ use crate::ledger::{Effects, Ledger};
 use crate::store::{
     CapKeys, CapStore, Claim, ClaimReply, FleetEpoch, FleetEvent, FleetVerdict, InstanceId, Keys,
     LeaseReply, LeaseRequest, ProbeResult, Store, StoreError, Subscription, Token, TripRecord,
-    TripReply,
+    TripReply, AUDIT_KEPT, MAX_ACTIONS,
 };
 
 /// Pushed verdicts a slow subscriber may have pending before newer ones are dropped
@@ -168,6 +168,9 @@ struct State {
     fleet_trips: BTreeMap<String, (FleetEpoch, Instant)>,
     subscribers: BTreeMap<String, Vec<mpsc::Sender<FleetEvent>>>,
     caps: BTreeMap<String, Ledger>,
+    /// Per breaker: the operators' actions by id, and the audit log (newest last).
+    actions: BTreeMap<String, BTreeMap<String, String>>,
+    audit: BTreeMap<String, std::collections::VecDeque<String>>,
     /// The origin of the store's millisecond clock (operators' decisions).
     origin: Instant,
 }
@@ -392,6 +395,8 @@ impl LocalStore {
                     fleet_trips: BTreeMap::new(),
                     subscribers: BTreeMap::new(),
                     caps: BTreeMap::new(),
+                    actions: BTreeMap::new(),
+                    audit: BTreeMap::new(),
                     origin: Instant::now(),
                 }),
                 ops: AtomicU64::new(0),
@@ -440,6 +445,8 @@ impl LocalStore {
         s.trips.clear();
         s.fleet_trips.clear();
         s.caps.clear();
+        s.actions.clear();
+        s.audit.clear();
     }
 
     /// The cap kept for `keys` and its live claims, read directly (not counted
@@ -588,6 +595,71 @@ impl Store for LocalStore {
 
     async fn subscribe(&self, keys: &Keys) -> Result<Subscription, StoreError> {
         self.listen(keys.channel()).await
+    }
+
+    async fn post_action(
+        &self,
+        keys: &Keys,
+        id: &str,
+        record: String,
+        _keep: Duration,
+    ) -> Result<(), StoreError> {
+        let (key, id) = (keys.actions().to_owned(), id.to_owned());
+        self.run(move |s, _| {
+            let kept = s.actions.entry(key).or_default();
+            if kept.len() >= MAX_ACTIONS && !kept.contains_key(&id) {
+                return Err(StoreError::Other(
+                    format!("at most {MAX_ACTIONS} fleet actions are kept per breaker").into(),
+                ));
+            }
+            kept.insert(id, record);
+            Ok(())
+        })
+        .await?
+    }
+
+    async fn remove_action(&self, keys: &Keys, id: &str) -> Result<(), StoreError> {
+        let (key, id) = (keys.actions().to_owned(), id.to_owned());
+        self.run(move |s, _| {
+            if let Some(kept) = s.actions.get_mut(&key) {
+                kept.remove(&id);
+            }
+        })
+        .await
+    }
+
+    async fn read_actions(&self, keys: &Keys) -> Result<Vec<(String, String)>, StoreError> {
+        let key = keys.actions().to_owned();
+        self.run(move |s, _| {
+            s.actions
+                .get(&key)
+                .map(|kept| kept.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+                .unwrap_or_default()
+        })
+        .await
+    }
+
+    async fn audit(&self, keys: &Keys, entry: String) -> Result<(), StoreError> {
+        let key = keys.audit().to_owned();
+        self.run(move |s, _| {
+            let log = s.audit.entry(key).or_default();
+            log.push_back(entry);
+            while log.len() > AUDIT_KEPT {
+                log.pop_front();
+            }
+        })
+        .await
+    }
+
+    async fn read_audit(&self, keys: &Keys, n: usize) -> Result<Vec<String>, StoreError> {
+        let key = keys.audit().to_owned();
+        self.run(move |s, _| {
+            s.audit
+                .get(&key)
+                .map(|log| log.iter().rev().take(n).cloned().collect())
+                .unwrap_or_default()
+        })
+        .await
     }
 
     /// At once: no fault is drawn and no operation counted (a health check is

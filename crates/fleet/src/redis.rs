@@ -143,7 +143,7 @@ use tokio::sync::mpsc;
 use crate::store::{
     CapKeys, CapStore, Claim, ClaimReply, FleetEpoch, FleetEvent, FleetVerdict, InstanceId, Keys,
     LeaseReply, LeaseRequest, OperatorCap, ProbeResult, Store, StoreError, Subscription, Token,
-    TripRecord, TripReply,
+    TripRecord, TripReply, AUDIT_KEPT, MAX_ACTIONS,
 };
 
 /// Pushed verdicts a slow subscriber may have pending before newer ones are
@@ -462,6 +462,21 @@ end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
 return redis.call('GET', KEYS[2])
+";
+
+/// KEYS: the breaker's actions. ARGV: id, record, ms to keep at least, the
+/// most kept. Keeps the record under `id` unless the hash is full (0), and
+/// makes the hash live at least that long (never shortens it).
+const POST_ACTION: &str = r"
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0
+  and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[4]) then
+  return 0
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+end
+return 1
 ";
 
 /// A [`Store`] on one Redis (or Valkey) server; cloning shares the connection.
@@ -1369,6 +1384,89 @@ impl Store for RedisStore {
         stored
             .map(|s| parse_verdict(&s).ok_or_else(|| malformed("verdict", &s)))
             .transpose()
+    }
+
+    async fn post_action(
+        &self,
+        keys: &Keys,
+        id: &str,
+        record: String,
+        keep: Duration,
+    ) -> Result<(), StoreError> {
+        let (generation, mut con) = self.connection().await?;
+        let keep_ms = u64::try_from(keep.as_millis()).unwrap_or(u64::MAX).max(1);
+        let kept: i64 = ::redis::Script::new(POST_ACTION)
+            .key(keys.actions())
+            .arg(id)
+            .arg(record)
+            .arg(keep_ms)
+            .arg(MAX_ACTIONS)
+            .invoke_async(&mut con)
+            .await
+            .map_err(|e| self.failed(generation, e))?;
+        if kept == 0 {
+            return Err(StoreError::Other(
+                format!("at most {MAX_ACTIONS} fleet actions are kept per breaker").into(),
+            ));
+        }
+        Ok(())
+    }
+
+    async fn remove_action(&self, keys: &Keys, id: &str) -> Result<(), StoreError> {
+        let (generation, mut con) = self.connection().await?;
+        let _: i64 = ::redis::cmd("HDEL")
+            .arg(keys.actions())
+            .arg(id)
+            .query_async(&mut con)
+            .await
+            .map_err(|e| self.failed(generation, e))?;
+        Ok(())
+    }
+
+    async fn read_actions(&self, keys: &Keys) -> Result<Vec<(String, String)>, StoreError> {
+        let (generation, mut con) = self.connection().await?;
+        ::redis::cmd("HGETALL")
+            .arg(keys.actions())
+            .query_async(&mut con)
+            .await
+            .map_err(|e| self.failed(generation, e))
+    }
+
+    async fn audit(&self, keys: &Keys, entry: String) -> Result<(), StoreError> {
+        let (generation, mut con) = self.connection().await?;
+        let _: () = ::redis::pipe()
+            .atomic()
+            .cmd("LPUSH")
+            .arg(keys.audit())
+            .arg(entry)
+            .ignore()
+            .cmd("LTRIM")
+            .arg(keys.audit())
+            .arg(0)
+            .arg(AUDIT_KEPT - 1)
+            .ignore()
+            .cmd("PEXPIRE")
+            .arg(keys.audit())
+            .arg(self.inner.key_ttl_ms)
+            .ignore()
+            .query_async(&mut con)
+            .await
+            .map_err(|e| self.failed(generation, e))?;
+        Ok(())
+    }
+
+    async fn read_audit(&self, keys: &Keys, n: usize) -> Result<Vec<String>, StoreError> {
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let (generation, mut con) = self.connection().await?;
+        ::redis::cmd("LRANGE")
+            .arg(keys.audit())
+            .arg(0)
+            .arg(n.saturating_sub(1).min(AUDIT_KEPT))
+            .query_async(&mut con)
+            .await
+            .map_err(|e| self.failed(generation, e))
     }
 
     fn warning(&self) -> Option<String> {

@@ -324,6 +324,8 @@ pub struct Keys {
     channel: String,
     trips: String,
     fleet_trip: String,
+    actions: String,
+    audit: String,
 }
 
 impl Keys {
@@ -342,6 +344,8 @@ impl Keys {
             channel: format!("{base}:verdicts"),
             trips: format!("{base}:trips"),
             fleet_trip: format!("{base}:fleet-trip"),
+            actions: format!("{base}:actions"),
+            audit: format!("{base}:audit"),
         })
     }
 
@@ -373,6 +377,16 @@ impl Keys {
     /// Holds the fleet trip in force (its epoch), for as long as its window.
     pub fn fleet_trip(&self) -> &str {
         &self.fleet_trip
+    }
+
+    /// Holds the operators' fleet actions on this breaker, by id.
+    pub fn actions(&self) -> &str {
+        &self.actions
+    }
+
+    /// Holds the breaker's audit log of fleet actions, newest first.
+    pub fn audit(&self) -> &str {
+        &self.audit
     }
 }
 
@@ -517,7 +531,74 @@ pub trait Store: Send + Sync + 'static {
     fn warning(&self) -> Option<String> {
         None
     }
+
+    /// Keeps a signed operator action (its [`encode`](crate::FleetAction::encode)d
+    /// form) under `id` in the breaker's actions, for at least `keep`; at most
+    /// [`MAX_ACTIONS`] are kept (`field`s deleted by
+    /// [`remove_action`](Self::remove_action) make room). The store never checks
+    /// a signature: every instance does. The provided method refuses (a store
+    /// that keeps no actions).
+    fn post_action(
+        &self,
+        keys: &Keys,
+        id: &str,
+        record: String,
+        keep: Duration,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = (keys, id, record, keep);
+        std::future::ready(Err(StoreError::Other(
+            "this store keeps no fleet actions".into(),
+        )))
+    }
+
+    /// Deletes the action kept under `id` (an expired one, to make room).
+    fn remove_action(
+        &self,
+        keys: &Keys,
+        id: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = (keys, id);
+        std::future::ready(Ok(()))
+    }
+
+    /// Every action kept, as `(id, record)`. Read at every health check by
+    /// every instance coordinating the breaker, so bounded: at most
+    /// [`MAX_ACTIONS`]. The provided method has none.
+    fn read_actions(
+        &self,
+        keys: &Keys,
+    ) -> impl Future<Output = Result<Vec<(String, String)>, StoreError>> + Send {
+        let _ = keys;
+        std::future::ready(Ok(Vec::new()))
+    }
+
+    /// Adds an [`AuditEntry`](crate::AuditEntry)'s encoded form to the
+    /// breaker's audit log, keeping the newest [`AUDIT_KEPT`].
+    fn audit(
+        &self,
+        keys: &Keys,
+        entry: String,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = (keys, entry);
+        std::future::ready(Ok(()))
+    }
+
+    /// The newest `n` audit entries, newest first.
+    fn read_audit(
+        &self,
+        keys: &Keys,
+        n: usize,
+    ) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send {
+        let _ = (keys, n);
+        std::future::ready(Ok(Vec::new()))
+    }
 }
+
+/// The most fleet actions a store keeps per breaker.
+pub const MAX_ACTIONS: usize = 32;
+
+/// The audit entries a store keeps per breaker.
+pub const AUDIT_KEPT: usize = 1000;
 
 // ----- the fleet-wide cap ------------------------------------------------------------
 
@@ -591,6 +672,7 @@ impl CapKeys {
     }
 
     /// The prefix of the instances' [`freed_for`](Self::freed_for) channels.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn freed_prefix(&self) -> &str {
         &self.freed
     }

@@ -48,6 +48,22 @@ impl Telemetry {
         tracing::debug!(target: "seawall::fleet", name, op, %error, "store operation failed");
     }
 
+    /// A fleet action applied, ended or refused here (also in the store's audit log).
+    pub(crate) fn fleet_action(&self, name: &str, entry: &crate::actions::AuditEntry) {
+        #[cfg(feature = "tracing")]
+        tracing::warn!(
+            target: "seawall::fleet",
+            name,
+            event = %entry.event,
+            action = %entry.action,
+            kind = %entry.kind,
+            signer = %entry.signer,
+            reason = %entry.reason,
+            expires_at_ms = entry.expires_at_ms,
+            "fleet action"
+        );
+    }
+
     pub(crate) fn went_local(&self, name: &str, error: &StoreError) {
         #[cfg(feature = "metrics")]
         self.connected.set(0.0);

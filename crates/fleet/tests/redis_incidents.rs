@@ -14,11 +14,12 @@ use std::io::Write;
 use std::time::Duration;
 
 use seawall_bulkhead::BulkheadLayer;
-use seawall_circuit_breaker::CircuitBreakerLayer;
+use seawall_circuit_breaker::{CircuitBreakerLayer, State};
 use seawall_core::BoxError;
 use seawall_fleet::{
-    CapConfig, CapKeys, CapStore, Claim, Fleet, FleetEpoch, InstanceId, Keys, LeaseReply,
-    LeaseRequest, LeaseStatus, ProbeResult, RedisStore, Store, Token, TripRecord,
+    ActionKind, CapConfig, CapKeys, CapStore, Claim, Fleet, FleetAction, FleetEpoch, FleetSecret,
+    InstanceId, Keys, LeaseReply, LeaseRequest, LeaseStatus, ProbeResult, RedisStore, Store, Token,
+    TripRecord,
 };
 use support::redis_server::RedisServer;
 use support::watch::{query, until};
@@ -479,4 +480,101 @@ async fn an_operators_cap_outlives_a_flush_until_it_is_cleared() {
     })
     .await;
     assert_eq!(stored().await, Some(6));
+}
+
+/// An operator's fleet action on a real Redis: three instances apply it, each
+/// ends it by itself at its expiry; an action written straight into Redis by
+/// someone without the fleet's secret is refused by each and audited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_action_applies_everywhere_expires_by_itself_and_a_forged_one_is_refused() {
+    let Some(server) = RedisServer::start(
+        "a_fleet_action_applies_everywhere_expires_by_itself_and_a_forged_one_is_refused",
+    ) else {
+        return;
+    };
+    let url = server.url();
+    let secret = || Some(FleetSecret::new(vec![3; 32]).unwrap());
+    let nodes: Vec<_> = (0..3)
+        .map(|_| {
+            let fleet = Fleet::builder(RedisStore::new(&url).unwrap())
+                .prefix("actions")
+                .store_timeout(Duration::from_millis(500))
+                .health_every(Duration::from_millis(200))
+                .secret(secret())
+                .build()
+                .unwrap();
+            let breaker = CircuitBreakerLayer::builder("freight").build().unwrap();
+            let handle = breaker.handle();
+            let coordinated = fleet.coordinate(&handle).unwrap();
+            (fleet, handle, coordinated)
+        })
+        .collect();
+    let all = |state: State| {
+        let handles: Vec<_> = nodes.iter().map(|(_, h, _)| h.clone()).collect();
+        move || {
+            let ok = handles.iter().all(|h| h.state() == state);
+            async move { ok }
+        }
+    };
+    until("every instance connected", || async {
+        nodes.iter().all(|(_, _, c)| c.snapshot().connected)
+    })
+    .await;
+
+    let forged = FleetAction::issue(
+        &FleetSecret::new(vec![4; 32]).unwrap(),
+        "actions",
+        "freight",
+        ActionKind::ForceOpen,
+        "looks official",
+        "ops",
+        Duration::from_secs(600),
+        nodes[0].0.wall_ms(),
+    )
+    .unwrap();
+    let written: Option<i64> = query(
+        &url,
+        ::redis::cmd("HSET")
+            .arg(Keys::new("actions", "freight").unwrap().actions())
+            .arg(&forged.id)
+            .arg(forged.encode()),
+    )
+    .await;
+    assert_eq!(written, Some(1));
+    until("each instance refused the forged action", || async {
+        nodes
+            .iter()
+            .all(|(_, _, c)| c.snapshot().actions_refused == 1)
+    })
+    .await;
+    assert!(nodes.iter().all(|(_, h, _)| h.state() == State::Closed));
+
+    let action = nodes[1]
+        .0
+        .act(
+            "freight",
+            ActionKind::ForceOpen,
+            "supplier migrating",
+            "ops",
+            Duration::from_secs(3),
+        )
+        .await
+        .unwrap();
+    until("every instance applied it", all(State::ForcedOpen)).await;
+    until("every instance ended it at its expiry", all(State::Closed)).await;
+    // Ended by the expiry, not earlier (each entry at or after it by the
+    // fleets' clocks on this one host, within their millisecond rounding).
+    let log = nodes[0].0.audit_log("freight", 100).await.unwrap();
+    let expired: Vec<_> = log
+        .iter()
+        .filter(|e| e.action == action.id && e.event == "expired")
+        .collect();
+    assert_eq!(expired.len(), 3, "{log:?}");
+    assert!(expired.iter().all(|e| e.at_ms + 5 >= action.expires_at_ms));
+    let refused = log
+        .iter()
+        .filter(|e| e.action == forged.id && e.event == "refused: bad signature")
+        .count();
+    assert_eq!(refused, 3);
+    report(&format!("fleet action: {} audit entries", log.len()));
 }
