@@ -8,6 +8,9 @@
 //! | `GET /policies` | [`PoliciesSnapshot`] of every policy: configuration in force, breaker state and counters, bulkhead occupancy, degradation level, fallback counters (the policy file by name only; its full path with the token) | no |
 //! | `GET /policies/{name}` | one policy's [`PolicySnapshot`](crate::config::PolicySnapshot) | no |
 //! | `GET /fleet` | [`FleetStatus`](crate::config::FleetStatus) (feature `fleet`): the `[fleet]` settings in force (store URL with its password as `***`, prefix, timeouts, `trip_together`, `caps`) and, under `policies`, each policy whose coordination or cap the application registered ([`Policies::register_coordination`], [`Policies::register_cap`]): `connected`, the coordination (lease, verdicts applied, store errors) and the cap (G configured and stored, allotment, demand, mode, fleet reserved total, lapses), also in the policy's entry of `GET /policies`; `404` with neither | no |
+//! | `GET /fleet/policies/{name}/actions` | the fleet actions kept for the policy's breaker and its audit log's 50 newest entries (feature `fleet`, a coordination registered) | no |
+//! | `POST /fleet/policies/{name}/breaker/{force-open, force-closed, reset}?reason=R&ttl=15m` | the same on **every instance** of the fleet, signed with the fleet's secret, until `ttl` (default 15 min, at most 4 h), audited; `409` when the fleet has no secret | yes |
+//! | `POST /fleet/policies/{name}/revert/{id}?reason=R` | ends fleet action `id` on every instance before its expiry | yes |
 //! | `POST /reload` | re-read the policy file and apply it ([`Policies::reload`]) | yes |
 //! | `POST /revert` | back to the start-up document ([`Policies::revert`]) | yes |
 //! | `POST /policies/{name}/breaker/{force-open, force-closed, reset}` | hold the breaker open or closed; `reset` ends either and starts closed with an empty window | yes |
@@ -33,7 +36,11 @@
 //! attempt, allowed or not, is logged (`tracing`, target `seawall::admin`).
 //!
 //! Changes made here act on **this instance only**: limits and breakers are per
-//! process. To change the fleet, change the file and reload every instance.
+//! process. To change the fleet, change the file and reload every instance, or,
+//! for a breaker, use the `/fleet/…` actions: every instance applies them at its
+//! next health check and ends them by itself at their expiry (a later local
+//! change on an instance wins there; at the end the breaker returns to what it
+//! was before).
 //!
 //! # The dashboard
 //!
@@ -164,6 +171,8 @@ fn same_digest(a: &[u8; 32], b: &[u8; 32]) -> bool {
 #[cfg(feature = "bulkhead")]
 mod bulkhead;
 mod dashboard;
+#[cfg(feature = "fleet")]
+mod fleet_actions;
 
 struct Admin {
     policies: Policies,
@@ -205,7 +214,7 @@ where
         token,
         dashboard,
     });
-    Router::new()
+    let router = Router::new()
         .route("/", get(dashboard::page))
         .route("/dashboard.js", get(dashboard::script))
         .route("/dashboard.css", get(dashboard::style))
@@ -215,8 +224,10 @@ where
         .route("/fleet", get(fleet))
         .route("/reload", post(reload))
         .route("/revert", post(revert))
-        .route("/policies/{name}/{layer}/{action}", post(act))
-        .with_state(admin)
+        .route("/policies/{name}/{layer}/{action}", post(act));
+    #[cfg(feature = "fleet")]
+    let router = fleet_actions::routes(router);
+    router.with_state(admin)
 }
 
 fn json<T: serde::Serialize>(status: StatusCode, value: &T) -> Response {

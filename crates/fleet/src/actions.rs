@@ -53,7 +53,10 @@ use seawall_core::ConfigError;
 use sha2::Sha256;
 use tokio::time::Instant;
 
-use crate::coordinator::Fleet;
+use std::future::Future;
+use std::pin::Pin;
+
+use crate::coordinator::{Coordinated, Fleet};
 use crate::store::{Keys, Store, StoreError};
 
 /// How long a fleet action lasts when the operator gives no expiry.
@@ -645,6 +648,69 @@ impl<S: Store> Fleet<S> {
     /// compared with).
     pub fn wall_ms(&self) -> u64 {
         self.inner.clock.now_ms()
+    }
+}
+
+type Boxed<'a, T> = Pin<Box<dyn Future<Output = Result<T, ActionError>> + Send + 'a>>;
+
+/// A fleet's actions without its store's type.
+pub(crate) trait Desk: Send + Sync {
+    fn act<'a>(
+        &'a self,
+        policy: &'a str,
+        kind: ActionKind,
+        reason: &'a str,
+        signer: &'a str,
+        ttl: Duration,
+    ) -> Boxed<'a, FleetAction>;
+    fn actions<'a>(&'a self, policy: &'a str) -> Boxed<'a, Vec<FleetAction>>;
+    fn audit_log<'a>(&'a self, policy: &'a str, n: usize) -> Boxed<'a, Vec<AuditEntry>>;
+}
+
+impl<S: Store> Desk for Fleet<S> {
+    fn act<'a>(
+        &'a self,
+        policy: &'a str,
+        kind: ActionKind,
+        reason: &'a str,
+        signer: &'a str,
+        ttl: Duration,
+    ) -> Boxed<'a, FleetAction> {
+        Box::pin(Fleet::act(self, policy, kind, reason, signer, ttl))
+    }
+
+    fn actions<'a>(&'a self, policy: &'a str) -> Boxed<'a, Vec<FleetAction>> {
+        Box::pin(Fleet::actions(self, policy))
+    }
+
+    fn audit_log<'a>(&'a self, policy: &'a str, n: usize) -> Boxed<'a, Vec<AuditEntry>> {
+        Box::pin(Fleet::audit_log(self, policy, n))
+    }
+}
+
+impl Coordinated {
+    /// [`Fleet::act`] on this breaker (what an admin route holding only the
+    /// coordination calls).
+    pub async fn act(
+        &self,
+        kind: ActionKind,
+        reason: &str,
+        signer: &str,
+        ttl: Duration,
+    ) -> Result<FleetAction, ActionError> {
+        self.desk()
+            .act(self.name(), kind, reason, signer, ttl)
+            .await
+    }
+
+    /// [`Fleet::actions`] on this breaker.
+    pub async fn fleet_actions(&self) -> Result<Vec<FleetAction>, ActionError> {
+        self.desk().actions(self.name()).await
+    }
+
+    /// [`Fleet::audit_log`] of this breaker.
+    pub async fn audit_log(&self, n: usize) -> Result<Vec<AuditEntry>, ActionError> {
+        self.desk().audit_log(self.name(), n).await
     }
 }
 

@@ -17,7 +17,9 @@ use tokio::sync::{broadcast, Notify};
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-use crate::actions::{AppliedAction, Applier, AuditEntry, FleetAction, FleetSecret, WallClock};
+use crate::actions::{
+    AppliedAction, Applier, AuditEntry, Desk, FleetAction, FleetSecret, WallClock,
+};
 use crate::config::{FleetConfig, TripTogether};
 use crate::store::{
     FleetEpoch, FleetEvent, FleetVerdict, Keys, LeaseReply, LeaseRequest, ProbeResult, Store,
@@ -243,6 +245,7 @@ impl<S: Store> Fleet<S> {
             task: join.abort_handle(),
             release,
             store_timeout: config.store_timeout,
+            desk: Arc::new(self.clone()),
         })
     }
 }
@@ -385,6 +388,8 @@ pub struct Coordinated {
     /// Releases a lease of this instance's (the graceful shutdown).
     release: ReleaseLease,
     store_timeout: Duration,
+    /// The fleet's operator actions (`Coordinated::act`).
+    desk: Arc<dyn Desk>,
 }
 
 type ReleaseLease = Box<
@@ -414,6 +419,10 @@ impl fmt::Debug for Coordinated {
 }
 
 impl Coordinated {
+    pub(crate) fn desk(&self) -> &dyn Desk {
+        &*self.desk
+    }
+
     /// The coordinated breaker's name.
     pub fn name(&self) -> &str {
         &self.shared.name

@@ -32,6 +32,15 @@ impl Policies {
         self.fleet_part(&name, |p| p.coordinated = Some(coordinated))
     }
 
+    /// The coordination registered for policy `name`, if any (the admin
+    /// router's fleet actions go through it).
+    pub(crate) fn coordination(&self, name: &str) -> Option<Arc<Coordinated>> {
+        self.lock()
+            .fleet_parts
+            .get(name)
+            .and_then(|p| p.coordinated.clone())
+    }
+
     /// Shows the fleet-wide cap of policy `capped.name()`'s bulkhead in the
     /// policy's snapshot and at `GET /fleet`, kept as
     /// [`register_coordination`](Self::register_coordination) keeps a coordination.

@@ -1,0 +1,167 @@
+//! The fleet-wide actions' routes (feature `fleet`): issued through a policy's
+//! registered coordination, signed by the fleet's secret, applied and ended by
+//! every instance itself (see `seawall_fleet`'s fleet actions).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ::axum::body::Body;
+use ::axum::extract::rejection::QueryRejection;
+use ::axum::extract::{Path, Query, State};
+use ::axum::http::{HeaderMap, StatusCode};
+use ::axum::response::Response;
+use ::axum::routing::{get, post};
+use ::axum::Router;
+use seawall_fleet::{ActionError, ActionKind, AuditEntry, FleetAction, DEFAULT_ACTION_TTL};
+
+use super::{bearer, digest, json, message, refusal, with_body, Admin};
+use crate::telemetry;
+
+/// The newest audit entries `GET …/actions` shows.
+const AUDIT_SHOWN: usize = 50;
+
+pub(super) fn routes(router: Router<Arc<Admin>>) -> Router<Arc<Admin>> {
+    router
+        .route("/fleet/policies/{name}/actions", get(list))
+        .route("/fleet/policies/{name}/breaker/{action}", post(issue))
+        .route("/fleet/policies/{name}/revert/{id}", post(issue_revert))
+}
+
+/// `reason` (required) and `ttl` (`"15m"` by default) of a fleet action.
+#[derive(Debug, Default, serde::Deserialize)]
+struct Params {
+    reason: Option<String>,
+    ttl: Option<String>,
+}
+
+#[derive(serde::Serialize)]
+struct Listing {
+    /// The actions kept in the store (in force or not yet deleted).
+    actions: Vec<FleetAction>,
+    /// The newest audit entries, newest first.
+    audit: Vec<AuditEntry>,
+}
+
+fn store_failure(e: &ActionError) -> Response {
+    match e {
+        ActionError::Config(e) => message(StatusCode::UNPROCESSABLE_ENTITY, &e.to_string()),
+        ActionError::Off => message(StatusCode::CONFLICT, &e.to_string()),
+        _ => message(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
+    }
+}
+
+async fn list(State(admin): State<Arc<Admin>>, Path(name): Path<String>) -> Response {
+    let Some(coordinated) = admin.policies.coordination(&name) else {
+        return message(
+            StatusCode::NOT_FOUND,
+            "no coordination registered for this policy",
+        );
+    };
+    let actions = match coordinated.fleet_actions().await {
+        Ok(actions) => actions,
+        Err(e) => return store_failure(&e),
+    };
+    match coordinated.audit_log(AUDIT_SHOWN).await {
+        Ok(audit) => json(StatusCode::OK, &Listing { actions, audit }),
+        Err(e) => store_failure(&e),
+    }
+}
+
+async fn issue(
+    State(admin): State<Arc<Admin>>,
+    Path((name, action)): Path<(String, String)>,
+    params: Result<Query<Params>, QueryRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let kind = match action.as_str() {
+        "force-open" => ActionKind::ForceOpen,
+        "force-closed" => ActionKind::ForceClosed,
+        "reset" => ActionKind::Reset,
+        _ => return message(StatusCode::NOT_FOUND, "no such fleet action"),
+    };
+    if let Some(refused) = allowed(&admin, &kind, &name, &headers, &body) {
+        return refused;
+    }
+    drop(body);
+    act(&admin, &name, kind, params, &headers).await
+}
+
+async fn issue_revert(
+    State(admin): State<Arc<Admin>>,
+    Path((name, id)): Path<(String, String)>,
+    params: Result<Query<Params>, QueryRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let kind = ActionKind::Revert(id);
+    if let Some(refused) = allowed(&admin, &kind, &name, &headers, &body) {
+        return refused;
+    }
+    drop(body);
+    act(&admin, &name, kind, params, &headers).await
+}
+
+/// The token and no body, as for every change (the body is dropped before
+/// the change awaits the store: it is not `Sync`).
+fn allowed(
+    admin: &Admin,
+    kind: &ActionKind,
+    name: &str,
+    headers: &HeaderMap,
+    body: &Body,
+) -> Option<Response> {
+    let what = format!("fleet/{kind}");
+    refusal(admin, headers, &what, Some(name)).or_else(|| with_body(body, &what, Some(name)))
+}
+
+/// Who signed: a fingerprint of the admin token presented (never the token).
+fn signer(headers: &HeaderMap) -> String {
+    let presented = bearer(headers).unwrap_or_default();
+    let d = digest(presented.as_bytes());
+    let hex: String = d.iter().take(6).map(|b| format!("{b:02x}")).collect();
+    format!("token:{hex}")
+}
+
+async fn act(
+    admin: &Admin,
+    name: &str,
+    kind: ActionKind,
+    params: Result<Query<Params>, QueryRejection>,
+    headers: &HeaderMap,
+) -> Response {
+    let what = format!("fleet/{kind}");
+    let params = match params {
+        Ok(Query(params)) => params,
+        Err(e) => return message(StatusCode::BAD_REQUEST, &e.body_text()),
+    };
+    let Some(reason) = params.reason.filter(|r| !r.is_empty()) else {
+        return message(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "reason: a fleet action needs one (`?reason=…`)",
+        );
+    };
+    let ttl: Duration = match params.ttl.as_deref() {
+        None => DEFAULT_ACTION_TTL,
+        Some(text) => match seawall_core::duration_format::parse(text) {
+            Ok(ttl) => ttl,
+            Err(e) => return message(StatusCode::UNPROCESSABLE_ENTITY, &format!("ttl: {e}")),
+        },
+    };
+    let Some(coordinated) = admin.policies.coordination(name) else {
+        return message(
+            StatusCode::NOT_FOUND,
+            "no coordination registered for this policy",
+        );
+    };
+    match coordinated.act(kind, &reason, &signer(headers), ttl).await {
+        Ok(action) => {
+            telemetry::admin_action(&what, Some(name), "issued to the fleet");
+            json(StatusCode::OK, &action)
+        }
+        Err(e) => {
+            telemetry::admin_action(&what, Some(name), "refused");
+            store_failure(&e)
+        }
+    }
+}

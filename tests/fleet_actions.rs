@@ -1,0 +1,202 @@
+//! Fleet-wide breaker actions through the admin router, over a real axum server
+//! on loopback: three instances sharing one store; an action sent to one
+//! instance's router reaches all three, ends by itself at its expiry, and is in
+//! the audit log; refused without the token, a reason, or a fleet secret.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use seawall::admin::{self, AdminToken};
+use seawall::circuit_breaker::{Handle, State};
+use seawall::config::Policies;
+use seawall::fleet::{Coordinated, Fleet, FleetSecret, LocalStore};
+use serde_json::Value;
+
+const DOC: &str = r#"
+[policies.freight]
+breaker = { open_for = "10s" }
+"#;
+
+const TOKEN: &str = "an-admin-token-of-some-length";
+
+struct Instance {
+    handle: Handle,
+    coordinated: Arc<Coordinated>,
+    addr: SocketAddr,
+}
+
+async fn instance(store: &LocalStore, secret: Option<FleetSecret>) -> Instance {
+    let policies = Policies::from_toml(DOC).unwrap();
+    let breaker = policies.circuit_breaker("freight", |b| b).unwrap();
+    let handle = breaker.handle();
+    let fleet = Fleet::builder(store.clone())
+        .prefix("shop")
+        .health_every(Duration::from_millis(100))
+        .secret(secret)
+        .build()
+        .unwrap();
+    let coordinated = Arc::new(fleet.coordinate(&handle).unwrap());
+    policies
+        .register_coordination(Arc::clone(&coordinated))
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = admin::router(policies, Some(AdminToken::new(TOKEN).unwrap()));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Instance {
+        handle,
+        coordinated,
+        addr,
+    }
+}
+
+fn client() -> hyper_util::client::legacy::Client<HttpConnector, Empty<Bytes>> {
+    hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build_http()
+}
+
+async fn send(addr: SocketAddr, method: &str, path: &str, token: Option<&str>) -> (u16, Value) {
+    let mut req = http::Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"));
+    if let Some(token) = token {
+        req = req.header("authorization", format!("Bearer {token}"));
+    }
+    let res = client()
+        .request(req.body(Empty::new()).unwrap())
+        .await
+        .unwrap();
+    let status = res.status().as_u16();
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
+}
+
+/// Polls `done` every 20 ms under a 60 s watchdog (a bound, not a measure).
+async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "watchdog: never {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn secret() -> Option<FleetSecret> {
+    Some(FleetSecret::new(vec![9; 32]).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_action_sent_to_one_router_holds_every_instance_until_its_expiry() {
+    let store = LocalStore::new();
+    let nodes = [
+        instance(&store, secret()).await,
+        instance(&store, secret()).await,
+        instance(&store, secret()).await,
+    ];
+    let states = |nodes: &[Instance]| nodes.iter().map(|n| n.handle.state()).collect::<Vec<_>>();
+    let path = "/fleet/policies/freight/breaker/force-open?reason=game%20day&ttl=2s";
+
+    // Refused, changing nothing: no token, no reason, a bad ttl.
+    assert_eq!(send(nodes[0].addr, "POST", path, None).await.0, 401);
+    let (status, body) = send(
+        nodes[0].addr,
+        "POST",
+        "/fleet/policies/freight/breaker/force-open?ttl=2s",
+        Some(TOKEN),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body["error"].as_str().unwrap().starts_with("reason"));
+    let (status, body) = send(
+        nodes[0].addr,
+        "POST",
+        "/fleet/policies/freight/breaker/force-open?reason=x&ttl=5h",
+        Some(TOKEN),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("ttl"), "{body}");
+
+    let (status, action) = send(nodes[0].addr, "POST", path, Some(TOKEN)).await;
+    assert_eq!(status, 200, "{action}");
+    assert_eq!(action["kind"], "force_open");
+    assert_eq!(action["reason"], "game day");
+    assert!(action["signer"].as_str().unwrap().starts_with("token:"));
+    assert!(
+        !action.to_string().contains(TOKEN),
+        "the token is never shown"
+    );
+    until("all three forced open", || {
+        states(&nodes) == vec![State::ForcedOpen; 3]
+    })
+    .await;
+    let held = nodes[2].coordinated.snapshot().fleet_action.unwrap();
+    assert_eq!(serde_json::json!(held.action.id), action["id"]);
+    until("all three back at the expiry", || {
+        states(&nodes) == vec![State::Closed; 3]
+    })
+    .await;
+
+    let (status, listing) = send(
+        nodes[1].addr,
+        "GET",
+        "/fleet/policies/freight/actions",
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let events: Vec<&str> = listing["audit"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["action"] == action["id"])
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        events.iter().filter(|e| **e == "applied").count(),
+        3,
+        "{listing}"
+    );
+    assert_eq!(
+        events.iter().filter(|e| **e == "expired").count(),
+        3,
+        "{listing}"
+    );
+    assert!(events.contains(&"issued"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_fleet_secret_fleet_actions_are_refused() {
+    let store = LocalStore::new();
+    let node = instance(&store, None).await;
+    let (status, body) = send(
+        node.addr,
+        "POST",
+        "/fleet/policies/freight/breaker/force-open?reason=x",
+        Some(TOKEN),
+    )
+    .await;
+    assert_eq!(status, 409, "{body}");
+    assert!(body["error"]
+        .as_str()
+        .unwrap()
+        .contains("SEAWALL_FLEET_SECRET"));
+    assert_eq!(node.handle.state(), State::Closed);
+    let (status, _) = send(
+        node.addr,
+        "POST",
+        "/fleet/policies/nothing/breaker/force-open?reason=x",
+        Some(TOKEN),
+    )
+    .await;
+    assert_eq!(status, 404);
+}
