@@ -1564,6 +1564,7 @@ mod tests {
             "health_checks": 5,
             "trips_recorded": 4,
             "fleet_trips_applied": 0,
+            "actions_refused": 0,
         });
         assert_eq!(serde_json::to_value(&holding).unwrap(), expected);
     }
