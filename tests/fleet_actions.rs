@@ -172,6 +172,25 @@ async fn a_fleet_action_sent_to_one_router_holds_every_instance_until_its_expiry
         "{listing}"
     );
     assert!(events.contains(&"issued"));
+
+    // One view of the three: every instance reports (every 5 s).
+    until_view(nodes[2].addr, 3).await;
+}
+
+/// Waits until the router's fleet view of `freight` shows `n` closed instances.
+async fn until_view(addr: SocketAddr, n: u64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, view) = send(addr, "GET", "/fleet/policies/freight/instances", None).await;
+        assert_eq!(status, 200, "{view}");
+        if view["closed"] == n {
+            assert_eq!(view["instances"].as_array().unwrap().len() as u64, n);
+            assert_eq!(view["instances"][0]["state"], "closed");
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "watchdog: {view}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,6 @@
-//! The fleet-wide actions' routes (feature `fleet`): issued through a policy's
-//! registered coordination, signed by the fleet's secret, applied and ended by
-//! every instance itself (see `seawall_fleet`'s fleet actions).
+//! The fleet's routes (feature `fleet`): one view of every replica's breaker,
+//! and fleet-wide actions issued through a policy's registered coordination,
+//! signed by the fleet's secret, applied and ended by every instance itself.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +23,7 @@ const AUDIT_SHOWN: usize = 50;
 pub(super) fn routes(router: Router<Arc<Admin>>) -> Router<Arc<Admin>> {
     router
         .route("/fleet/policies/{name}/actions", get(list))
+        .route("/fleet/policies/{name}/instances", get(instances))
         .route("/fleet/policies/{name}/breaker/{action}", post(issue))
         .route("/fleet/policies/{name}/revert/{id}", post(issue_revert))
 }
@@ -63,6 +64,20 @@ async fn list(State(admin): State<Arc<Admin>>, Path(name): Path<String>) -> Resp
     };
     match coordinated.audit_log(AUDIT_SHOWN).await {
         Ok(audit) => json(StatusCode::OK, &Listing { actions, audit }),
+        Err(e) => store_failure(&e),
+    }
+}
+
+/// Every instance's latest report on the policy's breaker, the worst first.
+async fn instances(State(admin): State<Arc<Admin>>, Path(name): Path<String>) -> Response {
+    let Some(coordinated) = admin.policies.coordination(&name) else {
+        return message(
+            StatusCode::NOT_FOUND,
+            "no coordination registered for this policy",
+        );
+    };
+    match coordinated.fleet_view().await {
+        Ok(view) => json(StatusCode::OK, &view),
         Err(e) => store_failure(&e),
     }
 }

@@ -58,6 +58,7 @@ use std::pin::Pin;
 
 use crate::coordinator::{Coordinated, Fleet};
 use crate::store::{Keys, Store, StoreError};
+use crate::view::FleetView;
 
 /// How long a fleet action lasts when the operator gives no expiry.
 pub const DEFAULT_ACTION_TTL: Duration = Duration::from_secs(15 * 60);
@@ -644,6 +645,14 @@ impl<S: Store> Fleet<S> {
         Ok(read.iter().filter_map(|e| AuditEntry::decode(e)).collect())
     }
 
+    /// Every instance's fresh report on breaker `policy` (see
+    /// [`FleetView`]); store failures as for actions.
+    pub async fn fleet_view(&self, policy: &str) -> Result<FleetView, ActionError> {
+        let keys = Keys::new(&self.inner.config.prefix, policy)?;
+        let read = self.within(self.inner.store.read_reports(&keys)).await?;
+        Ok(FleetView::from_reports(&read, self.inner.clock.now_ms()))
+    }
+
     /// This fleet's wall clock, ms since the Unix epoch (what expiries are
     /// compared with).
     pub fn wall_ms(&self) -> u64 {
@@ -665,6 +674,7 @@ pub(crate) trait Desk: Send + Sync {
     ) -> Boxed<'a, FleetAction>;
     fn actions<'a>(&'a self, policy: &'a str) -> Boxed<'a, Vec<FleetAction>>;
     fn audit_log<'a>(&'a self, policy: &'a str, n: usize) -> Boxed<'a, Vec<AuditEntry>>;
+    fn view<'a>(&'a self, policy: &'a str) -> Boxed<'a, FleetView>;
 }
 
 impl<S: Store> Desk for Fleet<S> {
@@ -685,6 +695,10 @@ impl<S: Store> Desk for Fleet<S> {
 
     fn audit_log<'a>(&'a self, policy: &'a str, n: usize) -> Boxed<'a, Vec<AuditEntry>> {
         Box::pin(Fleet::audit_log(self, policy, n))
+    }
+
+    fn view<'a>(&'a self, policy: &'a str) -> Boxed<'a, FleetView> {
+        Box::pin(Fleet::fleet_view(self, policy))
     }
 }
 
@@ -711,6 +725,11 @@ impl Coordinated {
     /// [`Fleet::audit_log`] of this breaker.
     pub async fn audit_log(&self, n: usize) -> Result<Vec<AuditEntry>, ActionError> {
         self.desk().audit_log(self.name(), n).await
+    }
+
+    /// [`Fleet::fleet_view`] of this breaker.
+    pub async fn fleet_view(&self) -> Result<FleetView, ActionError> {
+        self.desk().view(self.name()).await
     }
 }
 
@@ -805,6 +824,11 @@ impl Applier {
     /// What is in force now and until when, for the snapshot.
     pub(crate) fn in_force(&self) -> Option<(FleetAction, Instant)> {
         self.in_force.as_ref().map(|f| (f.action.clone(), f.until))
+    }
+
+    /// This fleet's wall clock now, ms.
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
     }
 
     /// Without a secret, fleet actions are off: nothing is read or applied.

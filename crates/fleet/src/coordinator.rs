@@ -26,6 +26,9 @@ use crate::store::{
     StoreError, Subscription, Token, TripRecord,
 };
 use crate::telemetry::Telemetry;
+use crate::view::{
+    stuck, suspect, FleetView, InstanceReport, StuckOpen, REPORT_EVERY, REPORT_FRESH,
+};
 
 /// Coordinates circuit breakers across every instance sharing one store.
 ///
@@ -158,6 +161,7 @@ impl<S: Store> Fleet<S> {
             fleet_trips_applied: AtomicU64::new(0),
             fleet_action: Mutex::new(None),
             actions_refused: AtomicU64::new(0),
+            stuck_open: Mutex::new(None),
             telemetry: Telemetry::new(handle.name()),
         });
         let gate: Arc<dyn ProbeGate> = Arc::new(FleetGate {
@@ -202,6 +206,7 @@ impl<S: Store> Fleet<S> {
                 self.inner.clock,
             ),
             instance,
+            report_at: Instant::now(),
             shared: Arc::clone(&shared),
             store: Arc::clone(&self.inner.store),
             keys,
@@ -481,6 +486,11 @@ impl Coordinated {
                     remaining: until.saturating_duration_since(now),
                 }),
             actions_refused: load(&s.actions_refused),
+            stuck_open: s
+                .stuck_open
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone(),
         }
     }
 }
@@ -582,6 +592,11 @@ pub struct FleetSnapshot {
     /// Fleet actions this instance refused (unsigned, badly signed, replayed,
     /// too long-lived, malformed); each is in the audit log.
     pub actions_refused: u64,
+    /// Set when this breaker has been open for long (three open intervals and
+    /// a minute) with the evidence of why, or forced open for over 15 min; as
+    /// of the last report (every 5 s).
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub stuck_open: Option<StuckOpen>,
 }
 
 /// The probe lease as one instance last saw it.
@@ -691,6 +706,7 @@ struct Shared {
     /// The fleet action in force, for the snapshot.
     fleet_action: Mutex<Option<(FleetAction, Instant)>>,
     actions_refused: AtomicU64,
+    stuck_open: Mutex<Option<StuckOpen>>,
     name: String,
     view: Mutex<View>,
     wake: Notify,
@@ -765,6 +781,8 @@ struct Trip {
 struct Task<S> {
     /// The operators' fleet actions on this breaker.
     actions: Applier,
+    /// When this instance next reports its breaker to the fleet's view.
+    report_at: Instant,
     shared: Arc<Shared>,
     store: Arc<S>,
     keys: Keys,
@@ -1361,9 +1379,58 @@ impl<S: Store> Task<S> {
                     self.consider(verdict);
                 }
                 self.read_actions().await;
+                if Instant::now() >= self.report_at {
+                    self.report_at = later(Instant::now(), REPORT_EVERY);
+                    self.report().await;
+                }
             }
             Err(e) => self.failed("touch", &e),
         }
+    }
+
+    /// Reports this instance's breaker to the fleet's view, and decides
+    /// whether it is stuck open (reading the view only when it is suspect).
+    async fn report(&mut self) {
+        let snapshot = self.handle.snapshot();
+        let me = format!("{:032x}", self.instance.0);
+        let now_ms = self.actions.now_ms();
+        let action = self.actions.in_force().map(|(a, _)| a.id);
+        let record = InstanceReport::of(me.clone(), &snapshot, action, now_ms).encode();
+        let fresh = u64::try_from(REPORT_FRESH.as_millis()).unwrap_or(u64::MAX);
+        let write = self.store.report(
+            &self.keys,
+            &me,
+            record,
+            now_ms,
+            now_ms.saturating_sub(fresh),
+        );
+        match tokio::time::timeout(self.config.store_timeout, write).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => self.count_error("report", &e),
+            Err(_) => self.count_error("report", &StoreError::TimedOut),
+        }
+        let view = if suspect(&snapshot) {
+            let read = self.store.read_reports(&self.keys);
+            match tokio::time::timeout(self.config.store_timeout, read).await {
+                Ok(Ok(read)) => Some(FleetView::from_reports(&read, now_ms)),
+                Ok(Err(e)) => {
+                    self.count_error("read_reports", &e);
+                    None
+                }
+                Err(_) => {
+                    self.count_error("read_reports", &StoreError::TimedOut);
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let flag = stuck(&snapshot, &me, view.as_ref());
+        *self
+            .shared
+            .stuck_open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = flag;
     }
 
     /// Reads the operators' fleet actions (when this fleet has a secret to
@@ -1540,6 +1607,7 @@ mod tests {
             fleet_trips_applied: 0,
             fleet_action: None,
             actions_refused: 0,
+            stuck_open: None,
         }
     }
 

@@ -460,6 +460,7 @@
 //!                 leases, verdicts, claims, StoreError
 //! local.rs        LocalStore: the in-process store, with Faults to inject
 //! redis.rs        RedisStore: one Lua script per write, RESP3 pushes (feature `redis`)
+//! view.rs         one view of every replica: InstanceReport, FleetView, and the stuck-open flag
 //! telemetry.rs    tracing events and metrics
 //! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -477,6 +478,7 @@ mod local;
 pub mod redis;
 mod store;
 mod telemetry;
+mod view;
 
 pub use actions::{
     wall_ms, ActionError, ActionKind, ActionRefusal, AppliedAction, AuditEntry, FleetAction,
@@ -495,4 +497,8 @@ pub use store::{
     LeaseReply, LeaseRequest, OperatorCap, ProbeResult, Store, StoreError, Subscription, Token,
     TripRecord, TripReply, AUDIT_KEPT, CAP_SCHEMA_VERSION, MAX_ACTIONS, MAX_PREFIX_LEN,
     SCHEMA_VERSION,
+};
+pub use view::{
+    FleetView, InstanceReport, StuckCause, StuckOpen, FORCED_TOO_LONG, MAX_REPORT_LEN,
+    REPORT_EVERY, REPORT_FRESH, STUCK_AFTER,
 };

@@ -15,7 +15,7 @@ use crate::ledger::{Effects, Ledger};
 use crate::store::{
     CapKeys, CapStore, Claim, ClaimReply, FleetEpoch, FleetEvent, FleetVerdict, InstanceId, Keys,
     LeaseReply, LeaseRequest, ProbeResult, Store, StoreError, Subscription, Token, TripRecord,
-    TripReply, AUDIT_KEPT, MAX_ACTIONS,
+    TripReply, AUDIT_KEPT, MAX_ACTIONS, STALE_TRIMMED,
 };
 
 /// Pushed verdicts a slow subscriber may have pending before newer ones are dropped
@@ -171,6 +171,8 @@ struct State {
     /// Per breaker: the operators' actions by id, and the audit log (newest last).
     actions: BTreeMap<String, BTreeMap<String, String>>,
     audit: BTreeMap<String, std::collections::VecDeque<String>>,
+    /// Per breaker: each instance's latest report and its time.
+    reports: BTreeMap<String, BTreeMap<String, (u64, String)>>,
     /// The origin of the store's millisecond clock (operators' decisions).
     origin: Instant,
 }
@@ -397,6 +399,7 @@ impl LocalStore {
                     caps: BTreeMap::new(),
                     actions: BTreeMap::new(),
                     audit: BTreeMap::new(),
+                    reports: BTreeMap::new(),
                     origin: Instant::now(),
                 }),
                 ops: AtomicU64::new(0),
@@ -447,6 +450,7 @@ impl LocalStore {
         s.caps.clear();
         s.actions.clear();
         s.audit.clear();
+        s.reports.clear();
     }
 
     /// The cap kept for `keys` and its live claims, read directly (not counted
@@ -647,6 +651,46 @@ impl Store for LocalStore {
             while log.len() > AUDIT_KEPT {
                 log.pop_front();
             }
+        })
+        .await
+    }
+
+    async fn report(
+        &self,
+        keys: &Keys,
+        instance: &str,
+        record: String,
+        at_ms: u64,
+        stale_ms: u64,
+    ) -> Result<(), StoreError> {
+        let (key, instance) = (keys.reports().to_owned(), instance.to_owned());
+        self.run(move |s, _| {
+            let kept = s.reports.entry(key).or_default();
+            kept.insert(instance, (at_ms, record));
+            let stale: Vec<String> = kept
+                .iter()
+                .filter(|(_, (at, _))| *at < stale_ms)
+                .take(STALE_TRIMMED)
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in stale {
+                kept.remove(&id);
+            }
+        })
+        .await
+    }
+
+    async fn read_reports(&self, keys: &Keys) -> Result<Vec<(String, String)>, StoreError> {
+        let key = keys.reports().to_owned();
+        self.run(move |s, _| {
+            s.reports
+                .get(&key)
+                .map(|kept| {
+                    kept.iter()
+                        .map(|(id, (_, record))| (id.clone(), record.clone()))
+                        .collect()
+                })
+                .unwrap_or_default()
         })
         .await
     }

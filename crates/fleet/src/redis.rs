@@ -143,7 +143,7 @@ use tokio::sync::mpsc;
 use crate::store::{
     CapKeys, CapStore, Claim, ClaimReply, FleetEpoch, FleetEvent, FleetVerdict, InstanceId, Keys,
     LeaseReply, LeaseRequest, OperatorCap, ProbeResult, Store, StoreError, Subscription, Token,
-    TripRecord, TripReply, AUDIT_KEPT, MAX_ACTIONS,
+    TripRecord, TripReply, AUDIT_KEPT, MAX_ACTIONS, STALE_TRIMMED,
 };
 
 /// Pushed verdicts a slow subscriber may have pending before newer ones are
@@ -462,6 +462,22 @@ end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
 return redis.call('GET', KEYS[2])
+";
+
+/// KEYS: the breaker's reports, their time index. ARGV: instance, record, its
+/// time (ms), the stale bound (ms), the most stale dropped, the keys' ttl.
+/// Keeps the report, drops a bounded number of stale ones: `O(log N)`.
+const REPORT: &str = r"
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+local stale = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[4], 'LIMIT', 0, tonumber(ARGV[5]))
+for _, id in ipairs(stale) do
+  redis.call('HDEL', KEYS[1], id)
+  redis.call('ZREM', KEYS[2], id)
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[6])
+redis.call('PEXPIRE', KEYS[2], ARGV[6])
+return #stale
 ";
 
 /// KEYS: the breaker's actions. ARGV: id, record, ms to keep at least, the
@@ -1453,6 +1469,39 @@ impl Store for RedisStore {
             .await
             .map_err(|e| self.failed(generation, e))?;
         Ok(())
+    }
+
+    async fn report(
+        &self,
+        keys: &Keys,
+        instance: &str,
+        record: String,
+        at_ms: u64,
+        stale_ms: u64,
+    ) -> Result<(), StoreError> {
+        let (generation, mut con) = self.connection().await?;
+        let _: i64 = ::redis::Script::new(REPORT)
+            .key(keys.reports())
+            .key(keys.reported())
+            .arg(instance)
+            .arg(record)
+            .arg(at_ms)
+            .arg(stale_ms)
+            .arg(STALE_TRIMMED)
+            .arg(self.inner.key_ttl_ms)
+            .invoke_async(&mut con)
+            .await
+            .map_err(|e| self.failed(generation, e))?;
+        Ok(())
+    }
+
+    async fn read_reports(&self, keys: &Keys) -> Result<Vec<(String, String)>, StoreError> {
+        let (generation, mut con) = self.connection().await?;
+        ::redis::cmd("HGETALL")
+            .arg(keys.reports())
+            .query_async(&mut con)
+            .await
+            .map_err(|e| self.failed(generation, e))
     }
 
     async fn read_audit(&self, keys: &Keys, n: usize) -> Result<Vec<String>, StoreError> {

@@ -326,6 +326,8 @@ pub struct Keys {
     fleet_trip: String,
     actions: String,
     audit: String,
+    reports: String,
+    reported: String,
 }
 
 impl Keys {
@@ -346,6 +348,8 @@ impl Keys {
             fleet_trip: format!("{base}:fleet-trip"),
             actions: format!("{base}:actions"),
             audit: format!("{base}:audit"),
+            reports: format!("{base}:reports"),
+            reported: format!("{base}:reported"),
         })
     }
 
@@ -387,6 +391,16 @@ impl Keys {
     /// Holds the breaker's audit log of fleet actions, newest first.
     pub fn audit(&self) -> &str {
         &self.audit
+    }
+
+    /// Holds each instance's latest report on the breaker, by instance.
+    pub fn reports(&self) -> &str {
+        &self.reports
+    }
+
+    /// Indexes the reports by time (ms), so the stale ones go without a scan.
+    pub fn reported(&self) -> &str {
+        &self.reported
     }
 }
 
@@ -583,6 +597,29 @@ pub trait Store: Send + Sync + 'static {
         std::future::ready(Ok(()))
     }
 
+    /// Keeps `record` as `instance`'s latest report at `at_ms` (its clock), and
+    /// drops at most 16 reports older than `stale_ms`.
+    fn report(
+        &self,
+        keys: &Keys,
+        instance: &str,
+        record: String,
+        at_ms: u64,
+        stale_ms: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = (keys, instance, record, at_ms, stale_ms);
+        std::future::ready(Ok(()))
+    }
+
+    /// Every report kept, as `(instance, record)`.
+    fn read_reports(
+        &self,
+        keys: &Keys,
+    ) -> impl Future<Output = Result<Vec<(String, String)>, StoreError>> + Send {
+        let _ = keys;
+        std::future::ready(Ok(Vec::new()))
+    }
+
     /// The newest `n` audit entries, newest first.
     fn read_audit(
         &self,
@@ -593,6 +630,9 @@ pub trait Store: Send + Sync + 'static {
         std::future::ready(Ok(Vec::new()))
     }
 }
+
+/// The most stale reports one report drops (the rest go with later reports).
+pub(crate) const STALE_TRIMMED: usize = 16;
 
 /// The most fleet actions a store keeps per breaker.
 pub const MAX_ACTIONS: usize = 32;

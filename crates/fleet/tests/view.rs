@@ -1,0 +1,148 @@
+//! One view of every replica over `LocalStore` in paused time: each
+//! coordinating instance reports every 5 s, one that left drops out within
+//! three periods, and a breaker open long is called stuck with the reason the
+//! fleet's reports give.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use seawall_circuit_breaker::{Forced, State};
+use seawall_fleet::{Fleet, FleetConfig, LocalStore, StuckCause};
+use support::{breaker_config, instance, load, run_for, Dependency, Instance};
+
+fn fleet(store: &LocalStore, seed: u64) -> Fleet<LocalStore> {
+    Fleet::builder(store.clone())
+        .config(FleetConfig::default())
+        .seed(seed)
+        .build()
+        .unwrap()
+}
+
+fn three(store: &LocalStore, deps: [&Arc<Dependency>; 3]) -> Vec<Instance> {
+    (0..3)
+        .map(|i| instance(i, deps[i], Some(&fleet(store, i as u64)), breaker_config()))
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_instance_reports_and_one_that_left_drops_out() {
+    let store = LocalStore::new();
+    let dep = Dependency::new(Duration::from_millis(5));
+    let mut nodes = three(&store, [&dep, &dep, &dep]);
+    load(&nodes, Duration::from_millis(100), Duration::from_secs(6)).await;
+    let view = nodes[0]
+        .coordinated
+        .as_ref()
+        .unwrap()
+        .fleet_view()
+        .await
+        .unwrap();
+    assert_eq!((view.closed, view.open, view.instances.len()), (3, 0, 3));
+    assert!(view.ages_ms.iter().all(|age| *age <= 5_000), "{view:?}");
+    assert!(view.instances.iter().all(|r| r.calls > 0));
+    // Reports cost one operation per instance per 5 s: flat in the fleet size.
+    let ops = store.ops();
+    run_for(Duration::from_secs(10)).await;
+    assert!(store.ops() - ops <= 3 * 2 + 3, "{} ops", store.ops() - ops);
+
+    // One leaves: within three periods (and a report by another) it is gone.
+    let gone = nodes.pop().unwrap();
+    drop(gone);
+    run_for(Duration::from_secs(21)).await;
+    let view = nodes[0]
+        .coordinated
+        .as_ref()
+        .unwrap()
+        .fleet_view()
+        .await
+        .unwrap();
+    assert_eq!(view.instances.len(), 2, "{view:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_breaker_open_here_alone_is_local_and_open_everywhere_is_external() {
+    let store = LocalStore::new();
+    let (bad, good) = (
+        Dependency::new(Duration::from_millis(5)),
+        Dependency::new(Duration::from_millis(5)),
+    );
+    bad.fail(true);
+    let nodes = three(&store, [&bad, &good, &good]);
+    // Open 10 s at a time: suspect after three intervals and a minute.
+    load(&nodes, Duration::from_millis(100), Duration::from_secs(50)).await;
+    assert_eq!(nodes[0].state(), State::Open);
+    let snapshot = nodes[0].coordinated.as_ref().unwrap().snapshot();
+    assert!(snapshot.stuck_open.is_none(), "not yet: {snapshot:?}");
+    load(&nodes, Duration::from_millis(100), Duration::from_secs(25)).await;
+    let stuck = nodes[0]
+        .coordinated
+        .as_ref()
+        .unwrap()
+        .snapshot()
+        .stuck_open
+        .expect("flagged");
+    assert_eq!(stuck.cause, StuckCause::LocalOnly);
+    assert_eq!((stuck.others_closed, stuck.others_open), (2, 0));
+    assert!(stuck.open_for_ms >= 60_000);
+    assert!(nodes[1]
+        .coordinated
+        .as_ref()
+        .unwrap()
+        .snapshot()
+        .stuck_open
+        .is_none());
+
+    // The dependency fails for everyone: the same breaker is an external failure.
+    good.fail(true);
+    load(&nodes, Duration::from_millis(100), Duration::from_secs(10)).await;
+    let stuck = nodes[0]
+        .coordinated
+        .as_ref()
+        .unwrap()
+        .snapshot()
+        .stuck_open
+        .expect("flagged");
+    assert_eq!(stuck.cause, StuckCause::ExternalFailure, "{stuck:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_breaker_past_its_interval_is_probe_due_and_a_long_force_is_called_out() {
+    let store = LocalStore::new();
+    let bad = Dependency::new(Duration::from_millis(5));
+    bad.fail(true);
+    let good = Dependency::new(Duration::from_millis(5));
+    let nodes = three(&store, [&bad, &good, &good]);
+    load(&nodes, Duration::from_millis(100), Duration::from_secs(2)).await;
+    assert_eq!(nodes[0].state(), State::Open);
+    // No call for 90 s: its interval passed long ago, nothing has probed.
+    run_for(Duration::from_secs(90)).await;
+    assert!(nodes[0]
+        .coordinated
+        .as_ref()
+        .unwrap()
+        .snapshot()
+        .stuck_open
+        .is_none());
+
+    nodes[1].handle.force(Forced::Open);
+    run_for(Duration::from_secs(14 * 60)).await;
+    assert!(nodes[1]
+        .coordinated
+        .as_ref()
+        .unwrap()
+        .snapshot()
+        .stuck_open
+        .is_none());
+    run_for(Duration::from_secs(70)).await;
+    let stuck = nodes[1]
+        .coordinated
+        .as_ref()
+        .unwrap()
+        .snapshot()
+        .stuck_open
+        .expect("flagged");
+    assert_eq!(stuck.cause, StuckCause::Forced);
+}
