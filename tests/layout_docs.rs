@@ -16,6 +16,7 @@ const CRATES: &[&str] = &[
     "crates/degradation/src",
     "crates/fallback/src",
     "crates/fleet/src",
+    "crates/fault/src",
 ];
 
 /// The files the `# Layout` section of `lib_rs` names: the first word of each line of

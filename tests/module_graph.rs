@@ -9,7 +9,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The crates whose module graph must be acyclic.
-const CRATES: &[&str] = &["src", "crates/core/src", "crates/test-support/src"];
+const CRATES: &[&str] = &[
+    "src",
+    "crates/core/src",
+    "crates/test-support/src",
+    "crates/fault/src",
+];
 
 /// Crates whose modules still import each other in a circle (issue #36, item 1):
 /// each moves to [`CRATES`] when its cycles are gone, which the test below asks for.
