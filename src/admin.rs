@@ -18,6 +18,8 @@
 //! | `POST /policies/{name}/degradation/{set-floor, clear-floor, force, release}?level=L` | bound or force the degradation level (`level` by name or index, percent-encoded as any query) | yes |
 //! | `POST /policies/{name}/fallback/{force, unforce, enable, disable}` | answer from the fallback without calling the primary, or let everything pass through | yes |
 //! | `POST /policies/{name}/bulkhead/force?limit=N`, `POST /policies/{name}/bulkhead/release` | hold the bulkhead's limit of active calls at `N` (1 to 2^20; it overrides an adaptive algorithm), or let the algorithm (or `max_concurrent`) go on from there | yes |
+//! | `POST /policies/{name}/fault/inject?kind=K&for=D&…` | start a fault injection (feature `fault`): the fields of a policy file's injection table as query parameters (`kind`, `percent`, `route`, `key`, `delay`, `status`, …; see [`InjectionConfig`](crate::fault::InjectionConfig)) and its mandatory end, `for=<duration>` (at most a day) or `until=<RFC 3339 time in UTC>`; refused, changing nothing, when the end is missing, past or too far | yes |
+//! | `POST /policies/{name}/fault/stop[?id=N]` | stop one injection, or every one | yes |
 //! | `POST /policies/{name}/{deadline, bulkhead, breaker, degradation}/{shadow-on, shadow-off}` | shadow mode: the layer decides and counts as it would but lets through what it would reject (see each layer's docs); an override of this instance like `force-open`, undone by `shadow-off`, by `revert`, or by a reload that changes that section | yes |
 //!
 //! Nest it where you like (`Router::new().nest("/admin", admin::router(..))`) and
@@ -172,6 +174,8 @@ fn same_digest(a: &[u8; 32], b: &[u8; 32]) -> bool {
 #[cfg(feature = "bulkhead")]
 mod bulkhead;
 mod dashboard;
+#[cfg(feature = "fault")]
+mod fault;
 #[cfg(feature = "fleet")]
 mod fleet_actions;
 
@@ -393,6 +397,32 @@ struct Params {
     /// A bulkhead's limit of active calls, to force.
     #[cfg_attr(not(feature = "bulkhead"), allow(dead_code))]
     limit: Option<String>,
+    /// A fault injection's fields (see `admin/fault.rs`).
+    #[cfg(feature = "fault")]
+    #[serde(flatten)]
+    injection: FaultParams,
+}
+
+/// The query parameters of a fault injection: the fields of a file's injection
+/// table, and `for` (a duration) as an alternative to `until`.
+#[cfg(feature = "fault")]
+#[derive(Debug, Default, serde::Deserialize)]
+struct FaultParams {
+    kind: Option<String>,
+    percent: Option<String>,
+    #[serde(rename = "for")]
+    lasting: Option<String>,
+    until: Option<String>,
+    route: Option<String>,
+    key: Option<String>,
+    delay: Option<String>,
+    delay_max: Option<String>,
+    status: Option<String>,
+    grpc_code: Option<String>,
+    at_most: Option<String>,
+    after_bytes: Option<String>,
+    /// The injection to stop.
+    id: Option<String>,
 }
 
 /// Why an action could not be carried out.
@@ -437,6 +467,8 @@ async fn act(
         (_, "shadow-off") => set_shadow(&handles, &layer, false),
         #[cfg(feature = "bulkhead")]
         ("bulkhead", _) => bulkhead::carry_out(&handles, &action, params.limit.as_deref()),
+        #[cfg(feature = "fault")]
+        ("fault", _) => fault::carry_out(&handles, &action, &params.injection),
         _ => carry_out(&handles, &layer, &action, params.level.as_deref()),
     };
     match done {

@@ -12,6 +12,7 @@
 //! | [`degradation`] | `degradation` | steps down through service levels fast, climbs back slowly |
 //! | [`fallback`] | `fallback` | declared alternatives and honest "unavailable" answers |
 //! | [`fleet`] | `fleet` | one probe per open interval across a fleet's breakers, verdicts shared through a store |
+//! | [`fault`] | `fault` (off by default, not in `default`) | injected faults in front of a dependency's client, each with a mandatory expiry, to rehearse its failures |
 //!
 //! The recommended stack for one dependency, outermost first:
 //!
@@ -85,10 +86,12 @@
 //!   config/breaker.rs         its feature; the one list of layers (`policy_layers!`, in
 //!   config/degradation.rs     config/mod.rs) declares them and writes each layer's fields
 //!   config/fallback.rs        and place
+//!   config/fault.rs           (feature `fault`: `Policies::fault`)
 //!   config/fleet.rs           the `[fleet]` table (feature `fleet`)
 //!   config/fleet/status.rs    the coordinations and caps registered, as snapshots show them
 //! admin.rs                the admin router (feature `admin`): snapshots, token-gated changes
 //!   admin/bulkhead.rs         the bulkhead's force and release actions
+//!   admin/fault.rs            the fault injection's inject and stop actions (feature `fault`)
 //!   admin/dashboard.rs        the incident dashboard and its event stream; its page, script
 //!                             and style in admin/dashboard/
 //! metrics.rs              describe(): the metrics' help text, once the recorder is installed
@@ -161,6 +164,10 @@ pub use seawall_fallback as fallback;
 #[cfg(feature = "fleet")]
 #[cfg_attr(docsrs, doc(cfg(feature = "fleet")))]
 pub use seawall_fleet as fleet;
+
+#[cfg(feature = "fault")]
+#[cfg_attr(docsrs, doc(cfg(feature = "fault")))]
+pub use seawall_fault as fault;
 
 pub use seawall_core::{
     find_rejection, BoxError, Category, Classify, ConfigError, Deadline, DeadlineLayer,

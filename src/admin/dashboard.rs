@@ -764,7 +764,12 @@ language-model = "assistant"
                 std::process::id(),
                 N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
             ));
-            std::fs::write(&file, DOCUMENT).unwrap();
+            // With the feature, freight may be rehearsed: its fault layer is built below.
+            #[cfg(feature = "fault")]
+            let document = format!("{DOCUMENT}\n[policies.freight.fault]\n");
+            #[cfg(not(feature = "fault"))]
+            let document = DOCUMENT;
+            std::fs::write(&file, document).unwrap();
             let policies = Policies::load(&file).unwrap();
             std::fs::remove_file(&file).unwrap();
             let failing = service_fn(|_req: Request<()>| async {
@@ -777,7 +782,20 @@ language-model = "assistant"
                     b.unavailable::<http::Response<()>>("no quote")
                 })
                 .unwrap();
+            #[cfg(not(feature = "fault"))]
             let freight = fallback.layer(bulkhead.layer(breaker.layer(failing)));
+            // A rehearsal in force on freight, on one route and key, so the frames
+            // show every field of an injection.
+            #[cfg(feature = "fault")]
+            let freight = {
+                use crate::fault::{Fault, InjectionConfig};
+                let faults = policies.fault("freight", |b| b).unwrap();
+                let injection = InjectionConfig::lasting(&Fault::Refused, Duration::from_secs(600))
+                    .route("/quote")
+                    .key("freight.internal");
+                faults.handle().inject(injection).unwrap();
+                fallback.layer(bulkhead.layer(breaker.layer(faults.layer(failing))))
+            };
             let recs = policies.circuit_breaker("recommendations", |b| b).unwrap();
             let recommendations = recs.layer(failing);
             let _levels = policies

@@ -55,6 +55,7 @@ macro_rules! policy_config {
         /// | `breaker` | table | [`CircuitBreakerConfig`](crate::circuit_breaker::CircuitBreakerConfig): `policy = { kind = "count_window", size, min_calls, failure_rate }`, `open_for`, … |
         /// | `degradation` | table | [`DegradationConfig`](crate::degradation::DegradationConfig): `failures_to_degrade`, `min_dwell`, `probe_ratio`, … |
         /// | `fallback` | table | [`FallbackConfig`](crate::fallback::FallbackConfig): `on_rejections`, `step_timeouts`, `enabled` |
+        /// | `fault` | table | feature `fault`: [`FaultConfig`](crate::fault::FaultConfig), its `injections` ([`InjectionConfig`](crate::fault::InjectionConfig)) each with an RFC 3339 `until` that must be ahead, and at most a day away, when the document is loaded or applied; an empty table builds the layer for the admin routes' injections |
         #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
         #[serde(default, deny_unknown_fields)]
         #[non_exhaustive]
@@ -122,6 +123,8 @@ pub enum Section {
     Bulkhead,
     /// `breaker`
     Breaker,
+    /// `fault` (innermost, in front of the client)
+    Fault,
 }
 
 impl Section {
@@ -133,6 +136,7 @@ impl Section {
             Section::Deadline => "deadline",
             Section::Bulkhead => "bulkhead",
             Section::Breaker => "breaker",
+            Section::Fault => "fault",
         }
     }
 }

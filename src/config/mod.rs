@@ -24,6 +24,13 @@
 //! failures_to_degrade = 5
 //! min_dwell = "60s"
 //!
+//! [[policies.freight.fault.injections]]  # feature `fault`: a rehearsal (seawall::fault)
+//! kind = "latency"                  # added latency, an error status, a refused connection, …
+//! delay = "800ms"
+//! percent = 50                      # of the calls
+//! until = "2026-12-07T20:00:00Z"    # RFC 3339, UTC, mandatory: ends by itself; a file
+//!                                   # whose `until` is past (or over a day ahead) is refused
+//!
 //! [policies.search.bulkhead]        # a limit found at run time instead of max_concurrent
 //! adaptive = { algorithm = "gradient", min_limit = 4, max_limit = 200 }
 //!
@@ -134,7 +141,8 @@
 //! starts its algorithm again from the limit in force), breaker thresholds, windows and
 //! intervals (a different window *shape* starts an empty window; the state stays),
 //! degradation triggers and probe settings, fallback triggers, step timeouts and
-//! `enabled`, and **shadow mode**: `shadow = true` in a `bulkhead`, `breaker` or
+//! `enabled`, a policy's `fault` injections (feature `fault`: they replace those of
+//! the previous document; an operator's stay until they end), and **shadow mode**: `shadow = true` in a `bulkhead`, `breaker` or
 //! `degradation` section, `deadline_shadow = true` beside a `deadline`. A layer in
 //! shadow mode decides as it would but lets through what it would reject, counting
 //! it (see `docs/operations.md`, "Trying a new limit in shadow mode").
@@ -173,6 +181,12 @@ macro_rules! policy_layers {
                 config_doc: "What fires the fallback and its steps' timeouts (the strategies are code).",
                 handle_doc: "The fallback's handle (`force`, `disable`, …).",
                 snapshot_doc: "The fallback's counters and controls.",
+            }
+            fault {
+                feature: "fault", section: Fault, module: fault, config: FaultConfig,
+                config_doc: "Faults injected for a rehearsal, each ending by itself at its `until` (`[[policies.<name>.fault.injections]]`; an empty table lets the admin routes inject).",
+                handle_doc: "The fault layer's handle (`inject`, `stop`, …).",
+                snapshot_doc: "What the fault layer injects: each injection, where, until when.",
             }
         }
     };

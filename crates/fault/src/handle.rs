@@ -75,7 +75,8 @@ pub struct InjectionSnapshot {
     /// When it ends by itself (the same as `config.until`).
     #[cfg_attr(feature = "serde", serde(with = "crate::config::rfc3339"))]
     pub until: SystemTime,
-    /// How long it has left.
+    /// How long it has left, on this process's timer (which `until` was turned
+    /// into when the injection started).
     #[cfg_attr(feature = "serde", serde(with = "seawall_core::duration_format"))]
     pub remaining: Duration,
     /// Who started it.
@@ -187,7 +188,6 @@ impl Handle {
     /// What is injected now.
     pub fn snapshot(&self) -> Snapshot {
         let now = Instant::now();
-        let wall = SystemTime::now();
         let mut state = self.lock();
         self.expire(&mut state, now);
         Snapshot {
@@ -207,7 +207,6 @@ impl Handle {
                 })
                 .collect(),
         }
-        .with_wall(wall)
     }
 
     /// The fault for one call, if one is due (the caller has checked
@@ -267,18 +266,6 @@ impl Handle {
         }
         state.config = config;
         self.after_change(&state);
-    }
-}
-
-impl Snapshot {
-    /// `remaining` as the wall clock says, where it says less than the timer (a
-    /// snapshot never shows more time left than `until` allows).
-    fn with_wall(mut self, wall: SystemTime) -> Self {
-        for i in &mut self.injections {
-            let by_wall = i.until.duration_since(wall).unwrap_or_default();
-            i.remaining = i.remaining.min(by_wall);
-        }
-        self
     }
 }
 

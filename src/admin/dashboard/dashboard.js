@@ -80,6 +80,17 @@
     fallbackTriggered: "snapshot.fallback.triggered",
     triggerName: "snapshot.fallback.triggered[].trigger",
     triggerCount: "snapshot.fallback.triggered[].count",
+    fault: "snapshot.fault",
+    injections: "snapshot.fault.injections",
+    injectionId: "snapshot.fault.injections[].id",
+    injectionKind: "snapshot.fault.injections[].kind",
+    injectionPercent: "snapshot.fault.injections[].config.percent",
+    injectionRoute: "snapshot.fault.injections[].config.route",
+    injectionKey: "snapshot.fault.injections[].config.key",
+    injectionUntil: "snapshot.fault.injections[].until",
+    injectionRemaining: "snapshot.fault.injections[].remaining",
+    injectionOrigin: "snapshot.fault.injections[].origin",
+    injectionCount: "snapshot.fault.injections[].injected",
     historyFailureRate: "history.failure_rate",
     historyCalls: "history.calls",
     historyShortCircuits: "history.short_circuits",
@@ -92,6 +103,17 @@
     levelName: "degradation.level_name",
     floor: "degradation.floor",
     generation: "generation",
+  };
+  // The parameter each kind of fault takes from the dashboard's one input.
+  const FAULT_PARAMETERS = {
+    latency: "delay",
+    http_status: "status",
+    grpc_status: "grpc_code",
+    refused: null,
+    reset: null,
+    hang: "at_most",
+    slow_body: "delay",
+    failing_body: "after_bytes",
   };
   // A text for every breaker state: colour is never the only signal.
   const BREAKER_LABELS = {
@@ -312,7 +334,10 @@
           sparkline("answers", "fallback answers per second over the last minute"),
           el("figcaption", {}, "answers ", el("b", { "data-field": "answers-now" }))),
         el("ul", { class: "sources", "data-field": "sources" }),
-        el("p", { class: "totals", "data-field": "triggers" }))));
+        el("p", { class: "totals", "data-field": "triggers" })),
+      panel("fault", "Rehearsal: injected faults",
+        el("p", { class: "state", "data-field": "fault-state" }),
+        el("ul", { class: "injections", "data-field": "injections" }))));
     if (token !== null) {
       addControls(card);
     }
@@ -340,7 +365,9 @@
   function updateCard(card, p) {
     const [h, label] = health(p);
     card.dataset.health = h;
-    setText(card, "health", label);
+    const injecting = (read(p, "injections") || []).length > 0;
+    card.dataset.rehearsal = String(injecting);
+    setText(card, "health", injecting ? `${label} · rehearsal: faults injected` : label);
     const routes = read(p, "routes") || [];
     setText(card, "routes", routes.length ? `routes: ${routes.join(", ")}` : "no route declared");
     setText(card, "changed", read(p, "changed") ? "configuration changed at run time" : "");
@@ -507,6 +534,31 @@
       setText(card, "triggers",
         `fired by: ${fired.length ? fired.join(", ") : "nothing yet"}${exhausted ? `; exhausted ${exhausted}` : ""}`);
     }
+
+    // What is injected, where, until when: a rehearsal is never mistaken for an incident.
+    const fault = card.querySelector("[data-panel=fault]");
+    fault.hidden = !read(p, "fault");
+    if (read(p, "fault")) {
+      const injections = read(p, "injections") || [];
+      setText(card, "fault-state", injections.length
+        ? `${injections.length} injection(s) in force; each ends by itself`
+        : "nothing injected");
+      const items = injections.map((i) => {
+        const where = [readItem(i, "injectionRoute"), readItem(i, "injectionKey")].filter((w) => w).join(", ");
+        const item = el("li", { "data-injection": String(readItem(i, "injectionId")) },
+          el("span", { class: "label", text: words(readItem(i, "injectionKind")) }),
+          ` ${readItem(i, "injectionPercent")} % of calls to ${where || "every route"}, ` +
+          `until ${readItem(i, "injectionUntil")} (${human(ms(readItem(i, "injectionRemaining")))} left); ` +
+          `${readItem(i, "injectionCount")} injected; started by ${words(readItem(i, "injectionOrigin"))}`);
+        if (token !== null && changesAllowed) {
+          const id = readItem(i, "injectionId");
+          item.append(" ", control(read(p, "name"), `fault/stop?id=${id}`, "Stop",
+            () => `Stop injection ${id} of “${read(p, "name")}” now?`));
+        }
+        return item;
+      });
+      field(card, "injections").replaceChildren(...items);
+    }
   }
 
   // ---------------------------------------------------------------------------
@@ -551,6 +603,35 @@
     degradation.append(el("div", { class: "controls" }, select, setFloor,
       control(name, "degradation/clear-floor", "Clear floor",
         () => `Clear the floor of “${name}”? The level may climb back through probes.`)));
+    // A rehearsal: one fault for a share of the calls, for a bounded time.
+    const fault = card.querySelector("[data-panel=fault]");
+    const kind = el("select", { "data-field": "fault-kind", "aria-label": `fault to inject into ${name}` },
+      ...Object.keys(FAULT_PARAMETERS).map((k) => el("option", { value: k, text: words(k) })));
+    const value = el("input", {
+      type: "text", "data-field": "fault-value", size: "6", "aria-label": "its parameter (delay, status, code or bytes)",
+      placeholder: "800ms",
+    });
+    const percentInput = el("input", { type: "number", min: "0", max: "100", value: "100", "data-field": "fault-percent", "aria-label": "percent of calls" });
+    const minutes = el("input", { type: "number", min: "1", max: "1440", value: "10", "data-field": "fault-minutes", "aria-label": "minutes before it ends by itself" });
+    const start = el("button", {
+      type: "button", class: "control", "data-policy": name, "data-action": "fault/inject", text: "Inject",
+    });
+    start.addEventListener("click", () => {
+      const param = FAULT_PARAMETERS[kind.value];
+      const query = [`kind=${encodeURIComponent(kind.value)}`,
+        `percent=${encodeURIComponent(percentInput.value)}`,
+        `for=${encodeURIComponent(`${minutes.value}m`)}`];
+      if (param && value.value.trim()) {
+        query.push(`${param}=${encodeURIComponent(value.value.trim())}`);
+      }
+      ask(`Inject “${words(kind.value)}” into ${percentInput.value} % of the calls of “${name}” for ${minutes.value} minute(s)? ` +
+        "It ends by itself then; callers see real failures meanwhile.", "Inject",
+        () => send(`policies/${encodeURIComponent(name)}/fault/inject?${query.join("&")}`,
+          `${name}: inject ${words(kind.value)}`, name));
+    });
+    fault.append(el("div", { class: "controls" }, kind, value, percentInput, minutes, start,
+      control(name, "fault/stop", "Stop all",
+        () => `Stop every fault injected into “${name}” now?`)));
   }
 
   function applyAccess() {
