@@ -42,6 +42,8 @@ pub fn describe() {
     seawall_degradation::describe_metrics();
     #[cfg(feature = "fallback")]
     seawall_fallback::describe_metrics();
+    #[cfg(feature = "fault")]
+    seawall_fault::describe_metrics();
 }
 
 /// Every seawall histogram with the upper bounds of its buckets, for an exporter

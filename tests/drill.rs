@@ -70,6 +70,15 @@ async fn the_drill_keeps_its_promises() {
         slow.unavailable.contains_key("timeout") || slow.unavailable.contains_key("breaker_open"),
         "{table}"
     );
+    // The 5xx phase is injected by the shop's fault layer in front of a healthy
+    // supplier: none of its calls reaches the supplier.
+    let five_xx = &rows[3];
+    assert_eq!(five_xx.supplier_received, 0, "{table}");
+    assert!(
+        five_xx.unavailable.contains_key("supplier_error")
+            || five_xx.unavailable.contains_key("breaker_open"),
+        "{table}"
+    );
     let business = &rows[4];
     assert!(
         business.unavailable.contains_key("business_refusal"),
@@ -178,10 +187,10 @@ async fn the_fleet_drill_probes_one_at_a_time_with_coordination() {
     assert_eq!(run.most_probes_at_once, 1, "{table}");
     assert_eq!(run.calls_while_open, 0, "{table}");
     // The freight bulkheads share the cap of the document's `[fleet.caps.freight]`
-    // (8, the supplier's capacity) across the fleet: the capped fleet's supplier
-    // never sees more, give or take the calls whose deadline just fired (one per
-    // instance) whose connections it has not yet seen close; the independent
-    // fleet's may see N times as many.
+    // (8, the supplier's capacity) across the fleet: the capped fleet's clients never
+    // have more calls in flight toward it, give or take one per instance (a lease
+    // handed over while a call ends); the independent fleet's may have N times as
+    // many.
     let (capped, alone) = run.supplier_high_water;
     assert_eq!(run.fleet_cap, 8, "{table}");
     let cap = run.fleet_cap as usize;

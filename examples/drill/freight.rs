@@ -1,6 +1,10 @@
-//! The controllable freight dependency: a hyper server on 127.0.0.1 whose behaviour
-//! follows the drill's schedule. It runs on its own thread and runtime, like a
-//! remote supplier would, and counts every request it receives.
+//! The freight dependency: a hyper server on 127.0.0.1 whose behaviour follows the
+//! drill's schedule where only a server can play it: it closes its listener to refuse
+//! connections, and answers a business 404. The slow and 5xx phases are played by
+//! the shop's fault layer in front of it (`scenario::rehearsal`), so it stays
+//! healthy then, as a real supplier during a rehearsal would. It runs on its own
+//! thread and runtime, like a remote supplier, and counts every request it receives.
+//! The recommender is another instance, still answering 503 itself in `ServerError`.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -23,7 +27,8 @@ use tokio::time::Instant;
 pub enum Mode {
     /// Answers a price at once.
     Healthy,
-    /// Answers a price, but later than the shop's budget.
+    /// The phase where the supplier is slower than the shop's budget, played by the
+    /// shop's fault layer: a server in this mode answers as a healthy one.
     Slow,
     /// Listener closed and live keep-alive connections dropped: connections are refused.
     Refusing,
@@ -66,7 +71,7 @@ pub struct Freight {
 
 impl Freight {
     /// Starts the supplier on an ephemeral loopback port, healthy.
-    pub fn start(slow_delay: Duration) -> std::io::Result<Self> {
+    pub fn start() -> std::io::Result<Self> {
         let std_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
         std_listener.set_nonblocking(true)?;
         let addr = std_listener.local_addr()?;
@@ -82,14 +87,7 @@ impl Freight {
         let thread = std::thread::Builder::new()
             .name("freight".into())
             .spawn(move || {
-                runtime.block_on(serve(
-                    std_listener,
-                    addr,
-                    mode_rx,
-                    seen,
-                    counted,
-                    slow_delay,
-                ));
+                runtime.block_on(serve(std_listener, addr, mode_rx, seen, counted));
             })?;
         Ok(Self {
             addr,
@@ -159,7 +157,6 @@ async fn serve(
     mut mode_rx: watch::Receiver<Mode>,
     arrivals: Arc<Mutex<Vec<Instant>>>,
     in_flight: Arc<InFlight>,
-    slow_delay: Duration,
 ) {
     let mut initial = Some(first);
     loop {
@@ -186,7 +183,7 @@ async fn serve(
             tokio::select! {
                 accepted = listener.accept() => {
                     let Ok((stream, _)) = accepted else { continue };
-                    tokio::spawn(connection(stream, mode_rx.clone(), arrivals.clone(), in_flight.clone(), slow_delay));
+                    tokio::spawn(connection(stream, mode_rx.clone(), arrivals.clone(), in_flight.clone()));
                 }
                 changed = mode_rx.changed() => {
                     if changed.is_err() { return; }
@@ -203,7 +200,6 @@ async fn connection(
     mode_rx: watch::Receiver<Mode>,
     arrivals: Arc<Mutex<Vec<Instant>>>,
     in_flight: Arc<InFlight>,
-    slow_delay: Duration,
 ) {
     let handler_mode = mode_rx.clone();
     let svc = service_fn(move |_req: Request<Incoming>| {
@@ -213,7 +209,7 @@ async fn connection(
         }
         let serving = Serving::new(&in_flight);
         async move {
-            let answer = answer(mode, slow_delay).await;
+            let answer = answer(mode);
             drop(serving);
             Ok::<_, std::convert::Infallible>(answer)
         }
@@ -230,11 +226,9 @@ async fn connection(
     }
 }
 
-async fn answer(mode: Mode, slow_delay: Duration) -> Response<Full<Bytes>> {
+fn answer(mode: Mode) -> Response<Full<Bytes>> {
     let (status, body) = match mode {
-        Mode::Healthy => (StatusCode::OK, format!("{{\"price_cents\":{PRICE_CENTS}}}")),
-        Mode::Slow => {
-            tokio::time::sleep(slow_delay).await;
+        Mode::Healthy | Mode::Slow => {
             (StatusCode::OK, format!("{{\"price_cents\":{PRICE_CENTS}}}"))
         }
         Mode::ServerError | Mode::Refusing | Mode::Stopped => (

@@ -16,8 +16,8 @@
 //! them run N instances that do not coordinate, against a supplier of their own,
 //! under the same schedule and load; the table (of the first coordinated instance)
 //! gains each fleet's probes per open interval at its supplier, and the output
-//! each supplier's high-water mark of requests in flight (at most 8 across the
-//! capped fleet, up to 8 × N for the other).
+//! each fleet's high-water mark of freight calls in flight (at most 8 across the
+//! capped fleet, up to 8 × N for the other), counted at the shops' clients.
 //! The cap runs in its default mode: an instance cut off from the store (Redis
 //! killed mid-run) keeps serving at the cap divided by the instances it last
 //! knew; `--strict-cap` puts it in strict mode (such an instance refuses every
@@ -32,8 +32,12 @@
 //! A freight supplier (a hyper server) goes healthy → slow → refusing → 5xx →
 //! business 404 → healthy while a bounded load drives an axum shop whose `/quote`
 //! is protected by Fallback → Deadline 300 ms → Bulkhead 8/10/20 ms → Breaker
-//! (10 outcomes, 5 failures, open 10 s, one probe). It prints one table row per
-//! phase and writes an SVG timeline.
+//! (10 outcomes, 5 failures, open 10 s, one probe) → fault layer → client. The slow
+//! and 5xx phases are injected by that fault layer (`seawall::fault`) in front of a
+//! healthy supplier, as a team would rehearse them against its real dependency;
+//! the refusing phase closes the supplier's listener, and the 404 is the
+//! supplier's own answer. It prints one table row per phase and writes an SVG
+//! timeline.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 #[path = "../shared/logs.rs"]
@@ -204,7 +208,7 @@ async fn run_fleet(config: DrillConfig, n: usize) -> Result<(), seawall::BoxErro
     );
     let (capped, alone) = run.supplier_high_water;
     println!(
-        "freight supplier high-water mark (requests in flight at once): coordinated fleet {capped} \
+        "freight calls in flight at once toward the supplier (counted at the shops' clients): coordinated fleet {capped} \
          (freight bulkheads capped fleet-wide at {}), independent fleet {alone} (up to {} × {n} = {})",
         run.fleet_cap,
         config.policy.max_concurrent,

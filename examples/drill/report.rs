@@ -42,7 +42,9 @@ pub struct Observations {
     pub answers: Vec<Answer>,
     /// Calls the bulkhead admitted (tap between bulkhead and breaker).
     pub admitted: Vec<Admitted>,
-    /// Calls that reached the dependency (tap between breaker and client).
+    /// Calls that left the breaker for the dependency (tap between the breaker and
+    /// the fault layer in front of the client): in the phases the fault layer
+    /// plays, it answers some of them without the supplier.
     pub dependency_calls: Vec<Admitted>,
     pub breaker_changes: Vec<Change>,
     pub level_changes: Vec<Change>,
@@ -70,6 +72,8 @@ pub struct PhaseRow {
     pub wait_p50: Duration,
     pub wait_p99: Duration,
     pub dependency_calls: usize,
+    /// Requests the supplier received (the whole fleet's in fleet mode).
+    pub supplier_received: usize,
     pub calls_while_open: usize,
     pub probes: usize,
     pub transitions: Vec<String>,
@@ -167,6 +171,11 @@ impl Observations {
             .filter(|c| within(c.started, phase))
             .collect();
         row.dependency_calls = calls.len();
+        row.supplier_received = self
+            .freight_arrivals
+            .iter()
+            .filter(|t| within(**t, phase))
+            .count();
         row.calls_while_open = calls.iter().filter(|c| c.breaker_state == "open").count();
         row.probes = calls
             .iter()
@@ -245,10 +254,22 @@ impl Rounds {
 /// starts does not overlap it; one never seen to end counts until `budget` after
 /// its start, when the deadline ended it).
 pub fn most_probes_at_once(shops: &[Running], budget: Duration) -> usize {
+    most_at_once(shops, budget, |c| c.breaker_state == "half_open")
+}
+
+/// The most freight calls in flight at once across `shops`, as their clients see
+/// them (between the breaker and the fault layer in front of the client): what the
+/// fleet asks of its supplier, slow answers included, which the supplier no longer
+/// sees since the fault layer holds them back on the client's side.
+pub fn most_calls_at_once(shops: &[Running], budget: Duration) -> usize {
+    most_at_once(shops, budget, |_| true)
+}
+
+fn most_at_once(shops: &[Running], budget: Duration, pick: fn(&Admitted) -> bool) -> usize {
     let mut edges: Vec<(Instant, i32)> = shops
         .iter()
         .flat_map(|s| s.dependency_calls.log())
-        .filter(|c| c.breaker_state == "half_open")
+        .filter(pick)
         .flat_map(|c| [(c.started, 1), (c.ended.unwrap_or(c.started + budget), -1)])
         .collect();
     edges.sort();
@@ -293,11 +314,11 @@ pub fn table_with_fleet(rows: &[PhaseRow], fleet: Option<&[FleetProbes]>) -> Str
     };
     let _ = writeln!(
         out,
-        "| phase | requests | quotes served | quote unavailable (by cause) | checkout ok/refused | max active | max queued | wait p50/p99 ms | dependency calls | calls while open | probes | breaker | degradation | held after | /quote p50/p99 ms | /products p50/p99 ms | /products failed | invented prices |{fleet_head}"
+        "| phase | requests | quotes served | quote unavailable (by cause) | checkout ok/refused | max active | max queued | wait p50/p99 ms | dependency calls | supplier received | calls while open | probes | breaker | degradation | held after | /quote p50/p99 ms | /products p50/p99 ms | /products failed | invented prices |{fleet_head}"
     );
     let _ = writeln!(
         out,
-        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|{fleet_rule}"
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|{fleet_rule}"
     );
     for (i, r) in rows.iter().enumerate() {
         let causes = if r.unavailable.is_empty() {
@@ -323,7 +344,7 @@ pub fn table_with_fleet(rows: &[PhaseRow], fleet: Option<&[FleetProbes]>) -> Str
         };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {}/{} | {} | {} | {}/{} | {} | {} | {} | {} | {} | {} | {}/{} | {}/{} | {} | {} |{}",
+            "| {} | {} | {} | {} | {}/{} | {} | {} | {}/{} | {} | {} | {} | {} | {} | {} | {} | {}/{} | {}/{} | {} | {} |{}",
             r.name,
             r.requests,
             r.quotes_served,
@@ -335,6 +356,7 @@ pub fn table_with_fleet(rows: &[PhaseRow], fleet: Option<&[FleetProbes]>) -> Str
             ms1(r.wait_p50),
             ms1(r.wait_p99),
             r.dependency_calls,
+            r.supplier_received,
             r.calls_while_open,
             r.probes,
             list(&r.transitions),

@@ -24,6 +24,7 @@ use tokio::time::Instant;
 use freight::{Freight, Mode};
 use load::Rates;
 use report::{Change, Gauges, Observations, Phase};
+use seawall::fault::{Fault, InjectionConfig};
 use shop::Policy;
 
 /// The schedule of supplier behaviours, in order.
@@ -35,6 +36,27 @@ pub const SCHEDULE: [Mode; 6] = [
     Mode::BusinessRefusal,
     Mode::Healthy,
 ];
+
+/// The fault the shop's fault layer injects in a phase, in front of a healthy
+/// supplier: the slow phase's latency (well past the budget) and the 5xx phase's
+/// `503`. The refusing phase needs a really closed listener (a layer cannot refuse
+/// a TCP connection), and the 404 is the supplier's own business answer.
+pub fn rehearsal(mode: Mode, slow_delay: Duration) -> Option<Fault> {
+    match mode {
+        Mode::Slow => Some(Fault::latency(slow_delay)),
+        Mode::ServerError => Some(Fault::HttpStatus(http::StatusCode::SERVICE_UNAVAILABLE)),
+        _ => None,
+    }
+}
+
+/// What the freight supplier itself does in a phase: healthy where the fault layer
+/// plays the phase.
+pub fn supplier_mode(mode: Mode) -> Mode {
+    match mode {
+        Mode::Slow | Mode::ServerError => Mode::Healthy,
+        other => other,
+    }
+}
 
 /// How the recommender behaves in each phase: it breaks with the freight supplier
 /// (slow, refusing) and comes back from the third phase on, so the drill shows its
@@ -52,7 +74,7 @@ pub struct DrillConfig {
     pub phase: Duration,
     pub policy: Policy,
     pub rates: Rates,
-    /// How late the slow supplier answers (well past the budget).
+    /// The latency the fault layer adds in the slow phase (well past the budget).
     pub slow_delay: Duration,
     /// `--fleet N --kill-redis`: the fleet's store is stopped this long into the
     /// run, and stays down.
@@ -114,8 +136,8 @@ pub async fn run_serving(
     serve: shop::Serve,
     started: impl FnOnce(std::net::SocketAddr),
 ) -> Result<Observations, BoxError> {
-    let freight = Freight::start(config.slow_delay)?;
-    let recommender = Freight::start(config.slow_delay)?;
+    let freight = Freight::start()?;
+    let recommender = Freight::start()?;
     let shop = shop::start(freight.addr(), recommender.addr(), config.policy, serve).await?;
     started(shop.addr);
     let mut obs = drive(config, &shop, &[&freight], &recommender, &[]).await?;
@@ -133,9 +155,9 @@ pub async fn run_fleet(
     instances: usize,
     store: &fleet::FleetStore,
 ) -> Result<FleetRun, BoxError> {
-    let recommender = Freight::start(config.slow_delay)?;
-    let coordinated_supplier = Freight::start(config.slow_delay)?;
-    let independent_supplier = Freight::start(config.slow_delay)?;
+    let recommender = Freight::start()?;
+    let coordinated_supplier = Freight::start()?;
+    let independent_supplier = Freight::start()?;
     let mut coordinated = Vec::new();
     let mut independent = Vec::new();
     for _ in 0..instances {
@@ -211,8 +233,8 @@ pub async fn run_fleet(
         calls_while_open,
         fleet_cap,
         supplier_high_water: (
-            coordinated_supplier.most_in_flight(),
-            independent_supplier.most_in_flight(),
+            report::most_calls_at_once(&coordinated, config.policy.budget),
+            report::most_calls_at_once(&independent, config.policy.budget),
         ),
         most_probes_at_once: report::most_probes_at_once(&coordinated, config.policy.budget),
     })
@@ -230,8 +252,10 @@ pub struct FleetRun {
     pub most_probes_at_once: usize,
     /// The coordinated fleet's freight cap, G.
     pub fleet_cap: u32,
-    /// The most requests each supplier had in flight at once: (the coordinated
-    /// fleet's, whose freight bulkheads share one cap; the independent fleet's).
+    /// The most freight calls each fleet had in flight at once toward its supplier,
+    /// counted on the clients' side (the supplier itself answers at once in the
+    /// slow phase, whose latency the fault layer adds): (the coordinated fleet's,
+    /// whose freight bulkheads share one cap; the independent fleet's).
     pub supplier_high_water: (usize, usize),
 }
 
@@ -273,7 +297,16 @@ async fn drive(
             tags.drained_before(i).await;
         }
         for supplier in suppliers {
-            supplier.set_mode(*mode);
+            supplier.set_mode(supplier_mode(*mode));
+        }
+        // Each injection ends by itself a phase after it should have: the drill
+        // stops it first, but nothing stays injected if the drill is cut short.
+        for s in std::iter::once(shop).chain(others.iter().copied()) {
+            s.faults.stop_all();
+            if let Some(fault) = rehearsal(*mode, config.slow_delay) {
+                s.faults
+                    .inject(InjectionConfig::lasting(&fault, config.phase * 2))?;
+            }
         }
         recommender.set_mode(recommender_mode(i));
         if !quotes {

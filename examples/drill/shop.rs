@@ -26,10 +26,11 @@ use seawall::core::duration_format;
 use seawall::core::{classify_fn, ClassifyInput, ErrorsAsFailures, RejectionKind};
 use seawall::degradation::Fixed;
 use seawall::fallback::{Mark, Served, Trigger, Unavailable};
+use seawall::fault::{FaultService, HttpRequests};
 use seawall::{BoxError, Classify, Outcome};
 use serde_json::{json, Value};
 use tower::util::BoxCloneSyncService;
-use tower::{Service, ServiceBuilder, ServiceExt};
+use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
 use super::fleet::{FleetStore, Members, Membership};
 use super::tap::TapLayer;
@@ -59,11 +60,12 @@ fn supplier_health(result: ClassifyInput<'_, QuoteAnswer>) -> Outcome {
 
 type Request = http::Request<Empty<Bytes>>;
 
-/// The raw freight client: hyper-util over loopback, reading the body within the call
-/// so a slow body counts against the same budget.
+/// The raw freight client: hyper-util over loopback behind the fault layer that
+/// rehearses the supplier's failures, reading the body within the call so a slow
+/// body counts against the same budget.
 #[derive(Clone)]
 struct FreightClient {
-    client: Client<HttpConnector, Empty<Bytes>>,
+    client: FaultService<Client<HttpConnector, Empty<Bytes>>, HttpRequests>,
 }
 
 impl Service<Request> for FreightClient {
@@ -76,7 +78,7 @@ impl Service<Request> for FreightClient {
     }
 
     fn call(&mut self, req: Request) -> Self::Future {
-        let call = self.client.request(req);
+        let call = self.client.call(req);
         Box::pin(async move {
             let res = call.await?;
             let status = res.status();
@@ -176,6 +178,9 @@ bulkhead = {{ max_concurrent = {max_concurrent}, queue = {{ max_queue = {max_que
 breaker = {{ policy = {{ kind = "count_window", size = 10, min_calls = 10, failure_rate = 0.5 }}, open_for = "{open_for}", half_open_max = 1 }}
 fallback = {{ on_rejections = ["circuit_open", "bulkhead_full", "bulkhead_timeout", "deadline_exceeded", "fallbacks_exhausted"] }}
 
+# Freight may be rehearsed: the drill injects its slow and 5xx phases here.
+[policies.freight.fault]
+
 [policies.recommendations]
 degradation = {{ failures_to_degrade = 5, min_dwell = "{dwell}", probe_ratio = {probe_ratio}, probe_window = "{probe_window}", probe_successes_to_recover = {probe_successes} }}
 
@@ -228,6 +233,9 @@ pub struct Running {
     pub dependency_calls: TapLayer,
     /// The instance's part in its fleet, in fleet mode.
     pub fleet: Option<Membership>,
+    /// The fault layer in front of the freight client: the drill injects the slow
+    /// and 5xx phases through it.
+    pub faults: seawall::fault::Handle,
 }
 
 pub fn breaker_label(state: BreakerState) -> &'static str {
@@ -277,6 +285,10 @@ pub async fn start_in_fleet(
         let h = breaker.handle();
         Arc::new(move || breaker_label(h.state())) as Arc<dyn Fn() -> &'static str + Send + Sync>
     };
+    // Innermost, in front of the client: the rehearsal's faults reach the breaker,
+    // the bulkhead, the deadline and the fallback as the supplier's own would.
+    let faults = policies.fault("freight", |b| b)?.http();
+    let fault_handle = faults.handle();
     let admitted = TapLayer::new(p.budget, state_probe.clone());
     let dependency_calls = TapLayer::new(p.budget, state_probe);
 
@@ -296,7 +308,7 @@ pub async fn start_in_fleet(
         .layer(breaker)
         .layer(dependency_calls.clone())
         .service(FreightClient {
-            client: client.clone(),
+            client: faults.layer(client.clone()),
         });
 
     let personalized = {
@@ -368,6 +380,7 @@ pub async fn start_in_fleet(
         admitted,
         dependency_calls,
         fleet,
+        faults: fault_handle,
     })
 }
 

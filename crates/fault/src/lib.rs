@@ -126,3 +126,6 @@ pub use machine::Origin;
 pub use rehearsal::{rehearsal, MaybeMarked, Rehearsal, REHEARSAL};
 pub use requests::{AnyRequest, KeyOf, NoKey, Requests, Responses};
 pub use service::FaultService;
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub use telemetry::describe as describe_metrics;

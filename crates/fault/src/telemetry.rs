@@ -104,8 +104,10 @@ impl Telemetry {
     }
 }
 
+/// Gives the fault layer's metrics their help text and unit (also done when a layer
+/// is built).
 #[cfg(feature = "metrics")]
-fn describe() {
+pub fn describe() {
     use metrics::Unit;
     metrics::describe_counter!(
         "seawall_fault_injected_total",
