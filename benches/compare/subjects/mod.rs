@@ -66,6 +66,8 @@ pub(crate) enum Id {
     Deadline,
     /// The hedging layer, on calls that answer before any hedge is due.
     SwHedge,
+    /// The fault layer with nothing injected: what leaving it in a build costs.
+    SwFault,
     SwBreaker,
     /// The same breaker, coordinated by a fleet over an in-process store.
     SwBreakerFleet,
@@ -100,6 +102,7 @@ impl Id {
             Id::Recloser => "recloser",
             Id::Deadline => "deadline",
             Id::SwHedge => "hedge",
+            Id::SwFault => "fault layer, nothing injected",
             Id::SwBreaker => "breaker",
             Id::SwBreakerFleet => "breaker in a fleet",
             Id::SwBulkhead => "bulkhead",

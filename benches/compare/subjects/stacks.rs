@@ -59,6 +59,13 @@ pub(super) fn rows(rt: &Runtime) -> Vec<Row> {
                 .expect("valid hedging")
                 .layer(inner::ok())
         }),
+        // The fault layer as a build carries it between rehearsals: nothing injected,
+        // so a call reads one atomic flag and passes.
+        Row::new(Id::SwFault, "seawall FaultLayer, nothing injected", || {
+            seawall::fault::FaultLayer::new("bench", Default::default())
+                .expect("no injection")
+                .layer(inner::ok())
+        }),
         Row::new(
             Id::SwStack,
             "seawall recommended stack: deadline → bulkhead → breaker",

@@ -25,6 +25,18 @@
 //! Injections run per instance. Injecting across a fleet is left for when the
 //! fleet has signed, expiring operator actions to carry them.
 //!
+//! **Why a crate of its own**, not a module of `seawall-core`: a service compiles it
+//! only by asking for it (the facade's `fault` feature), so a production build
+//! without it has no code that could inject anything; and no policy crate depends
+//! on it, so the layers that are always there stay as they were.
+//!
+//! **What is not marked yet.** A breaker's transition or a degradation change whose
+//! completing outcome was injected is not marked as a rehearsal in its own event:
+//! that needs the outcome's mark carried through the breaker's and the degradation
+//! machine's records into their transitions. Until then the injected outcomes are
+//! counted apart (the [`rehearsal`] classifier's reason), and the dashboard marks the
+//! whole policy as in rehearsal while an injection is in force.
+//!
 //! # Where it goes
 //!
 //! Innermost, in front of the client, inside the protections it exercises:
