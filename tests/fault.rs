@@ -436,3 +436,77 @@ fn the_fault_feature_is_off_by_default() {
         .unwrap();
     assert!(!default.contains("\"fault\""), "{default}");
 }
+
+/// The README's stack for rehearsing one's own dependency, over loopback: the
+/// breaker's classifier wrapped in `rehearsal`, the fault layer innermost. The
+/// injected 503s trip the breaker as real ones would, and the breaker's outcome
+/// counters say they were a rehearsal; real answers carry no such reason.
+#[test]
+fn the_readme_stack_trips_on_injected_failures_and_counts_them_as_rehearsal() {
+    use seawall::core::HttpStatus;
+    use seawall::fault::rehearsal;
+    use tower::ServiceBuilder;
+
+    let series = seawall_test_support::Series::default();
+    metrics::with_local_recorder(&series, || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (addr, received) = supplier().await;
+            let policies = Policies::from_toml(
+                "[policies.freight]\nbreaker = { policy = { kind = \"count_window\", size = 4, min_calls = 4, failure_rate = 0.5 }, open_for = \"1m\" }\n[policies.freight.fault]\n",
+            )
+            .unwrap();
+            let faults = policies.fault("freight", |b| b).unwrap().http();
+            let breaker = policies
+                .circuit_breaker("freight", |b| b.classifier(rehearsal(HttpStatus::default())))
+                .unwrap();
+            let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+            let stack = ServiceBuilder::new()
+                .layer(breaker)
+                .layer(faults.clone())
+                .service(client);
+
+            // Two real answers first: successes, no reason.
+            for _ in 0..2 {
+                let res = stack.clone().oneshot(quote(addr)).await.unwrap();
+                assert_eq!(res.status(), 200);
+            }
+            faults
+                .handle()
+                .inject(InjectionConfig::lasting(
+                    &Fault::HttpStatus(StatusCode::SERVICE_UNAVAILABLE),
+                    MINUTE,
+                ))
+                .unwrap();
+            for _ in 0..2 {
+                let res = stack.clone().oneshot(quote(addr)).await.unwrap();
+                assert_eq!(res.status(), 503);
+            }
+            let breaker = policies.handles("freight").unwrap().breaker.unwrap();
+            assert_eq!(breaker.state(), seawall::circuit_breaker::State::Open);
+            assert_eq!(received.load(Ordering::SeqCst), 2);
+        });
+    });
+    assert_eq!(
+        series.counter(
+            "seawall_breaker_outcome_reasons_total{name=freight,outcome=failure,reason=rehearsal}"
+        ),
+        2,
+        "{:#?}",
+        series.names()
+    );
+    assert_eq!(
+        series.counter(
+            "seawall_breaker_outcome_reasons_total{name=freight,outcome=success,reason=rehearsal}"
+        ),
+        0
+    );
+    assert_eq!(
+        series
+            .counter("seawall_fault_injected_total{fault=http_status,name=freight,rehearsal=true}"),
+        2
+    );
+}

@@ -4,7 +4,7 @@
 //! (`seawall_breaker_outcome_reasons_total{reason="rehearsal"}`) say which
 //! outcomes were injected.
 
-use seawall_core::{Classify, ClassifyInput, Outcome};
+use seawall_core::{Classify, ClassifyInput, ClassifyRequest, Outcome};
 
 use crate::error::{Injected, InjectedFault};
 
@@ -69,6 +69,18 @@ where
         } else {
             self.classifier.reason(result, outcome)
         }
+    }
+}
+
+/// The same wrapper for every request, as a layer's classifier factory takes it.
+impl<C, Req, Res> ClassifyRequest<Req, Res> for Rehearsal<C>
+where
+    Rehearsal<C>: Classify<Res> + Clone,
+{
+    type Classifier = Self;
+
+    fn classifier_for(&self, _req: &Req) -> Self {
+        self.clone()
     }
 }
 
