@@ -168,7 +168,7 @@ async fn over_loopback_http_each_fault_is_injected_and_marked() {
 }
 
 #[tokio::test]
-async fn over_loopback_grpc_an_injected_status_and_a_reset_reach_a_tonic_client() {
+async fn over_loopback_grpc_each_fault_reaches_a_tonic_client() {
     let server = QuotesServer::default();
     let addr = server.serve().await.unwrap();
     let faults = FaultLayer::new("quotes", Default::default())
@@ -194,15 +194,47 @@ async fn over_loopback_grpc_an_injected_status_and_a_reset_reach_a_tonic_client(
     assert_eq!(status.code(), tonic::Code::Unavailable);
     assert!(handle.stop(id));
 
+    // Refused, reset and a hang to its bound: errors, the server not called.
+    for fault in [
+        Fault::Refused,
+        Fault::Reset,
+        Fault::Hang {
+            at_most: Duration::from_millis(20),
+        },
+    ] {
+        let id = handle
+            .inject(InjectionConfig::lasting(&fault, MINUTE))
+            .unwrap();
+        let status = client.get(request()).await.unwrap_err();
+        assert_ne!(status.code(), tonic::Code::Ok, "{fault:?}");
+        assert!(handle.stop(id));
+    }
+    assert_eq!(server.received(), 1);
+
+    // A latency: the server answers, the answer carries the mark.
+    let id = handle
+        .inject(InjectionConfig::lasting(
+            &Fault::latency(Duration::from_millis(10)),
+            MINUTE,
+        ))
+        .unwrap();
+    let reply = client.get(request()).await.unwrap();
+    assert!(reply.extensions().get::<InjectedFault>().is_some());
+    assert!(handle.stop(id));
+
+    // A body cut short before its first byte: the message never arrives whole.
     handle
-        .inject(InjectionConfig::lasting(&Fault::Reset, MINUTE))
+        .inject(InjectionConfig::lasting(
+            &Fault::FailingBody { after_bytes: 0 },
+            MINUTE,
+        ))
         .unwrap();
     let status = client.get(request()).await.unwrap_err();
     assert_ne!(status.code(), tonic::Code::Ok);
-    // Neither injected call reached the server.
-    assert_eq!(server.received(), 1);
+    assert_eq!(server.received(), 3);
     handle.stop_all();
-    assert!(client.get(request()).await.is_ok());
+    let reply = client.get(request()).await.unwrap();
+    assert!(reply.extensions().get::<InjectedFault>().is_none());
 }
 
 /// A policy document with a freight policy; `fault` is its fault table (an empty
