@@ -15,7 +15,10 @@
 //! CPU share, the leases that lapsed and the calls refused. In the "fits"
 //! rows the fleet's demand (each instance about one call at a time) fits the
 //! cap (2 slots per instance): every refusal there is the store's doing. In
-//! the "contended" rows the cap is half the demand.
+//! the "contended" rows the cap is half the demand. In the "moving" row half
+//! the instances call, the calling half changing every 3 s, under a cap of
+//! half the fleet: slots are freed and claimed all the time, and the pushes
+//! per claim show the early-claim herd bounded.
 //!
 //! ```text
 //! cargo run --release -p seawall-fleet --features redis --example cap_scale
@@ -131,15 +134,18 @@ struct FleetRun {
 }
 
 /// `n` instances capped at `cap` on one Redis, each calling every 100 ms
-/// (calls of 20 ms: about one at a time), warmed up for two TTLs, then
-/// measured for `measure`.
+/// (calls of 20 ms: about one at a time; with `moving`, only every other
+/// instance, the calling half changing every 3 s), warmed up for two TTLs,
+/// then measured for `measure`.
 async fn fleet(
     store: &RedisStore,
     con: &mut MultiplexedConnection,
     n: u32,
     cap: u32,
+    moving: bool,
     measure: Duration,
 ) -> FleetRun {
+    let began = tokio::time::Instant::now();
     let served = Arc::new(AtomicU64::new(0));
     let refused = Arc::new(AtomicU64::new(0));
     let counting = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -172,6 +178,10 @@ async fn fleet(
             let mut every = tokio::time::interval(Duration::from_millis(100));
             loop {
                 every.tick().await;
+                let half = began.elapsed().as_secs() / 3;
+                if moving && (u64::from(i) + half) % 2 == 1 {
+                    continue;
+                }
                 let (svc, served, refused, counting) = (
                     svc.clone(),
                     Arc::clone(&served),
@@ -275,14 +285,20 @@ async fn main() {
     println!("| fleet of real instances | store ops per instance per s | server µs per claim | freed-slot pushes per claim | Redis CPU | lapses | calls refused | calls served |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     let measure = Duration::from_secs(10);
-    for (n, fits) in [(100u32, true), (100, false), (1_000, true), (1_000, false)] {
-        let cap = if fits { 2 * n } else { n / 2 };
-        let run = fleet(&store, &mut con, n, cap, measure).await;
+    let rows = [
+        (100u32, "fits"),
+        (100, "contended"),
+        (1_000, "fits"),
+        (1_000, "contended"),
+        (1_000, "moving"),
+    ];
+    for (n, how) in rows {
+        let cap = if how == "fits" { 2 * n } else { n / 2 };
+        let run = fleet(&store, &mut con, n, cap, how == "moving", measure).await;
         println!(
             "| N = {n}, G = {cap} ({how}) | {ops:.2} | {us:.1} | {pushes:.2} | {cpu:.1} % | {lapses} | {refused} | {served} |",
             n = group(u64::from(n)),
             cap = group(u64::from(cap)),
-            how = if fits { "fits" } else { "contended" },
             ops = run.ops_per_instance_s,
             us = run.per_claim_us,
             pushes = run.pushes_per_claim,
