@@ -774,6 +774,28 @@ pub struct AppliedAction {
     pub remaining: Duration,
 }
 
+/// A fleet action in force, as the coordination keeps it beside its task.
+#[derive(Debug, Clone)]
+pub(crate) struct Held {
+    pub(crate) action: FleetAction,
+    pub(crate) until: Instant,
+    pub(crate) before: State,
+    pub(crate) set: State,
+}
+
+/// Ends a fleet force on `handle`: back to `before` if the breaker is still
+/// in the state the force `set` (else a local operator changed it: that wins).
+pub(crate) fn restore(handle: &Handle, before: State, set: State) {
+    if handle.state() == set {
+        match before {
+            State::ForcedOpen => handle.force(Forced::Open),
+            State::ForcedClosed => handle.force(Forced::Closed),
+            State::Disabled => handle.disable(),
+            _ => handle.release(),
+        }
+    }
+}
+
 /// The force a fleet action holds, and what it found.
 #[derive(Debug)]
 struct InForce {
@@ -821,9 +843,15 @@ impl Applier {
         }
     }
 
-    /// What is in force now and until when, for the snapshot.
-    pub(crate) fn in_force(&self) -> Option<(FleetAction, Instant)> {
-        self.in_force.as_ref().map(|f| (f.action.clone(), f.until))
+    /// What is in force now and until when, for the snapshot, with what
+    /// ending it early (a coordination dropped) must restore.
+    pub(crate) fn in_force(&self) -> Option<Held> {
+        self.in_force.as_ref().map(|f| Held {
+            action: f.action.clone(),
+            until: f.until,
+            before: f.before,
+            set: f.set,
+        })
     }
 
     /// This fleet's wall clock now, ms.
@@ -959,14 +987,7 @@ impl Applier {
     /// local operator changed the breaker meanwhile (that wins).
     fn end(&mut self, handle: &Handle) -> Option<FleetAction> {
         let f = self.in_force.take()?;
-        if handle.state() == f.set {
-            match f.before {
-                State::ForcedOpen => handle.force(Forced::Open),
-                State::ForcedClosed => handle.force(Forced::Closed),
-                State::Disabled => handle.disable(),
-                _ => handle.release(),
-            }
-        }
+        restore(handle, f.before, f.set);
         Some(f.action)
     }
 }

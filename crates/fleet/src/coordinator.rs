@@ -18,7 +18,7 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use crate::actions::{
-    AppliedAction, Applier, AuditEntry, Desk, FleetAction, FleetSecret, WallClock,
+    restore, AppliedAction, Applier, AuditEntry, Desk, FleetSecret, Held, WallClock,
 };
 use crate::config::{FleetConfig, TripTogether};
 use crate::store::{
@@ -481,9 +481,9 @@ impl Coordinated {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .clone()
-                .map(|(action, until)| AppliedAction {
-                    action,
-                    remaining: until.saturating_duration_since(now),
+                .map(|held| AppliedAction {
+                    action: held.action,
+                    remaining: held.until.saturating_duration_since(now),
                 }),
             actions_refused: load(&s.actions_refused),
             stuck_open: s
@@ -532,8 +532,18 @@ impl Drop for Coordinated {
 
 impl Coordinated {
     /// Stops the task and takes the gate off the breaker (if it is still ours).
+    /// A fleet action in force ends here too: nothing would end it later.
     fn stop(&self) {
         self.task.abort();
+        let held = self
+            .shared
+            .fleet_action
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(held) = held {
+            restore(&self.handle, held.before, held.set);
+        }
         if let Some(previous) = self.handle.set_probe_gate(None) {
             if !Arc::ptr_eq(&previous, &self.gate) {
                 self.handle.set_probe_gate(Some(previous));
@@ -704,7 +714,7 @@ struct View {
 
 struct Shared {
     /// The fleet action in force, for the snapshot.
-    fleet_action: Mutex<Option<(FleetAction, Instant)>>,
+    fleet_action: Mutex<Option<Held>>,
     actions_refused: AtomicU64,
     stuck_open: Mutex<Option<StuckOpen>>,
     name: String,
@@ -1394,7 +1404,7 @@ impl<S: Store> Task<S> {
         let snapshot = self.handle.snapshot();
         let me = format!("{:032x}", self.instance.0);
         let now_ms = self.actions.now_ms();
-        let action = self.actions.in_force().map(|(a, _)| a.id);
+        let action = self.actions.in_force().map(|held| held.action.id);
         let record = InstanceReport::of(me.clone(), &snapshot, action, now_ms).encode();
         let fresh = u64::try_from(REPORT_FRESH.as_millis()).unwrap_or(u64::MAX);
         let write = self.store.report(

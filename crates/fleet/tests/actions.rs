@@ -325,3 +325,30 @@ async fn bad_actions_are_refused_at_issue_naming_the_field() {
     );
     assert!(f.actions(POLICY).await.unwrap().is_empty());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_coordination_dropped_while_an_action_holds_hands_the_breaker_back() {
+    let store = LocalStore::new();
+    let a = node(&store, Some(secret()), 1);
+    run_for(Duration::from_secs(2)).await;
+    a.fleet
+        .act(
+            POLICY,
+            ActionKind::ForceOpen,
+            "drain",
+            "ops",
+            Duration::from_secs(600),
+        )
+        .await
+        .unwrap();
+    run_for(Duration::from_millis(1100)).await;
+    assert_eq!(a.handle.state(), State::ForcedOpen);
+    // Nothing would end the force once the coordination is gone: it ends now.
+    let Node {
+        handle,
+        coordinated,
+        fleet: _fleet,
+    } = a;
+    drop(coordinated);
+    assert_eq!(handle.state(), State::Closed);
+}
