@@ -12,18 +12,15 @@ use std::path::{Path, PathBuf};
 const CRATES: &[&str] = &[
     "src",
     "crates/core/src",
-    "crates/test-support/src",
+    "crates/degradation/src",
+    "crates/fallback/src",
     "crates/fault/src",
+    "crates/test-support/src",
 ];
 
 /// Crates whose modules still import each other in a circle (issue #36, item 1):
 /// each moves to [`CRATES`] when its cycles are gone, which the test below asks for.
-const NOT_YET_ACYCLIC: &[&str] = &[
-    "crates/bulkhead/src",
-    "crates/circuit-breaker/src",
-    "crates/degradation/src",
-    "crates/fallback/src",
-];
+const NOT_YET_ACYCLIC: &[&str] = &["crates/bulkhead/src", "crates/circuit-breaker/src"];
 
 /// Crates not read by these tests: the fleet crate, which is being reworked; it
 /// joins [`NOT_YET_ACYCLIC`] or [`CRATES`] after that.

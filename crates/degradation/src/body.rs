@@ -14,10 +14,11 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::future::{internal, Driving};
+use crate::future::{Annotate, ServedBy};
 use crate::handle::Shared;
 use crate::layer::DegradationLayer;
 use crate::machine::Ticket;
-use crate::service::{Annotate, Degradation, ServedBy};
+use crate::service::Degradation;
 
 impl<Req, B, C, X> DegradationLayer<Req, http::Response<B>, C, X> {
     /// The same layer, but a response that looks healthy is reported to the level

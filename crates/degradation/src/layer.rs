@@ -13,9 +13,10 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::config::{DegradationConfig, Trigger};
+use crate::future::{LevelService, NoExtensions, WithLevelExtensions};
 use crate::handle::{Handle, Shared};
 use crate::machine::DegradationMachine;
-use crate::service::{Degradation, LevelService, NoExtensions, WithLevelExtensions};
+use crate::service::Degradation;
 
 /// The default classifier: errors are failures, and so are admission rejections from a
 /// level's own stack (its breaker open, its bulkhead full): that level cannot serve.

@@ -263,9 +263,9 @@
 //! machine.rs      DegradationMachine, the pure policy: falls at once, climbs back slowly and
 //!                 verified; Change, Ticket, Reason, probe progress
 //!   machine/tests.rs  the machine's unit and property tests (tests only)
-//! service.rs      Degradation, the Service: asks which level serves a request and calls it;
+//! service.rs      Degradation, the Service: asks which level serves a request and calls it
+//! future.rs       ResponseFuture: drives the chosen level to readiness, calls it, reports once;
 //!                 LevelService, ServedBy and the response extensions
-//! future.rs       ResponseFuture: drives the chosen level to readiness, calls it, reports once
 //! handle.rs       the state every service of one layer shares, and Handle, Snapshot, Level,
 //!                 LevelChange: the operator's view and controls
 //! fixed.rs        Fixed: a level that always answers the same thing
@@ -298,17 +298,17 @@ mod telemetry;
 pub use body::{HeldTicket, UntilBodyEnd, UntilBodyEndFuture, UntilBodyEndLayer};
 pub use config::{DegradationConfig, Trigger};
 pub use fixed::Fixed;
-pub use future::ResponseFuture;
+pub use future::{
+    Annotate, CurrentLevel, LevelService, NoExtensions, ResponseExtensions, ResponseFuture,
+    ServedBy, WithLevelExtensions,
+};
 pub use handle::{Handle, Level, LevelChange, SelectLevel, Snapshot};
 pub use layer::{DefaultClassifier, DegradationBuilder, DegradationLayer};
 pub use machine::{
     Change, DegradationMachine, Direction, MachineSnapshot, ProbeProgress, Reason, Ticket,
     MAX_LEVELS,
 };
-pub use service::{
-    Annotate, CurrentLevel, Degradation, LevelService, NoExtensions, ResponseExtensions, ServedBy,
-    WithLevelExtensions,
-};
+pub use service::Degradation;
 
 /// Gives the degradation layer's and the health monitor's metrics their help text.
 ///

@@ -4,90 +4,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
-use seawall_core::{on_unwind, BoxError, ClassifyRequest, HasExtensions, Outcome};
-use tower::util::BoxCloneSyncService;
+use seawall_core::{on_unwind, BoxError, ClassifyRequest, Outcome};
 use tower_service::Service;
 
-use crate::future::{ResponseFuture, State};
-use crate::handle::{Level, Shared};
-
-/// A lower level's service, with its type erased.
-pub type LevelService<Req, Res> = BoxCloneSyncService<Req, Res, BoxError>;
-
-/// The level in force when a request arrived, inserted into the request's extensions
-/// when the layer was built with
-/// [`level_extensions`](crate::DegradationBuilder::level_extensions).
-///
-/// During a recovery probe this is the level in force, not the level above that serves
-/// the probe (see [`ServedBy`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CurrentLevel(pub Level);
-
-/// The level that served a response, recorded on the response's extensions when the
-/// layer was built with
-/// [`level_extensions`](crate::DegradationBuilder::level_extensions).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServedBy {
-    /// The level that answered.
-    pub level: Level,
-    /// Whether the request was a recovery probe of the level above the one in force.
-    pub probe: bool,
-}
-
-/// Responses that carry [`http::Extensions`], where [`ServedBy`] is recorded.
-///
-/// Implemented for [`http::Response`]. The request side uses seawall-core's
-/// [`HasExtensions`].
-pub trait ResponseExtensions {
-    /// The response's extensions, mutably, if it has any.
-    fn extensions_mut(&mut self) -> Option<&mut http::Extensions>;
-}
-
-impl<B> ResponseExtensions for http::Response<B> {
-    fn extensions_mut(&mut self) -> Option<&mut http::Extensions> {
-        Some(http::Response::extensions_mut(self))
-    }
-}
-
-/// What the service writes into request and response extensions: nothing
-/// ([`NoExtensions`], the default, so any request type works and no call allocates)
-/// or the levels ([`WithLevelExtensions`]).
-pub trait Annotate<Req, Res>: Clone {
-    /// Called with each request before it is handed to a level.
-    fn request(&self, req: &mut Req, current: impl FnOnce() -> Level);
-    /// Called with each successful response.
-    fn response(&self, res: &mut Res, served: impl FnOnce() -> ServedBy);
-}
-
-/// Writes nothing into extensions (the default).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoExtensions;
-
-impl<Req, Res> Annotate<Req, Res> for NoExtensions {
-    #[inline]
-    fn request(&self, _req: &mut Req, _current: impl FnOnce() -> Level) {}
-    #[inline]
-    fn response(&self, _res: &mut Res, _served: impl FnOnce() -> ServedBy) {}
-}
-
-/// Inserts [`CurrentLevel`] into each request's extensions and [`ServedBy`] into each
-/// response's. Each insert allocates, which is why it is opt-in.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct WithLevelExtensions;
-
-impl<Req: HasExtensions, Res: ResponseExtensions> Annotate<Req, Res> for WithLevelExtensions {
-    fn request(&self, req: &mut Req, current: impl FnOnce() -> Level) {
-        if let Some(ext) = req.extensions_mut() {
-            ext.insert(CurrentLevel(current()));
-        }
-    }
-
-    fn response(&self, res: &mut Res, served: impl FnOnce() -> ServedBy) {
-        if let Some(ext) = res.extensions_mut() {
-            ext.insert(served());
-        }
-    }
-}
+use crate::future::{Annotate, LevelService, ResponseFuture, State};
+use crate::handle::Shared;
 
 /// Serves each request at the level in force, or as a probe at the level above.
 ///

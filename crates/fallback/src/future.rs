@@ -11,11 +11,11 @@ use pin_project_lite::pin_project;
 use seawall_core::{BoxError, Classify, Deadline};
 
 use crate::error::Unavailable;
-use crate::layer::Shared;
 use crate::machine::{Fired, Trigger};
 use crate::mode::{ErrorOrigin, Mode};
 use crate::plan::Plan;
 use crate::request::FallbackRequest;
+use crate::state::Shared;
 
 pin_project! {
     #[project = StateProj]

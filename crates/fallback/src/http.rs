@@ -46,9 +46,9 @@ use pin_project_lite::pin_project;
 use seawall_core::http::{rejection_response, retry_after_value, Either, UNAVAILABLE_BODY};
 use seawall_core::{find_rejection, BoxError};
 
-use crate::config::FallbackBuilder;
 use crate::error::{Served, Unavailable};
 use crate::handle::Runtime;
+use crate::layer::FallbackBuilder;
 use crate::mode::{sealed, ErrorOrigin, Mode, Plain, Responses};
 use crate::telemetry::Rendered;
 

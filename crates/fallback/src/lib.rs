@@ -198,9 +198,9 @@
 //!
 //! ```text
 //! lib.rs          these docs, the re-exports
-//! config.rs       FallbackConfig (what a file may set and change at run time), StepTimeout,
-//!                 and FallbackBuilder
-//! layer.rs        FallbackLayer: one shared state per layer
+//! config.rs       FallbackConfig (what a file may set and change at run time), StepTimeout
+//! layer.rs        FallbackLayer and FallbackBuilder: one shared state per layer
+//! state.rs        Shared: what every service built from one layer shares
 //! service.rs      Fallback, the Service: captures what the fallback needs, calls the primary
 //! future.rs       ResponseFuture: polls the primary; runs the fallback only when a trigger fires
 //! machine.rs      the decisions as plain functions: Trigger, Rejections, how long a step may run
@@ -228,14 +228,15 @@ mod mode;
 mod plan;
 mod request;
 mod service;
+mod state;
 mod strategy;
 mod telemetry;
 
-pub use config::{FallbackBuilder, FallbackConfig, StepTimeout};
+pub use config::{FallbackConfig, StepTimeout};
 pub use error::{Mark, Served, StepTimedOut, Unavailable};
 pub use future::ResponseFuture;
 pub use handle::{FallbackEvent, Handle, Runtime, Snapshot, StepSnapshot, TriggerCount};
-pub use layer::FallbackLayer;
+pub use layer::{FallbackBuilder, FallbackLayer};
 pub use machine::{NoFailures, Rejections, Trigger};
 pub use mode::{ErrorOrigin, Mode, Plain, Responses, Unmarked};
 pub use plan::{

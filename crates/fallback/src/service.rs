@@ -9,10 +9,10 @@ use seawall_core::{BoxError, Classify, Deadline};
 use tower_service::Service;
 
 use crate::future::ResponseFuture;
-use crate::layer::Shared;
 use crate::mode::Mode;
 use crate::plan::Plan;
 use crate::request::Capture;
+use crate::state::Shared;
 
 /// The service built by [`FallbackLayer`](crate::FallbackLayer).
 ///
