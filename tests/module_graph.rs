@@ -122,6 +122,24 @@ fn files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// Whether `path`, a submodule's file, is declared only under `#[cfg(test)]` in its
+/// parent (`mod tests;`): its paths are test code, like a `mod tests { .. }` block.
+fn test_only(path: &Path) -> bool {
+    let (Some(dir), Some(stem)) = (path.parent(), path.file_stem()) else {
+        return false;
+    };
+    let parent = [dir.with_extension("rs"), dir.join("mod.rs")]
+        .into_iter()
+        .find(|p| p.is_file() && p != path);
+    let Some(parent) = parent else { return false };
+    let parent = code(&std::fs::read_to_string(parent).unwrap());
+    let declaration = format!("mod {}", stem.to_string_lossy());
+    !parent.match_indices(&declaration).any(|(at, _)| {
+        let next = parent[at + declaration.len()..].chars().next();
+        !next.is_some_and(|c| c.is_alphanumeric() || c == '_')
+    })
+}
+
 /// The identifiers following `prefix` in `code` (`crate::` → `state`).
 fn after<'c>(code: &'c str, prefix: &str) -> Vec<&'c str> {
     let mut out = Vec::new();
@@ -203,6 +221,9 @@ fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
     for path in &all {
         let Some(from) = top(path) else { continue };
         let depth = path.strip_prefix(src).unwrap().components().count();
+        if depth > 1 && test_only(path) {
+            continue;
+        }
         let text = code(&std::fs::read_to_string(path).unwrap());
         let mut targets = after(&text, "crate::");
         if depth == 1 {
@@ -300,6 +321,10 @@ fn the_reader_sees_crate_and_super_paths_outside_tests_and_comments() {
     let code = code(text);
     assert_eq!(after(&code, "crate::"), ["state", "a", "b"]);
     assert_eq!(after(&code, "super::"), ["layer"]);
+    let machine =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crates/circuit-breaker/src/machine");
+    assert!(test_only(&machine.join("tests.rs")));
+    assert!(!test_only(&machine.join("window.rs")));
     let mut g = BTreeMap::new();
     g.insert("a".to_owned(), BTreeSet::from(["b".to_owned()]));
     g.insert("b".to_owned(), BTreeSet::from(["a".to_owned()]));
