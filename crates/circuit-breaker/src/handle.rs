@@ -1,7 +1,5 @@
 //! The operator's handle: snapshot, subscription, controls, reconfiguration.
 
-use std::fmt;
-use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,7 +9,6 @@ use tokio::time::Instant;
 
 use crate::config::CircuitBreakerConfig;
 use crate::hooks::{ProbeGate, Verdict, VerdictOutcome};
-use crate::keyed::{KeyedHandle, KeyedSnapshot};
 use crate::machine::{State, Transition};
 use crate::state::Lane;
 
@@ -271,48 +268,6 @@ impl LayerHandle for Handle {
 
     fn release(&self) {
         Handle::release(self);
-    }
-}
-
-/// A keyed layer is one layer to an operator: its configuration is every key's
-/// (and the next keys'), `force` holds every key's breaker and those of keys seen
-/// while forced, `release` hands them all back, and the snapshot is every key's.
-impl<K> LayerHandle for KeyedHandle<K>
-where
-    K: Hash + Eq + Clone + fmt::Display + Send + Sync + 'static,
-{
-    type Config = CircuitBreakerConfig;
-    type Snapshot = KeyedSnapshot<K>;
-    type Forced = Forced;
-
-    fn name(&self) -> &str {
-        KeyedHandle::name(self)
-    }
-
-    fn config(&self) -> CircuitBreakerConfig {
-        KeyedHandle::config(self)
-    }
-
-    fn reconfigure(&self, config: CircuitBreakerConfig) -> Result<(), ConfigError> {
-        KeyedHandle::reconfigure(self, config)
-    }
-
-    fn revert(&self) {
-        // The built configuration was validated when the layer was built.
-        let _ = KeyedHandle::revert(self);
-    }
-
-    fn snapshot(&self) -> KeyedSnapshot<K> {
-        KeyedHandle::snapshot(self)
-    }
-
-    fn force(&self, forced: Forced) -> Result<(), ConfigError> {
-        KeyedHandle::force(self, forced);
-        Ok(())
-    }
-
-    fn release(&self) {
-        KeyedHandle::release(self);
     }
 }
 

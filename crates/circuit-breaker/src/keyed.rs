@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::{Context, Poll};
 
 use seawall_core::{
-    bounded_by_current, check_positive, BoxError, ClassifyRequest, ConfigError, KeyedMap, Name,
-    OpenCause, PanicWatch, RandomSource, SeededRandom, DEFAULT_MAX_KEYS,
+    bounded_by_current, check_positive, BoxError, ClassifyRequest, ConfigError, KeyedMap,
+    LayerHandle, Name, OpenCause, PanicWatch, RandomSource, SeededRandom, DEFAULT_MAX_KEYS,
 };
 use tokio::time::Instant;
 use tower_layer::Layer;
@@ -683,6 +683,48 @@ impl fmt::Write for StackText {
         slot.copy_from_slice(s.as_bytes());
         self.len = end;
         Ok(())
+    }
+}
+
+/// A keyed layer is one layer to an operator: its configuration is every key's
+/// (and the next keys'), `force` holds every key's breaker and those of keys seen
+/// while forced, `release` hands them all back, and the snapshot is every key's.
+impl<K> LayerHandle for KeyedHandle<K>
+where
+    K: Hash + Eq + Clone + fmt::Display + Send + Sync + 'static,
+{
+    type Config = CircuitBreakerConfig;
+    type Snapshot = KeyedSnapshot<K>;
+    type Forced = Forced;
+
+    fn name(&self) -> &str {
+        KeyedHandle::name(self)
+    }
+
+    fn config(&self) -> CircuitBreakerConfig {
+        KeyedHandle::config(self)
+    }
+
+    fn reconfigure(&self, config: CircuitBreakerConfig) -> Result<(), ConfigError> {
+        KeyedHandle::reconfigure(self, config)
+    }
+
+    fn revert(&self) {
+        // The built configuration was validated when the layer was built.
+        let _ = KeyedHandle::revert(self);
+    }
+
+    fn snapshot(&self) -> KeyedSnapshot<K> {
+        KeyedHandle::snapshot(self)
+    }
+
+    fn force(&self, forced: Forced) -> Result<(), ConfigError> {
+        KeyedHandle::force(self, forced);
+        Ok(())
+    }
+
+    fn release(&self) {
+        KeyedHandle::release(self);
     }
 }
 

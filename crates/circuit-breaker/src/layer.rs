@@ -69,14 +69,6 @@ impl<C> CircuitBreakerLayer<C> {
     pub fn name(&self) -> &str {
         self.breaker.breaker().name()
     }
-
-    /// The same breaker in readiness mode: its services' `poll_ready` is pending
-    /// while the breaker is open (woken when the open interval ends), so
-    /// `tower::balance` and `ReadyCache` stop choosing the endpoint. See
-    /// [`PendingWhileOpen`](crate::PendingWhileOpen).
-    pub fn pending_while_open(self) -> crate::PendingWhileOpenLayer<C> {
-        crate::PendingWhileOpenLayer::new(self)
-    }
 }
 
 impl<C: Clone> Clone for CircuitBreakerLayer<C> {

@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use seawall_core::{later, ConfigError, WindowCounts};
+use seawall_core::{later, ConfigError, OpenCause, WindowCounts};
 use tokio::time::Instant;
 
 use crate::config::CircuitBreakerConfig;
@@ -755,6 +755,16 @@ pub(crate) fn nanos_between(from: Instant, to: Instant) -> u64 {
 /// A duration in nanoseconds (every configured one is at most a year, far below `u64::MAX`).
 pub(crate) fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The slot of a shadow-rejection cause in the tallies and the metrics (forced open
+/// is never shadowed).
+pub(crate) const fn shadow_index(cause: OpenCause) -> usize {
+    match cause {
+        OpenCause::ProbeSlotsFull => 1,
+        OpenCause::Ramping => 2,
+        _ => 0,
+    }
 }
 
 mod admission;

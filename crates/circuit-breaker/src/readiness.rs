@@ -34,11 +34,17 @@ pub struct PendingWhileOpenLayer<C> {
     layer: CircuitBreakerLayer<C>,
 }
 
-impl<C> PendingWhileOpenLayer<C> {
-    pub(crate) fn new(layer: CircuitBreakerLayer<C>) -> Self {
-        Self { layer }
+impl<C> CircuitBreakerLayer<C> {
+    /// The same breaker in readiness mode: its services' `poll_ready` is pending
+    /// while the breaker is open (woken when the open interval ends), so
+    /// `tower::balance` and `ReadyCache` stop choosing the endpoint. See
+    /// [`PendingWhileOpen`].
+    pub fn pending_while_open(self) -> PendingWhileOpenLayer<C> {
+        PendingWhileOpenLayer { layer: self }
     }
+}
 
+impl<C> PendingWhileOpenLayer<C> {
     /// The operator's handle on the breaker.
     pub fn handle(&self) -> Handle {
         self.layer.handle()
@@ -52,7 +58,9 @@ impl<C> PendingWhileOpenLayer<C> {
 
 impl<C: Clone> Clone for PendingWhileOpenLayer<C> {
     fn clone(&self) -> Self {
-        Self::new(self.layer.clone())
+        Self {
+            layer: self.layer.clone(),
+        }
     }
 }
 

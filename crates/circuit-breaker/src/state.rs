@@ -81,8 +81,6 @@ use crate::telemetry::{Series, Telemetry};
 mod driven;
 mod lane;
 
-#[cfg(feature = "metrics")]
-pub(crate) use driven::{shadow_index, SHADOW_CAUSES};
 pub(crate) use driven::{Driven, Mode};
 pub(crate) use lane::{tally_lines, Lane, Lanes};
 

@@ -40,9 +40,17 @@
 
 use std::time::Duration;
 
-use seawall_core::{Name, Outcome};
+use seawall_core::{Name, OpenCause, Outcome};
 
 use crate::machine::{Recorded, Report, State, Transition};
+
+/// The shadow-rejection causes in [`shadow_index`](crate::machine::shadow_index) order.
+#[cfg(feature = "metrics")]
+pub(crate) const SHADOW_CAUSES: [OpenCause; 3] = [
+    OpenCause::Open,
+    OpenCause::ProbeSlotsFull,
+    OpenCause::Ramping,
+];
 
 /// The series breakers report to: the layer's `name`, and a `key` label for the
 /// keys of a keyed layer that opted into per-key series. The handles are registered
@@ -164,7 +172,7 @@ impl Metrics {
             probe_success: probes("success"),
             probe_failure: probes("failure"),
             probe_timeout: probes("timeout"),
-            shadow: crate::state::SHADOW_CAUSES.map(|cause| {
+            shadow: SHADOW_CAUSES.map(|cause| {
                 metrics::counter!(
                     "seawall_breaker_shadow_rejections_total",
                     with(l, &[("cause", cause.as_str())])
@@ -359,9 +367,9 @@ impl Telemetry {
 
     /// A call the breaker would have turned away for `cause`, let through in shadow mode.
     #[inline]
-    pub(crate) fn shadow_rejected(&self, name: &Name, cause: seawall_core::OpenCause) {
+    pub(crate) fn shadow_rejected(&self, name: &Name, cause: OpenCause) {
         #[cfg(feature = "metrics")]
-        if let Some(counter) = self.metrics.shadow.get(crate::state::shadow_index(cause)) {
+        if let Some(counter) = self.metrics.shadow.get(crate::machine::shadow_index(cause)) {
             counter.increment(1);
         }
         #[cfg(feature = "tracing")]

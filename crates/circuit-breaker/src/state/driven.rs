@@ -5,15 +5,15 @@
 use std::ops::Deref;
 use std::sync::Arc;
 
-use seawall_core::{ConfigError, OpenCause, Outcome, RandomSource, SeededRandom, WindowCounts};
+use seawall_core::{ConfigError, Outcome, RandomSource, SeededRandom, WindowCounts};
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 use crate::config::CircuitBreakerConfig;
 use crate::hooks::{ProbeGate, Verdict, VerdictOutcome};
 use crate::machine::{
-    Admission, CircuitBreakerEvent, CircuitBreakerMachine, Reason, Recorded, Report, State, Ticket,
-    Transition,
+    shadow_index, Admission, CircuitBreakerEvent, CircuitBreakerMachine, Reason, Recorded, Report,
+    State, Ticket, Transition,
 };
 
 /// How the shared word lets calls through without the lock.
@@ -62,24 +62,6 @@ pub(crate) struct Tally {
     /// Shadow rejections taken under the lock, by [`shadow_index`].
     pub(crate) shadow: [u64; 3],
 }
-
-/// The slot of a shadow-rejection cause in [`Tally::shadow`] (forced open is never
-/// shadowed).
-pub(crate) const fn shadow_index(cause: OpenCause) -> usize {
-    match cause {
-        OpenCause::ProbeSlotsFull => 1,
-        OpenCause::Ramping => 2,
-        _ => 0,
-    }
-}
-
-/// The causes in [`Tally::shadow`] order.
-#[cfg(feature = "metrics")]
-pub(crate) const SHADOW_CAUSES: [OpenCause; 3] = [
-    OpenCause::Open,
-    OpenCause::ProbeSlotsFull,
-    OpenCause::Ramping,
-];
 
 /// The automatic transitions (made by the breaker or by a verdict), in this order.
 const AUTOMATIC: [(State, State); 6] = [
