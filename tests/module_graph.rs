@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 /// The crates whose module graph must be acyclic.
 const CRATES: &[&str] = &[
     "src",
+    "crates/bulkhead/src",
     "crates/circuit-breaker/src",
     "crates/core/src",
     "crates/degradation/src",
@@ -21,7 +22,7 @@ const CRATES: &[&str] = &[
 
 /// Crates whose modules still import each other in a circle (issue #36, item 1):
 /// each moves to [`CRATES`] when its cycles are gone, which the test below asks for.
-const NOT_YET_ACYCLIC: &[&str] = &["crates/bulkhead/src"];
+const NOT_YET_ACYCLIC: &[&str] = &[];
 
 /// Crates not read by these tests: the fleet crate, which is being reworked; it
 /// joins [`NOT_YET_ACYCLIC`] or [`CRATES`] after that.

@@ -1,13 +1,9 @@
 //! The bulkhead's configuration and its builder.
 
-use std::time::Duration;
-
-use seawall_core::{check_positive, ConfigError, Name};
+use seawall_core::{check_positive, ConfigError};
 
 use crate::adaptive::AdaptiveConfig;
-use crate::layer::BulkheadLayer;
-use crate::queue::QueuePolicy;
-use crate::semaphore::MAX_LIMIT;
+use crate::queue::{QueuePolicy, MAX_LIMIT};
 
 /// The limits of one bulkhead. `Default` is a starting point to calibrate, not a measured limit: 8 active calls,
 /// and the [`QueuePolicy`] defaults (10 waiting, 20 ms in the queue at most).
@@ -17,8 +13,9 @@ use crate::semaphore::MAX_LIMIT;
 /// concurrent calls to the supplier, not 8. Size it as "what one instance may
 /// take", and divide the supplier's capacity by the number of instances.
 ///
-/// Every service built from one [`BulkheadLayer`] (and every clone of them) shares
-/// the same bulkhead; build one layer per dependency to keep their capacity apart.
+/// Every service built from one [`BulkheadLayer`](crate::BulkheadLayer) (and every
+/// clone of them) shares the same bulkhead; build one layer per dependency to keep
+/// their capacity apart.
 ///
 /// With [`adaptive`](Self::adaptive), an algorithm sets the limit of active calls
 /// between its own `min_limit` and `max_limit`, and `max_concurrent` is not used;
@@ -73,99 +70,10 @@ impl BulkheadConfig {
     }
 }
 
-/// Builds a [`BulkheadLayer`]; see [`BulkheadLayer::builder`].
-#[derive(Debug, Clone)]
-pub struct BulkheadBuilder {
-    pub(crate) name: Name,
-    pub(crate) config: BulkheadConfig,
-    pub(crate) seed: Option<u64>,
-}
-
-impl BulkheadBuilder {
-    pub(crate) fn new(name: Name) -> Self {
-        Self {
-            name,
-            config: BulkheadConfig::default(),
-            seed: None,
-        }
-    }
-
-    /// Calls allowed in the inner service at once (default 8, per instance).
-    #[must_use]
-    pub fn max_concurrent(mut self, n: usize) -> Self {
-        self.config.max_concurrent = n;
-        self
-    }
-
-    /// The queue's bounds, all at once (see [`QueuePolicy`] for its options and
-    /// defaults).
-    #[must_use]
-    pub fn queue(mut self, queue: QueuePolicy) -> Self {
-        self.config.queue = queue;
-        self
-    }
-
-    /// Calls allowed to wait for a slot (default 10; 0 rejects at once when busy):
-    /// a shorthand for the queue's `max_queue`.
-    #[must_use]
-    pub fn max_queue(mut self, n: usize) -> Self {
-        self.config.queue.max_queue = n;
-        self
-    }
-
-    /// The longest a call waits for a slot (default 20 ms), shortened by the
-    /// request's remaining deadline: a shorthand for the queue's `max_wait`.
-    #[must_use]
-    pub fn max_wait(mut self, d: Duration) -> Self {
-        self.config.queue.max_wait = d;
-        self
-    }
-
-    /// Lets an algorithm find the limit of active calls instead of
-    /// `max_concurrent`: an [`AimdConfig`](crate::adaptive::AimdConfig) or a
-    /// [`GradientConfig`](crate::adaptive::GradientConfig) (see
-    /// [`crate::adaptive`] for which). What counts as overload is the layer's
-    /// classifier: [`BulkheadLayer::overload`].
-    #[must_use]
-    pub fn adaptive(mut self, algorithm: impl Into<AdaptiveConfig>) -> Self {
-        self.config.adaptive = Some(algorithm.into());
-        self
-    }
-
-    /// Starts in shadow mode (see [`BulkheadConfig::shadow`]); switch it at run
-    /// time with [`Handle::set_shadow`](crate::Handle::set_shadow).
-    #[must_use]
-    pub fn shadow(mut self, shadow: bool) -> Self {
-        self.config.shadow = shadow;
-        self
-    }
-
-    /// Fixes the random choices of an adaptive algorithm (the jitter of a
-    /// gradient's baseline schedule), for reproducible tests and simulations. By
-    /// default they differ on every instance, so a fleet does not act in step.
-    #[must_use]
-    pub fn seed(mut self, seed: u64) -> Self {
-        self.seed = Some(seed);
-        self
-    }
-
-    /// Replaces all limits at once.
-    #[must_use]
-    pub fn config(mut self, config: BulkheadConfig) -> Self {
-        self.config = config;
-        self
-    }
-
-    /// Validates the configuration and creates the layer and its shared state.
-    pub fn build(self) -> Result<BulkheadLayer, ConfigError> {
-        self.config.validate()?;
-        Ok(BulkheadLayer::from_builder(self))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn the_defaults_are_the_documented_numbers() {

@@ -989,7 +989,7 @@ mod schedule {
             let f = Feedback::new(&bulkhead(config), Some(1));
             let mut bare = Aimd::new(config);
             let events = Events::default();
-            let m = Semaphore::new(crate::semaphore::MAX_LIMIT, 0);
+            let m = Semaphore::new(crate::queue::MAX_LIMIT, 0);
             let mut held = 0;
             for &(latency, inflight, pause) in samples {
                 tokio::time::advance(Duration::from_millis(pause)).await;

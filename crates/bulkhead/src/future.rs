@@ -19,7 +19,8 @@ use tower_service::Service;
 use crate::hold::{Hold, Lend};
 use crate::permit::Permit;
 use crate::semaphore::{Enqueued, Leave, Left, WaiterId};
-use crate::state::{ShadowReason, Shared};
+use crate::state::Shared;
+use crate::telemetry::ShadowReason;
 
 pin_project! {
     /// The response future of [`Bulkhead`](crate::Bulkhead) and

@@ -10,18 +10,19 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::{Context, Poll};
 
 use seawall_core::{
-    BoxError, BulkheadFull, Classify, ConfigError, KeyedMap, Name, TimeoutsAsOverload,
+    BoxError, BulkheadFull, Classify, ConfigError, KeyedMap, LayerHandle, Name, TimeoutsAsOverload,
     DEFAULT_MAX_KEYS,
 };
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::config::{BulkheadBuilder, BulkheadConfig};
+use crate::config::BulkheadConfig;
 use crate::future::ResponseFuture;
-use crate::handle::{check_forced_limit, Snapshot};
+use crate::handle::check_forced_limit;
 use crate::hold::{Hold, Lend, UntilResponse};
-use crate::state::{ShadowReason, Shared};
-use crate::telemetry::{KeyedTelemetry, Series};
+use crate::layer::BulkheadBuilder;
+use crate::state::{Shared, Snapshot};
+use crate::telemetry::{KeyedTelemetry, Series, ShadowReason};
 
 /// Validates a new per-key configuration for a layer built `adaptive` or not: a
 /// layer keeps the kind of limit it was built with, since its metric series report
@@ -674,4 +675,46 @@ pub struct KeyedSnapshot {
     pub evicted: u64,
     /// The limit an operator holds every key at ([`KeyedHandle::force`]), if any.
     pub forced: Option<usize>,
+}
+
+/// A keyed layer is one layer to an operator: its configuration is every key's
+/// (and the next keys'), `force` holds every key's limit and those of keys seen
+/// while forced, `release` hands them all back, and the snapshot is the totals
+/// over the keys.
+impl<K> LayerHandle for KeyedHandle<K>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+{
+    type Config = BulkheadConfig;
+    type Snapshot = KeyedSnapshot;
+    /// The limit of active calls to hold every key at.
+    type Forced = usize;
+
+    fn name(&self) -> &str {
+        KeyedHandle::name(self)
+    }
+
+    fn config(&self) -> BulkheadConfig {
+        KeyedHandle::config(self)
+    }
+
+    fn reconfigure(&self, config: BulkheadConfig) -> Result<(), ConfigError> {
+        KeyedHandle::reconfigure(self, config)
+    }
+
+    fn revert(&self) {
+        KeyedHandle::revert(self);
+    }
+
+    fn snapshot(&self) -> KeyedSnapshot {
+        KeyedHandle::snapshot(self)
+    }
+
+    fn force(&self, limit: usize) -> Result<(), ConfigError> {
+        KeyedHandle::force(self, limit)
+    }
+
+    fn release(&self) {
+        KeyedHandle::release(self);
+    }
 }

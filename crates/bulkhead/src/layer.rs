@@ -3,13 +3,16 @@
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
+use std::time::Duration;
 
 use seawall_core::{ConfigError, Name, TimeoutsAsOverload};
 use tower_layer::Layer;
 
-use crate::config::{BulkheadBuilder, BulkheadConfig};
+use crate::adaptive::AdaptiveConfig;
+use crate::config::BulkheadConfig;
 use crate::handle::Handle;
 use crate::hold::UntilResponse;
+use crate::queue::QueuePolicy;
 use crate::service::Bulkhead;
 use crate::state::Shared;
 
@@ -164,5 +167,95 @@ impl<S: Clone, H, O: Clone> Layer<S> for BulkheadLayer<H, O> {
 
     fn layer(&self, inner: S) -> Self::Service {
         Bulkhead::new(inner, self.shared.clone(), self.overload.clone())
+    }
+}
+
+/// Builds a [`BulkheadLayer`]; see [`BulkheadLayer::builder`].
+#[derive(Debug, Clone)]
+pub struct BulkheadBuilder {
+    pub(crate) name: Name,
+    pub(crate) config: BulkheadConfig,
+    pub(crate) seed: Option<u64>,
+}
+
+impl BulkheadBuilder {
+    pub(crate) fn new(name: Name) -> Self {
+        Self {
+            name,
+            config: BulkheadConfig::default(),
+            seed: None,
+        }
+    }
+
+    /// Calls allowed in the inner service at once (default 8, per instance).
+    #[must_use]
+    pub fn max_concurrent(mut self, n: usize) -> Self {
+        self.config.max_concurrent = n;
+        self
+    }
+
+    /// The queue's bounds, all at once (see [`QueuePolicy`] for its options and
+    /// defaults).
+    #[must_use]
+    pub fn queue(mut self, queue: QueuePolicy) -> Self {
+        self.config.queue = queue;
+        self
+    }
+
+    /// Calls allowed to wait for a slot (default 10; 0 rejects at once when busy):
+    /// a shorthand for the queue's `max_queue`.
+    #[must_use]
+    pub fn max_queue(mut self, n: usize) -> Self {
+        self.config.queue.max_queue = n;
+        self
+    }
+
+    /// The longest a call waits for a slot (default 20 ms), shortened by the
+    /// request's remaining deadline: a shorthand for the queue's `max_wait`.
+    #[must_use]
+    pub fn max_wait(mut self, d: Duration) -> Self {
+        self.config.queue.max_wait = d;
+        self
+    }
+
+    /// Lets an algorithm find the limit of active calls instead of
+    /// `max_concurrent`: an [`AimdConfig`](crate::adaptive::AimdConfig) or a
+    /// [`GradientConfig`](crate::adaptive::GradientConfig) (see
+    /// [`crate::adaptive`] for which). What counts as overload is the layer's
+    /// classifier: [`BulkheadLayer::overload`].
+    #[must_use]
+    pub fn adaptive(mut self, algorithm: impl Into<AdaptiveConfig>) -> Self {
+        self.config.adaptive = Some(algorithm.into());
+        self
+    }
+
+    /// Starts in shadow mode (see [`BulkheadConfig::shadow`]); switch it at run
+    /// time with [`Handle::set_shadow`](crate::Handle::set_shadow).
+    #[must_use]
+    pub fn shadow(mut self, shadow: bool) -> Self {
+        self.config.shadow = shadow;
+        self
+    }
+
+    /// Fixes the random choices of an adaptive algorithm (the jitter of a
+    /// gradient's baseline schedule), for reproducible tests and simulations. By
+    /// default they differ on every instance, so a fleet does not act in step.
+    #[must_use]
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Replaces all limits at once.
+    #[must_use]
+    pub fn config(mut self, config: BulkheadConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Validates the configuration and creates the layer and its shared state.
+    pub fn build(self) -> Result<BulkheadLayer, ConfigError> {
+        self.config.validate()?;
+        Ok(BulkheadLayer::from_builder(self))
     }
 }

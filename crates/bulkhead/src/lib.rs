@@ -410,10 +410,11 @@
 //!
 //! ```text
 //! lib.rs              these docs, the re-exports
-//! config.rs           BulkheadConfig (validated plain data) and BulkheadBuilder
+//! config.rs           BulkheadConfig: validated plain data (a leaf)
 //! queue.rs            QueuePolicy, the pure queue policy and the one list of its options: who
-//!                     takes a slot, who waits and until when, who is turned away
-//! layer.rs            BulkheadLayer: one bulkhead per layer, shared by every service it builds
+//!                     takes a slot, who waits and until when, who is turned away; MAX_LIMIT
+//! layer.rs            BulkheadLayer and BulkheadBuilder: one bulkhead per layer, shared by
+//!                     every service it builds
 //! service.rs          Bulkhead, the Service: admission in `call`
 //! future.rs           ResponseFuture: the wait, the inner service's readiness, the inner call
 //! permit.rs           Permit and PermitHandle: the slot a call holds, freed on drop
@@ -421,12 +422,13 @@
 //! semaphore.rs        the semaphore that applies the queue policy: slots and waiters counted
 //!                     in one atomic word, the line behind a mutex
 //! state.rs            what one bulkhead shares: the semaphore, the configuration in force,
-//!                     the limit's feedback, shadow counts, events and telemetry
+//!                     the limit's feedback, shadow counts, events and telemetry; the
+//!                     Snapshot and Demand read from it
 //! feedback.rs         the limit in force: fixed, adaptive, forced by an operator, allotted
 //! adaptive/mod.rs     AdaptiveConfig and the sealed LimitAlgorithm trait
 //!   adaptive/aimd.rs      Aimd: additive increase, multiplicative decrease
 //!   adaptive/gradient.rs  Gradient: latency against a baseline measured again on a schedule
-//! handle.rs           Handle, Snapshot, Demand: the operator's view and controls
+//! handle.rs           Handle: the operator's view and controls
 //! events.rs           BulkheadEvent and LimitCause: saturated, relieved, the limit moving
 //! stats.rs            the admission-wait histogram
 //! telemetry.rs        tracing events and metrics
@@ -479,10 +481,10 @@ mod telemetry;
 
 pub use adaptive::AdaptiveConfig;
 pub use backpressure::{Backpressure, BackpressureLayer};
-pub use config::{BulkheadBuilder, BulkheadConfig};
+pub use config::BulkheadConfig;
 pub use events::{BulkheadEvent, LimitCause};
 pub use future::ResponseFuture;
-pub use handle::{AdaptiveSnapshot, Demand, Handle, Snapshot, WaitStats};
+pub use handle::Handle;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use hold::UntilBodyEnd;
@@ -490,11 +492,12 @@ pub use hold::{Hold, Lend, UntilResponse, WithPermitHandle};
 pub use keyed::{
     KeyedBulkhead, KeyedBulkheadBuilder, KeyedBulkheadLayer, KeyedHandle, KeyedSnapshot,
 };
-pub use layer::BulkheadLayer;
+pub use layer::{BulkheadBuilder, BulkheadLayer};
 pub use permit::{Permit, PermitHandle};
 pub use queue::QueuePolicy;
 pub use seawall_core::DEFAULT_MAX_KEYS;
 pub use service::Bulkhead;
+pub use state::{AdaptiveSnapshot, Demand, Snapshot, WaitStats};
 
 pub use seawall_core::{
     BoxError, BulkheadFull, BulkheadTimeout, OverloadStatus, TimeoutsAsOverload,

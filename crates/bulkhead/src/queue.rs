@@ -42,7 +42,9 @@ use std::time::Duration;
 use seawall_core::{check_duration, ConfigError};
 use tokio::time::Instant;
 
-use crate::semaphore::MAX_LIMIT;
+/// The largest `max_concurrent` or `max_queue` a bulkhead accepts (2^20). Active
+/// and waiting counts never exceed it, so they fit their 21 bits.
+pub(crate) const MAX_LIMIT: usize = 1 << 20;
 
 /// The bounds of a bulkhead's queue: how many may wait, and for how long.
 ///

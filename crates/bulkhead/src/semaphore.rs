@@ -49,7 +49,7 @@ use std::sync::{OnceLock, PoisonError};
 use std::task::Waker;
 use std::time::Duration;
 
-use crate::queue::{Load, Place};
+use crate::queue::{Load, Place, MAX_LIMIT};
 use crate::stats::WaitHistogram;
 use crate::sync::{fence, AtomicU64, AtomicUsize, Mutex, MutexGuard};
 
@@ -62,10 +62,6 @@ const ADMITTED_SHIFT: u32 = 2 * COUNT_BITS + 1;
 const ONE_ADMITTED: u64 = 1 << ADMITTED_SHIFT;
 /// The most fast-path admissions the word holds before they are flushed.
 const ADMITTED_CAP: u64 = (1 << (64 - ADMITTED_SHIFT)) - 1;
-
-/// The largest `max_concurrent` or `max_queue` a bulkhead accepts (2^20). Active
-/// and waiting counts never exceed it, so they fit their 21 bits.
-pub(crate) const MAX_LIMIT: usize = 1 << 20;
 
 /// How many waiters one pass over the queue wakes before dropping the lock.
 const WAKE_BATCH: usize = 16;

@@ -2,6 +2,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
 
 use seawall_core::{ConfigError, Name, RejectionKind};
 
@@ -10,10 +11,9 @@ use tokio::time::Instant;
 use crate::config::BulkheadConfig;
 use crate::events::{BulkheadEvent, Events};
 use crate::feedback::Feedback;
-use crate::handle::{AdaptiveSnapshot, Demand, Snapshot, WaitStats};
 use crate::queue::QueuePolicy;
 use crate::semaphore::Semaphore;
-use crate::telemetry::{Series, Telemetry};
+use crate::telemetry::{Series, ShadowReason, Telemetry};
 
 /// One bulkhead: the admission semaphore plus its name, limits and telemetry.
 ///
@@ -54,18 +54,6 @@ struct ShadowCounts {
     rejections: [AtomicU64; 3],
     /// Of those, the calls still holding no slot in the inner service.
     over_limit: AtomicUsize,
-}
-
-/// Why a shadow bulkhead let a call through beyond its limit: the rejection it
-/// would have made.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ShadowReason {
-    /// Every slot busy and the queue full (or no queue).
-    Full = 0,
-    /// No slot within `max_wait` or the request's deadline.
-    Timeout = 1,
-    /// A keyed bulkhead had no room for a new key.
-    Keys = 2,
 }
 
 impl Shared {
@@ -347,6 +335,150 @@ impl Shared {
             },
         }
     }
+}
+
+/// A bulkhead's demand over one period (see [`Handle::take_demand`](crate::Handle::take_demand)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Demand {
+    /// The most calls active at once right after an admission in the period
+    /// (calls running from before, with no admission since, hold slots but do
+    /// not ask for more, so they do not count).
+    pub peak_active: usize,
+    /// The most calls waiting at once over the period.
+    pub peak_queued: usize,
+    /// Calls rejected with `BulkheadFull` over the period.
+    pub rejected_full: u64,
+    /// The bulkhead's own limit now, without the allotment: more than this it
+    /// could not use whatever it was given.
+    pub own_limit: usize,
+}
+
+impl Demand {
+    /// The slots the bulkhead could have used over the period: peak active plus
+    /// peak waiting plus the calls turned away full, at most its own limit.
+    pub fn wanted(&self) -> usize {
+        let full = usize::try_from(self.rejected_full).unwrap_or(usize::MAX);
+        self.peak_active
+            .saturating_add(self.peak_queued)
+            .saturating_add(full)
+            .min(self.own_limit)
+    }
+}
+
+/// A bulkhead's counts and limits at one moment (see
+/// [`Handle::snapshot`](crate::Handle::snapshot)).
+///
+/// Counters run since the bulkhead was built. `admitted + rejected_full +
+/// rejected_timeout + shadow_rejected_full + shadow_rejected_timeout + abandoned`
+/// accounts for every call once it has been decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct Snapshot {
+    /// The bulkhead's name.
+    pub name: String,
+    /// The limit of active calls in force now: the adaptive algorithm's, the
+    /// operator's forced limit, or `max_concurrent`, lowered to the allotment
+    /// when one is set.
+    pub limit: usize,
+    /// Whether an operator forced the limit ([`Handle::force`](crate::Handle::force)).
+    pub limit_forced: bool,
+    /// The ceiling set from outside
+    /// ([`Handle::set_allotment`](crate::Handle::set_allotment)), e.g. this instance's
+    /// share of a fleet-wide cap; `limit` is never above it.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub allotment: Option<usize>,
+    /// The adaptive algorithm's state, when the bulkhead has one.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub adaptive: Option<AdaptiveSnapshot>,
+    /// The configured limit of active calls (not used while adaptive).
+    pub max_concurrent: usize,
+    /// The configured queue: how many may wait, and for how long (see
+    /// [`QueuePolicy`] for its options).
+    pub queue: QueuePolicy,
+    /// Calls holding a slot now (may exceed `limit` just after it shrank).
+    pub active: usize,
+    /// Calls waiting for a slot now.
+    pub queued: usize,
+    /// Whether the bulkhead is turning calls away: it rejected one and has not
+    /// drained since (see [`BulkheadEvent::Saturated`] and
+    /// [`BulkheadEvent::Relieved`]).
+    pub saturated: bool,
+    /// The most calls active at once since the bulkhead was built or
+    /// [`Handle::reset_peaks`](crate::Handle::reset_peaks) was called, recorded at every
+    /// change (not sampled).
+    pub peak_active: usize,
+    /// The most calls waiting at once over the same period.
+    pub peak_queued: usize,
+    /// Calls that got a slot, at once or after waiting.
+    pub admitted: u64,
+    /// Calls rejected at once because every slot was busy and the queue full.
+    pub rejected_full: u64,
+    /// Calls that waited as long as they were allowed to (`max_wait` or their
+    /// deadline) without getting a slot.
+    pub rejected_timeout: u64,
+    /// Calls whose caller gave up (dropped the future) while they waited.
+    pub abandoned: u64,
+    /// Whether the bulkhead is in shadow mode.
+    pub shadow: bool,
+    /// Shadow mode: calls that found every slot busy and the queue full, let
+    /// through beyond the limit instead of rejected (never in `admitted`).
+    pub shadow_rejected_full: u64,
+    /// Shadow mode: calls that waited as long as allowed without a slot, let
+    /// through beyond the limit instead of rejected (never in `admitted`).
+    pub shadow_rejected_timeout: u64,
+    /// Calls let through beyond the limit and still in the inner service: they
+    /// hold no slot, so `active` never counts them, and `active + over_limit` is
+    /// what the inner service has now.
+    pub over_limit: usize,
+    /// How long admitted calls waited for their slot.
+    pub wait: WaitStats,
+}
+
+/// An adaptive bulkhead's algorithm at one moment (see [`Snapshot::adaptive`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct AdaptiveSnapshot {
+    /// `"aimd"` or `"gradient"`.
+    pub algorithm: &'static str,
+    /// Limit changes (and, for a gradient, baseline measurements) so far: how
+    /// often it moved.
+    pub generation: u64,
+    /// A gradient's baseline: the latency it measured without queueing.
+    #[cfg_attr(
+        feature = "serde",
+        serde(
+            with = "seawall_core::duration_format::option",
+            skip_serializing_if = "Option::is_none"
+        )
+    )]
+    pub min_rtt: Option<Duration>,
+    /// Whether a gradient is measuring its baseline now (its limit is lowered meanwhile).
+    pub measuring_min_rtt: bool,
+}
+
+/// The distribution of admission waits since the bulkhead was built.
+///
+/// Calls admitted at once count as a zero wait. Quantiles come from a fixed
+/// power-of-two histogram: each is the upper bound of its bucket (at most twice
+/// the true value, for waits above 1 µs) and never more than `max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct WaitStats {
+    /// The median wait.
+    #[cfg_attr(feature = "serde", serde(with = "seawall_core::duration_format"))]
+    pub p50: Duration,
+    /// The 99th-percentile wait.
+    #[cfg_attr(feature = "serde", serde(with = "seawall_core::duration_format"))]
+    pub p99: Duration,
+    /// The longest wait.
+    #[cfg_attr(feature = "serde", serde(with = "seawall_core::duration_format"))]
+    pub max: Duration,
+    /// How many admitted calls had to wait in line.
+    pub queued_admissions: u64,
 }
 
 #[cfg(all(test, target_pointer_width = "64"))]

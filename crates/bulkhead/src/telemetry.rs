@@ -50,6 +50,18 @@ use seawall_core::Name;
 use crate::config::BulkheadConfig;
 use crate::semaphore::Semaphore;
 
+/// Why a shadow bulkhead let a call through beyond its limit: the rejection it
+/// would have made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ShadowReason {
+    /// Every slot busy and the queue full (or no queue).
+    Full = 0,
+    /// No slot within `max_wait` or the request's deadline.
+    Timeout = 1,
+    /// A keyed bulkhead had no room for a new key.
+    Keys = 2,
+}
+
 /// The series bulkheads report to: the layer's `name`, and a `key` label for the
 /// keys of a keyed layer that opted into per-key series. The handles are registered
 /// once, when the series is made, and shared by every bulkhead reporting to it: by
@@ -356,15 +368,15 @@ impl Telemetry {
     /// A call the bulkhead would have rejected for `reason` was let through
     /// beyond the limit (shadow mode).
     #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
-    pub(crate) fn shadow_rejected(&self, name: &str, reason: crate::state::ShadowReason) {
+    pub(crate) fn shadow_rejected(&self, name: &str, reason: ShadowReason) {
         #[cfg(feature = "tracing")]
         tracing::debug!(
             target: "seawall::bulkhead",
             bulkhead = name,
             reason = match reason {
-                crate::state::ShadowReason::Full => "full",
-                crate::state::ShadowReason::Timeout => "timeout",
-                crate::state::ShadowReason::Keys => "keys",
+                ShadowReason::Full => "full",
+                ShadowReason::Timeout => "timeout",
+                ShadowReason::Keys => "keys",
             },
             "call let through beyond the limit in shadow mode: the bulkhead would have rejected it"
         );

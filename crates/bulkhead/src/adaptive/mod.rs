@@ -54,7 +54,7 @@ use std::time::Duration;
 use seawall_core::{check_duration, ConfigError};
 use tokio::time::Instant;
 
-use crate::semaphore::MAX_LIMIT;
+use crate::queue::MAX_LIMIT;
 
 mod aimd;
 mod gradient;
