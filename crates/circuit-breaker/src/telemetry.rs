@@ -124,7 +124,7 @@ struct Metrics {
     shadow: [metrics::Counter; 3],
     /// The automatic transitions, in [`AUTOMATIC`] order.
     automatic: [metrics::Counter; 4],
-    state: [metrics::Gauge; 6],
+    state: [metrics::Gauge; State::ALL.len()],
     reasons: seawall_core::ReasonCounters,
 }
 

@@ -3,59 +3,66 @@
 
 use tokio::time::Instant;
 
-/// The state of a breaker, as reported to operators.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
-pub enum State {
-    /// Calls go through; outcomes are recorded and may trip the breaker.
-    Closed,
-    /// Tripped: every call is rejected until the open interval has passed.
-    Open,
-    /// The open interval has passed: a few probes go through to test the dependency.
-    HalfOpen,
-    /// Held open by an operator: every call is rejected, nothing changes it but an operator.
-    ForcedOpen,
-    /// Held closed by an operator: every call goes through, outcomes are recorded, it never trips.
-    ForcedClosed,
-    /// Switched off by an operator: every call goes through, only the counters move.
-    Disabled,
+/// Declares a label enum from one list: the variants in order, [`ALL`](State::ALL) in
+/// that order, each one's label ([`as_str`](State::as_str)) and its position, so a
+/// metric's labels and a table indexed by variant cannot drift from the enum.
+macro_rules! labels {
+    ($(#[$meta:meta])* pub enum $name:ident {
+        $( $(#[$doc:meta])* $variant:ident => $label:literal, )*
+    }) => {
+        $(#[$meta])*
+        pub enum $name {
+            $( $(#[$doc])* $variant, )*
+        }
+
+        impl $name {
+            /// Every variant, in declaration order (the order of per-variant tables,
+            /// such as the state gauge).
+            pub const ALL: [$name; [$($label),*].len()] = [$(Self::$variant),*];
+
+            /// A short, stable, lower-case label (for metrics and logs).
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $( Self::$variant => $label, )*
+                }
+            }
+
+            /// This variant's position in [`ALL`](Self::ALL), for per-variant tables.
+            pub const fn index(self) -> usize {
+                self as usize
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+labels! {
+    /// The state of a breaker, as reported to operators.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+    #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+    pub enum State {
+        /// Calls go through; outcomes are recorded and may trip the breaker.
+        Closed => "closed",
+        /// Tripped: every call is rejected until the open interval has passed.
+        Open => "open",
+        /// The open interval has passed: a few probes go through to test the dependency.
+        HalfOpen => "half_open",
+        /// Held open by an operator: every call is rejected, nothing changes it but an operator.
+        ForcedOpen => "forced_open",
+        /// Held closed by an operator: every call goes through, outcomes are recorded, it never trips.
+        ForcedClosed => "forced_closed",
+        /// Switched off by an operator: every call goes through, only the counters move.
+        Disabled => "disabled",
+    }
 }
 
 impl State {
-    /// Every state, in a fixed order (the order of the metrics gauge).
-    pub const ALL: [State; 6] = [
-        State::Closed,
-        State::Open,
-        State::HalfOpen,
-        State::ForcedOpen,
-        State::ForcedClosed,
-        State::Disabled,
-    ];
-
-    /// A short, stable, lower-case label (for metrics and logs).
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            State::Closed => "closed",
-            State::Open => "open",
-            State::HalfOpen => "half_open",
-            State::ForcedOpen => "forced_open",
-            State::ForcedClosed => "forced_closed",
-            State::Disabled => "disabled",
-        }
-    }
-
-    pub(crate) const fn index(self) -> usize {
-        match self {
-            State::Closed => 0,
-            State::Open => 1,
-            State::HalfOpen => 2,
-            State::ForcedOpen => 3,
-            State::ForcedClosed => 4,
-            State::Disabled => 5,
-        }
-    }
-
     /// Whether an operator put the breaker in this state.
     pub const fn is_forced(self) -> bool {
         matches!(
@@ -65,72 +72,48 @@ impl State {
     }
 }
 
-impl std::fmt::Display for State {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+labels! {
+    /// Why a transition happened.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    #[non_exhaustive]
+    #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+    #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+    pub enum Reason {
+        /// Closed → open: consecutive failures reached the threshold.
+        ConsecutiveFailures => "consecutive_failures",
+        /// Closed → open: the window's failure rate reached the threshold.
+        FailureRate => "failure_rate",
+        /// Closed → open: the window's slow-call rate reached the threshold.
+        SlowCallRate => "slow_call_rate",
+        /// Open → half-open: the open interval has passed (noticed at the next call).
+        OpenIntervalElapsed => "open_interval_elapsed",
+        /// Half-open → closed: enough probes succeeded.
+        ProbesSucceeded => "probes_succeeded",
+        /// Half-open → open: a probe failed.
+        ProbeFailed => "probe_failed",
+        /// Half-open → open: a probe ran longer than the half-open timeout.
+        ProbeTimedOut => "probe_timed_out",
+        /// An operator forced the breaker open.
+        ForcedOpen => "forced_open",
+        /// An operator forced the breaker closed.
+        ForcedClosed => "forced_closed",
+        /// An operator disabled the breaker.
+        Disabled => "disabled",
+        /// An operator reset the breaker to a fresh closed state.
+        Reset => "reset",
+        /// Open or half-open → closed: a verdict from outside (a probe elsewhere
+        /// succeeded), see [`Verdict::Close`](crate::Verdict::Close).
+        VerdictClosed => "verdict_closed",
+        /// Open or half-open → open: a verdict from outside (a probe elsewhere failed)
+        /// restarted the open interval, see [`Verdict::Reopen`](crate::Verdict::Reopen).
+        VerdictReopened => "verdict_reopened",
+        /// Closed → open: enough peers (other instances of a fleet) tripped together,
+        /// see [`Handle::trip_with_peers`](crate::Handle::trip_with_peers).
+        PeersTripped => "peers_tripped",
     }
-}
-
-/// Why a transition happened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
-pub enum Reason {
-    /// Closed → open: consecutive failures reached the threshold.
-    ConsecutiveFailures,
-    /// Closed → open: the window's failure rate reached the threshold.
-    FailureRate,
-    /// Closed → open: the window's slow-call rate reached the threshold.
-    SlowCallRate,
-    /// Open → half-open: the open interval has passed (noticed at the next call).
-    OpenIntervalElapsed,
-    /// Half-open → closed: enough probes succeeded.
-    ProbesSucceeded,
-    /// Half-open → open: a probe failed.
-    ProbeFailed,
-    /// Half-open → open: a probe ran longer than the half-open timeout.
-    ProbeTimedOut,
-    /// An operator forced the breaker open.
-    ForcedOpen,
-    /// An operator forced the breaker closed.
-    ForcedClosed,
-    /// An operator disabled the breaker.
-    Disabled,
-    /// An operator reset the breaker to a fresh closed state.
-    Reset,
-    /// Open or half-open → closed: a verdict from outside (a probe elsewhere
-    /// succeeded), see [`Verdict::Close`](crate::Verdict::Close).
-    VerdictClosed,
-    /// Open or half-open → open: a verdict from outside (a probe elsewhere failed)
-    /// restarted the open interval, see [`Verdict::Reopen`](crate::Verdict::Reopen).
-    VerdictReopened,
-    /// Closed → open: enough peers (other instances of a fleet) tripped together,
-    /// see [`Handle::trip_with_peers`](crate::Handle::trip_with_peers).
-    PeersTripped,
 }
 
 impl Reason {
-    /// A short, stable, lower-case label (for metrics and logs).
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Reason::ConsecutiveFailures => "consecutive_failures",
-            Reason::FailureRate => "failure_rate",
-            Reason::SlowCallRate => "slow_call_rate",
-            Reason::OpenIntervalElapsed => "open_interval_elapsed",
-            Reason::ProbesSucceeded => "probes_succeeded",
-            Reason::ProbeFailed => "probe_failed",
-            Reason::ProbeTimedOut => "probe_timed_out",
-            Reason::ForcedOpen => "forced_open",
-            Reason::ForcedClosed => "forced_closed",
-            Reason::Disabled => "disabled",
-            Reason::Reset => "reset",
-            Reason::VerdictClosed => "verdict_closed",
-            Reason::VerdictReopened => "verdict_reopened",
-            Reason::PeersTripped => "peers_tripped",
-        }
-    }
-
     pub(crate) const fn is_operator(self) -> bool {
         matches!(
             self,

@@ -100,7 +100,7 @@ struct Books {
     streams_judged: u64,
     automatic: [u64; 6],
     /// Operator transitions by (from, to).
-    manual: [[u32; 6]; 6],
+    manual: [[u32; State::ALL.len()]; State::ALL.len()],
     /// Transitions not yet sent.
     transitions: Vec<Transition>,
     /// Where transitions are sent, once someone subscribed.
