@@ -9,10 +9,7 @@ use std::task::{ready, Context, Poll, Waker};
 use std::time::Duration;
 
 use pin_project_lite::pin_project;
-use seawall_core::{
-    BoxError, BulkheadFull, BulkheadTimeout, Classify, Deadline, PanicWatch, RejectionKind,
-    TimeoutsAsOverload,
-};
+use seawall_core::{BoxError, Classify, Deadline, PanicWatch, TimeoutsAsOverload};
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
@@ -123,11 +120,9 @@ impl Waiter {
                     });
                 }
                 let waited = Instant::now().saturating_duration_since(self.enqueued_at);
-                shared.telemetry.rejected_timeout(&shared.name, waited);
-                shared.rejected(RejectionKind::BulkheadTimeout);
-                let error = BulkheadTimeout::new(shared.name.clone(), waited);
+                let error = shared.reject(Some(waited));
                 self.shared = None;
-                return Poll::Ready(Err(Box::new(error)));
+                return Poll::Ready(Err(error));
             }
         }
         // A slot was handed to this waiter: turn it into a permit, recording the wait.
@@ -285,14 +280,7 @@ where
                     overload,
                 )
             }
-            Enqueued::Expired => {
-                shared
-                    .telemetry
-                    .rejected_timeout(&shared.name, Duration::ZERO);
-                shared.rejected(RejectionKind::BulkheadTimeout);
-                let error = BulkheadTimeout::new(shared.name.clone(), Duration::ZERO);
-                Self::rejected(Box::new(error), overload)
-            }
+            Enqueued::Expired => Self::rejected(shared.reject(Some(Duration::ZERO)), overload),
             Enqueued::Waiting(id) => {
                 shared.telemetry.enqueued();
                 let waiter = Waiter {
@@ -414,14 +402,7 @@ where
     /// A call turned away because the bulkhead is full.
     #[cold]
     pub(crate) fn full(shared: &Shared, overload: O) -> Self {
-        shared.semaphore.count_full();
-        shared
-            .telemetry
-            .rejected_full(&shared.name, &shared.semaphore);
-        shared.rejected(RejectionKind::BulkheadFull);
-        let now = shared.semaphore.counts();
-        let full = BulkheadFull::named(&shared.name).with_load(now.active, now.queued);
-        Self::rejected(Box::new(full), overload)
+        Self::rejected(shared.reject(None), overload)
     }
 
     /// A call turned away with `error`, delivered on the first poll.

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use seawall_core::{ConfigError, Name, RejectionKind};
+use seawall_core::{BoxError, BulkheadFull, BulkheadTimeout, ConfigError, Name, RejectionKind};
 
 use tokio::time::Instant;
 
@@ -211,14 +211,30 @@ impl Shared {
         }
     }
 
-    /// A call was turned away by `rejection`: the first since the bulkhead last had
-    /// room begins a saturation (an event, and a log once the event's lock is released).
+    /// Turns a call away, full (`None`) or timed out after waiting: counts, logs and
+    /// meters it, and the first rejection since the bulkhead last had room begins a
+    /// saturation (an event, and a log once the event's lock is released). Gives the
+    /// error the call's future answers with.
     #[cold]
-    pub(crate) fn rejected(&self, rejection: RejectionKind) {
-        if self.events.rejected(rejection, &self.semaphore) {
-            self.telemetry
-                .saturated(&self.name, rejection, &self.semaphore);
+    pub(crate) fn reject(&self, timed_out_after: Option<Duration>) -> BoxError {
+        let (kind, error): (_, BoxError) = match timed_out_after {
+            None => {
+                self.semaphore.count_full();
+                self.telemetry.rejected_full(&self.name, &self.semaphore);
+                let now = self.semaphore.counts();
+                let full = BulkheadFull::named(&self.name).with_load(now.active, now.queued);
+                (RejectionKind::BulkheadFull, Box::new(full))
+            }
+            Some(waited) => {
+                self.telemetry.rejected_timeout(&self.name, waited);
+                let timeout = BulkheadTimeout::new(self.name.clone(), waited);
+                (RejectionKind::BulkheadTimeout, Box::new(timeout))
+            }
+        };
+        if self.events.rejected(kind, &self.semaphore) {
+            self.telemetry.saturated(&self.name, kind, &self.semaphore);
         }
+        error
     }
 
     /// The queue's bounds in force: the configured policy, with no room in the
