@@ -92,6 +92,7 @@
 //! admin.rs                the admin router (feature `admin`): snapshots, token-gated changes
 //!   admin/bulkhead.rs         the bulkhead's force and release actions
 //!   admin/fault.rs            the fault injection's inject and stop actions (feature `fault`)
+//!   admin/fleet_actions.rs    the fleet's view and fleet-wide breaker actions (feature `fleet`)
 //!   admin/dashboard.rs        the incident dashboard and its event stream; its page, script
 //!                             and style in admin/dashboard/
 //! metrics.rs              describe(): the metrics' help text, once the recorder is installed
