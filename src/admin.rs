@@ -153,6 +153,13 @@ impl AdminToken {
         }
     }
 
+    /// Names the token in logs and audit entries without showing it: the first
+    /// 6 bytes of its digest, in hex (`token:…`).
+    pub(crate) fn fingerprint(&self) -> String {
+        let hex: String = self.0.iter().take(6).map(|b| format!("{b:02x}")).collect();
+        format!("token:{hex}")
+    }
+
     /// Whether `presented` is this token, in time independent of its length and of
     /// where it differs.
     fn matches(&self, presented: &[u8]) -> bool {

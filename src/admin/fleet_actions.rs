@@ -14,7 +14,7 @@ use ::axum::routing::{get, post};
 use ::axum::Router;
 use seawall_fleet::{ActionError, ActionKind, AuditEntry, FleetAction, DEFAULT_ACTION_TTL};
 
-use super::{bearer, digest, json, message, refusal, with_body, Admin};
+use super::{json, message, refusal, with_body, Admin, AdminToken};
 use crate::telemetry;
 
 /// The newest audit entries `GET …/actions` shows.
@@ -99,7 +99,7 @@ async fn issue(
         return refused;
     }
     drop(body);
-    act(&admin, &name, kind, params, &headers).await
+    act(&admin, &name, kind, params).await
 }
 
 async fn issue_revert(
@@ -114,7 +114,7 @@ async fn issue_revert(
         return refused;
     }
     drop(body);
-    act(&admin, &name, kind, params, &headers).await
+    act(&admin, &name, kind, params).await
 }
 
 /// The token and no body, as for every change (the body is dropped before
@@ -130,20 +130,11 @@ fn allowed(
     refusal(admin, headers, &what, Some(name)).or_else(|| with_body(body, &what, Some(name)))
 }
 
-/// Who signed: a fingerprint of the admin token presented (never the token).
-fn signer(headers: &HeaderMap) -> String {
-    let presented = bearer(headers).unwrap_or_default();
-    let d = digest(presented.as_bytes());
-    let hex: String = d.iter().take(6).map(|b| format!("{b:02x}")).collect();
-    format!("token:{hex}")
-}
-
 async fn act(
     admin: &Admin,
     name: &str,
     kind: ActionKind,
     params: Result<Query<Params>, QueryRejection>,
-    headers: &HeaderMap,
 ) -> Response {
     let what = format!("fleet/{kind}");
     let params = match params {
@@ -169,7 +160,12 @@ async fn act(
             "no coordination registered for this policy",
         );
     };
-    match coordinated.act(kind, &reason, &signer(headers), ttl).await {
+    // Who signed: the configured token (the one presented matched it), never shown.
+    let signer = admin
+        .token
+        .as_ref()
+        .map_or_else(String::new, AdminToken::fingerprint);
+    match coordinated.act(kind, &reason, &signer, ttl).await {
         Ok(action) => {
             telemetry::admin_action(&what, Some(name), "issued to the fleet");
             json(StatusCode::OK, &action)

@@ -202,7 +202,7 @@ impl<S: Store> Fleet<S> {
             actions: Applier::new(
                 self.inner.secret.clone(),
                 &config.prefix,
-                format!("{:032x}", instance.0),
+                instance.to_string(),
                 self.inner.clock,
             ),
             instance,
@@ -572,7 +572,10 @@ pub struct FleetSnapshot {
     pub lease: LeaseStatus,
     /// The highest fleet epoch this instance has seen.
     pub fleet_epoch: FleetEpoch,
-    /// Store operations issued (none is ever issued by a call).
+    /// Store operations of the protocol issued (none is ever issued by a
+    /// call); health checks, reports to the fleet's view and fleet actions'
+    /// reads and audit entries are not counted here (their failures are in
+    /// `store_errors`).
     pub store_ops: u64,
     /// Store operations that failed or timed out.
     pub store_errors: u64,
@@ -1402,7 +1405,7 @@ impl<S: Store> Task<S> {
     /// whether it is stuck open (reading the view only when it is suspect).
     async fn report(&mut self) {
         let snapshot = self.handle.snapshot();
-        let me = format!("{:032x}", self.instance.0);
+        let me = self.instance.to_string();
         let now_ms = self.actions.now_ms();
         let action = self.actions.in_force().map(|held| held.action.id);
         let record = InstanceReport::of(me.clone(), &snapshot, action, now_ms).encode();
@@ -1414,24 +1417,11 @@ impl<S: Store> Task<S> {
             now_ms,
             now_ms.saturating_sub(fresh),
         );
-        match tokio::time::timeout(self.config.store_timeout, write).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => self.count_error("report", &e),
-            Err(_) => self.count_error("report", &StoreError::TimedOut),
-        }
+        self.beside("report", write).await;
         let view = if suspect(&snapshot) {
             let read = self.store.read_reports(&self.keys);
-            match tokio::time::timeout(self.config.store_timeout, read).await {
-                Ok(Ok(read)) => Some(FleetView::from_reports(&read, now_ms)),
-                Ok(Err(e)) => {
-                    self.count_error("read_reports", &e);
-                    None
-                }
-                Err(_) => {
-                    self.count_error("read_reports", &StoreError::TimedOut);
-                    None
-                }
-            }
+            let read = self.beside("read_reports", read).await;
+            read.map(|read| FleetView::from_reports(&read, now_ms))
         } else {
             None
         };
@@ -1450,10 +1440,8 @@ impl<S: Store> Task<S> {
             return;
         }
         let read = self.store.read_actions(&self.keys);
-        let read = match tokio::time::timeout(self.config.store_timeout, read).await {
-            Ok(Ok(read)) => read,
-            Ok(Err(e)) => return self.count_error("read_actions", &e),
-            Err(_) => return self.count_error("read_actions", &StoreError::TimedOut),
+        let Some(read) = self.beside("read_actions", read).await else {
+            return;
         };
         let audit = self.actions.consider(&self.handle, read);
         self.actions_changed(audit).await;
@@ -1481,11 +1469,7 @@ impl<S: Store> Task<S> {
                 .telemetry
                 .fleet_action(&self.shared.name, &entry);
             let write = self.store.audit(&self.keys, entry.encode());
-            match tokio::time::timeout(self.config.store_timeout, write).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => self.count_error("audit", &e),
-                Err(_) => self.count_error("audit", &StoreError::TimedOut),
-            }
+            self.beside("audit", write).await;
         }
     }
 
@@ -1560,6 +1544,21 @@ impl<S: Store> Task<S> {
             Ok(result) => result,
             Err(_) => Err(StoreError::TimedOut),
         }
+    }
+
+    /// An operation beside the protocol (reports, fleet actions, audit), under
+    /// the store timeout: like a health check, not counted in `store_ops`, and
+    /// a failure is counted and logged but changes no mode (the health check
+    /// decides whether the store is gone).
+    async fn beside<T>(
+        &self,
+        what: &'static str,
+        op: impl Future<Output = Result<T, StoreError>>,
+    ) -> Option<T> {
+        let result = tokio::time::timeout(self.config.store_timeout, op)
+            .await
+            .unwrap_or(Err(StoreError::TimedOut));
+        result.map_err(|e| self.count_error(what, &e)).ok()
     }
 
     fn see(&mut self, epoch: FleetEpoch) {

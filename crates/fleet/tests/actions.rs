@@ -52,6 +52,19 @@ fn node(store: &LocalStore, secret: Option<FleetSecret>, seed: u64) -> Node {
     }
 }
 
+/// An instance with the fleet's secret.
+fn signed(store: &LocalStore, seed: u64) -> Node {
+    node(store, Some(secret()), seed)
+}
+
+/// Forces `POLICY` open on every instance for `ttl`, issued through `fleet`.
+async fn force_open(fleet: &Fleet<LocalStore>, reason: &str, ttl: Duration) -> FleetAction {
+    fleet
+        .act(POLICY, ActionKind::ForceOpen, reason, "ops", ttl)
+        .await
+        .unwrap()
+}
+
 fn states(nodes: &[&Node]) -> Vec<State> {
     nodes.iter().map(|n| n.handle.state()).collect()
 }
@@ -69,26 +82,12 @@ fn events(log: &[AuditEntry], action: &FleetAction) -> Vec<String> {
 #[tokio::test(start_paused = true)]
 async fn a_fleet_action_reaches_every_instance_and_each_ends_it_at_its_expiry() {
     let store = LocalStore::new();
-    let (a, b, c) = (
-        node(&store, Some(secret()), 1),
-        node(&store, Some(secret()), 2),
-        node(&store, Some(secret()), 3),
-    );
+    let (a, b, c) = (signed(&store, 1), signed(&store, 2), signed(&store, 3));
     run_for(Duration::from_secs(2)).await;
     assert_eq!(states(&[&a, &b, &c]), vec![State::Closed; 3]);
 
     let ttl = Duration::from_secs(60);
-    let action = b
-        .fleet
-        .act(
-            POLICY,
-            ActionKind::ForceOpen,
-            "supplier migrating",
-            "ops",
-            ttl,
-        )
-        .await
-        .unwrap();
+    let action = force_open(&b.fleet, "supplier migrating", ttl).await;
     // Every instance's next health check (every second) applies it.
     run_for(Duration::from_millis(1100)).await;
     assert_eq!(states(&[&a, &b, &c]), vec![State::ForcedOpen; 3]);
@@ -98,7 +97,7 @@ async fn a_fleet_action_reaches_every_instance_and_each_ends_it_at_its_expiry() 
 
     // An instance started 20 s later applies it, and ends it with the others.
     run_for(Duration::from_secs(20)).await;
-    let d = node(&store, Some(secret()), 4);
+    let d = signed(&store, 4);
     run_for(Duration::from_millis(1100)).await;
     assert_eq!(d.handle.state(), State::ForcedOpen);
     let left = d.coordinated.snapshot().fleet_action.unwrap().remaining;
@@ -132,10 +131,7 @@ async fn a_fleet_action_reaches_every_instance_and_each_ends_it_at_its_expiry() 
 #[tokio::test(start_paused = true)]
 async fn forged_unsigned_and_unverifiable_actions_are_refused_and_audited() {
     let store = LocalStore::new();
-    let (a, b) = (
-        node(&store, Some(secret()), 1),
-        node(&store, Some(secret()), 2),
-    );
+    let (a, b) = (signed(&store, 1), signed(&store, 2));
     run_for(Duration::from_secs(2)).await;
     // Written straight into the store by someone without the fleet's secret.
     let forged = FleetAction::issue(
@@ -232,25 +228,11 @@ async fn forged_unsigned_and_unverifiable_actions_are_refused_and_audited() {
 #[tokio::test(start_paused = true)]
 async fn a_revert_ends_the_action_early_and_a_local_operator_s_change_wins() {
     let store = LocalStore::new();
-    let (a, b, c) = (
-        node(&store, Some(secret()), 1),
-        node(&store, Some(secret()), 2),
-        node(&store, Some(secret()), 3),
-    );
+    let (a, b, c) = (signed(&store, 1), signed(&store, 2), signed(&store, 3));
     // c was forced closed by its own operator before the fleet action.
     c.handle.force(Forced::Closed);
     run_for(Duration::from_secs(2)).await;
-    let open = a
-        .fleet
-        .act(
-            POLICY,
-            ActionKind::ForceOpen,
-            "drain",
-            "ops",
-            Duration::from_secs(600),
-        )
-        .await
-        .unwrap();
+    let open = force_open(&a.fleet, "drain", Duration::from_secs(600)).await;
     run_for(Duration::from_millis(1100)).await;
     assert_eq!(states(&[&a, &b, &c]), vec![State::ForcedOpen; 3]);
     // b's operator releases b meanwhile: that later, local change wins.
@@ -291,7 +273,7 @@ async fn a_revert_ends_the_action_early_and_a_local_operator_s_change_wins() {
 #[tokio::test(start_paused = true)]
 async fn bad_actions_are_refused_at_issue_naming_the_field() {
     let store = LocalStore::new();
-    let a = node(&store, Some(secret()), 1);
+    let a = signed(&store, 1);
     let field = |r: Result<FleetAction, ActionError>| match r {
         Err(ActionError::Config(e)) => e.field().to_owned(),
         other => panic!("{other:?}"),
@@ -329,18 +311,9 @@ async fn bad_actions_are_refused_at_issue_naming_the_field() {
 #[tokio::test(start_paused = true)]
 async fn a_coordination_dropped_while_an_action_holds_hands_the_breaker_back() {
     let store = LocalStore::new();
-    let a = node(&store, Some(secret()), 1);
+    let a = signed(&store, 1);
     run_for(Duration::from_secs(2)).await;
-    a.fleet
-        .act(
-            POLICY,
-            ActionKind::ForceOpen,
-            "drain",
-            "ops",
-            Duration::from_secs(600),
-        )
-        .await
-        .unwrap();
+    force_open(&a.fleet, "drain", Duration::from_secs(600)).await;
     run_for(Duration::from_millis(1100)).await;
     assert_eq!(a.handle.state(), State::ForcedOpen);
     // Nothing would end the force once the coordination is gone: it ends now.

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use seawall_circuit_breaker::{Forced, State};
-use seawall_fleet::{Fleet, FleetConfig, LocalStore, StuckCause};
+use seawall_fleet::{Fleet, FleetConfig, LocalStore, StuckCause, StuckOpen};
 use support::{breaker_config, instance, load, run_for, Dependency, Instance};
 
 fn fleet(store: &LocalStore, seed: u64) -> Fleet<LocalStore> {
@@ -19,6 +19,15 @@ fn fleet(store: &LocalStore, seed: u64) -> Fleet<LocalStore> {
         .seed(seed)
         .build()
         .unwrap()
+}
+
+fn coordinated(node: &Instance) -> &seawall_fleet::Coordinated {
+    node.coordinated.as_ref().unwrap()
+}
+
+/// The instance's stuck-open flag, as of its last report.
+fn stuck(node: &Instance) -> Option<StuckOpen> {
+    coordinated(node).snapshot().stuck_open
 }
 
 fn three(store: &LocalStore, deps: [&Arc<Dependency>; 3]) -> Vec<Instance> {
@@ -74,38 +83,19 @@ async fn a_breaker_open_here_alone_is_local_and_open_everywhere_is_external() {
     // Open 10 s at a time: suspect after three intervals and a minute.
     load(&nodes, Duration::from_millis(100), Duration::from_secs(50)).await;
     assert_eq!(nodes[0].state(), State::Open);
-    let snapshot = nodes[0].coordinated.as_ref().unwrap().snapshot();
-    assert!(snapshot.stuck_open.is_none(), "not yet: {snapshot:?}");
+    assert!(stuck(&nodes[0]).is_none(), "not yet");
     load(&nodes, Duration::from_millis(100), Duration::from_secs(25)).await;
-    let stuck = nodes[0]
-        .coordinated
-        .as_ref()
-        .unwrap()
-        .snapshot()
-        .stuck_open
-        .expect("flagged");
-    assert_eq!(stuck.cause, StuckCause::LocalOnly);
-    assert_eq!((stuck.others_closed, stuck.others_open), (2, 0));
-    assert!(stuck.open_for_ms >= 60_000);
-    assert!(nodes[1]
-        .coordinated
-        .as_ref()
-        .unwrap()
-        .snapshot()
-        .stuck_open
-        .is_none());
+    let flag = stuck(&nodes[0]).expect("flagged");
+    assert_eq!(flag.cause, StuckCause::LocalOnly);
+    assert_eq!((flag.others_closed, flag.others_open), (2, 0));
+    assert!(flag.open_for_ms >= 60_000);
+    assert!(stuck(&nodes[1]).is_none());
 
     // The dependency fails for everyone: the same breaker is an external failure.
     good.fail(true);
     load(&nodes, Duration::from_millis(100), Duration::from_secs(10)).await;
-    let stuck = nodes[0]
-        .coordinated
-        .as_ref()
-        .unwrap()
-        .snapshot()
-        .stuck_open
-        .expect("flagged");
-    assert_eq!(stuck.cause, StuckCause::ExternalFailure, "{stuck:?}");
+    let flag = stuck(&nodes[0]).expect("flagged");
+    assert_eq!(flag.cause, StuckCause::ExternalFailure, "{flag:?}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -119,30 +109,12 @@ async fn an_idle_breaker_past_its_interval_is_probe_due_and_a_long_force_is_call
     assert_eq!(nodes[0].state(), State::Open);
     // No call for 90 s: its interval passed long ago, nothing has probed.
     run_for(Duration::from_secs(90)).await;
-    assert!(nodes[0]
-        .coordinated
-        .as_ref()
-        .unwrap()
-        .snapshot()
-        .stuck_open
-        .is_none());
+    assert!(stuck(&nodes[0]).is_none());
 
     nodes[1].handle.force(Forced::Open);
     run_for(Duration::from_secs(14 * 60)).await;
-    assert!(nodes[1]
-        .coordinated
-        .as_ref()
-        .unwrap()
-        .snapshot()
-        .stuck_open
-        .is_none());
+    assert!(stuck(&nodes[1]).is_none());
     run_for(Duration::from_secs(70)).await;
-    let stuck = nodes[1]
-        .coordinated
-        .as_ref()
-        .unwrap()
-        .snapshot()
-        .stuck_open
-        .expect("flagged");
-    assert_eq!(stuck.cause, StuckCause::Forced);
+    let flag = stuck(&nodes[1]).expect("flagged");
+    assert_eq!(flag.cause, StuckCause::Forced);
 }
