@@ -144,10 +144,9 @@ pub(crate) fn slack(cap: u32, wants: u32, entitled: u64, others_extra: u64, shor
 /// What a claim did besides its reply.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct Effects {
-    /// Slots were freed (or left free) while another claim wants more: push
-    /// to each of `wake`'s own channels.
-    pub(crate) freed: bool,
-    /// The claimants told of the freed slots (at most [`WAKE`]).
+    /// The claimants to tell that slots were freed (or left free) while they
+    /// want more, on their own channels: at most [`WAKE`], none when nothing
+    /// was freed.
     pub(crate) wake: Vec<u128>,
 }
 
@@ -315,7 +314,6 @@ impl Ledger {
         let free_after = now >= settled && self.reserved < u64::from(cap);
         let freed = wanting && (self.reserved < before || free_after);
         let effects = Effects {
-            freed,
             wake: if freed { self.wake(me) } else { Vec::new() },
         };
         (self.reply(grant, cap, Verdict::Applied, now), effects)
@@ -325,7 +323,6 @@ impl Ledger {
     pub(crate) fn withdraw(&mut self, instance: u128) -> Option<Effects> {
         self.remove(instance)?;
         Some(Effects {
-            freed: true,
             wake: self.wake(instance),
         })
     }
@@ -442,27 +439,27 @@ mod tests {
         let _ = l.claim(&claim(1, 1, 10, 0), 0);
         // B wants 10 and gets nothing: A holds all of it. Nothing freed yet.
         let (b, fx) = l.claim(&claim(2, 1, 10, 0), 1);
-        assert_eq!((b.allotment, fx.freed), (0, false));
+        assert_eq!((b.allotment, fx.wake.is_empty()), (0, true));
         // A's demand is gone and so are its calls: 10 freed while B wants them.
         let (a, fx) = l.claim(&claim(1, 2, 0, 0), 2);
-        assert_eq!((a.allotment, a.reserved, fx.freed), (0, 0, true));
+        assert_eq!((a.allotment, a.reserved, fx.wake.is_empty()), (0, 0, false));
         assert_eq!(fx.wake, vec![2]);
         let (b, fx) = l.claim(&claim(2, 2, 10, 0), 3);
-        assert_eq!((b.allotment, fx.freed), (10, false));
+        assert_eq!((b.allotment, fx.wake.is_empty()), (10, true));
         // B gives back half with nobody short of demand: nothing to tell.
         let (_, fx) = l.claim(&claim(2, 3, 5, 5), 4);
-        assert!(!fx.freed);
+        assert!(fx.wake.is_empty());
         // A wants 8 again and gets the 5 free; B lowering to 2 frees 3 for A.
         let _ = l.claim(&claim(1, 3, 8, 0), 5);
         let (_, fx) = l.claim(&claim(2, 4, 2, 2), 6);
-        assert!(fx.freed);
+        assert!(!fx.wake.is_empty());
         // D gets the 3 left; C finds A's and B's claims expired: freed while D wants more.
         let (d, _) = l.claim(&lived(4, 1, 10, 0, 993), 7);
         assert_eq!(d.allotment, 3);
         // (C's entitlement is 5, and it takes 1 of the slack D's entitlement,
         // 3 as of its claim among three, leaves.)
         let (c, fx) = l.claim(&claim(3, 1, 10, 0), 106);
-        assert_eq!((c.allotment, fx.freed, fx.wake), (6, true, vec![4]));
+        assert_eq!((c.allotment, fx.wake), (6, vec![4]));
     }
 
     #[test]
@@ -475,7 +472,7 @@ mod tests {
         }
         assert_eq!(l.short.len(), 49);
         let (_, fx) = l.claim(&claim(0, 2, 0, 0), 2);
-        assert!(fx.freed);
+        assert!(!fx.wake.is_empty());
         // 49 short by 10 each: four of them, the highest instances on a tie.
         assert_eq!(fx.wake, vec![49, 48, 47, 46]);
         // 49 now wants 5 (and still holds none): the least short, told last.

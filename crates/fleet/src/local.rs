@@ -802,9 +802,6 @@ impl State {
     /// Step 6 of the cap's contract: the freed slots pushed to the claimants
     /// to wake (at most four, never the whole fleet).
     fn pushed(&mut self, keys: &CapKeys, by: InstanceId, effects: &Effects) {
-        if !effects.freed {
-            return;
-        }
         for id in &effects.wake {
             self.push(&keys.freed_for(InstanceId(*id)), FleetEvent::SlotsFreed(by));
         }
