@@ -542,3 +542,135 @@ fn the_readme_stack_trips_on_injected_failures_and_counts_them_as_rehearsal() {
         2
     );
 }
+
+/// The hyper-util client behind an HTTP fault layer, with `fault` injected on every
+/// route if given.
+fn client_with(
+    fault: Option<&Fault>,
+) -> impl Service<
+    Request<Empty<Bytes>>,
+    Response = Response<seawall::fault::FaultBody<hyper::body::Incoming>>,
+    Error = BoxError,
+    Future = impl Send,
+> + Clone
+       + Send
+       + 'static {
+    let faults = FaultLayer::new("freight", Default::default())
+        .unwrap()
+        .http();
+    if let Some(fault) = fault {
+        faults
+            .handle()
+            .inject(InjectionConfig::lasting(fault, MINUTE))
+            .unwrap();
+    }
+    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    faults.layer(client)
+}
+
+/// Three calls to `addr` through a breaker held until each body ends (as an HTTP
+/// client's is), each from its own task, then the transition they made.
+async fn trip_through(
+    client: impl Service<
+            Request<Empty<Bytes>>,
+            Response = Response<seawall::fault::FaultBody<hyper::body::Incoming>>,
+            Error = BoxError,
+            Future = impl Send,
+        > + Clone
+        + Send
+        + 'static,
+    addr: std::net::SocketAddr,
+) -> seawall::circuit_breaker::Transition {
+    use seawall::circuit_breaker::CircuitBreakerLayer;
+    use seawall::core::HttpStatus;
+    let breaker = CircuitBreakerLayer::builder("freight")
+        .consecutive_failures(3)
+        .classifier(seawall::fault::rehearsal(HttpStatus::default()))
+        .build()
+        .unwrap()
+        .hold_until_body_end();
+    let mut transitions = breaker.handle().subscribe();
+    let service = breaker.layer(client);
+    for _ in 0..3 {
+        let call = service.clone().oneshot(quote(addr));
+        tokio::spawn(async move {
+            match call.await {
+                Ok(res) => res.into_body().collect().await.map(|_| ()),
+                Err(e) => Err(e),
+            }
+        })
+        .await
+        .unwrap()
+        .ok();
+    }
+    transitions.recv().await.unwrap()
+}
+
+#[tokio::test]
+async fn a_trip_completed_by_injected_failures_is_marked_as_a_rehearsal() {
+    use seawall::circuit_breaker::State;
+    let (addr, _) = supplier().await;
+    // Injected 503s, decided at the headers.
+    let t = trip_through(
+        client_with(Some(&Fault::HttpStatus(StatusCode::SERVICE_UNAVAILABLE))),
+        addr,
+    )
+    .await;
+    assert_eq!(
+        (t.from, t.to, t.rehearsal),
+        (State::Closed, State::Open, true)
+    );
+    // Bodies cut short by the fault, decided when each body ends.
+    let t = trip_through(
+        client_with(Some(&Fault::FailingBody { after_bytes: 5 })),
+        addr,
+    )
+    .await;
+    assert_eq!(
+        (t.from, t.to, t.rehearsal),
+        (State::Closed, State::Open, true)
+    );
+
+    // A supplier that really answers 503: an incident, not a rehearsal.
+    let failing = support::serve_http1(|_req| async {
+        let mut res = Response::new(Full::new(Bytes::new()));
+        *res.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+        Ok::<_, Infallible>(res)
+    })
+    .await;
+    let t = trip_through(client_with(None), failing).await;
+    assert_eq!(
+        (t.from, t.to, t.rehearsal),
+        (State::Closed, State::Open, false)
+    );
+}
+
+#[tokio::test]
+async fn a_level_change_completed_by_injected_failures_is_marked_as_a_rehearsal() {
+    use seawall::core::HttpStatus;
+    use seawall::degradation::DegradationLayer;
+    let (addr, received) = supplier().await;
+    let degradation = DegradationLayer::builder("freight")
+        .inner_level("direct")
+        .level("spare", client_with(None))
+        .consecutive_failures(2)
+        .classifier(seawall::fault::rehearsal(HttpStatus::default()))
+        .build()
+        .unwrap();
+    let mut changes = degradation.handle().subscribe();
+    let service = degradation.layer(client_with(Some(&Fault::Refused)));
+    for _ in 0..2 {
+        let call = service.clone().oneshot(quote(addr));
+        let err = tokio::spawn(call).await.unwrap().unwrap_err();
+        assert!(Injected::find(&*err).is_some(), "{err}");
+    }
+    let change = changes.recv().await.unwrap();
+    assert_eq!(
+        (&*change.from.name, &*change.to.name, change.rehearsal),
+        ("direct", "spare", true)
+    );
+    // The spare level reaches the real supplier.
+    let res = service.oneshot(quote(addr)).await.unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(received.load(Ordering::SeqCst), 1);
+}

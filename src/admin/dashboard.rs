@@ -243,6 +243,8 @@ struct Change {
     from: String,
     to: String,
     reason: &'static str,
+    /// The outcome that completed it was injected by a rehearsal.
+    rehearsal: bool,
     /// How long ago, when the frame was built.
     ago_ms: u64,
     #[serde(skip)]
@@ -352,6 +354,7 @@ impl Watched {
                     from: t.from.as_str().to_owned(),
                     to: t.to.as_str().to_owned(),
                     reason: t.reason.as_str(),
+                    rehearsal: t.rehearsal,
                     ago_ms: 0,
                     at: t.at,
                 };
@@ -367,6 +370,7 @@ impl Watched {
                     from: c.from.name.to_string(),
                     to: c.to.name.to_string(),
                     reason: c.reason.as_str(),
+                    rehearsal: c.rehearsal,
                     ago_ms: 0,
                     at: c.at,
                 };
@@ -404,6 +408,7 @@ fn bulkhead_change(event: &crate::bulkhead::BulkheadEvent) -> Option<Change> {
         from,
         to,
         reason,
+        rehearsal: false,
         ago_ms: 0,
         at,
     };
@@ -990,11 +995,11 @@ language-model = "assistant"
         let frame = parse(&Book::new(1, true, now).next_frame(&shop.policies, now, &mut watched));
         assert_eq!(
             policy(&frame, "freight")["last"]["breaker"],
-            serde_json::json!({"from": "closed", "to": "open", "reason": "failure_rate", "ago_ms": 5000})
+            serde_json::json!({"from": "closed", "to": "open", "reason": "failure_rate", "rehearsal": false, "ago_ms": 5000})
         );
         assert_eq!(
             policy(&frame, "assistant")["last"]["degradation"],
-            serde_json::json!({"from": "full", "to": "canned", "reason": "floor", "ago_ms": 5000})
+            serde_json::json!({"from": "full", "to": "canned", "reason": "floor", "rehearsal": false, "ago_ms": 5000})
         );
         assert_eq!(policy(&frame, "assistant")["last"]["breaker"], Value::Null);
     }
@@ -1266,7 +1271,7 @@ language-model = "assistant"
         let next = next_event(&mut body).await;
         assert_eq!(
             policy(&next, "freight")["last"]["bulkhead"],
-            serde_json::json!({"from": "2", "to": "1", "reason": "forced", "ago_ms": 0})
+            serde_json::json!({"from": "2", "to": "1", "reason": "forced", "rehearsal": false, "ago_ms": 0})
         );
         assert_eq!(policy(&next, "freight")["snapshot"]["bulkhead"]["limit"], 1);
         // Sent for the event, not for the tick.

@@ -13,7 +13,8 @@ use seawall_core::http::{
     guard_response, BodyEnd, BoundedBody, ClassifyBodyEnd, Guarded, OnBodyEnd,
 };
 use seawall_core::{
-    on_unwind, BoundedByCurrent, BoxError, Classify, ClassifyRequest, Deadline, Outcome,
+    is_rehearsal, on_unwind, BoundedByCurrent, BoxError, Classify, ClassifyRequest, Deadline,
+    Outcome,
 };
 use tokio::time::Instant;
 use tower_layer::Layer;
@@ -338,11 +339,16 @@ where
                         let outcome = classifier.classify(Ok(&response));
                         if *hold && outcome == Outcome::Success && !response.body().is_end_stream()
                         {
-                            let ticket = HeldTicket::hold(guard, classifier, deadline);
+                            // The body decides the outcome; whether a fault was
+                            // injected is known now, from the response's mark.
+                            let rehearsal = is_rehearsal(classifier.reason(Ok(&response), outcome));
+                            let ticket = HeldTicket::hold(guard, classifier, deadline, rehearsal);
                             Ok(held_response(response, ticket, deadline))
                         } else {
-                            guard.reason(outcome, classifier.reason(Ok(&response), outcome));
-                            guard.finish(outcome, false);
+                            guard.finish_classified(
+                                outcome,
+                                classifier.reason(Ok(&response), outcome),
+                            );
                             // Released at the headers: the body is the caller's to bound.
                             let deadline = if *hold { deadline } else { None };
                             Ok(held_response(response, HeldTicket::released(), deadline))
@@ -352,8 +358,7 @@ where
                         let error: BoxError = error.into();
                         let failed = seawall_core::ErrorRef::from(&*error);
                         let outcome = classifier.classify(Err(failed));
-                        guard.reason(outcome, classifier.reason(Err(failed), outcome));
-                        guard.finish(outcome, false);
+                        guard.finish_classified(outcome, classifier.reason(Err(failed), outcome));
                         Err(error)
                     }
                     Err(exceeded) => {
@@ -412,6 +417,8 @@ struct Held<C> {
     /// The request's deadline, which bounds the body: an error from the body at or
     /// after it is a timeout.
     deadline: Option<Deadline>,
+    /// The response carried an injected fault's mark.
+    rehearsal: bool,
 }
 
 impl<C> HeldTicket<C> {
@@ -419,7 +426,7 @@ impl<C> HeldTicket<C> {
         Self { held: None }
     }
 
-    fn hold(guard: Guard, classifier: C, deadline: Option<Deadline>) -> Self {
+    fn hold(guard: Guard, classifier: C, deadline: Option<Deadline>, rehearsal: bool) -> Self {
         let Some((breaker, ticket, started)) = guard.into_held() else {
             return Self::released();
         };
@@ -435,6 +442,7 @@ impl<C> HeldTicket<C> {
                 slow,
                 classifier,
                 deadline,
+                rehearsal,
             }),
         }
     }
@@ -474,6 +482,7 @@ impl<C: ClassifyBodyEnd> OnBodyEnd for HeldTicket<C> {
             },
             slow: held.slow,
             timed_out,
+            rehearsal: held.rehearsal,
         };
         held.breaker
             .complete(held.ticket, report, None, Instant::now);

@@ -82,12 +82,14 @@ impl Guard {
         self.finish(Outcome::Failure, false);
     }
 
-    /// Counts the reason the classifier gave for `outcome` (before [`Guard::finish`]).
+    /// Reports a call the classifier judged: counts the reason it gave for
+    /// `outcome`, and marks the report a rehearsal's when that reason says so.
     #[inline]
-    pub(crate) fn reason(&self, outcome: Outcome, reason: Option<&'static str>) {
+    pub(crate) fn finish_classified(&mut self, outcome: Outcome, reason: Option<&'static str>) {
         if let (Some(breaker), Some(_)) = (&self.breaker, reason) {
             breaker.reason(outcome, reason);
         }
+        self.report(outcome, false, seawall_core::is_rehearsal(reason));
     }
 
     /// Takes the ticket out, for a holder that reports it later (a response body):
@@ -103,8 +105,14 @@ impl Guard {
         self.breaker.is_none()
     }
 
+    /// Reports a call the breaker judged itself (a panic, a spent deadline).
     #[inline(always)]
     pub(crate) fn finish(&mut self, outcome: Outcome, timed_out: bool) {
+        self.report(outcome, timed_out, false);
+    }
+
+    #[inline(always)]
+    fn report(&mut self, outcome: Outcome, timed_out: bool, rehearsal: bool) {
         if let Some(breaker) = self.breaker.take() {
             let (slow, now) = if self.started.is_timed() {
                 let now = Instant::now();
@@ -116,6 +124,7 @@ impl Guard {
                 outcome,
                 slow,
                 timed_out,
+                rehearsal,
             };
             breaker.complete(self.ticket.unpack(), report, now, Instant::now);
         }
@@ -243,16 +252,14 @@ where
                 match ready!(polled) {
                     Ok(Ok(response)) => {
                         let outcome = classifier.classify(Ok(&response));
-                        guard.reason(outcome, classifier.reason(Ok(&response), outcome));
-                        guard.finish(outcome, false);
+                        guard.finish_classified(outcome, classifier.reason(Ok(&response), outcome));
                         Poll::Ready(Ok(response))
                     }
                     Ok(Err(error)) => {
                         let error: BoxError = error.into();
                         let failed = seawall_core::ErrorRef::from(&*error);
                         let outcome = classifier.classify(Err(failed));
-                        guard.reason(outcome, classifier.reason(Err(failed), outcome));
-                        guard.finish(outcome, false);
+                        guard.finish_classified(outcome, classifier.reason(Err(failed), outcome));
                         Poll::Ready(Err(error))
                     }
                     Err(exceeded) => {

@@ -743,7 +743,25 @@ impl CircuitBreakerMachine {
                 reason,
                 at,
                 epoch,
+                rehearsal: false,
             }));
+    }
+
+    /// How many events wait to be taken (a mark for [`Self::mark_rehearsal`]).
+    fn pending_events(&self) -> usize {
+        self.cold.as_ref().map_or(0, |c| c.events.len())
+    }
+
+    /// Marks the transitions made since `before` events were pending as completed
+    /// by a rehearsal's outcome.
+    fn mark_rehearsal(&mut self, before: usize) {
+        if let Some(cold) = self.cold.as_mut() {
+            for event in cold.events.iter_mut().skip(before) {
+                if let CircuitBreakerEvent::Transition(t) = event {
+                    t.rehearsal = true;
+                }
+            }
+        }
     }
 }
 

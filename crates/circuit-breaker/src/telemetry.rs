@@ -444,6 +444,7 @@ impl Telemetry {
                         to = t.to.as_str(),
                         reason = t.reason.as_str(),
                         epoch = t.epoch,
+                        rehearsal = t.rehearsal,
                         "circuit breaker {} -> {}",
                         t.from,
                         t.to

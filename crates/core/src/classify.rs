@@ -116,6 +116,18 @@ impl std::fmt::Display for ErrorRef<'_> {
     }
 }
 
+/// The reason a classifier gives an outcome that an injected fault produced (a
+/// rehearsal's, see the `seawall-fault` crate). It is the one reason the layers read
+/// rather than only count: a breaker transition or a degradation change completed by
+/// such an outcome is marked as a rehearsal, so nobody mistakes it for an incident.
+pub const REHEARSAL: &str = "rehearsal";
+
+/// Whether a classifier's `reason` says the outcome was injected ([`REHEARSAL`]).
+#[inline]
+pub fn is_rehearsal(reason: Option<&str>) -> bool {
+    reason == Some(REHEARSAL)
+}
+
 /// Decides the [`Outcome`] of one call from the inner service's result.
 ///
 /// Implemented for every `Fn(ClassifyInput<'_, Res>) -> Outcome`, so a plain closure

@@ -150,9 +150,9 @@ mod wait;
 mod window;
 
 pub use classify::{
-    classify_fn, grpc_code, with_reason, AdmissionAsFailure, Classify, ClassifyFn, ClassifyInput,
-    ClassifyRequest, ErrorRef, ErrorsAsFailures, GrpcStatus, HttpStatus, Outcome, OverloadStatus,
-    PerRequest, StatusSet, TimeoutsAsOverload, WithReason,
+    classify_fn, grpc_code, is_rehearsal, with_reason, AdmissionAsFailure, Classify, ClassifyFn,
+    ClassifyInput, ClassifyRequest, ErrorRef, ErrorsAsFailures, GrpcStatus, HttpStatus, Outcome,
+    OverloadStatus, PerRequest, StatusSet, TimeoutsAsOverload, WithReason, REHEARSAL,
 };
 pub use config::{check_duration, check_fraction, check_positive, ConfigError};
 pub use deadline::{

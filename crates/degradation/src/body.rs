@@ -9,7 +9,7 @@ use std::task::{ready, Context, Poll};
 use http_body::Body;
 use pin_project_lite::pin_project;
 use seawall_core::http::{guard_response, BodyEnd, ClassifyBodyEnd, Guarded, OnBodyEnd};
-use seawall_core::{BoxError, Classify, ClassifyRequest, Outcome};
+use seawall_core::{is_rehearsal, BoxError, Classify, ClassifyRequest, Outcome};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -202,21 +202,25 @@ where
             Ok(response) => response,
             Err(error) => {
                 let failed = seawall_core::ErrorRef::from(&*error);
-                shared.record(ticket, classifier.classify(Err(failed)));
+                let outcome = classifier.classify(Err(failed));
+                let rehearsal = is_rehearsal(classifier.reason(Err(failed), outcome));
+                shared.record(ticket, outcome, rehearsal);
                 return Poll::Ready(Err(error));
             }
         };
         let outcome = classifier.classify(Ok(&response));
+        // Read before the body ends: the injected fault's mark is on the response.
+        let rehearsal = is_rehearsal(classifier.reason(Ok(&response), outcome));
         extensions.response(&mut response, || ServedBy {
             level: shared.level_of(ticket.level),
             probe: ticket.probe,
         });
         let held = if outcome == Outcome::Success && !response.body().is_end_stream() {
             HeldTicket {
-                held: Some((shared, ticket, classifier)),
+                held: Some((shared, ticket, classifier, rehearsal)),
             }
         } else {
-            shared.record(ticket, outcome);
+            shared.record(ticket, outcome, rehearsal);
             HeldTicket { held: None }
         };
         Poll::Ready(Ok(guard_response(response, held)))
@@ -229,7 +233,9 @@ where
 ///
 /// Empty when the outcome was already recorded from the response's headers.
 pub struct HeldTicket<K> {
-    held: Option<(Arc<Shared>, Ticket, K)>,
+    /// The layer, the request's ticket, its classifier, and whether the response
+    /// carried an injected fault's mark.
+    held: Option<(Arc<Shared>, Ticket, K, bool)>,
 }
 
 impl<K> HeldTicket<K> {
@@ -249,12 +255,12 @@ impl<K> fmt::Debug for HeldTicket<K> {
 
 impl<K: ClassifyBodyEnd> OnBodyEnd for HeldTicket<K> {
     fn on_body_end(self, end: BodyEnd<'_>) {
-        let Some((shared, ticket, classifier)) = self.held else {
+        let Some((shared, ticket, classifier, rehearsal)) = self.held else {
             return;
         };
         if let BodyEnd::Dropped = end {
             return;
         }
-        shared.record(ticket, classifier.classify_body_end(end));
+        shared.record(ticket, classifier.classify_body_end(end), rehearsal);
     }
 }

@@ -182,7 +182,7 @@ where
             || drive(state.as_mut(), cx),
             || {
                 *panicked = true;
-                shared.record(ticket, Outcome::Failure);
+                shared.record(ticket, Outcome::Failure, false);
             },
         );
         let result = ready!(polled);
@@ -329,13 +329,13 @@ where
             Ok(result) => result,
             Err(after) => return Poll::Ready(Err(internal(after))),
         };
-        let outcome = this.classifier.classify(
-            result
-                .as_ref()
-                .map_err(|e| seawall_core::ErrorRef::from(&**e)),
-        );
+        let judged = result
+            .as_ref()
+            .map_err(|e| seawall_core::ErrorRef::from(&**e));
+        let outcome = this.classifier.classify(judged);
+        let rehearsal = seawall_core::is_rehearsal(this.classifier.reason(judged, outcome));
         let ticket = this.driving.ticket();
-        this.shared.record(ticket, outcome);
+        this.shared.record(ticket, outcome, rehearsal);
         let mut result = result;
         if let Ok(res) = &mut result {
             let shared = &**this.shared;

@@ -40,6 +40,8 @@ pub struct LevelChange {
     pub reason: Reason,
     /// When.
     pub at: Instant,
+    /// The outcome that completed it was injected by a rehearsal.
+    pub rehearsal: bool,
 }
 
 /// A degradation layer's state at one moment (see [`Handle::snapshot`]).
@@ -229,9 +231,10 @@ impl Shared {
         self.mutate(|m| m.route(now))
     }
 
-    /// Records the outcome of a request admitted with `ticket`. A success at the
-    /// current level that changes nothing takes no lock and reads no clock.
-    pub(crate) fn record(&self, ticket: Ticket, outcome: Outcome) {
+    /// Records the outcome of a request admitted with `ticket`, `rehearsal` when an
+    /// injected fault produced it. A success at the current level that changes
+    /// nothing takes no lock and reads no clock.
+    pub(crate) fn record(&self, ticket: Ticket, outcome: Outcome, rehearsal: bool) {
         if ticket.shadow {
             return;
         }
@@ -244,7 +247,14 @@ impl Shared {
             _ => {}
         }
         let now = Instant::now();
-        self.mutate(|m| ((), m.record(ticket, outcome, now)));
+        self.mutate(|m| {
+            let change = if rehearsal {
+                m.record_rehearsal(ticket, outcome, now)
+            } else {
+                m.record(ticket, outcome, now)
+            };
+            ((), change)
+        });
     }
 
     /// Runs `f` on the machine under the lock, mirrors the result for the hot path
@@ -263,6 +273,7 @@ impl Shared {
                     to: self.level_of(change.to),
                     reason: change.reason,
                     at: change.at,
+                    rehearsal: change.rehearsal,
                 });
             }
             (out, change)

@@ -85,6 +85,10 @@ pub struct Change {
     pub reason: Reason,
     /// When.
     pub at: Instant,
+    /// The outcome that completed it was injected by a rehearsal (see
+    /// [`DegradationMachine::record_rehearsal`]). Never set on a change made by a
+    /// floor or an operator.
+    pub rehearsal: bool,
 }
 
 impl Change {
@@ -358,6 +362,7 @@ impl DegradationMachine {
             to,
             reason,
             at: now,
+            rehearsal: false,
         };
         self.level = to;
         self.entered_at = now;
@@ -463,6 +468,23 @@ impl DegradationMachine {
             return None;
         }
         Some(self.move_to(self.level + 1, reason, now))
+    }
+
+    /// Records the outcome of a request admitted with `ticket`, which an injected
+    /// fault produced (its classifier gave the reason
+    /// [`REHEARSAL`](seawall_core::REHEARSAL)): it counts as any other outcome, so a
+    /// rehearsal exercises the levels, and the change it completes is marked
+    /// [`Change::rehearsal`].
+    pub fn record_rehearsal(
+        &mut self,
+        ticket: Ticket,
+        outcome: Outcome,
+        now: Instant,
+    ) -> Option<Change> {
+        self.record(ticket, outcome, now).map(|change| Change {
+            rehearsal: true,
+            ..change
+        })
     }
 
     fn record_probe(&mut self, ticket: Ticket, failed: bool, now: Instant) -> Option<Change> {

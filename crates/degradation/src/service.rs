@@ -115,7 +115,7 @@ where
                         }
                     }
                 },
-                || shared.record(ticket, Outcome::Failure),
+                || shared.record(ticket, Outcome::Failure, false),
             )
         } else {
             match self.lower.get(ticket.level - 1) {

@@ -102,6 +102,7 @@ impl Telemetry {
                         from_level = change.from,
                         to_level = change.to,
                         reason = change.reason.as_str(),
+                        rehearsal = change.rehearsal,
                         $message
                     )
                 };

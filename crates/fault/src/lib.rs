@@ -19,8 +19,11 @@
 //!   (find it in a chain with [`Injected::find`]), an HTTP response a fault touched
 //!   carries [`InjectedFault`] in its extensions, the metrics carry
 //!   `rehearsal="true"` and the events `rehearsal = true`. The [`rehearsal`]
-//!   classifier wrapper gives a breaker's outcome the reason `rehearsal`, so its
-//!   outcome counters say which failures were injected.
+//!   classifier wrapper gives such an outcome the reason `rehearsal`, so a breaker's
+//!   outcome counters say which failures were injected, and a breaker transition or
+//!   a degradation level change that an injected outcome completed says
+//!   `rehearsal: true` (on the event subscribers receive, in its log line, on the
+//!   dashboard).
 //!
 //! Injections run per instance. Injecting across a fleet is left for when the
 //! fleet has signed, expiring operator actions to carry them.
@@ -30,12 +33,16 @@
 //! without it has no code that could inject anything; and no policy crate depends
 //! on it, so the layers that are always there stay as they were.
 //!
-//! **What is not marked yet.** A breaker's transition or a degradation change whose
-//! completing outcome was injected is not marked as a rehearsal in its own event:
-//! that needs the outcome's mark carried through the breaker's and the degradation
-//! machine's records into their transitions. Until then the injected outcomes are
-//! counted apart (the [`rehearsal`] classifier's reason), and the dashboard marks the
-//! whole policy as in rehearsal while an injection is in force.
+//! **What a layer can and cannot see.** A layer reads the mark through its
+//! classifier, so wrap the classifier of each layer the rehearsal exercises in
+//! [`rehearsal`] (`b.classifier(rehearsal(HttpStatus::default()))`); the wrapper
+//! changes no outcome. A transition is a rehearsal's when the *outcome that completed
+//! it* was injected: two injected failures and a real third that trips the breaker
+//! are an incident. What the layers judge on their own clock carries no mark: a call
+//! that injected latency or an injected hang kept past the request's deadline is the
+//! breaker's own timeout, since the fault's answer never came; a transition made by
+//! time (open to half-open) or by an operator is never a rehearsal's. While an
+//! injection is in force the dashboard stripes the whole policy's card anyway.
 //!
 //! # Where it goes
 //!

@@ -8,8 +8,9 @@ use seawall_core::{Classify, ClassifyInput, ClassifyRequest, Outcome};
 
 use crate::error::{Injected, InjectedFault};
 
-/// The reason [`Rehearsal`] gives an injected outcome.
-pub const REHEARSAL: &str = "rehearsal";
+/// The reason [`Rehearsal`] gives an injected outcome (core's, so the policy layers
+/// read it without depending on this crate).
+pub use seawall_core::REHEARSAL;
 
 /// Wraps `classifier` so that an outcome whose error holds an [`Injected`] fault,
 /// or whose HTTP response carries [`InjectedFault`], has the reason [`REHEARSAL`].
@@ -69,6 +70,17 @@ where
         } else {
             self.classifier.reason(result, outcome)
         }
+    }
+}
+
+/// A body's end is judged by the wrapped classifier: the mark was read from the
+/// response's headers, so a layer that holds a call until its body ends (the
+/// default for HTTP clients) marks it too.
+#[cfg(feature = "http")]
+impl<C: seawall_core::http::ClassifyBodyEnd> seawall_core::http::ClassifyBodyEnd for Rehearsal<C> {
+    #[inline]
+    fn classify_body_end(&self, end: seawall_core::http::BodyEnd<'_>) -> Outcome {
+        self.classifier.classify_body_end(end)
     }
 }
 

@@ -44,6 +44,7 @@
     lastBreakerTo: "last.breaker.to",
     lastBreakerReason: "last.breaker.reason",
     lastBreakerAgo: "last.breaker.ago_ms",
+    lastBreakerRehearsal: "last.breaker.rehearsal",
     bulkhead: "snapshot.bulkhead",
     bulkheadActive: "snapshot.bulkhead.active",
     bulkheadMaxConcurrent: "snapshot.bulkhead.max_concurrent",
@@ -71,6 +72,7 @@
     lastLevelTo: "last.degradation.to",
     lastLevelReason: "last.degradation.reason",
     lastLevelAgo: "last.degradation.ago_ms",
+    lastLevelRehearsal: "last.degradation.rehearsal",
     fallback: "snapshot.fallback",
     fallbackEnabled: "snapshot.fallback.enabled",
     fallbackForced: "snapshot.fallback.forced",
@@ -416,7 +418,8 @@
         setText(card, "breaker-transition",
           `last transition: ${BREAKER_LABELS[read(p, "lastBreakerFrom")] || words(read(p, "lastBreakerFrom"))} → ` +
           `${BREAKER_LABELS[read(p, "lastBreakerTo")] || words(read(p, "lastBreakerTo"))} ` +
-          `(${words(read(p, "lastBreakerReason"))}), ${human(read(p, "lastBreakerAgo"))} ago`);
+          `(${words(read(p, "lastBreakerReason"))}${read(p, "lastBreakerRehearsal") ? ", a rehearsal: injected" : ""}), ` +
+          `${human(read(p, "lastBreakerAgo"))} ago`);
       } else {
         setText(card, "breaker-transition", "no transition since this dashboard's server started");
       }
@@ -492,7 +495,8 @@
       if (read(p, "lastLevelTo") !== undefined && read(p, "lastLevelTo") !== null) {
         setText(card, "level-transition",
           `last change: ${read(p, "lastLevelFrom")} → ${read(p, "lastLevelTo")} ` +
-          `(${words(read(p, "lastLevelReason"))}), ${human(read(p, "lastLevelAgo"))} ago`);
+          `(${words(read(p, "lastLevelReason"))}${read(p, "lastLevelRehearsal") ? ", a rehearsal: injected" : ""}), ` +
+          `${human(read(p, "lastLevelAgo"))} ago`);
       } else {
         setText(card, "level-transition", "no level change since this dashboard's server started");
       }

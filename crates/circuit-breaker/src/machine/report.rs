@@ -17,6 +17,10 @@ pub struct Report {
     pub slow: bool,
     /// It ran out of its deadline (recorded as a failure).
     pub timed_out: bool,
+    /// An injected fault produced it (the classifier gave it the reason
+    /// [`REHEARSAL`](seawall_core::REHEARSAL)): a transition it completes is marked
+    /// [`Transition::rehearsal`](super::Transition::rehearsal).
+    pub rehearsal: bool,
 }
 
 impl Report {
@@ -26,6 +30,15 @@ impl Report {
             outcome,
             slow: false,
             timed_out: false,
+            rehearsal: false,
+        }
+    }
+
+    /// The same report, of an outcome an injected fault produced.
+    pub const fn rehearsed(self) -> Self {
+        Self {
+            rehearsal: true,
+            ..self
         }
     }
 }
@@ -46,7 +59,18 @@ pub enum Recorded {
 impl CircuitBreakerMachine {
     /// Reports how an admitted call ended.
     pub fn complete(&mut self, ticket: Ticket, report: Report, now: Instant) -> Recorded {
+        // What time alone changed is never a rehearsal: marked are only the
+        // transitions this outcome completes, made after this point.
         self.advance(now);
+        let before = self.pending_events();
+        let recorded = self.complete_advanced(ticket, report, now);
+        if report.rehearsal {
+            self.mark_rehearsal(before);
+        }
+        recorded
+    }
+
+    fn complete_advanced(&mut self, ticket: Ticket, report: Report, now: Instant) -> Recorded {
         let recorded_outcome = report.outcome != Outcome::Ignore;
         if ticket.shadow {
             // The enforcing breaker would not have made this call: whatever it

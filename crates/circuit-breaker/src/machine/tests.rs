@@ -711,6 +711,7 @@ fn slow_calls_trip_on_their_rate_even_when_they_succeed() {
             outcome: Outcome::Success,
             slow: true,
             timed_out: false,
+            rehearsal: false,
         };
         m.complete(t, report, t0);
     };
@@ -1111,4 +1112,82 @@ proptest! {
         prop_assert_eq!(one.consecutive_failures(), batched.consecutive_failures());
         prop_assert_eq!(one.tally().successes, batched.tally().successes);
     }
+}
+
+/// Transitions with their rehearsal mark.
+fn marked(m: &mut Driven) -> Vec<(State, State, bool)> {
+    m.take_transitions()
+        .map(|t| (t.from, t.to, t.rehearsal))
+        .collect()
+}
+
+fn rehearsed(m: &mut Driven, t: Ticket, outcome: Outcome, now: Instant) -> Recorded {
+    m.complete(t, Report::of(outcome).rehearsed(), now)
+}
+
+#[test]
+fn a_trip_is_a_rehearsal_only_when_the_outcome_that_completed_it_was_injected() {
+    // Two real failures, then an injected one completes the trip: marked.
+    let (mut m, t0) = fresh(consecutive(3));
+    call_times(&mut m, 2, Outcome::Failure, t0);
+    let t = admit(&mut m, t0);
+    rehearsed(&mut m, t, Outcome::Failure, t0);
+    assert_eq!(marked(&mut m), vec![(State::Closed, State::Open, true)]);
+
+    // Two injected failures, then a real one completes it: an incident, not marked.
+    let (mut m, t0) = fresh(consecutive(3));
+    for _ in 0..2 {
+        let t = admit(&mut m, t0);
+        rehearsed(&mut m, t, Outcome::Failure, t0);
+    }
+    call(&mut m, Outcome::Failure, t0);
+    assert_eq!(marked(&mut m), vec![(State::Closed, State::Open, false)]);
+}
+
+#[test]
+fn a_probe_verdict_is_marked_when_the_probe_was_injected() {
+    let config = || CircuitBreakerConfig {
+        jitter: Some(0.0),
+        ..CircuitBreakerConfig::default()
+    };
+    // The open → half-open step is time's, never a rehearsal's.
+    let (mut m, _, t1, probe) = probing(config());
+    assert_eq!(
+        marked(&mut m),
+        vec![
+            (State::Closed, State::Open, false),
+            (State::Open, State::HalfOpen, false)
+        ]
+    );
+    rehearsed(&mut m, probe, Outcome::Failure, t1);
+    assert_eq!(marked(&mut m), vec![(State::HalfOpen, State::Open, true)]);
+
+    let (mut m, _, t1, probe) = probing(config());
+    let _ = marked(&mut m);
+    assert_eq!(
+        rehearsed(&mut m, probe, Outcome::Success, t1),
+        Recorded::Probe
+    );
+    assert_eq!(marked(&mut m), vec![(State::HalfOpen, State::Closed, true)]);
+}
+
+#[test]
+fn what_time_changed_before_an_injected_outcome_arrived_is_not_marked() {
+    let (mut m, t0) = fresh(CircuitBreakerConfig {
+        half_open_timeout: 2 * S,
+        jitter: Some(0.0),
+        ..CircuitBreakerConfig::default()
+    });
+    let ordinary = admit(&mut m, t0);
+    trip(&mut m, t0);
+    let t1 = t0 + 10 * S;
+    let _stuck = admit(&mut m, t1);
+    let _ = marked(&mut m);
+    // The probe's half-open timeout passed before this injected result came in:
+    // the probe timed out on time's account, and the late result is stale.
+    assert_eq!(
+        rehearsed(&mut m, ordinary, Outcome::Failure, t1 + 3 * S),
+        Recorded::Stale
+    );
+    assert_eq!(marked(&mut m), vec![(State::HalfOpen, State::Open, false)]);
 }

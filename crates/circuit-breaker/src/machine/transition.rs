@@ -136,6 +136,11 @@ pub struct Transition {
     pub at: Instant,
     /// The breaker's epoch after the transition.
     pub epoch: u32,
+    /// The outcome that completed it was injected by a rehearsal (its classifier
+    /// gave the reason [`REHEARSAL`](seawall_core::REHEARSAL)): a rehearsed failure
+    /// trips the breaker as a real one would, and says so here, in the log and on
+    /// the dashboard. Never set on a transition made by time or an operator.
+    pub rehearsal: bool,
 }
 
 /// Something the machine did on its own account, to be taken with

@@ -732,3 +732,45 @@ fn a_zero_probe_window_climbs_once_enough_probes_in_a_row_succeeded() {
     let c = probes(&mut m, 1, Outcome::Success, now + S).unwrap();
     assert_eq!((c.from, c.to, c.reason), (1, 0, Reason::Recovered));
 }
+
+#[test]
+fn a_change_is_a_rehearsal_only_when_the_outcome_that_completed_it_was_injected() {
+    // Four real failures, the fifth injected: the fall is the rehearsal's.
+    let (mut m, t0) = machine();
+    assert_eq!(fail_at_current(&mut m, 4, t0), None);
+    let t = m.steady_ticket();
+    let c = m.record_rehearsal(t, Outcome::Failure, t0).unwrap();
+    assert_eq!((c.from, c.to, c.rehearsal), (0, 1, true));
+
+    // Four injected, the fifth real: an incident.
+    let (mut m, t0) = machine();
+    for _ in 0..4 {
+        let t = m.steady_ticket();
+        assert_eq!(m.record_rehearsal(t, Outcome::Failure, t0), None);
+    }
+    let c = fail_at_current(&mut m, 1, t0).unwrap();
+    assert_eq!((c.from, c.to, c.rehearsal), (0, 1, false));
+}
+
+#[test]
+fn a_climb_completed_by_an_injected_probe_is_marked_and_a_floor_never_is() {
+    // No window: the level climbs at the probe that meets the bar.
+    let (mut m, t0) = probing_with(|c| {
+        c.min_dwell = Duration::ZERO;
+        c.probe_window = Duration::ZERO;
+        c.probe_successes_to_recover = 3;
+    });
+    fail_at_current(&mut m, 5, t0);
+    assert_eq!(probes(&mut m, 2, Outcome::Success, t0), None);
+    let (ticket, change) = m.route(t0);
+    assert!(ticket.is_probe() && change.is_none());
+    let c = m.record_rehearsal(ticket, Outcome::Success, t0).unwrap();
+    assert_eq!(
+        (c.from, c.to, c.reason, c.rehearsal),
+        (1, 0, Reason::Recovered, true)
+    );
+
+    let (mut m, t0) = machine();
+    let c = m.set_floor(2, t0).unwrap().unwrap();
+    assert_eq!((c.to, c.reason, c.rehearsal), (2, Reason::Floor, false));
+}
