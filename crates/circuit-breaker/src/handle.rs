@@ -54,6 +54,7 @@ impl Handle {
                 in_state_for: now.saturating_duration_since(reported.since),
                 epoch: m.epoch(),
                 trip_epoch: m.trip_epoch(),
+                rehearsal_trip: m.trip_is_rehearsal(),
                 window: m.window_counts(now),
                 consecutive_failures: m.consecutive_failures(),
                 retry_after: reported.until.map(|u| u.saturating_duration_since(now)),
@@ -290,6 +291,9 @@ pub struct Snapshot {
     /// While open or half-open: the epoch at which the current trip began (the
     /// `epoch` of its closed → open [`Transition`]). Verdicts name the trip by it.
     pub trip_epoch: Option<u32>,
+    /// The current trip was completed by an injected outcome (its
+    /// [`Transition::rehearsal`]): a rehearsal's, not an incident's.
+    pub rehearsal_trip: bool,
     /// The window's counts (window policies).
     pub window: Option<WindowCounts>,
     /// The failures in a row (consecutive policy).

@@ -83,6 +83,8 @@ struct Cold {
     samples: VecDeque<f64>,
     /// The epoch at which the last trip began (the current one while open or half-open).
     trip_epoch: u32,
+    /// The last trip was completed by an injected outcome (a rehearsal's).
+    trip_rehearsal: bool,
     /// Asked before a probe is admitted, when installed.
     gate: Option<Gate>,
 }
@@ -599,6 +601,13 @@ impl CircuitBreakerMachine {
         }
     }
 
+    /// Whether the current trip (see [`trip_epoch`](Self::trip_epoch)) was completed
+    /// by an injected outcome: a rehearsal's trip, which a fleet does not count as
+    /// evidence that the dependency fails.
+    pub fn trip_is_rehearsal(&self) -> bool {
+        self.trip_epoch().is_some() && self.cold.as_ref().is_some_and(|c| c.trip_rehearsal)
+    }
+
     /// Applies a verdict about the trip that began at `trip_epoch` (see [`Verdict`]).
     pub fn apply_verdict(
         &mut self,
@@ -759,6 +768,9 @@ impl CircuitBreakerMachine {
             for event in cold.events.iter_mut().skip(before) {
                 if let CircuitBreakerEvent::Transition(t) = event {
                     t.rehearsal = true;
+                    if t.from == State::Closed && t.to == State::Open {
+                        cold.trip_rehearsal = true;
+                    }
                 }
             }
         }

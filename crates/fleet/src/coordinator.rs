@@ -987,6 +987,9 @@ impl<S: Store> Task<S> {
     async fn on_transition(&mut self, t: Option<Transition>) {
         if let LeaseView::Holding { token, .. } = self.lease() {
             let finished = match t {
+                // A probe a rehearsal's fault answered says nothing of the
+                // dependency: the lease ends without a verdict for the fleet.
+                Some(t) if t.from == State::HalfOpen && t.rehearsal => Some(None),
                 Some(t) if t.from == State::HalfOpen => match (t.to, t.reason) {
                     (State::Closed, Reason::ProbesSucceeded) => Some(Some(ProbeResult::Succeeded)),
                     (State::Open, Reason::ProbeFailed | Reason::ProbeTimedOut) => {
@@ -1072,8 +1075,10 @@ impl<S: Store> Task<S> {
                         baseline: self.last_verdict.max(peer_trip.unwrap_or_default()),
                     });
                     self.baseline_due = true;
+                    // A rehearsal's trip is this instance's alone: no evidence for
+                    // tripping the fleet together.
                     self.record_at = match (peer_trip, self.config.trip_together) {
-                        (None, Some(_)) => Some(now),
+                        (None, Some(_)) if !snap.rehearsal_trip => Some(now),
                         _ => None,
                     };
                 }

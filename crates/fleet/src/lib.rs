@@ -182,6 +182,13 @@
 //!   replica) than about the dependency: one sick client must not open a healthy
 //!   fleet. Operators win: a forced or disabled breaker is left alone, and an
 //!   operator's `force(Forced::Open)` is no trip to count.
+//! - **A rehearsal stays on its instance.** Fault injection runs per instance, so
+//!   what it causes is no news for the fleet: a trip that an injected outcome
+//!   completed ([`Snapshot::rehearsal_trip`](seawall_circuit_breaker::Snapshot::rehearsal_trip))
+//!   is not recorded as a trip to count, and a probe that an injected outcome
+//!   answered ends its lease without a verdict, so another instance probes the real
+//!   dependency instead. The rehearsing instance itself trips and probes as it would
+//!   in an incident.
 //!
 //! ## When two probes can overlap
 //!

@@ -281,3 +281,42 @@ async fn with_every_push_lost_a_closed_instance_still_follows_within_half_a_wind
     assert_eq!(f.instances[2].state(), State::Open);
     assert_eq!(f.snapshot(2).fleet_trips_applied, 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_rehearsal_trip_is_no_evidence_for_tripping_the_fleet() {
+    let f = fleetlet(3, Some(2), WINDOW, 4);
+    run_for(S).await;
+    // Instance 0 rehearses: its dependency's failures are injected.
+    f.deps[0].inject(true);
+    f.trip(0).await;
+    assert!(f.instances[0].handle.snapshot().rehearsal_trip);
+    // Instance 1 trips for real: with the rehearsal's, two within the window.
+    f.trip(1).await;
+    assert!(!f.instances[1].handle.snapshot().rehearsal_trip);
+    load(&f.instances[2..], 100 * MS, 20 * S).await;
+    assert_eq!(f.instances[2].state(), State::Closed);
+    assert_eq!(f.fleet_trip(), None);
+    assert_eq!(
+        (f.snapshot(0).trips_recorded, f.snapshot(1).trips_recorded),
+        (0, 1)
+    );
+    assert_eq!(f.snapshot(2).fleet_trips_applied, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_a_rehearsal_answered_gives_the_fleet_no_verdict() {
+    let f = fleetlet(1, None, WINDOW, 5);
+    run_for(S).await;
+    f.trip(0).await;
+    // Still failing, now by injection: the probes fail, nothing is published.
+    f.deps[0].inject(true);
+    load(&f.instances, 100 * MS, 40 * S).await;
+    let snap = f.snapshot(0);
+    assert!(snap.leases_taken >= 2, "{snap:?}");
+    assert_eq!(snap.verdicts_published, 0, "{snap:?}");
+    assert_ne!(f.instances[0].state(), State::Closed);
+    // Really failing: the next probe's failure is the fleet's news.
+    f.deps[0].inject(false);
+    load(&f.instances, 100 * MS, 40 * S).await;
+    assert!(f.snapshot(0).verdicts_published >= 1);
+}

@@ -176,7 +176,9 @@ impl CircuitBreakerMachine {
         };
         self.open_at(now, reason);
         let epoch = self.epoch;
-        self.cold().trip_epoch = epoch;
+        let cold = self.cold();
+        cold.trip_epoch = epoch;
+        cold.trip_rehearsal = false;
     }
 
     pub(super) fn finish_probe(&mut self, slot: u32, outcome: Outcome, now: Instant) {

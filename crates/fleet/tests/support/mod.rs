@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use seawall_bulkhead::BulkheadLayer;
 use seawall_circuit_breaker::{CircuitBreakerConfig, CircuitBreakerLayer, Handle, State};
-use seawall_core::{find_rejection, BoxError, RejectionKind, SeededRandom};
+use seawall_core::{
+    find_rejection, with_reason, BoxError, ErrorsAsFailures, RejectionKind, SeededRandom, REHEARSAL,
+};
 use seawall_fleet::{Coordinated, Fleet, RedisStore, Store};
 use tokio::time::Instant;
 use tower::util::BoxCloneSyncService;
@@ -42,6 +44,8 @@ pub struct Probe {
 #[derive(Default)]
 pub struct Dependency {
     failing: AtomicBool,
+    /// Its failures are a rehearsal's: injected, and marked so.
+    injected: AtomicBool,
     latency_ms: AtomicU64,
     calls: AtomicU64,
     probes_in_flight: AtomicUsize,
@@ -58,6 +62,11 @@ impl Dependency {
     }
     pub fn fail(&self, yes: bool) {
         self.failing.store(yes, Ordering::SeqCst);
+    }
+    /// Marks its failures as injected by a rehearsal (the breaker's classifier
+    /// gives them the reason `REHEARSAL`).
+    pub fn inject(&self, yes: bool) {
+        self.injected.store(yes, Ordering::SeqCst);
     }
     pub fn set_latency(&self, latency: Duration) {
         self.latency_ms
@@ -149,6 +158,9 @@ pub fn breaker_config() -> CircuitBreakerConfig {
     }
 }
 
+/// How an injected failure's message ends.
+const INJECTED: &str = "(injected)";
+
 /// An instance called `freight`, coordinated by `fleet` (over any store) if given.
 pub fn instance<S: Store>(
     i: usize,
@@ -159,6 +171,10 @@ pub fn instance<S: Store>(
     let layer = CircuitBreakerLayer::builder("freight")
         .config(config)
         .random_source(SeededRandom::new(1000 + i as u64))
+        .classifier(with_reason(ErrorsAsFailures, |result, _| match result {
+            Err(e) if e.to_string().ends_with(INJECTED) => Some(REHEARSAL),
+            _ => None,
+        }))
         .build()
         .unwrap();
     let handle = layer.handle();
@@ -178,13 +194,16 @@ pub fn instance<S: Store>(
             }
         });
         let failing = dep.failing.load(Ordering::SeqCst);
+        let injected = dep.injected.load(Ordering::SeqCst);
         let latency = Duration::from_millis(dep.latency_ms.load(Ordering::SeqCst));
         async move {
             let _in_flight = in_flight;
             if !latency.is_zero() {
                 tokio::time::sleep(latency).await;
             }
-            if failing {
+            if failing && injected {
+                Err::<&'static str, BoxError>(format!("supplier down {INJECTED}").into())
+            } else if failing {
                 Err::<&'static str, BoxError>("supplier down".into())
             } else {
                 Ok("quote")
