@@ -83,8 +83,12 @@
 //! classify.rs         Outcome, Classify, ClassifyRequest and the provided classifiers
 //!                     (ErrorsAsFailures, HttpStatus, GrpcStatus, OverloadStatus, …)
 //! window.rs           CountWindow and TimeWindow: sliding windows of outcomes, `now` passed in
-//! deadline.rs         Deadline (travels with the task), DeadlineLayer, its service, future,
-//!                     handle and snapshot, `bounded`, the grpc-timeout header
+//! deadline.rs         Deadline: the current deadline, which travels with the task, and
+//!                     with_current_deadline for work moved to another task
+//!   deadline/bound.rs     Bounded and BoundedByCurrent: futures bounded by a deadline
+//!   deadline/grpc_timeout.rs the grpc-timeout header's codec
+//!   deadline/layer.rs     DeadlineLayer, its service, future, handle and snapshot
+//!   deadline/tests.rs     the deadline in paused time (tests only)
 //! retry/mod.rs        DeadlineRetry, the deadline-aware tower::retry policy, its builder,
 //!                     handle and snapshot
 //!   retry/config.rs       RetryConfig, validated field by field
