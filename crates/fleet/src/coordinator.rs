@@ -1412,8 +1412,18 @@ impl<S: Store> Task<S> {
         let snapshot = self.handle.snapshot();
         let me = self.instance.to_string();
         let now_ms = self.actions.now_ms();
+        let view = if suspect(&snapshot) {
+            let read = self.store.read_reports(&self.keys);
+            let read = self.beside("read_reports", read).await;
+            read.map(|read| FleetView::from_reports(&read, now_ms))
+        } else {
+            None
+        };
+        // Decided first, so that the report carries the flag to the fleet's view.
+        let flag = stuck(&snapshot, &me, view.as_ref());
         let action = self.actions.in_force().map(|held| held.action.id);
-        let record = InstanceReport::of(me.clone(), &snapshot, action, now_ms).encode();
+        let record =
+            InstanceReport::of(me.clone(), &snapshot, action, flag.clone(), now_ms).encode();
         let fresh = u64::try_from(REPORT_FRESH.as_millis()).unwrap_or(u64::MAX);
         let write = self.store.report(
             &self.keys,
@@ -1423,14 +1433,6 @@ impl<S: Store> Task<S> {
             now_ms.saturating_sub(fresh),
         );
         self.beside("report", write).await;
-        let view = if suspect(&snapshot) {
-            let read = self.store.read_reports(&self.keys);
-            let read = self.beside("read_reports", read).await;
-            read.map(|read| FleetView::from_reports(&read, now_ms))
-        } else {
-            None
-        };
-        let flag = stuck(&snapshot, &me, view.as_ref());
         *self
             .shared
             .stuck_open

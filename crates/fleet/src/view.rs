@@ -13,6 +13,15 @@
 //! per [`REPORT_EVERY`] (0.2 store operations per second), whatever the fleet's
 //! size; the whole view is read only when asked for (an operator's page) and
 //! by an instance whose breaker has been open long enough to be suspect.
+//!
+//! # The record, and a rolling upgrade
+//!
+//! A report is one line of tab-separated fields. Since the stuck-open flag
+//! travels with it (so that the page shows it on every instance's card, not
+//! only on the instance serving the page) it is a `v2` record; `v1` records
+//! (without the flag) are still read. An instance of an earlier release reads
+//! only `v1`: during a rolling upgrade, the views it serves leave the upgraded
+//! instances out until it is upgraded too.
 
 use std::time::Duration;
 
@@ -59,6 +68,9 @@ pub struct InstanceReport {
     pub fleet_action: Option<String>,
     /// When it reported, ms since the Unix epoch by its clock.
     pub at_ms: u64,
+    /// The instance's stuck-open flag with its evidence, as it decided it
+    /// when it wrote this report.
+    pub stuck_open: Option<StuckOpen>,
 }
 
 impl InstanceReport {
@@ -66,6 +78,7 @@ impl InstanceReport {
         instance: String,
         snapshot: &Snapshot,
         fleet_action: Option<String>,
+        stuck_open: Option<StuckOpen>,
         at_ms: u64,
     ) -> Self {
         let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
@@ -79,14 +92,29 @@ impl InstanceReport {
             short_circuited: snapshot.counters.short_circuited,
             fleet_action,
             at_ms,
+            stuck_open,
         }
     }
 
-    /// The store's form: one line of tab-separated fields.
+    /// The store's form: one line of tab-separated fields (`v2`: `v1`'s, then
+    /// the stuck-open flag's cause, open time and the others closed and open,
+    /// empty when not flagged).
     pub fn encode(&self) -> String {
         let opt = |v: Option<u64>| v.map_or_else(String::new, |v| v.to_string());
+        let stuck = self.stuck_open.as_ref().map_or_else(
+            || "\t\t\t".to_owned(),
+            |s| {
+                format!(
+                    "{}\t{}\t{}\t{}",
+                    s.cause.as_str(),
+                    s.open_for_ms,
+                    s.others_closed,
+                    s.others_open
+                )
+            },
+        );
         let line = format!(
-            "v1\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            "v2\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{stuck}",
             self.instance,
             self.state,
             self.in_state_ms,
@@ -100,12 +128,20 @@ impl InstanceReport {
         line.chars().take(MAX_REPORT_LEN).collect()
     }
 
-    /// Parses [`encode`](Self::encode)'s form.
+    /// Parses [`encode`](Self::encode)'s form, and `v1` (no flag).
     pub fn decode(s: &str) -> Option<Self> {
         let f: Vec<&str> = s.split('\t').collect();
-        if f.len() != 10 || f[0] != "v1" {
-            return None;
-        }
+        let stuck_open = match (f.first().copied(), f.len()) {
+            (Some("v1"), 10) => None,
+            (Some("v2"), 14) if f[10].is_empty() => None,
+            (Some("v2"), 14) => Some(StuckOpen {
+                cause: StuckCause::parse(f[10])?,
+                open_for_ms: f[11].parse().ok()?,
+                others_closed: f[12].parse().ok()?,
+                others_open: f[13].parse().ok()?,
+            }),
+            _ => return None,
+        };
         let opt = |v: &str| -> Option<Option<u64>> {
             if v.is_empty() {
                 Some(None)
@@ -123,6 +159,7 @@ impl InstanceReport {
             short_circuited: f[7].parse().ok()?,
             fleet_action: (!f[8].is_empty()).then(|| f[8].to_owned()),
             at_ms: f[9].parse().ok()?,
+            stuck_open,
         })
     }
 
@@ -210,6 +247,28 @@ pub enum StuckCause {
     Forced,
 }
 
+impl StuckCause {
+    /// The name the JSON answers and the store use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StuckCause::LocalOnly => "local_only",
+            StuckCause::ExternalFailure => "external_failure",
+            StuckCause::Forced => "forced",
+        }
+    }
+
+    /// The cause [`as_str`](Self::as_str) names.
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            StuckCause::LocalOnly,
+            StuckCause::ExternalFailure,
+            StuckCause::Forced,
+        ]
+        .into_iter()
+        .find(|c| c.as_str() == s)
+    }
+}
+
 /// A breaker open for long, with the evidence.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
@@ -292,6 +351,7 @@ mod tests {
             short_circuited: 1,
             fleet_action: None,
             at_ms,
+            stuck_open: None,
         }
     }
 
@@ -306,6 +366,33 @@ mod tests {
         r.instance = "x".repeat(1000);
         assert!(r.encode().len() <= MAX_REPORT_LEN);
         assert!(InstanceReport::decode("v1\tjunk").is_none());
+    }
+
+    #[test]
+    fn a_report_carries_the_stuck_flag_and_an_earlier_release_s_report_is_read() {
+        let mut r = report("ab", "open", Some(70_000), 1_000);
+        r.stuck_open = Some(StuckOpen {
+            cause: StuckCause::LocalOnly,
+            open_for_ms: 70_000,
+            others_closed: 2,
+            others_open: 0,
+        });
+        let line = r.encode();
+        assert!(line.starts_with("v2\t"), "{line}");
+        assert!(line.ends_with("\tlocal_only\t70000\t2\t0"), "{line}");
+        assert_eq!(InstanceReport::decode(&line), Some(r.clone()));
+        // As an instance of the earlier release writes it: no flag.
+        let v1 = "v1\tab\topen\t10\t70000\t5\t2\t1\t\t1000";
+        r.stuck_open = None;
+        assert_eq!(InstanceReport::decode(v1), Some(r));
+        assert!(InstanceReport::decode(&line.replace("local_only", "sideways")).is_none());
+        for cause in [
+            StuckCause::LocalOnly,
+            StuckCause::ExternalFailure,
+            StuckCause::Forced,
+        ] {
+            assert_eq!(StuckCause::parse(cause.as_str()), Some(cause));
+        }
     }
 
     #[test]

@@ -90,6 +90,16 @@ async fn a_breaker_open_here_alone_is_local_and_open_everywhere_is_external() {
     assert_eq!((flag.others_closed, flag.others_open), (2, 0));
     assert!(flag.open_for_ms >= 60_000);
     assert!(stuck(&nodes[1]).is_none());
+    // The flag travels with the report: every instance's view shows it.
+    let view = coordinated(&nodes[2]).fleet_view().await.unwrap();
+    let flagged: Vec<_> = view
+        .instances
+        .iter()
+        .filter_map(|r| r.stuck_open.as_ref())
+        .collect();
+    assert_eq!(flagged, [&flag], "{view:?}");
+    assert_eq!(view.instances[0].state, "open");
+    assert_eq!(view.instances[0].stuck_open.as_ref(), Some(&flag));
 
     // The dependency fails for everyone: the same breaker is an external failure.
     good.fail(true);
