@@ -61,6 +61,17 @@
 //! as above. The page is served with a strict Content-Security-Policy (no inline
 //! script or style). Nested at `/admin`, it is at `/admin`.
 //!
+//! Its **fleet page** (`/admin#fleet`, feature `fleet`) shows each policy whose
+//! breaker coordinates with a fleet, the worst first: how many instances are
+//! closed, open, half-open or forced, one card per instance (the worst first,
+//! opened for its details: counts, open spell, who holds it, its stuck-open flag
+//! with the evidence, the age of its report), the fleet actions kept and the
+//! audit log, from `GET /fleet/policies/{name}/instances` and `…/actions` every
+//! 2 s (the stream rests meanwhile). With the token it issues fleet-wide force
+//! open, force closed, reset and revert, each with a reason and an expiry. It
+//! says which actions are local and which fleet-wide, and which wins when both
+//! apply; the card of a coordinated policy says who holds this instance's breaker.
+//!
 //! ```
 //! use axum::{body::Body, http::{Request, StatusCode}, Router};
 //! use seawall::admin::{self, AdminToken};

@@ -533,3 +533,385 @@ async fn decode_in_browser(browser: &Browser, b64: &str) -> Value {
         .await
         .unwrap()
 }
+
+// ---------------------------------------------------------------------------
+// The fleet page: three instances sharing one store, each serving its own admin
+// router; the page of the first one shows and steers all three.
+
+const FLEET_DOC: &str = r#"
+[policies.freight]
+breaker = { open_for = "10s" }
+"#;
+
+/// One instance of the fleet: its breaker, its coordination, its admin router.
+struct FleetNode {
+    handle: seawall::circuit_breaker::Handle,
+    _coordinated: std::sync::Arc<seawall::fleet::Coordinated>,
+    addr: SocketAddr,
+}
+
+async fn fleet_node(store: &seawall::fleet::LocalStore) -> FleetNode {
+    use seawall::fleet::{Fleet, FleetSecret};
+    let policies = Policies::from_toml(FLEET_DOC).unwrap();
+    let breaker = policies.circuit_breaker("freight", |b| b).unwrap();
+    let handle = breaker.handle();
+    let fleet = Fleet::builder(store.clone())
+        .prefix("shop")
+        .health_every(Duration::from_millis(100))
+        .secret(Some(FleetSecret::new(vec![9; 32]).unwrap()))
+        .build()
+        .unwrap();
+    let coordinated = std::sync::Arc::new(fleet.coordinate(&handle).unwrap());
+    policies
+        .register_coordination(std::sync::Arc::clone(&coordinated))
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = axum::Router::new().nest(
+        "/admin",
+        seawall::admin::router(policies, Some(AdminToken::new(TOKEN).unwrap())),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    FleetNode {
+        handle,
+        _coordinated: coordinated,
+        addr,
+    }
+}
+
+/// A script counting the fleet page's audit rows with `event` (a prefix).
+fn audit_rows(event: &str) -> String {
+    format!(
+        "[...document.querySelectorAll('[data-fleet-policy=\"freight\"] tr[data-event^=\"{event}\"]')].length"
+    )
+}
+
+/// The text of the fleet page's counts for `freight`.
+const FLEET_COUNTS: &str =
+    "document.querySelector('[data-fleet-policy=\"freight\"] [data-field=\"fleet-counts\"]')?.textContent";
+
+/// Clicks the fleet page's `action` button for `freight` and confirms; the question.
+async fn fleet_click(browser: &Browser, action: &str) -> String {
+    browser
+        .click(
+            &browser
+                .find(&format!(
+                    "[data-policy=\"freight\"][data-action=\"fleet/{action}\"]"
+                ))
+                .await
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    confirm(browser).await
+}
+
+/// Sets the fleet page's reason and expiry inputs for `freight`.
+async fn fleet_inputs(browser: &Browser, reason: &str, ttl: &str) {
+    browser
+        .execute(
+            "const s = document.querySelector('[data-fleet-policy=\"freight\"]');
+             s.querySelector('[data-field=\"fleet-reason\"]').value = arguments[0];
+             s.querySelector('[data-field=\"fleet-ttl\"]').value = arguments[1];",
+            json!([reason, ttl]),
+        )
+        .await
+        .unwrap();
+}
+
+#[test]
+fn the_fleet_page_shows_every_instance_and_steers_them_all_with_expiring_actions() {
+    use seawall::circuit_breaker::{Forced, State};
+    use seawall::fleet::{wall_ms, Keys, LocalStore, Store};
+
+    let Some((chromium, chromedriver)) = browser_programs() else {
+        return;
+    };
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let store = LocalStore::new();
+        let nodes = [
+            fleet_node(&store).await,
+            fleet_node(&store).await,
+            fleet_node(&store).await,
+        ];
+        // One instance held open by its own operator: a local action.
+        nodes[1].handle.force(Forced::Open);
+        let states = || nodes.iter().map(|n| n.handle.state()).collect::<Vec<_>>();
+
+        let browser = Browser::start(&chromium, &chromedriver, 1280, 800)
+            .await
+            .unwrap();
+        browser
+            .goto(&format!("http://{}/admin#fleet", nodes[0].addr))
+            .await
+            .unwrap();
+
+        // Every instance reports within 5 s: the counts, the held one first.
+        browser
+            .wait_for(
+                "three instances on the fleet page",
+                &format!("{FLEET_COUNTS} === arg"),
+                json!("3 instance(s): 2 closed · 0 open · 0 half-open · 1 forced"),
+                PATIENCE,
+            )
+            .await
+            .unwrap();
+        let page = browser
+            .execute(
+                "const s = document.querySelector('[data-fleet-policy=\"freight\"]');
+                 const first = s.querySelector('details.instance');
+                 return {
+                   states: [...s.querySelectorAll('details.instance')].map(d => d.dataset.state),
+                   held: first.querySelector('[data-field=\"instance-held\"]').textContent,
+                   ages: [...s.querySelectorAll('[data-field=\"age\"]')].map(a => a.textContent),
+                   rules: document.getElementById('fleet-rules').textContent,
+                   policiesHidden: document.getElementById('groups').hidden,
+                   controls: document.querySelectorAll('[data-action^=\"fleet/\"]').length,
+                 };",
+                json!([]),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            page["states"],
+            json!(["forced_open", "closed", "closed"]),
+            "{page}"
+        );
+        assert_eq!(
+            page["held"], "held by a local operator (this instance only)",
+            "{page}"
+        );
+        for age in page["ages"].as_array().unwrap() {
+            let age = age.as_str().unwrap();
+            assert!(age.starts_with("data ") && age.ends_with(" old"), "{page}");
+        }
+        assert!(
+            page["rules"]
+                .as_str()
+                .unwrap()
+                .contains("When both apply, the later wins on that instance"),
+            "{page}"
+        );
+        assert_eq!(page["policiesHidden"], true, "{page}");
+        // Read-only without the token: no fleet control at all.
+        assert_eq!(page["controls"], 0, "{page}");
+
+        let input = browser.find("#token").await.unwrap();
+        browser.type_into(&input, TOKEN).await.unwrap();
+        browser
+            .click(&browser.find("#unlock-button").await.unwrap())
+            .await
+            .unwrap();
+        browser
+            .wait_for(
+                "the fleet controls",
+                "document.querySelector('[data-policy=\"freight\"][data-action=\"fleet/breaker/force-open\"]')",
+                json!(null),
+                PATIENCE,
+            )
+            .await
+            .unwrap();
+
+        // A fleet-wide force open through the page holds all three.
+        fleet_inputs(&browser, "game day", "1h").await;
+        let question = fleet_click(&browser, "breaker/force-open").await;
+        assert!(
+            question.contains("open on every instance, until 1h from now"),
+            "{question}"
+        );
+        let result = browser
+            .wait_for(
+                "the fleet action's result",
+                "document.getElementById('result').dataset.ok === 'true' && document.getElementById('result').textContent",
+                json!(null),
+                PATIENCE,
+            )
+            .await
+            .unwrap();
+        assert!(
+            result.as_str().unwrap().contains("freight: force open fleet-wide: done (200). fleet action"),
+            "{result}"
+        );
+        browser
+            .wait_for(
+                "all three held fleet-wide",
+                &format!(
+                    "{FLEET_COUNTS} === arg && {} === 3 && \
+                     [...document.querySelectorAll('[data-fleet-policy=\"freight\"] [data-field=\"instance-held\"]')] \
+                       .every(p => p.textContent.startsWith('held fleet-wide by action'))",
+                    audit_rows("applied")
+                ),
+                json!("3 instance(s): 0 closed · 0 open · 0 half-open · 3 forced"),
+                PATIENCE,
+            )
+            .await
+            .unwrap();
+        assert_eq!(states(), vec![State::ForcedOpen; 3]);
+        let listed = browser
+            .execute(
+                "const s = document.querySelector('[data-fleet-policy=\"freight\"]');
+                 const a = s.querySelector('[data-field=\"fleet-actions\"] li[data-kind=\"force_open\"]');
+                 return { id: a.dataset.actionId, text: a.textContent,
+                          issued: s.querySelectorAll('tr[data-event=\"issued\"]').length };",
+                json!([]),
+            )
+            .await
+            .unwrap();
+        let id = listed["id"].as_str().unwrap().to_owned();
+        assert_eq!(id.len(), 32, "{listed}");
+        assert!(
+            listed["text"]
+                .as_str()
+                .unwrap()
+                .contains("force open “game day” by token:"),
+            "{listed}"
+        );
+        assert_eq!(listed["issued"], 1, "{listed}");
+
+        // This instance's own card (its live view) says a fleet action holds it.
+        browser
+            .click(&browser.find("#views a[data-view=\"policies\"]").await.unwrap())
+            .await
+            .unwrap();
+        browser
+            .wait_for(
+                "this instance's card held fleet-wide",
+                &format!(
+                    "!document.getElementById('groups').hidden && {}?.startsWith(arg)",
+                    field("freight", "fleet-note")
+                ),
+                json!(format!("held fleet-wide by action {}", &id[..8])),
+                PATIENCE,
+            )
+            .await
+            .unwrap();
+        browser
+            .click(&browser.find("#views a[data-view=\"fleet\"]").await.unwrap())
+            .await
+            .unwrap();
+        browser
+            .wait_for(
+                "the fleet page again",
+                "!document.getElementById('fleet').hidden && document.getElementById('groups').hidden",
+                json!(null),
+                PATIENCE,
+            )
+            .await
+            .unwrap();
+
+        // Revert: each breaker returns to what it was before, the local force included.
+        fleet_inputs(&browser, "supplier back", "1h").await;
+        let question = fleet_click(&browser, &format!("revert/{id}")).await;
+        assert!(question.contains("on every instance"), "{question}");
+        browser
+            .wait_for(
+                "three instances reverted",
+                &format!("{} === 3", audit_rows("reverted by")),
+                json!(null),
+                PATIENCE,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            states(),
+            vec![State::Closed, State::ForcedOpen, State::Closed]
+        );
+
+        // A fleet-wide force closed that nobody reverts: every instance ends it at its expiry.
+        fleet_inputs(&browser, "load test", "2s").await;
+        fleet_click(&browser, "breaker/force-closed").await;
+        browser
+            .wait_for(
+                "three instances applied and expired the force closed",
+                "[...document.querySelectorAll('[data-fleet-policy=\"freight\"] tr[data-event=\"expired\"]')] \
+                       .filter(r => document.querySelector(`li[data-kind=\"force_closed\"][data-action-id=\"${r.dataset.auditAction}\"]`)) \
+                       .length === 3",
+                json!(null),
+                PATIENCE,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            states(),
+            vec![State::Closed, State::ForcedOpen, State::Closed]
+        );
+
+        // An instance whose breaker has been open 70 s while the others are
+        // closed, as it reports itself: the worst first, flagged, with its evidence.
+        let stuck = "f".repeat(32);
+        let now = wall_ms();
+        store
+            .report(
+                &Keys::new("shop", "freight").unwrap(),
+                &stuck,
+                format!("v2\t{stuck}\topen\t70000\t70000\t40\t40\t12\t\t{now}\tlocal_only\t70000\t2\t0"),
+                now,
+                now - 15_000,
+            )
+            .await
+            .unwrap();
+        browser
+            .wait_for(
+                "the stuck instance first",
+                "document.querySelector('[data-fleet-policy=\"freight\"] details.instance')?.dataset.stuck === 'local_only'",
+                json!(null),
+                PATIENCE,
+            )
+            .await
+            .unwrap();
+        browser
+            .click(
+                &browser
+                    .find("[data-fleet-policy=\"freight\"] details.instance")
+                    .await
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        let drill = browser
+            .execute(
+                "const d = document.querySelector('[data-fleet-policy=\"freight\"] details.instance');
+                 return { open: d.open, age: d.querySelector('[data-field=\"age\"]').textContent, id: d.querySelector('[data-field=\"instance-id\"]').textContent,
+                          evidence: d.querySelector('[data-field=\"stuck\"]').textContent,
+                          flag: d.querySelector('[data-field=\"stuck-flag\"]').textContent,
+                          counts: d.querySelector('[data-field=\"instance-counts\"]').textContent };",
+                json!([]),
+            )
+            .await
+            .unwrap();
+        assert_eq!(drill["open"], true, "{drill}");
+        assert_eq!(drill["id"], format!("instance {stuck}"), "{drill}");
+        assert_eq!(drill["flag"], " · stuck open — local: this instance only", "{drill}");
+        assert!(
+            drill["evidence"].as_str().unwrap().starts_with(
+                "stuck open — local: this instance only: open for 1 m 10 s while 2 other instance(s) are closed"
+            ),
+            "{drill}"
+        );
+        assert_eq!(
+            drill["counts"],
+            "40 calls, 40 failed, 12 short-circuited since it started; out of closed for 1 m 10 s",
+            "{drill}"
+        );
+        // The drill-down stays open across the page's refreshes (its data ages).
+        browser
+            .wait_for(
+                "a refresh keeping the card open",
+                &format!(
+                    "{FLEET_COUNTS}?.startsWith('4 instance(s): 2 closed · 1 open') && \
+                     (d => d.open && d.dataset.stuck === 'local_only' \
+                       && d.querySelector('[data-field=\"age\"]').textContent !== arg) \
+                     (document.querySelector('[data-fleet-policy=\"freight\"] details.instance'))"
+                ),
+                drill["age"].clone(),
+                PATIENCE,
+            )
+            .await
+            .unwrap();
+
+        browser.quit().await;
+    });
+}

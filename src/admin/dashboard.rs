@@ -1130,6 +1130,8 @@ language-model = "assistant"
             ("read", "POLICY"),
             ("readItem", "POLICY"),
             ("readAnswer", "ANSWER"),
+            ("readFleet", "FLEET"),
+            ("readFleetItem", "FLEET"),
         ] {
             let listed = self::table(table);
             for key in keys_read_by(function) {
@@ -1137,20 +1139,27 @@ language-model = "assistant"
                     .get(&key)
                     .unwrap_or_else(|| panic!("{function}(…, \"{key}\") is not in {table}"));
                 assert_eq!(
-                    function == "readItem",
+                    function.ends_with("Item"),
                     path.contains("[]."),
                     "{function} reads `{path}`"
                 );
             }
         }
         // Nothing listed is left unread: the tables are the page's reads.
-        let mut used: Vec<String> = ["readFrame", "read", "readItem", "readAnswer"]
-            .iter()
-            .flat_map(|f| keys_read_by(f))
-            .collect();
+        let mut used: Vec<String> = [
+            "readFrame",
+            "read",
+            "readItem",
+            "readAnswer",
+            "readFleet",
+            "readFleetItem",
+        ]
+        .iter()
+        .flat_map(|f| keys_read_by(f))
+        .collect();
         used.sort();
         used.dedup();
-        for table in ["FRAME", "POLICY", "ANSWER"] {
+        for table in ["FRAME", "POLICY", "ANSWER", "FLEET"] {
             for key in self::table(table).keys() {
                 assert!(used.contains(key), "{table}.{key} is listed but never read");
             }

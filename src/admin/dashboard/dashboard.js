@@ -670,6 +670,7 @@
         node.remove();
       }
     }
+    renderFleet();
   }
 
   const dialog = document.getElementById("confirm");
@@ -721,7 +722,7 @@
   }
 
   /** Sends a change exactly as the JSON routes take it: a POST with no body. */
-  async function send(path, what, policy) {
+  async function send(path, what, policy, explain) {
     if (token === null) {
       return;
     }
@@ -746,7 +747,7 @@
       answer = null;
     }
     if (res.ok) {
-      showResult(`${what}: done (${res.status}). ${describe(answer, policy)}`, true);
+      showResult(`${what}: done (${res.status}). ${(explain || describe)(answer, policy)}`, true);
       return;
     }
     const why = answer && typeof answer.error === "string" ? answer.error : res.statusText;
@@ -844,6 +845,7 @@
         cards.delete(name);
       }
     }
+    followFleet(readFrame(frame, "policies") || []);
   }
 
   // ---------------------------------------------------------------------------
@@ -878,6 +880,11 @@
       setConnection("live", "live");
       document.getElementById("stale").hidden = true;
       render(frame);
+      // The fleet page needs one frame (the policies, whether changes are
+      // allowed); then it reads the fleet's routes, and the stream rests.
+      if (location.hash === "#fleet") {
+        source.close();
+      }
     });
     source.addEventListener("error", () => {
       if (source.readyState === EventSource.CLOSED) {
@@ -892,7 +899,7 @@
     const now = performance.now();
     const age = lastFrameAt ? now - lastFrameAt : null;
     const stale = document.getElementById("stale");
-    if (age !== null && age > 3 * intervalMs) {
+    if (age !== null && age > 3 * intervalMs && location.hash !== "#fleet") {
       setConnection("stale", `stale: no update for ${human(age)}`);
       stale.hidden = false;
       stale.textContent =
@@ -905,7 +912,440 @@
     }
   }
 
+  // ---------------------------------------------------------------------------
+  // The fleet page (#fleet): every instance coordinating a policy's breaker, as
+  // the fleet's routes serve them (each instance reports every 5 s), the fleet
+  // actions kept and the audit log; with the token, fleet-wide actions.
+
+  // What the fleet page reads, by path, as FRAME and POLICY above: the
+  // coordination in this instance's frame, the fleet view
+  // (`fleet/policies/{name}/instances`), the actions and audit
+  // (`…/actions`), and the action a fleet-wide change answers with.
+  const FLEET = {
+    coordination: "snapshot.fleet.coordination",
+    heldBy: "snapshot.fleet.coordination.fleet_action.id",
+    heldRemaining: "snapshot.fleet.coordination.fleet_action.remaining",
+    closed: "closed",
+    open: "open",
+    halfOpen: "half_open",
+    forced: "forced",
+    instances: "instances",
+    ages: "ages_ms",
+    instance: "instances[].instance",
+    state: "instances[].state",
+    inStateMs: "instances[].in_state_ms",
+    openSpellMs: "instances[].open_spell_ms",
+    calls: "instances[].calls",
+    failures: "instances[].failures",
+    shortCircuited: "instances[].short_circuited",
+    fleetAction: "instances[].fleet_action",
+    stuck: "instances[].stuck_open",
+    stuckCause: "instances[].stuck_open.cause",
+    stuckOpenFor: "instances[].stuck_open.open_for_ms",
+    stuckOthersClosed: "instances[].stuck_open.others_closed",
+    stuckOthersOpen: "instances[].stuck_open.others_open",
+    actions: "actions",
+    actionId: "actions[].id",
+    actionKind: "actions[].kind",
+    actionReason: "actions[].reason",
+    actionSigner: "actions[].signer",
+    actionIssued: "actions[].issued_at_ms",
+    actionExpires: "actions[].expires_at_ms",
+    audit: "audit",
+    auditAt: "audit[].at_ms",
+    auditInstance: "audit[].instance",
+    auditEvent: "audit[].event",
+    auditAction: "audit[].action",
+    auditKind: "audit[].kind",
+    auditSigner: "audit[].signer",
+    auditReason: "audit[].reason",
+    auditExpires: "audit[].expires_at_ms",
+    issuedId: "id",
+    issuedExpires: "expires_at_ms",
+  };
+  const readFleet = (obj, key) => at(obj, FLEET[key]);
+  /** A field of one item of an array listed in FLEET with "[]". */
+  const readFleetItem = (item, key) => {
+    const path = FLEET[key];
+    return at(item, path.slice(path.lastIndexOf("[].") + 3));
+  };
+  // What each stuck-open cause means, and what the operator does (docs/operations.md).
+  const STUCK_LABELS = {
+    local_only: "stuck open — local: this instance only",
+    external_failure: "open — external failure",
+    forced: "stuck open — forced",
+  };
+  const FLEET_EVERY_MS = 2000;
+  const fleetSection = document.getElementById("fleet");
+  const fleetList = document.getElementById("fleet-policies");
+  const fleetPolicies = new Map(); // policy name -> { section, view, listing, error }
+  let fleetTimer = null;
+
+  document.getElementById("fleet-rules").textContent =
+    "Fleet-wide actions reach every instance coordinating the breaker at its next health check " +
+    "(every second) and end by themselves at their expiry, on each instance by its own timer. " +
+    "The controls on the policy cards act on this instance only. When both apply, the later wins " +
+    "on that instance: a local force, release or reset made after a fleet action stays when the " +
+    "fleet action ends; otherwise, at its end (expiry or revert), each breaker returns to what it " +
+    "was before it: its local force, or its own policy. A newer fleet force replaces the one in force.";
+
+  const short = (id) => String(id || "").slice(0, 8);
+  const when = (millis) => (typeof millis === "number" ? clock(new Date(millis)) : "–");
+  const kindText = (kind) => (kind && typeof kind === "object"
+    ? Object.entries(kind).map(([k, v]) => `${words(k)} ${short(v)}`).join(" ")
+    : words(kind));
+
+  /** The line an instance's stuck-open flag shows, with its evidence. */
+  function stuckText(r) {
+    const cause = readFleetItem(r, "stuckCause");
+    const open = human(readFleetItem(r, "stuckOpenFor"));
+    const closed = readFleetItem(r, "stuckOthersClosed");
+    const others = readFleetItem(r, "stuckOthersOpen");
+    const label = STUCK_LABELS[cause] || words(cause);
+    if (cause === "local_only") {
+      return `${label}: open for ${open} while ${closed} other instance(s) are closed and none open; ` +
+        "look at this instance (its network path, its configuration), not at the dependency";
+    }
+    if (cause === "external_failure") {
+      return `${label}: open for ${open}, ${others} other instance(s) open too and ${closed} closed; ` +
+        "the dependency is failing and the breaker is doing its job";
+    }
+    return `${label}: held open by an operator for ${open}; was it forgotten?`;
+  }
+
+  /** Who holds a breaker: a fleet-wide action, or an operator of that instance. */
+  function holder(r) {
+    const action = readFleetItem(r, "fleetAction");
+    if (action) {
+      return `held fleet-wide by action ${short(action)}`;
+    }
+    const state = readFleetItem(r, "state");
+    if (state === "forced_open" || state === "forced_closed" || state === "disabled") {
+      return "held by a local operator (this instance only)";
+    }
+    return "";
+  }
+
+  /** An instance's card: kept across refreshes (keyed by instance), so a card
+   * opened for its details stays open and a control stays the same element. */
+  function instanceCard(details, r, age) {
+    const state = readFleetItem(r, "state");
+    const spell = readFleetItem(r, "openSpellMs");
+    const stuck = readFleetItem(r, "stuck");
+    const held = holder(r);
+    const card = details || el("details", { class: "instance", "data-instance": String(readFleetItem(r, "instance")) });
+    card.dataset.state = state;
+    card.dataset.stuck = stuck ? String(readFleetItem(r, "stuckCause")) : "";
+    card.replaceChildren(
+      el("summary", {},
+        el("span", { class: "badge", "data-state": state, text: BREAKER_LABELS[state] || words(state) }), " ",
+        el("b", { text: `instance ${short(readFleetItem(r, "instance"))}` }), " ",
+        el("span", { class: "since", text: `for ${human(readFleetItem(r, "inStateMs"))}` }), " · ",
+        el("span", { class: "age", "data-field": "age", text: `data ${human(age)} old` }),
+        held ? el("span", { class: "held", "data-field": "held", text: ` · ${held}` }) : "",
+        stuck ? el("span", { class: "stuck", "data-field": "stuck-flag", text: ` · ${STUCK_LABELS[readFleetItem(r, "stuckCause")] || "stuck"}` }) : ""),
+      el("p", { "data-field": "instance-id", text: `instance ${readFleetItem(r, "instance")}` }),
+      el("p", {
+        "data-field": "instance-counts",
+        text: `${readFleetItem(r, "calls")} calls, ${readFleetItem(r, "failures")} failed, ` +
+          `${readFleetItem(r, "shortCircuited")} short-circuited since it started` +
+          (typeof spell === "number" ? `; out of closed for ${human(spell)}` : ""),
+      }),
+      el("p", { "data-field": "instance-held", text: held || "not held: its own policy decides" }),
+      el("p", { class: "evidence", "data-field": "stuck", text: stuck ? stuckText(r) : "not flagged stuck open" }));
+    return card;
+  }
+
+  /** An action's line, kept across refreshes (keyed by id), with its revert button. */
+  function actionItem(li, name, a, revertedBy) {
+    const id = readFleetItem(a, "actionId");
+    const kind = readFleetItem(a, "actionKind");
+    const left = readFleetItem(a, "actionExpires") - Date.now();
+    const ended = revertedBy ? `reverted by ${short(revertedBy)}` : left > 0 ? `${human(left)} left` : "expired";
+    const item = li || el("li", { "data-action-id": String(id), "data-kind": typeof kind === "string" ? kind : "revert" },
+      el("span", { "data-field": "action-text" }));
+    setText(item, "action-text", `${kindText(kind)} “${readFleetItem(a, "actionReason")}” by ` +
+      `${readFleetItem(a, "actionSigner") || "–"}, issued ${when(readFleetItem(a, "actionIssued"))}, ` +
+      `until ${when(readFleetItem(a, "actionExpires"))} (${ended}); id ${short(id)}`);
+    item.dataset.inForce = String(!revertedBy && left > 0);
+    const holds = kind === "force_open" || kind === "force_closed";
+    const button = item.querySelector("button");
+    if (holds && !revertedBy && left > 0 && token !== null && changesAllowed) {
+      if (!button) {
+        const revert = el("button", {
+          type: "button", class: "control", "data-policy": name, "data-action": `fleet/revert/${id}`, text: "Revert",
+        });
+        revert.addEventListener("click", () => fleetAsk(name, `revert/${id}`, "Revert fleet-wide",
+          `End fleet action ${short(id)} (${kindText(kind)}) on every instance of “${name}” now? ` +
+          "Each breaker returns to what it was before it, unless an operator changed it locally since."));
+        item.append(" ", revert);
+      }
+    } else if (button) {
+      button.remove();
+    }
+    return item;
+  }
+
+  function auditItem(e) {
+    const instanceId = readFleetItem(e, "auditInstance");
+    return el("tr", { "data-event": String(readFleetItem(e, "auditEvent")), "data-audit-action": String(readFleetItem(e, "auditAction")) },
+      el("td", { text: when(readFleetItem(e, "auditAt")) }),
+      el("td", { text: instanceId === "operator" ? "operator" : `instance ${short(instanceId)}` }),
+      el("td", { text: String(readFleetItem(e, "auditEvent")) }),
+      el("td", { text: `${readFleetItem(e, "auditKind")} ${short(readFleetItem(e, "auditAction"))}` }),
+      el("td", { text: `“${readFleetItem(e, "auditReason")}” by ${readFleetItem(e, "auditSigner") || "–"}` }),
+      el("td", { text: `until ${when(readFleetItem(e, "auditExpires"))}` }));
+  }
+
+  /** Asks, then sends a fleet-wide change and shows what it issued. */
+  function fleetAsk(name, path, label, question) {
+    const section = fleetPolicies.get(name)?.section;
+    const reason = section?.querySelector("[data-field=fleet-reason]")?.value.trim() || "";
+    const ttl = section?.querySelector("[data-field=fleet-ttl]")?.value.trim() || "15m";
+    if (!reason) {
+      showResult(`${name}: a fleet-wide action needs a reason`, false);
+      return;
+    }
+    const query = `reason=${encodeURIComponent(reason)}${path.startsWith("revert/") ? "" : `&ttl=${encodeURIComponent(ttl)}`}`;
+    ask(question, label, () => send(`fleet/policies/${encodeURIComponent(name)}/${path}?${query}`,
+      `${name}: ${label.toLowerCase()}`, name,
+      (answer) => `fleet action ${short(readFleet(answer, "issuedId"))} issued, until ` +
+        `${when(readFleet(answer, "issuedExpires"))}; every instance applies it at its next health check`)
+      .then(() => pollFleet()));
+  }
+
+  function fleetControls(name) {
+    const reason = el("input", {
+      type: "text", "data-field": "fleet-reason", size: "24", maxlength: "200",
+      "aria-label": `reason for a fleet-wide action on ${name}`, placeholder: "reason (required)",
+    });
+    const ttl = el("input", {
+      type: "text", "data-field": "fleet-ttl", size: "5", value: "15m",
+      "aria-label": "expiry: it ends by itself after this (at most 4h)",
+    });
+    const button = (action, label, question) => {
+      const b = el("button", {
+        type: "button", class: "control", "data-policy": name, "data-action": `fleet/breaker/${action}`, text: label,
+      });
+      b.addEventListener("click", () => fleetAsk(name, `breaker/${action}`, label, question()));
+      return b;
+    };
+    const until = () => `until ${ttl.value.trim() || "15m"} from now, when every instance ends it by itself`;
+    return el("div", { class: "controls" },
+      el("span", { class: "label", text: "fleet-wide (every instance):" }), reason,
+      el("span", { class: "label", text: "expires in" }), ttl,
+      button("force-open", "Force open fleet-wide",
+        () => `Hold the breaker of “${name}” open on every instance, ${until()}? Every call is rejected meanwhile.`),
+      button("force-closed", "Force closed fleet-wide",
+        () => `Hold the breaker of “${name}” closed on every instance, ${until()}? Every call goes through and it never trips.`),
+      button("reset", "Reset fleet-wide",
+        () => `Reset the breaker of “${name}” on every instance? Each starts closed with an empty window.`));
+  }
+
+  function fleetSectionFor(name) {
+    let entry = fleetPolicies.get(name);
+    if (!entry) {
+      const section = el("article", { class: "fleet-policy card", "data-fleet-policy": name, "data-health": "ok" },
+        el("header", {},
+          el("h3", { text: name }),
+          el("span", { class: "counts", "data-field": "fleet-counts" })),
+        el("p", { class: "fleet-error", "data-field": "fleet-error" }),
+        el("div", { class: "instances", "data-field": "fleet-instances" }),
+        el("h4", { text: "Fleet actions kept (in force or recently ended)" }),
+        el("ul", { class: "fleet-actions", "data-field": "fleet-actions" }),
+        el("h4", { text: "Audit log (newest first)" }),
+        el("table", { class: "audit" }, el("tbody", { "data-field": "fleet-audit" })));
+      entry = { section, view: null, listing: null, error: null };
+      fleetPolicies.set(name, entry);
+    }
+    return entry;
+  }
+
+  /** How bad a policy's fleet looks: open first, then half-open, then held. */
+  function fleetRank(view) {
+    if (!view) {
+      return [4, 0];
+    }
+    const open = readFleet(view, "open") || 0;
+    if (open > 0) {
+      return [0, -open];
+    }
+    if ((readFleet(view, "halfOpen") || 0) > 0) {
+      return [1, 0];
+    }
+    return (readFleet(view, "forced") || 0) > 0 ? [2, 0] : [3, 0];
+  }
+
+  function renderFleet() {
+    const entries = [...fleetPolicies.entries()].filter(([, e]) => e.coordinated);
+    document.getElementById("fleet-empty").hidden = entries.length > 0 || instance === null;
+    document.getElementById("fleet-empty").textContent =
+      "No policy of this instance coordinates its breaker with a fleet (register one to see the fleet here).";
+    entries.sort(([a, ea], [b, eb]) => {
+      const [ra, rb] = [fleetRank(ea.view), fleetRank(eb.view)];
+      return ra[0] - rb[0] || ra[1] - rb[1] || a.localeCompare(b);
+    });
+    entries.forEach(([name, e], i) => {
+      const { section, view, listing } = e;
+      if (fleetList.children[i] !== section) {
+        fleetList.insertBefore(section, fleetList.children[i] || null);
+      }
+      setText(section, "fleet-error", e.error || "");
+      if (view) {
+        const counts = [`${readFleet(view, "closed")} closed`, `${readFleet(view, "open")} open`,
+          `${readFleet(view, "halfOpen")} half-open`, `${readFleet(view, "forced")} forced`];
+        const reports = readFleet(view, "instances") || [];
+        setText(section, "fleet-counts", `${reports.length} instance(s): ${counts.join(" · ")}`);
+        const [rank] = fleetRank(view);
+        section.dataset.health = rank === 0 ? "down" : rank === 3 ? "ok" : "warn";
+        const ages = readFleet(view, "ages") || [];
+        const list = field(section, "fleet-instances");
+        const kept = new Map([...list.querySelectorAll("details.instance")].map((d) => [d.dataset.instance, d]));
+        const cardsNow = reports.map((r, j) => instanceCard(kept.get(String(readFleetItem(r, "instance"))), r, ages[j]));
+        const wantedCards = cardsNow.length ? cardsNow : [el("p", { text: "no instance has reported in the last 15 s" })];
+        if (wantedCards.some((c, j) => list.children[j] !== c) || list.children.length !== wantedCards.length) {
+          list.replaceChildren(...wantedCards);
+        }
+      }
+      if (listing) {
+        const actions = readFleet(listing, "actions") || [];
+        const reverted = new Map();
+        for (const a of actions) {
+          const kind = readFleetItem(a, "actionKind");
+          if (kind && typeof kind === "object" && kind.revert) {
+            reverted.set(kind.revert, readFleetItem(a, "actionId"));
+          }
+        }
+        const ul = field(section, "fleet-actions");
+        const keptItems = new Map([...ul.querySelectorAll("li[data-action-id]")].map((li) => [li.dataset.actionId, li]));
+        const items = actions.slice().reverse().map((a) => actionItem(keptItems.get(String(readFleetItem(a, "actionId"))),
+          name, a, reverted.get(readFleetItem(a, "actionId"))));
+        const wantedItems = items.length ? items : [el("li", { text: "none" })];
+        if (wantedItems.some((c, j) => ul.children[j] !== c) || ul.children.length !== wantedItems.length) {
+          ul.replaceChildren(...wantedItems);
+        }
+        const rows = (readFleet(listing, "audit") || []).map(auditItem);
+        field(section, "fleet-audit").replaceChildren(...(rows.length ? rows
+          : [el("tr", {}, el("td", { text: "no entry: no fleet action was issued for this breaker" }))]));
+      }
+      const has = section.querySelector(":scope > .controls");
+      if (token !== null && changesAllowed && !has) {
+        section.insertBefore(fleetControls(name), field(section, "fleet-instances"));
+      }
+    });
+    for (const e of fleetPolicies.values()) {
+      if (!e.coordinated) {
+        e.section.remove();
+      }
+    }
+  }
+
+  async function fetchJson(path) {
+    const res = await fetch(path, { cache: "no-store", credentials: "omit", redirect: "error" });
+    const body = await res.json().catch(() => null);
+    if (!res.ok) {
+      throw new Error(body && typeof body.error === "string" ? body.error : res.statusText);
+    }
+    return body;
+  }
+
+  async function pollFleet() {
+    if (fleetSection.hidden) {
+      return;
+    }
+    await Promise.all([...fleetPolicies.entries()].filter(([, e]) => e.coordinated).map(async ([name, e]) => {
+      const base = `fleet/policies/${encodeURIComponent(name)}`;
+      try {
+        const [view, listing] = await Promise.all([fetchJson(`${base}/instances`), fetchJson(`${base}/actions`)]);
+        Object.assign(e, { view, listing, error: null });
+      } catch (err) {
+        e.error = `the fleet's store did not answer: ${err.message}`;
+      }
+    }));
+    const failed = [...fleetPolicies.values()].some((e) => e.coordinated && e.error);
+    if (location.hash === "#fleet" && lastFrameAt) {
+      setConnection(failed ? "stale" : "live", failed ? "stale: the fleet's routes did not answer" : "live");
+    }
+    renderFleet();
+  }
+
+  /** Follows which policies are coordinated; notes on their local cards who holds them. */
+  function followFleet(policies) {
+    const coordinated = new Set();
+    let added = false;
+    for (const p of policies) {
+      const name = read(p, "name");
+      if (readFleet(p, "coordination")) {
+        coordinated.add(name);
+        const entry = fleetSectionFor(name);
+        added = added || !entry.coordinated;
+        entry.coordinated = true;
+      }
+      const card = cards.get(name);
+      const breaker = card?.querySelector("[data-panel=breaker]");
+      if (!breaker || !readFleet(p, "coordination")) {
+        continue;
+      }
+      let note = breaker.querySelector("[data-field=fleet-note]");
+      if (!note) {
+        note = el("p", { class: "fleet-note", "data-field": "fleet-note" });
+        breaker.querySelector(".state").after(note);
+      }
+      const held = readFleet(p, "heldBy");
+      const state = read(p, "breakerState");
+      const text = held
+        ? `held fleet-wide by action ${short(held)} for ${human(ms(readFleet(p, "heldRemaining")))} more (a local change now wins here)`
+        : state === "forced_open" || state === "forced_closed" || state === "disabled"
+          ? "held by a local operator: this instance only"
+          : "coordinated with the fleet (see the fleet page)";
+      if (note.textContent !== text) {
+        note.textContent = text;
+      }
+    }
+    for (const [name, e] of fleetPolicies) {
+      e.coordinated = coordinated.has(name);
+    }
+    if (added && !fleetSection.hidden) {
+      pollFleet();
+    }
+  }
+
+  function showView() {
+    const fleet = location.hash === "#fleet";
+    fleetSection.hidden = !fleet;
+    groups.hidden = fleet;
+    for (const a of document.querySelectorAll("#views a")) {
+      if ((a.dataset.view === "fleet") === fleet) {
+        a.setAttribute("aria-current", "page");
+      } else {
+        a.removeAttribute("aria-current");
+      }
+    }
+    if (fleet && source && lastFrameAt) {
+      source.close();
+    } else if (!fleet && source && source.readyState === EventSource.CLOSED) {
+      connect();
+    }
+    if (fleet && fleetTimer === null) {
+      pollFleet();
+      fleetTimer = setInterval(pollFleet, FLEET_EVERY_MS);
+    } else if (!fleet && fleetTimer !== null) {
+      clearInterval(fleetTimer);
+      fleetTimer = null;
+    }
+  }
+  window.addEventListener("hashchange", showView);
+  // The page's <base> (for its nesting) would send a bare "#fleet" link to
+  // another address: the views change the hash of this one.
+  for (const a of document.querySelectorAll("#views a")) {
+    a.addEventListener("click", (e) => {
+      e.preventDefault();
+      location.hash = a.dataset.view === "fleet" ? "fleet" : "";
+    });
+  }
+
   applyAccess();
+  showView();
   connect();
   setInterval(tick, 250);
 })();
