@@ -184,6 +184,12 @@ pub async fn run_fleet(
     let (first, rest) = coordinated
         .split_first()
         .ok_or("a fleet needs an instance")?;
+    // Every instance serves its admin routes; the first one's fleet page shows all.
+    #[allow(clippy::print_stdout)] // the drill's own output, not a library's
+    fn say(addr: std::net::SocketAddr) {
+        println!("fleet page (every coordinated instance, read-only): http://{addr}/admin#fleet");
+    }
+    say(first.addr);
     let others: Vec<&shop::Running> = rest.iter().chain(&independent).collect();
     let outage = async {
         if let Some(after) = config.stop_store_after {
