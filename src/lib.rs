@@ -95,6 +95,8 @@
 //!   admin/fleet_actions.rs    the fleet's view and fleet-wide breaker actions (feature `fleet`)
 //!   admin/dashboard.rs        the incident dashboard and its event stream; its page, script
 //!                             and style in admin/dashboard/
+//! health_link.rs          link_health_check: a health monitor's check as evidence for a
+//!                         coordinated breaker's stuck-open flag (features `fleet`, `degradation`)
 //! metrics.rs              describe(): the metrics' help text, once the recorder is installed
 //! telemetry.rs            the facade's tracing events
 //! ```
@@ -134,9 +136,15 @@ pub mod axum;
 #[cfg(feature = "serde")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub mod config;
+#[cfg(all(feature = "fleet", feature = "degradation"))]
+mod health_link;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;
+
+#[cfg(all(feature = "fleet", feature = "degradation"))]
+#[cfg_attr(docsrs, doc(cfg(all(feature = "fleet", feature = "degradation"))))]
+pub use health_link::link_health_check;
 
 #[cfg(feature = "circuit-breaker")]
 pub use builder::CircuitBreakerLayers;

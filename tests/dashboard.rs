@@ -847,7 +847,7 @@ fn the_fleet_page_shows_every_instance_and_steers_them_all_with_expiring_actions
             .report(
                 &Keys::new("shop", "freight").unwrap(),
                 &stuck,
-                format!("v2\t{stuck}\topen\t70000\t70000\t40\t40\t12\t\t{now}\tlocal_only\t70000\t2\t0"),
+                format!("v2\t{stuck}\topen\t70000\t70000\t40\t40\t12\t\t{now}\tlocal_only\t70000\t2\t0\t"),
                 now,
                 now - 15_000,
             )

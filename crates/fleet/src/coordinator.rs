@@ -162,6 +162,7 @@ impl<S: Store> Fleet<S> {
             fleet_action: Mutex::new(None),
             actions_refused: AtomicU64::new(0),
             stuck_open: Mutex::new(None),
+            dependency_check: Mutex::new(None),
             telemetry: Telemetry::new(handle.name()),
         });
         let gate: Arc<dyn ProbeGate> = Arc::new(FleetGate {
@@ -436,6 +437,23 @@ impl Coordinated {
     /// The coordinated breaker's handle.
     pub fn handle(&self) -> &Handle {
         &self.handle
+    }
+
+    /// Links a direct check of the dependency (`Some(true)` it passes,
+    /// `Some(false)` it fails, `None` no answer yet) to the stuck-open flag: a
+    /// breaker open for long while the check passes, and no other instance open,
+    /// is flagged [`LocalOnly`](crate::StuckCause::LocalOnly); while it fails,
+    /// [`ExternalFailure`](crate::StuckCause::ExternalFailure). Asked only while
+    /// the breaker is suspected of being stuck, from the coordination's task, so
+    /// it should answer at once from a check that runs elsewhere (the facade's
+    /// `link_health_check` reads a health monitor's latest report). Replaces the
+    /// check linked before.
+    pub fn link_dependency_check(&self, check: impl Fn() -> Option<bool> + Send + Sync + 'static) {
+        *self
+            .shared
+            .dependency_check
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(check));
     }
 
     /// The coordination's state and counters now.
@@ -720,6 +738,9 @@ struct Shared {
     fleet_action: Mutex<Option<Held>>,
     actions_refused: AtomicU64,
     stuck_open: Mutex<Option<StuckOpen>>,
+    /// The dependency's direct check, once linked: asked when the breaker is
+    /// suspected of being stuck open.
+    dependency_check: Mutex<Option<DependencyCheck>>,
     name: String,
     view: Mutex<View>,
     wake: Notify,
@@ -740,7 +761,21 @@ struct Shared {
     telemetry: Telemetry,
 }
 
+/// A direct check of the dependency: `Some(true)` passing, `Some(false)` failing,
+/// `None` no answer yet.
+type DependencyCheck = Arc<dyn Fn() -> Option<bool> + Send + Sync>;
+
 impl Shared {
+    /// What the linked dependency check says now (called without the lock held).
+    fn dependency_check(&self) -> Option<bool> {
+        let check = self
+            .dependency_check
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        check.and_then(|check| check())
+    }
+
     fn view(&self) -> MutexGuard<'_, View> {
         // Nothing panics while holding it; a poisoned lock is still consistent.
         self.view.lock().unwrap_or_else(PoisonError::into_inner)
@@ -1412,15 +1447,16 @@ impl<S: Store> Task<S> {
         let snapshot = self.handle.snapshot();
         let me = self.instance.to_string();
         let now_ms = self.actions.now_ms();
-        let view = if suspect(&snapshot) {
+        let (view, check) = if suspect(&snapshot) {
             let read = self.store.read_reports(&self.keys);
             let read = self.beside("read_reports", read).await;
-            read.map(|read| FleetView::from_reports(&read, now_ms))
+            let view = read.map(|read| FleetView::from_reports(&read, now_ms));
+            (view, self.shared.dependency_check())
         } else {
-            None
+            (None, None)
         };
         // Decided first, so that the report carries the flag to the fleet's view.
-        let flag = stuck(&snapshot, &me, view.as_ref());
+        let flag = stuck(&snapshot, &me, view.as_ref(), check);
         let action = self.actions.in_force().map(|held| held.action.id);
         let record =
             InstanceReport::of(me.clone(), &snapshot, action, flag.clone(), now_ms).encode();
@@ -1433,11 +1469,17 @@ impl<S: Store> Task<S> {
             now_ms.saturating_sub(fresh),
         );
         self.beside("report", write).await;
-        *self
+        let mut kept = self
             .shared
             .stuck_open
             .lock()
-            .unwrap_or_else(PoisonError::into_inner) = flag;
+            .unwrap_or_else(PoisonError::into_inner);
+        let was = std::mem::replace(&mut *kept, flag);
+        let flag = kept.clone();
+        drop(kept);
+        self.shared
+            .telemetry
+            .stuck_open(&self.shared.name, was.as_ref(), flag.as_ref());
     }
 
     /// Reads the operators' fleet actions (when this fleet has a secret to

@@ -3,7 +3,9 @@
 //! Metrics (feature `metrics`), labelled with the breaker's `name`:
 //! - `seawall_fleet_connected`: a gauge, 1 while the instance coordinates through
 //!   the store, 0 while it runs on its local breaker alone;
-//! - `seawall_fleet_store_errors_total`: store operations that failed or timed out.
+//! - `seawall_fleet_store_errors_total`: store operations that failed or timed out;
+//! - `seawall_fleet_stuck_open`: a gauge per `cause` (`local_only`,
+//!   `external_failure`, `forced`), 1 while the breaker is flagged stuck open for it.
 //!
 //! For a fleet-wide cap, labelled with the bulkhead's `name`:
 //! - `seawall_fleet_allotment`: a gauge, the slots this instance admits into now;
@@ -16,6 +18,9 @@
 )]
 
 use crate::store::StoreError;
+#[cfg(feature = "metrics")]
+use crate::view::StuckCause;
+use crate::view::StuckOpen;
 
 #[derive(Debug)]
 pub(crate) struct Telemetry {
@@ -23,6 +28,9 @@ pub(crate) struct Telemetry {
     connected: metrics::Gauge,
     #[cfg(feature = "metrics")]
     errors: metrics::Counter,
+    /// One gauge per stuck-open cause, in [`StuckCause::ALL`]'s order.
+    #[cfg(feature = "metrics")]
+    stuck: [metrics::Gauge; 3],
 }
 
 impl Telemetry {
@@ -31,14 +39,50 @@ impl Telemetry {
         let this = {
             let connected = metrics::gauge!("seawall_fleet_connected", "name" => name.to_owned());
             connected.set(0.0);
+            let stuck = StuckCause::ALL.map(|cause| {
+                let gauge = metrics::gauge!(
+                    "seawall_fleet_stuck_open",
+                    "name" => name.to_owned(),
+                    "cause" => cause.as_str()
+                );
+                gauge.set(0.0);
+                gauge
+            });
             Self {
                 connected,
                 errors: metrics::counter!("seawall_fleet_store_errors_total", "name" => name.to_owned()),
+                stuck,
             }
         };
         #[cfg(not(feature = "metrics"))]
         let this = Self {};
         this
+    }
+
+    /// The stuck-open flag decided at a report: the gauges, and a warning when it
+    /// is raised or its cause changes.
+    pub(crate) fn stuck_open(&self, name: &str, was: Option<&StuckOpen>, now: Option<&StuckOpen>) {
+        #[cfg(feature = "metrics")]
+        for (gauge, cause) in self.stuck.iter().zip(StuckCause::ALL) {
+            gauge.set(if now.is_some_and(|f| f.cause == cause) {
+                1.0
+            } else {
+                0.0
+            });
+        }
+        #[cfg(feature = "tracing")]
+        if let Some(flag) = now.filter(|f| was.map(|w| w.cause) != Some(f.cause)) {
+            tracing::warn!(
+                target: "seawall::fleet",
+                name,
+                cause = flag.cause.as_str(),
+                open_for_ms = flag.open_for_ms,
+                others_closed = flag.others_closed,
+                others_open = flag.others_open,
+                dependency_check = ?flag.dependency_check,
+                "circuit breaker stuck open"
+            );
+        }
     }
 
     pub(crate) fn store_error(&self, name: &str, op: &'static str, error: &StoreError) {

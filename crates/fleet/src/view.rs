@@ -102,14 +102,19 @@ impl InstanceReport {
     pub fn encode(&self) -> String {
         let opt = |v: Option<u64>| v.map_or_else(String::new, |v| v.to_string());
         let stuck = self.stuck_open.as_ref().map_or_else(
-            || "\t\t\t".to_owned(),
+            || "\t\t\t\t".to_owned(),
             |s| {
                 format!(
-                    "{}\t{}\t{}\t{}",
+                    "{}\t{}\t{}\t{}\t{}",
                     s.cause.as_str(),
                     s.open_for_ms,
                     s.others_closed,
-                    s.others_open
+                    s.others_open,
+                    match s.dependency_check {
+                        Some(true) => "pass",
+                        Some(false) => "fail",
+                        None => "",
+                    }
                 )
             },
         );
@@ -133,12 +138,18 @@ impl InstanceReport {
         let f: Vec<&str> = s.split('\t').collect();
         let stuck_open = match (f.first().copied(), f.len()) {
             (Some("v1"), 10) => None,
-            (Some("v2"), 14) if f[10].is_empty() => None,
-            (Some("v2"), 14) => Some(StuckOpen {
+            (Some("v2"), 15) if f[10].is_empty() => None,
+            (Some("v2"), 15) => Some(StuckOpen {
                 cause: StuckCause::parse(f[10])?,
                 open_for_ms: f[11].parse().ok()?,
                 others_closed: f[12].parse().ok()?,
                 others_open: f[13].parse().ok()?,
+                dependency_check: match f[14] {
+                    "pass" => Some(true),
+                    "fail" => Some(false),
+                    "" => None,
+                    _ => return None,
+                },
             }),
             _ => return None,
         };
@@ -235,11 +246,13 @@ impl FleetView {
 #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 #[non_exhaustive]
 pub enum StuckCause {
-    /// Open here while every other reporting instance is closed for the same
-    /// dependency: look at this instance (its network path, its configuration,
-    /// a local resource), not at the dependency.
+    /// Open here while the dependency answers: its direct check passes (when one
+    /// is linked) and no other reporting instance is open for it, or, without a
+    /// check, every other reporting instance is closed. Look at this instance (its
+    /// network path, its configuration, a local resource), not at the dependency.
     LocalOnly,
-    /// Open here and on other instances too: the dependency (or the path every
+    /// Open here while the dependency fails: its direct check fails too, or other
+    /// instances are open for it as well. The dependency (or the path every
     /// instance shares to it) is failing; the breaker is doing its job.
     ExternalFailure,
     /// Held open by an operator for longer than [`FORCED_TOO_LONG`]: was it
@@ -248,6 +261,13 @@ pub enum StuckCause {
 }
 
 impl StuckCause {
+    /// Every cause, in declaration order.
+    pub const ALL: [StuckCause; 3] = [
+        StuckCause::LocalOnly,
+        StuckCause::ExternalFailure,
+        StuckCause::Forced,
+    ];
+
     /// The name the JSON answers and the store use.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -259,13 +279,7 @@ impl StuckCause {
 
     /// The cause [`as_str`](Self::as_str) names.
     pub fn parse(s: &str) -> Option<Self> {
-        [
-            StuckCause::LocalOnly,
-            StuckCause::ExternalFailure,
-            StuckCause::Forced,
-        ]
-        .into_iter()
-        .find(|c| c.as_str() == s)
+        Self::ALL.into_iter().find(|c| c.as_str() == s)
     }
 }
 
@@ -283,6 +297,10 @@ pub struct StuckOpen {
     pub others_closed: u32,
     /// See `others_closed`.
     pub others_open: u32,
+    /// The dependency's direct check when decided, if one is linked
+    /// ([`Coordinated::link_dependency_check`](crate::Coordinated::link_dependency_check)):
+    /// `Some(true)` it passed, `Some(false)` it failed.
+    pub dependency_check: Option<bool>,
 }
 
 /// Whether this instance's breaker may be stuck: the store's view is needed
@@ -299,8 +317,19 @@ pub(crate) fn suspect(snapshot: &Snapshot) -> bool {
     snapshot.open_spell.is_some_and(|spell| spell >= threshold)
 }
 
-/// The flag for this instance, from its snapshot and (when suspect) the view.
-pub(crate) fn stuck(snapshot: &Snapshot, me: &str, view: Option<&FleetView>) -> Option<StuckOpen> {
+/// The flag for this instance, from its snapshot, (when suspect) the view, and
+/// the dependency's direct check if one is linked (`Some(true)`: it passed).
+///
+/// The check decides when it has an answer: failing, the dependency is down
+/// (external); passing, the dependency answers, so unless other instances are
+/// open too the trouble is this instance's (local). Without a check the fleet
+/// decides: open here alone while others are closed is local.
+pub(crate) fn stuck(
+    snapshot: &Snapshot,
+    me: &str,
+    view: Option<&FleetView>,
+    dependency_check: Option<bool>,
+) -> Option<StuckOpen> {
     let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     if snapshot.state == State::ForcedOpen && snapshot.in_state_for >= FORCED_TOO_LONG {
         return Some(StuckOpen {
@@ -308,31 +337,35 @@ pub(crate) fn stuck(snapshot: &Snapshot, me: &str, view: Option<&FleetView>) -> 
             open_for_ms: ms(snapshot.in_state_for),
             others_closed: 0,
             others_open: 0,
+            dependency_check,
         });
     }
-    if !suspect(snapshot) {
+    if !suspect(snapshot) || (view.is_none() && dependency_check.is_none()) {
         return None;
     }
-    let view = view?;
-    let others = view.instances.iter().filter(|r| r.instance != me);
     let (mut closed, mut open) = (0, 0);
-    for r in others {
+    for r in view.iter().flat_map(|v| &v.instances) {
+        if r.instance == me {
+            continue;
+        }
         match r.state.as_str() {
             "closed" => closed += 1,
             "open" | "half_open" => open += 1,
             _ => {}
         }
     }
-    let cause = if closed > 0 && open == 0 {
-        StuckCause::LocalOnly
-    } else {
-        StuckCause::ExternalFailure
+    let cause = match dependency_check {
+        Some(false) => StuckCause::ExternalFailure,
+        Some(true) if open == 0 => StuckCause::LocalOnly,
+        None if closed > 0 && open == 0 => StuckCause::LocalOnly,
+        _ => StuckCause::ExternalFailure,
     };
     Some(StuckOpen {
         cause,
         open_for_ms: snapshot.open_spell.map_or(0, ms),
         others_closed: closed,
         others_open: open,
+        dependency_check,
     })
 }
 
@@ -376,11 +409,22 @@ mod tests {
             open_for_ms: 70_000,
             others_closed: 2,
             others_open: 0,
+            dependency_check: Some(true),
         });
         let line = r.encode();
         assert!(line.starts_with("v2\t"), "{line}");
-        assert!(line.ends_with("\tlocal_only\t70000\t2\t0"), "{line}");
+        assert!(line.ends_with("\tlocal_only\t70000\t2\t0\tpass"), "{line}");
         assert_eq!(InstanceReport::decode(&line), Some(r.clone()));
+        for (check, written) in [(Some(false), "fail"), (None, "")] {
+            let mut other = r.clone();
+            if let Some(flag) = other.stuck_open.as_mut() {
+                flag.dependency_check = check;
+            }
+            let line = other.encode();
+            assert!(line.ends_with(&format!("\t0\t{written}")), "{line}");
+            assert_eq!(InstanceReport::decode(&line), Some(other));
+        }
+        assert!(InstanceReport::decode(&line.replace("\tpass", "\tmaybe")).is_none());
         // As an instance of the earlier release writes it: no flag.
         let v1 = "v1\tab\topen\t10\t70000\t5\t2\t1\t\t1000";
         r.stuck_open = None;

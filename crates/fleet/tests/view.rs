@@ -6,6 +6,7 @@
 
 mod support;
 
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -127,4 +128,122 @@ async fn an_idle_breaker_past_its_interval_is_probe_due_and_a_long_force_is_call
     run_for(Duration::from_secs(70)).await;
     let flag = stuck(&nodes[1]).expect("flagged");
     assert_eq!(flag.cause, StuckCause::Forced);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_direct_check_of_the_dependency_tells_local_from_external() {
+    const NO_ANSWER: u8 = 0;
+    const PASSES: u8 = 1;
+    const FAILS: u8 = 2;
+    let store = LocalStore::new();
+    let (bad, good) = (
+        Dependency::new(Duration::from_millis(5)),
+        Dependency::new(Duration::from_millis(5)),
+    );
+    // Instance 0's path to the dependency fails; the dependency itself answers.
+    bad.fail(true);
+    let nodes = three(&store, [&bad, &good, &good]);
+    let check = Arc::new(AtomicU8::new(PASSES));
+    let answer = Arc::clone(&check);
+    coordinated(&nodes[0]).link_dependency_check(move || match answer.load(Ordering::SeqCst) {
+        PASSES => Some(true),
+        FAILS => Some(false),
+        _ => None,
+    });
+    load(&nodes, Duration::from_millis(100), Duration::from_secs(75)).await;
+    let flag = stuck(&nodes[0]).expect("flagged");
+    assert_eq!(
+        (flag.cause, flag.dependency_check, flag.others_closed),
+        (StuckCause::LocalOnly, Some(true), 2)
+    );
+
+    // The direct check fails too: whatever the others say, the dependency is down.
+    check.store(FAILS, Ordering::SeqCst);
+    load(&nodes, Duration::from_millis(100), Duration::from_secs(10)).await;
+    let flag = stuck(&nodes[0]).expect("flagged");
+    assert_eq!(
+        (flag.cause, flag.dependency_check, flag.others_closed),
+        (StuckCause::ExternalFailure, Some(false), 2)
+    );
+
+    // No answer from the check: the fleet decides, as without one.
+    check.store(NO_ANSWER, Ordering::SeqCst);
+    load(&nodes, Duration::from_millis(100), Duration::from_secs(10)).await;
+    let flag = stuck(&nodes[0]).expect("flagged");
+    assert_eq!(
+        (flag.cause, flag.dependency_check),
+        (StuckCause::LocalOnly, None)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn alone_in_its_fleet_a_passing_check_is_enough_to_call_it_local() {
+    let store = LocalStore::new();
+    let bad = Dependency::new(Duration::from_millis(5));
+    bad.fail(true);
+    let node = instance(0, &bad, Some(&fleet(&store, 9)), breaker_config());
+    coordinated(&node).link_dependency_check(|| Some(true));
+    let nodes = [node];
+    load(&nodes, Duration::from_millis(100), Duration::from_secs(75)).await;
+    let flag = stuck(&nodes[0]).expect("flagged");
+    assert_eq!(
+        (flag.cause, flag.others_closed, flag.others_open),
+        (StuckCause::LocalOnly, 0, 0)
+    );
+}
+
+#[cfg(feature = "metrics")]
+#[test]
+fn the_stuck_open_flag_is_a_gauge_per_cause() {
+    let series = seawall_test_support::Series::default();
+    let runtime = seawall_test_support::paused_runtime();
+    let store = LocalStore::new();
+    let (bad, good) = (
+        Dependency::new(Duration::from_millis(5)),
+        Dependency::new(Duration::from_millis(5)),
+    );
+    bad.fail(true);
+    // The gauges are registered when the coordination starts: instance 0's with
+    // this recorder (each process has its own), the others' with none.
+    let start = |i: usize, dep: &Arc<Dependency>| {
+        runtime
+            .block_on(async { instance(i, dep, Some(&fleet(&store, i as u64)), breaker_config()) })
+    };
+    let first = metrics::with_local_recorder(&series, || start(0, &bad));
+    let nodes = [first, start(1, &good), start(2, &good)];
+    let gauge = |cause: &str| {
+        series.gauge(&format!(
+            "seawall_fleet_stuck_open{{cause={cause},name=freight}}"
+        ))
+    };
+    runtime.block_on(load(
+        &nodes,
+        Duration::from_millis(100),
+        Duration::from_secs(50),
+    ));
+    assert_eq!(gauge("local_only"), 0.0, "not yet");
+    runtime.block_on(load(
+        &nodes,
+        Duration::from_millis(100),
+        Duration::from_secs(25),
+    ));
+    assert_eq!(
+        stuck(&nodes[0]).map(|f| f.cause),
+        Some(StuckCause::LocalOnly)
+    );
+    assert_eq!(
+        (
+            gauge("local_only"),
+            gauge("external_failure"),
+            gauge("forced")
+        ),
+        (1.0, 0.0, 0.0)
+    );
+    good.fail(true);
+    runtime.block_on(load(
+        &nodes,
+        Duration::from_millis(100),
+        Duration::from_secs(10),
+    ));
+    assert_eq!((gauge("local_only"), gauge("external_failure")), (0.0, 1.0));
 }

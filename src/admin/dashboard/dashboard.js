@@ -944,6 +944,7 @@
     stuckOpenFor: "instances[].stuck_open.open_for_ms",
     stuckOthersClosed: "instances[].stuck_open.others_closed",
     stuckOthersOpen: "instances[].stuck_open.others_open",
+    stuckCheck: "instances[].stuck_open.dependency_check",
     actions: "actions",
     actionId: "actions[].id",
     actionKind: "actions[].kind",
@@ -1002,12 +1003,19 @@
     const closed = readFleetItem(r, "stuckOthersClosed");
     const others = readFleetItem(r, "stuckOthersOpen");
     const label = STUCK_LABELS[cause] || words(cause);
+    const check = readFleetItem(r, "stuckCheck");
     if (cause === "local_only") {
-      return `${label}: open for ${open} while ${closed} other instance(s) are closed and none open; ` +
+      const evidence = check === true
+        ? "the dependency's direct check passes"
+        : `${closed} other instance(s) are closed`;
+      return `${label}: open for ${open} while ${evidence} and no other instance is open; ` +
         "look at this instance (its network path, its configuration), not at the dependency";
     }
     if (cause === "external_failure") {
-      return `${label}: open for ${open}, ${others} other instance(s) open too and ${closed} closed; ` +
+      const evidence = check === false
+        ? "the dependency's direct check fails too"
+        : `${others} other instance(s) open too and ${closed} closed`;
+      return `${label}: open for ${open}, ${evidence}; ` +
         "the dependency is failing and the breaker is doing its job";
     }
     return `${label}: held open by an operator for ${open}; was it forgotten?`;
