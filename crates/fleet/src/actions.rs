@@ -95,6 +95,9 @@ pub enum ActionKind {
     Reset,
     /// Ends the action with this id before its expiry, where it was applied.
     Revert(String),
+    /// Holds a degradation policy's floor at this level (an index, 0 the best)
+    /// until the action ends ([`Fleet::follow_floor`]).
+    Floor(u32),
 }
 
 impl ActionKind {
@@ -104,15 +107,24 @@ impl ActionKind {
             ActionKind::ForceClosed => "force_closed".to_owned(),
             ActionKind::Reset => "reset".to_owned(),
             ActionKind::Revert(id) => format!("revert:{id}"),
+            ActionKind::Floor(level) => format!("floor:{level}"),
         }
     }
 
-    /// Parses `force_open`, `force_closed`, `reset` or `revert:<id>`.
+    /// Parses `force_open`, `force_closed`, `reset`, `revert:<id>` or
+    /// `floor:<level>`.
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "force_open" => Some(ActionKind::ForceOpen),
             "force_closed" => Some(ActionKind::ForceClosed),
             "reset" => Some(ActionKind::Reset),
+            _ if s.starts_with("floor:") => {
+                let level = s.strip_prefix("floor:")?;
+                // Digits only: one level, one text, one signature.
+                (!level.is_empty() && level.len() <= 9 && level.bytes().all(|b| b.is_ascii_digit()))
+                    .then(|| level.parse().ok().map(ActionKind::Floor))
+                    .flatten()
+            }
             _ => {
                 let id = s.strip_prefix("revert:")?;
                 is_id(id).then(|| ActionKind::Revert(id.to_owned()))
@@ -905,6 +917,11 @@ impl Applier {
             if action.policy != handle.name() {
                 continue;
             }
+            if matches!(action.kind, ActionKind::Floor(_)) {
+                // A degradation floor: its follower decides it, not the breaker.
+                self.known.insert(field, action.expires_at_ms);
+                continue;
+            }
             match action.check(self.secret.as_deref(), &self.prefix, &field, now_ms) {
                 Ok(()) => fresh.push(action),
                 Err(ActionRefusal::Expired) => {
@@ -941,6 +958,7 @@ impl Applier {
                     handle.reset();
                     audit.push(self.entry(&action, "applied".into()));
                 }
+                ActionKind::Floor(_) => {}
                 ActionKind::ForceOpen | ActionKind::ForceClosed => {
                     let before = match self.in_force.take() {
                         // A later force takes the place of the one in force.

@@ -463,6 +463,7 @@
 //! ledger.rs       the division of a cap as plain code (no clock, no I/O), as both stores run it
 //! actions.rs      operators' fleet actions: signed, expiring, audited (FleetAction, FleetSecret,
 //!                 Fleet::act) and the applier each coordinator runs
+//! floor.rs        fleet-wide degradation floors: FloorTarget, Fleet::follow_floor, FloorFollower
 //! store.rs        Store and CapStore: all a coordinator asks of the shared store; keys,
 //!                 leases, verdicts, claims, StoreError
 //! local.rs        LocalStore: the in-process store, with Faults to inject
@@ -478,6 +479,7 @@ mod actions;
 mod cap;
 mod config;
 mod coordinator;
+mod floor;
 mod ledger;
 mod local;
 #[cfg(feature = "redis")]
@@ -495,6 +497,7 @@ pub use actions::{
 pub use cap::{CapConfig, CapError, CapMode, CapSnapshot, Capped, MAX_CAP};
 pub use config::{FleetConfig, TripTogether, MAX_SETTING};
 pub use coordinator::{Coordinated, Fleet, FleetBuilder, FleetSnapshot, LeaseStatus, Shutdown};
+pub use floor::{FloorFollower, FloorSnapshot, FloorTarget};
 pub use local::{Faults, LocalStore, StoredClaim};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]

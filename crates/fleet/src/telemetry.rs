@@ -94,18 +94,7 @@ impl Telemetry {
 
     /// A fleet action applied, ended or refused here (also in the store's audit log).
     pub(crate) fn fleet_action(&self, name: &str, entry: &crate::actions::AuditEntry) {
-        #[cfg(feature = "tracing")]
-        tracing::warn!(
-            target: "seawall::fleet",
-            name,
-            event = %entry.event,
-            action = %entry.action,
-            kind = %entry.kind,
-            signer = %entry.signer,
-            reason = %entry.reason,
-            expires_at_ms = entry.expires_at_ms,
-            "fleet action"
-        );
+        fleet_action(name, entry);
     }
 
     pub(crate) fn went_local(&self, name: &str, error: &StoreError) {
@@ -219,4 +208,23 @@ impl CapTelemetry {
             "this instance's configured cap differs from the store's: the store's applies"
         );
     }
+}
+
+/// A fleet action applied, ended or refused on this instance (also in the
+/// store's audit log): by a coordination, or by a floor follower.
+pub(crate) fn fleet_action(name: &str, entry: &crate::actions::AuditEntry) {
+    #[cfg(feature = "tracing")]
+    tracing::warn!(
+        target: "seawall::fleet",
+        name,
+        event = %entry.event,
+        action = %entry.action,
+        kind = %entry.kind,
+        signer = %entry.signer,
+        reason = %entry.reason,
+        expires_at_ms = entry.expires_at_ms,
+        "fleet action"
+    );
+    #[cfg(not(feature = "tracing"))]
+    let _ = (name, entry);
 }
