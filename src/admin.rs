@@ -11,7 +11,8 @@
 //! | `GET /fleet/policies/{name}/instances` | every instance's latest report on the policy's breaker (state, time in it, open spell, calls, failures, the fleet action holding it; one every 5 s, gone after 15 s), the worst first, with counts by state and each report's age | no |
 //! | `GET /fleet/policies/{name}/actions` | the fleet actions kept for the policy's breaker and its audit log's 50 newest entries (feature `fleet`, a coordination registered) | no |
 //! | `POST /fleet/policies/{name}/breaker/{force-open, force-closed, reset}?reason=R&ttl=15m` | the same on **every instance** of the fleet, signed with the fleet's secret, until `ttl` (default 15 min, at most 4 h), audited; `409` when the fleet has no secret | yes |
-//! | `POST /fleet/policies/{name}/revert/{id}?reason=R` | ends fleet action `id` on every instance before its expiry | yes |
+//! | `POST /fleet/policies/{name}/degradation/floor?level=L&reason=R&ttl=15m` | holds the degradation floor at level `L` (name or index) on **every instance** whose floor follows the fleet ([`Policies::follow_fleet_floor`]), signed, expiring and audited as the breaker actions; `404` without a follower, `422` naming `level` for a level this instance lacks | yes |
+//! | `POST /fleet/policies/{name}/revert/{id}?reason=R` | ends fleet action `id` (a breaker's or a floor's) on every instance before its expiry | yes |
 //! | `POST /reload` | re-read the policy file and apply it ([`Policies::reload`]) | yes |
 //! | `POST /revert` | back to the start-up document ([`Policies::revert`]) | yes |
 //! | `POST /policies/{name}/breaker/{force-open, force-closed, reset}` | hold the breaker open or closed; `reset` ends either and starts closed with an empty window | yes |
@@ -68,7 +69,8 @@
 //! with the evidence, the age of its report), the fleet actions kept and the
 //! audit log, from `GET /fleet/policies/{name}/instances` and `…/actions` every
 //! 2 s (the stream rests meanwhile). With the token it issues fleet-wide force
-//! open, force closed, reset and revert, each with a reason and an expiry. It
+//! open, force closed, reset, a degradation floor and revert, each with a
+//! reason and an expiry. It
 //! says which actions are local and which fleet-wide, and which wins when both
 //! apply; the card of a coordinated policy says who holds this instance's breaker.
 //!

@@ -541,11 +541,15 @@ async fn decode_in_browser(browser: &Browser, b64: &str) -> Value {
 const FLEET_DOC: &str = r#"
 [policies.freight]
 breaker = { open_for = "10s" }
+
+[policies.assistant]
+degradation = { failures_to_degrade = 2 }
 "#;
 
 /// One instance of the fleet: its breaker, its coordination, its admin router.
 struct FleetNode {
     handle: seawall::circuit_breaker::Handle,
+    levels: seawall::degradation::Handle,
     _coordinated: std::sync::Arc<seawall::fleet::Coordinated>,
     addr: SocketAddr,
 }
@@ -565,6 +569,16 @@ async fn fleet_node(store: &seawall::fleet::LocalStore) -> FleetNode {
     policies
         .register_coordination(std::sync::Arc::clone(&coordinated))
         .unwrap();
+    let levels = policies
+        .degradation::<String, String, _, _>("assistant", |b| {
+            b.level(
+                "canned",
+                seawall::degradation::Fixed::new("canned".to_owned()),
+            )
+        })
+        .unwrap()
+        .handle();
+    policies.follow_fleet_floor(&fleet, "assistant").unwrap();
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
         .await
         .unwrap();
@@ -576,6 +590,7 @@ async fn fleet_node(store: &seawall::fleet::LocalStore) -> FleetNode {
     tokio::spawn(async move { axum::serve(listener, app).await });
     FleetNode {
         handle,
+        levels,
         _coordinated: coordinated,
         addr,
     }
@@ -911,6 +926,49 @@ fn the_fleet_page_shows_every_instance_and_steers_them_all_with_expiring_actions
             )
             .await
             .unwrap();
+
+        // A fleet-wide degradation floor through the page: every instance's floor.
+        browser
+            .execute(
+                "const s = document.querySelector('[data-fleet-policy=\"assistant\"]');
+                 s.querySelector('[data-field=\"fleet-reason\"]').value = 'model overloaded';
+                 s.querySelector('[data-field=\"fleet-ttl\"]').value = '10m';
+                 s.querySelector('[data-field=\"fleet-floor-level\"]').value = 'canned';",
+                json!([]),
+            )
+            .await
+            .unwrap();
+        browser
+            .click(
+                &browser
+                    .find("[data-policy=\"assistant\"][data-action=\"fleet/degradation/floor\"]")
+                    .await
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        let question = confirm(&browser).await;
+        assert!(
+            question.contains("floor of “assistant” at “canned” on every instance"),
+            "{question}"
+        );
+        browser
+            .wait_for(
+                "the floor applied on three instances",
+                "[...document.querySelectorAll('[data-fleet-policy=\"assistant\"] tr[data-event=\"applied\"]')].length === 3 \
+                 && document.querySelector('[data-fleet-policy=\"assistant\"] li[data-in-force=\"true\"]')?.textContent",
+                json!(null),
+                PATIENCE,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            nodes
+                .iter()
+                .map(|n| n.levels.snapshot().state.floor)
+                .collect::<Vec<_>>(),
+            vec![Some(1); 3]
+        );
 
         browser.quit().await;
     });

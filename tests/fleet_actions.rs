@@ -219,3 +219,139 @@ async fn without_a_fleet_secret_fleet_actions_are_refused() {
     .await;
     assert_eq!(status, 404);
 }
+
+const FLOOR_DOC: &str = r#"
+[policies.assistant]
+degradation = { failures_to_degrade = 2 }
+"#;
+
+/// An instance whose `assistant` degradation floor follows the fleet's floor actions.
+async fn floor_instance(store: &LocalStore) -> (seawall::degradation::Handle, SocketAddr) {
+    use seawall::degradation::Fixed;
+    let policies = Policies::from_toml(FLOOR_DOC).unwrap();
+    let layer = policies
+        .degradation::<String, String, _, _>("assistant", |b| {
+            b.level("reduced", Fixed::new("reduced".to_owned()))
+                .level("canned", Fixed::new("canned".to_owned()))
+        })
+        .unwrap();
+    let handle = layer.handle();
+    let fleet = Fleet::builder(store.clone())
+        .prefix("shop")
+        .health_every(Duration::from_millis(100))
+        .secret(secret())
+        .build()
+        .unwrap();
+    policies.follow_fleet_floor(&fleet, "assistant").unwrap();
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = admin::router(policies, Some(AdminToken::new(TOKEN).unwrap()));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (handle, addr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_floor_sent_to_one_router_holds_every_instance_until_reverted() {
+    let store = LocalStore::new();
+    let nodes = [
+        floor_instance(&store).await,
+        floor_instance(&store).await,
+        floor_instance(&store).await,
+    ];
+    let floors = || {
+        nodes
+            .iter()
+            .map(|(h, _)| h.snapshot().state.floor)
+            .collect::<Vec<_>>()
+    };
+    let addr = nodes[0].1;
+    let path = |q: &str| format!("/fleet/policies/assistant/degradation/floor?{q}");
+
+    // Refused, changing nothing: no token, no level, an unknown level, no reason.
+    assert_eq!(
+        send(addr, "POST", &path("level=canned&reason=x"), None)
+            .await
+            .0,
+        401
+    );
+    for (query, field) in [
+        ("reason=x", "level"),
+        ("level=premium&reason=x", "level"),
+        ("level=7&reason=x", "level"),
+        ("level=canned", "reason"),
+        ("level=canned&reason=x&ttl=5h", "ttl"),
+    ] {
+        let (status, body) = send(addr, "POST", &path(query), Some(TOKEN)).await;
+        assert_eq!(status, 422, "{query}: {body}");
+        assert!(
+            body["error"].as_str().unwrap().contains(field),
+            "{query}: {body}"
+        );
+    }
+    assert_eq!(
+        send(
+            addr,
+            "POST",
+            "/fleet/policies/nothing/degradation/floor?level=canned&reason=x",
+            Some(TOKEN)
+        )
+        .await
+        .0,
+        404
+    );
+    assert_eq!(floors(), vec![None; 3]);
+
+    // By name: the index of "canned" (full, reduced, canned) on every instance.
+    let (status, action) = send(
+        addr,
+        "POST",
+        &path("level=canned&reason=model%20overloaded&ttl=10m"),
+        Some(TOKEN),
+    )
+    .await;
+    assert_eq!(status, 200, "{action}");
+    assert_eq!(action["kind"], serde_json::json!({"floor": 2}));
+    until("every floor at canned", || floors() == vec![Some(2); 3]).await;
+
+    // Reverted through another instance's router: every floor back to none.
+    let id = action["id"].as_str().unwrap();
+    let (status, revert) = send(
+        nodes[2].1,
+        "POST",
+        &format!("/fleet/policies/assistant/revert/{id}?reason=model%20back"),
+        Some(TOKEN),
+    )
+    .await;
+    assert_eq!(status, 200, "{revert}");
+    until("every floor cleared", || floors() == vec![None; 3]).await;
+
+    let (status, listing) =
+        send(nodes[1].1, "GET", "/fleet/policies/assistant/actions", None).await;
+    assert_eq!(status, 200, "{listing}");
+    let reverted = format!("reverted by {}", revert["id"].as_str().unwrap());
+    let events: Vec<&str> = listing["audit"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["action"] == action["id"])
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        events.iter().filter(|e| **e == "applied").count(),
+        3,
+        "{listing}"
+    );
+    assert_eq!(
+        events.iter().filter(|e| **e == reverted).count(),
+        3,
+        "{listing}"
+    );
+    // The policy's snapshot shows the follower (nothing in force now).
+    let (_, snapshot) = send(addr, "GET", "/policies/assistant", None).await;
+    assert_eq!(
+        snapshot["fleet"]["floor"]["actions_refused"], 0,
+        "{snapshot}"
+    );
+}

@@ -12,7 +12,10 @@ use ::axum::http::{HeaderMap, StatusCode};
 use ::axum::response::Response;
 use ::axum::routing::{get, post};
 use ::axum::Router;
-use seawall_fleet::{ActionError, ActionKind, AuditEntry, FleetAction, DEFAULT_ACTION_TTL};
+use seawall_fleet::{
+    ActionError, ActionKind, AuditEntry, Coordinated, FleetAction, FloorFollower,
+    DEFAULT_ACTION_TTL,
+};
 
 use super::{json, message, refusal, with_body, Admin, AdminToken};
 use crate::telemetry;
@@ -25,14 +28,65 @@ pub(super) fn routes(router: Router<Arc<Admin>>) -> Router<Arc<Admin>> {
         .route("/fleet/policies/{name}/actions", get(list))
         .route("/fleet/policies/{name}/instances", get(instances))
         .route("/fleet/policies/{name}/breaker/{action}", post(issue))
+        .route(
+            "/fleet/policies/{name}/degradation/floor",
+            post(issue_floor),
+        )
         .route("/fleet/policies/{name}/revert/{id}", post(issue_revert))
 }
 
-/// `reason` (required) and `ttl` (`"15m"` by default) of a fleet action.
+/// `reason` (required) and `ttl` (`"15m"` by default) of a fleet action, and
+/// `level` (by name or index) of a floor.
 #[derive(Debug, Default, serde::Deserialize)]
 struct Params {
     reason: Option<String>,
     ttl: Option<String>,
+    level: Option<String>,
+}
+
+/// Where a policy's fleet actions are issued and read: its breaker's
+/// coordination, or its degradation floor's follower.
+enum Desk {
+    Breaker(Arc<Coordinated>),
+    Floor(Arc<FloorFollower>),
+}
+
+impl Desk {
+    /// The coordination if there is one, else the floor's follower.
+    fn of(admin: &Admin, name: &str) -> Option<Self> {
+        admin
+            .policies
+            .coordination(name)
+            .map(Desk::Breaker)
+            .or_else(|| admin.policies.floor_follower(name).map(Desk::Floor))
+    }
+
+    async fn act(
+        &self,
+        kind: ActionKind,
+        reason: &str,
+        signer: &str,
+        ttl: Duration,
+    ) -> Result<FleetAction, ActionError> {
+        match self {
+            Desk::Breaker(c) => c.act(kind, reason, signer, ttl).await,
+            Desk::Floor(f) => f.act(kind, reason, signer, ttl).await,
+        }
+    }
+
+    async fn actions(&self) -> Result<Vec<FleetAction>, ActionError> {
+        match self {
+            Desk::Breaker(c) => c.fleet_actions().await,
+            Desk::Floor(f) => f.fleet_actions().await,
+        }
+    }
+
+    async fn audit_log(&self, n: usize) -> Result<Vec<AuditEntry>, ActionError> {
+        match self {
+            Desk::Breaker(c) => c.audit_log(n).await,
+            Desk::Floor(f) => f.audit_log(n).await,
+        }
+    }
 }
 
 #[derive(serde::Serialize)]
@@ -52,17 +106,17 @@ fn store_failure(e: &ActionError) -> Response {
 }
 
 async fn list(State(admin): State<Arc<Admin>>, Path(name): Path<String>) -> Response {
-    let Some(coordinated) = admin.policies.coordination(&name) else {
+    let Some(desk) = Desk::of(&admin, &name) else {
         return message(
             StatusCode::NOT_FOUND,
-            "no coordination registered for this policy",
+            "no coordination or floor follower registered for this policy",
         );
     };
-    let actions = match coordinated.fleet_actions().await {
+    let actions = match desk.actions().await {
         Ok(actions) => actions,
         Err(e) => return store_failure(&e),
     };
-    match coordinated.audit_log(AUDIT_SHOWN).await {
+    match desk.audit_log(AUDIT_SHOWN).await {
         Ok(audit) => json(StatusCode::OK, &Listing { actions, audit }),
         Err(e) => store_failure(&e),
     }
@@ -99,7 +153,79 @@ async fn issue(
         return refused;
     }
     drop(body);
-    act(&admin, &name, kind, params).await
+    let Some(coordinated) = admin.policies.coordination(&name) else {
+        return message(
+            StatusCode::NOT_FOUND,
+            "no coordination registered for this policy",
+        );
+    };
+    act(&admin, &name, &Desk::Breaker(coordinated), kind, params).await
+}
+
+/// `POST …/degradation/floor?level=L`: the level by name or index, checked
+/// against this instance's levels (an instance without it refuses and audits it).
+async fn issue_floor(
+    State(admin): State<Arc<Admin>>,
+    Path(name): Path<String>,
+    params: Result<Query<Params>, QueryRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let what = "fleet/floor";
+    if let Some(refused) =
+        refusal(&admin, &headers, what, Some(&name)).or_else(|| with_body(&body, what, Some(&name)))
+    {
+        return refused;
+    }
+    drop(body);
+    let Some(follower) = admin.policies.floor_follower(&name) else {
+        return message(
+            StatusCode::NOT_FOUND,
+            "no floor follower registered for this policy",
+        );
+    };
+    let query = match &params {
+        Ok(Query(query)) => query,
+        Err(e) => return message(StatusCode::BAD_REQUEST, &e.body_text()),
+    };
+    let levels = level_names(&admin, &name);
+    let level = match query.level.as_deref() {
+        None | Some("") => {
+            return message(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "level: a floor needs one (`?level=<name or index>`)",
+            )
+        }
+        Some(text) => text
+            .parse::<usize>()
+            .ok()
+            .filter(|i| *i < levels.len())
+            .or_else(|| levels.iter().position(|l| l == text)),
+    };
+    let Some(level) = level.and_then(|l| u32::try_from(l).ok()) else {
+        return message(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            &format!("level: no such level; the levels are {}", levels.join(", ")),
+        );
+    };
+    act(
+        &admin,
+        &name,
+        &Desk::Floor(follower),
+        ActionKind::Floor(level),
+        params,
+    )
+    .await
+}
+
+/// The names of policy `name`'s degradation levels, best first.
+fn level_names(admin: &Admin, name: &str) -> Vec<String> {
+    #[cfg(feature = "degradation")]
+    if let Some(d) = admin.policies.handles(name).and_then(|h| h.degradation) {
+        return d.levels().iter().map(ToString::to_string).collect();
+    }
+    let _ = (admin, name);
+    Vec::new()
 }
 
 async fn issue_revert(
@@ -114,7 +240,13 @@ async fn issue_revert(
         return refused;
     }
     drop(body);
-    act(&admin, &name, kind, params).await
+    let Some(desk) = Desk::of(&admin, &name) else {
+        return message(
+            StatusCode::NOT_FOUND,
+            "no coordination or floor follower registered for this policy",
+        );
+    };
+    act(&admin, &name, &desk, kind, params).await
 }
 
 /// The token and no body, as for every change (the body is dropped before
@@ -133,6 +265,7 @@ fn allowed(
 async fn act(
     admin: &Admin,
     name: &str,
+    desk: &Desk,
     kind: ActionKind,
     params: Result<Query<Params>, QueryRejection>,
 ) -> Response {
@@ -154,18 +287,12 @@ async fn act(
             Err(e) => return message(StatusCode::UNPROCESSABLE_ENTITY, &format!("ttl: {e}")),
         },
     };
-    let Some(coordinated) = admin.policies.coordination(name) else {
-        return message(
-            StatusCode::NOT_FOUND,
-            "no coordination registered for this policy",
-        );
-    };
     // Who signed: the configured token (the one presented matched it), never shown.
     let signer = admin
         .token
         .as_ref()
         .map_or_else(String::new, AdminToken::fingerprint);
-    match coordinated.act(kind, &reason, &signer, ttl).await {
+    match desk.act(kind, &reason, &signer, ttl).await {
         Ok(action) => {
             telemetry::admin_action(&what, Some(name), "issued to the fleet");
             json(StatusCode::OK, &action)

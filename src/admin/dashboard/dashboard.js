@@ -923,6 +923,7 @@
   // (`…/actions`), and the action a fleet-wide change answers with.
   const FLEET = {
     coordination: "snapshot.fleet.coordination",
+    floorFollower: "snapshot.fleet.floor",
     heldBy: "snapshot.fleet.coordination.fleet_action.id",
     heldRemaining: "snapshot.fleet.coordination.fleet_action.remaining",
     closed: "closed",
@@ -1115,14 +1116,14 @@
       return;
     }
     const query = `reason=${encodeURIComponent(reason)}${path.startsWith("revert/") ? "" : `&ttl=${encodeURIComponent(ttl)}`}`;
-    ask(question, label, () => send(`fleet/policies/${encodeURIComponent(name)}/${path}?${query}`,
+    ask(question, label, () => send(`fleet/policies/${encodeURIComponent(name)}/${path}${path.includes("?") ? "&" : "?"}${query}`,
       `${name}: ${label.toLowerCase()}`, name,
       (answer) => `fleet action ${short(readFleet(answer, "issuedId"))} issued, until ` +
         `${when(readFleet(answer, "issuedExpires"))}; every instance applies it at its next health check`)
       .then(() => pollFleet()));
   }
 
-  function fleetControls(name) {
+  function fleetControls(name, entry) {
     const reason = el("input", {
       type: "text", "data-field": "fleet-reason", size: "24", maxlength: "200",
       "aria-label": `reason for a fleet-wide action on ${name}`, placeholder: "reason (required)",
@@ -1139,15 +1140,31 @@
       return b;
     };
     const until = () => `until ${ttl.value.trim() || "15m"} from now, when every instance ends it by itself`;
-    return el("div", { class: "controls" },
+    const controls = el("div", { class: "controls" },
       el("span", { class: "label", text: "fleet-wide (every instance):" }), reason,
-      el("span", { class: "label", text: "expires in" }), ttl,
-      button("force-open", "Force open fleet-wide",
-        () => `Hold the breaker of “${name}” open on every instance, ${until()}? Every call is rejected meanwhile.`),
-      button("force-closed", "Force closed fleet-wide",
-        () => `Hold the breaker of “${name}” closed on every instance, ${until()}? Every call goes through and it never trips.`),
-      button("reset", "Reset fleet-wide",
-        () => `Reset the breaker of “${name}” on every instance? Each starts closed with an empty window.`));
+      el("span", { class: "label", text: "expires in" }), ttl);
+    if (entry.breaker) {
+      controls.append(
+        button("force-open", "Force open fleet-wide",
+          () => `Hold the breaker of “${name}” open on every instance, ${until()}? Every call is rejected meanwhile.`),
+        button("force-closed", "Force closed fleet-wide",
+          () => `Hold the breaker of “${name}” closed on every instance, ${until()}? Every call goes through and it never trips.`),
+        button("reset", "Reset fleet-wide",
+          () => `Reset the breaker of “${name}” on every instance? Each starts closed with an empty window.`));
+    }
+    if (entry.floor) {
+      const select = el("select", { "data-field": "fleet-floor-level", "aria-label": `fleet-wide floor level of ${name}` },
+        ...entry.levels.map((l) => el("option", { value: l, text: l })));
+      const setFloor = el("button", {
+        type: "button", class: "control", "data-policy": name, "data-action": "fleet/degradation/floor", text: "Set floor fleet-wide",
+      });
+      setFloor.addEventListener("click", () => fleetAsk(name,
+        `degradation/floor?level=${encodeURIComponent(select.value)}`, "Set floor fleet-wide",
+        `Hold the degradation floor of “${name}” at “${select.value}” on every instance, ${until()}? ` +
+        "No instance climbs above it meanwhile; at the end each returns to the floor it had."));
+      controls.append(select, setFloor);
+    }
+    return controls;
   }
 
   function fleetSectionFor(name) {
@@ -1199,6 +1216,9 @@
         fleetList.insertBefore(section, fleetList.children[i] || null);
       }
       setText(section, "fleet-error", e.error || "");
+      if (!e.breaker) {
+        setText(section, "fleet-counts", "its degradation floor follows the fleet (no breaker coordinated)");
+      }
       if (view) {
         const counts = [`${readFleet(view, "closed")} closed`, `${readFleet(view, "open")} open`,
           `${readFleet(view, "halfOpen")} half-open`, `${readFleet(view, "forced")} forced`];
@@ -1238,7 +1258,7 @@
       }
       const has = section.querySelector(":scope > .controls");
       if (token !== null && changesAllowed && !has) {
-        section.insertBefore(fleetControls(name), field(section, "fleet-instances"));
+        section.insertBefore(fleetControls(name, e), field(section, "fleet-instances"));
       }
     });
     for (const e of fleetPolicies.values()) {
@@ -1264,7 +1284,8 @@
     await Promise.all([...fleetPolicies.entries()].filter(([, e]) => e.coordinated).map(async ([name, e]) => {
       const base = `fleet/policies/${encodeURIComponent(name)}`;
       try {
-        const [view, listing] = await Promise.all([fetchJson(`${base}/instances`), fetchJson(`${base}/actions`)]);
+        const [view, listing] = await Promise.all([
+          e.breaker ? fetchJson(`${base}/instances`) : Promise.resolve(null), fetchJson(`${base}/actions`)]);
         Object.assign(e, { view, listing, error: null });
       } catch (err) {
         e.error = `the fleet's store did not answer: ${err.message}`;
@@ -1283,11 +1304,14 @@
     let added = false;
     for (const p of policies) {
       const name = read(p, "name");
-      if (readFleet(p, "coordination")) {
+      if (readFleet(p, "coordination") || readFleet(p, "floorFollower")) {
         coordinated.add(name);
         const entry = fleetSectionFor(name);
         added = added || !entry.coordinated;
         entry.coordinated = true;
+        entry.breaker = Boolean(readFleet(p, "coordination"));
+        entry.floor = Boolean(readFleet(p, "floorFollower"));
+        entry.levels = read(p, "levels") || [];
       }
       const card = cards.get(name);
       const breaker = card?.querySelector("[data-panel=breaker]");

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use seawall_core::ConfigError;
-use seawall_fleet::{CapSnapshot, Capped, Coordinated, FleetSnapshot};
+use seawall_fleet::{CapSnapshot, Capped, Coordinated, FleetSnapshot, FloorFollower, FloorSnapshot};
 
 use super::super::document::key;
 use super::super::policies::{Policies, PoliciesSnapshot, State};
@@ -69,6 +69,40 @@ impl Policies {
         Ok(())
     }
 
+    /// Makes policy `name`'s degradation floor follow the fleet's floor actions
+    /// ([`Fleet::follow_floor`](crate::fleet::Fleet::follow_floor)): the admin
+    /// router's `POST /fleet/policies/{name}/degradation/floor` issues them, and
+    /// the policy's snapshot shows the one in force. The policies keep the
+    /// follower as they keep a coordination. Errors, naming the field: no such
+    /// policy, or no degradation layer built for it yet
+    /// (`policies.<name>.degradation`), or the follower refused (`runtime`).
+    #[cfg(feature = "degradation")]
+    pub fn follow_fleet_floor<S: seawall_fleet::Store>(
+        &self,
+        fleet: &crate::fleet::Fleet<S>,
+        name: &str,
+    ) -> Result<(), ConfigError> {
+        let handle = self
+            .handles(name)
+            .and_then(|h| h.degradation)
+            .ok_or_else(|| {
+                ConfigError::new(
+                    format!("policies.{}.degradation", key(name)),
+                    "no degradation layer built for this policy: build it first",
+                )
+            })?;
+        let follower = fleet.follow_floor(Arc::new(DegradationFloor(handle)))?;
+        self.fleet_part(name, |p| p.floor = Some(Arc::new(follower)))
+    }
+
+    /// The floor follower registered for policy `name`, if any.
+    pub(crate) fn floor_follower(&self, name: &str) -> Option<Arc<FloorFollower>> {
+        self.lock()
+            .fleet_parts
+            .get(name)
+            .and_then(|p| p.floor.clone())
+    }
+
     /// The `[fleet]` settings (redacted) and every registered policy's part in
     /// the fleet; `None` with neither.
     pub fn fleet_status(&self) -> Option<FleetStatus> {
@@ -111,6 +145,31 @@ pub(in crate::config) fn fill_snapshot(
 pub(crate) struct FleetParts {
     pub(crate) coordinated: Option<Arc<Coordinated>>,
     pub(crate) capped: Option<Arc<Capped>>,
+    pub(crate) floor: Option<Arc<FloorFollower>>,
+}
+
+/// A degradation layer's floor, as the fleet's floor actions set it (the fleet
+/// crate knows no degradation layer: the facade joins them).
+#[cfg(feature = "degradation")]
+struct DegradationFloor(crate::degradation::Handle);
+
+#[cfg(feature = "degradation")]
+impl seawall_fleet::FloorTarget for DegradationFloor {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    fn floor(&self) -> Option<usize> {
+        self.0.snapshot().state.floor
+    }
+
+    fn set_floor(&self, level: usize) -> bool {
+        self.0.set_floor(level).is_ok()
+    }
+
+    fn clear_floor(&self) {
+        self.0.clear_floor();
+    }
 }
 
 impl FleetParts {
@@ -122,6 +181,7 @@ impl FleetParts {
                 && cap.as_ref().is_none_or(|c| c.lease_remaining.is_some()),
             coordination,
             cap,
+            floor: self.floor.as_ref().map(|f| f.snapshot()),
         }
     }
 }
@@ -142,6 +202,10 @@ pub struct PolicyFleetSnapshot {
     /// The bulkhead's fleet-wide cap, if registered.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cap: Option<CapSnapshot>,
+    /// The degradation floor's follower of the fleet's floor actions, if
+    /// registered ([`Policies::follow_fleet_floor`](crate::config::Policies::follow_fleet_floor)).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub floor: Option<FloorSnapshot>,
 }
 
 /// The fleet's settings and every registered policy's part, for `GET /fleet`.
