@@ -355,3 +355,125 @@ async fn a_fleet_floor_sent_to_one_router_holds_every_instance_until_reverted() 
         "{snapshot}"
     );
 }
+
+/// An instance of a service whose breaker opens for 100 ms at a time, with a
+/// direct check of its dependency linked; its own calls go through `calls`.
+async fn checked_instance(
+    store: &LocalStore,
+    monitor: &seawall::degradation::health::HealthMonitor,
+) -> (Instance, seawall::circuit_breaker::CircuitBreakerLayer) {
+    let policies = Policies::from_toml(
+        "[policies.freight]\nbreaker = { open_for = \"100ms\", policy = { kind = \"consecutive_failures\", threshold = 3 } }\n",
+    )
+    .unwrap();
+    let breaker = policies.circuit_breaker("freight", |b| b).unwrap();
+    let handle = breaker.handle();
+    let fleet = Fleet::builder(store.clone())
+        .prefix("shop")
+        .stuck_after(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let coordinated = Arc::new(fleet.coordinate(&handle).unwrap());
+    seawall::link_health_check(&coordinated, monitor, "freight");
+    policies
+        .register_coordination(Arc::clone(&coordinated))
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = admin::router(policies, Some(AdminToken::new(TOKEN).unwrap()));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (
+        Instance {
+            handle,
+            coordinated,
+            addr,
+        },
+        breaker,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_breaker_open_on_one_instance_while_its_dependency_checks_healthy_is_flagged_local() {
+    use seawall::core::BoxError;
+    use seawall::degradation::health::{CheckConfig, HealthMonitor};
+    use tower::{service_fn, Layer, ServiceExt};
+
+    let store = LocalStore::new();
+    // The dependency answers its direct check every time.
+    let monitor = HealthMonitor::builder()
+        .check(
+            "freight",
+            CheckConfig {
+                interval: Duration::from_millis(100),
+                ..CheckConfig::default()
+            },
+            || async { Ok::<_, BoxError>(()) },
+        )
+        .start()
+        .unwrap();
+    let mut nodes = Vec::new();
+    let mut breakers = Vec::new();
+    for _ in 0..3 {
+        let (node, breaker) = checked_instance(&store, &monitor).await;
+        nodes.push(node);
+        breakers.push(breaker);
+    }
+    // Instance 0's own path fails, without end; the others' calls succeed.
+    for (i, breaker) in breakers.into_iter().enumerate() {
+        let service = tower::util::BoxCloneSyncService::new(breaker.layer(service_fn(
+            move |_: ()| async move {
+                if i == 0 {
+                    Err::<(), BoxError>(BoxError::from(String::from(
+                        "connection reset on this instance's path",
+                    )))
+                } else {
+                    Ok(())
+                }
+            },
+        )));
+        tokio::spawn(async move {
+            loop {
+                let _ = service.clone().oneshot(()).await;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+    }
+    until("instance 0 open", || {
+        nodes[0].handle.state() != State::Closed
+    })
+    .await;
+    // Reports go out every 5 s: the flag comes with the first one after the
+    // breaker has been open a second.
+    let mut flag = Value::Null;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while flag.is_null() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "watchdog: never flagged"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let (status, view) = send(
+            nodes[1].addr,
+            "GET",
+            "/fleet/policies/freight/instances",
+            None,
+        )
+        .await;
+        assert_eq!(status, 200, "{view}");
+        flag = view["instances"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| !r["stuck_open"].is_null())
+            .map_or(Value::Null, |r| r["stuck_open"].clone());
+    }
+    assert_eq!(flag["cause"], "local_only", "{flag}");
+    assert_eq!(flag["dependency_check"], true, "{flag}");
+    assert_eq!(flag["others_closed"], 2, "{flag}");
+    // Only the instance whose path fails is ever flagged.
+    for node in &nodes[1..] {
+        assert_eq!(node.coordinated.snapshot().stuck_open, None);
+    }
+}

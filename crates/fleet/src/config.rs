@@ -56,6 +56,11 @@ pub struct FleetConfig {
     /// other instance's breaker opens too. Off (`None`) by default; see
     /// [`TripTogether`] for why.
     pub trip_together: Option<TripTogether>,
+    /// How long a breaker must have been open, and for at least three of its open
+    /// intervals, before it is suspected of being stuck open and its evidence is
+    /// read ([`STUCK_AFTER`](crate::STUCK_AFTER), a minute, by default): long enough
+    /// that a dependency in a short outage is not called out.
+    pub stuck_after: Duration,
 }
 
 /// The fleet trip: once `instances` distinct instances' breakers tripped on their
@@ -123,6 +128,7 @@ impl Default for FleetConfig {
             }),
             jitter: 0.2,
             trip_together: None,
+            stuck_after: crate::STUCK_AFTER,
         }
     }
 }
@@ -152,6 +158,7 @@ impl FleetConfig {
         check_duration("reconnect_min", self.reconnect_min)?;
         check_duration("reconnect_max", self.reconnect_max)?;
         check_duration("health_every", self.health_every)?;
+        check_duration("stuck_after", self.stuck_after)?;
         if self.reconnect_max < self.reconnect_min {
             return Err(ConfigError::new(
                 "reconnect_max",

@@ -312,6 +312,14 @@ impl<S> FleetBuilder<S> {
         self
     }
 
+    /// How long a breaker must have been open (and for three of its open
+    /// intervals) before it is suspected of being stuck open (default a minute).
+    #[must_use]
+    pub fn stuck_after(mut self, after: Duration) -> Self {
+        self.config.stuck_after = after;
+        self
+    }
+
     /// The ramp given to coordinated breakers that have none (default 10 s from
     /// 10 %); `None` leaves them as they are.
     #[must_use]
@@ -1447,7 +1455,8 @@ impl<S: Store> Task<S> {
         let snapshot = self.handle.snapshot();
         let me = self.instance.to_string();
         let now_ms = self.actions.now_ms();
-        let (view, check) = if suspect(&snapshot) {
+        let stuck_after = self.config.stuck_after;
+        let (view, check) = if suspect(&snapshot, stuck_after) {
             let read = self.store.read_reports(&self.keys);
             let read = self.beside("read_reports", read).await;
             let view = read.map(|read| FleetView::from_reports(&read, now_ms));
@@ -1456,7 +1465,7 @@ impl<S: Store> Task<S> {
             (None, None)
         };
         // Decided first, so that the report carries the flag to the fleet's view.
-        let flag = stuck(&snapshot, &me, view.as_ref(), check);
+        let flag = stuck(&snapshot, &me, view.as_ref(), check, stuck_after);
         let action = self.actions.in_force().map(|held| held.action.id);
         let record =
             InstanceReport::of(me.clone(), &snapshot, action, flag.clone(), now_ms).encode();

@@ -304,16 +304,16 @@ pub struct StuckOpen {
 }
 
 /// Whether this instance's breaker may be stuck: the store's view is needed
-/// (`Some(threshold)`) only once it has been open for the threshold: three of
-/// its open intervals and at least [`STUCK_AFTER`]; a breaker whose interval
-/// has passed with no call to probe ("probe due") is not suspect.
-pub(crate) fn suspect(snapshot: &Snapshot) -> bool {
+/// only once it has been open for three of its open intervals and at least
+/// `stuck_after` ([`STUCK_AFTER`] by default); a breaker whose interval has passed
+/// with no call to probe ("probe due") is not suspect.
+pub(crate) fn suspect(snapshot: &Snapshot, stuck_after: Duration) -> bool {
     if snapshot.state != State::Open || snapshot.retry_after.is_some_and(|d| d.is_zero()) {
         return false;
     }
     let threshold = snapshot
         .open_for
-        .map_or(STUCK_AFTER, |d| d.saturating_mul(3).max(STUCK_AFTER));
+        .map_or(stuck_after, |d| d.saturating_mul(3).max(stuck_after));
     snapshot.open_spell.is_some_and(|spell| spell >= threshold)
 }
 
@@ -329,6 +329,7 @@ pub(crate) fn stuck(
     me: &str,
     view: Option<&FleetView>,
     dependency_check: Option<bool>,
+    stuck_after: Duration,
 ) -> Option<StuckOpen> {
     let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     if snapshot.state == State::ForcedOpen && snapshot.in_state_for >= FORCED_TOO_LONG {
@@ -340,7 +341,7 @@ pub(crate) fn stuck(
             dependency_check,
         });
     }
-    if !suspect(snapshot) || (view.is_none() && dependency_check.is_none()) {
+    if !suspect(snapshot, stuck_after) || (view.is_none() && dependency_check.is_none()) {
         return None;
     }
     let (mut closed, mut open) = (0, 0);
