@@ -265,6 +265,21 @@ impl FleetSecret {
         Some(mac)
     }
 
+    /// The HMAC-SHA256 of `text` under the current secret.
+    pub(crate) fn sign_bytes(&self, text: &str) -> [u8; 32] {
+        let mut out = [0; 32];
+        if let Some(m) = Self::mac(&self.current, text) {
+            out.copy_from_slice(&m.finalize().into_bytes());
+        }
+        out
+    }
+
+    /// Whether `mac` is `text`'s under the current or the previous secret.
+    pub(crate) fn verifies(&self, text: &str, mac: &[u8]) -> bool {
+        let signed = |key: &[u8]| Self::mac(key, text).is_some_and(|m| m.verify_slice(mac).is_ok());
+        signed(&self.current) || self.previous.as_deref().is_some_and(signed)
+    }
+
     fn sign(&self, text: &str) -> String {
         Self::mac(&self.current, text)
             .map(|m| hex(&m.finalize().into_bytes()))

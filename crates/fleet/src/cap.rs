@@ -14,16 +14,83 @@ use seawall_core::{later, ConfigError};
 use tokio::task::AbortHandle;
 use tokio::time::{sleep_until, Instant};
 
+use crate::actions::{ActionRefusal, FleetSecret, WallClock, CLOCK_SKEW};
 use crate::config::MAX_SETTING;
 use crate::coordinator::{next_push, sleep_until_due, Fleet, Shutdown};
 use crate::store::{
-    CapKeys, CapStore, Claim, ClaimReply, FleetEvent, InstanceId, OperatorCap, StoreError,
-    Subscription,
+    CapKeys, CapSignature, CapStore, Claim, ClaimReply, FleetEvent, InstanceId, OperatorCap,
+    StoreError, Subscription,
 };
 use crate::telemetry::CapTelemetry;
 
 /// The largest cap accepted: a bulkhead's own largest limit (2^20).
 pub const MAX_CAP: u32 = 1 << 20;
+
+/// How long after it was issued an operator's signed cap is still taken up by
+/// an instance that hears it for the first time (a decision older than this is
+/// a copy, not the operator's word: set it again, or write it into the
+/// configuration).
+pub const CAP_SIGNED_FOR: Duration = Duration::from_secs(30 * 24 * 60 * 60);
+
+/// What the signature of an operator's decision on a cap covers (`0`: cleared).
+fn cap_text(prefix: &str, name: &str, cap: Option<u32>, sig: &CapSignature) -> String {
+    format!(
+        "seawall-fleet-cap-v1\n{:032x}\n{prefix}\n{name}\n{}\n{}\n{}",
+        sig.id,
+        sig.issued_at_ms,
+        sig.expires_at_ms,
+        cap.unwrap_or(0)
+    )
+}
+
+/// The signature of `cap` for bulkhead `name` of the fleet under `prefix`,
+/// issued `now_ms`.
+fn sign_cap(
+    secret: &FleetSecret,
+    prefix: &str,
+    name: &str,
+    cap: Option<u32>,
+    now_ms: u64,
+) -> CapSignature {
+    let ms = u64::try_from(CAP_SIGNED_FOR.as_millis()).unwrap_or(u64::MAX);
+    let mut sig = CapSignature::new(
+        fastrand::u128(..),
+        now_ms,
+        now_ms.saturating_add(ms),
+        [0; 32],
+    );
+    sig.mac = secret.sign_bytes(&cap_text(prefix, name, cap, &sig));
+    sig
+}
+
+/// Whether an instance of the fleet under `prefix` takes up `decision` on
+/// bulkhead `name` at `now_ms`: signed under the secret (current or previous),
+/// for this cap, issued not in this host's future (beyond [`CLOCK_SKEW`]), and
+/// within its [`CAP_SIGNED_FOR`].
+fn check_cap(
+    secret: &FleetSecret,
+    prefix: &str,
+    name: &str,
+    decision: &OperatorCap,
+    now_ms: u64,
+) -> Result<(), ActionRefusal> {
+    let sig = decision.signature.ok_or(ActionRefusal::BadSignature)?;
+    if !secret.verifies(&cap_text(prefix, name, decision.cap, &sig), &sig.mac) {
+        return Err(ActionRefusal::BadSignature);
+    }
+    let skew = u64::try_from(CLOCK_SKEW.as_millis()).unwrap_or(u64::MAX);
+    if sig.issued_at_ms > now_ms.saturating_add(skew) {
+        return Err(ActionRefusal::NotYetIssued);
+    }
+    let max = u64::try_from(CAP_SIGNED_FOR.as_millis()).unwrap_or(u64::MAX);
+    if sig.expires_at_ms <= sig.issued_at_ms || sig.expires_at_ms - sig.issued_at_ms > max {
+        return Err(ActionRefusal::TooLong);
+    }
+    if now_ms >= sig.expires_at_ms {
+        return Err(ActionRefusal::Expired);
+    }
+    Ok(())
+}
 
 /// Early claims an instance may send back to back (then one per quarter period).
 const EARLY_BURST: u32 = 4;
@@ -304,6 +371,7 @@ impl<S: CapStore> Fleet<S> {
             early_claims: AtomicU64::new(0),
             lapses: AtomicU64::new(0),
             disagreements: AtomicU64::new(0),
+            operator_refused: AtomicU64::new(0),
             telemetry: CapTelemetry::new(handle.name()),
             stopped: Mutex::new(false),
             #[cfg(test)]
@@ -325,6 +393,10 @@ impl<S: CapStore> Fleet<S> {
             early_due: None,
             early_paced: Instant::now(),
             operator: None,
+            secret: self.inner.secret.clone(),
+            prefix: self.config().prefix.clone(),
+            clock: self.inner.clock,
+            refused_at: None,
             anchor: None,
             failures: 0,
             quiet: false,
@@ -353,6 +425,19 @@ impl<S: CapStore> Fleet<S> {
     /// store's time, learnt by every instance at its next claim, and given back
     /// by them to a store that lost it (a flush, an eviction, a failover), until
     /// [`clear_cap`](Self::clear_cap). Under the fleet's `store_timeout`.
+    ///
+    /// With the fleet's secret ([`FleetBuilder::secret`](crate::FleetBuilder::secret))
+    /// the decision is signed as fleet actions are ([`CapSignature`]: an
+    /// HMAC-SHA256 over a random id, the prefix, the bulkhead's name, the
+    /// issue instant, the instant until which it may be taken up
+    /// ([`CAP_SIGNED_FOR`] later) and the cap), and an instance with the secret
+    /// takes up (keeps and gives back) only a decision it verifies: one written
+    /// into the store unsigned or under another secret is counted in
+    /// [`CapSnapshot::operator_caps_refused`], logged, and never given back, so
+    /// write access to the store cannot make the fleet re-assert a cap after a
+    /// flush (the store still divides by what it holds until an operator sets or
+    /// clears the cap). Without a secret, decisions are unsigned and taken up as
+    /// before.
     pub async fn set_cap(&self, name: &str, cap: u32) -> Result<(), CapError> {
         if cap == 0 || cap > MAX_CAP {
             return Err(CapError::Config(ConfigError::new(
@@ -360,13 +445,27 @@ impl<S: CapStore> Fleet<S> {
                 format!("must be between 1 and {MAX_CAP}, got {cap}"),
             )));
         }
-        let keys = CapKeys::new(&self.config().prefix, name).map_err(CapError::Config)?;
-        match tokio::time::timeout(
-            self.config().store_timeout,
-            self.inner.store.set_cap(&keys, cap),
-        )
-        .await
-        {
+        self.decide_cap(name, Some(cap)).await
+    }
+
+    /// Records an operator's decision: signed when the fleet has a secret
+    /// (every instance with the secret takes up only a decision it verifies),
+    /// as before otherwise.
+    async fn decide_cap(&self, name: &str, cap: Option<u32>) -> Result<(), CapError> {
+        let prefix = &self.config().prefix;
+        let keys = CapKeys::new(prefix, name).map_err(CapError::Config)?;
+        let store = &self.inner.store;
+        let decide = async {
+            match (&self.inner.secret, cap) {
+                (Some(secret), cap) => {
+                    let sig = sign_cap(secret, prefix, name, cap, self.inner.clock.now_ms());
+                    store.decide_cap(&keys, cap, sig).await
+                }
+                (None, Some(cap)) => store.set_cap(&keys, cap).await,
+                (None, None) => store.clear_cap(&keys).await,
+            }
+        };
+        match tokio::time::timeout(self.config().store_timeout, decide).await {
             Ok(result) => result.map_err(CapError::Store),
             Err(_) => Err(CapError::Store(StoreError::TimedOut)),
         }
@@ -380,16 +479,7 @@ impl<S: CapStore> Fleet<S> {
     /// and give it back to a store that lost it (a flush, a failover). Under the
     /// fleet's `store_timeout`.
     pub async fn clear_cap(&self, name: &str) -> Result<(), CapError> {
-        let keys = CapKeys::new(&self.config().prefix, name).map_err(CapError::Config)?;
-        match tokio::time::timeout(
-            self.config().store_timeout,
-            self.inner.store.clear_cap(&keys),
-        )
-        .await
-        {
-            Ok(result) => result.map_err(CapError::Store),
-            Err(_) => Err(CapError::Store(StoreError::TimedOut)),
-        }
+        self.decide_cap(name, None).await
     }
 }
 
@@ -496,6 +586,7 @@ impl Capped {
             store_errors: load(&s.errors),
             lapses: load(&s.lapses),
             cap_disagreements: load(&s.disagreements),
+            operator_caps_refused: load(&s.operator_refused),
             store_warning: view.store_warning,
         }
     }
@@ -608,6 +699,10 @@ pub struct CapSnapshot {
     pub lapses: u64,
     /// Answers whose cap differed from this instance's configured one.
     pub cap_disagreements: u64,
+    /// Operators' decisions on the cap this instance heard of and did not take
+    /// up (with the fleet's secret: unsigned, badly signed, or expired), each
+    /// counted once: it neither keeps nor gives them back to the store.
+    pub operator_caps_refused: u64,
     /// What the store says an operator must fix in its setup
     /// ([`CapStore::warning`]: on Redis, an eviction policy other than `noeviction`).
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
@@ -639,6 +734,7 @@ struct CapShared {
     early_claims: AtomicU64,
     lapses: AtomicU64,
     disagreements: AtomicU64,
+    operator_refused: AtomicU64,
     telemetry: CapTelemetry,
     stopped: Mutex<bool>,
     /// Run once by the next renewal that lowers the ceiling, between its
@@ -707,6 +803,12 @@ struct CapTask<S> {
     /// The latest operator's decision on the cap heard of: sent with every
     /// claim, so a store that lost it has it again.
     operator: Option<OperatorCap>,
+    /// With it, only a decision signed under it is taken up.
+    secret: Option<Arc<FleetSecret>>,
+    prefix: String,
+    clock: WallClock,
+    /// The store's time of the last decision refused (each is counted once).
+    refused_at: Option<u64>,
     /// When the last answered claim was sent, by this instance's clock, and
     /// the store's clock (ms) in its answer: the next claim's deadline is
     /// reckoned from it (see [`deadline_ms`](Self::deadline_ms)).
@@ -1043,7 +1145,26 @@ impl<S: CapStore> CapTask<S> {
         self.quiet = reply.demand <= u64::from(reply.cap) && sent_demand <= reply.allotment;
         if let Some(heard) = reply.operator {
             if self.operator.is_none_or(|known| known.at_ms < heard.at_ms) {
-                self.operator = Some(heard);
+                let checked = self.secret.as_deref().map_or(Ok(()), |secret| {
+                    check_cap(
+                        secret,
+                        &self.prefix,
+                        &shared.name,
+                        &heard,
+                        self.clock.now_ms(),
+                    )
+                });
+                match checked {
+                    Ok(()) => self.operator = Some(heard),
+                    Err(why) if self.refused_at != Some(heard.at_ms) => {
+                        self.refused_at = Some(heard.at_ms);
+                        shared.operator_refused.fetch_add(1, Ordering::Relaxed);
+                        shared
+                            .telemetry
+                            .operator_cap_refused(&shared.name, heard.cap, &why);
+                    }
+                    Err(_) => {}
+                }
             }
         }
         if reply.cap != shared.config.cap {
@@ -1114,6 +1235,74 @@ fn clamp(n: usize) -> u32 {
 mod tests {
     use super::*;
 
+    #[test]
+    fn an_operators_cap_is_taken_up_only_as_signed_and_survives_the_store() {
+        let secret = FleetSecret::new(vec![1; 32]).unwrap();
+        let now = 1_800_000_000_000;
+        let sig = sign_cap(&secret, "shop", "freight", Some(4), now);
+        // As a store keeps and gives it back.
+        let sig = CapSignature::decode(&sig.encode()).unwrap();
+        let decision = OperatorCap::new(Some(4), 77).with_signature(Some(sig));
+        let check = |secret: &FleetSecret, d: &OperatorCap, name: &str, at: u64| {
+            check_cap(secret, "shop", name, d, at)
+        };
+        assert_eq!(check(&secret, &decision, "freight", now), Ok(()));
+        // The store's time of it is not signed: a flushed store's copy checks too.
+        let again = OperatorCap::new(Some(4), 99).with_signature(Some(sig));
+        assert_eq!(check(&secret, &again, "freight", now), Ok(()));
+        // Another cap, bulkhead, fleet or secret; no signature at all.
+        let other = OperatorCap::new(Some(2), 77).with_signature(Some(sig));
+        assert_eq!(
+            check(&secret, &other, "freight", now),
+            Err(ActionRefusal::BadSignature)
+        );
+        let cleared = OperatorCap::new(None, 77).with_signature(Some(sig));
+        assert_eq!(
+            check(&secret, &cleared, "freight", now),
+            Err(ActionRefusal::BadSignature)
+        );
+        assert_eq!(
+            check(&secret, &decision, "search", now),
+            Err(ActionRefusal::BadSignature)
+        );
+        assert_eq!(
+            check_cap(&secret, "other", "freight", &decision, now),
+            Err(ActionRefusal::BadSignature)
+        );
+        let stranger = FleetSecret::new(vec![2; 32]).unwrap();
+        assert_eq!(
+            check(&stranger, &decision, "freight", now),
+            Err(ActionRefusal::BadSignature)
+        );
+        assert_eq!(
+            check(&secret, &OperatorCap::new(Some(4), 77), "freight", now),
+            Err(ActionRefusal::BadSignature)
+        );
+        // The previous secret is accepted during a rotation.
+        let rotated = FleetSecret::new(vec![2; 32])
+            .unwrap()
+            .with_previous(vec![1; 32])
+            .unwrap();
+        assert_eq!(check(&rotated, &decision, "freight", now), Ok(()));
+        // Not from this host's future (beyond the skew), not past its time.
+        assert_eq!(check(&secret, &decision, "freight", now - 30_000), Ok(()));
+        assert_eq!(
+            check(&secret, &decision, "freight", now - 30_001),
+            Err(ActionRefusal::NotYetIssued)
+        );
+        let month = u64::try_from(CAP_SIGNED_FOR.as_millis()).unwrap();
+        assert_eq!(
+            check(&secret, &decision, "freight", now + month - 1),
+            Ok(())
+        );
+        assert_eq!(
+            check(&secret, &decision, "freight", now + month),
+            Err(ActionRefusal::Expired)
+        );
+        assert!(CapSignature::decode("v1:zz").is_none());
+        assert!(CapSignature::decode(&sig.encode().replace("v1:", "v2:")).is_none());
+    }
+
     #[cfg(feature = "serde")]
     #[test]
     fn a_snapshot_serialises_with_the_mode_as_flat_fields_and_without_its_name() {
@@ -1135,6 +1324,7 @@ mod tests {
             store_errors: 1,
             lapses: 0,
             cap_disagreements: 0,
+            operator_caps_refused: 0,
             store_warning: None,
         };
         let expected = serde_json::json!({
@@ -1155,6 +1345,7 @@ mod tests {
             "store_errors": 1,
             "lapses": 0,
             "cap_disagreements": 0,
+            "operator_caps_refused": 0,
         });
         assert_eq!(serde_json::to_value(&snapshot).unwrap(), expected);
 

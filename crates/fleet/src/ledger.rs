@@ -39,7 +39,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::store::{Claim, ClaimReply, OperatorCap};
+use crate::store::{CapSignature, Claim, ClaimReply, OperatorCap};
 
 /// The most dead claims one claim trims from the index (besides its own).
 pub(crate) const TRIM: usize = 16;
@@ -182,12 +182,12 @@ impl Ledger {
 
     /// An operator's decision made now (`at_ms`): applied, and ordered after the
     /// one kept even within the same millisecond.
-    pub(crate) fn decide(&mut self, cap: Option<u32>, at_ms: u64) {
+    pub(crate) fn decide(&mut self, cap: Option<u32>, at_ms: u64, signature: Option<CapSignature>) {
         let at_ms = match self.operator {
             Some(kept) => at_ms.max(kept.at_ms.saturating_add(1)),
             None => at_ms,
         };
-        self.assert_operator(OperatorCap::new(cap, at_ms));
+        self.assert_operator(OperatorCap::new(cap, at_ms).with_signature(signature));
     }
 
     /// Forgets `id`'s entry, and its part of every aggregate.
@@ -585,7 +585,11 @@ mod tests {
                 match op {
                     0 => { let _ = l.withdraw(who); }
                     1 => l = Ledger::new(),
-                    2 => l.decide(if demand % 3 == 0 { None } else { Some(demand + 1) }, now),
+                    2 => l.decide(
+                        if demand % 3 == 0 { None } else { Some(demand + 1) },
+                        now,
+                        None,
+                    ),
                     _ => {
                         seq[i] = if op == 3 { seq[i] + 1 } else { seq[i].saturating_sub(1) };
                         let c = lived(who, seq[i], demand, held, 1 + u64::from(held) * 5);

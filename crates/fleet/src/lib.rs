@@ -494,7 +494,7 @@ pub use actions::{
     FleetSecret, WallClock, CLOCK_SKEW, DEFAULT_ACTION_TTL, MAX_ACTION_TTL, MAX_TEXT_LEN,
     MIN_SECRET_LEN, PREVIOUS_SECRET_ENV, SECRET_ENV,
 };
-pub use cap::{CapConfig, CapError, CapMode, CapSnapshot, Capped, MAX_CAP};
+pub use cap::{CapConfig, CapError, CapMode, CapSnapshot, Capped, CAP_SIGNED_FOR, MAX_CAP};
 pub use config::{FleetConfig, TripTogether, MAX_SETTING};
 pub use coordinator::{Coordinated, Fleet, FleetBuilder, FleetSnapshot, LeaseStatus, Shutdown};
 pub use floor::{FloorFollower, FloorSnapshot, FloorTarget};
@@ -503,10 +503,10 @@ pub use local::{Faults, LocalStore, StoredClaim};
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use redis::{RedisStore, RedisStoreBuilder};
 pub use store::{
-    CapKeys, CapStore, Claim, ClaimReply, FleetEpoch, FleetEvent, FleetVerdict, InstanceId, Keys,
-    LeaseReply, LeaseRequest, OperatorCap, ProbeResult, Store, StoreError, Subscription, Token,
-    TripRecord, TripReply, AUDIT_KEPT, CAP_SCHEMA_VERSION, MAX_ACTIONS, MAX_PREFIX_LEN,
-    SCHEMA_VERSION,
+    CapKeys, CapSignature, CapStore, Claim, ClaimReply, FleetEpoch, FleetEvent, FleetVerdict,
+    InstanceId, Keys, LeaseReply, LeaseRequest, OperatorCap, ProbeResult, Store, StoreError,
+    Subscription, Token, TripRecord, TripReply, AUDIT_KEPT, CAP_SCHEMA_VERSION, MAX_ACTIONS,
+    MAX_PREFIX_LEN, SCHEMA_VERSION,
 };
 pub use view::{
     FleetView, InstanceReport, StuckCause, StuckOpen, FORCED_TOO_LONG, MAX_REPORT_LEN,

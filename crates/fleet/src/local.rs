@@ -13,9 +13,9 @@ use tokio::time::Instant;
 
 use crate::ledger::{Effects, Ledger};
 use crate::store::{
-    CapKeys, CapStore, Claim, ClaimReply, FleetEpoch, FleetEvent, FleetVerdict, InstanceId, Keys,
-    LeaseReply, LeaseRequest, ProbeResult, Store, StoreError, Subscription, Token, TripRecord,
-    TripReply, AUDIT_KEPT, MAX_ACTIONS, STALE_TRIMMED,
+    CapKeys, CapSignature, CapStore, Claim, ClaimReply, FleetEpoch, FleetEvent, FleetVerdict,
+    InstanceId, Keys, LeaseReply, LeaseRequest, ProbeResult, Store, StoreError, Subscription,
+    Token, TripRecord, TripReply, AUDIT_KEPT, MAX_ACTIONS, STALE_TRIMMED,
 };
 
 /// Pushed verdicts a slow subscriber may have pending before newer ones are dropped
@@ -775,7 +775,27 @@ impl CapStore for LocalStore {
         let key = keys.claims().to_owned();
         self.run(move |s, now| {
             let at_ms = s.millis(now);
-            s.caps.entry(key).or_default().decide(Some(cap), at_ms);
+            s.caps
+                .entry(key)
+                .or_default()
+                .decide(Some(cap), at_ms, None);
+        })
+        .await
+    }
+
+    async fn decide_cap(
+        &self,
+        keys: &CapKeys,
+        cap: Option<u32>,
+        signature: CapSignature,
+    ) -> Result<(), StoreError> {
+        let key = keys.claims().to_owned();
+        self.run(move |s, now| {
+            let at_ms = s.millis(now);
+            s.caps
+                .entry(key)
+                .or_default()
+                .decide(cap, at_ms, Some(signature));
         })
         .await
     }
@@ -786,7 +806,7 @@ impl CapStore for LocalStore {
             // Recorded even with no record yet, as Redis does: a claim that
             // carries an older decision does not bring it back.
             let at_ms = s.millis(now);
-            s.caps.entry(key).or_default().decide(None, at_ms);
+            s.caps.entry(key).or_default().decide(None, at_ms, None);
         })
         .await
     }

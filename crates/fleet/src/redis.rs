@@ -56,6 +56,18 @@
 //! (layout 2 leaves layout 1's reservations free but does not divide among its
 //! demands); the cap is what holds.
 //!
+//! **A rolling upgrade to signed operator's caps.** The cap's hash gains a
+//! field, `op_sig`, beside `op` and `op_at`: the signature of the operator's
+//! decision ([`CapSignature`]), written by `set_cap` and given back by claims
+//! with the decision. The claim script answers one element more (its reader
+//! takes both lengths). Instances of the previous release neither read nor
+//! write it: one that sets or clears a cap, or gives a decision back to a
+//! flushed store, leaves no signature (an old `op_sig` is deleted or left
+//! beside another cap, which it does not verify); with the fleet's secret, the
+//! upgraded instances refuse such a decision and count it
+//! (`CapSnapshot::operator_caps_refused`) while the store still divides by it.
+//! Set a cap through an upgraded instance once the upgrade is done.
+//!
 //! Every key expires: the lease by its own TTL, the others (the counter, the
 //! verdict, the trips and the cap's hash) a [key TTL](RedisStoreBuilder::key_ttl)
 //! after their last use (default a day), refreshed by every write and by each
@@ -141,9 +153,9 @@ use seawall_core::ConfigError;
 use tokio::sync::mpsc;
 
 use crate::store::{
-    CapKeys, CapStore, Claim, ClaimReply, FleetEpoch, FleetEvent, FleetVerdict, InstanceId, Keys,
-    LeaseReply, LeaseRequest, OperatorCap, ProbeResult, Store, StoreError, Subscription, Token,
-    TripRecord, TripReply, AUDIT_KEPT, MAX_ACTIONS, STALE_TRIMMED,
+    CapKeys, CapSignature, CapStore, Claim, ClaimReply, FleetEpoch, FleetEvent, FleetVerdict,
+    InstanceId, Keys, LeaseReply, LeaseRequest, OperatorCap, ProbeResult, Store, StoreError,
+    Subscription, Token, TripRecord, TripReply, AUDIT_KEPT, MAX_ACTIONS, STALE_TRIMMED,
 };
 
 /// Pushed verdicts a slow subscriber may have pending before newer ones are
@@ -281,9 +293,11 @@ end
 /// digits), seq, demand, held, ttl in ms, configured cap, the prefix of the freed channels,
 /// the keys' ttl in ms, the operator's cap the instance knows (`''` none, `0`
 /// cleared) and its time (ms), the deadline by the server's clock (ms, `''`
-/// none). Returns {allotment, cap, reserved, demand, claimants, 0 applied / 1
-/// stale / 2 abandoned, operator's cap kept (`''` if none), its time, the
-/// server's ms}. The steps of `CapStore`'s contract, with the server's `TIME`,
+/// none), the decision's signature (`''` none). Returns {allotment, cap,
+/// reserved, demand, claimants, 0 applied / 1 stale / 2 abandoned, operator's
+/// cap kept (`''` if none), its time, the server's ms, its signature (`''`
+/// none)}. The signature is kept in the hash's `op_sig`, beside `op` and
+/// `op_at`, which an earlier release reads alone. The steps of `CapStore`'s contract, with the server's `TIME`,
 /// in `O(log N)`: the aggregates live in the hash, dead claims leave the
 /// expiry index at most 16 a claim.
 const CLAIM: &str = r"
@@ -292,7 +306,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function reply(grant, g, verdict)
   local op, op_at = redis.call('HGET', H, 'op') or '', redis.call('HGET', H, 'op_at') or ''
   return {grant, g, num('r'), num('d'), redis.call('ZCARD', X), verdict, op, op_at,
-    string.format('%d', now)}
+    string.format('%d', now), redis.call('HGET', H, 'op_sig') or ''}
 end
 if ARGV[11] ~= '' and now > tonumber(ARGV[11]) then
   -- Its sender gave up on it: nothing changes.
@@ -304,6 +318,11 @@ if ARGV[9] ~= '' then
   local kept = tonumber(redis.call('HGET', H, 'op_at') or '-1')
   if tonumber(ARGV[10]) > kept then
     redis.call('HSET', H, 'op', ARGV[9], 'op_at', ARGV[10])
+    if ARGV[12] == '' then
+      redis.call('HDEL', H, 'op_sig')
+    else
+      redis.call('HSET', H, 'op_sig', ARGV[12])
+    end
     if ARGV[9] == '0' then
       redis.call('HDEL', H, 'g')
     else
@@ -433,6 +452,11 @@ local function decide(k)
     redis.call('HSET', k, 'g', ARGV[1])
   end
   redis.call('HSET', k, 'op', ARGV[1], 'op_at', string.format('%d', now))
+  if (ARGV[3] or '') == '' then
+    redis.call('HDEL', k, 'op_sig')
+  else
+    redis.call('HSET', k, 'op_sig', ARGV[3])
+  end
 end
 decide(KEYS[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -1629,10 +1653,37 @@ impl CapStore for RedisStore {
             }))
             .arg(claim.operator.map_or(0, |o| o.at_ms))
             .arg(claim.deadline_ms.map_or(String::new(), |d| d.to_string()))
+            .arg(
+                claim
+                    .operator
+                    .and_then(|o| o.signature)
+                    .map_or(String::new(), |sig| sig.encode()),
+            )
             .invoke_async(&mut con)
             .await
             .map_err(|e| self.failed(generation, e))?;
         parse_claim(&reply).ok_or_else(|| malformed("claim reply", &reply))
+    }
+
+    async fn decide_cap(
+        &self,
+        keys: &CapKeys,
+        cap: Option<u32>,
+        signature: CapSignature,
+    ) -> Result<(), StoreError> {
+        let (generation, mut con) = self.connection().await?;
+        let _: i64 = self
+            .inner
+            .set_cap
+            .key(keys.claims())
+            .key(keys.v1_claims())
+            .arg(cap.unwrap_or(0))
+            .arg(self.inner.key_ttl_ms)
+            .arg(signature.encode())
+            .invoke_async(&mut con)
+            .await
+            .map_err(|e| self.failed(generation, e))?;
+        Ok(())
     }
 
     async fn set_cap(&self, keys: &CapKeys, cap: u32) -> Result<(), StoreError> {
@@ -1712,9 +1763,18 @@ fn eviction_warning(policy: Option<&str>) -> Option<String> {
 fn parse_claim(reply: &[Value]) -> Option<ClaimReply> {
     let n = |i: usize| int(reply.get(i)?).and_then(|v| u64::try_from(v).ok());
     let small = |i: usize| n(i).and_then(|v| u32::try_from(v).ok());
-    if reply.len() != 9 {
+    // Nine elements from a script before signatures were kept; ten since.
+    if reply.len() != 9 && reply.len() != 10 {
         return None;
     }
+    let signature = match reply.get(9).map(text) {
+        None => None,
+        Some(sig) => match sig?.as_str() {
+            "" => None,
+            // An unreadable signature is read as none: the instance refuses it.
+            sig => CapSignature::decode(sig),
+        },
+    };
     let operator = match text(reply.get(6)?)?.as_str() {
         "" => None,
         op => {
@@ -1722,7 +1782,9 @@ fn parse_claim(reply: &[Value]) -> Option<ClaimReply> {
                 0 => None,
                 cap => Some(cap),
             };
-            Some(OperatorCap::new(cap, text(reply.get(7)?)?.parse().ok()?))
+            Some(
+                OperatorCap::new(cap, text(reply.get(7)?)?.parse().ok()?).with_signature(signature),
+            )
         }
     };
     let (stale, abandoned) = match n(5)? {

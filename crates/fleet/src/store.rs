@@ -780,12 +780,88 @@ pub struct OperatorCap {
     /// When the store applied it, in milliseconds of the store's clock: the
     /// later decision wins.
     pub at_ms: u64,
+    /// The fleet secret's signature of the decision, kept and given back with
+    /// it; an instance with the secret takes up only a decision it verifies.
+    pub signature: Option<CapSignature>,
 }
 
 impl OperatorCap {
     /// A decision: `cap` set (or cleared, `None`) at `at_ms` of the store's clock.
     pub fn new(cap: Option<u32>, at_ms: u64) -> Self {
-        Self { cap, at_ms }
+        Self {
+            cap,
+            at_ms,
+            signature: None,
+        }
+    }
+
+    /// With the fleet secret's signature of the decision.
+    #[must_use]
+    pub fn with_signature(mut self, signature: Option<CapSignature>) -> Self {
+        self.signature = signature;
+        self
+    }
+}
+
+/// The signature of an operator's decision on a cap: an HMAC-SHA256 under the
+/// fleet secret over its id, the fleet's prefix, the bulkhead's name, when it
+/// was issued and until when it may be taken up (by the issuing host's wall
+/// clock), and the cap (0: cleared). See [`Fleet::set_cap`](crate::Fleet::set_cap).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CapSignature {
+    /// Drawn at random when issued.
+    pub id: u128,
+    /// When it was issued, ms since the Unix epoch.
+    pub issued_at_ms: u64,
+    /// Until when an instance that hears it first may take it up, in the same terms.
+    pub expires_at_ms: u64,
+    /// The HMAC-SHA256.
+    pub mac: [u8; 32],
+}
+
+impl CapSignature {
+    /// A signature as read from a store.
+    pub fn new(id: u128, issued_at_ms: u64, expires_at_ms: u64, mac: [u8; 32]) -> Self {
+        Self {
+            id,
+            issued_at_ms,
+            expires_at_ms,
+            mac,
+        }
+    }
+
+    /// The store's form: `v1:<id>:<issued>:<expires>:<mac>`, hex and decimal.
+    pub fn encode(&self) -> String {
+        let mut mac = String::with_capacity(64);
+        for b in self.mac {
+            mac.push_str(&format!("{b:02x}"));
+        }
+        format!(
+            "v1:{:032x}:{}:{}:{mac}",
+            self.id, self.issued_at_ms, self.expires_at_ms
+        )
+    }
+
+    /// Parses [`encode`](Self::encode)'s form; `None` if it is not that.
+    pub fn decode(s: &str) -> Option<Self> {
+        let mut f = s.split(':');
+        if f.next()? != "v1" {
+            return None;
+        }
+        let id = f.next()?;
+        let id = (id.len() == 32).then(|| u128::from_str_radix(id, 16).ok())??;
+        let issued_at_ms = f.next()?.parse().ok()?;
+        let expires_at_ms = f.next()?.parse().ok()?;
+        let hex = f.next()?;
+        if f.next().is_some() || hex.len() != 64 {
+            return None;
+        }
+        let mut mac = [0; 32];
+        for (i, b) in mac.iter_mut().enumerate() {
+            *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+        }
+        Some(Self::new(id, issued_at_ms, expires_at_ms, mac))
     }
 }
 
@@ -941,6 +1017,22 @@ pub trait CapStore: Send + Sync + 'static {
         keys: &CapKeys,
         cap: u32,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// [`set_cap`](Self::set_cap) (`cap` `Some`) or [`clear_cap`](Self::clear_cap)
+    /// (`None`), the decision kept with `signature` and given back with it in
+    /// claims' replies. The provided method refuses (a store that keeps no
+    /// signature).
+    fn decide_cap(
+        &self,
+        keys: &CapKeys,
+        cap: Option<u32>,
+        signature: CapSignature,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = (keys, cap, signature);
+        std::future::ready(Err(StoreError::Other(
+            "this store cannot keep a signed operator's cap".into(),
+        )))
+    }
 
     /// Clears the operator's cap: records an [`OperatorCap`] of `None` with the
     /// store's time and forgets the cap kept, so the next claim stores its

@@ -198,6 +198,25 @@ impl CapTelemetry {
         tracing::info!(target: "seawall::fleet", name, allotment, "cap lease renewed again");
     }
 
+    /// An operator's decision on the cap not taken up: unsigned, badly signed or expired.
+    pub(crate) fn operator_cap_refused(
+        &self,
+        name: &str,
+        cap: Option<u32>,
+        why: &crate::actions::ActionRefusal,
+    ) {
+        #[cfg(feature = "tracing")]
+        tracing::warn!(
+            target: "seawall::fleet",
+            name,
+            cap = cap.unwrap_or(0),
+            %why,
+            "an operator's cap in the store is not signed by the fleet's secret: not taken up"
+        );
+        #[cfg(not(feature = "tracing"))]
+        let _ = (name, cap, why);
+    }
+
     pub(crate) fn cap_disagrees(&self, name: &str, configured: u32, stored: u32) {
         #[cfg(feature = "tracing")]
         tracing::warn!(

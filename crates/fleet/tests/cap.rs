@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use seawall_bulkhead::{BulkheadLayer, Handle};
 use seawall_core::{find_rejection, BoxError, RejectionKind};
-use seawall_fleet::{CapConfig, CapKeys, CapMode, CapSnapshot, Capped, Faults, Fleet, LocalStore};
+use seawall_fleet::{
+    CapConfig, CapKeys, CapMode, CapSnapshot, CapStore, Capped, Faults, Fleet, FleetSecret,
+    LocalStore,
+};
 use tokio::time::{sleep, Instant};
 use tower::util::BoxCloneSyncService;
 use tower::{service_fn, Layer, ServiceExt};
@@ -544,6 +547,37 @@ async fn the_store_s_cap_wins_and_a_disagreeing_instance_counts_it() {
         seawall_fleet::CapError::Config(e) => assert_eq!(e.field(), "cap"),
         other => panic!("{other}"),
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_the_fleet_s_secret_only_a_signed_operators_cap_is_taken_up() {
+    let store = LocalStore::new();
+    let fleet = Fleet::builder(store.clone())
+        .prefix("test")
+        .secret(Some(FleetSecret::new(vec![4; 32]).unwrap()))
+        .build()
+        .unwrap();
+    let layer = BulkheadLayer::builder("freight")
+        .max_concurrent(10)
+        .build()
+        .unwrap();
+    let capped = fleet.cap(&layer.handle(), config(6)).unwrap();
+    sleep(ms(500)).await;
+    fleet.set_cap("freight", 4).await.unwrap();
+    sleep(ms(500)).await;
+    let s = capped.snapshot();
+    assert_eq!((s.store_cap, s.operator_caps_refused), (Some(4), 0));
+    // Written unsigned: the store divides it, the instance does not take it up.
+    let keys = CapKeys::new("test", "freight").unwrap();
+    store.set_cap(&keys, 3).await.unwrap();
+    sleep(ms(500)).await;
+    let s = capped.snapshot();
+    assert_eq!((s.store_cap, s.operator_caps_refused), (Some(3), 1));
+    // Cleared, signed: taken up.
+    fleet.clear_cap("freight").await.unwrap();
+    sleep(ms(500)).await;
+    let s = capped.snapshot();
+    assert_eq!((s.store_cap, s.operator_caps_refused), (Some(6), 1));
 }
 
 #[tokio::test(start_paused = true)]

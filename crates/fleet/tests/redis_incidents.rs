@@ -482,6 +482,90 @@ async fn an_operators_cap_outlives_a_flush_until_it_is_cleared() {
     assert_eq!(stored().await, Some(6));
 }
 
+/// With the fleet's secret, an operator's cap is signed: the instances take up
+/// a signed one and give it back to a flushed store, and a cap written into
+/// Redis unsigned or under another secret is refused (counted, never given
+/// back): after a flush the store has the operator's signed cap again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_badly_signed_operators_cap_is_ignored_and_never_given_back() {
+    let Some(server) =
+        RedisServer::start("a_badly_signed_operators_cap_is_ignored_and_never_given_back")
+    else {
+        return;
+    };
+    let url = server.url();
+    let signed_by = |byte: u8| {
+        Fleet::builder(RedisStore::new(&url).unwrap())
+            .prefix("incident")
+            .store_timeout(Duration::from_millis(500))
+            .secret(Some(FleetSecret::new(vec![byte; 32]).unwrap()))
+            .build()
+            .unwrap()
+    };
+    let fleet = signed_by(5);
+    let bulkhead = BulkheadLayer::builder("freight")
+        .max_concurrent(8)
+        .build()
+        .unwrap();
+    let config = CapConfig::new(6)
+        .renew_every(Duration::from_millis(100))
+        .ttl(Duration::from_millis(500));
+    let capped = fleet.cap(&bulkhead.handle(), config).unwrap();
+    let key = CapKeys::new("incident", "freight").unwrap();
+    let stored = || {
+        let (url, key) = (url.clone(), key.claims().to_owned());
+        async move {
+            let mut cmd = ::redis::cmd("HGET");
+            cmd.arg(key).arg("g");
+            query::<Option<u32>>(&url, &cmd).await.flatten()
+        }
+    };
+    let heard = |cap: u32| {
+        let capped = &capped;
+        move || async move { capped.snapshot().store_cap == Some(cap) }
+    };
+    let flushed_then = |cap: u32| {
+        let (capped, server, stored) = (&capped, &server, &stored);
+        async move {
+            assert_eq!(server.command("FLUSHALL").unwrap(), "+OK");
+            let renewals = capped.snapshot().renewals;
+            until("a few renewals after the flush", || async {
+                capped.snapshot().renewals > renewals + 3
+            })
+            .await;
+            assert_eq!(stored().await, Some(cap));
+        }
+    };
+    until("the configured cap stored", heard(6)).await;
+
+    // Signed: taken up, and given back to a flushed store with its signature.
+    fleet.set_cap("freight", 4).await.unwrap();
+    until("the instance heard the operator's cap", heard(4)).await;
+    flushed_then(4).await;
+    flushed_then(4).await;
+    assert_eq!(capped.snapshot().operator_caps_refused, 0);
+
+    // Under another secret: the store divides it, the instance does not take it up.
+    signed_by(9).set_cap("freight", 2).await.unwrap();
+    until("the store's cap at 2", heard(2)).await;
+    until("the badly signed cap refused", || async {
+        capped.snapshot().operator_caps_refused == 1
+    })
+    .await;
+    flushed_then(4).await;
+
+    // Unsigned, as a store writer (or an instance without the secret) writes it.
+    fleet.store().set_cap(&key, 3).await.unwrap();
+    until("the store's cap at 3", heard(3)).await;
+    until("the unsigned cap refused", || async {
+        capped.snapshot().operator_caps_refused == 2
+    })
+    .await;
+    flushed_then(4).await;
+    // Each refused once, however many renewals heard it.
+    assert_eq!(capped.snapshot().operator_caps_refused, 2);
+}
+
 /// An operator's fleet action on a real Redis: three instances apply it, each
 /// ends it by itself at its expiry; an action written straight into Redis by
 /// someone without the fleet's secret is refused by each and audited.
