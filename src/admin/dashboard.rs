@@ -1123,6 +1123,78 @@ language-model = "assistant"
         check("ANSWER", &answers.iter().collect::<Vec<_>>());
     }
 
+    /// The fleet page's reads, resolved as the frames' are: in a frame of a
+    /// policy coordinated with a fleet and one whose floor follows it, and in the
+    /// fleet's answers (its view with an instance held by an action and one
+    /// flagged stuck, the actions and audit, an issued action).
+    #[cfg(feature = "fleet")]
+    #[tokio::test(start_paused = true)]
+    async fn every_field_the_fleet_page_reads_is_in_the_frames_and_the_fleet_s_answers() {
+        use crate::fleet::{ActionKind, Fleet, FleetSecret, Keys, LocalStore, Store};
+        let shop = Shop::new();
+        let store = LocalStore::new();
+        let fleet = Fleet::builder(store.clone())
+            .prefix("shop")
+            .secret(Some(FleetSecret::new(vec![1; 32]).unwrap()))
+            .build()
+            .unwrap();
+        let breaker = shop.handles("freight").breaker.unwrap();
+        let coordinated = Arc::new(fleet.coordinate(&breaker).unwrap());
+        shop.policies
+            .register_coordination(Arc::clone(&coordinated))
+            .unwrap();
+        shop.policies
+            .follow_fleet_floor(&fleet, "assistant")
+            .unwrap();
+        let action = coordinated
+            .act(
+                ActionKind::ForceOpen,
+                "drill",
+                "ops",
+                Duration::from_secs(600),
+            )
+            .await
+            .unwrap();
+        // Applied at the next health check, reported within 5 s.
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        // An instance flagged stuck, as it reports itself.
+        let (now, stuck) = (fleet.wall_ms(), "f".repeat(32));
+        store
+            .report(
+                &Keys::new("shop", "freight").unwrap(),
+                &stuck,
+                format!(
+                    "v2\t{stuck}\topen\t70000\t70000\t40\t40\t12\t\t{now}\tlocal_only\t70000\t2\t0\tpass"
+                ),
+                now,
+                now - 15_000,
+            )
+            .await
+            .unwrap();
+        let view = serde_json::to_value(coordinated.fleet_view().await.unwrap()).unwrap();
+        let listing = serde_json::json!({
+            "actions": coordinated.fleet_actions().await.unwrap(),
+            "audit": coordinated.audit_log(50).await.unwrap(),
+        });
+        let answer = serde_json::to_value(&action).unwrap();
+        let mut watched = Watched::default();
+        watched.follow(&shop.policies);
+        let at = Instant::now();
+        let frame = parse(&Book::new(1, true, at).next_frame(&shop.policies, at, &mut watched));
+        let mut roots: Vec<&Value> = frame["policies"].as_array().unwrap().iter().collect();
+        roots.extend([&view, &listing, &answer]);
+        for (key, path) in table("FLEET") {
+            let found = roots
+                .iter()
+                .flat_map(|root| resolve(root, &path))
+                .any(|v| !v.is_null());
+            assert!(
+                found,
+                "dashboard.js reads FLEET.{key} = `{path}`, which no frame or fleet answer has"
+            );
+        }
+    }
+
     #[test]
     fn the_page_reads_only_listed_fields_and_names_every_breaker_state() {
         for (function, table) in [
