@@ -147,10 +147,10 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed<L> + Sized {
     /// stack builds shares the layer's one bulkhead.
     #[cfg(feature = "bulkhead")]
     #[cfg_attr(docsrs, doc(cfg(feature = "bulkhead")))]
-    fn bulkhead<H, O>(
+    fn bulkhead<H, O, C>(
         self,
-        layer: crate::bulkhead::BulkheadLayer<H, O>,
-    ) -> ServiceBuilder<Stack<crate::bulkhead::BulkheadLayer<H, O>, L>>;
+        layer: crate::bulkhead::BulkheadLayer<H, O, C>,
+    ) -> ServiceBuilder<Stack<crate::bulkhead::BulkheadLayer<H, O, C>, L>>;
 
     /// Adds a circuit breaker: a [`CircuitBreakerLayer`](crate::circuit_breaker::CircuitBreakerLayer),
     /// or, for an HTTP or gRPC client, its `hold_until_body_end()` layer, whose
@@ -203,10 +203,10 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
     }
 
     #[cfg(feature = "bulkhead")]
-    fn bulkhead<H, O>(
+    fn bulkhead<H, O, C>(
         self,
-        layer: crate::bulkhead::BulkheadLayer<H, O>,
-    ) -> ServiceBuilder<Stack<crate::bulkhead::BulkheadLayer<H, O>, L>> {
+        layer: crate::bulkhead::BulkheadLayer<H, O, C>,
+    ) -> ServiceBuilder<Stack<crate::bulkhead::BulkheadLayer<H, O, C>, L>> {
         self.layer(layer)
     }
 

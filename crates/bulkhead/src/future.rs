@@ -9,13 +9,13 @@ use std::task::{ready, Context, Poll, Waker};
 use std::time::Duration;
 
 use pin_project_lite::pin_project;
-use seawall_core::{BoxError, Classify, Deadline, PanicWatch, TimeoutsAsOverload};
+use seawall_core::{BoxError, Classify, Criticality, Deadline, PanicWatch, TimeoutsAsOverload};
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
 use crate::hold::{Hold, Lend};
 use crate::permit::Permit;
-use crate::semaphore::{Enqueued, Leave, Left, WaiterId};
+use crate::semaphore::{Enqueued, Leave, Left, Polled, WaiterId};
 use crate::state::Shared;
 use crate::telemetry::ShadowReason;
 
@@ -86,6 +86,9 @@ struct Waiter {
     id: WaiterId,
     shared: Option<Arc<Shared>>,
     enqueued_at: Instant,
+    /// Its class, when the layer has classes: a displaced waiter is told, and its
+    /// slot counts against its class's share.
+    class: Option<Criticality>,
 }
 
 impl Waiter {
@@ -97,7 +100,8 @@ impl Waiter {
         let Some(shared) = &self.shared else {
             return Poll::Ready(Err(polled_after_completion()));
         };
-        if !shared.semaphore.poll_waiter(self.id, cx.waker()) {
+        let mut polled = shared.semaphore.poll_place(self.id, cx.waker());
+        if polled == Polled::Waiting {
             if let Some(sleep) = sleep.as_pin_mut() {
                 if sleep.poll(cx).is_pending() {
                     return Poll::Pending;
@@ -110,7 +114,10 @@ impl Waiter {
             } else {
                 Leave::TimedOut
             };
-            if shared.semaphore.leave(self.id, why) == Left::Removed {
+            let left = shared.semaphore.leave(self.id, why);
+            if left == Left::Displaced {
+                polled = Polled::Displaced;
+            } else if left == Left::Removed {
                 shared.telemetry.dequeued();
                 if shadow {
                     shared.admit_over_limit(ShadowReason::Timeout);
@@ -120,10 +127,13 @@ impl Waiter {
                     });
                 }
                 let waited = Instant::now().saturating_duration_since(self.enqueued_at);
-                let error = shared.reject(Some(waited));
+                let error = shared.reject_class(Some(waited), self.class);
                 self.shared = None;
                 return Poll::Ready(Err(error));
             }
+        }
+        if polled == Polled::Displaced {
+            return Poll::Ready(self.displaced());
         }
         // A slot was handed to this waiter: turn it into a permit, recording the wait.
         Poll::Ready(match self.shared.take() {
@@ -132,20 +142,46 @@ impl Waiter {
                 shared.semaphore.record_wait(waited);
                 shared.telemetry.dequeued();
                 shared.telemetry.admitted(waited);
-                Ok(Permit::waited(shared))
+                Ok(match self.class {
+                    Some(class) => Permit::classed(shared, class),
+                    None => Permit::waited(shared),
+                })
             }
             None => Err(polled_after_completion()),
         })
+    }
+
+    /// A more critical call took this waiter's place: turned away as full (in
+    /// shadow mode, let through beyond the limit).
+    #[cold]
+    fn displaced(&mut self) -> Result<Permit, BoxError> {
+        let Some(shared) = self.shared.take() else {
+            return Err(polled_after_completion());
+        };
+        shared.telemetry.dequeued();
+        if shared.shadows() {
+            shared.admit_over_limit(ShadowReason::Full);
+            return Ok(Permit::over_limit(shared));
+        }
+        Err(shared.reject_displaced(self.class.unwrap_or_default()))
     }
 }
 
 impl Drop for Waiter {
     fn drop(&mut self) {
         if let Some(shared) = self.shared.take() {
-            shared.telemetry.abandoned();
-            if shared.semaphore.leave(self.id, Leave::Abandoned) == Left::HoldsSlot {
-                // Handed a slot, but the caller is gone: pass it on.
-                shared.release_handed_over();
+            match shared.semaphore.leave(self.id, Leave::Abandoned) {
+                Left::Removed => shared.telemetry.abandoned(),
+                Left::HoldsSlot => {
+                    shared.telemetry.abandoned();
+                    // Handed a slot, but the caller is gone: pass it on.
+                    match self.class {
+                        Some(class) => shared.release_handed_over_classed(class),
+                        None => shared.release_handed_over(),
+                    }
+                }
+                // Already turned away (and counted) when it was displaced.
+                Left::Displaced => shared.telemetry.dequeued(),
             }
         }
     }
@@ -176,11 +212,13 @@ where
     /// its way out.
     #[inline]
     pub(crate) fn new(shared: &Arc<Shared>, inner: &mut S, req: Req, overload: O) -> Self {
-        Self::new_in(shared, inner, &mut None, req, overload)
+        Self::new_in(shared, inner, &mut None, req, overload, None)
     }
 
     /// As [`ResponseFuture::new`], keeping the permit in `in_call` while the inner
-    /// service's `call` runs (see [`ResponseFuture::call_in`]).
+    /// service's `call` runs (see [`ResponseFuture::call_in`]). A call with a
+    /// `class` goes through the class-aware admission instead (a layer without
+    /// classes passes a constant `None`, and this test compiles away).
     #[inline]
     pub(crate) fn new_in(
         shared: &Arc<Shared>,
@@ -188,7 +226,11 @@ where
         in_call: &mut Option<Permit>,
         req: Req,
         overload: O,
+        class: Option<Criticality>,
     ) -> Self {
+        if let Some(class) = class {
+            return Self::classed(shared, inner, req, overload, class);
+        }
         if shared.semaphore.try_acquire() {
             shared.telemetry.admitted(Duration::ZERO);
             let permit = Permit::new(shared.clone());
@@ -287,12 +329,90 @@ where
                     id,
                     shared: Some(shared.clone()),
                     enqueued_at: now,
+                    class: None,
                 };
                 let sleep = tokio::time::sleep_until(until);
                 let svc = inner.clone();
                 Self::park(Some(sleep), look, Some(waiter), None, svc, req, overload)
             }
         }
+    }
+
+    /// Admission of a call of `class`: under the line's lock, against its class's
+    /// share, in its class's line, displacing a less critical waiter from a full
+    /// queue (see [`crate::queue::Shares::place`]). The waits are bounded as
+    /// for any call.
+    fn classed(
+        shared: &Arc<Shared>,
+        inner: &mut S,
+        req: Req,
+        overload: O,
+        class: Criticality,
+    ) -> Self {
+        let now = Instant::now();
+        let deadline = Deadline::current();
+        let look = deadline.is_none();
+        let may_wait = seawall_core::may_wait();
+        let policy = shared.queue_policy();
+        let until = policy
+            .wait_until(now, deadline.map(|d| d.instant()))
+            .filter(|_| may_wait);
+        let shadow = until.is_none() && shared.shadows();
+        let enqueued = shared.semaphore.join_classed(
+            class,
+            policy.shares,
+            until.is_some(),
+            may_wait && !shadow,
+        );
+        match enqueued {
+            Enqueued::Admitted => {
+                shared.telemetry.admitted(Duration::ZERO);
+                let permit = Permit::classed(shared.clone(), class);
+                Self::admitted(permit, inner, &mut None, req, overload)
+            }
+            // Full, or a hedge that would have joined the line.
+            Enqueued::Full => Self::full_classed(shared, inner, req, overload, class),
+            Enqueued::Expired if !may_wait => {
+                Self::full_classed(shared, inner, req, overload, class)
+            }
+            Enqueued::Expired if shadow => {
+                shared.admit_over_limit(ShadowReason::Timeout);
+                Self::over_limit(shared, inner, req, overload)
+            }
+            Enqueued::Expired => Self::rejected(
+                shared.reject_class(Some(Duration::ZERO), Some(class)),
+                overload,
+            ),
+            Enqueued::Waiting(id) => {
+                shared.telemetry.enqueued();
+                let waiter = Waiter {
+                    id,
+                    shared: Some(shared.clone()),
+                    enqueued_at: now,
+                    class: Some(class),
+                };
+                let sleep = until.map(tokio::time::sleep_until);
+                let svc = inner.clone();
+                Self::park(sleep, look, Some(waiter), None, svc, req, overload)
+            }
+        }
+    }
+
+    /// A call of `class` that finds the bulkhead full: rejected with its class, or
+    /// in shadow mode let through beyond the limit.
+    #[cold]
+    fn full_classed(
+        shared: &Arc<Shared>,
+        inner: &mut S,
+        req: Req,
+        overload: O,
+        class: Criticality,
+    ) -> Self {
+        if shared.shadows() {
+            shared.admit_over_limit(ShadowReason::Full);
+            return Self::over_limit(shared, inner, req, overload);
+        }
+        Self::rejected(shared.reject_class(None, Some(class)), overload)
     }
 
     /// A call let through beyond the limit of `shared` in shadow mode, already

@@ -5,7 +5,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
-use seawall_core::{ConfigError, Name, TimeoutsAsOverload};
+use seawall_core::{ConfigError, Name, TimeoutsAsOverload, Unclassed};
 use tower_layer::Layer;
 
 use crate::adaptive::AdaptiveConfig;
@@ -26,10 +26,12 @@ use crate::state::Shared;
 /// The limits count this process only: three instances of 8 allow 24 calls.
 ///
 /// `O` is the overload classifier an adaptive limit learns from (see
-/// [`overload`](Self::overload)); a fixed bulkhead never calls it.
-pub struct BulkheadLayer<H = UntilResponse, O = TimeoutsAsOverload> {
+/// [`overload`](Self::overload)); a fixed bulkhead never calls it. `C` gives each
+/// request its class (see [`criticality`](Self::criticality)); by default none.
+pub struct BulkheadLayer<H = UntilResponse, O = TimeoutsAsOverload, C = Unclassed> {
     shared: Arc<Shared>,
     overload: O,
+    classes: C,
     _hold: PhantomData<fn() -> H>,
 }
 
@@ -49,12 +51,13 @@ impl BulkheadLayer {
         Self {
             shared: Arc::new(Shared::new(b.name, b.config, b.seed)),
             overload: TimeoutsAsOverload,
+            classes: Unclassed,
             _hold: PhantomData,
         }
     }
 }
 
-impl<H, O> BulkheadLayer<H, O> {
+impl<H, O, C> BulkheadLayer<H, O, C> {
     /// The same bulkhead, with `overload` deciding what its adaptive limit learns
     /// from each call: [`Failure`](seawall_core::Outcome::Failure) is an overload
     /// signal, [`Success`](seawall_core::Outcome::Success) a served call (its
@@ -67,10 +70,31 @@ impl<H, O> BulkheadLayer<H, O> {
     /// or `RESOURCE_EXHAUSTED` shrinks the limit and a `404` or a `500` does not.
     /// The bulkhead's own rejections never reach the classifier, and an inner
     /// breaker's `CircuitOpen` is ignored by both.
-    pub fn overload<O2>(self, overload: O2) -> BulkheadLayer<H, O2> {
+    pub fn overload<O2>(self, overload: O2) -> BulkheadLayer<H, O2, C> {
         BulkheadLayer {
             shared: self.shared,
             overload,
+            classes: self.classes,
+            _hold: PhantomData,
+        }
+    }
+
+    /// The same bulkhead, giving each request a [`Criticality`](seawall_core::Criticality)
+    /// with `classes`: a closure `Fn(&Req) -> Criticality` for any request type, or
+    /// [`CriticalityHeader`](seawall_core::CriticalityHeader) for HTTP and gRPC
+    /// (untrusted by default). Each class may then hold at most its share of the
+    /// limit ([`Shares`](crate::queue::Shares)), waits in its own line, and a full
+    /// queue turns away its least critical waiter for a more critical newcomer.
+    /// See [Classes](crate#classes-critical-calls-first-under-overload).
+    ///
+    /// The class is read in `call`; [backpressure mode](crate#backpressure-mode)
+    /// reserves its slot in `poll_ready`, before there is a request, so its services
+    /// take no class. Calls with a class are admitted under the line's lock.
+    pub fn criticality<C2>(self, classes: C2) -> BulkheadLayer<H, O, C2> {
+        BulkheadLayer {
+            shared: self.shared,
+            overload: self.overload,
+            classes,
             _hold: PhantomData,
         }
     }
@@ -85,10 +109,11 @@ impl<H, O> BulkheadLayer<H, O> {
     /// extensions), so a handler that moves work into a spawned task can keep the
     /// slot until that work ends. Each admitted call then allocates one shared
     /// permit. See [`WithPermitHandle`](crate::WithPermitHandle).
-    pub fn permit_in_extensions(self) -> BulkheadLayer<crate::hold::WithPermitHandle<H>, O> {
+    pub fn permit_in_extensions(self) -> BulkheadLayer<crate::hold::WithPermitHandle<H>, O, C> {
         BulkheadLayer {
             shared: self.shared,
             overload: self.overload,
+            classes: self.classes,
             _hold: PhantomData,
         }
     }
@@ -98,22 +123,25 @@ impl<H, O> BulkheadLayer<H, O> {
     /// routes to another endpoint and `tower::buffer::Buffer` stops taking requests
     /// (no queue of its own: `max_queue` and `max_wait` do not apply to them). See
     /// [`Backpressure`](crate::Backpressure). Choose the hold mode first
-    /// (`.hold_until_body_end().backpressure()`).
+    /// (`.hold_until_body_end().backpressure()`). Its slots are reserved before
+    /// there is a request, so a criticality extractor given to this layer is not
+    /// used there: backpressure takes no classes.
     pub fn backpressure(self) -> crate::BackpressureLayer<H, O> {
         crate::BackpressureLayer::new(self.shared, self.overload)
     }
 }
 
-impl<O> BulkheadLayer<UntilResponse, O> {
+impl<O, C> BulkheadLayer<UntilResponse, O, C> {
     /// The same bulkhead, but its services keep the slot until the response body
     /// ends or is dropped; they return `http::Response<Guarded<B, Permit>>`.
     /// See [`UntilBodyEnd`](crate::UntilBodyEnd).
     #[cfg(feature = "http")]
     #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
-    pub fn hold_until_body_end(self) -> BulkheadLayer<crate::hold::UntilBodyEnd, O> {
+    pub fn hold_until_body_end(self) -> BulkheadLayer<crate::hold::UntilBodyEnd, O, C> {
         BulkheadLayer {
             shared: self.shared,
             overload: self.overload,
+            classes: self.classes,
             _hold: PhantomData,
         }
     }
@@ -121,7 +149,7 @@ impl<O> BulkheadLayer<UntilResponse, O> {
 
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
-impl<O> BulkheadLayer<crate::hold::UntilBodyEnd, O> {
+impl<O, C> BulkheadLayer<crate::hold::UntilBodyEnd, O, C> {
     /// Whether the bulkhead holds each slot until the response body ends (`true`,
     /// what [`hold_until_body_end`](BulkheadLayer::hold_until_body_end) builds) or
     /// frees it when the response's headers arrive (`false`), with the same
@@ -139,17 +167,18 @@ impl<O> BulkheadLayer<crate::hold::UntilBodyEnd, O> {
     }
 }
 
-impl<H, O: Clone> Clone for BulkheadLayer<H, O> {
+impl<H, O: Clone, C: Clone> Clone for BulkheadLayer<H, O, C> {
     fn clone(&self) -> Self {
         Self {
             shared: self.shared.clone(),
             overload: self.overload.clone(),
+            classes: self.classes.clone(),
             _hold: PhantomData,
         }
     }
 }
 
-impl<H, O> fmt::Debug for BulkheadLayer<H, O> {
+impl<H, O, C> fmt::Debug for BulkheadLayer<H, O, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BulkheadLayer")
             .field("name", &&*self.shared.name)
@@ -162,11 +191,16 @@ impl<H, O> fmt::Debug for BulkheadLayer<H, O> {
 /// from its response future on a clone taken at call time, so a client that is not
 /// `Clone` is refused where it is layered, with an error that names `Clone`, rather
 /// than later where the service is called, where the error names neither.
-impl<S: Clone, H, O: Clone> Layer<S> for BulkheadLayer<H, O> {
-    type Service = Bulkhead<S, H, O>;
+impl<S: Clone, H, O: Clone, C: Clone> Layer<S> for BulkheadLayer<H, O, C> {
+    type Service = Bulkhead<S, H, O, C>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        Bulkhead::new(inner, self.shared.clone(), self.overload.clone())
+        Bulkhead::new(
+            inner,
+            self.shared.clone(),
+            self.overload.clone(),
+            self.classes.clone(),
+        )
     }
 }
 

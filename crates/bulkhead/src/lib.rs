@@ -245,6 +245,85 @@
 //! [`DeadlineLayer`](seawall_core::DeadlineLayer)'s and the breaker's job. Waiting
 //! needs a Tokio runtime with the time driver, as tower's `Timeout` does.
 //!
+//! # Classes: critical calls first under overload
+//!
+//! Without classes every call is equal: a full queue turns away the newest
+//! arrival, whether it is a checkout's quote or a prefetch. With
+//! [`BulkheadLayer::criticality`] each request gets a [`Criticality`]
+//! (critical, default or sheddable) and the bulkhead sheds the least critical
+//! first, as the Google SRE book's "Handling Overload" and Netflix's partitioned
+//! concurrency limits do:
+//!
+//! - **Shares.** Each class may hold at most its share of the limit in force
+//!   ([`Shares`]: critical all of it; default 90 % and sheddable 50 % unless
+//!   configured), so a flood of sheddable calls cannot take the slots a critical
+//!   call needs. Shares follow the limit (fixed, adaptive, forced or a fleet
+//!   allotment); a lowered limit preempts no running call.
+//! - **A line per class.** Waiters wait in their class's line, first in, first
+//!   out; a freed slot goes to the front of the most critical line still under
+//!   its share, so a sheddable call at the head holds up nobody more critical.
+//! - **Displacement.** When the queue is full, a newcomer more critical than the
+//!   least critical waiter takes its place: that waiter (the newest of its class,
+//!   who has waited least) is turned away at once with [`BulkheadFull`], its
+//!   [`cause`](BulkheadFull::cause) [`FullCause::Displaced`] and its class,
+//!   instead of timing out later. A critical call is never turned away while a
+//!   less critical one holds a place in the queue.
+//! - **Bounds as before.** `max_queue` bounds all lines together; every wait is
+//!   bounded by `max_wait` and the request's deadline.
+//!
+//! ```
+//! use std::convert::Infallible;
+//! use seawall_bulkhead::{BulkheadLayer, Criticality, QueuePolicy, Shares};
+//! use tower::{service_fn, Layer, Service, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), seawall_core::BoxError> {
+//! let freight = BulkheadLayer::builder("freight")
+//!     .max_concurrent(10)
+//!     .queue(QueuePolicy { shares: Shares { default: 90, sheddable: 30 }, ..QueuePolicy::default() })
+//!     .build()?
+//!     // Any request type: here the route decides.
+//!     .criticality(|route: &&'static str| match *route {
+//!         "/checkout" => Criticality::Critical,
+//!         "/prefetch" => Criticality::Sheddable,
+//!         _ => Criticality::Default,
+//!     });
+//! let mut svc = freight.layer(service_fn(|route: &'static str| async move {
+//!     Ok::<_, Infallible>(route.len())
+//! }));
+//! assert_eq!(svc.ready().await?.call("/checkout").await?, 9);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! **Where the class comes from.** A closure `Fn(&Req) -> Criticality` for any
+//! request type; for HTTP and gRPC, [`CriticalityHeader`] reads a header
+//! (`x-criticality`, or one you name; tonic sends metadata as headers). **An
+//! inbound header is untrusted by default**: a client could mark every call
+//! critical, so untrusted it may only lower a call below the default;
+//! [`CriticalityHeader::trusted`] takes it as sent, for calls from your own
+//! services, and [`CriticalityHeader::write`] writes a class into an outgoing
+//! request for the next service.
+//!
+//! **When to use classes.** When one dependency serves calls that do not matter
+//! equally and it is overloaded for minutes, not milliseconds: the classes decide
+//! who gets its capacity. They gain little when the traffic is all one class,
+//! when the dependency has spare capacity (nobody waits), or when every class
+//! has its own dependency (separate bulkheads already keep them apart).
+//!
+//! **Where classes apply.** In the default mode's `call`. Not in
+//! [backpressure mode](#backpressure-mode): its slot is reserved in `poll_ready`,
+//! before there is a request. Not per key: a [`KeyedBulkheadLayer`] takes no
+//! extractor (each key is a bulkhead of its own). A fleet cap
+//! (`seawall-fleet`'s `Fleet::cap`) lowers the limit in force through the
+//! allotment, and the shares are fractions of that allotted limit; the fleet
+//! itself shares no classes.
+//!
+//! **What it costs.** Nothing for a layer without an extractor: its class is a
+//! constant `None` and the test compiles away. With one, every call takes the
+//! line's lock, reads the clock and the queue's bounds (a slot is freed under the
+//! lock too): the class-aware decision needs per-class counts read together.
+//!
 //! # Backpressure mode
 //!
 //! [`BulkheadLayer::backpressure`] gives the same bulkhead with the opposite
@@ -412,7 +491,8 @@
 //! lib.rs              these docs, the re-exports
 //! config.rs           BulkheadConfig: validated plain data (a leaf)
 //! queue.rs            QueuePolicy, the pure queue policy and the one list of its options: who
-//!                     takes a slot, who waits and until when, who is turned away; MAX_LIMIT
+//!                     takes a slot, who waits and until when, who is turned away; MAX_LIMIT;
+//!                     Shares and the class-aware decisions (shares, lines, displacement)
 //! layer.rs            BulkheadLayer and BulkheadBuilder: one bulkhead per layer, shared by
 //!                     every service it builds
 //! service.rs          Bulkhead, the Service: admission in `call`
@@ -420,7 +500,7 @@
 //! permit.rs           Permit and PermitHandle: the slot a call holds, freed on drop
 //! hold.rs             Hold: how long a call keeps its permit (the response, its body, a handle)
 //! semaphore.rs        the semaphore that applies the queue policy: slots and waiters counted
-//!                     in one atomic word, the line behind a mutex
+//!                     in one atomic word, the line (and the counts per class) behind a mutex
 //! state.rs            what one bulkhead shares: the semaphore, the configuration in force,
 //!                     the limit's feedback, shadow counts, events and telemetry; the
 //!                     Snapshot and Demand read from it
@@ -494,13 +574,14 @@ pub use keyed::{
 };
 pub use layer::{BulkheadBuilder, BulkheadLayer};
 pub use permit::{Permit, PermitHandle};
-pub use queue::QueuePolicy;
+pub use queue::{QueuePolicy, Shares};
 pub use seawall_core::DEFAULT_MAX_KEYS;
 pub use service::Bulkhead;
 pub use state::{AdaptiveSnapshot, Demand, Snapshot, WaitStats};
 
 pub use seawall_core::{
-    BoxError, BulkheadFull, BulkheadTimeout, OverloadStatus, TimeoutsAsOverload,
+    BoxError, BulkheadFull, BulkheadTimeout, Criticality, CriticalityHeader, CriticalityOf,
+    FullCause, OverloadStatus, TimeoutsAsOverload, Unclassed,
 };
 pub use telemetry::WAIT_SECONDS_BUCKETS;
 

@@ -9,9 +9,14 @@
 //! newcomer overtaking a waiter, a slot left free while someone waits, or more
 //! calls active than the limit.
 //!
+//! With classes, what can go wrong besides: a class holding more than its share
+//! when a release, a newcomer of that class and a more critical one race, or a
+//! waiter both displaced and timed out (counted twice, or lost).
+//!
 //! Covered: the word and its compare-and-swap loops (`try_acquire`, `join`,
-//! `hand_over_locked`, `release`), the line's mutex, `leave`, `poll_waiter` and
-//! `set_limits`, with loom's atomics and mutex. Not covered: timers and futures
+//! `join_classed`, `hand_over_locked`, `release`, `release_classed`), the line's
+//! mutex, `leave`, `poll_waiter`, `poll_place` and `set_limits`, with loom's
+//! atomics and mutex. Not covered: timers and futures
 //! (the adapter's; a timeout is modelled as the waiter calling `leave`), the wait
 //! histogram and telemetry (plain `std` atomics, not part of the decision).
 //!
@@ -26,7 +31,10 @@ use std::task::Waker;
 
 use loom::thread;
 
-use crate::semaphore::{Counts, Enqueued, Leave, Left, Semaphore, WaiterId};
+use seawall_core::Criticality;
+
+use crate::queue::Shares;
+use crate::semaphore::{Counts, Enqueued, Leave, Left, Polled, Semaphore, WaiterId};
 
 fn counts(active: usize, queued: usize) -> Counts {
     Counts { active, queued }
@@ -146,5 +154,99 @@ fn loom_a_hand_over_racing_a_timeout_and_a_resize_keeps_the_limits() {
             m.release();
         }
         assert_eq!(m.counts(), counts(0, 0));
+    });
+}
+
+/// Sheddable may hold one of two slots (50 %).
+const HALF: Shares = Shares {
+    default: 100,
+    sheddable: 50,
+};
+
+/// A sheddable holder releases its slot while a sheddable newcomer and a critical
+/// one arrive: sheddable never holds more than its one slot, the critical call is
+/// never kept out by it, and every slot comes back.
+#[test]
+fn loom_shares_hold_when_a_release_races_newcomers_of_two_classes() {
+    loom::model(|| {
+        let m = Arc::new(Semaphore::new(2, 2));
+        assert_eq!(
+            m.join_classed(Criticality::Sheddable, HALF, true, true),
+            Enqueued::Admitted
+        );
+        let release = {
+            let m = Arc::clone(&m);
+            thread::spawn(move || m.release_classed(Criticality::Sheddable))
+        };
+        let sheddable = {
+            let m = Arc::clone(&m);
+            thread::spawn(move || {
+                let e = m.join_classed(Criticality::Sheddable, HALF, true, true);
+                assert!(m.class_counts().0[Criticality::Sheddable.index()] <= 1);
+                e
+            })
+        };
+        // Two slots, sheddable holds at most one: a critical call always gets one.
+        let critical = m.join_classed(Criticality::Critical, HALF, true, true);
+        assert_eq!(critical, Enqueued::Admitted);
+        assert!(m.class_counts().0[Criticality::Sheddable.index()] <= 1);
+        if release.join().is_err() {
+            panic!("the releasing thread panicked");
+        }
+        let Ok(shed) = sheddable.join() else {
+            panic!("the sheddable thread panicked");
+        };
+        let (by_class, queued) = m.class_counts();
+        assert!(by_class[Criticality::Sheddable.index()] <= 1);
+        // The newcomer got the freed sheddable slot, at once or handed over.
+        let holds = match shed {
+            Enqueued::Admitted => true,
+            Enqueued::Waiting(id) => m.poll_place(id, Waker::noop()) == Polled::Admitted,
+            other => panic!("the sheddable newcomer was {other:?}"),
+        };
+        assert!(
+            holds,
+            "a freed sheddable slot sat free while a sheddable waited"
+        );
+        assert_eq!(queued, [0, 0, 0]);
+        assert_eq!(m.counts(), counts(2, 0));
+        m.release_classed(Criticality::Critical);
+        m.release_classed(Criticality::Sheddable);
+        assert_eq!(m.counts(), counts(0, 0));
+        assert_eq!(m.class_counts(), ([0; 3], [0; 3]));
+    });
+}
+
+/// A critical newcomer to a full queue races the sheddable waiter's timeout: the
+/// waiter either timed out (and the newcomer found room) or was displaced, never
+/// both, and every count adds up.
+#[test]
+fn loom_a_displacement_racing_a_timeout_counts_the_waiter_once() {
+    loom::model(|| {
+        let m = Arc::new(Semaphore::new(1, 1));
+        assert_eq!(
+            m.join_classed(Criticality::Critical, HALF, true, true),
+            Enqueued::Admitted
+        );
+        let waiter = waiting(m.join_classed(Criticality::Sheddable, HALF, true, true));
+        let newcomer = {
+            let m = Arc::clone(&m);
+            thread::spawn(move || m.join_classed(Criticality::Critical, HALF, true, true))
+        };
+        let left = m.leave(waiter, Leave::TimedOut);
+        let Ok(joined) = newcomer.join() else {
+            panic!("the newcomer's thread panicked");
+        };
+        let critical = waiting(joined);
+        assert_ne!(left, Left::HoldsSlot, "no slot was freed");
+        let (timed_out, displaced) = (m.rejected_timeout(), m.rejected_full());
+        assert_eq!(timed_out + displaced, 1, "the waiter is counted once");
+        assert_eq!(left == Left::Displaced, displaced == 1);
+        assert_eq!(m.counts(), counts(1, 1));
+        m.release_classed(Criticality::Critical);
+        assert_eq!(m.poll_place(critical, Waker::noop()), Polled::Admitted);
+        m.release_classed(Criticality::Critical);
+        assert_eq!(m.counts(), counts(0, 0));
+        assert_eq!(m.class_counts(), ([0; 3], [0; 3]));
     });
 }

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use seawall_core::{BoxError, Classify};
+use seawall_core::{BoxError, Classify, Criticality};
 
 use crate::feedback::PackedTicket;
 use crate::state::Shared;
@@ -14,18 +14,29 @@ use crate::state::Shared;
 struct Slot {
     shared: Arc<Shared>,
     /// What an adaptive limit needs to learn from the call, in the bytes the
-    /// pointer and the flag leave free (none when the limit is fixed).
+    /// pointer and the kind leave free (none when the limit is fixed).
     ticket: PackedTicket,
-    over_limit: bool,
+    kind: Kind,
+}
+
+/// What a slot is, in one byte.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// A slot of a call without a class.
+    Plain,
+    /// No slot: a call let through beyond the limit in shadow mode.
+    OverLimit,
+    /// A slot counted against a class's share.
+    Classed(Criticality),
 }
 
 impl Drop for Slot {
     #[inline]
     fn drop(&mut self) {
-        if self.over_limit {
-            self.shared.release_over_limit();
-        } else {
-            self.shared.release_slot();
+        match self.kind {
+            Kind::Plain => self.shared.release_slot(),
+            Kind::OverLimit => self.shared.release_over_limit(),
+            Kind::Classed(class) => self.shared.release_classed(class),
         }
     }
 }
@@ -57,7 +68,20 @@ impl Permit {
             held: Held::Unique(Slot {
                 shared,
                 ticket,
-                over_limit: false,
+                kind: Kind::Plain,
+            }),
+        }
+    }
+
+    /// A slot taken by a call of `class` and counted against its share (always
+    /// through the lock, so an adaptive limit times it, as [`Permit::waited`]).
+    pub(crate) fn classed(shared: Arc<Shared>, class: Criticality) -> Self {
+        let ticket = shared.feedback.issue_packed(None);
+        Self {
+            held: Held::Unique(Slot {
+                shared,
+                ticket,
+                kind: Kind::Classed(class),
             }),
         }
     }
@@ -70,7 +94,7 @@ impl Permit {
             held: Held::Unique(Slot {
                 shared,
                 ticket,
-                over_limit: false,
+                kind: Kind::Plain,
             }),
         }
     }
@@ -85,7 +109,7 @@ impl Permit {
             held: Held::Unique(Slot {
                 shared,
                 ticket: PackedTicket::NONE,
-                over_limit: true,
+                kind: Kind::OverLimit,
             }),
         }
     }
@@ -223,7 +247,7 @@ mod tests {
     #[test]
     fn a_permit_is_the_size_the_crate_docs_say() {
         // The slot's pointer, and in the bytes beside it the packed ticket an
-        // adaptive limit needs and the flag; `Option` uses the flag's spare values.
+        // adaptive limit needs and the kind; `Option` uses the kind's spare values.
         assert_eq!(std::mem::size_of::<super::Permit>(), 16);
         assert_eq!(std::mem::size_of::<Option<super::Permit>>(), 16);
     }

@@ -18,6 +18,22 @@
 //!    active than the limit ([`Load::hands_over`]). Lowering the limit preempts
 //!    nobody: slots are handed over only below it.
 //!
+//! With classes (a layer given a [`Criticality`] extractor), the same three
+//! questions have class-aware answers, over [`ClassLoad`]:
+//!
+//! 4. **How many slots may a class hold?** Its [`Shares`] of the limit in force
+//!    (critical: all of them), rounded down ([`Shares::cap`]); shares follow the
+//!    limit as it moves, and a lowered limit preempts nobody.
+//! 5. **Where does a newcomer go?** A free slot is taken when its class is under
+//!    its share and nobody of its class, or of a more critical class that could
+//!    take the slot, waits ahead of it; otherwise it joins its class's line (first
+//!    in, first out within a class). When the queue is full, a newcomer more
+//!    critical than the least critical waiter takes that waiter's place: the
+//!    newest waiter of the least critical class is turned away at once
+//!    ([`ClassPlace::Displace`]) ([`Shares::place`]).
+//! 6. **Who gets a freed slot?** The front of the most critical line whose class
+//!    is still under its share ([`Shares::next`]).
+//!
 //! ```
 //! use std::time::Duration;
 //! use seawall_bulkhead::queue::{Load, Place, QueuePolicy};
@@ -39,7 +55,7 @@
 
 use std::time::Duration;
 
-use seawall_core::{check_duration, ConfigError};
+use seawall_core::{check_duration, ConfigError, Criticality};
 use tokio::time::Instant;
 
 /// The largest `max_concurrent` or `max_queue` a bulkhead accepts (2^20). Active
@@ -58,11 +74,13 @@ pub(crate) const MAX_LIMIT: usize = 1 << 20;
 /// |---|---|---|
 /// | `max_queue` | 10 | calls waiting for a slot, 0 to 2^20 (0: a busy bulkhead rejects at once) |
 /// | `max_wait` | 20 ms | the longest wait for a slot (more than zero, at most a year), shortened by the request's [`Deadline`](seawall_core::Deadline) |
+/// | `shares` | default 90 %, sheddable 50 % | with classes only: the share of the limit in force each class may hold ([`Shares`]) |
 ///
 /// ```toml
 /// [policies.freight.bulkhead.queue]
 /// max_queue = 10
 /// max_wait = "20ms"
+/// shares = { default = 90, sheddable = 50 }
 /// ```
 ///
 /// Fields left out take their defaults and an unknown field is an error naming
@@ -77,6 +95,9 @@ pub struct QueuePolicy {
     /// The longest a call waits for a slot; a request's deadline shortens it.
     #[cfg_attr(feature = "serde", serde(with = "seawall_core::duration_format"))]
     pub max_wait: Duration,
+    /// With classes only (a layer given a criticality extractor): the share of the
+    /// limit in force each class may hold. Without classes it is not read.
+    pub shares: Shares,
 }
 
 impl Default for QueuePolicy {
@@ -85,6 +106,154 @@ impl Default for QueuePolicy {
         Self {
             max_queue: 10,
             max_wait: Duration::from_millis(20),
+            shares: Shares::default(),
+        }
+    }
+}
+
+/// How much of the limit in force each [`Criticality`] may hold, in percent.
+///
+/// Critical calls may hold every slot; the other classes at most their share,
+/// rounded down (`limit × share / 100`), of the limit in force now (fixed,
+/// adaptive, forced or allotted), so a flood of sheddable calls cannot take the
+/// slots a critical call needs. A share that rounds to 0 slots (50 % of a limit
+/// of 1) admits nobody of that class until the limit grows. The defaults keep a
+/// tenth of the slots for critical calls and half of them from sheddable ones: a
+/// starting point, as Netflix's partitioned limiters start from a guess too.
+///
+/// | field | default | meaning |
+/// |---|---|---|
+/// | `default` | 90 | the most slots, in percent of the limit, default calls may hold (0 to 100) |
+/// | `sheddable` | 50 | the same for sheddable calls (0 to `default`) |
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+pub struct Shares {
+    /// The share of the limit default calls may hold, in percent (0 to 100).
+    pub default: u8,
+    /// The share of the limit sheddable calls may hold, in percent (0 to `default`).
+    pub sheddable: u8,
+}
+
+impl Default for Shares {
+    fn default() -> Self {
+        Self {
+            default: 90,
+            sheddable: 50,
+        }
+    }
+}
+
+/// The counts a class-aware decision is made on, read together under the line's lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClassLoad {
+    /// Calls holding a slot, of every class (and none).
+    pub active: usize,
+    /// Calls holding a slot, by class ([`Criticality::index`]).
+    pub by_class: [usize; 3],
+    /// Calls waiting in each class's line.
+    pub queued: [usize; 3],
+    /// The limit of active calls in force.
+    pub limit: usize,
+}
+
+impl ClassLoad {
+    /// Calls waiting in every line.
+    pub fn queued_total(&self) -> usize {
+        self.queued.iter().sum()
+    }
+}
+
+/// Where [`Shares::place`] puts a newcomer of a class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClassPlace {
+    /// Takes a free slot now.
+    Admit,
+    /// Joins the back of its class's line.
+    Wait,
+    /// Joins its class's line in the place of the newest waiter of this (less
+    /// critical) class, who is turned away at once as full, with cause displaced.
+    Displace(Criticality),
+    /// No slot, and no room in the line nor anyone less critical to displace.
+    Full,
+    /// Would have to wait, but its bound has passed.
+    Expired,
+}
+
+impl Shares {
+    /// Checks every field, naming the first one at fault (`default`, `sheddable`).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.default > 100 {
+            return Err(ConfigError::new("default", "must be at most 100 (percent)"));
+        }
+        if self.sheddable > self.default {
+            return Err(ConfigError::new(
+                "sheddable",
+                "must be at most the default share: a less critical class gets no more",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The most slots `class` may hold under `limit`.
+    #[inline]
+    pub fn cap(&self, class: Criticality, limit: usize) -> usize {
+        let percent = match class {
+            Criticality::Critical => return limit,
+            Criticality::Default => self.default,
+            Criticality::Sheddable => self.sheddable,
+        };
+        // At most 2^20 × 100: no overflow.
+        limit.saturating_mul(usize::from(percent)) / 100
+    }
+
+    /// Whether a call of `class` may take a slot under `load`, the line aside:
+    /// one is free and its class is under its share.
+    #[inline]
+    pub fn may_take(&self, load: &ClassLoad, class: Criticality) -> bool {
+        load.active < load.limit && load.by_class[class.index()] < self.cap(class, load.limit)
+    }
+
+    /// Who gets a freed slot under `load`: the most critical class that has
+    /// someone waiting and is under its share (the front of its line), if any.
+    pub fn next(&self, load: &ClassLoad) -> Option<Criticality> {
+        Criticality::ALL
+            .into_iter()
+            .find(|&c| load.queued[c.index()] != 0 && self.may_take(load, c))
+    }
+
+    /// Where a newcomer of `class` goes under `load` with room for `max_queue`
+    /// waiters; `may_wait` is whether [`QueuePolicy::wait_until`] gave it a bound.
+    pub fn place(
+        &self,
+        load: &ClassLoad,
+        class: Criticality,
+        max_queue: usize,
+        may_wait: bool,
+    ) -> ClassPlace {
+        // Nobody who could take the slot waits ahead: not of its own class (first
+        // in, first out), not of a more critical class under its share.
+        let ahead = Criticality::ALL
+            .into_iter()
+            .filter(|&c| c <= class)
+            .any(|c| load.queued[c.index()] != 0 && self.may_take(load, c));
+        if self.may_take(load, class) && !ahead {
+            return ClassPlace::Admit;
+        }
+        if load.queued_total() < max_queue {
+            return if may_wait {
+                ClassPlace::Wait
+            } else {
+                ClassPlace::Expired
+            };
+        }
+        let least = Criticality::ALL
+            .into_iter()
+            .rev()
+            .find(|&c| load.queued[c.index()] != 0);
+        match least {
+            Some(least) if least > class && may_wait => ClassPlace::Displace(least),
+            _ => ClassPlace::Full,
         }
     }
 }
@@ -132,8 +301,8 @@ pub enum Place {
 }
 
 impl QueuePolicy {
-    /// Checks every field, naming the first one at fault (`max_queue`, `max_wait`;
-    /// a bulkhead's configuration names them `queue.max_queue`, `queue.max_wait`).
+    /// Checks every field, naming the first one at fault (`max_queue`, `max_wait`,
+    /// `shares.sheddable`; a bulkhead's configuration names them `queue.max_queue`, …).
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.max_queue > MAX_LIMIT {
             return Err(ConfigError::new(
@@ -142,6 +311,7 @@ impl QueuePolicy {
             ));
         }
         check_duration("max_wait", self.max_wait)?;
+        self.shares.validate().map_err(|e| e.within("shares"))?;
         Ok(())
     }
 
@@ -203,6 +373,10 @@ mod tests {
     const POLICY: QueuePolicy = QueuePolicy {
         max_queue: 2,
         max_wait: Duration::from_millis(20),
+        shares: Shares {
+            default: 90,
+            sheddable: 50,
+        },
     };
 
     #[test]
@@ -298,5 +472,140 @@ mod tests {
         // A lowered limit preempts nobody and hands nothing over above it.
         assert!(!load(6, 2, 4).hands_over());
         assert!(!load(0, 0, 4).hands_over());
+    }
+
+    const C: Criticality = Criticality::Critical;
+    const D: Criticality = Criticality::Default;
+    const S: Criticality = Criticality::Sheddable;
+
+    fn classes(by_class: [usize; 3], queued: [usize; 3], limit: usize) -> ClassLoad {
+        ClassLoad {
+            active: by_class.iter().sum(),
+            by_class,
+            queued,
+            limit,
+        }
+    }
+
+    #[test]
+    fn shares_are_fractions_of_the_limit_in_force_rounded_down() {
+        let shares = Shares::default();
+        assert_eq!((shares.default, shares.sheddable), (90, 50));
+        assert_eq!(
+            [C, D, S].map(|c| shares.cap(c, 10)),
+            [10, 9, 5],
+            "critical may hold all ten"
+        );
+        assert_eq!([C, D, S].map(|c| shares.cap(c, 3)), [3, 2, 1]);
+        // Half of one slot is none: sheddable waits until the limit grows.
+        assert_eq!([C, D, S].map(|c| shares.cap(c, 1)), [1, 0, 0]);
+        let bad = |s: Shares| s.validate().unwrap_err().field().to_owned();
+        assert_eq!(
+            bad(Shares {
+                default: 101,
+                sheddable: 50
+            }),
+            "default"
+        );
+        assert_eq!(
+            bad(Shares {
+                default: 40,
+                sheddable: 50
+            }),
+            "sheddable"
+        );
+        let policy = QueuePolicy {
+            shares: Shares {
+                default: 40,
+                sheddable: 50,
+            },
+            ..POLICY
+        };
+        assert_eq!(policy.validate().unwrap_err().field(), "shares.sheddable");
+        assert!(Shares {
+            default: 0,
+            sheddable: 0
+        }
+        .validate()
+        .is_ok());
+    }
+
+    #[test]
+    fn a_class_at_its_share_waits_while_a_more_critical_one_takes_a_free_slot() {
+        let shares = Shares::default();
+        // Limit 10, sheddable holds its 5: another sheddable waits, a default goes in.
+        let load = classes([0, 0, 5], [0, 0, 0], 10);
+        assert_eq!(shares.place(&load, S, 2, true), ClassPlace::Wait);
+        assert_eq!(shares.place(&load, D, 2, true), ClassPlace::Admit);
+        assert_eq!(shares.place(&load, C, 2, true), ClassPlace::Admit);
+        // A sheddable waiting at its share does not hold up a critical newcomer.
+        let load = classes([0, 0, 5], [0, 0, 1], 10);
+        assert_eq!(shares.place(&load, C, 2, true), ClassPlace::Admit);
+        // Every slot taken: everyone waits, whatever its class.
+        let load = classes([4, 3, 3], [0, 0, 0], 10);
+        assert_eq!(shares.place(&load, C, 2, true), ClassPlace::Wait);
+    }
+
+    #[test]
+    fn within_a_class_first_in_first_out_and_a_critical_waiter_goes_first() {
+        let shares = Shares::default();
+        // A default waits (a slot just freed, not handed over yet): a default
+        // newcomer queues behind it, and so does a sheddable one.
+        let load = classes([0, 8, 1], [0, 1, 0], 10);
+        assert_eq!(shares.place(&load, D, 5, true), ClassPlace::Wait);
+        assert_eq!(shares.place(&load, S, 5, true), ClassPlace::Wait);
+        // The freed slot goes to the most critical class under its share.
+        let load = classes([2, 5, 2], [1, 1, 1], 10);
+        assert_eq!(shares.next(&load), Some(C));
+        let load = classes([0, 9, 0], [0, 1, 1], 10);
+        assert_eq!(shares.next(&load), Some(S), "default is at its share");
+        let load = classes([0, 9, 1], [0, 1, 0], 10);
+        assert_eq!(shares.next(&load), None, "no class under its share waits");
+        let load = classes([10, 0, 0], [1, 1, 1], 10);
+        assert_eq!(shares.next(&load), None, "no slot free");
+        // A lowered limit preempts nobody and hands nothing over above it.
+        let load = classes([3, 3, 3], [1, 0, 0], 4);
+        assert_eq!(shares.next(&load), None);
+    }
+
+    #[test]
+    fn a_full_queue_displaces_the_least_critical_waiter_for_a_more_critical_newcomer() {
+        let shares = Shares::default();
+        let full = classes([4, 4, 2], [0, 1, 1], 10);
+        assert_eq!(shares.place(&full, C, 2, true), ClassPlace::Displace(S));
+        assert_eq!(shares.place(&full, D, 2, true), ClassPlace::Displace(S));
+        // Nobody less critical than a sheddable newcomer: it is turned away.
+        assert_eq!(shares.place(&full, S, 2, true), ClassPlace::Full);
+        let defaults = classes([4, 4, 2], [0, 2, 0], 10);
+        assert_eq!(shares.place(&defaults, C, 2, true), ClassPlace::Displace(D));
+        assert_eq!(shares.place(&defaults, D, 2, true), ClassPlace::Full);
+        // A newcomer that may not wait displaces nobody.
+        assert_eq!(shares.place(&full, C, 2, false), ClassPlace::Full);
+        // With room in the line, one that may not wait is timed out, as without classes.
+        assert_eq!(shares.place(&full, C, 3, false), ClassPlace::Expired);
+        // No queue at all: nothing to displace.
+        let none = classes([4, 4, 2], [0, 0, 0], 10);
+        assert_eq!(shares.place(&none, C, 0, true), ClassPlace::Full);
+    }
+
+    #[test]
+    fn with_every_share_at_100_percent_one_class_places_as_without_classes() {
+        let all = Shares {
+            default: 100,
+            sheddable: 100,
+        };
+        for active in 0..4 {
+            for queued in 0..4 {
+                let plain = POLICY.place(load(active, queued, 3), true);
+                let classed = all.place(&classes([0, active, 0], [0, queued, 0], 3), D, 2, true);
+                let expect = match plain {
+                    Place::Admit => ClassPlace::Admit,
+                    Place::Wait => ClassPlace::Wait,
+                    Place::Full => ClassPlace::Full,
+                    Place::Expired => ClassPlace::Expired,
+                };
+                assert_eq!(classed, expect, "active {active}, queued {queued}");
+            }
+        }
     }
 }

@@ -31,6 +31,15 @@
 //!   line, in order (a hand-over moves one call from waiting to active in one
 //!   compare-and-swap, so no newcomer can slip in between).
 //!
+//! **Classes.** A call with a [`Criticality`] takes the lock to be admitted
+//! ([`Semaphore::join_classed`]): the slots each class holds and the waiters of each
+//! class are counted under it, next to the line, and the decisions are the queue
+//! policy's class-aware ones ([`Shares`]). Its slot is freed under the lock too
+//! ([`Semaphore::release_classed`]), so shares are checked and changed in one
+//! critical section. The word still counts every active and waiting call, so the
+//! limit and the fast path's checks hold across classed and plain calls. Nothing
+//! of this exists until the first call with a class.
+//!
 //! Shrinking `max_concurrent` preempts nothing: running calls finish, and slots
 //! are handed over only while `active < max_concurrent`. Growing it hands the new
 //! slots to waiters at once.
@@ -49,7 +58,9 @@ use std::sync::{OnceLock, PoisonError};
 use std::task::Waker;
 use std::time::Duration;
 
-use crate::queue::{Load, Place, MAX_LIMIT};
+use seawall_core::Criticality;
+
+use crate::queue::{ClassLoad, ClassPlace, Load, Place, Shares, MAX_LIMIT};
 use crate::stats::WaitHistogram;
 use crate::sync::{fence, AtomicU64, AtomicUsize, Mutex, MutexGuard};
 
@@ -108,6 +119,17 @@ pub(crate) enum Enqueued {
     Expired,
 }
 
+/// What [`Semaphore::poll_place`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Polled {
+    /// Still in line; the waker is stored.
+    Waiting,
+    /// A slot was handed over (counted admitted).
+    Admitted,
+    /// A more critical call took its place in a full queue: it holds nothing.
+    Displaced,
+}
+
 /// Why a waiter leaves the line without taking its slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Leave {
@@ -127,6 +149,8 @@ pub(crate) enum Left {
     Removed,
     /// A slot had already been handed to it: the caller now holds that slot.
     HoldsSlot,
+    /// A more critical call had taken its place in the line: it holds nothing.
+    Displaced,
 }
 
 /// The limits and counts at one moment.
@@ -140,6 +164,54 @@ pub(crate) struct Counts {
 struct Entry {
     id: u64,
     waker: Option<Waker>,
+    /// `None` for a call without a class; in a line with classes it waits as default.
+    class: Option<Criticality>,
+}
+
+impl Entry {
+    fn line_class(&self) -> Criticality {
+        self.class.unwrap_or(Criticality::Default)
+    }
+}
+
+/// The waiting line, made by the first call that waits.
+#[derive(Debug, Default)]
+struct Waiters {
+    /// Sorted by id: the arrival order, whatever the class.
+    queue: VecDeque<Entry>,
+    /// Made by the first call with a class.
+    classes: Option<ClassCounts>,
+}
+
+impl Waiters {
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.queue.len()
+    }
+}
+
+/// The class-aware counts, kept under the line's lock.
+#[derive(Debug, Default)]
+struct ClassCounts {
+    /// Slots held by calls of each class.
+    by_class: [usize; 3],
+    /// Waiters of each class (plain calls in a line with classes count as default).
+    queued: [usize; 3],
+    /// The shares in force, as the last classed call or reconfiguration gave them.
+    shares: Shares,
+    /// Waiters displaced from the line and not yet told (polled or dropped).
+    displaced: Vec<u64>,
+}
+
+impl ClassCounts {
+    fn load(&self, word: u64, limit: usize) -> ClassLoad {
+        ClassLoad {
+            active: active(word),
+            by_class: self.by_class,
+            queued: self.queued,
+            limit,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -153,14 +225,35 @@ struct Line {
     /// Made by the first call that waits, as `Semaphore::waits` is: a pointer where
     /// a queue would take 32 bytes of every key. Last, next to `waits`: the two
     /// things a drop reads.
-    #[allow(clippy::box_collection)] // the box is the point: 8 bytes until a call waits
-    waiters: Option<Box<VecDeque<Entry>>>,
+    waiters: Option<Box<Waiters>>,
 }
 
 impl Line {
     fn position(&self, id: WaiterId) -> Option<usize> {
         let waiters = self.waiters.as_ref()?;
-        waiters.binary_search_by_key(&id.0, |e| e.id).ok()
+        waiters.queue.binary_search_by_key(&id.0, |e| e.id).ok()
+    }
+
+    fn classes(&self) -> Option<&ClassCounts> {
+        self.waiters.as_ref()?.classes.as_ref()
+    }
+
+    fn classes_mut(&mut self) -> Option<&mut ClassCounts> {
+        self.waiters.as_mut()?.classes.as_mut()
+    }
+
+    /// Takes waiter `id` off the displaced list: `true` if it was displaced.
+    fn take_displaced(&mut self, id: WaiterId) -> bool {
+        let Some(classes) = self.classes_mut() else {
+            return false;
+        };
+        match classes.displaced.iter().position(|&d| d == id.0) {
+            Some(i) => {
+                classes.displaced.swap_remove(i);
+                true
+            }
+            None => false,
+        }
     }
 }
 
@@ -429,10 +522,15 @@ impl Semaphore {
                     self.note_queued(queued(next));
                     if let Enqueued::Waiting(id) = outcome {
                         line.next_id += 1;
-                        line.waiters.get_or_insert_default().push_back(Entry {
+                        let waiters = line.waiters.get_or_insert_default();
+                        waiters.queue.push_back(Entry {
                             id: id.0,
                             waker: None,
+                            class: None,
                         });
+                        if let Some(classes) = waiters.classes.as_mut() {
+                            classes.queued[Criticality::Default.index()] += 1;
+                        }
                     } else {
                         line.admitted += 1;
                     }
@@ -445,21 +543,29 @@ impl Semaphore {
 
     /// `true` once a slot has been handed to waiter `id` (counting it admitted:
     /// call it no more after that); otherwise stores `waker` to be woken when it is.
+    /// For a waiter without a class (which is never displaced).
     pub(crate) fn poll_waiter(&self, id: WaiterId, waker: &Waker) -> bool {
+        self.poll_place(id, waker) == Polled::Admitted
+    }
+
+    /// Where waiter `id` stands: still waiting (its `waker` stored), handed a slot
+    /// (counted admitted: call it no more after that), or displaced.
+    pub(crate) fn poll_place(&self, id: WaiterId, waker: &Waker) -> Polled {
         let mut line = self.lock();
         match line.position(id) {
             Some(i) => {
-                if let Some(entry) = line.waiters.as_mut().and_then(|w| w.get_mut(i)) {
+                if let Some(entry) = line.waiters.as_mut().and_then(|w| w.queue.get_mut(i)) {
                     match &mut entry.waker {
                         Some(w) if w.will_wake(waker) => {}
                         slot => *slot = Some(waker.clone()),
                     }
                 }
-                false
+                Polled::Waiting
             }
+            None if line.take_displaced(id) => Polled::Displaced,
             None => {
                 line.admitted += 1;
-                true
+                Polled::Admitted
             }
         }
     }
@@ -473,11 +579,15 @@ impl Semaphore {
         let left = match line.position(id) {
             Some(i) => {
                 if let Some(waiters) = line.waiters.as_mut() {
-                    waiters.remove(i);
+                    let entry = waiters.queue.remove(i);
+                    if let (Some(entry), Some(classes)) = (entry, waiters.classes.as_mut()) {
+                        classes.queued[entry.line_class().index()] -= 1;
+                    }
                 }
                 self.state.fetch_sub(ONE_QUEUED, Ordering::AcqRel);
                 Left::Removed
             }
+            None if line.take_displaced(id) => return Left::Displaced,
             None => Left::HoldsSlot,
         };
         match (why, left) {
@@ -485,6 +595,7 @@ impl Semaphore {
             (Leave::TimedOut | Leave::ShadowTimedOut, Left::HoldsSlot) => line.admitted += 1,
             (Leave::ShadowTimedOut, Left::Removed) => {}
             (Leave::Abandoned, _) => line.abandoned += 1,
+            (_, Left::Displaced) => {}
         }
         left
     }
@@ -522,6 +633,9 @@ impl Semaphore {
 
     /// One batch of hand-overs; `true` when the batch filled up and more may follow.
     fn hand_over_locked(&self, line: &mut Line, wakers: &mut WakeList) -> bool {
+        if line.classes().is_some() {
+            return self.hand_over_classes(line, wakers);
+        }
         let limit = self.max_concurrent.load(Ordering::Relaxed);
         let mut word = self.state.load(Ordering::Acquire);
         loop {
@@ -540,12 +654,213 @@ impl Semaphore {
                 Ok(_) => {
                     word = next;
                     self.note_active(active(next));
-                    let entry = line.waiters.as_mut().and_then(|w| w.pop_front());
+                    let entry = line.waiters.as_mut().and_then(|w| w.queue.pop_front());
                     wakers.push(entry.and_then(|e| e.waker));
                 }
                 Err(actual) => word = actual,
             }
         }
+    }
+
+    /// As [`Semaphore::hand_over_locked`], in a line with classes: each freed slot
+    /// goes to the front of the most critical line still under its share.
+    fn hand_over_classes(&self, line: &mut Line, wakers: &mut WakeList) -> bool {
+        let limit = self.max_concurrent.load(Ordering::Relaxed);
+        let mut word = self.state.load(Ordering::Acquire);
+        let Some(waiters) = line.waiters.as_mut() else {
+            return false;
+        };
+        let Some(classes) = waiters.classes.as_mut() else {
+            return false;
+        };
+        loop {
+            let Some(class) = classes.shares.next(&classes.load(word, limit)) else {
+                return false;
+            };
+            let Some(i) = waiters.queue.iter().position(|e| e.line_class() == class) else {
+                // The counts say someone of that class waits: never reached.
+                return false;
+            };
+            if wakers.is_full() {
+                return true;
+            }
+            let next = word + 1 - ONE_QUEUED;
+            match self
+                .state
+                .compare_exchange(word, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    word = next;
+                    self.note_active(active(next));
+                    let entry = waiters.queue.remove(i);
+                    classes.queued[class.index()] -= 1;
+                    if let Some(entry) = entry {
+                        if entry.class.is_some() {
+                            classes.by_class[class.index()] += 1;
+                        }
+                        wakers.push(entry.waker);
+                    }
+                }
+                Err(actual) => word = actual,
+            }
+        }
+    }
+
+    /// Admits a call of `class`, puts it in its class's line, displaces a less
+    /// critical waiter for it, or turns it away, by the queue policy's
+    /// [`Shares::place`] under `shares` (kept for the hand-overs that follow).
+    /// `may_wait` and `count_expired` are as for [`Semaphore::enqueue`] and
+    /// [`Semaphore::enqueue_no_wait`]. A displaced waiter is woken to learn it.
+    pub(crate) fn join_classed(
+        &self,
+        class: Criticality,
+        shares: Shares,
+        may_wait: bool,
+        count_expired: bool,
+    ) -> Enqueued {
+        let mut displaced = None;
+        let outcome = {
+            let mut line = self.lock();
+            if fresh_admitted(self.state.load(Ordering::Acquire)) == ADMITTED_CAP {
+                self.flush_admitted(&mut line);
+            }
+            self.join_classed_locked(
+                &mut line,
+                class,
+                shares,
+                may_wait,
+                count_expired,
+                &mut displaced,
+            )
+        };
+        if let Some(waker) = displaced {
+            waker.wake();
+        }
+        outcome
+    }
+
+    fn join_classed_locked(
+        &self,
+        line: &mut Line,
+        class: Criticality,
+        shares: Shares,
+        may_wait: bool,
+        count_expired: bool,
+        displaced: &mut Option<Waker>,
+    ) -> Enqueued {
+        let limit = self.max_concurrent.load(Ordering::Relaxed);
+        let max_queue = self.max_queue.load(Ordering::Relaxed);
+        let next_id = line.next_id;
+        let waiters = line.waiters.get_or_insert_default();
+        if waiters.classes.is_none() {
+            // Plain waiters already in line wait as default from now on.
+            let mut counts = ClassCounts::default();
+            counts.queued[Criticality::Default.index()] = waiters.queue.len();
+            waiters.classes = Some(counts);
+        }
+        let Some(classes) = waiters.classes.as_mut() else {
+            return Enqueued::Full;
+        };
+        classes.shares = shares;
+        let mut word = self.state.load(Ordering::Acquire);
+        loop {
+            let place = shares.place(&classes.load(word, limit), class, max_queue, may_wait);
+            let next = match place {
+                ClassPlace::Admit => word + 1,
+                ClassPlace::Wait => word + ONE_QUEUED,
+                ClassPlace::Displace(_) => word,
+                ClassPlace::Full => return Enqueued::Full,
+                ClassPlace::Expired => {
+                    if count_expired {
+                        line.rejected_timeout += 1;
+                    }
+                    return Enqueued::Expired;
+                }
+            };
+            // A displacement changes no count in the word: one waiter for another.
+            if next != word {
+                if let Err(actual) =
+                    self.state
+                        .compare_exchange(word, next, Ordering::AcqRel, Ordering::Acquire)
+                {
+                    word = actual;
+                    continue;
+                }
+            }
+            self.note_active(active(next));
+            self.note_queued(queued(next));
+            if place == ClassPlace::Admit {
+                classes.by_class[class.index()] += 1;
+                line.admitted += 1;
+                return Enqueued::Admitted;
+            }
+            if let ClassPlace::Displace(victim) = place {
+                // The newest of the least critical: it has waited least.
+                if let Some(i) = waiters.queue.iter().rposition(|e| e.line_class() == victim) {
+                    if let Some(entry) = waiters.queue.remove(i) {
+                        classes.queued[victim.index()] -= 1;
+                        classes.displaced.push(entry.id);
+                        // Counted here, even if its caller never looks again.
+                        self.rejected_full.fetch_add(1, Ordering::Relaxed);
+                        *displaced = entry.waker;
+                    }
+                }
+            }
+            waiters.queue.push_back(Entry {
+                id: next_id,
+                waker: None,
+                class: Some(class),
+            });
+            classes.queued[class.index()] += 1;
+            line.next_id += 1;
+            return Enqueued::Waiting(WaiterId(next_id));
+        }
+    }
+
+    /// Frees a slot held by a call of `class`, handing it to the front of the most
+    /// critical line under its share, if any.
+    pub(crate) fn release_classed(&self, class: Criticality) {
+        let mut wakers = WakeList::new();
+        let more = {
+            let mut line = self.lock();
+            if let Some(classes) = line.classes_mut() {
+                let held = &mut classes.by_class[class.index()];
+                *held = held.saturating_sub(1);
+            }
+            let old = self.state.fetch_sub(1, Ordering::AcqRel);
+            queued(old) != 0 && self.hand_over_locked(&mut line, &mut wakers)
+        };
+        wakers.wake_all();
+        if more {
+            self.hand_over();
+        }
+    }
+
+    /// Sets the shares a line with classes hands slots over by (nothing without
+    /// classes: the first classed call brings them), then hands over what they allow.
+    pub(crate) fn set_shares(&self, shares: Shares) {
+        {
+            let mut line = self.lock();
+            match line.classes_mut() {
+                Some(classes) => classes.shares = shares,
+                None => return,
+            }
+        }
+        self.hand_over();
+    }
+
+    /// Whether waiter `id` is still in line.
+    #[cfg(test)]
+    fn in_line(&self, id: WaiterId) -> bool {
+        self.lock().position(id).is_some()
+    }
+
+    /// Slots held and waiters, by class (zero without classes).
+    #[cfg(test)]
+    pub(crate) fn class_counts(&self) -> ([usize; 3], [usize; 3]) {
+        let line = self.lock();
+        line.classes()
+            .map_or(([0; 3], [0; 3]), |c| (c.by_class, c.queued))
     }
 
     /// Changes the limits. Growing `max_concurrent` hands the new slots to waiters
@@ -1121,6 +1436,285 @@ mod tests {
                     m.release();
                 }
                 prop_assert_eq!(m.counts(), counts(0, 0));
+            }
+        }
+    }
+
+    mod classes {
+        //! Classes: shares, a line per class, displacement; unit cases, then a random
+        //! schedule checked against the invariants step by step.
+        use super::*;
+        use proptest::prelude::*;
+
+        const C: Criticality = Criticality::Critical;
+        const D: Criticality = Criticality::Default;
+        const S: Criticality = Criticality::Sheddable;
+
+        fn shares(default: u8, sheddable: u8) -> Shares {
+            Shares { default, sheddable }
+        }
+
+        fn join(m: &Semaphore, class: Criticality) -> Enqueued {
+            m.join_classed(class, shares(90, 50), true, true)
+        }
+
+        /// With every share at 100 %: only the order of the lines is at work.
+        fn join_any(m: &Semaphore, class: Criticality) -> Enqueued {
+            m.join_classed(class, shares(100, 100), true, true)
+        }
+
+        #[test]
+        fn a_class_holds_at_most_its_share_and_the_rest_goes_to_others() {
+            let m = Semaphore::new(4, 4);
+            // Sheddable may hold 2 of 4 slots.
+            assert_eq!(join(&m, S), Enqueued::Admitted);
+            assert_eq!(join(&m, S), Enqueued::Admitted);
+            let third = id(join(&m, S));
+            assert_eq!(m.counts(), counts(2, 1));
+            // Two slots are free, but not for sheddable: a critical call takes one.
+            assert_eq!(join(&m, C), Enqueued::Admitted);
+            assert_eq!(m.class_counts(), ([1, 0, 2], [0, 0, 1]));
+            // A sheddable slot freed goes to the sheddable waiter.
+            m.release_classed(S);
+            let (_f, waker) = flag();
+            assert_eq!(m.poll_place(third, &waker), Polled::Admitted);
+            assert_eq!(m.class_counts(), ([1, 0, 2], [0, 0, 0]));
+            for class in [C, S, S] {
+                m.release_classed(class);
+            }
+            assert_eq!(m.counts(), counts(0, 0));
+            assert_eq!(m.class_counts(), ([0; 3], [0; 3]));
+        }
+
+        #[test]
+        fn a_freed_slot_goes_to_the_most_critical_line_first_in_first_out_within_it() {
+            let m = Semaphore::new(1, 10);
+            assert_eq!(join_any(&m, D), Enqueued::Admitted);
+            let s1 = id(join_any(&m, S));
+            let d1 = id(join_any(&m, D));
+            let c1 = id(join_any(&m, C));
+            let c2 = id(join_any(&m, C));
+            let (_f, waker) = flag();
+            let mut served = Vec::new();
+            let mut class_of = vec![(s1, S), (d1, D), (c1, C), (c2, C)];
+            for _ in 0..4 {
+                let holder = served.last().map_or(D, |&(_, c)| c);
+                m.release_classed(holder);
+                let (i, _) = class_of
+                    .iter()
+                    .enumerate()
+                    .find(|(_, (w, _))| m.poll_place(*w, &waker) == Polled::Admitted)
+                    .expect("a waiter got the slot");
+                served.push(class_of.remove(i));
+            }
+            assert_eq!(served, [(c1, C), (c2, C), (d1, D), (s1, S)]);
+            m.release_classed(S);
+            assert_eq!(m.counts(), counts(0, 0));
+        }
+
+        #[test]
+        fn a_full_queue_displaces_the_newest_least_critical_waiter_at_once() {
+            let m = Semaphore::new(1, 2);
+            assert_eq!(join(&m, C), Enqueued::Admitted);
+            let (fs, waker_s) = flag();
+            let s_old = id(join(&m, S));
+            let s_new = id(join(&m, S));
+            assert!(!m.poll_waiter(s_old, &waker_s));
+            let (fn_, waker_n) = flag();
+            assert_eq!(m.poll_place(s_new, &waker_n), Polled::Waiting);
+            // Full: a default newcomer takes the newest sheddable's place.
+            let d = id(join(&m, D));
+            assert!(woken(&fn_), "the displaced waiter is woken to learn it");
+            assert!(!woken(&fs));
+            assert_eq!(m.poll_place(s_new, &waker_n), Polled::Displaced);
+            assert_eq!(m.counts(), counts(1, 2));
+            assert_eq!(m.rejected_full(), 1);
+            // A sheddable newcomer finds it full: nobody less critical to displace.
+            assert_eq!(join(&m, S), Enqueued::Full);
+            // A critical newcomer displaces the other sheddable, then the default.
+            let c = id(join(&m, C));
+            assert_eq!(m.leave(s_old, Leave::TimedOut), Left::Displaced);
+            let c2 = id(join(&m, C));
+            assert_eq!(m.leave(d, Leave::Abandoned), Left::Displaced);
+            // Two critical waiters fill the queue: the next critical is turned away.
+            assert_eq!(join(&m, C), Enqueued::Full);
+            assert_eq!(
+                m.rejected_full(),
+                3,
+                "three displaced; the full ones are counted by the caller"
+            );
+            assert_eq!(m.abandoned(), 0);
+            assert_eq!(m.rejected_timeout(), 0);
+            m.release_classed(C);
+            assert!(m.poll_waiter(c, &waker_n));
+            m.release_classed(C);
+            assert!(m.poll_waiter(c2, &waker_n));
+            m.release_classed(C);
+            assert_eq!(m.counts(), counts(0, 0));
+        }
+
+        #[test]
+        fn a_lower_limit_preempts_nobody_and_shares_follow_it() {
+            let m = Semaphore::new(10, 10);
+            for _ in 0..5 {
+                assert_eq!(join(&m, S), Enqueued::Admitted);
+            }
+            let waiting = id(join(&m, S));
+            m.set_limits(4, 10);
+            assert_eq!(m.counts().active, 5, "nobody is preempted");
+            // 50 % of 4 is 2: sheddable gets nothing until it holds fewer than 2.
+            let (_f, waker) = flag();
+            for _ in 0..3 {
+                m.release_classed(S);
+                assert_eq!(m.poll_place(waiting, &waker), Polled::Waiting);
+            }
+            m.release_classed(S);
+            assert_eq!(m.poll_place(waiting, &waker), Polled::Admitted);
+            assert_eq!(m.class_counts().0, [0, 0, 2]);
+            m.release_classed(S);
+            m.release_classed(S);
+            assert_eq!(m.counts(), counts(0, 0));
+        }
+
+        #[test]
+        fn plain_waiters_already_in_line_wait_as_default_once_classes_arrive() {
+            let m = Semaphore::new(1, 4);
+            assert!(m.try_acquire());
+            let plain = id(m.enqueue());
+            let crit = id(join_any(&m, C));
+            m.release();
+            let (_f, waker) = flag();
+            assert!(m.poll_waiter(crit, &waker), "critical first");
+            assert!(!m.poll_waiter(plain, &waker));
+            m.release_classed(C);
+            assert!(m.poll_waiter(plain, &waker));
+            m.release();
+            assert_eq!(m.counts(), counts(0, 0));
+            assert_eq!(m.class_counts(), ([0; 3], [0; 3]));
+        }
+
+        #[derive(Debug, Clone)]
+        enum Op {
+            Arrive(Criticality),
+            Complete(usize),
+            Abandon(usize),
+            TimeOut(usize),
+            Poll(usize),
+            SetLimit(usize),
+        }
+
+        fn class() -> impl Strategy<Value = Criticality> {
+            prop_oneof![Just(C), Just(D), Just(S)]
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            prop_oneof![
+                5 => class().prop_map(Op::Arrive),
+                3 => any::<usize>().prop_map(Op::Complete),
+                1 => any::<usize>().prop_map(Op::Abandon),
+                1 => any::<usize>().prop_map(Op::TimeOut),
+                2 => any::<usize>().prop_map(Op::Poll),
+                1 => (1..8usize).prop_map(Op::SetLimit),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+            #[test]
+            fn shares_hold_critical_is_never_turned_away_for_a_sheddable_and_every_slot_returns(
+                limit in 1..8usize,
+                max_queue in 0..5usize,
+                default in 0..=100u8,
+                sheddable_of_default in 0..=100u8,
+                ops in proptest::collection::vec(op(), 1..200),
+            ) {
+                let sheddable = (u16::from(default) * u16::from(sheddable_of_default) / 100) as u8;
+                let shares = Shares { default, sheddable };
+                let m = Semaphore::new(limit, max_queue);
+                let mut limit = limit;
+                let mut holders: Vec<Criticality> = Vec::new();
+                let mut waiters: Vec<(WaiterId, Criticality)> = Vec::new();
+                let (_f, waker) = flag();
+
+                for op in ops {
+                    let (before, _) = m.class_counts();
+                    match op {
+                        Op::Arrive(class) => {
+                            let (_, queued) = m.class_counts();
+                            match m.join_classed(class, shares, true, true) {
+                                Enqueued::Admitted => holders.push(class),
+                                Enqueued::Waiting(w) => waiters.push((w, class)),
+                                Enqueued::Full => {
+                                    // Turned away only when nobody less critical waits.
+                                    let less = Criticality::ALL.iter().any(|&c| c > class && queued[c.index()] > 0);
+                                    prop_assert!(!less, "{class} turned away while a less critical call waits: {queued:?}");
+                                }
+                                Enqueued::Expired => prop_assert!(false, "it could wait"),
+                            }
+                        }
+                        Op::Complete(i) if !holders.is_empty() => {
+                            let class = holders.remove(i % holders.len());
+                            m.release_classed(class);
+                        }
+                        Op::Abandon(i) | Op::TimeOut(i) if !waiters.is_empty() => {
+                            let why = if matches!(op, Op::Abandon(_)) { Leave::Abandoned } else { Leave::TimedOut };
+                            let (w, class) = waiters.remove(i % waiters.len());
+                            match m.leave(w, why) {
+                                Left::HoldsSlot if why == Leave::Abandoned => m.release_classed(class),
+                                Left::HoldsSlot => holders.push(class),
+                                Left::Removed | Left::Displaced => {}
+                            }
+                        }
+                        Op::Poll(i) if !waiters.is_empty() => {
+                            let k = i % waiters.len();
+                            let (w, class) = waiters[k];
+                            match m.poll_place(w, &waker) {
+                                Polled::Waiting => {}
+                                Polled::Admitted => {
+                                    waiters.remove(k);
+                                    // First in, first out within a class: nobody of
+                                    // its class who came earlier is still in line.
+                                    let earlier = waiters.iter().any(|&(o, c)| c == class && o.0 < w.0 && m.in_line(o));
+                                    prop_assert!(!earlier, "{class} waiter {w:?} overtook an earlier one");
+                                    holders.push(class);
+                                }
+                                Polled::Displaced => {
+                                    waiters.remove(k);
+                                }
+                            }
+                        }
+                        Op::SetLimit(n) => {
+                            limit = n;
+                            m.set_limits(n, max_queue);
+                        }
+                        Op::Complete(_) | Op::Abandon(_) | Op::TimeOut(_) | Op::Poll(_) => {}
+                    }
+                    let (by_class, queued) = m.class_counts();
+                    let word = m.counts();
+                    prop_assert_eq!(by_class.iter().sum::<usize>(), word.active);
+                    prop_assert_eq!(queued.iter().sum::<usize>(), word.queued);
+                    prop_assert!(word.queued <= max_queue);
+                    // No class grew past its share of the limit in force.
+                    for c in Criticality::ALL {
+                        if by_class[c.index()] > before[c.index()] {
+                            prop_assert!(by_class[c.index()] <= shares.cap(c, limit), "{c} over its share");
+                            prop_assert!(word.active <= limit);
+                        }
+                    }
+                    // No slot sits free while a class under its share waits.
+                    let load = ClassLoad { active: word.active, by_class, queued, limit };
+                    prop_assert_eq!(shares.next(&load), None);
+                }
+                for (w, class) in waiters.drain(..) {
+                    if m.leave(w, Leave::Abandoned) == Left::HoldsSlot {
+                        m.release_classed(class);
+                    }
+                }
+                for class in holders.drain(..) {
+                    m.release_classed(class);
+                }
+                prop_assert_eq!(m.counts(), counts(0, 0));
+                prop_assert_eq!(m.class_counts(), ([0; 3], [0; 3]));
             }
         }
     }

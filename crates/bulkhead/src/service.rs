@@ -5,7 +5,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use seawall_core::{BoxError, Classify, TimeoutsAsOverload};
+use seawall_core::{BoxError, Classify, CriticalityOf, TimeoutsAsOverload, Unclassed};
 use tower_service::Service;
 
 use crate::future::ResponseFuture;
@@ -30,10 +30,15 @@ use crate::state::Shared;
 ///
 /// Clones share the bulkhead with each other and with every service built from
 /// the same layer.
-pub struct Bulkhead<S, H = UntilResponse, O = TimeoutsAsOverload> {
+///
+/// `C` gives each request its [`Criticality`](seawall_core::Criticality) (see
+/// [`BulkheadLayer::criticality`](crate::BulkheadLayer::criticality)); the default,
+/// [`Unclassed`], gives none and costs nothing.
+pub struct Bulkhead<S, H = UntilResponse, O = TimeoutsAsOverload, C = Unclassed> {
     inner: S,
     shared: Arc<Shared>,
     overload: O,
+    classes: C,
     // The permit of the call being made, while the inner service's `call` runs
     // (see `ResponseFuture::call_in`); `None` between calls, also after one that
     // panicked (its panic watch clears the field while it unwinds).
@@ -41,12 +46,13 @@ pub struct Bulkhead<S, H = UntilResponse, O = TimeoutsAsOverload> {
     _hold: PhantomData<fn() -> H>,
 }
 
-impl<S, H, O> Bulkhead<S, H, O> {
-    pub(crate) fn new(inner: S, shared: Arc<Shared>, overload: O) -> Self {
+impl<S, H, O, C> Bulkhead<S, H, O, C> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared>, overload: O, classes: C) -> Self {
         Self {
             inner,
             shared,
             overload,
+            classes,
             in_call: None,
             _hold: PhantomData,
         }
@@ -73,19 +79,20 @@ impl<S, H, O> Bulkhead<S, H, O> {
     }
 }
 
-impl<S: Clone, H, O: Clone> Clone for Bulkhead<S, H, O> {
+impl<S: Clone, H, O: Clone, C: Clone> Clone for Bulkhead<S, H, O, C> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
             shared: self.shared.clone(),
             overload: self.overload.clone(),
+            classes: self.classes.clone(),
             in_call: None,
             _hold: PhantomData,
         }
     }
 }
 
-impl<S: fmt::Debug, H, O> fmt::Debug for Bulkhead<S, H, O> {
+impl<S: fmt::Debug, H, O, C> fmt::Debug for Bulkhead<S, H, O, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Bulkhead")
             .field("name", &&*self.shared.name)
@@ -94,12 +101,13 @@ impl<S: fmt::Debug, H, O> fmt::Debug for Bulkhead<S, H, O> {
     }
 }
 
-impl<S, Req, H, O> Service<Req> for Bulkhead<S, H, O>
+impl<S, Req, H, O, C> Service<Req> for Bulkhead<S, H, O, C>
 where
     S: Service<Req> + Clone,
     S::Error: Into<BoxError>,
     H: Hold<S::Response> + Lend<Req>,
     O: Classify<S::Response> + Clone,
+    C: CriticalityOf<Req>,
 {
     type Response = H::Output;
     type Error = BoxError;
@@ -117,12 +125,14 @@ where
     /// by-value hops; out of line it is passed by pointer once.
     #[inline(never)]
     fn call(&mut self, req: Req) -> Self::Future {
+        let class = self.classes.criticality(&req);
         ResponseFuture::new_in(
             &self.shared,
             &mut self.inner,
             &mut self.in_call,
             req,
             self.overload.clone(),
+            class,
         )
     }
 }

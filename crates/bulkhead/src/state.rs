@@ -4,7 +4,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use seawall_core::{BoxError, BulkheadFull, BulkheadTimeout, ConfigError, Name, RejectionKind};
+use seawall_core::{
+    BoxError, BulkheadFull, BulkheadTimeout, ConfigError, Criticality, Name, RejectionKind,
+};
 
 use tokio::time::Instant;
 
@@ -201,6 +203,25 @@ impl Shared {
         }
     }
 
+    /// Frees a slot held by a call of `class` (called by the permit's drop).
+    pub(crate) fn release_classed(&self, class: Criticality) {
+        self.semaphore.release_classed(class);
+        self.telemetry.released();
+        if self.events.released(&self.semaphore) {
+            self.telemetry.relieved(&self.name, &self.semaphore);
+        }
+    }
+
+    /// Frees a slot handed to a waiter of `class` that left before taking it, as
+    /// [`Shared::release_handed_over`] does.
+    #[cold]
+    pub(crate) fn release_handed_over_classed(&self, class: Criticality) {
+        self.semaphore.release_classed(class);
+        if self.events.released(&self.semaphore) {
+            self.telemetry.relieved(&self.name, &self.semaphore);
+        }
+    }
+
     /// Frees a slot handed to a waiter that left before taking it (never counted
     /// as active in the metrics), and passes it on as [`Shared::release_slot`] does.
     #[cold]
@@ -217,17 +238,34 @@ impl Shared {
     /// error the call's future answers with.
     #[cold]
     pub(crate) fn reject(&self, timed_out_after: Option<Duration>) -> BoxError {
+        self.reject_class(timed_out_after, None)
+    }
+
+    /// As [`Shared::reject`], for a call of `class` (when the layer has classes):
+    /// the rejection, full or timed out, carries it.
+    #[cold]
+    pub(crate) fn reject_class(
+        &self,
+        timed_out_after: Option<Duration>,
+        class: Option<Criticality>,
+    ) -> BoxError {
         let (kind, error): (_, BoxError) = match timed_out_after {
             None => {
                 self.semaphore.count_full();
                 self.telemetry.rejected_full(&self.name, &self.semaphore);
                 let now = self.semaphore.counts();
-                let full = BulkheadFull::named(&self.name).with_load(now.active, now.queued);
+                let mut full = BulkheadFull::named(&self.name).with_load(now.active, now.queued);
+                if let Some(class) = class {
+                    full = full.with_criticality(class);
+                }
                 (RejectionKind::BulkheadFull, Box::new(full))
             }
             Some(waited) => {
                 self.telemetry.rejected_timeout(&self.name, waited);
-                let timeout = BulkheadTimeout::new(self.name.clone(), waited);
+                let mut timeout = BulkheadTimeout::new(self.name.clone(), waited);
+                if let Some(class) = class {
+                    timeout = timeout.with_criticality(class);
+                }
                 (RejectionKind::BulkheadTimeout, Box::new(timeout))
             }
         };
@@ -235,6 +273,27 @@ impl Shared {
             self.telemetry.saturated(&self.name, kind, &self.semaphore);
         }
         error
+    }
+
+    /// Turns away a waiter of `class` whose place a more critical call took (already
+    /// counted full by the semaphore when it was displaced): logs and meters it,
+    /// and gives the error its future answers with.
+    #[cold]
+    pub(crate) fn reject_displaced(&self, class: Criticality) -> BoxError {
+        self.telemetry.rejected_full(&self.name, &self.semaphore);
+        let now = self.semaphore.counts();
+        let full = BulkheadFull::named(&self.name)
+            .with_load(now.active, now.queued)
+            .with_criticality(class)
+            .displaced();
+        if self
+            .events
+            .rejected(RejectionKind::BulkheadFull, &self.semaphore)
+        {
+            self.telemetry
+                .saturated(&self.name, RejectionKind::BulkheadFull, &self.semaphore);
+        }
+        Box::new(full)
     }
 
     /// The queue's bounds in force: the configured policy, with no room in the
@@ -296,6 +355,9 @@ impl Shared {
             let queue = self.queue_in_force(new.queue.max_queue);
             self.semaphore
                 .set_limits_with(|| self.feedback.limit(), Some(queue));
+            if old.queue.shares != new.queue.shares {
+                self.semaphore.set_shares(new.queue.shares);
+            }
             (old, before)
         };
         self.telemetry.reconfigured(&self.name, &old, &new);

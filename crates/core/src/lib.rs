@@ -8,6 +8,9 @@
 //!   a [`BoxError`] like tower's own errors, and [`find_rejection`] to recognise one
 //!   anywhere in an error chain with its [`RejectionKind`], [`Category`], name and
 //!   retry-after.
+//! - **Criticality** ([`Criticality`], [`CriticalityOf`], [`CriticalityHeader`]): a
+//!   request's class under overload (critical, default, sheddable), which a
+//!   bulkhead with classes serves first and sheds last.
 //! - **Classification** ([`Outcome`], [`Classify`], [`ClassifyRequest`]): which
 //!   results are evidence of a sick dependency. Provided: [`ErrorsAsFailures`] (the
 //!   default), [`HttpStatus`] (5xx and 429 fail, a 404 is a business answer) and
@@ -80,6 +83,8 @@
 //! rejection.rs        the rejection types (CircuitOpen, BulkheadFull, BulkheadTimeout,
 //!                     DeadlineExceeded, FallbacksExhausted), RejectionKind and its one
 //!                     list, Category, Name, and find_rejection
+//! criticality.rs      Criticality, a request's class under overload; CriticalityOf, the
+//!                     extractor (closures, CriticalityHeader, Unclassed)
 //! classify.rs         Outcome, Classify, ClassifyRequest and the provided classifiers
 //!                     (ErrorsAsFailures, HttpStatus, GrpcStatus, OverloadStatus, …)
 //! window.rs           CountWindow and TimeWindow: sliding windows of outcomes, `now` passed in
@@ -127,6 +132,7 @@
 
 mod classify;
 mod config;
+mod criticality;
 mod deadline;
 #[cfg(feature = "serde")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
@@ -159,6 +165,10 @@ pub use classify::{
     OverloadStatus, PerRequest, StatusSet, TimeoutsAsOverload, WithReason, REHEARSAL,
 };
 pub use config::{check_duration, check_fraction, check_positive, ConfigError};
+pub use criticality::{
+    Criticality, CriticalityHeader, CriticalityOf, Unclassed, UnknownCriticality,
+    CRITICALITY_HEADER,
+};
 pub use deadline::{
     bounded, bounded_by_current, format_grpc_timeout, parse_grpc_timeout, with_current_deadline,
     Bounded, BoundedByCurrent, Deadline, DeadlineFuture, DeadlineHandle, DeadlineHeaders,
@@ -177,7 +187,8 @@ pub use random::{RandomSource, SeededRandom};
 pub use reasons::{ReasonCounters, MAX_REASONS};
 pub use rejection::{
     find_rejection, BoxError, BulkheadFull, BulkheadTimeout, Category, CircuitOpen,
-    DeadlineExceeded, FallbacksExhausted, Name, OpenCause, Rejection, RejectionKind, StepFailure,
+    DeadlineExceeded, FallbacksExhausted, FullCause, Name, OpenCause, Rejection, RejectionKind,
+    StepFailure,
 };
 pub use retry::{
     DeadlineRetry, DeadlineRetryBuilder, HttpPushback, IdempotentFailures, IgnorePushback, Jitter,

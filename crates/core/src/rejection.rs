@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::criticality::Criticality;
+
 /// The boxed error type that seawall layers return, as in tower.
 pub type BoxError = Box<dyn Error + Send + Sync>;
 
@@ -336,11 +338,37 @@ impl fmt::Display for CircuitOpen {
 
 impl Error for CircuitOpen {}
 
-/// A bulkhead had every slot busy and its waiting queue full.
+/// A bulkhead had every slot busy and its waiting queue full, or (with classes)
+/// a more critical call took this one's place in the queue.
 #[derive(Debug, Clone)]
 pub struct BulkheadFull {
     name: RejectionName,
     load: Option<(usize, usize)>,
+    cause: FullCause,
+    criticality: Option<Criticality>,
+}
+
+/// Why a bulkhead turned a call away as full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FullCause {
+    /// No free slot and no room in the queue when it arrived.
+    Full,
+    /// It was waiting in the queue when a more critical call arrived to a full
+    /// queue and took its place: turned away at once rather than left to time out.
+    Displaced,
+}
+
+impl FullCause {
+    /// Every cause, in declaration order.
+    pub const ALL: [FullCause; 2] = [Self::Full, Self::Displaced];
+
+    /// `"full"` or `"displaced"`: the name in metrics labels and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Full => "full",
+            Self::Displaced => "displaced",
+        }
+    }
 }
 
 impl BulkheadFull {
@@ -349,6 +377,8 @@ impl BulkheadFull {
         Self {
             name: RejectionName::owned(name),
             load: None,
+            cause: FullCause::Full,
+            criticality: None,
         }
     }
 
@@ -359,7 +389,33 @@ impl BulkheadFull {
         Self {
             name: RejectionName::copied(name),
             load: None,
+            cause: FullCause::Full,
+            criticality: None,
         }
+    }
+
+    /// The same rejection, for a call of class `criticality`.
+    #[must_use]
+    pub fn with_criticality(mut self, criticality: Criticality) -> Self {
+        self.criticality = Some(criticality);
+        self
+    }
+
+    /// The same rejection, for a waiter displaced from the queue by a more critical call.
+    #[must_use]
+    pub fn displaced(mut self) -> Self {
+        self.cause = FullCause::Displaced;
+        self
+    }
+
+    /// Why the call was turned away.
+    pub fn cause(&self) -> FullCause {
+        self.cause
+    }
+
+    /// The class of the call turned away, when the bulkhead uses classes.
+    pub fn criticality(&self) -> Option<Criticality> {
+        self.criticality
     }
 
     /// The same rejection, recording the calls `active` and `queued` when it was made.
@@ -382,7 +438,18 @@ impl BulkheadFull {
 
 impl fmt::Display for BulkheadFull {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "bulkhead `{}` is full", self.name)
+        match self.cause {
+            FullCause::Full => write!(f, "bulkhead `{}` is full", self.name)?,
+            FullCause::Displaced => write!(
+                f,
+                "bulkhead `{}` is full: a more critical call took this one's place in its queue",
+                self.name
+            )?,
+        }
+        match self.criticality {
+            Some(c) => write!(f, " ({c} call)"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -394,12 +461,29 @@ impl Error for BulkheadFull {}
 pub struct BulkheadTimeout {
     name: Name,
     waited: Duration,
+    criticality: Option<Criticality>,
 }
 
 impl BulkheadTimeout {
     /// A rejection by the bulkhead `name` after waiting `waited`.
     pub fn new(name: Name, waited: Duration) -> Self {
-        Self { name, waited }
+        Self {
+            name,
+            waited,
+            criticality: None,
+        }
+    }
+
+    /// The same rejection, for a call of class `criticality`.
+    #[must_use]
+    pub fn with_criticality(mut self, criticality: Criticality) -> Self {
+        self.criticality = Some(criticality);
+        self
+    }
+
+    /// The class of the call turned away, when the bulkhead uses classes.
+    pub fn criticality(&self) -> Option<Criticality> {
+        self.criticality
     }
 
     /// The bulkhead's name.
@@ -523,6 +607,8 @@ pub struct Rejection<'a> {
     open_cause: Option<OpenCause>,
     waited: Option<Duration>,
     load: Option<(usize, usize)>,
+    full_cause: Option<FullCause>,
+    criticality: Option<Criticality>,
     error: &'a (dyn Error + 'static),
 }
 
@@ -568,6 +654,17 @@ impl<'a> Rejection<'a> {
         self.load.map(|(_, queued)| queued)
     }
 
+    /// Why a bulkhead turned the call away as full (bulkhead-full rejections only).
+    pub fn full_cause(&self) -> Option<FullCause> {
+        self.full_cause
+    }
+
+    /// The class of the call a bulkhead turned away (full or timed out), when it
+    /// uses classes.
+    pub fn criticality(&self) -> Option<Criticality> {
+        self.criticality
+    }
+
     /// The rejection error itself, for downcasting to its concrete type.
     pub fn error(&self) -> &'a (dyn Error + 'static) {
         self.error
@@ -606,6 +703,8 @@ fn recognise<'a>(e: &'a (dyn Error + 'static)) -> Option<Rejection<'a>> {
         open_cause: None,
         waited: None,
         load: None,
+        full_cause: None,
+        criticality: None,
         error: e,
     };
     if let Some(r) = e.downcast_ref::<CircuitOpen>() {
@@ -617,11 +716,14 @@ fn recognise<'a>(e: &'a (dyn Error + 'static)) -> Option<Rejection<'a>> {
     } else if let Some(r) = e.downcast_ref::<BulkheadFull>() {
         Some(Rejection {
             load: r.load,
+            full_cause: Some(r.cause),
+            criticality: r.criticality,
             ..bare(RejectionKind::BulkheadFull, Some(r.name()))
         })
     } else if let Some(r) = e.downcast_ref::<BulkheadTimeout>() {
         Some(Rejection {
             waited: Some(r.waited),
+            criticality: r.criticality,
             ..bare(RejectionKind::BulkheadTimeout, Some(r.name()))
         })
     } else if e.is::<DeadlineExceeded>() {
@@ -672,6 +774,35 @@ pub(crate) mod tests {
             };
             assert_eq!(declared, i, "{}", cause.as_str());
         }
+    }
+
+    #[test]
+    fn a_displaced_waiter_is_full_with_its_cause_and_class() {
+        let plain: BoxError = Box::new(BulkheadFull::new("freight".into()));
+        let r = find_rejection(&*plain).unwrap();
+        assert_eq!(
+            (r.full_cause(), r.criticality()),
+            (Some(FullCause::Full), None)
+        );
+        let displaced: BoxError = Box::new(
+            BulkheadFull::new("freight".into())
+                .with_criticality(Criticality::Sheddable)
+                .displaced(),
+        );
+        let r = find_rejection(&*displaced).unwrap();
+        assert_eq!(r.kind(), RejectionKind::BulkheadFull);
+        assert_eq!(r.category(), Category::Admission);
+        assert_eq!(r.full_cause(), Some(FullCause::Displaced));
+        assert_eq!(r.criticality(), Some(Criticality::Sheddable));
+        assert!(displaced.to_string().contains("sheddable"));
+        let late: BoxError = Box::new(
+            BulkheadTimeout::new("freight".into(), Duration::ZERO)
+                .with_criticality(Criticality::Critical),
+        );
+        let r = find_rejection(&*late).unwrap();
+        assert_eq!(r.full_cause(), None);
+        assert_eq!(r.criticality(), Some(Criticality::Critical));
+        assert_eq!(FullCause::ALL.map(FullCause::as_str), ["full", "displaced"]);
     }
 
     #[test]
