@@ -240,6 +240,21 @@ fn the_bulkhead_queue_is_a_nested_table_whose_unknown_keys_are_named() {
         "{message}"
     );
     assert!(message.contains("unknown field"), "{message}");
+    // The classes' shares: a nested table of the queue; left out, the defaults.
+    let doc = PolicyDocument::from_toml(
+        "[policies.q.bulkhead.queue]\nshares = { default = 80, sheddable = 20 }\n",
+    )
+    .unwrap();
+    let shares = doc.policies["q"].bulkhead.unwrap().queue.shares;
+    assert_eq!((shares.default, shares.sheddable), (80, 20));
+    let shares = QueuePolicy::default().shares;
+    assert_eq!((shares.default, shares.sheddable), (90, 50));
+    let (fields, message) = refused("[policies.q.bulkhead.queue]\nshares = { critical = 100 }\n");
+    assert_eq!(
+        fields,
+        ["policies.q.bulkhead.queue.shares.critical"],
+        "{message}"
+    );
     // The queue's keys belong to its table: one level up they are unknown.
     let (fields, message) = refused("[policies.q.bulkhead]\nmax_wait = \"20ms\"\n");
     assert_eq!(fields, ["policies.q.bulkhead.max_wait"], "{message}");
@@ -281,6 +296,14 @@ const INVALID: &[(&str, &str)] = &[
     (
         "[policies.quote.bulkhead]\nmax_concurrent = 0\n",
         "policies.quote.bulkhead.max_concurrent",
+    ),
+    (
+        "[policies.quote.bulkhead.queue]\nshares = { default = 40, sheddable = 50 }\n",
+        "policies.quote.bulkhead.queue.shares.sheddable",
+    ),
+    (
+        "[policies.quote.bulkhead.queue.shares]\ndefault = 120\n",
+        "policies.quote.bulkhead.queue.shares.default",
     ),
     (
         "[policies.quote.bulkhead.queue]\nmax_wait = \"0ms\"\n",

@@ -280,6 +280,17 @@ fn every_documented_family_is_exported_with_its_type_and_a_help_text() {
         let svc = breaker.layer(dependency());
         svc.oneshot(Req::new(Behaviour::NotFound)).await.unwrap();
         handle.force(Forced::Open);
+        // A call with a class turned away (a sheddable share of one slot is none).
+        let classed = BulkheadLayer::builder("classed")
+            .max_concurrent(1)
+            .max_queue(0)
+            .build()
+            .unwrap()
+            .criticality(|_: &&'static str| seawall::core::Criticality::Sheddable);
+        let shed = classed.layer(service_fn(|_: &'static str| async {
+            Ok::<_, Infallible>(())
+        }));
+        assert!(shed.oneshot("prefetch").await.is_err());
         let out = scrape(&recorder);
         drop(layers);
         out

@@ -781,7 +781,11 @@ language-model = "assistant"
                 Err::<http::Response<()>, BoxError>("503".into())
             });
             let breaker = policies.circuit_breaker("freight", |b| b).unwrap();
-            let bulkhead = policies.bulkhead("freight").unwrap();
+            // With classes, so that the frames show them.
+            let bulkhead = policies
+                .bulkhead("freight")
+                .unwrap()
+                .criticality(crate::core::CriticalityHeader::new());
             let fallback = policies
                 .fallback("freight", |b| {
                     b.unavailable::<http::Response<()>>("no quote")

@@ -181,7 +181,10 @@ impl Drop for Waiter {
                     }
                 }
                 // Already turned away (and counted) when it was displaced.
-                Left::Displaced => shared.telemetry.dequeued(),
+                Left::Displaced => {
+                    shared.telemetry.dequeued();
+                    shared.displaced_told(self.class.unwrap_or_default());
+                }
             }
         }
     }

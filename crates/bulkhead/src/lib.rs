@@ -453,7 +453,8 @@
 //! [`Handle::snapshot`] reports the limit in force, active and waiting calls,
 //! admitted, rejected-full, rejected-timeout and abandoned counts, the admission
 //! wait's p50, p99 and max (a fixed histogram of atomics; immediate admissions
-//! count as zero), and an adaptive algorithm's state.
+//! count as zero), an adaptive algorithm's state, and with classes each class's
+//! share in slots, active and waiting calls and rejections ([`ClassSnapshot`]).
 //! [`Handle::reconfigure`] changes the limits at run time with validation:
 //! growing admits waiters at once; shrinking never preempts a running call, it
 //! only admits fewer. [`Handle::revert`] restores the built limits. Rejections
@@ -475,6 +476,7 @@
 //! | `seawall_bulkhead_limit` (the limit in force: adaptive, forced or `max_concurrent`; a keyed layer's: summed over its live keys) | gauge |
 //! | `seawall_bulkhead_admitted_total` | counter |
 //! | `seawall_bulkhead_rejected_total{reason = "full" \| "timeout" \| "keys"}` | counter |
+//! | `seawall_bulkhead_class_rejected_total{class, reason = "full" \| "displaced" \| "timeout"}` (with classes, from the first) | counter |
 //! | `seawall_bulkhead_wait_seconds` | histogram |
 //!
 //! # Errors
@@ -577,7 +579,7 @@ pub use permit::{Permit, PermitHandle};
 pub use queue::{QueuePolicy, Shares};
 pub use seawall_core::DEFAULT_MAX_KEYS;
 pub use service::Bulkhead;
-pub use state::{AdaptiveSnapshot, Demand, Snapshot, WaitStats};
+pub use state::{AdaptiveSnapshot, ClassSnapshot, Demand, Snapshot, WaitStats};
 
 pub use seawall_core::{
     BoxError, BulkheadFull, BulkheadTimeout, Criticality, CriticalityHeader, CriticalityOf,

@@ -201,6 +201,40 @@ struct ClassCounts {
     shares: Shares,
     /// Waiters displaced from the line and not yet told (polled or dropped).
     displaced: Vec<u64>,
+    /// Calls turned away, by class and by [`ClassRejection`].
+    rejected: [[u64; 3]; 3],
+}
+
+/// Why a call with a class was turned away, as counted per class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ClassRejection {
+    /// No slot and no room in the line.
+    Full = 0,
+    /// A more critical call took its place in the line.
+    Displaced = 1,
+    /// No slot within its wait.
+    Timeout = 2,
+}
+
+impl ClassRejection {
+    /// The `reason` label.
+    #[cfg_attr(not(any(feature = "metrics", feature = "tracing")), allow(dead_code))]
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Full => "full",
+            Self::Displaced => "displaced",
+            Self::Timeout => "timeout",
+        }
+    }
+}
+
+/// One class's counts at one moment (see [`Semaphore::class_stats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ClassStats {
+    pub(crate) active: usize,
+    pub(crate) queued: usize,
+    /// By [`ClassRejection`].
+    pub(crate) rejected: [u64; 3],
 }
 
 impl ClassCounts {
@@ -802,6 +836,7 @@ impl Semaphore {
                         classes.displaced.push(entry.id);
                         // Counted here, even if its caller never looks again.
                         self.rejected_full.fetch_add(1, Ordering::Relaxed);
+                        classes.rejected[victim.index()][ClassRejection::Displaced as usize] += 1;
                         *displaced = entry.waker;
                     }
                 }
@@ -847,6 +882,27 @@ impl Semaphore {
             }
         }
         self.hand_over();
+    }
+
+    /// Counts a call of `class` turned away for `why` (a displacement is counted
+    /// when it happens, by [`Semaphore::join_classed`]).
+    pub(crate) fn count_class_rejection(&self, class: Criticality, why: ClassRejection) {
+        let mut line = self.lock();
+        if let Some(classes) = line.classes_mut() {
+            classes.rejected[class.index()][why as usize] += 1;
+        }
+    }
+
+    /// Each class's counts, most critical first; `None` before the first call with
+    /// a class.
+    pub(crate) fn class_stats(&self) -> Option<[ClassStats; 3]> {
+        let line = self.lock();
+        let classes = line.classes()?;
+        Some(Criticality::ALL.map(|c| ClassStats {
+            active: classes.by_class[c.index()],
+            queued: classes.queued[c.index()],
+            rejected: classes.rejected[c.index()],
+        }))
     }
 
     /// Whether waiter `id` is still in line.

@@ -14,7 +14,8 @@ use crate::config::BulkheadConfig;
 use crate::events::{BulkheadEvent, Events};
 use crate::feedback::Feedback;
 use crate::queue::QueuePolicy;
-use crate::semaphore::Semaphore;
+use crate::queue::Shares;
+use crate::semaphore::{ClassRejection, Semaphore};
 use crate::telemetry::{Series, ShadowReason, Telemetry};
 
 /// One bulkhead: the admission semaphore plus its name, limits and telemetry.
@@ -249,6 +250,14 @@ impl Shared {
         timed_out_after: Option<Duration>,
         class: Option<Criticality>,
     ) -> BoxError {
+        if let Some(class) = class {
+            let why = match timed_out_after {
+                None => ClassRejection::Full,
+                Some(_) => ClassRejection::Timeout,
+            };
+            self.semaphore.count_class_rejection(class, why);
+            self.telemetry.class_rejected(&self.name, class, why);
+        }
         let (kind, error): (_, BoxError) = match timed_out_after {
             None => {
                 self.semaphore.count_full();
@@ -280,7 +289,7 @@ impl Shared {
     /// and gives the error its future answers with.
     #[cold]
     pub(crate) fn reject_displaced(&self, class: Criticality) -> BoxError {
-        self.telemetry.rejected_full(&self.name, &self.semaphore);
+        self.displaced_told(class);
         let now = self.semaphore.counts();
         let full = BulkheadFull::named(&self.name)
             .with_load(now.active, now.queued)
@@ -294,6 +303,15 @@ impl Shared {
                 .saturated(&self.name, RejectionKind::BulkheadFull, &self.semaphore);
         }
         Box::new(full)
+    }
+
+    /// Meters and logs a displaced waiter of `class` once its caller learns it (or
+    /// drops its future): the semaphore counted it when it was displaced.
+    #[cold]
+    pub(crate) fn displaced_told(&self, class: Criticality) {
+        self.telemetry.rejected_full(&self.name, &self.semaphore);
+        self.telemetry
+            .class_rejected(&self.name, class, ClassRejection::Displaced);
     }
 
     /// The queue's bounds in force: the configured policy, with no room in the
@@ -411,8 +429,55 @@ impl Shared {
                 max: waits.max,
                 queued_admissions: waits.queued_admissions,
             },
+            classes: self.class_snapshots(config.queue.shares),
         }
     }
+
+    /// Each class's counts, once a call with a class has come.
+    fn class_snapshots(&self, shares: Shares) -> Vec<ClassSnapshot> {
+        let limit = self.semaphore.max_concurrent();
+        let Some(stats) = self.semaphore.class_stats() else {
+            return Vec::new();
+        };
+        Criticality::ALL
+            .into_iter()
+            .zip(stats)
+            .map(|(criticality, s)| ClassSnapshot {
+                criticality,
+                slots: shares.cap(criticality, limit),
+                active: s.active,
+                queued: s.queued,
+                rejected_full: s.rejected[ClassRejection::Full as usize],
+                displaced: s.rejected[ClassRejection::Displaced as usize],
+                rejected_timeout: s.rejected[ClassRejection::Timeout as usize],
+            })
+            .collect()
+    }
+}
+
+/// One class's counts in a bulkhead with classes (see [`Snapshot::classes`]).
+///
+/// `rejected_full` and `displaced` are both counted in the bulkhead's
+/// `rejected_full`, and `rejected_timeout` in its `rejected_timeout`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct ClassSnapshot {
+    /// The class.
+    pub criticality: Criticality,
+    /// The most slots it may hold now: its share of the limit in force.
+    pub slots: usize,
+    /// Slots it holds now (may exceed `slots` just after the limit fell).
+    pub active: usize,
+    /// Its calls waiting in its line now.
+    pub queued: usize,
+    /// Its calls turned away at once: no slot, no room in the line, nobody less
+    /// critical to displace.
+    pub rejected_full: u64,
+    /// Its waiters whose place a more critical call took.
+    pub displaced: u64,
+    /// Its waiters that got no slot within their wait.
+    pub rejected_timeout: u64,
 }
 
 /// A bulkhead's demand over one period (see [`Handle::take_demand`](crate::Handle::take_demand)).
@@ -512,6 +577,10 @@ pub struct Snapshot {
     pub over_limit: usize,
     /// How long admitted calls waited for their slot.
     pub wait: WaitStats,
+    /// With classes, each class's share and counts, most critical first; empty
+    /// until the first call with a class (see
+    /// [`BulkheadLayer::criticality`](crate::BulkheadLayer::criticality)).
+    pub classes: Vec<ClassSnapshot>,
 }
 
 /// An adaptive bulkhead's algorithm at one moment (see [`Snapshot::adaptive`]).

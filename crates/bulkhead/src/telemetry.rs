@@ -45,10 +45,10 @@
 
 use std::time::Duration;
 
-use seawall_core::Name;
+use seawall_core::{Criticality, Name};
 
 use crate::config::BulkheadConfig;
-use crate::semaphore::Semaphore;
+use crate::semaphore::{ClassRejection, Semaphore};
 
 /// Why a shadow bulkhead let a call through beyond its limit: the rejection it
 /// would have made.
@@ -256,6 +256,11 @@ pub(crate) fn describe() {
         "Capacity rejections by reason: full (every slot busy, the queue full), timeout (waited max_wait or until the deadline), keys (a keyed bulkhead had no room for a new key)."
     );
     metrics::describe_counter!(
+        "seawall_bulkhead_class_rejected_total",
+        Unit::Count,
+        "With classes: rejections by class (critical, default, sheddable) and reason: full (no slot, no room, nobody less critical to displace), displaced (a more critical call took its place in line), timeout; also counted in rejected_total (displaced as full)."
+    );
+    metrics::describe_counter!(
         "seawall_bulkhead_abandoned_total",
         Unit::Count,
         "Calls whose caller gave up while they waited in line (the future was dropped)."
@@ -349,6 +354,32 @@ impl Telemetry {
         }
         #[cfg(feature = "metrics")]
         self.m.rejected_full.increment(1);
+    }
+
+    /// A call of `class` was turned away for `why` (a bulkhead with classes):
+    /// a series per class and reason, made at its first use.
+    #[cold]
+    #[cfg_attr(
+        not(any(feature = "metrics", feature = "tracing")),
+        allow(unused_variables)
+    )]
+    pub(crate) fn class_rejected(&self, name: &str, class: Criticality, why: ClassRejection) {
+        #[cfg(feature = "tracing")]
+        tracing::debug!(
+            target: "seawall::bulkhead",
+            bulkhead = name,
+            class = class.as_str(),
+            reason = why.as_str(),
+            "call with a class rejected"
+        );
+        #[cfg(feature = "metrics")]
+        metrics::counter!(
+            "seawall_bulkhead_class_rejected_total",
+            "name" => name.to_owned(),
+            "class" => class.as_str(),
+            "reason" => why.as_str()
+        )
+        .increment(1);
     }
 
     /// A waiter left after waiting `waited` without getting a slot.

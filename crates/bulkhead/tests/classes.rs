@@ -126,6 +126,47 @@ async fn a_critical_arrival_displaces_a_sheddable_waiter_which_is_told_at_once()
     assert_eq!(counts(&h), (0, 0));
     let s = h.snapshot();
     assert_eq!((s.admitted, s.rejected_full, s.rejected_timeout), (2, 2, 0));
+    // Per class: the shares of the limit of 1, and who was turned away how.
+    let classes: Vec<_> = s
+        .classes
+        .iter()
+        .map(|c| (c.criticality, c.slots, c.rejected_full, c.displaced))
+        .collect();
+    assert_eq!(classes, [(C, 1, 0, 0), (D, 0, 0, 0), (S, 0, 1, 1)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_snapshot_shows_each_class_once_one_has_come() {
+    let (l, h) = layer(
+        10,
+        2,
+        Shares {
+            default: 80,
+            sheddable: 30,
+        },
+    );
+    assert!(h.snapshot().classes.is_empty(), "no class yet");
+    let (mut svc, mut inner) = pair(l);
+    inner.allow(10);
+    let mut calls: Vec<_> = ["s1", "s2", "s3", "s4", "d1", "c1"]
+        .into_iter()
+        .map(|b| start(&mut svc, b))
+        .collect();
+    let s = h.snapshot();
+    let rows: Vec<_> = s
+        .classes
+        .iter()
+        .map(|c| (c.criticality, c.slots, c.active, c.queued))
+        .collect();
+    assert_eq!(rows, [(C, 10, 1, 0), (D, 8, 1, 0), (S, 3, 3, 1)]);
+    assert_eq!(s.queue.shares.sheddable, 30);
+    // The sheddable waiter times out: counted against its class.
+    tokio::time::advance(ms(20)).await;
+    let err = assert_ready!(calls[3].poll()).unwrap_err();
+    assert_eq!(rejection(&err).2, Some(S));
+    let s = h.snapshot();
+    assert_eq!(s.classes[S.index()].rejected_timeout, 1);
+    assert_eq!(s.rejected_timeout, 1);
 }
 
 #[tokio::test(start_paused = true)]

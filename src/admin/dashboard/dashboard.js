@@ -57,6 +57,16 @@
     bulkheadShadowFull: "snapshot.bulkhead.shadow_rejected_full",
     bulkheadShadowTimeout: "snapshot.bulkhead.shadow_rejected_timeout",
     bulkheadOverLimit: "snapshot.bulkhead.over_limit",
+    bulkheadClasses: "snapshot.bulkhead.classes",
+    bulkheadShareDefault: "snapshot.bulkhead.queue.shares.default",
+    bulkheadShareSheddable: "snapshot.bulkhead.queue.shares.sheddable",
+    className: "snapshot.bulkhead.classes[].criticality",
+    classSlots: "snapshot.bulkhead.classes[].slots",
+    classActive: "snapshot.bulkhead.classes[].active",
+    classQueued: "snapshot.bulkhead.classes[].queued",
+    classFull: "snapshot.bulkhead.classes[].rejected_full",
+    classDisplaced: "snapshot.bulkhead.classes[].displaced",
+    classTimeout: "snapshot.bulkhead.classes[].rejected_timeout",
     degradation: "snapshot.degradation",
     level: "snapshot.degradation.level",
     levelName: "snapshot.degradation.level_name",
@@ -322,6 +332,7 @@
           el("meter", { min: "0", "data-field": "queued-meter" }),
           el("span", { "data-field": "queued" })),
         line("rejected", "rejected"),
+        line("classes", "classes"),
         line("wait", "wait p99")),
       panel("degradation", "Degradation",
         el("p", { class: "state" },
@@ -470,6 +481,19 @@
           ? `; shadow mode: ${read(p, "bulkheadShadowFull")} full and ${read(p, "bulkheadShadowTimeout")} ` +
             `timed out went through beyond the limit, ${read(p, "bulkheadOverLimit")} of them running now`
           : ""));
+      // With classes: each class's slots against its share, its line, and whom it lost.
+      const classes = read(p, "bulkheadClasses") || [];
+      const share = { default: read(p, "bulkheadShareDefault"), sheddable: read(p, "bulkheadShareSheddable") };
+      field(card, "classes").parentNode.hidden = classes.length === 0;
+      setText(card, "classes", classes.map((c) => {
+        const name = readItem(c, "className");
+        const displaced = readItem(c, "classDisplaced");
+        const shed = readItem(c, "classFull") + displaced + readItem(c, "classTimeout");
+        return `${name} ${readItem(c, "classActive")} / ${readItem(c, "classSlots")}` +
+          (name in share ? ` (${share[name]} %)` : "") +
+          `, ${readItem(c, "classQueued")} waiting, ${shed} shed` +
+          (displaced > 0 ? ` (${displaced} displaced)` : "");
+      }).join("; "));
       setText(card, "wait", human(ms(read(p, "bulkheadWaitP99"))));
     }
 
