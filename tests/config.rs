@@ -255,6 +255,22 @@ fn the_bulkhead_queue_is_a_nested_table_whose_unknown_keys_are_named() {
         ["policies.q.bulkhead.queue.shares.critical"],
         "{message}"
     );
+    // Controlled delay: off unless its table is there; its fields keep defaults.
+    assert_eq!(QueuePolicy::default().controlled_delay, None);
+    let doc = PolicyDocument::from_toml(
+        "[policies.q.bulkhead.queue]\ncontrolled_delay = { target = \"2ms\", lifo = false }\n",
+    )
+    .unwrap();
+    let delay = doc.policies["q"]
+        .bulkhead
+        .unwrap()
+        .queue
+        .controlled_delay
+        .unwrap();
+    assert_eq!(
+        (delay.interval, delay.target, delay.lifo),
+        (Duration::from_millis(100), Duration::from_millis(2), false)
+    );
     // The queue's keys belong to its table: one level up they are unknown.
     let (fields, message) = refused("[policies.q.bulkhead]\nmax_wait = \"20ms\"\n");
     assert_eq!(fields, ["policies.q.bulkhead.max_wait"], "{message}");
@@ -304,6 +320,10 @@ const INVALID: &[(&str, &str)] = &[
     (
         "[policies.quote.bulkhead.queue.shares]\ndefault = 120\n",
         "policies.quote.bulkhead.queue.shares.default",
+    ),
+    (
+        "[policies.quote.bulkhead.queue.controlled_delay]\ntarget = \"0ms\"\n",
+        "policies.quote.bulkhead.queue.controlled_delay.target",
     ),
     (
         "[policies.quote.bulkhead.queue]\nmax_wait = \"0ms\"\n",

@@ -15,6 +15,7 @@ use tower_service::Service;
 
 use crate::hold::{Hold, Lend};
 use crate::permit::Permit;
+use crate::queue::QueuePolicy;
 use crate::semaphore::{Enqueued, Leave, Left, Polled, WaiterId};
 use crate::state::Shared;
 use crate::telemetry::ShadowReason;
@@ -197,6 +198,14 @@ fn free_on_unwind(permit: &mut Option<Permit>) {
     *permit = None;
 }
 
+/// Whether the line stands for a call arriving at `now` (with a controlled delay;
+/// without one, never, and nothing is read).
+fn stands(shared: &Shared, policy: &QueuePolicy, now: Instant) -> bool {
+    policy
+        .controlled_delay
+        .is_some_and(|delay| shared.semaphore.arrival(now, &delay))
+}
+
 fn polled_after_completion() -> BoxError {
     "bulkhead response future polled after completion".into()
 }
@@ -286,9 +295,10 @@ where
         // A hedge (a call made under `without_waiting`) takes a slot freed meanwhile
         // or is turned away as full: it never joins the line.
         let may_wait = seawall_core::may_wait();
-        let until = shared
-            .queue_policy()
-            .wait_until(now, deadline.map(|d| d.instant()))
+        let policy = shared.queue_policy();
+        let standing = stands(shared, &policy, now);
+        let until = policy
+            .wait_until_standing(now, deadline.map(|d| d.instant()), standing)
             .filter(|_| may_wait);
         // A call whose deadline has passed takes a free slot but never joins the line.
         // Read once: the decision and what is counted must agree.
@@ -357,8 +367,9 @@ where
         let look = deadline.is_none();
         let may_wait = seawall_core::may_wait();
         let policy = shared.queue_policy();
+        let standing = stands(shared, &policy, now);
         let until = policy
-            .wait_until(now, deadline.map(|d| d.instant()))
+            .wait_until_standing(now, deadline.map(|d| d.instant()), standing)
             .filter(|_| may_wait);
         let shadow = until.is_none() && shared.shadows();
         let enqueued = shared.semaphore.join_classed(

@@ -324,6 +324,53 @@
 //! line's lock, reads the clock and the queue's bounds (a slot is freed under the
 //! lock too): the class-aware decision needs per-class counts read together.
 //!
+//! # Controlled delay and adaptive LIFO: a standing queue
+//!
+//! A queue that empties now and then absorbs bursts; one that never empties is a
+//! backlog, where every waiter pays the whole `max_wait` and the oldest, served
+//! first, are the callers most likely to have given up. With
+//! [`QueuePolicy::controlled_delay`] (off by default; [`ControlledDelay`]), once
+//! the line has not been empty for longer than its `interval` (100 ms) it
+//! **stands**: a newcomer then waits at most the short `target` (5 ms), and with
+//! `lifo` a freed slot goes to the newest waiter, so the callers still waiting
+//! are the ones served. When the line empties, the normal wait and first in,
+//! first out are back. These are Facebook's controlled delay and adaptive LIFO
+//! ("Fail at Scale", ACM Queue, 2015).
+//!
+//! - Every wait is still bounded by `max_wait` and the request's deadline; the
+//!   queue is still bounded by `max_queue`.
+//! - The line's state is decided by arrivals (a call that finds no free slot
+//!   reads the clock anyway) and cleared when it empties. Waiters that came
+//!   before it stood keep the wait they were given.
+//! - With classes, the lines keep their order between classes; within a class,
+//!   a standing line serves its newest first.
+//! - [`Snapshot::standing`] says whether it stands now. Backpressure mode has no
+//!   queue of its own and is not affected.
+//! - **Cost:** none on the admitted path; a call that finds no free slot takes
+//!   the line's lock once more to read and update its state.
+//!
+//! ```
+//! use std::time::Duration;
+//! use seawall_bulkhead::{BulkheadLayer, ControlledDelay, QueuePolicy};
+//!
+//! # fn main() -> Result<(), seawall_core::ConfigError> {
+//! let freight = BulkheadLayer::builder("freight")
+//!     .queue(QueuePolicy {
+//!         max_wait: Duration::from_secs(1),
+//!         controlled_delay: Some(ControlledDelay::default()), // 100 ms, 5 ms, LIFO
+//!         ..QueuePolicy::default()
+//!     })
+//!     .build()?;
+//! assert!(!freight.handle().snapshot().standing);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! It gains most when `max_wait` is long next to the dependency's latency (a
+//! long wait lets a backlog grow that LIFO then serves out of order); with the
+//! default 20 ms `max_wait` a standing line already times its waiters out soon,
+//! and the mechanism changes little.
+//!
 //! # Backpressure mode
 //!
 //! [`BulkheadLayer::backpressure`] gives the same bulkhead with the opposite
@@ -494,7 +541,8 @@
 //! config.rs           BulkheadConfig: validated plain data (a leaf)
 //! queue.rs            QueuePolicy, the pure queue policy and the one list of its options: who
 //!                     takes a slot, who waits and until when, who is turned away; MAX_LIMIT;
-//!                     Shares and the class-aware decisions (shares, lines, displacement)
+//!                     Shares and the class-aware decisions (shares, lines, displacement);
+//!                     ControlledDelay: the short wait and newest-first order of a standing line
 //! layer.rs            BulkheadLayer and BulkheadBuilder: one bulkhead per layer, shared by
 //!                     every service it builds
 //! service.rs          Bulkhead, the Service: admission in `call`
@@ -576,7 +624,7 @@ pub use keyed::{
 };
 pub use layer::{BulkheadBuilder, BulkheadLayer};
 pub use permit::{Permit, PermitHandle};
-pub use queue::{QueuePolicy, Shares};
+pub use queue::{ControlledDelay, QueuePolicy, Shares};
 pub use seawall_core::DEFAULT_MAX_KEYS;
 pub use service::Bulkhead;
 pub use state::{AdaptiveSnapshot, ClassSnapshot, Demand, Snapshot, WaitStats};

@@ -34,6 +34,15 @@
 //! 6. **Who gets a freed slot?** The front of the most critical line whose class
 //!    is still under its share ([`Shares::next`]).
 //!
+//! With a [`ControlledDelay`] (off by default), a line that has not been empty
+//! for longer than its `interval` **stands**: the bulkhead is overloaded, not
+//! absorbing a burst. While it stands, a newcomer waits at most the short
+//! `target` ([`QueuePolicy::wait_until_standing`]) and a freed slot goes to the
+//! newest waiter rather than the oldest ([`QueuePolicy::serves_newest`]), whose
+//! caller is the most likely to still be there; when the line empties, waits and
+//! order are back to normal. This is the controlled delay and adaptive LIFO of
+//! Facebook's "Fail at Scale" (ACM Queue, 2015).
+//!
 //! ```
 //! use std::time::Duration;
 //! use seawall_bulkhead::queue::{Load, Place, QueuePolicy};
@@ -75,6 +84,7 @@ pub(crate) const MAX_LIMIT: usize = 1 << 20;
 /// | `max_queue` | 10 | calls waiting for a slot, 0 to 2^20 (0: a busy bulkhead rejects at once) |
 /// | `max_wait` | 20 ms | the longest wait for a slot (more than zero, at most a year), shortened by the request's [`Deadline`](seawall_core::Deadline) |
 /// | `shares` | default 90 %, sheddable 50 % | with classes only: the share of the limit in force each class may hold ([`Shares`]) |
+/// | `controlled_delay` | none (off) | a short wait and newest-first service while the line stands ([`ControlledDelay`]) |
 ///
 /// ```toml
 /// [policies.freight.bulkhead.queue]
@@ -98,6 +108,9 @@ pub struct QueuePolicy {
     /// With classes only (a layer given a criticality extractor): the share of the
     /// limit in force each class may hold. Without classes it is not read.
     pub shares: Shares,
+    /// Controlled delay and adaptive LIFO while the line stands (default none: off).
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub controlled_delay: Option<ControlledDelay>,
 }
 
 impl Default for QueuePolicy {
@@ -107,7 +120,66 @@ impl Default for QueuePolicy {
             max_queue: 10,
             max_wait: Duration::from_millis(20),
             shares: Shares::default(),
+            controlled_delay: None,
         }
+    }
+}
+
+/// Controlled delay and adaptive LIFO: what the queue does once it **stands**,
+/// that is, has not been empty for longer than `interval`.
+///
+/// A queue that empties now and then is absorbing bursts, and first in, first out
+/// with the normal `max_wait` is right. A queue that never empties is a standing
+/// backlog: every waiter pays the whole wait and the oldest, served first, are
+/// the callers most likely to have given up. So while it stands a newcomer waits
+/// at most `target`, and (with `lifo`) a freed slot goes to the newest waiter;
+/// the oldest time out. When the line empties, both return to normal. Every wait
+/// is still bounded by `max_wait` and the request's deadline.
+///
+/// | field | default | meaning |
+/// |---|---|---|
+/// | `interval` | 100 ms | how long the line must stay non-empty to stand (more than zero, at most a year) |
+/// | `target` | 5 ms | the longest a newcomer waits while the line stands (more than zero, at most a year) |
+/// | `lifo` | `true` | serve the newest waiter first while the line stands |
+///
+/// The line's state is updated by arrivals (each reads the clock on its way into
+/// the line), and cleared as the line empties.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+pub struct ControlledDelay {
+    /// How long the line must stay non-empty before it counts as standing.
+    #[cfg_attr(feature = "serde", serde(with = "seawall_core::duration_format"))]
+    pub interval: Duration,
+    /// The longest a call that arrives while the line stands waits.
+    #[cfg_attr(feature = "serde", serde(with = "seawall_core::duration_format"))]
+    pub target: Duration,
+    /// Serve the newest waiter first while the line stands.
+    pub lifo: bool,
+}
+
+impl Default for ControlledDelay {
+    /// Facebook's published numbers: a 100 ms interval, a 5 ms target.
+    fn default() -> Self {
+        Self {
+            interval: Duration::from_millis(100),
+            target: Duration::from_millis(5),
+            lifo: true,
+        }
+    }
+}
+
+impl ControlledDelay {
+    /// Checks every field, naming the first one at fault (`interval`, `target`).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        check_duration("interval", self.interval)?;
+        check_duration("target", self.target)?;
+        Ok(())
+    }
+
+    /// Whether a line non-empty since `since` stands at `now`: longer than `interval`.
+    pub fn stands(&self, since: Instant, now: Instant) -> bool {
+        now.saturating_duration_since(since) > self.interval
     }
 }
 
@@ -312,7 +384,32 @@ impl QueuePolicy {
         }
         check_duration("max_wait", self.max_wait)?;
         self.shares.validate().map_err(|e| e.within("shares"))?;
+        if let Some(delay) = &self.controlled_delay {
+            delay.validate().map_err(|e| e.within("controlled_delay"))?;
+        }
         Ok(())
+    }
+
+    /// As [`wait_until`](Self::wait_until), for a call arriving while the line
+    /// `standing` (see [`ControlledDelay`]): then at most `target` from now. Without
+    /// a controlled delay, or with the line not standing, the same as `wait_until`.
+    pub fn wait_until_standing(
+        &self,
+        now: Instant,
+        deadline: Option<Instant>,
+        standing: bool,
+    ) -> Option<Instant> {
+        let until = self.wait_until(now, deadline)?;
+        match self.controlled_delay {
+            Some(delay) if standing => Some(until.min(seawall_core::later(now, delay.target))),
+            _ => Some(until),
+        }
+    }
+
+    /// Whether a freed slot goes to the newest waiter: the line `standing` with
+    /// adaptive LIFO configured. Otherwise, first in, first out.
+    pub fn serves_newest(&self, standing: bool) -> bool {
+        standing && self.controlled_delay.is_some_and(|d| d.lifo)
     }
 
     /// The latest instant a call arriving at `now` may wait until: `max_wait`
@@ -377,6 +474,7 @@ mod tests {
             default: 90,
             sheddable: 50,
         },
+        controlled_delay: None,
     };
 
     #[test]
@@ -605,6 +703,119 @@ mod tests {
                     Place::Expired => ClassPlace::Expired,
                 };
                 assert_eq!(classed, expect, "active {active}, queued {queued}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_standing_line_shortens_the_wait_to_the_target_and_serves_the_newest() {
+        let ms = Duration::from_millis;
+        let now = Instant::now();
+        let delay = ControlledDelay::default();
+        assert!(delay.validate().is_ok());
+        assert!(
+            !delay.stands(now, now + ms(100)),
+            "exactly the interval: not yet"
+        );
+        assert!(delay.stands(now, now + ms(101)));
+        let policy = QueuePolicy {
+            controlled_delay: Some(delay),
+            ..POLICY
+        };
+        assert_eq!(
+            policy.wait_until_standing(now, None, false),
+            Some(now + ms(20))
+        );
+        assert_eq!(
+            policy.wait_until_standing(now, None, true),
+            Some(now + ms(5))
+        );
+        // The deadline still bounds it, and a passed one still forbids waiting.
+        let soon = Some(now + ms(2));
+        assert_eq!(
+            policy.wait_until_standing(now, soon, true),
+            Some(now + ms(2))
+        );
+        assert_eq!(policy.wait_until_standing(now, Some(now), true), None);
+        assert!(policy.serves_newest(true));
+        assert!(!policy.serves_newest(false));
+        let fifo = QueuePolicy {
+            controlled_delay: Some(ControlledDelay {
+                lifo: false,
+                ..delay
+            }),
+            ..POLICY
+        };
+        assert!(!fifo.serves_newest(true));
+        // Off: standing changes nothing.
+        assert_eq!(
+            POLICY.wait_until_standing(now, None, true),
+            Some(now + ms(20))
+        );
+        assert!(!POLICY.serves_newest(true));
+        let bad = |d: ControlledDelay| {
+            QueuePolicy {
+                controlled_delay: Some(d),
+                ..POLICY
+            }
+            .validate()
+            .unwrap_err()
+            .field()
+            .to_owned()
+        };
+        assert_eq!(
+            bad(ControlledDelay {
+                target: Duration::ZERO,
+                ..delay
+            }),
+            "controlled_delay.target"
+        );
+        assert_eq!(
+            bad(ControlledDelay {
+                interval: Duration::MAX,
+                ..delay
+            }),
+            "controlled_delay.interval"
+        );
+    }
+
+    mod wait_bounds {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #[test]
+            fn no_wait_passes_the_target_while_standing_nor_the_deadline_ever(
+                max_wait in 1..2_000u64,
+                target in 1..2_000u64,
+                deadline in proptest::option::of(0..3_000u64),
+                standing: bool,
+                lifo: bool,
+            ) {
+                let ms = Duration::from_millis;
+                let now = Instant::now();
+                let policy = QueuePolicy {
+                    max_wait: ms(max_wait),
+                    controlled_delay: Some(ControlledDelay { interval: ms(100), target: ms(target), lifo }),
+                    ..POLICY
+                };
+                let deadline = deadline.map(|d| now + ms(d));
+                let plain = policy.wait_until(now, deadline);
+                let got = policy.wait_until_standing(now, deadline, standing);
+                // Never longer than without the delay, and it may wait exactly when it could.
+                prop_assert_eq!(got.is_some(), plain.is_some());
+                if let (Some(got), Some(plain)) = (got, plain) {
+                    prop_assert!(got <= plain);
+                    prop_assert!(got <= now + ms(max_wait));
+                    if let Some(d) = deadline {
+                        prop_assert!(got <= d);
+                    }
+                    if standing {
+                        prop_assert!(got <= now + ms(target));
+                    } else {
+                        prop_assert_eq!(got, plain);
+                    }
+                }
             }
         }
     }

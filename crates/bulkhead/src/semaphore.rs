@@ -60,7 +60,9 @@ use std::time::Duration;
 
 use seawall_core::Criticality;
 
-use crate::queue::{ClassLoad, ClassPlace, Load, Place, Shares, MAX_LIMIT};
+use tokio::time::Instant;
+
+use crate::queue::{ClassLoad, ClassPlace, ControlledDelay, Load, Place, Shares, MAX_LIMIT};
 use crate::stats::WaitHistogram;
 use crate::sync::{fence, AtomicU64, AtomicUsize, Mutex, MutexGuard};
 
@@ -181,6 +183,29 @@ struct Waiters {
     queue: VecDeque<Entry>,
     /// Made by the first call with a class.
     classes: Option<ClassCounts>,
+    /// With a controlled delay: whether the line stands.
+    delay: DelayState,
+}
+
+/// Whether the line stands (see [`ControlledDelay`]), kept under the line's lock.
+#[derive(Debug, Default)]
+struct DelayState {
+    /// When the line last became non-empty, as the arrivals saw it; `None` while
+    /// it is empty.
+    nonempty_since: Option<Instant>,
+    /// It stands (as the last arrival saw it).
+    standing: bool,
+    /// It stands, and a freed slot goes to the newest waiter.
+    newest_first: bool,
+}
+
+impl Waiters {
+    /// The line emptied: back to first in, first out.
+    fn note_if_empty(&mut self) {
+        if self.queue.is_empty() {
+            self.delay = DelayState::default();
+        }
+    }
 }
 
 impl Waiters {
@@ -617,6 +642,7 @@ impl Semaphore {
                     if let (Some(entry), Some(classes)) = (entry, waiters.classes.as_mut()) {
                         classes.queued[entry.line_class().index()] -= 1;
                     }
+                    waiters.note_if_empty();
                 }
                 self.state.fetch_sub(ONE_QUEUED, Ordering::AcqRel);
                 Left::Removed
@@ -688,7 +714,15 @@ impl Semaphore {
                 Ok(_) => {
                     word = next;
                     self.note_active(active(next));
-                    let entry = line.waiters.as_mut().and_then(|w| w.queue.pop_front());
+                    let entry = line.waiters.as_mut().and_then(|w| {
+                        let entry = if w.delay.newest_first {
+                            w.queue.pop_back()
+                        } else {
+                            w.queue.pop_front()
+                        };
+                        w.note_if_empty();
+                        entry
+                    });
                     wakers.push(entry.and_then(|e| e.waker));
                 }
                 Err(actual) => word = actual,
@@ -711,7 +745,13 @@ impl Semaphore {
             let Some(class) = classes.shares.next(&classes.load(word, limit)) else {
                 return false;
             };
-            let Some(i) = waiters.queue.iter().position(|e| e.line_class() == class) else {
+            let of_class = |e: &Entry| e.line_class() == class;
+            let found = if waiters.delay.newest_first {
+                waiters.queue.iter().rposition(of_class)
+            } else {
+                waiters.queue.iter().position(of_class)
+            };
+            let Some(i) = found else {
                 // The counts say someone of that class waits: never reached.
                 return false;
             };
@@ -727,6 +767,9 @@ impl Semaphore {
                     word = next;
                     self.note_active(active(next));
                     let entry = waiters.queue.remove(i);
+                    if waiters.queue.is_empty() {
+                        waiters.delay = DelayState::default();
+                    }
                     classes.queued[class.index()] -= 1;
                     if let Some(entry) = entry {
                         if entry.class.is_some() {
@@ -903,6 +946,35 @@ impl Semaphore {
             queued: classes.queued[c.index()],
             rejected: classes.rejected[c.index()],
         }))
+    }
+
+    /// An arrival at `now` that may join the line, with a controlled `delay`:
+    /// whether the line stands (it has not been empty for longer than the
+    /// delay's interval), which also decides the order of the next hand-overs.
+    /// The line that is empty now counts as non-empty from `now`, as this
+    /// arrival may join it.
+    pub(crate) fn arrival(&self, now: Instant, delay: &ControlledDelay) -> bool {
+        let mut line = self.lock();
+        let empty = queued(self.state.load(Ordering::Acquire)) == 0;
+        let waiters = line.waiters.get_or_insert_default();
+        let state = &mut waiters.delay;
+        if empty {
+            state.nonempty_since = Some(now);
+        }
+        let since = *state.nonempty_since.get_or_insert(now);
+        let standing = !empty && delay.stands(since, now);
+        state.standing = standing;
+        state.newest_first = standing && delay.lifo;
+        standing
+    }
+
+    /// Whether the line stands now (with a controlled delay), as the last arrival
+    /// saw it; `false` once it empties.
+    pub(crate) fn stands(&self) -> bool {
+        self.lock()
+            .waiters
+            .as_ref()
+            .is_some_and(|w| w.delay.standing)
     }
 
     /// Whether waiter `id` is still in line.
@@ -1773,5 +1845,43 @@ mod tests {
                 prop_assert_eq!(m.class_counts(), ([0; 3], [0; 3]));
             }
         }
+    }
+
+    #[test]
+    fn a_standing_line_hands_over_newest_first_in_a_class_and_fifo_once_drained() {
+        use crate::queue::ControlledDelay;
+        use tokio::time::Instant;
+        let ms = Duration::from_millis;
+        let delay = ControlledDelay::default();
+        let t0 = Instant::now();
+        let m = Semaphore::new(1, 10);
+        assert!(m.try_acquire());
+        assert!(!m.arrival(t0, &delay));
+        let a = id(m.enqueue());
+        assert!(!m.arrival(t0 + ms(50), &delay));
+        let b = id(m.enqueue());
+        assert!(m.arrival(t0 + ms(150), &delay));
+        let c = id(m.enqueue());
+        assert!(m.stands());
+        let (_f, waker) = flag();
+        m.release();
+        assert!(m.poll_waiter(c, &waker), "the newest first");
+        assert!(!m.poll_waiter(a, &waker));
+        m.release();
+        assert!(m.poll_waiter(b, &waker));
+        m.release();
+        assert!(m.poll_waiter(a, &waker));
+        // Empty again: FIFO, and not standing until the interval passes anew.
+        assert!(!m.stands());
+        assert!(!m.arrival(t0 + ms(200), &delay));
+        let d = id(m.enqueue());
+        assert!(!m.arrival(t0 + ms(201), &delay));
+        let e = id(m.enqueue());
+        m.release();
+        assert!(m.poll_waiter(d, &waker));
+        assert!(!m.poll_waiter(e, &waker));
+        assert_eq!(m.leave(e, Leave::Abandoned), Left::Removed);
+        m.release();
+        assert_eq!(m.counts(), counts(0, 0));
     }
 }

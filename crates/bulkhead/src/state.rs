@@ -430,6 +430,7 @@ impl Shared {
                 queued_admissions: waits.queued_admissions,
             },
             classes: self.class_snapshots(config.queue.shares),
+            standing: self.semaphore.stands(),
         }
     }
 
@@ -581,6 +582,12 @@ pub struct Snapshot {
     /// until the first call with a class (see
     /// [`BulkheadLayer::criticality`](crate::BulkheadLayer::criticality)).
     pub classes: Vec<ClassSnapshot>,
+    /// With a controlled delay: the line stands now (it has not been empty for
+    /// longer than the delay's interval), so newcomers wait at most its `target`
+    /// and, with `lifo`, a freed slot goes to the newest waiter (see
+    /// [`ControlledDelay`](crate::queue::ControlledDelay)). `false` otherwise:
+    /// the normal wait, first in, first out.
+    pub standing: bool,
 }
 
 /// An adaptive bulkhead's algorithm at one moment (see [`Snapshot::adaptive`]).

@@ -44,6 +44,7 @@ fn layer(limit: usize, max_queue: usize, shares: Shares) -> (BulkheadLayer, Hand
             max_queue,
             max_wait: ms(20),
             shares,
+            ..QueuePolicy::default()
         })
         .build()
         .unwrap();

@@ -57,6 +57,7 @@
     bulkheadShadowFull: "snapshot.bulkhead.shadow_rejected_full",
     bulkheadShadowTimeout: "snapshot.bulkhead.shadow_rejected_timeout",
     bulkheadOverLimit: "snapshot.bulkhead.over_limit",
+    bulkheadStanding: "snapshot.bulkhead.standing",
     bulkheadClasses: "snapshot.bulkhead.classes",
     bulkheadShareDefault: "snapshot.bulkhead.queue.shares.default",
     bulkheadShareSheddable: "snapshot.bulkhead.queue.shares.sheddable",
@@ -473,7 +474,8 @@
       const qm = field(card, "queued-meter");
       qm.max = Math.max(1, maxQueue);
       qm.value = queued;
-      setText(card, "queued", `${queued} / ${maxQueue}${maxQueue > 0 && queued >= maxQueue ? " (full)" : ""}`);
+      setText(card, "queued", `${queued} / ${maxQueue}${maxQueue > 0 && queued >= maxQueue ? " (full)" : ""}` +
+        (read(p, "bulkheadStanding") ? "; standing: short waits, newest first" : ""));
       setText(card, "rejected",
         `${rate(last(hist.rejected) || 0)}/s now; ${read(p, "bulkheadRejectedFull")} full, ` +
         `${read(p, "bulkheadRejectedTimeout")} timed out in all` +
