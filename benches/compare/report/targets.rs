@@ -123,7 +123,7 @@ use Rule::{Allocs, AtMost, Plus, Throughput};
 
 /// Issue 17's targets (and issue 20's adaptive bulkhead): what, how, seawall's
 /// figure, the peers' (or parts').
-const TARGETS: [(&str, Rule, At, &[At]); 11] = [
+const TARGETS: [(&str, Rule, At, &[At]); 12] = [
     (
         "breaker closed: added ≤ 1.0× recloser's",
         AtMost(1.0, Only),
@@ -158,6 +158,12 @@ const TARGETS: [(&str, Rule, At, &[At]); 11] = [
         "adaptive bulkhead admitted: ≤ +25 ns over the fixed bulkhead",
         Plus(25.0, Only),
         Main(SwBulkheadAdaptive),
+        &[Main(SwBulkhead)],
+    ),
+    (
+        "bulkhead with classes admitted: no allocation per call",
+        Allocs(0.0),
+        Main(SwBulkheadClasses),
         &[Main(SwBulkhead)],
     ),
     (

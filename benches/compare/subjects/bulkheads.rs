@@ -48,6 +48,15 @@ pub(super) fn seawall() -> Vec<Row> {
         )
         .full(sw_bulkhead(1, 0).layer(inner::pending())),
         Row::new(
+            Id::SwBulkheadClasses,
+            "seawall bulkhead with classes (100 active, queue 10, every call critical)",
+            || {
+                sw_bulkhead(100, 10)
+                    .criticality(|_: &crate::harness::Req| seawall::core::Criticality::Critical)
+                    .layer(inner::ok())
+            },
+        ),
+        Row::new(
             Id::SwBulkheadAdaptive,
             "seawall bulkhead, adaptive (AIMD at 100, 1 call in 8 timed)",
             || sw_adaptive_bulkhead().layer(inner::ok()),

@@ -76,6 +76,8 @@ pub(crate) enum Id {
     SwBulkheadFleet,
     /// The bulkhead with an adaptive (AIMD) limit.
     SwBulkheadAdaptive,
+    /// The bulkhead with classes: every call critical, admitted under the line's lock.
+    SwBulkheadClasses,
     SwDegradation,
     SwFallback,
     /// The same fallback in the generic mode, its marker in the response's extensions.
@@ -108,6 +110,7 @@ impl Id {
             Id::SwBulkhead => "bulkhead",
             Id::SwBulkheadFleet => "bulkhead in a fleet",
             Id::SwBulkheadAdaptive => "adaptive bulkhead",
+            Id::SwBulkheadClasses => "bulkhead with classes",
             Id::SwDegradation => "degradation",
             Id::SwFallback => "fallback",
             Id::SwFallbackExtensions => "fallback, generic mode",

@@ -322,7 +322,12 @@
 //! **What it costs.** Nothing for a layer without an extractor: its class is a
 //! constant `None` and the test compiles away. With one, every call takes the
 //! line's lock, reads the clock and the queue's bounds (a slot is freed under the
-//! lock too): the class-aware decision needs per-class counts read together.
+//! lock too): the class-aware decision needs per-class counts read together. In
+//! the comparison benchmark (`benches/`, a quick run) an admitted call with a
+//! class added about 115 ns where the plain bulkhead adds about 30, still with no
+//! allocation; under 64 contending tasks on two cores it served about 2 million
+//! calls a second where the plain one served about 8: the lock is the price.
+//! Use classes where calls queue, not on a path that only ever takes free slots.
 //!
 //! # Controlled delay and adaptive LIFO: a standing queue
 //!
