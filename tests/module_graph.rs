@@ -17,6 +17,7 @@ const CRATES: &[&str] = &[
     "crates/degradation/src",
     "crates/fallback/src",
     "crates/fault/src",
+    "crates/fleet/src",
     "crates/test-support/src",
 ];
 
@@ -24,9 +25,8 @@ const CRATES: &[&str] = &[
 /// each moves to [`CRATES`] when its cycles are gone, which the test below asks for.
 const NOT_YET_ACYCLIC: &[&str] = &[];
 
-/// Crates not read by these tests: the fleet crate, which is being reworked; it
-/// joins [`NOT_YET_ACYCLIC`] or [`CRATES`] after that.
-const NOT_YET_CHECKED: &[&str] = &["crates/fleet/src"];
+/// Crates not read by these tests (none now: each crate is in [`CRATES`]).
+const NOT_YET_CHECKED: &[&str] = &[];
 
 /// `text` without comments (doc comments included), string literals, and the
 /// items under `#[cfg(test)]` (a `mod tests { .. }` block or a `mod tests;` line).

@@ -461,8 +461,10 @@
 //! cap.rs          a fleet-wide cap: CapConfig, CapMode, Capped, the renewal task that applies
 //!                 an instance's allotment to its bulkhead; CapSnapshot
 //! ledger.rs       the division of a cap as plain code (no clock, no I/O), as both stores run it
-//! actions.rs      operators' fleet actions: signed, expiring, audited (FleetAction, FleetSecret,
-//!                 Fleet::act) and the applier each coordinator runs
+//! actions.rs      operators' fleet actions: signed, expiring, audited (FleetAction, FleetSecret)
+//!                 and the applier each coordinator runs
+//! operator.rs     the operator's verbs on Fleet and Coordinated: act, actions, audit_log,
+//!                 fleet_view
 //! floor.rs        fleet-wide degradation floors: FloorTarget, Fleet::follow_floor, FloorFollower
 //! store.rs        Store and CapStore: all a coordinator asks of the shared store; keys,
 //!                 leases, verdicts, claims, StoreError
@@ -482,6 +484,7 @@ mod coordinator;
 mod floor;
 mod ledger;
 mod local;
+mod operator;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
