@@ -42,7 +42,7 @@
 //! its end (expiry or a revert action) the breaker returns to what it was
 //! before the action: the local force it had, or its own policy.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -662,58 +662,131 @@ pub struct AppliedAction {
     pub remaining: Duration,
 }
 
-/// A fleet action in force, as the coordination keeps it beside its task.
-#[derive(Debug, Clone)]
-pub(crate) struct Held {
-    pub(crate) action: FleetAction,
-    pub(crate) until: Instant,
-    pub(crate) before: State,
-    pub(crate) set: State,
+/// What a fleet action acts on: a breaker (its [`Handle`]) or a degradation
+/// policy's floor ([`FloorTarget`](crate::FloorTarget)). One [`Applier`] per
+/// target decides the actions of its kinds; the rules (signature, replay,
+/// expiry, reverts first, a later local change wins) are the same for all.
+pub(crate) trait ActionTarget {
+    /// What an action sets and its end puts back: a breaker's state, a floor.
+    type Setting: Copy + PartialEq + fmt::Debug;
+
+    /// Records that are not actions at all are reported by one target of a
+    /// policy only: its breaker's coordination.
+    const REPORTS_UNREADABLE: bool;
+
+    /// Whether actions of `kind` are for this target (a revert is when what it
+    /// reverts is).
+    fn takes(kind: &ActionKind) -> bool;
+
+    /// The policy's name: actions on this name apply to it.
+    fn name(&self) -> &str;
+
+    /// The setting now.
+    fn setting(&self) -> Self::Setting;
+
+    /// Applies `kind`: `Ok(true)` if it holds until its expiry, `Ok(false)`
+    /// if it is done at once (a reset), `Err(why)` if this target refuses it.
+    fn apply(&self, kind: &ActionKind) -> Result<bool, String>;
+
+    /// Puts back `setting`, what the target was before an action held it.
+    fn put_back(&self, setting: Self::Setting);
 }
 
-/// Ends a fleet force on `handle`: back to `before` if the breaker is still
-/// in the state the force `set` (else a local operator changed it: that wins).
-pub(crate) fn restore(handle: &Handle, before: State, set: State) {
-    if handle.state() == set {
+impl ActionTarget for Handle {
+    type Setting = State;
+
+    const REPORTS_UNREADABLE: bool = true;
+
+    fn takes(kind: &ActionKind) -> bool {
+        matches!(
+            kind,
+            ActionKind::ForceOpen | ActionKind::ForceClosed | ActionKind::Reset
+        )
+    }
+
+    fn name(&self) -> &str {
+        Handle::name(self)
+    }
+
+    fn setting(&self) -> State {
+        self.state()
+    }
+
+    fn apply(&self, kind: &ActionKind) -> Result<bool, String> {
+        match kind {
+            ActionKind::ForceOpen => self.force(Forced::Open),
+            ActionKind::ForceClosed => self.force(Forced::Closed),
+            _ => {
+                self.reset();
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    fn put_back(&self, before: State) {
         match before {
-            State::ForcedOpen => handle.force(Forced::Open),
-            State::ForcedClosed => handle.force(Forced::Closed),
-            State::Disabled => handle.disable(),
-            _ => handle.release(),
+            State::ForcedOpen => self.force(Forced::Open),
+            State::ForcedClosed => self.force(Forced::Closed),
+            State::Disabled => self.disable(),
+            _ => self.release(),
         }
     }
 }
 
-/// The force a fleet action holds, and what it found.
-#[derive(Debug)]
-struct InForce {
-    action: FleetAction,
-    until: Instant,
-    /// The breaker's state before the first fleet force.
-    before: State,
-    /// The state the force set: if the breaker is elsewhere at the end, a
+/// An action holding its target, with what it found and what it set.
+#[derive(Debug, Clone)]
+pub(crate) struct Held<S> {
+    pub(crate) action: FleetAction,
+    /// When it ends, by this instance's timer.
+    pub(crate) until: Instant,
+    /// The setting before the first action of the run held it.
+    pub(crate) before: S,
+    /// The setting the action left: if the target is elsewhere at the end, a
     /// local operator changed it meanwhile, and that wins.
-    set: State,
+    pub(crate) set: S,
+}
+
+impl<S: Copy + PartialEq> Held<S> {
+    /// Ends the hold on `target`: back to `before` if the target is still as
+    /// the action set it.
+    pub(crate) fn end<T: ActionTarget<Setting = S> + ?Sized>(&self, target: &T) {
+        if target.setting() == self.set {
+            target.put_back(self.before);
+        }
+    }
+
+    /// As the snapshot shows it, at `now`.
+    pub(crate) fn applied(&self, now: Instant) -> AppliedAction {
+        AppliedAction {
+            action: self.action.clone(),
+            remaining: self.until.saturating_duration_since(now),
+        }
+    }
 }
 
 /// The most action ids an instance remembers having decided.
 const KNOWN: usize = 256;
 
-/// Decides, applies and ends the fleet's actions on one instance's breaker.
+/// Decides, applies and ends the fleet's actions on one target of one
+/// instance (`S` is the target's [`ActionTarget::Setting`]).
 #[derive(Debug)]
-pub(crate) struct Applier {
+pub(crate) struct Applier<S> {
     secret: Option<Arc<FleetSecret>>,
     prefix: String,
     instance: String,
     clock: WallClock,
-    in_force: Option<InForce>,
+    in_force: Option<Held<S>>,
     /// Ids decided (applied, refused, ended), with their expiry: each is
     /// decided once.
     known: BTreeMap<String, u64>,
+    /// Ids of actions of this target's kinds seen, so that a revert of one is
+    /// recognised as this target's.
+    taken: BTreeSet<String>,
     pub(crate) refused: u64,
 }
 
-impl Applier {
+impl<S: Copy + PartialEq> Applier<S> {
     pub(crate) fn new(
         secret: Option<Arc<FleetSecret>>,
         prefix: &str,
@@ -727,19 +800,18 @@ impl Applier {
             clock,
             in_force: None,
             known: BTreeMap::new(),
+            taken: BTreeSet::new(),
             refused: 0,
         }
     }
 
-    /// What is in force now and until when, for the snapshot, with what
-    /// ending it early (a coordination dropped) must restore.
-    pub(crate) fn in_force(&self) -> Option<Held> {
-        self.in_force.as_ref().map(|f| Held {
-            action: f.action.clone(),
-            until: f.until,
-            before: f.before,
-            set: f.set,
-        })
+    /// The action holding the target now, with what ending it early (its
+    /// owner dropped) must restore.
+    pub(crate) fn in_force(&self) -> Option<Held<S>>
+    where
+        S: Clone,
+    {
+        self.in_force.clone()
     }
 
     /// This fleet's wall clock now, ms.
@@ -752,7 +824,7 @@ impl Applier {
         self.secret.is_none()
     }
 
-    /// When the force in force ends.
+    /// When the action in force ends.
     pub(crate) fn due(&self) -> Option<Instant> {
         self.in_force.as_ref().map(|f| f.until)
     }
@@ -761,40 +833,55 @@ impl Applier {
         AuditEntry::about(action, self.instance.clone(), event, self.clock.now_ms())
     }
 
-    /// Decides the actions read from the store (`(field, record)`), applying
-    /// the new valid ones to `handle`; the audit entries to write.
-    pub(crate) fn consider(
+    /// Decides the records read from the store (`(field, record)`), applying
+    /// the new valid actions of `target`'s kinds, and reverts of them, to
+    /// `target`; the audit entries to write.
+    pub(crate) fn consider<T: ActionTarget<Setting = S> + ?Sized>(
         &mut self,
-        handle: &Handle,
+        target: &T,
         read: Vec<(String, String)>,
     ) -> Vec<AuditEntry> {
         let now_ms = self.clock.now_ms();
         let mut audit = Vec::new();
-        let mut fresh = Vec::new();
+        let mut decoded = Vec::new();
         for (field, record) in read {
             if self.known.contains_key(&field) {
                 continue;
             }
-            let Some(action) = FleetAction::decode(&record) else {
-                self.refused += 1;
-                self.known.insert(field.clone(), now_ms);
-                audit.push(AuditEntry {
-                    at_ms: now_ms,
-                    instance: self.instance.clone(),
-                    event: format!("refused: {}", ActionRefusal::Malformed),
-                    action: field.chars().take(MAX_TEXT_LEN).collect(),
-                    kind: String::new(),
-                    signer: String::new(),
-                    reason: String::new(),
-                    expires_at_ms: 0,
-                });
-                continue;
-            };
-            if action.policy != handle.name() {
-                continue;
+            match FleetAction::decode(&record) {
+                Some(action) if action.policy == target.name() => {
+                    if T::takes(&action.kind) {
+                        self.taken.insert(action.id.clone());
+                    }
+                    decoded.push((field, action));
+                }
+                Some(_) => {}
+                None => {
+                    self.known.insert(field.clone(), now_ms);
+                    if T::REPORTS_UNREADABLE {
+                        self.refused += 1;
+                        audit.push(AuditEntry {
+                            at_ms: now_ms,
+                            instance: self.instance.clone(),
+                            event: format!("refused: {}", ActionRefusal::Malformed),
+                            action: field.chars().take(MAX_TEXT_LEN).collect(),
+                            kind: String::new(),
+                            signer: String::new(),
+                            reason: String::new(),
+                            expires_at_ms: 0,
+                        });
+                    }
+                }
             }
-            if matches!(action.kind, ActionKind::Floor(_)) {
-                // A degradation floor: its follower decides it, not the breaker.
+        }
+        let mut fresh = Vec::new();
+        for (field, action) in decoded {
+            let mine = match &action.kind {
+                ActionKind::Revert(id) => self.taken.contains(id),
+                kind => T::takes(kind),
+            };
+            if !mine {
+                // Another target's: its applier decides it.
                 self.known.insert(field, action.expires_at_ms);
                 continue;
             }
@@ -815,48 +902,39 @@ impl Applier {
         fresh.sort_by_key(|a| (!matches!(a.kind, ActionKind::Revert(_)), a.issued_at_ms));
         for action in fresh {
             self.known.insert(action.id.clone(), action.expires_at_ms);
-            match &action.kind {
-                ActionKind::Revert(target) => {
-                    let target = target.clone();
-                    if self
-                        .in_force
-                        .as_ref()
-                        .is_some_and(|f| f.action.id == target)
-                    {
-                        if let Some(ended) = self.end(handle) {
-                            audit.push(self.entry(&ended, format!("reverted by {}", action.id)));
-                        }
+            if let ActionKind::Revert(id) = &action.kind {
+                if self.in_force.as_ref().is_some_and(|f| &f.action.id == id) {
+                    if let Some(ended) = self.end(target) {
+                        audit.push(self.entry(&ended, format!("reverted by {}", action.id)));
                     }
-                    self.known.entry(target).or_insert(action.expires_at_ms);
-                    audit.push(self.entry(&action, "applied".into()));
                 }
-                ActionKind::Reset => {
-                    handle.reset();
-                    audit.push(self.entry(&action, "applied".into()));
+                self.known.entry(id.clone()).or_insert(action.expires_at_ms);
+                audit.push(self.entry(&action, "applied".into()));
+                continue;
+            }
+            // A later action takes the place of the one in force, and keeps
+            // what the target was before the first.
+            let before = self
+                .in_force
+                .as_ref()
+                .map_or_else(|| target.setting(), |f| f.before);
+            match target.apply(&action.kind) {
+                Err(why) => {
+                    self.refused += 1;
+                    audit.push(self.entry(&action, format!("refused: {why}")));
                 }
-                ActionKind::Floor(_) => {}
-                ActionKind::ForceOpen | ActionKind::ForceClosed => {
-                    let before = match self.in_force.take() {
-                        // A later force takes the place of the one in force.
-                        Some(earlier) => {
-                            audit.push(
-                                self.entry(&earlier.action, format!("superseded by {}", action.id)),
-                            );
-                            earlier.before
-                        }
-                        None => handle.state(),
-                    };
-                    handle.force(if action.kind == ActionKind::ForceOpen {
-                        Forced::Open
-                    } else {
-                        Forced::Closed
-                    });
-                    let until = Instant::now() + action.remaining(now_ms);
+                Ok(false) => audit.push(self.entry(&action, "applied".into())),
+                Ok(true) => {
+                    if let Some(earlier) = self.in_force.take() {
+                        audit.push(
+                            self.entry(&earlier.action, format!("superseded by {}", action.id)),
+                        );
+                    }
                     audit.push(self.entry(&action, "applied".into()));
-                    self.in_force = Some(InForce {
-                        set: handle.state(),
+                    self.in_force = Some(Held {
+                        until: Instant::now() + action.remaining(now_ms),
+                        set: target.setting(),
                         action,
-                        until,
                         before,
                     });
                 }
@@ -864,25 +942,31 @@ impl Applier {
         }
         if self.known.len() > KNOWN {
             self.known.retain(|_, expires| *expires > now_ms);
+            let known = &self.known;
+            self.taken.retain(|id| known.contains_key(id));
         }
         audit
     }
 
-    /// Ends the force in force if its expiry has come; the audit entry.
-    pub(crate) fn expire(&mut self, handle: &Handle, now: Instant) -> Option<AuditEntry> {
+    /// Ends the action in force if its expiry has come; the audit entry.
+    pub(crate) fn expire<T: ActionTarget<Setting = S> + ?Sized>(
+        &mut self,
+        target: &T,
+        now: Instant,
+    ) -> Option<AuditEntry> {
         if self.in_force.as_ref().is_none_or(|f| f.until > now) {
             return None;
         }
-        let ended = self.end(handle)?;
+        let ended = self.end(target)?;
         Some(self.entry(&ended, "expired".into()))
     }
 
-    /// Takes the force off: back to what the breaker was before it, unless a
-    /// local operator changed the breaker meanwhile (that wins).
-    fn end(&mut self, handle: &Handle) -> Option<FleetAction> {
-        let f = self.in_force.take()?;
-        restore(handle, f.before, f.set);
-        Some(f.action)
+    /// Takes the action in force off: back to what the target was before it,
+    /// unless a local operator changed it meanwhile (that wins).
+    fn end<T: ActionTarget<Setting = S> + ?Sized>(&mut self, target: &T) -> Option<FleetAction> {
+        let held = self.in_force.take()?;
+        held.end(target);
+        Some(held.action)
     }
 }
 

@@ -17,9 +17,7 @@ use tokio::sync::{broadcast, Notify};
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-use crate::actions::{
-    restore, AppliedAction, Applier, AuditEntry, Desk, FleetSecret, Held, WallClock,
-};
+use crate::actions::{AppliedAction, Applier, AuditEntry, Desk, FleetSecret, Held, WallClock};
 use crate::config::{FleetConfig, TripTogether};
 use crate::store::{
     FleetEpoch, FleetEvent, FleetVerdict, Keys, LeaseReply, LeaseRequest, ProbeResult, Store,
@@ -506,11 +504,8 @@ impl Coordinated {
                 .fleet_action
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .clone()
-                .map(|held| AppliedAction {
-                    action: held.action,
-                    remaining: held.until.saturating_duration_since(now),
-                }),
+                .as_ref()
+                .map(|held| held.applied(now)),
             actions_refused: load(&s.actions_refused),
             stuck_open: s
                 .stuck_open
@@ -568,7 +563,7 @@ impl Coordinated {
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         if let Some(held) = held {
-            restore(&self.handle, held.before, held.set);
+            held.end(&self.handle);
         }
         if let Some(previous) = self.handle.set_probe_gate(None) {
             if !Arc::ptr_eq(&previous, &self.gate) {
@@ -743,7 +738,7 @@ struct View {
 
 struct Shared {
     /// The fleet action in force, for the snapshot.
-    fleet_action: Mutex<Option<Held>>,
+    fleet_action: Mutex<Option<Held<State>>>,
     actions_refused: AtomicU64,
     stuck_open: Mutex<Option<StuckOpen>>,
     /// The dependency's direct check, once linked: asked when the breaker is
@@ -836,7 +831,7 @@ struct Trip {
 
 struct Task<S> {
     /// The operators' fleet actions on this breaker.
-    actions: Applier,
+    actions: Applier<State>,
     /// When this instance next reports its breaker to the fleet's view.
     report_at: Instant,
     shared: Arc<Shared>,

@@ -2,7 +2,6 @@
 //! action holding a degradation policy's floor on every instance (see
 //! [`FloorFollower`]).
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -13,7 +12,8 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use crate::actions::{
-    ActionError, ActionKind, AppliedAction, AuditEntry, Desk, FleetAction, FleetSecret, WallClock,
+    ActionError, ActionKind, ActionTarget, AppliedAction, Applier, AuditEntry, Desk, FleetAction,
+    Held,
 };
 use crate::coordinator::Fleet;
 use crate::store::{Keys, Store, Token};
@@ -30,186 +30,42 @@ pub trait FloorTarget: Send + Sync + 'static {
     fn clear_floor(&self);
 }
 
-/// A floor action in force.
-#[derive(Debug)]
-struct InForce {
-    action: FleetAction,
-    until: Instant,
-    /// The floor before the first fleet floor.
-    before: Option<usize>,
-    /// The floor it set: if the floor is elsewhere at the end, a local
-    /// operator changed it meanwhile, and that wins.
-    set: usize,
-}
+/// A floor action sets the floor; its end puts back the floor there was.
+impl ActionTarget for dyn FloorTarget {
+    type Setting = Option<usize>;
 
-/// The most action ids a follower remembers having decided.
-const KNOWN: usize = 256;
+    const REPORTS_UNREADABLE: bool = false;
 
-/// Decides, applies and ends the fleet's floor actions on one instance.
-#[derive(Debug)]
-pub(crate) struct FloorApplier {
-    secret: Option<Arc<FleetSecret>>,
-    prefix: String,
-    instance: String,
-    clock: WallClock,
-    in_force: Option<InForce>,
-    known: BTreeMap<String, u64>,
-    /// Ids of floor actions seen, so that a revert of one is recognised.
-    floors: BTreeSet<String>,
-    refused: u64,
-}
+    fn takes(kind: &ActionKind) -> bool {
+        matches!(kind, ActionKind::Floor(_))
+    }
 
-impl FloorApplier {
-    pub(crate) fn new(
-        secret: Option<Arc<FleetSecret>>,
-        prefix: &str,
-        instance: String,
-        clock: WallClock,
-    ) -> Self {
-        Self {
-            secret,
-            prefix: prefix.to_owned(),
-            instance,
-            clock,
-            in_force: None,
-            known: BTreeMap::new(),
-            floors: BTreeSet::new(),
-            refused: 0,
+    fn name(&self) -> &str {
+        FloorTarget::name(self)
+    }
+
+    fn setting(&self) -> Option<usize> {
+        self.floor()
+    }
+
+    fn apply(&self, kind: &ActionKind) -> Result<bool, String> {
+        let ActionKind::Floor(level) = kind else {
+            return Ok(false);
+        };
+        let level = usize::try_from(*level).unwrap_or(usize::MAX);
+        if self.set_floor(level) {
+            Ok(true)
+        } else {
+            Err(format!("no level {level}"))
         }
     }
 
-    fn entry(&self, action: &FleetAction, event: String) -> AuditEntry {
-        AuditEntry::about(action, self.instance.clone(), event, self.clock.now_ms())
-    }
-
-    fn due(&self) -> Option<Instant> {
-        self.in_force.as_ref().map(|f| f.until)
-    }
-
-    fn held(&self) -> Option<AppliedAction> {
-        let now_ms = self.clock.now_ms();
-        self.in_force.as_ref().map(|f| AppliedAction {
-            action: f.action.clone(),
-            remaining: f.action.remaining(now_ms),
-        })
-    }
-
-    /// Decides the records read (`(field, record)`), applying the new valid
-    /// floor actions and reverts of them to `target`; the audit entries.
-    pub(crate) fn consider(
-        &mut self,
-        target: &dyn FloorTarget,
-        read: Vec<(String, String)>,
-    ) -> Vec<AuditEntry> {
-        let now_ms = self.clock.now_ms();
-        let mut audit = Vec::new();
-        let decoded: Vec<(String, FleetAction)> = read
-            .into_iter()
-            .filter(|(field, _)| !self.known.contains_key(field))
-            .filter_map(|(field, record)| Some((field, FleetAction::decode(&record)?)))
-            .filter(|(_, a)| a.policy == target.name())
-            .collect();
-        for (_, a) in &decoded {
-            if matches!(a.kind, ActionKind::Floor(_)) {
-                self.floors.insert(a.id.clone());
-            }
-        }
-        let mut fresh = Vec::new();
-        for (field, action) in decoded {
-            let mine = match &action.kind {
-                ActionKind::Floor(_) => true,
-                ActionKind::Revert(id) => self.floors.contains(id),
-                _ => false,
-            };
-            if !mine {
-                continue;
-            }
-            match action.check(self.secret.as_deref(), &self.prefix, &field, now_ms) {
-                Ok(()) => fresh.push(action),
-                Err(crate::ActionRefusal::Expired) => {
-                    self.known.insert(field, action.expires_at_ms);
-                }
-                Err(why) => {
-                    self.refused += 1;
-                    self.known.insert(field, action.expires_at_ms);
-                    audit.push(self.entry(&action, format!("refused: {why}")));
-                }
-            }
-        }
-        // Reverts first, so an action and its revert read together never apply.
-        fresh.sort_by_key(|a| (!matches!(a.kind, ActionKind::Revert(_)), a.issued_at_ms));
-        for action in fresh {
-            self.known.insert(action.id.clone(), action.expires_at_ms);
-            match &action.kind {
-                ActionKind::Revert(id) => {
-                    if self.in_force.as_ref().is_some_and(|f| &f.action.id == id) {
-                        if let Some(ended) = self.end(target) {
-                            audit.push(self.entry(&ended, format!("reverted by {}", action.id)));
-                        }
-                    }
-                    self.known.entry(id.clone()).or_insert(action.expires_at_ms);
-                    audit.push(self.entry(&action, "applied".into()));
-                }
-                ActionKind::Floor(level) => {
-                    let level = usize::try_from(*level).unwrap_or(usize::MAX);
-                    let before = self
-                        .in_force
-                        .as_ref()
-                        .map_or_else(|| target.floor(), |f| f.before);
-                    if !target.set_floor(level) {
-                        self.refused += 1;
-                        audit.push(self.entry(&action, format!("refused: no level {level}")));
-                        continue;
-                    }
-                    if let Some(earlier) = self.in_force.take() {
-                        audit.push(
-                            self.entry(&earlier.action, format!("superseded by {}", action.id)),
-                        );
-                    }
-                    let until = Instant::now() + action.remaining(now_ms);
-                    audit.push(self.entry(&action, "applied".into()));
-                    self.in_force = Some(InForce {
-                        action,
-                        until,
-                        before,
-                        set: level,
-                    });
-                }
-                ActionKind::ForceOpen | ActionKind::ForceClosed | ActionKind::Reset => {}
-            }
-        }
-        if self.known.len() > KNOWN {
-            self.known.retain(|_, expires| *expires > now_ms);
-            self.floors.retain(|id| self.known.contains_key(id));
-        }
-        audit
-    }
-
-    /// Ends the floor in force if its expiry has come; the audit entry.
-    fn expire(&mut self, target: &dyn FloorTarget, now: Instant) -> Option<AuditEntry> {
-        if self.in_force.as_ref().is_none_or(|f| f.until > now) {
-            return None;
-        }
-        let ended = self.end(target)?;
-        Some(self.entry(&ended, "expired".into()))
-    }
-
-    /// Takes the floor off: back to what it was, unless a local operator
-    /// changed it meanwhile (that wins).
-    fn end(&mut self, target: &dyn FloorTarget) -> Option<FleetAction> {
-        let f = self.in_force.take()?;
-        restore(target, f.before, f.set);
-        Some(f.action)
-    }
-}
-
-fn restore(target: &dyn FloorTarget, before: Option<usize>, set: usize) {
-    if target.floor() == Some(set) {
+    fn put_back(&self, before: Option<usize>) {
         match before {
             Some(level) => {
-                target.set_floor(level);
+                self.set_floor(level);
             }
-            None => target.clear_floor(),
+            None => self.clear_floor(),
         }
     }
 }
@@ -217,9 +73,8 @@ fn restore(target: &dyn FloorTarget, before: Option<usize>, set: usize) {
 /// What the follower publishes for its snapshot.
 #[derive(Debug, Default)]
 struct Shared {
-    in_force: Mutex<Option<AppliedAction>>,
-    /// `(before, set)` of the floor in force, for a follower dropped early.
-    ends: Mutex<Option<(Option<usize>, usize)>>,
+    /// The floor action in force, with what a follower dropped early restores.
+    in_force: Mutex<Option<Held<Option<usize>>>>,
     refused: AtomicU64,
 }
 
@@ -239,10 +94,11 @@ struct Shared {
 /// end, the floor returns to what it was before (the local floor it had, or
 /// none). A level this instance does not have is refused and audited.
 ///
-/// Each kind of action is decided by the task it concerns: a breaker's
-/// coordination ignores floor actions, this task ignores breaker actions, and
-/// records that are not actions at all are reported by the breaker's
-/// coordination of the same policy, where there is one.
+/// Each kind of action is decided by the task it concerns, with the same rules
+/// (one applier, generic over its target): a breaker's coordination ignores
+/// floor actions, this task ignores breaker actions, a revert is decided by the
+/// task whose action it reverts, and records that are not actions at all are
+/// reported by the breaker's coordination of the same policy, where there is one.
 pub struct FloorFollower {
     target: Arc<dyn FloorTarget>,
     shared: Arc<Shared>,
@@ -284,7 +140,8 @@ impl FloorFollower {
                 .in_force
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .clone(),
+                .as_ref()
+                .map(|held| held.applied(Instant::now())),
             actions_refused: self.shared.refused.load(Ordering::Relaxed),
         }
     }
@@ -316,14 +173,14 @@ impl FloorFollower {
 impl Drop for FloorFollower {
     fn drop(&mut self) {
         self.task.abort();
-        let ends = self
+        let held = self
             .shared
-            .ends
+            .in_force
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        if let Some((before, set)) = ends {
-            restore(&*self.target, before, set);
+        if let Some(held) = held {
+            held.end(&*self.target);
         }
     }
 }
@@ -345,7 +202,7 @@ impl<S: Store> Fleet<S> {
         let config = &self.inner.config;
         let keys = Keys::new(&config.prefix, target.name())?;
         let instance = Token::random(&mut fastrand::Rng::with_seed(self.inner.rng().u64(..)));
-        let applier = FloorApplier::new(
+        let applier = Applier::new(
             self.inner.secret.clone(),
             &config.prefix,
             instance.to_string(),
@@ -378,7 +235,7 @@ struct FloorTask<S> {
     timeout: Duration,
     target: Arc<dyn FloorTarget>,
     shared: Arc<Shared>,
-    applier: FloorApplier,
+    applier: Applier<Option<usize>>,
 }
 
 impl<S: Store> FloorTask<S> {
@@ -395,7 +252,7 @@ impl<S: Store> FloorTask<S> {
                 .collect();
             if now >= read_at {
                 read_at = now + self.every;
-                if self.applier.secret.is_some() {
+                if !self.applier.off() {
                     let read = self.store.read_actions(&self.keys);
                     if let Ok(Ok(read)) = tokio::time::timeout(self.timeout, read).await {
                         audit.extend(self.applier.consider(&*self.target, read));
@@ -406,13 +263,7 @@ impl<S: Store> FloorTask<S> {
                 .shared
                 .in_force
                 .lock()
-                .unwrap_or_else(PoisonError::into_inner) = self.applier.held();
-            *self
-                .shared
-                .ends
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner) =
-                self.applier.in_force.as_ref().map(|f| (f.before, f.set));
+                .unwrap_or_else(PoisonError::into_inner) = self.applier.in_force();
             self.shared
                 .refused
                 .store(self.applier.refused, Ordering::Relaxed);

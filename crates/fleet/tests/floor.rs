@@ -266,4 +266,21 @@ async fn a_breaker_coordinated_under_the_same_name_leaves_floor_actions_to_the_f
     assert!(s.fleet_action.is_none(), "{s:?}");
     let log = n.follower.audit_log(100).await.unwrap();
     assert_eq!(events(&log, &action), ["applied", "issued"]);
+
+    // Its revert is the follower's too: decided and audited once, by it.
+    let revert = n
+        .follower
+        .act(
+            ActionKind::Revert(action.id.clone()),
+            "model back",
+            "ops",
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    run_for(Duration::from_millis(1100)).await;
+    assert_eq!(n.floor.floor(), None);
+    let log = n.follower.audit_log(100).await.unwrap();
+    assert_eq!(events(&log, &revert), ["applied", "issued"]);
+    assert_eq!(coordinated.snapshot().actions_refused, 0);
 }
