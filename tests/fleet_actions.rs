@@ -42,6 +42,12 @@ async fn instance(store: &LocalStore, secret: Option<FleetSecret>) -> Instance {
         .build()
         .unwrap();
     let coordinated = Arc::new(fleet.coordinate(&handle).unwrap());
+    serve(policies, handle, coordinated).await
+}
+
+/// Registers `coordinated` with `policies` and serves their admin router on a
+/// free loopback port.
+async fn serve(policies: Policies, handle: Handle, coordinated: Arc<Coordinated>) -> Instance {
     policies
         .register_coordination(Arc::clone(&coordinated))
         .unwrap();
@@ -375,23 +381,7 @@ async fn checked_instance(
         .unwrap();
     let coordinated = Arc::new(fleet.coordinate(&handle).unwrap());
     seawall::link_health_check(&coordinated, monitor, "freight");
-    policies
-        .register_coordination(Arc::clone(&coordinated))
-        .unwrap();
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
-        .await
-        .unwrap();
-    let addr = listener.local_addr().unwrap();
-    let app = admin::router(policies, Some(AdminToken::new(TOKEN).unwrap()));
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (
-        Instance {
-            handle,
-            coordinated,
-            addr,
-        },
-        breaker,
-    )
+    (serve(policies, handle, coordinated).await, breaker)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

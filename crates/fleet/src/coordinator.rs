@@ -1473,14 +1473,14 @@ impl<S: Store> Task<S> {
             now_ms.saturating_sub(fresh),
         );
         self.beside("report", write).await;
-        let mut kept = self
-            .shared
-            .stuck_open
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let was = std::mem::replace(&mut *kept, flag);
-        let flag = kept.clone();
-        drop(kept);
+        let was = std::mem::replace(
+            &mut *self
+                .shared
+                .stuck_open
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+            flag.clone(),
+        );
         self.shared
             .telemetry
             .stuck_open(&self.shared.name, was.as_ref(), flag.as_ref());
