@@ -128,6 +128,53 @@ async fn the_drill_keeps_its_promises() {
     assert_eq!(obs.held_at_end, 0);
 }
 
+/// The overload phase over loopback: three classes through one bulkhead, then
+/// the same load through a plain one. What must hold under any load: no class
+/// holds more than its share of the 8 slots (default 90 %: 7, sheddable 50 %: 4),
+/// a critical call is never the one displaced, a bulkhead without classes never
+/// displaces, every price is the supplier's and every slot comes back.
+#[tokio::test(flavor = "current_thread")]
+async fn the_overload_phase_keeps_each_class_within_its_share() {
+    use scenario::overload::{self, OverloadConfig};
+
+    let p = test_config().policy;
+    let run = overload::run(&p, OverloadConfig::three_times(Duration::from_secs(2)))
+        .await
+        .unwrap();
+    let table = overload::table(&run, &p);
+    let rows = run.rows();
+    assert_eq!(rows.len(), 6, "{table}");
+    let row = |side: &str, class: &str| {
+        rows.iter()
+            .find(|r| r.side == side && r.class == class)
+            .unwrap()
+    };
+    for (class, share) in [("critical", 8), ("default", 7), ("sheddable", 4)] {
+        let with = row("classes", class);
+        assert!(with.requests > 0, "{table}");
+        assert!(
+            with.most_at_once <= share,
+            "{class} over its share\n{table}"
+        );
+        let without = row("FIFO", class);
+        assert!(!without.rejected.contains_key("displaced"), "{table}");
+        for r in [with, without] {
+            assert_eq!(r.invented_prices, 0, "{table}");
+        }
+    }
+    assert!(
+        !row("classes", "critical")
+            .rejected
+            .contains_key("displaced"),
+        "{table}"
+    );
+    assert!(run.most_at_once(0) <= 8, "{table}");
+    assert!(run.most_at_once(1) <= 8, "{table}");
+    for side in &run.sides {
+        assert_eq!(side.held_at_end, 0, "{} held slots\n{table}", side.label);
+    }
+}
+
 /// The shop's document in a fleet caps freight as users would: a
 /// `[fleet.caps.freight]` table, checked when the document loads.
 #[test]

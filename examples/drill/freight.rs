@@ -18,6 +18,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
+use seawall::core::{RandomSource, SeededRandom};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -70,8 +71,15 @@ pub struct Freight {
 }
 
 impl Freight {
-    /// Starts the supplier on an ephemeral loopback port, healthy.
+    /// Starts the supplier on an ephemeral loopback port, healthy, answering at once.
     pub fn start() -> std::io::Result<Self> {
+        Self::start_taking(Duration::ZERO)
+    }
+
+    /// [`start`](Self::start), each answer taking half to one and a half times
+    /// `service_time`, `service_time` on average (the overload phase's supplier,
+    /// whose capacity is the calls let in at once over it).
+    pub fn start_taking(service_time: Duration) -> std::io::Result<Self> {
         let std_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
         std_listener.set_nonblocking(true)?;
         let addr = std_listener.local_addr()?;
@@ -87,7 +95,14 @@ impl Freight {
         let thread = std::thread::Builder::new()
             .name("freight".into())
             .spawn(move || {
-                runtime.block_on(serve(std_listener, addr, mode_rx, seen, counted));
+                runtime.block_on(serve(
+                    std_listener,
+                    addr,
+                    mode_rx,
+                    seen,
+                    counted,
+                    service_time,
+                ));
             })?;
         Ok(Self {
             addr,
@@ -157,6 +172,7 @@ async fn serve(
     mut mode_rx: watch::Receiver<Mode>,
     arrivals: Arc<Mutex<Vec<Instant>>>,
     in_flight: Arc<InFlight>,
+    service_time: Duration,
 ) {
     let mut initial = Some(first);
     loop {
@@ -183,7 +199,7 @@ async fn serve(
             tokio::select! {
                 accepted = listener.accept() => {
                     let Ok((stream, _)) = accepted else { continue };
-                    tokio::spawn(connection(stream, mode_rx.clone(), arrivals.clone(), in_flight.clone()));
+                    tokio::spawn(connection(stream, mode_rx.clone(), arrivals.clone(), in_flight.clone(), service_time));
                 }
                 changed = mode_rx.changed() => {
                     if changed.is_err() { return; }
@@ -200,15 +216,23 @@ async fn connection(
     mode_rx: watch::Receiver<Mode>,
     arrivals: Arc<Mutex<Vec<Instant>>>,
     in_flight: Arc<InFlight>,
+    service_time: Duration,
 ) {
     let handler_mode = mode_rx.clone();
     let svc = service_fn(move |_req: Request<Incoming>| {
         let mode = *handler_mode.borrow();
-        if let Ok(mut a) = arrivals.lock() {
+        let nth = arrivals.lock().map_or(0, |mut a| {
             a.push(Instant::now());
-        }
+            a.len()
+        });
+        // Half to one and a half times the service time, as a real supplier's
+        // answers vary (the same sequence on every run).
+        let takes = service_time.mul_f64(0.5 + SeededRandom::new(nth as u64).next_f64());
         let serving = Serving::new(&in_flight);
         async move {
+            if !takes.is_zero() {
+                tokio::time::sleep(takes).await;
+            }
             let answer = answer(mode);
             drop(serving);
             Ok::<_, std::convert::Infallible>(answer)

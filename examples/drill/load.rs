@@ -9,8 +9,9 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use seawall::core::{RandomSource, SeededRandom};
 use tokio::sync::watch;
-use tokio::time::{Instant, MissedTickBehavior};
+use tokio::time::Instant;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Endpoint {
@@ -18,14 +19,17 @@ pub enum Endpoint {
     Checkout,
     Recommendations,
     Products,
+    /// The overload phase's sheddable quotes (a page prefetching prices).
+    Prefetch,
 }
 
 impl Endpoint {
-    pub const ALL: [Endpoint; 4] = [
+    pub const ALL: [Endpoint; 5] = [
         Endpoint::Quote,
         Endpoint::Checkout,
         Endpoint::Recommendations,
         Endpoint::Products,
+        Endpoint::Prefetch,
     ];
 
     pub fn path(self) -> &'static str {
@@ -34,6 +38,7 @@ impl Endpoint {
             Endpoint::Checkout => "/checkout",
             Endpoint::Recommendations => "/recommendations",
             Endpoint::Products => "/products",
+            Endpoint::Prefetch => "/prefetch",
         }
     }
 }
@@ -52,13 +57,25 @@ pub struct Answer {
     pub reason: Option<String>,
 }
 
+/// How requests are spaced in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arrivals {
+    /// At a fixed period per endpoint.
+    Fixed,
+    /// Poisson arrivals (exponential gaps) from a seed: the open-loop model of
+    /// many independent callers, whose bursts a queue meets in production.
+    Poisson { seed: u64 },
+}
+
 /// Requests per second for each endpoint.
 #[derive(Debug, Clone, Copy)]
 pub struct Rates {
+    pub arrivals: Arrivals,
     pub quote: u32,
     pub checkout: u32,
     pub recommendations: u32,
     pub products: u32,
+    pub prefetch: u32,
 }
 
 impl Rates {
@@ -68,6 +85,7 @@ impl Rates {
             Endpoint::Checkout => self.checkout,
             Endpoint::Recommendations => self.recommendations,
             Endpoint::Products => self.products,
+            Endpoint::Prefetch => self.prefetch,
         }
     }
 }
@@ -149,14 +167,16 @@ pub async fn run(shop: SocketAddr, rates: Rates, duration: Duration, tags: Tags)
         let client = client.clone();
         let answers = answers.clone();
         let tags = tags.clone();
+        let mut gap = gaps(rates.arrivals, endpoint, rate);
         generators.push(tokio::spawn(async move {
             let mut in_flight = Vec::new();
-            let period = Duration::from_secs(1) / rate;
-            let mut tick = tokio::time::interval(period);
-            tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
             let end = Instant::now() + duration;
+            let mut next = Instant::now();
             loop {
-                tick.tick().await;
+                tokio::time::sleep_until(next).await;
+                // Open loop: the arrivals keep to their schedule, whatever the
+                // shop's answers or the timer's lateness (a millisecond).
+                next += gap();
                 if Instant::now() >= end {
                     break;
                 }
@@ -182,6 +202,19 @@ pub async fn run(shop: SocketAddr, rates: Rates, duration: Duration, tags: Tags)
     let mut all = answers.lock().map(|a| a.clone()).unwrap_or_default();
     all.sort_by_key(|a| a.sent_at);
     all
+}
+
+/// The gaps between `endpoint`'s requests at `rate` per second.
+fn gaps(arrivals: Arrivals, endpoint: Endpoint, rate: u32) -> impl FnMut() -> Duration + Send {
+    let period = Duration::from_secs(1) / rate;
+    let mut random = match arrivals {
+        Arrivals::Fixed => None,
+        Arrivals::Poisson { seed } => Some(SeededRandom::new(seed ^ endpoint as u64)),
+    };
+    move || match random.as_mut() {
+        None => period,
+        Some(r) => period.mul_f64(-(1.0 - r.next_f64()).ln()),
+    }
 }
 
 async fn one(

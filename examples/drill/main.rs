@@ -1,9 +1,10 @@
 //! The failure drill: an outage rehearsal, run for real on 127.0.0.1.
 //!
 //! ```text
-//! cargo run --release --example drill            # the real durations (about 3 minutes)
-//! cargo run --release --example drill -- --fast  # the same drill in about a minute
+//! cargo run --release --example drill            # the real durations (about 4 minutes)
+//! cargo run --release --example drill -- --fast  # the same drill in about a minute and a half
 //! cargo run --release --example drill -- --fast --serve-dashboard  # and watch it live
+//! cargo run --release --example drill -- --fast --only-overload   # phase 7 alone
 //! cargo run --release --example drill -- --fast --fleet 3   # three instances, one store
 //! cargo run --release --example drill -- --fast --fleet 3 --strict-cap   # the cap in strict mode
 //! cargo run --release --example drill -- --fast --fleet 3 --kill-redis   # the store stopped mid-run
@@ -38,6 +39,12 @@
 //! the refusing phase closes the supplier's listener, and the 404 is the
 //! supplier's own answer. It prints one table row per phase and writes an SVG
 //! timeline.
+//!
+//! Phase 7 overloads one freight bulkhead at about 3× its supplier's capacity with
+//! critical checkout quotes, default browsing quotes and sheddable prefetches,
+//! first with classes, then the same load through the same bulkhead without them,
+//! and prints per class the share served within the budget, the p99 of the quotes
+//! served and why the others were not (`scenario::overload`).
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 #[path = "../shared/logs.rs"]
@@ -137,6 +144,9 @@ async fn main() -> Result<(), seawall::BoxError> {
     if let Some(n) = fleet {
         return run_fleet(config, n).await;
     }
+    if std::env::args().any(|a| a == "--only-overload") {
+        return overload(&config).await;
+    }
     let obs = scenario::run_serving(config, serve, |addr| {
         if dashboard.is_some() {
             println!(
@@ -168,10 +178,36 @@ async fn main() -> Result<(), seawall::BoxError> {
     let path = dir.join("timeline.svg");
     std::fs::write(&path, report::svg(&obs))?;
     println!("timeline: {}", path.display());
+
+    overload(&config).await?;
     if dashboard.is_some() {
         println!("the shop stays up for inspection on its dashboard; stop the process to end");
         std::future::pending::<()>().await;
     }
+    Ok(())
+}
+
+/// Phase 7: three classes of quotes through one bulkhead at about 3× what the
+/// supplier serves, next to the same load through a plain FIFO bulkhead.
+async fn overload(config: &DrillConfig) -> Result<(), seawall::BoxError> {
+    println!();
+    println!(
+        "phase 7, overload: checkout quotes critical, browsing quotes default, prefetches sheddable, through one bulkhead"
+    );
+    let overload = scenario::overload::OverloadConfig::three_times(config.phase);
+    let run = scenario::overload::run(&config.policy, overload).await?;
+    print!("{}", scenario::overload::table(&run, &config.policy));
+    let critical = |side: &str| {
+        run.rows()
+            .iter()
+            .find(|r| r.side == side && r.class == "critical")
+            .map_or(0.0, scenario::overload::ClassRow::served_share)
+    };
+    println!(
+        "critical quotes served within the budget: {:.1} % with classes (goal: at least 99 %), {:.1} % first in, first out",
+        critical("classes"),
+        critical("FIFO"),
+    );
     Ok(())
 }
 

@@ -89,7 +89,8 @@ pub struct PhaseRow {
     pub invented_prices: usize,
 }
 
-fn percentile(mut v: Vec<Duration>, p: f64) -> Duration {
+/// The `p` quantile of `v` (nearest rank), zero for none.
+pub fn percentile(mut v: Vec<Duration>, p: f64) -> Duration {
     if v.is_empty() {
         return Duration::ZERO;
     }
@@ -266,12 +267,25 @@ pub fn most_calls_at_once(shops: &[Running], budget: Duration) -> usize {
 }
 
 fn most_at_once(shops: &[Running], budget: Duration, pick: fn(&Admitted) -> bool) -> usize {
-    let mut edges: Vec<(Instant, i32)> = shops
+    let calls: Vec<Admitted> = shops
         .iter()
         .flat_map(|s| s.dependency_calls.log())
         .filter(pick)
+        .collect();
+    most_in_flight(&calls, budget)
+}
+
+/// The most of `calls` in flight at once; a call not seen to end counts until
+/// its budget ran out.
+pub fn most_in_flight<'a>(
+    calls: impl IntoIterator<Item = &'a Admitted>,
+    budget: Duration,
+) -> usize {
+    let mut edges: Vec<(Instant, i32)> = calls
+        .into_iter()
         .flat_map(|c| [(c.started, 1), (c.ended.unwrap_or(c.started + budget), -1)])
         .collect();
+    // An end and a start at the same instant: the end first.
     edges.sort();
     let (mut now, mut most) = (0i32, 0i32);
     for (_, delta) in edges {

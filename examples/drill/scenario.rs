@@ -9,6 +9,8 @@ pub mod fleet;
 pub mod freight;
 #[path = "load.rs"]
 pub mod load;
+#[path = "overload.rs"]
+pub mod overload;
 #[path = "report.rs"]
 pub mod report;
 #[path = "shop.rs"]
@@ -22,7 +24,7 @@ use seawall::BoxError;
 use tokio::time::Instant;
 
 use freight::{Freight, Mode};
-use load::Rates;
+use load::{Arrivals, Rates};
 use report::{Change, Gauges, Observations, Phase};
 use seawall::fault::{Fault, InjectionConfig};
 use shop::Policy;
@@ -100,10 +102,12 @@ impl DrillConfig {
                 strict_cap: false,
             },
             rates: Rates {
+                arrivals: Arrivals::Fixed,
                 quote: 40,
                 checkout: 5,
                 recommendations: 20,
                 products: 20,
+                prefetch: 0,
             },
             slow_delay: Duration::from_secs(1),
             stop_store_after: None,

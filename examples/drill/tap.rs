@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use seawall::core::Deadline;
+use seawall::core::{Criticality, CriticalityHeader, Deadline, CRITICALITY_HEADER};
 use tokio::time::Instant;
 use tower::{Layer, Service};
 
@@ -22,6 +22,8 @@ pub struct Admitted {
     pub admission_wait: Duration,
     /// The breaker's state label when the call was admitted past the bulkhead.
     pub breaker_state: &'static str,
+    /// The class the shop wrote on the call (the overload phase's calls have one).
+    pub class: Option<Criticality>,
 }
 
 #[derive(Clone)]
@@ -89,6 +91,10 @@ where
                 ended: None,
                 admission_wait,
                 breaker_state: (self.tap.breaker_state)(),
+                class: req
+                    .headers()
+                    .contains_key(CRITICALITY_HEADER)
+                    .then(|| CriticalityHeader::new().trusted(true).read(req.headers())),
             });
             log.len() - 1
         };
