@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use seawall_core::{ConfigError, LayerHandle};
+use seawall_core::{layer_handle_by_inherent_methods, ConfigError};
 use tokio::sync::broadcast;
 
 use crate::config::BulkheadConfig;
@@ -14,7 +14,7 @@ use crate::state::{Demand, Shared, Snapshot};
 /// Observes and controls one bulkhead. Cheap to clone; all clones see the same bulkhead.
 ///
 /// Its name, configuration, snapshot and operator verbs are those of every seawall
-/// layer's handle ([`LayerHandle`], implemented by delegating to the methods here).
+/// layer's handle ([`LayerHandle`](seawall_core::LayerHandle), implemented by delegating to the methods here).
 #[derive(Clone)]
 pub struct Handle {
     shared: Arc<Shared>,
@@ -156,37 +156,10 @@ impl fmt::Debug for Handle {
     }
 }
 
-impl LayerHandle for Handle {
-    type Config = BulkheadConfig;
-    type Snapshot = Snapshot;
+layer_handle_by_inherent_methods!(Handle {
+    Config = BulkheadConfig,
+    Snapshot = Snapshot,
     /// The limit of active calls to force.
-    type Forced = usize;
-
-    fn name(&self) -> &str {
-        Handle::name(self)
-    }
-
-    fn config(&self) -> BulkheadConfig {
-        Handle::config(self)
-    }
-
-    fn reconfigure(&self, config: BulkheadConfig) -> Result<(), ConfigError> {
-        Handle::reconfigure(self, config)
-    }
-
-    fn revert(&self) {
-        Handle::revert(self);
-    }
-
-    fn snapshot(&self) -> Snapshot {
-        Handle::snapshot(self)
-    }
-
-    fn force(&self, limit: usize) -> Result<(), ConfigError> {
-        Handle::force(self, limit)
-    }
-
-    fn release(&self) {
-        Handle::release(self);
-    }
-}
+    Forced = usize,
+    force = |handle, forced| handle.force(forced),
+});

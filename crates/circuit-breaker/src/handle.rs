@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use seawall_core::{ConfigError, LayerHandle, WindowCounts};
+use seawall_core::{layer_handle_by_inherent_methods, ConfigError, WindowCounts};
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
@@ -15,7 +15,7 @@ use crate::state::Lane;
 /// Watches and steers one breaker. Cheap to clone; every clone controls the same breaker.
 ///
 /// Its name, configuration, snapshot and operator verbs are those of every seawall
-/// layer's handle ([`LayerHandle`], implemented by delegating to the methods here).
+/// layer's handle ([`LayerHandle`](seawall_core::LayerHandle), implemented by delegating to the methods here).
 #[derive(Debug, Clone)]
 pub struct Handle {
     breaker: Arc<Lane>,
@@ -237,40 +237,15 @@ pub enum Forced {
     Closed,
 }
 
-impl LayerHandle for Handle {
-    type Config = CircuitBreakerConfig;
-    type Snapshot = Snapshot;
-    type Forced = Forced;
-
-    fn name(&self) -> &str {
-        Handle::name(self)
-    }
-
-    fn config(&self) -> CircuitBreakerConfig {
-        Handle::config(self)
-    }
-
-    fn reconfigure(&self, config: CircuitBreakerConfig) -> Result<(), ConfigError> {
-        Handle::reconfigure(self, config)
-    }
-
-    fn revert(&self) {
-        Handle::revert(self);
-    }
-
-    fn snapshot(&self) -> Snapshot {
-        Handle::snapshot(self)
-    }
-
-    fn force(&self, forced: Forced) -> Result<(), ConfigError> {
-        Handle::force(self, forced);
+layer_handle_by_inherent_methods!(Handle {
+    Config = CircuitBreakerConfig,
+    Snapshot = Snapshot,
+    Forced = Forced,
+    force = |handle, forced| {
+        handle.force(forced);
         Ok(())
-    }
-
-    fn release(&self) {
-        Handle::release(self);
-    }
-}
+    },
+});
 
 /// A breaker's state and counters at one instant.
 #[derive(Debug, Clone, PartialEq)]

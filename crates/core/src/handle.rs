@@ -69,3 +69,82 @@ pub trait LayerHandle: Clone + Send + Sync + 'static {
     /// Hands control back to the layer's own policy after [`force`](Self::force).
     fn release(&self);
 }
+
+/// Implements [`LayerHandle`] for a handle whose inherent methods of the same names
+/// (`name`, `config`, `reconfigure`, `revert`, `snapshot`, `release`) do the work,
+/// as every seawall handle's do: the inherent methods need no import, and the trait
+/// is then written once, here. `force` is given as a closure-like
+/// `|handle, forced| expression`, since layers force different things.
+///
+/// ```
+/// use seawall_core::{layer_handle_by_inherent_methods, ConfigError};
+///
+/// #[derive(Clone)]
+/// struct Handle;
+///
+/// impl Handle {
+///     fn name(&self) -> &str { "quotes" }
+///     fn config(&self) -> u32 { 8 }
+///     fn reconfigure(&self, _limit: u32) -> Result<(), ConfigError> { Ok(()) }
+///     fn revert(&self) {}
+///     fn snapshot(&self) -> u32 { 0 }
+///     fn hold(&self, _limit: u32) {}
+///     fn release(&self) {}
+/// }
+///
+/// layer_handle_by_inherent_methods!(Handle {
+///     Config = u32,
+///     Snapshot = u32,
+///     Forced = u32,
+///     force = |handle, limit| {
+///         handle.hold(limit);
+///         Ok(())
+///     },
+/// });
+/// ```
+#[macro_export]
+macro_rules! layer_handle_by_inherent_methods {
+    ($handle:ty {
+        Config = $config:ty,
+        Snapshot = $snapshot:ty,
+        $(#[$forced_meta:meta])*
+        Forced = $forced:ty,
+        force = |$this:ident, $forced_arg:pat_param| $force:expr $(,)?
+    }) => {
+        impl $crate::LayerHandle for $handle {
+            type Config = $config;
+            type Snapshot = $snapshot;
+            $(#[$forced_meta])*
+            type Forced = $forced;
+
+            fn name(&self) -> &str {
+                <$handle>::name(self)
+            }
+
+            fn config(&self) -> $config {
+                <$handle>::config(self)
+            }
+
+            fn reconfigure(&self, config: $config) -> ::core::result::Result<(), $crate::ConfigError> {
+                <$handle>::reconfigure(self, config)
+            }
+
+            fn revert(&self) {
+                <$handle>::revert(self);
+            }
+
+            fn snapshot(&self) -> $snapshot {
+                <$handle>::snapshot(self)
+            }
+
+            fn force(&self, $forced_arg: $forced) -> ::core::result::Result<(), $crate::ConfigError> {
+                let $this = self;
+                $force
+            }
+
+            fn release(&self) {
+                <$handle>::release(self);
+            }
+        }
+    };
+}

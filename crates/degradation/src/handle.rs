@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
-use seawall_core::{ConfigError, LayerHandle, Name, Outcome};
+use seawall_core::{layer_handle_by_inherent_methods, ConfigError, Name, Outcome};
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
@@ -298,7 +298,7 @@ impl Shared {
 /// Operates a degradation layer: snapshot, level changes, floor, force, reconfigure.
 ///
 /// Its name, configuration, snapshot and operator verbs are those of every seawall
-/// layer's handle ([`LayerHandle`], implemented by delegating to the methods here;
+/// layer's handle ([`LayerHandle`](seawall_core::LayerHandle), implemented by delegating to the methods here;
 /// there `force` takes the level's index).
 ///
 /// Cloning is cheap; every clone, like every service built from the layer, shares one
@@ -441,37 +441,10 @@ impl Handle {
     }
 }
 
-impl LayerHandle for Handle {
-    type Config = DegradationConfig;
-    type Snapshot = Snapshot;
+layer_handle_by_inherent_methods!(Handle {
+    Config = DegradationConfig,
+    Snapshot = Snapshot,
     /// The index of the level to hold (0 is the best).
-    type Forced = usize;
-
-    fn name(&self) -> &str {
-        Handle::name(self)
-    }
-
-    fn config(&self) -> DegradationConfig {
-        Handle::config(self)
-    }
-
-    fn reconfigure(&self, config: DegradationConfig) -> Result<(), ConfigError> {
-        Handle::reconfigure(self, config)
-    }
-
-    fn revert(&self) {
-        Handle::revert(self);
-    }
-
-    fn snapshot(&self) -> Snapshot {
-        Handle::snapshot(self)
-    }
-
-    fn force(&self, level: usize) -> Result<(), ConfigError> {
-        Handle::force(self, level)
-    }
-
-    fn release(&self) {
-        Handle::release(self);
-    }
-}
+    Forced = usize,
+    force = |handle, forced| handle.force(forced),
+});

@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use seawall_core::{BoxError, ConfigError, FallbacksExhausted, LayerHandle, Name, StepFailure};
+use seawall_core::{
+    layer_handle_by_inherent_methods, BoxError, ConfigError, FallbacksExhausted, Name, StepFailure,
+};
 use tokio::sync::broadcast;
 
 use crate::config::{FallbackConfig, StepTimeout};
@@ -359,7 +361,7 @@ fn is_timeout(cause: &(dyn Error + 'static)) -> bool {
 ///   run time, [`revert`](Self::revert) to the built configuration.
 ///
 /// Its name, configuration, snapshot and operator verbs are those of every seawall
-/// layer's handle ([`LayerHandle`], implemented by delegating to the methods here;
+/// layer's handle ([`LayerHandle`](seawall_core::LayerHandle), implemented by delegating to the methods here;
 /// there `force` takes `()`, a fallback having one forced state).
 #[derive(Clone)]
 pub struct Handle {
@@ -488,41 +490,17 @@ impl Handle {
     }
 }
 
-impl LayerHandle for Handle {
-    type Config = FallbackConfig;
-    type Snapshot = Snapshot;
+layer_handle_by_inherent_methods!(Handle {
+    Config = FallbackConfig,
+    Snapshot = Snapshot,
     /// A fallback has one forced state: answering every call.
-    type Forced = ();
-
-    fn name(&self) -> &str {
-        Handle::name(self)
-    }
-
-    fn config(&self) -> FallbackConfig {
-        Handle::config(self)
-    }
-
-    fn reconfigure(&self, config: FallbackConfig) -> Result<(), ConfigError> {
-        Handle::reconfigure(self, config)
-    }
-
-    fn revert(&self) {
-        Handle::revert(self);
-    }
-
-    fn snapshot(&self) -> Snapshot {
-        Handle::snapshot(self)
-    }
-
-    fn force(&self, (): ()) -> Result<(), ConfigError> {
-        Handle::force(self);
+    Forced = (),
+    force = |handle, forced| {
+        let () = forced;
+        handle.force();
         Ok(())
-    }
-
-    fn release(&self) {
-        Handle::release(self);
-    }
-}
+    },
+});
 
 /// How often one trigger fired.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
