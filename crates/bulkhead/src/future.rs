@@ -17,7 +17,7 @@ use crate::hold::{Hold, Lend};
 use crate::permit::Permit;
 use crate::queue::QueuePolicy;
 use crate::semaphore::{Enqueued, Leave, Left, Polled, WaiterId};
-use crate::state::Shared;
+use crate::state::{Shared, TurnedAway};
 use crate::telemetry::ShadowReason;
 
 pin_project! {
@@ -128,7 +128,7 @@ impl Waiter {
                     });
                 }
                 let waited = Instant::now().saturating_duration_since(self.enqueued_at);
-                let error = shared.reject_class(Some(waited), self.class);
+                let error = shared.reject(TurnedAway::TimedOut(waited), self.class);
                 self.shared = None;
                 return Poll::Ready(Err(error));
             }
@@ -164,7 +164,7 @@ impl Waiter {
             shared.admit_over_limit(ShadowReason::Full);
             return Ok(Permit::over_limit(shared));
         }
-        Err(shared.reject_displaced(self.class.unwrap_or_default()))
+        Err(shared.reject(TurnedAway::Displaced, self.class))
     }
 }
 
@@ -335,7 +335,10 @@ where
                     overload,
                 )
             }
-            Enqueued::Expired => Self::rejected(shared.reject(Some(Duration::ZERO)), overload),
+            Enqueued::Expired => Self::rejected(
+                shared.reject(TurnedAway::TimedOut(Duration::ZERO), None),
+                overload,
+            ),
             Enqueued::Waiting(id) => {
                 shared.telemetry.enqueued();
                 let waiter = Waiter {
@@ -394,7 +397,7 @@ where
                 Self::over_limit(shared, inner, req, overload)
             }
             Enqueued::Expired => Self::rejected(
-                shared.reject_class(Some(Duration::ZERO), Some(class)),
+                shared.reject(TurnedAway::TimedOut(Duration::ZERO), Some(class)),
                 overload,
             ),
             Enqueued::Waiting(id) => {
@@ -426,7 +429,7 @@ where
             shared.admit_over_limit(ShadowReason::Full);
             return Self::over_limit(shared, inner, req, overload);
         }
-        Self::rejected(shared.reject_class(None, Some(class)), overload)
+        Self::rejected(shared.reject(TurnedAway::Full, Some(class)), overload)
     }
 
     /// A call let through beyond the limit of `shared` in shadow mode, already
@@ -536,7 +539,7 @@ where
     /// A call turned away because the bulkhead is full.
     #[cold]
     pub(crate) fn full(shared: &Shared, overload: O) -> Self {
-        Self::rejected(shared.reject(None), overload)
+        Self::rejected(shared.reject(TurnedAway::Full, None), overload)
     }
 
     /// A call turned away with `error`, delivered on the first poll.

@@ -18,6 +18,17 @@ use crate::queue::Shares;
 use crate::semaphore::{ClassRejection, Semaphore};
 use crate::telemetry::{Series, ShadowReason, Telemetry};
 
+/// Why a bulkhead turns a call away ([`Shared::reject`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TurnedAway {
+    /// Every slot busy and no room in the line.
+    Full,
+    /// Waited this long without a slot.
+    TimedOut(Duration),
+    /// A more critical call took its place in a full line.
+    Displaced,
+}
+
 /// One bulkhead: the admission semaphore plus its name, limits and telemetry.
 ///
 /// In this order (`repr(C)`) so that what dropping it reads, the fields with
@@ -233,44 +244,46 @@ impl Shared {
         }
     }
 
-    /// Turns a call away, full (`None`) or timed out after waiting: counts, logs and
-    /// meters it, and the first rejection since the bulkhead last had room begins a
-    /// saturation (an event, and a log once the event's lock is released). Gives the
-    /// error the call's future answers with.
+    /// Turns a call of `class` (when the layer has classes) away for `why`: counts,
+    /// logs and meters it, and the first rejection since the bulkhead last had room
+    /// begins a saturation (an event, and a log once the event's lock is released).
+    /// Gives the error the call's future answers with, which carries the class.
+    /// The one place a bulkhead call is rejected.
     #[cold]
-    pub(crate) fn reject(&self, timed_out_after: Option<Duration>) -> BoxError {
-        self.reject_class(timed_out_after, None)
-    }
-
-    /// As [`Shared::reject`], for a call of `class` (when the layer has classes):
-    /// the rejection, full or timed out, carries it.
-    #[cold]
-    pub(crate) fn reject_class(
-        &self,
-        timed_out_after: Option<Duration>,
-        class: Option<Criticality>,
-    ) -> BoxError {
-        if let Some(class) = class {
-            let why = match timed_out_after {
-                None => ClassRejection::Full,
-                Some(_) => ClassRejection::Timeout,
-            };
+    pub(crate) fn reject(&self, why: TurnedAway, class: Option<Criticality>) -> BoxError {
+        let counted = match why {
+            // The semaphore counted it full when it was displaced.
+            TurnedAway::Displaced => {
+                self.displaced_told(class.unwrap_or_default());
+                None
+            }
+            TurnedAway::Full => {
+                self.semaphore.count_full();
+                self.telemetry.rejected_full(&self.name, &self.semaphore);
+                Some(ClassRejection::Full)
+            }
+            TurnedAway::TimedOut(waited) => {
+                self.telemetry.rejected_timeout(&self.name, waited);
+                Some(ClassRejection::Timeout)
+            }
+        };
+        if let (Some(class), Some(why)) = (class, counted) {
             self.semaphore.count_class_rejection(class, why);
             self.telemetry.class_rejected(&self.name, class, why);
         }
-        let (kind, error): (_, BoxError) = match timed_out_after {
-            None => {
-                self.semaphore.count_full();
-                self.telemetry.rejected_full(&self.name, &self.semaphore);
+        let (kind, error): (_, BoxError) = match why {
+            TurnedAway::Full | TurnedAway::Displaced => {
                 let now = self.semaphore.counts();
                 let mut full = BulkheadFull::named(&self.name).with_load(now.active, now.queued);
                 if let Some(class) = class {
                     full = full.with_criticality(class);
                 }
+                if why == TurnedAway::Displaced {
+                    full = full.displaced();
+                }
                 (RejectionKind::BulkheadFull, Box::new(full))
             }
-            Some(waited) => {
-                self.telemetry.rejected_timeout(&self.name, waited);
+            TurnedAway::TimedOut(waited) => {
                 let mut timeout = BulkheadTimeout::new(self.name.clone(), waited);
                 if let Some(class) = class {
                     timeout = timeout.with_criticality(class);
@@ -282,27 +295,6 @@ impl Shared {
             self.telemetry.saturated(&self.name, kind, &self.semaphore);
         }
         error
-    }
-
-    /// Turns away a waiter of `class` whose place a more critical call took (already
-    /// counted full by the semaphore when it was displaced): logs and meters it,
-    /// and gives the error its future answers with.
-    #[cold]
-    pub(crate) fn reject_displaced(&self, class: Criticality) -> BoxError {
-        self.displaced_told(class);
-        let now = self.semaphore.counts();
-        let full = BulkheadFull::named(&self.name)
-            .with_load(now.active, now.queued)
-            .with_criticality(class)
-            .displaced();
-        if self
-            .events
-            .rejected(RejectionKind::BulkheadFull, &self.semaphore)
-        {
-            self.telemetry
-                .saturated(&self.name, RejectionKind::BulkheadFull, &self.semaphore);
-        }
-        Box::new(full)
     }
 
     /// Meters and logs a displaced waiter of `class` once its caller learns it (or
