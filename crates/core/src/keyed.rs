@@ -1,4 +1,5 @@
-//! The bounded map shared by the keyed layers; see [`KeyedMap`].
+//! The bounded map shared by the keyed layers, [`KeyedMap`], and what every keyed
+//! layer does with it, [`Keyed`].
 
 use std::fmt;
 use std::hash::{BuildHasher, Hash, RandomState};
@@ -6,6 +7,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use hashbrown::HashTable;
+
+mod policy;
+
+pub use policy::{Keyed, KeyedPolicy};
 
 /// The most slots one insert looks at before giving up on finding one to evict.
 pub const MAX_PROBES: usize = 64;

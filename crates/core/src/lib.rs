@@ -51,6 +51,9 @@
 //! - **A bounded keyed map** ([`KeyedMap`]) for the keyed layers: O(1) lookup and
 //!   eviction (CLOCK with a bounded sweep), values pinned by the layer's rule are
 //!   never evicted, and no lock is held while anything but the map's bookkeeping runs.
+//!   What every keyed layer does with it is [`Keyed`]'s, whatever the policy (a
+//!   [`KeyedPolicy`]): the settings each new key is built from, an operator's change
+//!   applied to every key, a key built meanwhile caught up with it, the overflow state.
 //! - **Panics as failures** ([`on_unwind`], [`PanicWatch`]): how a layer records a panicking
 //!   dependency while the panic unwinds, even when it is caught further out.
 //!
@@ -114,6 +117,9 @@
 //! handle.rs           LayerHandle: the name, config, reconfigure, revert, snapshot and
 //!                     operator verbs every layer's handle has
 //! keyed.rs            KeyedMap, the bounded map of the keyed layers, and DEFAULT_MAX_KEYS
+//!   keyed/policy.rs       Keyed, what a keyed layer's services and handle share, over a
+//!                         KeyedPolicy: the settings, the catch-up of new keys, the overflow
+//!   keyed/policy/tests.rs the races of keys and operators, scripted (tests only)
 //! config.rs           ConfigError and the checks builders validate with
 //! time.rs             MAX_DURATION and `later`: instant arithmetic that cannot panic
 //! duration_format.rs  durations written "300ms" in configuration files (feature `serde`)
@@ -180,7 +186,7 @@ pub use hedge::{
     Hedge, HedgeBuilder, HedgeConfig, HedgeDelay, HedgeFuture, HedgeHandle, HedgeIf, HedgeLayer,
     HedgeSnapshot, IdempotentRequests, PercentileDelay,
 };
-pub use keyed::{KeyedMap, DEFAULT_MAX_KEYS, MAX_PROBES};
+pub use keyed::{Keyed, KeyedMap, KeyedPolicy, DEFAULT_MAX_KEYS, MAX_PROBES};
 pub use random::{RandomSource, SeededRandom};
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
