@@ -3,12 +3,12 @@
 use std::fmt;
 use std::hash::Hash;
 use std::marker::PhantomData;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
 use seawall_core::{
-    bounded_by_current, check_positive, BoxError, ClassifyRequest, ConfigError, KeyedMap,
-    LayerHandle, Name, OpenCause, PanicWatch, RandomSource, SeededRandom, DEFAULT_MAX_KEYS,
+    bounded_by_current, BoxError, ClassifyRequest, ConfigError, Keyed, KeyedPolicy, LayerHandle,
+    Name, OpenCause, PanicWatch, RandomSource, SeededRandom, DEFAULT_MAX_KEYS,
 };
 use tokio::time::Instant;
 use tower_layer::Layer;
@@ -32,13 +32,14 @@ use crate::telemetry::Series;
 /// logs.
 ///
 /// **Bound and eviction.** At most `max_keys` breakers are kept, in a
-/// [`KeyedMap`]: a call costs a shared read lock, a hash of the key and an `Arc`
-/// clone on top of the breaker itself, and a new key does the same work at 10 keys
-/// as at 100,000 (what grows is the memory hierarchy's share: the evicted key's
-/// breaker was last used long ago, so reading and dropping it misses the cache).
-/// When a new key meets a full map, a bounded CLOCK sweep evicts a key
-/// not used lately whose breaker is plainly closed (not open, half-open, ramping,
-/// forced or disabled) — a closed breaker's window is the only history lost. An
+/// [`KeyedMap`](seawall_core::KeyedMap): a call costs a shared read lock, a hash of
+/// the key and an `Arc` clone on top of the breaker itself, and a new key does the
+/// same work at 10 keys as at 100,000 (what grows is the memory hierarchy's share:
+/// the evicted key's breaker was last used long ago, so reading and dropping it
+/// misses the cache). When a new key meets a full map, a bounded CLOCK sweep evicts
+/// a key not used lately whose breaker is plainly closed (not open, half-open,
+/// ramping, forced or disabled) — a closed breaker's window is the only history
+/// lost. An
 /// open breaker is never evicted: if every breaker the sweep looks at is pinned
 /// that way (every breaker, in a map of up to [`MAX_PROBES`](seawall_core::MAX_PROBES)
 /// keys), the call is guarded by one shared *overflow* breaker named
@@ -62,149 +63,93 @@ use crate::telemetry::Series;
 /// when its response body ends, as the unkeyed breaker's mode of that name does
 /// (for client stacks, where the dependency's answer lasts until then).
 pub struct KeyedCircuitBreakerLayer<K, F, C> {
-    shared: Arc<Keyed<K>>,
+    shared: Arc<Keyed<Breakers<K>>>,
     key: F,
     classifier: C,
 }
 
-struct Keyed<K> {
-    name: Name,
+/// How a keyed layer builds and steers each key's breaker; the rest is [`Keyed`]'s.
+struct Breakers<K> {
     /// The layer's own series, shared by the overflow breaker and, unless
     /// `per_key_metrics`, by every key's breaker.
     series: Series,
-    per_key_metrics: bool,
-    settings: Mutex<Settings>,
-    map: KeyedMap<K, Arc<Lane>>,
-    overflow: OnceLock<Arc<Lane>>,
+    /// Each key's series label (its `Display`), if each key has series of its own.
+    per_key_label: Option<fn(&K) -> String>,
+    /// Seeds each new breaker's jitter source, if one was supplied.
+    random: Mutex<Option<Box<dyn RandomSource>>>,
+    /// A key's breaker's name, `{name}/{key}` (`key_name` for the layer's key type).
+    key_name: fn(&str, &K) -> Name,
 }
 
-struct Settings {
-    /// Validated, and shared by every key's breaker built from it: a new key
-    /// copies a pointer, not the configuration, and is not validated again.
-    config: Arc<CircuitBreakerConfig>,
-    built: CircuitBreakerConfig,
-    /// Seeds each new key's jitter source, if one was supplied.
-    random: Option<Box<dyn RandomSource>>,
-    /// What an operator holds every key's breaker at, new keys' included.
-    forced: Option<Forced>,
-}
+impl<K> KeyedPolicy for Breakers<K> {
+    type Key = K;
+    type State = Lane;
+    type Config = CircuitBreakerConfig;
+    type Forced = Forced;
+    /// Unreachable: the configuration was validated when it was put in force.
+    type Error = ConfigError;
 
-impl<K> fmt::Debug for Keyed<K> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Keyed")
-            .field("name", &self.name)
-            .field("max_keys", &self.map.max_keys())
-            .finish_non_exhaustive()
-    }
-}
-
-impl<K> Keyed<K>
-where
-    K: Hash + Eq + Clone + fmt::Display,
-{
-    fn settings(&self) -> std::sync::MutexGuard<'_, Settings> {
-        self.settings.lock().unwrap_or_else(PoisonError::into_inner)
+    fn check(
+        config: &CircuitBreakerConfig,
+        _built: &CircuitBreakerConfig,
+    ) -> Result<(), ConfigError> {
+        config.validate()
     }
 
-    /// A new breaker from the configuration in force, and that configuration.
-    fn new_breaker(
+    fn build(
         &self,
-        name: Name,
-        series: &Series,
-        now: Instant,
-    ) -> Result<(Arc<Lane>, Arc<CircuitBreakerConfig>), ConfigError> {
-        let (config, random) = {
-            let mut settings = self.settings();
-            let random = settings.random.as_mut().map(|parent| {
+        name: &Name,
+        key: Option<&K>,
+        config: &Arc<CircuitBreakerConfig>,
+    ) -> Result<Arc<Lane>, ConfigError> {
+        let random = self
+            .random
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_mut()
+            .map(|parent| {
                 let seed = (parent.next_f64() * (1u64 << 53) as f64) as u64;
                 Box::new(SeededRandom::new(seed)) as Box<dyn RandomSource>
             });
-            (Arc::clone(&settings.config), random)
-        };
-        // Built with the settings released: building registers metrics (a
-        // recorder is user code, and may reconfigure the layer).
-        let breaker = Breaker::shared_reporting_to(name, series, Arc::clone(&config), random, now)?;
-        Ok((breaker, config))
-    }
-
-    fn overflow(&self, now: Instant) -> Option<Arc<Lane>> {
-        if let Some(b) = self.overflow.get() {
-            return Some(Arc::clone(b));
-        }
-        let name: Name = format!("{}/overflow", self.name).into();
-        let (breaker, made) = self.new_breaker(name, &self.series, now).ok()?;
-        let breaker = Arc::clone(self.overflow.get_or_init(|| breaker));
-        self.catch_up(&breaker, &made);
-        Some(breaker)
-    }
-
-    /// The breaker guarding `key`, created (and another evicted) if needed. The
-    /// clock is read only then.
-    fn breaker_for(&self, key: K, clock: impl Fn() -> Instant) -> Option<Arc<Lane>> {
-        let mut made_with = None;
-        let found = self.map.get_or_insert_with(
-            key,
-            // An open (or forced, ramping, half-open) breaker is never forgotten.
-            |b| !b.is_plainly_closed(),
-            |key| {
-                let name = key_name(&self.name, key);
-                let (breaker, config) = if self.per_key_metrics {
-                    let series = Series::keyed(&self.name, key.to_string());
-                    self.new_breaker(name, &series, clock())?
-                } else {
-                    self.new_breaker(name, &self.series, clock())?
-                };
-                made_with = Some(config);
-                Ok::<_, ConfigError>(breaker)
-            },
-        );
-        let breaker = match found {
-            Ok(Some(breaker)) => breaker,
-            Ok(None) => return self.overflow(clock()),
-            Err(_) => return None,
-        };
-        if let Some(made) = made_with {
-            self.catch_up(&breaker, &made);
-        }
-        Some(breaker)
-    }
-
-    /// A breaker built from a configuration that a `reconfigure` replaced meanwhile
-    /// (it could not see a breaker not yet in the map) takes the current one, and
-    /// a new breaker of a forced layer is forced like the others. Every
-    /// `reconfigure` puts a new `Arc` in force, so comparing pointers is enough.
-    fn catch_up(&self, breaker: &Arc<Lane>, made: &Arc<CircuitBreakerConfig>) {
-        let (replaced, mut forced) = {
-            let settings = self.settings();
-            let replaced = (!Arc::ptr_eq(made, &settings.config))
-                .then(|| CircuitBreakerConfig::clone(&settings.config));
-            (replaced, settings.forced)
-        };
-        if replaced.is_none() && forced.is_none() {
-            // The common case: nothing changed while the breaker was built.
-            return;
-        }
-        let handle = Handle::new(Arc::clone(breaker));
-        if let Some(current) = replaced {
-            // Validated by `reconfigure`.
-            let _ = handle.reconfigure(current);
-        }
-        // Applied with the settings released (a transition reaches user code). A
-        // `force` or `release` that ran meanwhile may have missed this breaker
-        // (or been overtaken by this one): apply until the setting holds still.
-        while let Some(holding) = forced {
-            handle.force(holding);
-            forced = self.settings().forced;
-            if forced.is_none() {
-                handle.release();
-            } else if forced == Some(holding) {
-                break;
+        let config = Arc::clone(config);
+        let now = Instant::now();
+        match key {
+            None => {
+                let name = format!("{name}/overflow").into();
+                Breaker::shared_reporting_to(name, &self.series, config, random, now)
+            }
+            Some(key) => {
+                let own = self
+                    .per_key_label
+                    .map(|label| Series::keyed(name, label(key)));
+                let series = own.as_ref().unwrap_or(&self.series);
+                Breaker::shared_reporting_to(
+                    (self.key_name)(name, key),
+                    series,
+                    config,
+                    random,
+                    now,
+                )
             }
         }
     }
 
-    fn breakers(&self) -> Vec<(K, Arc<Lane>)> {
-        self.map.entries()
+    /// An open (or forced, ramping, half-open) breaker is never forgotten.
+    fn pinned(&self, breaker: &Arc<Lane>) -> bool {
+        !breaker.is_plainly_closed()
+    }
+
+    fn reconfigure(&self, breaker: &Arc<Lane>, config: &Arc<CircuitBreakerConfig>) {
+        // Validated by `check`.
+        let _ = Handle::new(Arc::clone(breaker)).reconfigure(CircuitBreakerConfig::clone(config));
+    }
+
+    fn force(&self, breaker: &Arc<Lane>, forced: Forced) {
+        Handle::new(Arc::clone(breaker)).force(forced);
+    }
+
+    fn release(&self, breaker: &Arc<Lane>) {
+        Handle::new(Arc::clone(breaker)).release();
     }
 }
 
@@ -292,22 +237,20 @@ where
     /// Validates the configuration and creates the layer and its map of breakers.
     pub fn build(self) -> Result<KeyedCircuitBreakerLayer<K, F, C>, ConfigError> {
         let builder = self.breaker;
-        builder.config.validate()?;
-        check_positive("max_keys", self.max_keys)?;
+        let breakers = || Breakers {
+            series: Series::named(&builder.name),
+            per_key_label: self.per_key_metrics.then_some(|key: &K| key.to_string()),
+            random: Mutex::new(builder.random),
+            key_name: key_name::<K>,
+        };
+        let keyed = Keyed::new(
+            builder.name.clone(),
+            builder.config,
+            self.max_keys,
+            breakers,
+        )?;
         Ok(KeyedCircuitBreakerLayer {
-            shared: Arc::new(Keyed {
-                series: Series::named(&builder.name),
-                name: builder.name,
-                per_key_metrics: self.per_key_metrics,
-                settings: Mutex::new(Settings {
-                    config: Arc::new(builder.config.clone()),
-                    built: builder.config,
-                    random: builder.random,
-                    forced: None,
-                }),
-                map: KeyedMap::new(self.max_keys),
-                overflow: OnceLock::new(),
-            }),
+            shared: Arc::new(keyed),
             key: self.key,
             classifier: builder.classifier,
         })
@@ -336,8 +279,8 @@ impl<K, F: Clone, C: Clone> Clone for KeyedCircuitBreakerLayer<K, F, C> {
 impl<K, F, C: fmt::Debug> fmt::Debug for KeyedCircuitBreakerLayer<K, F, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedCircuitBreakerLayer")
-            .field("name", &self.shared.name)
-            .field("max_keys", &self.shared.map.max_keys())
+            .field("name", self.shared.name())
+            .field("max_keys", &self.shared.map().max_keys())
             .field("classifier", &self.classifier)
             .finish_non_exhaustive()
     }
@@ -359,7 +302,7 @@ impl<S, K, F: Clone, C: Clone> Layer<S> for KeyedCircuitBreakerLayer<K, F, C> {
 /// A service guarded by one breaker per key; built by [`KeyedCircuitBreakerLayer`].
 pub struct KeyedCircuitBreaker<S, K, F, C> {
     inner: S,
-    shared: Arc<Keyed<K>>,
+    shared: Arc<Keyed<Breakers<K>>>,
     key: F,
     classifier: C,
 }
@@ -397,7 +340,7 @@ impl<S: Clone, K, F: Clone, C: Clone> Clone for KeyedCircuitBreaker<S, K, F, C> 
 impl<S: fmt::Debug, K, F, C: fmt::Debug> fmt::Debug for KeyedCircuitBreaker<S, K, F, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedCircuitBreaker")
-            .field("name", &self.shared.name)
+            .field("name", self.shared.name())
             .field("inner", &self.inner)
             .field("classifier", &self.classifier)
             .finish_non_exhaustive()
@@ -422,10 +365,16 @@ where
 
     fn call(&mut self, req: Req) -> Self::Future {
         let key = (self.key)(&req);
-        let Some(breaker) = self.shared.breaker_for(key, Instant::now) else {
+        let found = match self.shared.state_for(key) {
+            Ok(Some(breaker)) => Ok(breaker),
+            // Every key the sweep looked at is open (or held): the overflow breaker.
+            Ok(None) => self.shared.overflow(),
+            Err(invalid) => Err(invalid),
+        };
+        let Ok(breaker) = found else {
             // Unreachable: the configuration was validated when the layer was built.
             return ResponseFuture::rejected(
-                &self.shared.name,
+                self.shared.name(),
                 crate::machine::MIN_RETRY_AFTER,
                 OpenCause::Open,
             );
@@ -451,7 +400,7 @@ where
 
 /// Watches and steers the breakers of a [`KeyedCircuitBreakerLayer`]. Cheap to clone.
 pub struct KeyedHandle<K> {
-    shared: Arc<Keyed<K>>,
+    shared: Arc<Keyed<Breakers<K>>>,
 }
 
 impl<K> Clone for KeyedHandle<K> {
@@ -465,33 +414,33 @@ impl<K> Clone for KeyedHandle<K> {
 impl<K> fmt::Debug for KeyedHandle<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedHandle")
-            .field("name", &self.shared.name)
+            .field("name", self.shared.name())
             .finish_non_exhaustive()
     }
 }
 
 impl<K> KeyedHandle<K>
 where
-    K: Hash + Eq + Clone + fmt::Display,
+    K: Hash + Eq + Clone + fmt::Display + Send + Sync + 'static,
 {
     /// The layer's name (each key's breaker is named `{name}/{key}`).
     pub fn name(&self) -> &str {
-        &self.shared.name
+        self.shared.name()
     }
 
     /// The most keys kept.
     pub fn max_keys(&self) -> usize {
-        self.shared.map.max_keys()
+        self.shared.map().max_keys()
     }
 
     /// How many keys have a breaker now.
     pub fn len(&self) -> usize {
-        self.shared.map.len()
+        self.shared.map().len()
     }
 
     /// How many keys were evicted to make room for new ones.
     pub fn evicted(&self) -> u64 {
-        self.shared.map.evicted()
+        self.shared.map().evicted()
     }
 
     /// Whether no key has a breaker yet.
@@ -501,27 +450,25 @@ where
 
     /// The keys that have a breaker now.
     pub fn keys(&self) -> Vec<K> {
-        self.shared.breakers().into_iter().map(|(k, _)| k).collect()
+        self.shared.keys()
     }
 
     /// The handle on `key`'s breaker, if it has one (for its snapshot, subscription
     /// and controls).
     pub fn get(&self, key: &K) -> Option<Handle> {
-        self.shared.map.peek(key).map(Handle::new)
+        self.shared.map().peek(key).map(Handle::new)
     }
 
     /// The shared overflow breaker, if the map has ever been full of open breakers.
     pub fn overflow(&self) -> Option<Handle> {
-        self.shared
-            .overflow
-            .get()
-            .map(|b| Handle::new(Arc::clone(b)))
+        self.shared.peek_overflow().map(Handle::new)
     }
 
     /// Every key's snapshot.
     pub fn snapshots(&self) -> Vec<(K, Snapshot)> {
         self.shared
-            .breakers()
+            .map()
+            .entries()
             .into_iter()
             .map(|(k, b)| (k, Handle::new(b).snapshot()))
             .collect()
@@ -530,7 +477,8 @@ where
     /// The keys whose breakers are open or half-open (tripped, not forced).
     pub fn open_keys(&self) -> Vec<K> {
         self.shared
-            .breakers()
+            .map()
+            .entries()
             .into_iter()
             .filter(|(_, b)| {
                 matches!(
@@ -545,26 +493,17 @@ where
     /// Applies a configuration to every key's breaker (keeping their states) and to
     /// the breakers of keys seen from now on. Refused, changing nothing, if invalid.
     pub fn reconfigure(&self, config: CircuitBreakerConfig) -> Result<(), ConfigError> {
-        config.validate()?;
-        self.shared.settings().config = Arc::new(config.clone());
-        for (_, b) in self.shared.breakers() {
-            Handle::new(b).reconfigure(config.clone())?;
-        }
-        if let Some(b) = self.shared.overflow.get() {
-            Handle::new(Arc::clone(b)).reconfigure(config)?;
-        }
-        Ok(())
+        self.shared.reconfigure(config)
     }
 
     /// Goes back to the configuration the layer was built with, for every key.
     pub fn revert(&self) -> Result<(), ConfigError> {
-        let built = self.shared.settings().built.clone();
-        self.reconfigure(built)
+        self.reconfigure(self.shared.built().clone())
     }
 
     /// The configuration new keys get.
     pub fn config(&self) -> CircuitBreakerConfig {
-        CircuitBreakerConfig::clone(&self.shared.settings().config)
+        self.shared.config()
     }
 
     /// Holds every key's breaker at `forced` (see [`Handle::force`]), the
@@ -572,43 +511,32 @@ where
     /// [`release`](Self::release). A forced breaker is never evicted, so new keys
     /// beyond the bound share the (forced) overflow breaker meanwhile.
     pub fn force(&self, forced: Forced) {
-        self.shared.settings().forced = Some(forced);
-        self.each_breaker(|h| h.force(forced));
+        // Every `Forced` is accepted.
+        let _ = self.shared.force(forced);
     }
 
     /// Hands every key's breaker back to its own policy after
     /// [`force`](Self::force) (see [`Handle::release`]: a forced or disabled
     /// breaker starts afresh, the others are left as they are).
     pub fn release(&self) {
-        self.shared.settings().forced = None;
-        self.each_breaker(|h| h.release());
+        self.shared.release();
     }
 
     /// What [`force`](Self::force) holds the keys at, if anything.
     pub fn forced(&self) -> Option<Forced> {
-        self.shared.settings().forced
+        self.shared.forced()
     }
 
     /// Every key's snapshot and the overflow breaker's, with the key-bound
     /// counters.
     pub fn snapshot(&self) -> KeyedSnapshot<K> {
         KeyedSnapshot {
-            name: self.shared.name.to_string(),
+            name: self.name().to_owned(),
             max_keys: self.max_keys(),
             evicted: self.evicted(),
             forced: self.forced(),
             keys: self.snapshots(),
             overflow: self.overflow().map(|h| h.snapshot()),
-        }
-    }
-
-    /// Runs `f` on every key's breaker and the overflow breaker, with no lock held.
-    fn each_breaker(&self, f: impl Fn(&Handle)) {
-        for (_, b) in self.shared.breakers() {
-            f(&Handle::new(b));
-        }
-        if let Some(overflow) = self.overflow() {
-            f(&overflow);
         }
     }
 }
@@ -641,7 +569,7 @@ pub struct KeyedSnapshot<K> {
 /// A key's breaker name, `{prefix}/{key}`, in one allocation: formatted on the
 /// stack, then copied once into the shared name (`format!` would grow a `String`
 /// and copy it again). A name too long for the stack is formatted on the heap.
-fn key_name(prefix: &str, key: &impl fmt::Display) -> Name {
+fn key_name<K: fmt::Display>(prefix: &str, key: &K) -> Name {
     use fmt::Write as _;
     let mut text = StackText::default();
     if write!(text, "{prefix}/{key}").is_ok() {
