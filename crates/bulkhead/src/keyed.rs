@@ -1,17 +1,16 @@
 //! One bulkhead per key extracted from the request, with a bound on keys.
 
-use std::cell::Cell;
 use std::convert::Infallible;
 use std::fmt;
 use std::hash::Hash;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use seawall_core::{
-    BoxError, BulkheadFull, Classify, ConfigError, KeyedMap, LayerHandle, Name, TimeoutsAsOverload,
-    DEFAULT_MAX_KEYS,
+    BoxError, BulkheadFull, Classify, ConfigError, Keyed, KeyedPolicy, LayerHandle, Name,
+    TimeoutsAsOverload, DEFAULT_MAX_KEYS,
 };
 use tower_layer::Layer;
 use tower_service::Service;
@@ -24,42 +23,16 @@ use crate::layer::BulkheadBuilder;
 use crate::state::{Shared, Snapshot};
 use crate::telemetry::{KeyedTelemetry, Series, ShadowReason};
 
-/// Validates a new per-key configuration for a layer built `adaptive` or not: a
-/// layer keeps the kind of limit it was built with, since its metric series report
-/// one kind (a fixed per-key limit, or the sum of the keys' adaptive limits).
-fn check_keyed(config: &BulkheadConfig, adaptive: bool) -> Result<(), ConfigError> {
-    config.validate()?;
-    match (adaptive, config.adaptive.is_some()) {
-        (true, false) => Err(ConfigError::new(
-            "adaptive",
-            "this keyed bulkhead was built with an adaptive limit and keeps one; build another layer for a fixed limit",
-        )),
-        (false, true) => Err(ConfigError::new(
-            "adaptive",
-            "this keyed bulkhead was built with a fixed limit and keeps it; build another layer for an adaptive limit",
-        )),
-        _ => Ok(()),
-    }
-}
-
-struct KeyedShared<K> {
-    name: Name,
+/// How a keyed layer builds and steers each key's bulkhead; the rest is [`Keyed`]'s.
+struct Bulkheads<K> {
     series: KeySeries<K>,
-    built: BulkheadConfig,
     /// The builder's seed, from which each key's algorithm gets its own.
     seed: Option<u64>,
     /// Bulkheads made so far (numbers each key's seed).
     made: AtomicU64,
-    /// Shared with every key's bulkhead (one copy per layer, not per key).
-    config: Mutex<Arc<BulkheadConfig>>,
-    /// The limit an operator holds every key at, new keys' included.
-    forced: Mutex<Option<usize>>,
-    map: KeyedMap<K, Arc<Shared>>,
     rejected_key_limit: AtomicU64,
     /// Shadow mode: calls with a new key let through while every key was busy.
     shadow_key_limit: AtomicU64,
-    /// What those calls hold instead of a key's slot (made at the first one).
-    over_keys: OnceLock<Arc<Shared>>,
     telemetry: KeyedTelemetry,
 }
 
@@ -71,99 +44,81 @@ enum KeySeries<K> {
     PerKey(fn(&K) -> String),
 }
 
-impl<K: Hash + Eq + Clone> KeyedShared<K> {
-    fn config(&self) -> BulkheadConfig {
-        **self.config.lock().unwrap_or_else(PoisonError::into_inner)
+impl<K> KeyedPolicy for Bulkheads<K> {
+    type Key = K;
+    type State = Shared;
+    type Config = BulkheadConfig;
+    /// The limit of active calls to hold every key at.
+    type Forced = usize;
+    type Error = Infallible;
+
+    /// A layer keeps the kind of limit it was built with, since its metric series
+    /// report one kind (a fixed per-key limit, or the sum of the keys' adaptive
+    /// limits).
+    fn check(config: &BulkheadConfig, built: &BulkheadConfig) -> Result<(), ConfigError> {
+        config.validate()?;
+        match (built.adaptive.is_some(), config.adaptive.is_some()) {
+            (true, false) => Err(ConfigError::new(
+                "adaptive",
+                "this keyed bulkhead was built with an adaptive limit and keeps one; build another layer for a fixed limit",
+            )),
+            (false, true) => Err(ConfigError::new(
+                "adaptive",
+                "this keyed bulkhead was built with a fixed limit and keeps it; build another layer for an adaptive limit",
+            )),
+            _ => Ok(()),
+        }
     }
 
-    fn shared_config(&self) -> Arc<BulkheadConfig> {
-        Arc::clone(&self.config.lock().unwrap_or_else(PoisonError::into_inner))
+    fn check_forced(limit: usize) -> Result<(), ConfigError> {
+        check_forced_limit(limit)
     }
 
-    /// The bulkhead of `key`, created if needed; `None` when the map is full and
-    /// every key the sweep looked at has work in flight or waiting.
-    #[inline]
-    fn bulkhead_for(&self, key: K) -> Option<Arc<Shared>> {
-        let made_with = Cell::new(None::<Arc<BulkheadConfig>>);
-        let found = self.map.get_or_insert_with(
-            key,
-            // A slot held or a call waiting (each holds the bulkhead): not idle.
-            |b| Arc::strong_count(b) > 1,
-            |key| {
-                let config = self.shared_config();
-                made_with.set(Some(Arc::clone(&config)));
-                // Each key's algorithm its own random choices (a gradient's
-                // jitter), so keys do not measure their baselines in step.
-                let n = self.made.fetch_add(1, Ordering::Relaxed);
-                let seed = self
-                    .seed
-                    .map(|s| s.wrapping_add(n.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
-                let shared = match &self.series {
-                    KeySeries::Shared(series) => {
-                        Shared::reporting_to(self.name.clone(), series, &config, seed)
-                    }
-                    KeySeries::PerKey(label) => {
-                        let series = Series::keyed(&self.name, label(key));
-                        Shared::reporting_to(self.name.clone(), &series, &config, seed)
-                    }
-                };
-                Ok::<_, Infallible>(Arc::new(shared))
-            },
-        );
-        let b = match found {
-            Ok(b) => b?,
-            Err(never) => match never {},
+    fn build(
+        &self,
+        name: &Name,
+        key: Option<&K>,
+        config: &Arc<BulkheadConfig>,
+    ) -> Result<Arc<Shared>, Infallible> {
+        let name = name.clone();
+        let Some(key) = key else {
+            // What calls with a new key hold in shadow mode while every key is busy.
+            return Ok(Arc::new(match &self.series {
+                KeySeries::Shared(series) => Shared::reporting_to(name, series, config, None),
+                KeySeries::PerKey(_) => Shared::new(name, **config, None),
+            }));
         };
-        // Built from a configuration that a `reconfigure` replaced meanwhile (it
-        // could not see a key not yet in the map): catch up.
-        if let Some(made) = made_with.take() {
-            let current = self.shared_config();
-            if *made != *current {
-                // Validated by `reconfigure`.
-                let _ = b.reconfigure_to(&current);
+        // Each key's algorithm its own random choices (a gradient's jitter), so keys
+        // do not measure their baselines in step.
+        let n = self.made.fetch_add(1, Ordering::Relaxed);
+        let seed = self
+            .seed
+            .map(|s| s.wrapping_add(n.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+        Ok(Arc::new(match &self.series {
+            KeySeries::Shared(series) => Shared::reporting_to(name, series, config, seed),
+            KeySeries::PerKey(label) => {
+                let series = Series::keyed(&name, label(key));
+                Shared::reporting_to(name, &series, config, seed)
             }
-            self.catch_up_force(&b);
-        }
-        Some(b)
+        }))
     }
 
-    fn forced(&self) -> Option<usize> {
-        *self.forced.lock().unwrap_or_else(PoisonError::into_inner)
+    /// A slot held or a call waiting (each holds the bulkhead): not idle.
+    fn pinned(&self, bulkhead: &Arc<Shared>) -> bool {
+        Arc::strong_count(bulkhead) > 1
     }
 
-    /// A new key's bulkhead of a forced layer is held like the others. A `force`
-    /// or `release` that ran meanwhile may have missed it (or been overtaken by
-    /// this): applied until the setting holds still.
-    #[cold]
-    fn catch_up_force(&self, b: &Shared) {
-        let mut forced = self.forced();
-        while let Some(limit) = forced {
-            b.force_limit(limit);
-            forced = self.forced();
-            if forced.is_none() {
-                b.release_limit();
-            } else if forced == Some(limit) {
-                break;
-            }
-        }
+    fn reconfigure(&self, bulkhead: &Arc<Shared>, config: &Arc<BulkheadConfig>) {
+        // Validated by `check`.
+        let _ = bulkhead.reconfigure_to(config);
     }
 
-    /// Counts a call with a new key let through in shadow mode while every key
-    /// was busy, and gives the bulkhead its over-limit permit counts against.
-    #[cold]
-    fn over_key_limit(&self) -> Arc<Shared> {
-        self.shadow_key_limit.fetch_add(1, Ordering::Relaxed);
-        let b = self.over_keys.get_or_init(|| {
-            let config = self.shared_config();
-            Arc::new(match &self.series {
-                KeySeries::Shared(series) => {
-                    Shared::reporting_to(self.name.clone(), series, &config, None)
-                }
-                KeySeries::PerKey(_) => Shared::new(self.name.clone(), *config, None),
-            })
-        });
-        b.admit_over_limit(ShadowReason::Keys);
-        Arc::clone(b)
+    fn force(&self, bulkhead: &Arc<Shared>, limit: usize) {
+        bulkhead.force_limit(limit);
+    }
+
+    fn release(&self, bulkhead: &Arc<Shared>) {
+        bulkhead.release_limit();
     }
 }
 
@@ -195,9 +150,10 @@ impl<K: Hash + Eq + Clone> KeyedShared<K> {
 /// # The bound on keys
 ///
 /// At most `max_keys` keys (default [`DEFAULT_MAX_KEYS`]) have a bulkhead at once,
-/// in a [`KeyedMap`]. When a call brings a new key and the bound is reached, a
-/// bounded CLOCK sweep forgets one idle key not used lately — no call holding a
-/// slot, none waiting — with its counters (counted in [`KeyedSnapshot::evicted`]).
+/// in a [`KeyedMap`](seawall_core::KeyedMap). When a call brings a new key and the
+/// bound is reached, a bounded CLOCK sweep forgets one idle key not used lately — no
+/// call holding a slot, none waiting — with its counters (counted in
+/// [`KeyedSnapshot::evicted`]).
 /// A busy key is never forgotten: if every key the sweep looks at is busy (every
 /// key, in a map of up to [`MAX_PROBES`](seawall_core::MAX_PROBES) keys), the call
 /// is rejected at once with [`BulkheadFull`] (carrying the layer's name) and
@@ -230,7 +186,7 @@ impl<K: Hash + Eq + Clone> KeyedShared<K> {
 /// Built by [`BulkheadBuilder::keyed`]: `BulkheadLayer::builder(name)`, the
 /// limits, `.keyed(key_fn)`, the bound on keys, `.build()`.
 pub struct KeyedBulkheadLayer<K, F, H = UntilResponse, O = TimeoutsAsOverload> {
-    shared: Arc<KeyedShared<K>>,
+    shared: Arc<Keyed<Bulkheads<K>>>,
     key_fn: F,
     overload: O,
     _hold: PhantomData<fn() -> H>,
@@ -312,37 +268,30 @@ where
 
     /// Validates the configuration and creates the layer.
     pub fn build(self) -> Result<KeyedBulkheadLayer<K, F>, ConfigError> {
-        let adaptive = self.bulkhead.config.adaptive.is_some();
-        check_keyed(&self.bulkhead.config, adaptive)?;
-        seawall_core::check_positive("max_keys", self.max_keys)?;
-        let name = self.bulkhead.name;
-        let telemetry = KeyedTelemetry::new(&name);
+        let BulkheadBuilder {
+            name, config, seed, ..
+        } = self.bulkhead;
+        let bulkheads = || Bulkheads {
+            series: match self.key_label {
+                Some(label) => KeySeries::PerKey(label),
+                None => {
+                    // Registered now, so the series are exported before the first
+                    // key arrives: the configured limit, and the limits in force
+                    // summed over the keys (none yet), as their active calls are.
+                    let series = Series::named(&name).summing_limits();
+                    series.limit(config.max_concurrent);
+                    KeySeries::Shared(series)
+                }
+            },
+            seed,
+            made: AtomicU64::new(0),
+            rejected_key_limit: AtomicU64::new(0),
+            shadow_key_limit: AtomicU64::new(0),
+            telemetry: KeyedTelemetry::new(&name),
+        };
+        let keyed = Keyed::new(name.clone(), config, self.max_keys, bulkheads)?;
         Ok(KeyedBulkheadLayer {
-            shared: Arc::new(KeyedShared {
-                series: match self.key_label {
-                    Some(label) => KeySeries::PerKey(label),
-                    None => {
-                        // Registered now, so the series are exported before the
-                        // first key arrives: the configured limit, and the limits in
-                        // force summed over the keys (none yet), as their active
-                        // calls are.
-                        let series = Series::named(&name).summing_limits();
-                        series.limit(self.bulkhead.config.max_concurrent);
-                        KeySeries::Shared(series)
-                    }
-                },
-                name,
-                built: self.bulkhead.config,
-                seed: self.bulkhead.seed,
-                made: AtomicU64::new(0),
-                config: Mutex::new(Arc::new(self.bulkhead.config)),
-                forced: Mutex::new(None),
-                map: KeyedMap::new(self.max_keys),
-                rejected_key_limit: AtomicU64::new(0),
-                shadow_key_limit: AtomicU64::new(0),
-                over_keys: OnceLock::new(),
-                telemetry,
-            }),
+            shared: Arc::new(keyed),
             key_fn: self.key_fn,
             overload: TimeoutsAsOverload,
             _hold: PhantomData,
@@ -413,8 +362,8 @@ impl<K, F: Clone, H, O: Clone> Clone for KeyedBulkheadLayer<K, F, H, O> {
 impl<K, F, H, O> fmt::Debug for KeyedBulkheadLayer<K, F, H, O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedBulkheadLayer")
-            .field("name", &&*self.shared.name)
-            .field("max_keys", &self.shared.map.max_keys())
+            .field("name", &&**self.shared.name())
+            .field("max_keys", &self.shared.map().max_keys())
             .finish()
     }
 }
@@ -448,7 +397,7 @@ impl<S, K, F: Clone, H, O: Clone> Layer<S> for KeyedBulkheadLayer<K, F, H, O> {
 /// decided in `call`, waiting and inner readiness driven by the response future.
 pub struct KeyedBulkhead<S, K, F, H = UntilResponse, O = TimeoutsAsOverload> {
     inner: S,
-    shared: Arc<KeyedShared<K>>,
+    shared: Arc<Keyed<Bulkheads<K>>>,
     key_fn: F,
     overload: O,
     _hold: PhantomData<fn() -> H>,
@@ -478,7 +427,7 @@ impl<S: Clone, K, F: Clone, H, O: Clone> Clone for KeyedBulkhead<S, K, F, H, O> 
 impl<S: fmt::Debug, K, F, H, O> fmt::Debug for KeyedBulkhead<S, K, F, H, O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedBulkhead")
-            .field("name", &&*self.shared.name)
+            .field("name", &&**self.shared.name())
             .field("inner", &self.inner)
             .finish()
     }
@@ -505,17 +454,25 @@ where
     fn call(&mut self, req: Req) -> Self::Future {
         let key = (self.key_fn)(&req);
         let ks = &*self.shared;
+        let bulkheads = ks.policy();
         // The map is not locked while the inner service is polled or called.
-        match ks.bulkhead_for(key) {
+        let Ok(found) = ks.state_for(key);
+        match found {
             Some(b) => ResponseFuture::new(&b, &mut self.inner, req, self.overload.clone()),
             None if ks.config().shadow => {
-                let b = ks.over_key_limit();
+                // Let through, counted against the overflow bulkhead's over-limit
+                // calls: no key's slot is held.
+                bulkheads.shadow_key_limit.fetch_add(1, Ordering::Relaxed);
+                let Ok(b) = ks.overflow();
+                b.admit_over_limit(ShadowReason::Keys);
                 ResponseFuture::over_limit(&b, &mut self.inner, req, self.overload.clone())
             }
             None => {
-                ks.rejected_key_limit.fetch_add(1, Ordering::Relaxed);
-                ks.telemetry.key_limit(&ks.name, ks.map.max_keys());
-                let full = Box::new(BulkheadFull::named(&ks.name));
+                bulkheads.rejected_key_limit.fetch_add(1, Ordering::Relaxed);
+                bulkheads
+                    .telemetry
+                    .key_limit(ks.name(), ks.map().max_keys());
+                let full = Box::new(BulkheadFull::named(ks.name()));
                 ResponseFuture::rejected(full, self.overload.clone())
             }
         }
@@ -524,7 +481,7 @@ where
 
 /// Observes and controls a keyed bulkhead. Cheap to clone.
 pub struct KeyedHandle<K> {
-    shared: Arc<KeyedShared<K>>,
+    shared: Arc<Keyed<Bulkheads<K>>>,
 }
 
 impl<K> Clone for KeyedHandle<K> {
@@ -538,7 +495,7 @@ impl<K> Clone for KeyedHandle<K> {
 impl<K> fmt::Debug for KeyedHandle<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedHandle")
-            .field("name", &&*self.shared.name)
+            .field("name", &&**self.shared.name())
             .finish()
     }
 }
@@ -546,39 +503,35 @@ impl<K> fmt::Debug for KeyedHandle<K> {
 impl<K: Hash + Eq + Clone> KeyedHandle<K> {
     /// The layer's name.
     pub fn name(&self) -> &str {
-        &self.shared.name
+        self.shared.name()
     }
 
     /// The keys that have a bulkhead now.
     pub fn keys(&self) -> Vec<K> {
-        self.shared
-            .map
-            .entries()
-            .into_iter()
-            .map(|(k, _)| k)
-            .collect()
+        self.shared.keys()
     }
 
     /// The snapshot of `key`'s bulkhead, if the key has one.
     pub fn snapshot_of(&self, key: &K) -> Option<Snapshot> {
-        self.shared.map.peek(key).map(|b| b.snapshot())
+        self.shared.map().peek(key).map(|b| b.snapshot())
     }
 
     /// Totals over the keys that have a bulkhead now, and the key-bound counters.
     pub fn snapshot(&self) -> KeyedSnapshot {
+        let (map, bulkheads) = (self.shared.map(), self.shared.policy());
         let mut s = KeyedSnapshot {
-            name: self.shared.name.to_string(),
+            name: self.name().to_owned(),
             keys: 0,
-            max_keys: self.shared.map.max_keys(),
+            max_keys: map.max_keys(),
             active: 0,
             queued: 0,
-            rejected_key_limit: self.shared.rejected_key_limit.load(Ordering::Relaxed),
-            shadow_rejected_key_limit: self.shared.shadow_key_limit.load(Ordering::Relaxed),
-            evicted: self.shared.map.evicted(),
+            rejected_key_limit: bulkheads.rejected_key_limit.load(Ordering::Relaxed),
+            shadow_rejected_key_limit: bulkheads.shadow_key_limit.load(Ordering::Relaxed),
+            evicted: map.evicted(),
             forced: self.shared.forced(),
         };
         // Summed in place: copying the bulkheads out would pin them meanwhile.
-        self.shared.map.for_each(|_, b| {
+        map.for_each(|_, b| {
             let counts = b.semaphore.counts();
             s.keys += 1;
             s.active += counts.active;
@@ -595,20 +548,9 @@ impl<K: Hash + Eq + Clone> KeyedHandle<K> {
     /// Changes the limits of every key (present and future), after validating them.
     /// Same rules as [`Handle::reconfigure`](crate::Handle::reconfigure).
     pub fn reconfigure(&self, config: BulkheadConfig) -> Result<(), ConfigError> {
-        check_keyed(&config, self.shared.built.adaptive.is_some())?;
-        let shared_config = Arc::new(config);
-        *self
-            .shared
-            .config
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Arc::clone(&shared_config);
-        if let KeySeries::Shared(series) = &self.shared.series {
+        self.shared.reconfigure(config)?;
+        if let KeySeries::Shared(series) = &self.shared.policy().series {
             series.limit(config.max_concurrent);
-        }
-        // Copied out first: each bulkhead logs its change, and a subscriber may read
-        // this map (a snapshot) from inside that event.
-        for b in self.shared.map.values() {
-            b.reconfigure_to(&shared_config)?;
         }
         Ok(())
     }
@@ -616,7 +558,7 @@ impl<K: Hash + Eq + Clone> KeyedHandle<K> {
     /// Goes back to the limits the layer was built with, for every key.
     pub fn revert(&self) {
         // The built configuration was validated when the layer was built.
-        let _ = self.reconfigure(self.shared.built);
+        let _ = self.reconfigure(*self.shared.built());
     }
 
     /// Holds every key's limit of active calls at `limit` (1 to 2^20), the keys
@@ -624,30 +566,13 @@ impl<K: Hash + Eq + Clone> KeyedHandle<K> {
     /// [`Handle::force`](crate::Handle::force). Refused, changing nothing, when
     /// `limit` is out of range.
     pub fn force(&self, limit: usize) -> Result<(), ConfigError> {
-        check_forced_limit(limit)?;
-        *self
-            .shared
-            .forced
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(limit);
-        // Copied out first, as for `reconfigure`.
-        for b in self.shared.map.values() {
-            b.force_limit(limit);
-        }
-        Ok(())
+        self.shared.force(limit)
     }
 
     /// Hands every key's limit back to its algorithm (or `max_concurrent`) after
     /// [`force`](Self::force); see [`Handle::release`](crate::Handle::release).
     pub fn release(&self) {
-        *self
-            .shared
-            .forced
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = None;
-        for b in self.shared.map.values() {
-            b.release_limit();
-        }
+        self.shared.release();
     }
 }
 
