@@ -457,7 +457,10 @@
 //! lib.rs          these docs, the re-exports
 //! config.rs       FleetConfig and TripTogether, validated
 //! coordinator.rs  Fleet, FleetBuilder and Coordinated: a probe gate and a background task per
-//!                 coordinated breaker, driven through its public handle; FleetSnapshot
+//!                 coordinated breaker, driven through its public handle
+//!   coordinator/gate.rs      the probe gate, and the view it shares with the task
+//!   coordinator/task.rs      the background task: lease, verdicts, fleet trip, local mode
+//!   coordinator/snapshot.rs  FleetSnapshot and LeaseStatus
 //! cap.rs          a fleet-wide cap: CapConfig, CapMode, Capped, the renewal task that applies
 //!                 an instance's allotment to its bulkhead; CapSnapshot
 //! ledger.rs       the division of a cap as plain code (no clock, no I/O), as both stores run it

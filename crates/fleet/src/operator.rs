@@ -1,7 +1,7 @@
 //! The operator's verbs on a fleet: issue a fleet action, list the actions and
 //! the audit log, read the fleet's view, on a [`Fleet`] or on one
 //! [`Coordinated`] breaker (what an admin route holds). Apart from the actions'
-//! rules (`actions.rs`) and the coordination's task (`coordinator.rs`), which
+//! rules (`actions.rs`) and the coordination's task (`coordinator/task.rs`), which
 //! neither needs these.
 
 use std::time::Duration;
