@@ -80,6 +80,38 @@ impl<S, H, O: Clone> Layer<S> for BackpressureLayer<H, O> {
 /// `ConcurrencyLimit`: what `tower::balance`, `ReadyCache` and `tower::buffer::Buffer`
 /// need to route around, or wait for, a busy dependency.
 ///
+/// **When to use it:** when something in front of the bulkhead reads readiness and
+/// can do better than a rejection — `tower::balance::p2c::Balance` and `ReadyCache`
+/// choose only ready endpoints, so a replica whose bulkhead is full is skipped and
+/// its traffic goes to the others; `tower::buffer::Buffer` stops taking requests
+/// and its callers wait in `poll_ready`. Keep the default mode for a server route
+/// or a single dependency, where a busy bulkhead should answer at once.
+///
+/// ```
+/// use std::convert::Infallible;
+/// use std::task::{Context, Poll, Waker};
+/// use seawall_bulkhead::BulkheadLayer;
+/// use tower::{service_fn, Layer, Service, ServiceExt};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), seawall_core::BoxError> {
+/// let layer = BulkheadLayer::builder("freight").max_concurrent(1).build()?.backpressure();
+/// let handle = layer.handle();
+/// let mut a = layer.layer(service_fn(|cep: String| async move { Ok::<_, Infallible>(cep.len()) }));
+/// let mut b = a.clone(); // the same bulkhead, no reservation of its own
+///
+/// a.ready().await?; // reserves the only slot
+/// assert_eq!(handle.snapshot().active, 1);
+/// // So `b` is not ready: a balancer would choose another endpoint.
+/// let mut cx = Context::from_waker(Waker::noop());
+/// assert!(Service::<String>::poll_ready(&mut b, &mut cx).is_pending());
+///
+/// assert_eq!(a.call("01310-100".to_owned()).await?, 9);
+/// b.ready().await?; // the freed slot was handed to `b`
+/// # Ok(())
+/// # }
+/// ```
+///
 /// - `poll_ready` reserves a slot, then polls the inner service. While every slot
 ///   is taken it is `Pending`, and the task is woken when a slot is handed to this
 ///   service (first come, first served with every other waiter of the bulkhead).

@@ -33,10 +33,29 @@ pub struct BulkheadConfig {
     /// (default none: `max_concurrent` is the limit). See [`crate::adaptive`].
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
     pub adaptive: Option<AdaptiveConfig>,
-    /// Shadow mode: the bulkhead counts slots, queues and times out as if
-    /// enforcing, but a call it would reject (full, or no slot within the wait)
-    /// goes to the inner service anyway, beyond the limit, counted as a shadow
-    /// rejection. See the crate docs.
+    /// Shadow mode, to try a limit on live traffic first: the bulkhead admits,
+    /// queues and times out as if enforcing, but a call it would reject goes to
+    /// the inner service anyway, **beyond the limit**, counted as a shadow
+    /// rejection by the reason it would have given (`full`, `timeout`, `keys`:
+    /// [`Snapshot`](crate::Snapshot)'s `shadow_rejected_*`,
+    /// `seawall_bulkhead_shadow_rejections_total{reason}`).
+    ///
+    /// - Slot accounting stays the enforcing one: a call let through holds an
+    ///   over-limit permit, not a slot ([`Snapshot::over_limit`](crate::Snapshot::over_limit)),
+    ///   and frees no slot when it ends, so `active ≤ limit` holds in both modes.
+    /// - Waiting is part of the policy on trial: a call that finds room in the
+    ///   line waits as it would, then goes through. With no queue
+    ///   (`max_queue = 0`) nothing waits.
+    /// - An adaptive limit learns nothing from such calls; `admitted` and the wait
+    ///   histogram do not count them.
+    /// - Switching ([`Handle::set_shadow`](crate::Handle::set_shadow)) applies from
+    ///   the next call; [`Handle::revert`](crate::Handle::revert) returns to the
+    ///   built setting.
+    /// - In backpressure mode `poll_ready` still waits for a slot; only a call
+    ///   made without a reserved slot goes through beyond the limit.
+    ///
+    /// How to read the shadow counters: [Trying a new limit in shadow
+    /// mode](https://github.com/seawall-rs/seawall/blob/main/docs/operations.md#trying-a-new-limit-in-shadow-mode).
     pub shadow: bool,
 }
 

@@ -84,12 +84,57 @@ impl<H, O, C> BulkheadLayer<H, O, C> {
     /// [`CriticalityHeader`](seawall_core::CriticalityHeader) for HTTP and gRPC
     /// (untrusted by default). Each class may then hold at most its share of the
     /// limit ([`Shares`](crate::queue::Shares)), waits in its own line, and a full
-    /// queue turns away its least critical waiter for a more critical newcomer.
-    /// See [Classes](crate#classes-critical-calls-first-under-overload).
+    /// queue turns away its least critical waiter for a more critical newcomer
+    /// (the rules: the [`queue`](crate::queue) module). What it costs:
+    /// [docs/costs.md](https://github.com/seawall-rs/seawall/blob/main/docs/costs.md#bulkhead).
     ///
-    /// The class is read in `call`; [backpressure mode](crate#backpressure-mode)
-    /// reserves its slot in `poll_ready`, before there is a request, so its services
-    /// take no class. Calls with a class are admitted under the line's lock.
+    /// ```
+    /// use std::convert::Infallible;
+    /// use seawall_bulkhead::{BulkheadLayer, Criticality, QueuePolicy, Shares};
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), seawall_core::BoxError> {
+    /// let freight = BulkheadLayer::builder("freight")
+    ///     .max_concurrent(10)
+    ///     .queue(QueuePolicy { shares: Shares { default: 90, sheddable: 30 }, ..QueuePolicy::default() })
+    ///     .build()?
+    ///     // Any request type: here the route decides.
+    ///     .criticality(|route: &&'static str| match *route {
+    ///         "/checkout" => Criticality::Critical,
+    ///         "/prefetch" => Criticality::Sheddable,
+    ///         _ => Criticality::Default,
+    ///     });
+    /// let mut svc = freight.layer(service_fn(|route: &'static str| async move {
+    ///     Ok::<_, Infallible>(route.len())
+    /// }));
+    /// assert_eq!(svc.ready().await?.call("/checkout").await?, 9);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// **Where the class comes from.** A closure `Fn(&Req) -> Criticality` for any
+    /// request type; for HTTP and gRPC, [`CriticalityHeader`](seawall_core::CriticalityHeader) reads a header
+    /// (`x-criticality`, or one you name; tonic sends metadata as headers). **An
+    /// inbound header is untrusted by default**: a client could mark every call
+    /// critical, so untrusted it may only lower a call below the default;
+    /// [`CriticalityHeader::trusted`](seawall_core::CriticalityHeader::trusted) takes it as sent, for calls from your own
+    /// services, and [`CriticalityHeader::write`](seawall_core::CriticalityHeader::write) writes a class into an outgoing
+    /// request for the next service.
+    ///
+    /// **When to use classes.** When one dependency serves calls that do not matter
+    /// equally and it is overloaded for minutes, not milliseconds: the classes decide
+    /// who gets its capacity. They gain little when the traffic is all one class,
+    /// when the dependency has spare capacity (nobody waits), or when every class
+    /// has its own dependency (separate bulkheads already keep them apart).
+    ///
+    /// **Where classes apply.** In the default mode's `call`. Not in
+    /// [backpressure mode](crate::Backpressure): its slot is reserved in `poll_ready`,
+    /// before there is a request. Not per key: a [`KeyedBulkheadLayer`](crate::KeyedBulkheadLayer) takes no
+    /// extractor (each key is a bulkhead of its own). A fleet cap
+    /// (`seawall-fleet`'s `Fleet::cap`) lowers the limit in force through the
+    /// allotment, and the shares are fractions of that allotted limit; the fleet
+    /// itself shares no classes.
     pub fn criticality<C2>(self, classes: C2) -> BulkheadLayer<H, O, C2> {
         BulkheadLayer {
             shared: self.shared,

@@ -144,6 +144,33 @@ impl Default for QueuePolicy {
 ///
 /// The line's state is updated by arrivals (each reads the clock on its way into
 /// the line), and cleared as the line empties.
+///
+/// - With classes, the lines keep their order between classes; within a class,
+///   a standing line serves its newest first.
+/// - [`Snapshot::standing`](crate::Snapshot::standing) says whether it stands now. Backpressure mode has no
+///   queue of its own and is not affected.
+///
+/// ```
+/// use std::time::Duration;
+/// use seawall_bulkhead::{BulkheadLayer, ControlledDelay, QueuePolicy};
+///
+/// # fn main() -> Result<(), seawall_core::ConfigError> {
+/// let freight = BulkheadLayer::builder("freight")
+///     .queue(QueuePolicy {
+///         max_wait: Duration::from_secs(1),
+///         controlled_delay: Some(ControlledDelay::default()), // 100 ms, 5 ms, LIFO
+///         ..QueuePolicy::default()
+///     })
+///     .build()?;
+/// assert!(!freight.handle().snapshot().standing);
+/// # Ok(())
+/// # }
+/// ```
+///
+/// It gains most when `max_wait` is long next to the dependency's latency (a
+/// long wait lets a backlog grow that LIFO then serves out of order); with the
+/// default 20 ms `max_wait` a standing line already times its waiters out soon,
+/// and the mechanism changes little.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]

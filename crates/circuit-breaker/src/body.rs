@@ -110,6 +110,14 @@ impl<S, C: Clone> Layer<S> for UntilBodyEndLayer<C> {
 /// A [`CircuitBreaker`] over `http::Response<B>` that reports a call when its
 /// response body ends, not when the response arrives.
 ///
+/// **Clients hold, servers choose.** For a client stack (a hyper-util `Client`, a
+/// tonic `Channel`) hold until the body ends, with the bulkhead's
+/// `hold_until_body_end` too: the connection to the dependency is busy, and its
+/// answer can still fail, until then. This is what seawall's examples do. For a
+/// server route that streams to its own caller (server-sent events, long polling,
+/// a slow reader), holding would let the caller's reading pace pin a slot and a
+/// ticket; keep the default there, which ends the call at the response's headers.
+///
 /// - **Decided by the headers first.** The classifier sees the response as in the
 ///   default mode; a failure there (an HTTP `503`, a trailers-only gRPC response
 ///   with `grpc-status` in its headers), an ignored outcome, or a body that has

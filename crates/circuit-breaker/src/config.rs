@@ -214,10 +214,27 @@ pub struct CircuitBreakerConfig {
     pub half_open_timeout: Duration,
     /// Optional ramp after closing.
     pub ramp: Option<RampConfig>,
-    /// Shadow mode: the breaker runs as if enforcing (it trips, opens, half-opens
-    /// and counts), but a call it would turn away for being open, for every probe
-    /// slot being taken or for the ramp goes to the dependency instead, counted as
-    /// a shadow rejection. Forced open still rejects. See the crate docs.
+    /// Shadow mode, to try a policy on live traffic first: the breaker runs as if
+    /// enforcing (it trips, opens, half-opens, admits probes into its slots and
+    /// ramps), but a call it would turn away for being open, for every probe slot
+    /// being taken or for the ramp goes to the dependency instead, counted as a
+    /// shadow rejection by that cause ([`Counters::shadow_rejections`](crate::Counters::shadow_rejections),
+    /// `seawall_breaker_shadow_rejections_total{cause}`).
+    ///
+    /// - A call let through consumes what its rejection would have (the ramp's
+    ///   share, the probe gate's hold) and carries a shadow ticket: never a probe,
+    ///   never in the window, never a transition. Its outcome is still counted by
+    ///   how it ended, never as `short_circuited`; so the same calls go through
+    ///   the same states in both modes.
+    /// - An operator's forced open is a decision, not a limit on trial: it rejects
+    ///   in shadow mode too.
+    /// - Switching ([`Handle::set_shadow`](crate::Handle::set_shadow)) applies from
+    ///   the next call and keeps the state; [`Handle::revert`](crate::Handle::revert)
+    ///   returns to the built setting. A call whose `poll_ready` found the breaker
+    ///   open before the switch did not poll the inner service, and is turned away.
+    ///
+    /// How to read the shadow counters: [Trying a new limit in shadow
+    /// mode](https://github.com/seawall-rs/seawall/blob/main/docs/operations.md#trying-a-new-limit-in-shadow-mode).
     pub shadow: bool,
 }
 

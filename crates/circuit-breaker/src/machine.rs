@@ -154,6 +154,94 @@ struct Cold {
 /// assert_eq!(breaker.state(t10), State::Closed);
 /// # Ok::<(), seawall_core::ConfigError>(())
 /// ```
+///
+/// # Transitions
+///
+/// The numbers are those of the diagram in the crate docs.
+///
+/// 1. **Closed → Open (trip).** Guard, evaluated when a failure (or, with slow-call
+///    detection, a slow call) of the current epoch is recorded — a success alone
+///    never trips: consecutive failures `>=` threshold; or, for a count or time
+///    window, `calls >= min_calls` and (`failure rate >= failure_rate` or
+///    `slow rate >= slow_call.rate`). The open interval starts at the trip
+///    (`opened_at = now`), not at the last call. The window is kept until closing.
+/// 2. **Open → Half-open (interval elapsed).** Guard: `now >= opened_at + open_for`.
+///    Lazy: no timer; [`Handle::state`](crate::Handle::state) reports it as soon as it is due, and the
+///    next call makes it (dated when it became due) and becomes the first probe.
+///    While open, every call is rejected with `retry_after = opened_at + open_for - now`.
+/// 3. **Half-open → Closed (probes succeeded).** Guard: `probes_to_close` probes of
+///    this half-open period succeeded. In the same step the window is emptied and
+///    the failed-probe count cleared, so the next N failures trip from zero; the
+///    backoff is forgotten (after the ramp, if there is one).
+/// 4. **Half-open → Open (probe failed).** Guard: a probe of this period
+///    classified as a failure (a deadline expiry included). The timer restarts at
+///    `now`, with the interval grown by the backoff.
+/// 5. **Half-open → Open (probe timed out).** Guard: a probe neither finished nor
+///    dropped within `half_open_timeout` of its start counts as failed; the open
+///    interval counts from that instant. Lazy, like (2). Except a probe held until
+///    its body ends (see `UntilBodyEnd`, feature `http`) whose
+///    response looked healthy and whose body is still streaming: it is judged a
+///    success at that instant, towards (3).
+/// 6. – 9. **Operators.** Forced open rejects everything, with no retry-after
+///    (only an operator ends it, so no instant can be promised), and nothing but
+///    an operator moves it; forced closed admits everything and
+///    records the window but never trips; disabled admits everything and only
+///    counts; reset empties the window, forgets the backoff and the failed probes.
+///
+/// Inside half-open (no transition):
+/// - at most `half_open_max` probes are in flight; **a caller arriving while they
+///   are all taken is rejected** with [`CircuitOpen`](crate::CircuitOpen) and a positive retry-after
+///   (what remains of the oldest probe's half-open timeout), never made to wait;
+/// - a probe classified [`Outcome::Ignore`](seawall_core::Outcome) (say, an inner
+///   bulkhead's rejection) frees its slot, no transition;
+/// - a probe dropped before finishing (**cancelled**) frees its slot, is not recorded.
+///
+/// In every state, **a call whose dependency panics** (in `call` or while its future
+/// is polled) is recorded as a **failure**, as a probe's too, and frees any slot it
+/// held: the mark is made while the panic unwinds through the breaker, so it counts
+/// even when the panic is caught further out (`catch_unwind`, tower-http's
+/// `CatchPanicLayer`, a spawned task's `JoinError`), where the future is dropped
+/// only after unwinding has ended and would otherwise look cancelled.
+///
+/// **(G) The probe gate** (optional, [`ProbeGate`](crate::ProbeGate), installed with
+/// [`Handle::set_probe_gate`](crate::Handle::set_probe_gate)): asked, synchronously and under the breaker's lock,
+/// just before a half-open breaker would admit a probe — never on the closed path,
+/// never while the open interval runs. [`ProbeDecision::Allow`](crate::ProbeDecision::Allow) admits the probe;
+/// [`ProbeDecision::HoldOff`](crate::ProbeDecision::HoldOff) rejects the call as [`CircuitOpen`](crate::CircuitOpen) with the gate's
+/// retry-after and nothing reaches the dependency (not even `poll_ready`). While no
+/// probe is in flight the hold is remembered: calls are rejected without the lock
+/// until it ends, or until [`Handle::recheck_probe_gate`](crate::Handle::recheck_probe_gate). Holding is no
+/// transition: the breaker stays half-open, its epoch unchanged. A fleet
+/// coordinator uses it so that only the holder of a fleet-wide lease probes.
+///
+/// **(V1), (V2) Verdicts** ([`Handle::apply_verdict`](crate::Handle::apply_verdict)): what an outside
+/// coordinator learned from a probe elsewhere. Each names the trip it is about by
+/// the breaker's own epoch ([`Snapshot::trip_epoch`](crate::Snapshot::trip_epoch), the epoch of the closed →
+/// open transition), and is applied only while the breaker is still open or
+/// half-open in that trip: a verdict about an older trip is [`VerdictOutcome::Stale`](crate::VerdictOutcome::Stale)
+/// and changes nothing, so the coordinator decides what "newer" means in its own
+/// terms (a fleet epoch) and the breaker needs no clock from another host.
+/// [`Verdict::Close`](crate::Verdict::Close) leaves open at once and takes the load back through the
+/// ramp (reason [`Reason::VerdictClosed`](crate::Reason::VerdictClosed)); [`Verdict::Reopen`](crate::Verdict::Reopen) restarts the open
+/// interval from now, grown by the backoff (reason [`Reason::VerdictReopened`](crate::Reason::VerdictReopened)),
+/// making probes in flight stale. Forced and disabled breakers ignore verdicts
+/// ([`VerdictOutcome::Overridden`](crate::VerdictOutcome::Overridden)).
+///
+/// Inside closed, **(R) the ramp** (optional): for `ramp.duration` after closing,
+/// only a share of calls growing linearly from `ramp.start_share` to 100 % is
+/// admitted (the first call always is); the rest are rejected with a retry-after
+/// of what remains of the ramp. A trip during the ramp counts as a re-trip for the
+/// backoff.
+///
+/// **Open interval.** `open_for`, multiplied by `backoff_multiplier` for each
+/// re-trip (a failed or timed-out probe, a trip during the ramp) up to
+/// `max_open_for`, then stretched by a random fraction in `[0, jitter)` of itself,
+/// drawn from an injectable [`RandomSource`](seawall_core::RandomSource) (see
+/// [`CircuitBreakerBuilder::random_source`](crate::CircuitBreakerBuilder::random_source)), so a fleet whose breakers opened
+/// together does not probe in lockstep. With jitter the interval is never shorter
+/// than configured. The jitter is on by default ([`DEFAULT_JITTER`](crate::DEFAULT_JITTER), 20 %): set it
+/// with `jitter(..)` (`jitter(0.0)` for exact intervals); a breaker that sets none
+/// and is coordinated by a fleet takes the fleet's.
 // `repr(C)`: what dropping it reads (the pointers) first, together; see `Breaker`.
 #[repr(C)]
 #[derive(Debug)]

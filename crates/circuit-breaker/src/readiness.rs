@@ -111,8 +111,41 @@ impl<S, C: Clone> Layer<S> for PendingWhileOpenLayer<C> {
 /// through: bound that wait by shedding load (`tower::load_shed`) or with a
 /// timeout in front of it when callers must be answered at once.
 ///
+/// Use it for each endpoint under a balancer (one breaker per replica), or under
+/// `tower::buffer::Buffer` when callers should wait for the breaker rather than be
+/// rejected. Keep the default mode for a single dependency, where the caller
+/// should get [`CircuitOpen`](crate::CircuitOpen) at once, with a retry-after.
+///
 /// **What `Clone` shares:** the breaker. A clone has its own timer and wait, and
 /// does not share the inner service's reserved readiness.
+///
+/// ```
+/// use std::task::{Context, Poll, Waker};
+/// use std::time::Duration;
+/// use seawall_circuit_breaker::{CircuitBreakerLayer, State};
+/// use seawall_core::BoxError;
+/// use tower::{service_fn, Layer, Service, ServiceExt};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), BoxError> {
+/// let layer = CircuitBreakerLayer::builder("replica-a")
+///     .consecutive_failures(1)
+///     .open_for(Duration::from_secs(10))
+///     .build()?
+///     .pending_while_open();
+/// let handle = layer.handle();
+/// let mut replica = layer.layer(service_fn(|_key: String| async {
+///     Err::<String, BoxError>("connection refused".into())
+/// }));
+///
+/// assert!(replica.ready().await?.call("user:1".to_owned()).await.is_err());
+/// assert_eq!(handle.state(), State::Open);
+/// // Open: not ready, so a balancer picks another replica.
+/// let mut cx = Context::from_waker(Waker::noop());
+/// assert!(Service::<String>::poll_ready(&mut replica, &mut cx).is_pending());
+/// # Ok(())
+/// # }
+/// ```
 pub struct PendingWhileOpen<S, C> {
     inner: CircuitBreaker<S, C>,
     wait: Wait,

@@ -91,6 +91,26 @@ impl<S, Req, B, C: Clone, X: Clone> Layer<S> for UntilBodyEndLayer<Req, B, C, X>
 ///
 /// Every level answers with `http::Response<B>` as in the default mode; only the
 /// layer's own response type changes.
+///
+/// ```
+/// # #[cfg(feature = "http")] {
+/// use seawall_core::{AdmissionAsFailure, GrpcStatus};
+/// use seawall_degradation::DegradationLayer;
+/// use seawall_degradation::http::FixedResponse;
+///
+/// # fn main() -> Result<(), seawall_core::ConfigError> {
+/// type Res = http::Response<http_body_util::Full<bytes::Bytes>>;
+/// let layer = DegradationLayer::<http::Request<()>, Res>::builder("prices")
+///     .level("paused", FixedResponse::new(http::StatusCode::SERVICE_UNAVAILABLE, "paused"))
+///     .classifier(AdmissionAsFailure(GrpcStatus::default()))
+///     .build()?
+///     .hold_until_body_end();
+/// # let _ = layer;
+/// # Ok(())
+/// # }
+/// # main().unwrap();
+/// # }
+/// ```
 pub struct UntilBodyEnd<S, Req, B, C, X> {
     inner: Degradation<S, Req, http::Response<B>, C, X>,
 }

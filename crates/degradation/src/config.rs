@@ -76,10 +76,25 @@ pub struct DegradationConfig {
     /// Highest probe failure rate over the window, in `0.0..=1.0`, that still allows the
     /// climb (default 0.1).
     pub probe_max_failure_rate: f64,
-    /// Shadow mode: the machine decides as it would, but every request is served
-    /// by the best level and a request it would have served lower is counted as a
-    /// shadow degradation. An operator's forced level is still served. See the
-    /// crate docs for what the machine can and cannot see then.
+    /// Shadow mode, to try a policy on live traffic first: the machine routes
+    /// every request as it would, but a request it would serve at a lower level is
+    /// served by the best level instead and counted as a shadow rejection
+    /// ([`Snapshot::shadow_rejections`](crate::Snapshot::shadow_rejections),
+    /// `seawall_degradation_shadow_rejections_total`). The snapshot's level is the
+    /// one it would serve at, so a shadow run shows when the policy would fall and
+    /// climb back.
+    ///
+    /// - Once it would have fallen, the levels below are never called, so it
+    ///   cannot see them: a request the best level served in their place is **not
+    ///   recorded**, and recovery probes (to the best level, from the level just
+    ///   below it) are. It follows the enforcing machine as long as the level it
+    ///   would fall to would have served, and never falls below it on its own (a
+    ///   floor still moves it).
+    /// - An operator's forced level is served, shadow or not: forcing is a
+    ///   decision, not a policy on trial. A floor is shadowed like any level.
+    /// - Switching ([`Handle::set_shadow`](crate::Handle::set_shadow)) applies from
+    ///   the next request and keeps the level and the probe progress;
+    ///   [`Handle::revert`](crate::Handle::revert) returns to the built setting.
     pub shadow: bool,
 }
 

@@ -129,34 +129,6 @@
 //!   (`catch_unwind`, tower-http's `CatchPanicLayer`, a spawned task's `JoinError`).
 //!   A dropped future records nothing.
 //!
-//! # Shadow mode: try a policy on live traffic first
-//!
-//! With [`DegradationConfig::shadow`] (the builder's
-//! [`shadow`](DegradationBuilder::shadow), `shadow = true` in a policy file,
-//! [`Handle::set_shadow`] at run time) the machine routes every request as it
-//! would, but a request it would serve at a lower level is served by the best
-//! level instead and counted as a shadow rejection
-//! ([`Snapshot::shadow_rejections`], `seawall_degradation_shadow_rejections_total`).
-//! The snapshot's level is the one the machine would serve at, so a shadow run
-//! shows when the policy would fall and when it would climb back.
-//!
-//! - **What the machine sees.** At the best level it sees every request, as it
-//!   would. Once it would have fallen, the levels below are never called, so it
-//!   cannot see them: a request served by the best level in place of a lower one
-//!   is **not recorded** (the best level's answer says nothing about the lower
-//!   one), and recovery probes, which go to the best level from the level just
-//!   below it, are recorded as probes. Its levels therefore follow the enforcing
-//!   machine's as long as the level it would fall to would have served; it never
-//!   falls below that level on its own (a floor still moves it).
-//! - **An operator's forced level is served**, shadow or not: forcing is a
-//!   decision, not a policy on trial. A floor (a health signal) is shadowed like
-//!   any level the machine chooses.
-//! - **Switching** applies from the next request and keeps the level and the probe
-//!   progress. [`Handle::set_shadow`] changes the configuration in force;
-//!   [`Handle::revert`] returns to the built one.
-//! - **Cost:** none at the best level; a request the machine sends lower reads the
-//!   mode with one load.
-//!
 //! # Where state lives, what `Clone` shares
 //!
 //! One state is created by [`DegradationBuilder::build`]: every service the layer
@@ -165,19 +137,11 @@
 //! service (the best level) is owned by each service value, as usual in Tower. Build
 //! one layer per thing that degrades.
 //!
-//! # Readiness
+//! # Readiness, classification, modes
 //!
-//! [`Degradation::poll_ready`](tower_service::Service::poll_ready) always answers
-//! ready and polls no level: the level is chosen in `call`, and only the chosen level's
-//! readiness is awaited, in the response future. A level that is never ready holds
-//! only the requests sent to it; tower's `Steer`, by contrast, waits for every service
-//! to be ready. The price is that backpressure from a level does not reach the caller's
-//! `poll_ready`; put a bulkhead in each level's stack to bound waiting. The inner
-//! service is tried at once and called directly when ready; if not, it is swapped for
-//! a clone and the original (whose readiness is in progress) moves into the future.
-//! A lower level is cloned at call time and polled in the future.
-//!
-//! # Classification
+//! [`Degradation`]'s `poll_ready` is always ready and polls no level: the level is
+//! chosen in `call`, and only the chosen level's readiness is awaited, in the
+//! response future (tower's `Steer`, by contrast, waits for every service).
 //!
 //! Outcomes are classified with seawall-core's [`Classify`](seawall_core::Classify).
 //! The default, [`DefaultClassifier`] = `AdmissionAsFailure(ErrorsAsFailures)`,
@@ -187,72 +151,32 @@
 //! machine needs. A request that fails is answered with that failure; it is not
 //! re-served at a lower level (that is the fallback layer's job, outside this one).
 //!
-//! # Cost
-//!
-//! At a level where no probe is possible (the best level, a floor, forced) `call`
-//! costs two atomic loads and one `Arc` clone for the response future; a success
-//! that changes nothing (no failures to reset, consecutive-failure trigger) is
-//! recorded without a lock or clock read. During the dwell at a degraded level add
-//! one clock read. Only after the dwell does a call take the machine's mutex and
-//! sample the random source. Failures take the mutex and read the clock. A lower
-//! level is a `BoxCloneSyncService`: its clone and its boxed future allocate.
+//! - **Shadow mode** ([`DegradationConfig::shadow`]): route as the machine would,
+//!   serve everything at the best level, and count what would have gone lower.
+//! - **HTTP servers** (feature `http`): [`http::FixedResponse`] is a level that is
+//!   a plain response; seawall-core's [`RespondLayer`](seawall_core::http::RespondLayer)
+//!   outside the layer answers errors with `503` instead of an `Err`.
+//!   [`DegradationBuilder::level_extensions`] puts [`CurrentLevel`] in each
+//!   request's extensions and [`ServedBy`] in each response's.
+//! - **Streams** (feature `http`, [`DegradationLayer::hold_until_body_end`],
+//!   [`UntilBodyEnd`]): a healthy-looking response's outcome is recorded when its
+//!   body ends, by the trailers' `grpc-status`.
+//! - **Health and feature plans:** [`health::HealthMonitor`] runs periodic checks
+//!   per named dependency and can drive a floor; [`features::FeaturePlan`] maps
+//!   features to normal, degraded or disabled from the healthy dependencies, and
+//!   [`features::FeaturesLayer`] hands the result to handlers.
 //!
 //! # Operating it
 //!
 //! [`Handle`] gives a [`Snapshot`] (level, entered-at, failures, probe progress,
 //! floor, forced), a subscription to [`LevelChange`]s, [`Handle::set_floor`] /
-//! [`Handle::clear_floor`] (a health signal bounding how high the machine may climb),
-//! [`Handle::force`] / [`Handle::release`] (operators; wins over everything),
-//! [`Handle::reconfigure`] with validation and [`Handle::revert`]. Every change emits
-//! a `tracing` event (from, to, reason; feature `tracing`) and, with feature
-//! `metrics`, `seawall_degradation_level` (gauge), `seawall_degradation_changes_total`
-//! by direction and `seawall_degradation_probes_total` by result, all labelled `name`.
-//!
-//! # HTTP servers
-//!
-//! With feature `http`, [`http::FixedResponse`] is a level that is a plain response;
-//! seawall-core's [`RespondLayer`](seawall_core::http::RespondLayer) outside the layer
-//! answers errors with `503` (and `Retry-After`) instead of an `Err`, so hyper and
-//! axum always get a response. Opt in with
-//! [`DegradationBuilder::level_extensions`] to find [`CurrentLevel`] in each
-//! request's extensions and [`ServedBy`] in each response's.
-//!
-//! # Health and feature plans
-//!
-//! [`health::HealthMonitor`] runs periodic checks per named dependency on tokio and
-//! can drive a floor; [`features::FeaturePlan`] maps features to normal / degraded /
-//! disabled from the set of healthy dependencies, and
-//! [`features::FeaturesLayer`] hands the result to handlers in request extensions.
-//!
-//! # Streams
-//!
-//! A level whose answer streams (a gRPC server-streaming call, a long HTTP body) may
-//! fail after its first messages, with the status in the trailers. With the `http`
-//! feature, [`DegradationLayer::hold_until_body_end`] records a healthy-looking
-//! response's outcome when its body ends ([`UntilBodyEnd`]): by the trailers'
-//! `grpc-status` with [`GrpcStatus`](seawall_core::GrpcStatus), as a failure if the
-//! body errors, nothing if it is dropped first. The layer then answers
-//! `http::Response<Guarded<B, HeldTicket<_>>>`, which is why it is opt-in.
-//!
-//! ```
-//! # #[cfg(feature = "http")] {
-//! use seawall_core::{AdmissionAsFailure, GrpcStatus};
-//! use seawall_degradation::DegradationLayer;
-//! use seawall_degradation::http::FixedResponse;
-//!
-//! # fn main() -> Result<(), seawall_core::ConfigError> {
-//! type Res = http::Response<http_body_util::Full<bytes::Bytes>>;
-//! let layer = DegradationLayer::<http::Request<()>, Res>::builder("prices")
-//!     .level("paused", FixedResponse::new(http::StatusCode::SERVICE_UNAVAILABLE, "paused"))
-//!     .classifier(AdmissionAsFailure(GrpcStatus::default()))
-//!     .build()?
-//!     .hold_until_body_end();
-//! # let _ = layer;
-//! # Ok(())
-//! # }
-//! # main().unwrap();
-//! # }
-//! ```
+//! [`Handle::clear_floor`] (a health signal bounding how high the machine may
+//! climb), [`Handle::force`] / [`Handle::release`] (operators; wins over
+//! everything), [`Handle::reconfigure`] with validation and [`Handle::revert`].
+//! Every change emits a `tracing` event; the `metrics` feature exports the
+//! `seawall_degradation_*` series of
+//! [docs/metrics.md](https://github.com/seawall-rs/seawall/blob/main/docs/metrics.md).
+//! What a call costs: [docs/costs.md](https://github.com/seawall-rs/seawall/blob/main/docs/costs.md#degradation).
 //!
 //! # Layout
 //!

@@ -23,6 +23,8 @@ use crate::handle::Shared;
 /// original, with its readiness in progress, moves into the future. A lower level is
 /// cloned at call time (it is shared by every clone of this service) and polled in the
 /// future.
+/// The price: backpressure from a level does not reach the caller's `poll_ready`;
+/// put a bulkhead in each level's stack to bound waiting.
 pub struct Degradation<S, Req, Res, C, X> {
     pub(crate) inner: S,
     pub(crate) lower: Arc<[LevelService<Req, Res>]>,

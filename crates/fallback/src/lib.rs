@@ -124,12 +124,12 @@
 //! Every served answer is marked with [`Served`] (which fallback, which step, which
 //! trigger), where the mode puts it:
 //!
-//! | mode | where [`Served`] is | cost per served answer |
-//! |---|---|---|
-//! | HTTP modes (feature `http`) | in the body: `seawall_fallback::http::served(&res)` | none |
-//! | generic, a type of your own | wherever its [`Mark`] impl records it (a `source` field) | what that impl does |
-//! | generic, an `http::Response` | its extensions: `res.extensions().get::<Served>()` | three allocations (the map, its table, the marker) |
-//! | [`unmarked`](FallbackBuilder::unmarked) | nowhere: the handle's counters and events still tell | none |
+//! | mode | where [`Served`] is |
+//! |---|---|
+//! | HTTP modes (feature `http`) | in the body: `seawall_fallback::http::served(&res)` |
+//! | generic, a type of your own | wherever its [`Mark`] impl records it (a `source` field) |
+//! | generic, an `http::Response` | its extensions: `res.extensions().get::<Served>()` |
+//! | [`unmarked`](FallbackBuilder::unmarked) | nowhere: the handle's counters and events still tell |
 //!
 //! An [`Unavailable`] answer is a typed outcome of its own: counted apart, never
 //! turned into data.
@@ -150,20 +150,14 @@
 //!   when known), an `Unavailable` a configurable response, other errors a
 //!   configurable `500`; nothing internal in any body. See the `http` module.
 //!
-//! # Where state lives, and what it costs
+//! # Where state lives
 //!
 //! The layer creates **one shared state** when it is built (counters, controls,
 //! live configuration; [`FallbackLayer::handle`]): every service built from it and
-//! every clone shares it. Build one layer per dependency.
-//!
-//! On the path where the primary answers, a call costs the capture closure, one
-//! `Arc` clone into the response future (a concrete type, no allocation), reading
-//! the request's deadline only when the strategy can wait (not for a value), and
-//! asking the classifier about the answer. No clock read, no counter, no event.
-//! Counters, events and tracing happen only when the fallback is used. Serving a
-//! value costs its clone, the counters and the marker: one reference count, with no
-//! allocation, except for an `http::Response` in the generic mode (see the table
-//! above); a chain boxes its future and each step's.
+//! every clone shares it. Build one layer per dependency. Where the primary
+//! answers, the fallback adds no clock read, no counter and no allocation (what
+//! each path costs:
+//! [docs/costs.md](https://github.com/seawall-rs/seawall/blob/main/docs/costs.md#fallback)).
 //!
 //! # Where to put it
 //!
@@ -186,13 +180,10 @@
 //! [`reconfigure`](Handle::reconfigure) the rejection kinds and step
 //! timeouts ([`FallbackConfig`], serde under the `serde` feature) with
 //! [`revert`](Handle::revert). Metrics and tracing: see the `metrics` and
-//! `tracing` features; metric names are `seawall_fallback_*` with a `name` label.
-//!
-//! **No shadow mode.** The breaker, the bulkhead, the deadline and the degradation
-//! layer can each be put in shadow mode (they decide as they would, and let through
-//! what they would reject). A fallback turns no call away: it answers in place of a
-//! failure, or passes the failure on. There is nothing for it to let through, so it
-//! has none; its own counters already say what it did.
+//! `tracing` features; the `seawall_fallback_*` series are in
+//! [docs/metrics.md](https://github.com/seawall-rs/seawall/blob/main/docs/metrics.md).
+//! A fallback turns no call away, so it has no shadow mode (see
+//! [docs/operations.md](https://github.com/seawall-rs/seawall/blob/main/docs/operations.md#trying-a-new-limit-in-shadow-mode)).
 //!
 //! # Layout
 //!

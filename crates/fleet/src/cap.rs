@@ -127,7 +127,7 @@ pub enum CapMode {
     Strict,
     /// Falls back to a local share of its own once its lease lapsed: calls go on
     /// while the store is away, and the fleet may exceed the cap by the shares of
-    /// the instances cut off (see the crate docs for the bound).
+    /// the instances cut off (the bound: [docs/fleet.md](https://github.com/seawall-rs/seawall/blob/main/docs/fleet.md#the-bounds)).
     Available {
         /// The slots an instance without a lease admits into, at most the cap.
         local_share: u32,

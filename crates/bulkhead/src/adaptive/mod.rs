@@ -47,6 +47,71 @@
 //! older ones (one overloaded round trip shrinks the limit once, not once per
 //! call in it); [`Gradient`] starts one at each change and counts only current
 //! latencies. This is the bulkhead's version of the circuit breaker's epochs.
+//!
+//! # In a bulkhead
+//!
+//! [`BulkheadBuilder::adaptive`](crate::BulkheadBuilder::adaptive) sets the algorithm; the
+//! layer's overload classifier ([`BulkheadLayer::overload`](crate::BulkheadLayer::overload))
+//! says what counts as overload:
+//!
+//! ```
+//! use std::time::Duration;
+//! use seawall_bulkhead::adaptive::AimdConfig;
+//! use seawall_bulkhead::{BulkheadLayer, OverloadStatus};
+//!
+//! # fn main() -> Result<(), seawall_core::ConfigError> {
+//! let freight = BulkheadLayer::builder("freight")
+//!     .max_queue(10)
+//!     .max_wait(Duration::from_millis(20))
+//!     .adaptive(AimdConfig {
+//!         min_limit: 2,
+//!         max_limit: 100,
+//!         // The supplier answers in about 100 ms when it is not queueing.
+//!         timeout: Duration::from_millis(150),
+//!         ..AimdConfig::default()
+//!     })
+//!     .build()?
+//!     // HTTP and gRPC: 429, 503 and RESOURCE_EXHAUSTED are overload too.
+//!     .overload(OverloadStatus::default());
+//! assert_eq!(freight.handle().snapshot().limit, 20); // the initial limit
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! **What feeds it.** Each response future reports its call once, classified by the
+//! layer's overload classifier ([`BulkheadLayer::overload`](crate::BulkheadLayer::overload)): *overloaded* (a
+//! `429`, a `503`, gRPC `RESOURCE_EXHAUSTED`, a timeout from a breaker or deadline
+//! below), *served* (any other answer, a `404` or a `500` included: the supplier
+//! answered, and its latency is a fair sample), or *no evidence* (an inner
+//! breaker's `CircuitOpen`, a transport error). The default classifier,
+//! [`TimeoutsAsOverload`](seawall_core::TimeoutsAsOverload), works for any response type and sees only timeouts;
+//! use [`OverloadStatus`](seawall_core::OverloadStatus) for HTTP and gRPC. The bulkhead's own rejections never
+//! reach it: they are decided before the dependency is called. A cancelled call
+//! (its future dropped) reports nothing. The latency is measured from admission
+//! (in backpressure mode, from the slot's reservation in `poll_ready`) to the
+//! inner future's completion, so the bulkhead's own queue never counts:
+//! one fast-path admission in `sample_every` (default 8) and every call that waited
+//! for its slot read the clock; the others read none.
+//!
+//! **The limit changes admission only.** When it falls, running calls finish (no
+//! preemption) and nobody is admitted until active calls are below it; when it
+//! rises, waiters are admitted at once. No call is ever admitted while active ≥
+//! the limit in force, even with callers racing a change (a change invalidates the
+//! fast path's compare-and-swap). `max_queue` and `max_wait` keep their meaning.
+//!
+//! To take the valve in hand, [`Handle::force`](crate::Handle::force) holds the limit at a value
+//! (the algorithm is not fed meanwhile) and [`Handle::release`](crate::Handle::release) lets it go on
+//! *from that value*, so the end of an incident does not jump back to a limit
+//! learned before it.
+//!
+//! **Per key.** [`BulkheadBuilder::adaptive`](crate::BulkheadBuilder::adaptive) followed by
+//! [`keyed`](crate::BulkheadBuilder::keyed) gives every key of a
+//! [`KeyedBulkheadLayer`](crate::KeyedBulkheadLayer) its own algorithm, fed only by that key's calls, so one
+//! slow host shrinks its own limit and no other. A key forgotten at the bound on
+//! keys forgets what it learned and comes back at the initial limit; in the
+//! layer's metric series `seawall_bulkhead_limit` is then the sum of the live
+//! keys' limits (as for a fixed keyed layer: each key adds its `max_concurrent`),
+//! as `seawall_bulkhead_active` is the sum of their active calls.
 
 use std::fmt;
 use std::time::Duration;
