@@ -15,7 +15,7 @@ use tower_service::Service;
 
 use crate::hold::{Hold, Lend};
 use crate::permit::Permit;
-use crate::queue::QueuePolicy;
+use crate::queue::{LineState, QueuePolicy};
 use crate::semaphore::{Enqueued, Leave, Left, Polled, WaiterId};
 use crate::state::{Shared, TurnedAway};
 use crate::telemetry::ShadowReason;
@@ -198,12 +198,14 @@ fn free_on_unwind(permit: &mut Option<Permit>) {
     *permit = None;
 }
 
-/// Whether the line stands for a call arriving at `now` (with a controlled delay;
-/// without one, never, and nothing is read).
-fn stands(shared: &Shared, policy: &QueuePolicy, now: Instant) -> bool {
-    policy
-        .controlled_delay
-        .is_some_and(|delay| shared.semaphore.arrival(now, &delay))
+/// The line as a call arriving at `now` sees it: moved on by the policy when an
+/// option reads its history; otherwise a line without one, and nothing is read.
+fn line_at(shared: &Shared, policy: &QueuePolicy, now: Instant) -> LineState {
+    if policy.has_history() {
+        shared.semaphore.arrival(now, policy)
+    } else {
+        LineState::default()
+    }
 }
 
 fn polled_after_completion() -> BoxError {
@@ -296,9 +298,9 @@ where
         // or is turned away as full: it never joins the line.
         let may_wait = seawall_core::may_wait();
         let policy = shared.queue_policy();
-        let standing = stands(shared, &policy, now);
+        let line = line_at(shared, &policy, now);
         let until = policy
-            .wait_until_standing(now, deadline.map(|d| d.instant()), standing)
+            .wait_for(now, deadline.map(|d| d.instant()), &line)
             .filter(|_| may_wait);
         // A call whose deadline has passed takes a free slot but never joins the line.
         // Read once: the decision and what is counted must agree.
@@ -370,9 +372,9 @@ where
         let look = deadline.is_none();
         let may_wait = seawall_core::may_wait();
         let policy = shared.queue_policy();
-        let standing = stands(shared, &policy, now);
+        let line = line_at(shared, &policy, now);
         let until = policy
-            .wait_until_standing(now, deadline.map(|d| d.instant()), standing)
+            .wait_for(now, deadline.map(|d| d.instant()), &line)
             .filter(|_| may_wait);
         let shadow = until.is_none() && shared.shadows();
         let enqueued = shared.semaphore.join_classed(

@@ -210,6 +210,39 @@ impl ControlledDelay {
     }
 }
 
+/// What the line remembers between arrivals, for the options whose rule reads its
+/// history (a [`ControlledDelay`]'s standing line). The bulkhead keeps one under
+/// the line's lock and hands it to [`QueuePolicy::arrive`] at each arrival; its
+/// rules live here, beside the options, so that such an option is still written
+/// in this file alone.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct LineState {
+    /// When the line last became non-empty, as the arrivals saw it; `None` while
+    /// it is empty.
+    nonempty_since: Option<Instant>,
+    /// It stands (as the last arrival saw it).
+    standing: bool,
+    /// A freed slot goes to the newest waiter.
+    newest_first: bool,
+}
+
+impl LineState {
+    /// The line emptied: its history starts again (first in, first out).
+    pub(crate) fn emptied(&mut self) {
+        *self = Self::default();
+    }
+
+    /// Whether the line stands, as the last arrival saw it.
+    pub(crate) fn standing(&self) -> bool {
+        self.standing
+    }
+
+    /// Whether a freed slot goes to the newest waiter rather than the oldest.
+    pub(crate) fn newest_first(&self) -> bool {
+        self.newest_first
+    }
+}
+
 /// How much of the limit in force each [`Criticality`] may hold, in percent.
 ///
 /// Critical calls may hold every slot; the other classes at most their share,
@@ -437,6 +470,39 @@ impl QueuePolicy {
     /// adaptive LIFO configured. Otherwise, first in, first out.
     pub fn serves_newest(&self, standing: bool) -> bool {
         standing && self.controlled_delay.is_some_and(|d| d.lifo)
+    }
+
+    /// Whether an option reads the line's history ([`LineState`]), so that an
+    /// arrival must update it under the line's lock. Without one, arrivals take
+    /// no lock for it.
+    pub(crate) fn has_history(&self) -> bool {
+        self.controlled_delay.is_some()
+    }
+
+    /// An arrival at `now`, the line being `empty` before it: moves `line` on and
+    /// returns it as this arrival sees it. The line that is empty now counts as
+    /// non-empty from `now`, as this arrival may join it.
+    pub(crate) fn arrive(&self, line: &mut LineState, empty: bool, now: Instant) -> LineState {
+        if let Some(delay) = &self.controlled_delay {
+            if empty {
+                line.nonempty_since = Some(now);
+            }
+            let since = *line.nonempty_since.get_or_insert(now);
+            line.standing = !empty && delay.stands(since, now);
+            line.newest_first = self.serves_newest(line.standing);
+        }
+        *line
+    }
+
+    /// The latest instant a call arriving at `now` into `line` may wait until
+    /// (see [`wait_until_standing`](Self::wait_until_standing)).
+    pub(crate) fn wait_for(
+        &self,
+        now: Instant,
+        deadline: Option<Instant>,
+        line: &LineState,
+    ) -> Option<Instant> {
+        self.wait_until_standing(now, deadline, line.standing)
     }
 
     /// The latest instant a call arriving at `now` may wait until: `max_wait`

@@ -62,7 +62,7 @@ use seawall_core::Criticality;
 
 use tokio::time::Instant;
 
-use crate::queue::{ClassLoad, ClassPlace, ControlledDelay, Load, Place, Shares, MAX_LIMIT};
+use crate::queue::{ClassLoad, ClassPlace, LineState, Load, Place, QueuePolicy, Shares, MAX_LIMIT};
 use crate::stats::WaitHistogram;
 use crate::sync::{fence, AtomicU64, AtomicUsize, Mutex, MutexGuard};
 
@@ -183,27 +183,15 @@ struct Waiters {
     queue: VecDeque<Entry>,
     /// Made by the first call with a class.
     classes: Option<ClassCounts>,
-    /// With a controlled delay: whether the line stands.
-    delay: DelayState,
-}
-
-/// Whether the line stands (see [`ControlledDelay`]), kept under the line's lock.
-#[derive(Debug, Default)]
-struct DelayState {
-    /// When the line last became non-empty, as the arrivals saw it; `None` while
-    /// it is empty.
-    nonempty_since: Option<Instant>,
-    /// It stands (as the last arrival saw it).
-    standing: bool,
-    /// It stands, and a freed slot goes to the newest waiter.
-    newest_first: bool,
+    /// The line's history, for the queue options that read it.
+    history: LineState,
 }
 
 impl Waiters {
-    /// The line emptied: back to first in, first out.
+    /// The line emptied: its history starts again.
     fn note_if_empty(&mut self) {
         if self.queue.is_empty() {
-            self.delay = DelayState::default();
+            self.history.emptied();
         }
     }
 }
@@ -715,7 +703,7 @@ impl Semaphore {
                     word = next;
                     self.note_active(active(next));
                     let entry = line.waiters.as_mut().and_then(|w| {
-                        let entry = if w.delay.newest_first {
+                        let entry = if w.history.newest_first() {
                             w.queue.pop_back()
                         } else {
                             w.queue.pop_front()
@@ -746,7 +734,7 @@ impl Semaphore {
                 return false;
             };
             let of_class = |e: &Entry| e.line_class() == class;
-            let found = if waiters.delay.newest_first {
+            let found = if waiters.history.newest_first() {
                 waiters.queue.iter().rposition(of_class)
             } else {
                 waiters.queue.iter().position(of_class)
@@ -768,7 +756,7 @@ impl Semaphore {
                     self.note_active(active(next));
                     let entry = waiters.queue.remove(i);
                     if waiters.queue.is_empty() {
-                        waiters.delay = DelayState::default();
+                        waiters.history.emptied();
                     }
                     classes.queued[class.index()] -= 1;
                     if let Some(entry) = entry {
@@ -948,24 +936,15 @@ impl Semaphore {
         }))
     }
 
-    /// An arrival at `now` that may join the line, with a controlled `delay`:
-    /// whether the line stands (it has not been empty for longer than the
-    /// delay's interval), which also decides the order of the next hand-overs.
-    /// The line that is empty now counts as non-empty from `now`, as this
-    /// arrival may join it.
-    pub(crate) fn arrival(&self, now: Instant, delay: &ControlledDelay) -> bool {
+    /// An arrival at `now` that may join the line, under `policy` (one with an
+    /// option that reads the line's history): the policy moves the history on
+    /// ([`QueuePolicy::arrive`]), which also decides the order of the next
+    /// hand-overs, and the arrival gets it as it saw it.
+    pub(crate) fn arrival(&self, now: Instant, policy: &QueuePolicy) -> LineState {
         let mut line = self.lock();
         let empty = queued(self.state.load(Ordering::Acquire)) == 0;
         let waiters = line.waiters.get_or_insert_default();
-        let state = &mut waiters.delay;
-        if empty {
-            state.nonempty_since = Some(now);
-        }
-        let since = *state.nonempty_since.get_or_insert(now);
-        let standing = !empty && delay.stands(since, now);
-        state.standing = standing;
-        state.newest_first = standing && delay.lifo;
-        standing
+        policy.arrive(&mut waiters.history, empty, now)
     }
 
     /// Whether the line stands now (with a controlled delay), as the last arrival
@@ -974,7 +953,7 @@ impl Semaphore {
         self.lock()
             .waiters
             .as_ref()
-            .is_some_and(|w| w.delay.standing)
+            .is_some_and(|w| w.history.standing())
     }
 
     /// Whether waiter `id` is still in line.
@@ -1852,15 +1831,19 @@ mod tests {
         use crate::queue::ControlledDelay;
         use tokio::time::Instant;
         let ms = Duration::from_millis;
-        let delay = ControlledDelay::default();
+        let policy = QueuePolicy {
+            controlled_delay: Some(ControlledDelay::default()),
+            ..QueuePolicy::default()
+        };
+        let stands = |m: &Semaphore, at| m.arrival(at, &policy).standing();
         let t0 = Instant::now();
         let m = Semaphore::new(1, 10);
         assert!(m.try_acquire());
-        assert!(!m.arrival(t0, &delay));
+        assert!(!stands(&m, t0));
         let a = id(m.enqueue());
-        assert!(!m.arrival(t0 + ms(50), &delay));
+        assert!(!stands(&m, t0 + ms(50)));
         let b = id(m.enqueue());
-        assert!(m.arrival(t0 + ms(150), &delay));
+        assert!(stands(&m, t0 + ms(150)));
         let c = id(m.enqueue());
         assert!(m.stands());
         let (_f, waker) = flag();
@@ -1873,9 +1856,9 @@ mod tests {
         assert!(m.poll_waiter(a, &waker));
         // Empty again: FIFO, and not standing until the interval passes anew.
         assert!(!m.stands());
-        assert!(!m.arrival(t0 + ms(200), &delay));
+        assert!(!stands(&m, t0 + ms(200)));
         let d = id(m.enqueue());
-        assert!(!m.arrival(t0 + ms(201), &delay));
+        assert!(!stands(&m, t0 + ms(201)));
         let e = id(m.enqueue());
         m.release();
         assert!(m.poll_waiter(d, &waker));
