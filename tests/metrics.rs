@@ -29,7 +29,7 @@ use seawall::bulkhead::BulkheadLayer;
 use seawall::circuit_breaker::{CircuitBreakerLayer, Forced};
 use seawall::core::{
     with_reason, BoxError, BulkheadFull, ClassifyInput, DeadlineLayer, DeadlineRetry, HttpStatus,
-    Outcome,
+    Outcome, RejectionKind,
 };
 use seawall::degradation::health::HealthMonitor;
 use seawall::degradation::DegradationLayer;
@@ -82,7 +82,19 @@ fn documented() -> BTreeMap<String, Documented> {
             let Some(label) = quoted(sides.next().unwrap()).into_iter().next() else {
                 continue; // "(none)"
             };
-            let values = sides.next().map(|v| quoted(v).into_iter().collect());
+            // `<rejection kind>` stands for every kind's label.
+            let values = sides.next().map(|v| {
+                quoted(v)
+                    .into_iter()
+                    .flat_map(|value| match value.as_str() {
+                        "<rejection kind>" => RejectionKind::ALL
+                            .iter()
+                            .map(|k| k.as_str().to_owned())
+                            .collect(),
+                        _ => vec![value],
+                    })
+                    .collect()
+            });
             parsed.insert(label, values);
         }
         out.insert(

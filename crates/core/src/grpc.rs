@@ -3,16 +3,10 @@
 //! tonic turns a transport error into a status with `Status::from_error`, which only
 //! recognises a `Status` somewhere in the error chain; a seawall rejection would
 //! otherwise reach the generated client as `UNKNOWN`. Wrap the protected `Channel` in
-//! [`RejectionStatusLayer`] (outermost) so rejections arrive as:
-//!
-//! | rejection | gRPC status |
-//! |---|---|
-//! | circuit open | `UNAVAILABLE` |
-//! | deadline exceeded | `DEADLINE_EXCEEDED` |
-//! | fallbacks exhausted | `UNAVAILABLE` |
-//! | bulkhead full | `RESOURCE_EXHAUSTED` |
-//! | bulkhead wait timed out | `RESOURCE_EXHAUSTED` |
-//! | anything else | what `Status::from_error` makes of it |
+//! [`RejectionStatusLayer`] (outermost) so each rejection arrives with its kind's
+//! [`RejectionKind::grpc_code`](crate::RejectionKind::grpc_code): the gRPC column of
+//! the answers table in the `http` module's docs (feature `http`). Anything else
+//! becomes what `Status::from_error` makes of it.
 //!
 //! The rejection stays reachable as the status's source, so [`find_rejection`] still
 //! finds it. On a server, [`rejection_grpc_response`] renders a rejection as a

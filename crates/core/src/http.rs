@@ -3,18 +3,23 @@
 //! An `Err` handed to hyper closes the connection without a response, and axum
 //! wants `Infallible`; servers therefore render a rejection as a response. The body
 //! is short and generic: it never names a dependency, a breaker or an internal
-//! error. The cause belongs in traces and metrics. One table decides the answer
-//! (the gRPC column is the `grpc` module's, feature `tonic`):
+//! error. The cause belongs in traces and metrics. One table decides the answer, by
+//! the rejection's [`RejectionKind`](crate::RejectionKind) label (and a breaker's
+//! [`OpenCause`](crate::OpenCause)); the gRPC column is the `grpc` module's
+//! (feature `tonic`), for clients and servers alike. It is the only copy: the
+//! README and the other modules point here, and a test checks one row per kind
+//! and cause against [`RejectionKind::http_status`](crate::RejectionKind::http_status)
+//! and `grpc_code`.
 //!
 //! | rejection | HTTP | `Retry-After` | gRPC | `grpc-retry-pushback-ms` |
 //! |---|---|---|---|---|
-//! | circuit open | 503 | what remains of the open interval, whole seconds rounded up | `UNAVAILABLE` | the same, in ms |
-//! | probe slots full | 503 | what remains of the oldest probe's half-open timeout | `UNAVAILABLE` | the same |
-//! | ramping after closing | 503 | what remains of the ramp | `UNAVAILABLE` | the same |
-//! | forced open | 503 | none: only an operator ends it | `UNAVAILABLE` | none |
-//! | bulkhead full, wait timed out | 503 | none: capacity frees when calls end, not at a known time | `RESOURCE_EXHAUSTED` | none |
-//! | deadline exceeded | 504 | none: the budget is spent | `DEADLINE_EXCEEDED` | none |
-//! | fallbacks exhausted | 503 | the steps' first rejection's, if any | `UNAVAILABLE` | the same |
+//! | `circuit_open` (`open`) | 503 | what remains of the open interval, whole seconds rounded up | `UNAVAILABLE` | the same, in ms |
+//! | `circuit_open` (`probe_slots_full`) | 503 | what remains of the oldest probe's half-open timeout | `UNAVAILABLE` | the same |
+//! | `circuit_open` (`ramping`) | 503 | what remains of the ramp | `UNAVAILABLE` | the same |
+//! | `circuit_open` (`forced_open`) | 503 | none: only an operator ends it | `UNAVAILABLE` | none |
+//! | `bulkhead_full`, `bulkhead_timeout` | 503 | none: capacity frees when calls end, not at a known time | `RESOURCE_EXHAUSTED` | none |
+//! | `deadline_exceeded` | 504 | none: the budget is spent | `DEADLINE_EXCEEDED` | none |
+//! | `fallbacks_exhausted` | 503 | the steps' first rejection's, if any | `UNAVAILABLE` | the same |
 //!
 //! A retrying client reads `UNAVAILABLE` as "try again" and `DEADLINE_EXCEEDED` as
 //! "too late": that is why a spent budget is never rendered as unavailable.

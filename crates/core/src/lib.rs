@@ -3,11 +3,10 @@
 //! Every seawall layer (circuit breaker, bulkhead, degradation, fallback) speaks
 //! the types defined here, so they compose in any order:
 //!
-//! - **Rejections** ([`CircuitOpen`], [`BulkheadFull`], [`BulkheadTimeout`],
-//!   [`DeadlineExceeded`], [`FallbacksExhausted`]): small public structs, boxed into
-//!   a [`BoxError`] like tower's own errors, and [`find_rejection`] to recognise one
-//!   anywhere in an error chain with its [`RejectionKind`], [`Category`], name and
-//!   retry-after.
+//! - **Rejections** (one small public struct per [`RejectionKind`]: [`CircuitOpen`],
+//!   [`BulkheadFull`], …), boxed into a [`BoxError`] like tower's own errors, and
+//!   [`find_rejection`] to recognise one anywhere in an error chain with its kind,
+//!   [`Category`], name and retry-after.
 //! - **Criticality** ([`Criticality`], [`CriticalityOf`], [`CriticalityHeader`]): a
 //!   request's class under overload (critical, default, sheddable), which a
 //!   bulkhead with classes serves first and sheds last.
@@ -83,9 +82,9 @@
 //!
 //! ```text
 //! lib.rs              these docs, the re-exports
-//! rejection.rs        the rejection types (CircuitOpen, BulkheadFull, BulkheadTimeout,
-//!                     DeadlineExceeded, FallbacksExhausted), RejectionKind and its one
-//!                     list, Category, Name, and find_rejection
+//! rejection.rs        the rejection types, RejectionKind and its one list (the
+//!                     `rejection_kinds!` rows), Category, Name, and find_rejection;
+//!                     everything in it is public, re-exported whole
 //! criticality.rs      Criticality, a request's class under overload; CriticalityOf, the
 //!                     extractor (closures, CriticalityHeader, Unclassed)
 //! classify.rs         Outcome, Classify, ClassifyRequest and the provided classifiers
@@ -191,11 +190,8 @@ pub use random::{RandomSource, SeededRandom};
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub use reasons::{ReasonCounters, MAX_REASONS};
-pub use rejection::{
-    find_rejection, BoxError, BulkheadFull, BulkheadTimeout, Category, CircuitOpen,
-    DeadlineExceeded, FallbacksExhausted, FullCause, Name, OpenCause, Rejection, RejectionKind,
-    StepFailure,
-};
+// Whole: a new rejection kind's struct is public API without an edit here.
+pub use rejection::*;
 pub use retry::{
     DeadlineRetry, DeadlineRetryBuilder, HttpPushback, IdempotentFailures, IgnorePushback, Jitter,
     Pushback, ReadPushback, RetryConfig, RetryDelay, RetryHandle, RetryIf, RetrySnapshot,

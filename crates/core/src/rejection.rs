@@ -89,16 +89,17 @@ impl fmt::Display for RejectionName {
 
 /// Declares [`RejectionKind`] and everything listed per kind from one list, so a
 /// new kind is added in one place and reaches every per-kind table (fallback
-/// triggers and rejection sets, per-kind counters, the HTTP status and the gRPC
-/// code it is rendered with) without a match to update.
+/// triggers and rejection sets, per-kind counters and metric labels, its name in
+/// policy files, the HTTP status and the gRPC code it is rendered with) without a
+/// match to update.
 macro_rules! rejection_kinds {
     ($( $(#[$doc:meta])* $variant:ident => $label:literal, $category:ident, $status:ident, $code:ident; )*) => {
         /// Which rejection it was.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-        #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
         pub enum RejectionKind {
-            $( $(#[$doc])* $variant, )*
+            // Named in files by its label, so a policy file and a metric agree.
+            $( $(#[$doc])* #[cfg_attr(feature = "serde", serde(rename = $label))] $variant, )*
         }
 
         impl RejectionKind {

@@ -86,7 +86,7 @@
 //!
 //! | the primary … | fires when | [`Trigger`] (label) |
 //! |---|---|---|
-//! | failed with a seawall rejection ([`find_rejection`](seawall_core::find_rejection) in the chain) | its kind was selected with [`on_rejection`](FallbackBuilder::on_rejection) / [`on_rejections`](FallbackBuilder::on_rejections) — each kind on its own | `Rejected(kind)` (`circuit_open`, `bulkhead_full`, `bulkhead_timeout`, `deadline_exceeded`, `fallbacks_exhausted`) |
+//! | failed with a seawall rejection ([`find_rejection`](seawall_core::find_rejection) in the chain) | its kind was selected with [`on_rejection`](FallbackBuilder::on_rejection) / [`on_rejections`](FallbackBuilder::on_rejections) — each kind on its own | `Rejected(kind)` (the kind's label, [`RejectionKind::as_str`](seawall_core::RejectionKind::as_str)) |
 //! | failed with an error of a selected type (downcast, anywhere in the chain) | [`on_error::<E>()`](FallbackBuilder::on_error) | `ErrorType` (`error_type`) |
 //! | failed with another error | the [`on_failure`](FallbackBuilder::on_failure) classifier says `Failure` | `FailedError` (`failed_error`) |
 //! | answered | the classifier says `Failure` (a `503` with [`HttpStatus`](seawall_core::HttpStatus); a `404` is a business answer and passes) | `FailedResponse` (`failed_response`) |
