@@ -135,6 +135,14 @@ impl<C> CircuitBreakerBuilder<C> {
         self
     }
 
+    /// Trips by `policy`, any [`TripPolicy`]: the shorthands below set the common
+    /// ones, and a new policy needs no shorthand of its own to be used.
+    #[must_use]
+    pub fn policy(mut self, policy: TripPolicy) -> Self {
+        self.config.policy = policy;
+        self
+    }
+
     /// Trips on `threshold` consecutive failures.
     #[must_use]
     pub fn consecutive_failures(mut self, threshold: u32) -> Self {
