@@ -194,10 +194,17 @@
 //! loom_semaphore.rs   loom models of the semaphore (tests only)
 //! ```
 //!
-//! A new option of the queue is a [`QueuePolicy`] field with its default, its check
-//! in [`QueuePolicy::validate`], its row in the table there and its rule
-//! (`queue.rs`): the configuration, the builder's [`queue`](BulkheadBuilder::queue),
-//! the policy in force, the [`Snapshot`] and the policy file carry it unchanged.
+//! # How to add
+//!
+//! - **A queue option:** a [`QueuePolicy`] field with its default, its check in
+//!   [`QueuePolicy::validate`], its row in the table there and its rule, all in
+//!   `queue.rs`: the rule decides how long an arrival may wait (`wait_for`), where
+//!   it goes (`place`), and what the line remembers between arrivals for it
+//!   (`LineState`, moved on by `arrive`). Then `semaphore.rs` only if it changes
+//!   which waiter a freed slot goes to, and `state.rs` only if the [`Snapshot`]
+//!   shows its state. The configuration, the builder's
+//!   [`queue`](BulkheadBuilder::queue), the policy in force and a policy file carry
+//!   it unchanged. Then its tests, and a line in the changelog.
 //!
 //! # Features
 //!

@@ -183,10 +183,14 @@
 //! loom_breaker.rs     loom models of the word and the lanes' lines (tests only)
 //! ```
 //!
-//! A new trip condition is a [`TripPolicy`] variant and its validation
-//! (`config.rs`), its window and its trip rule (`machine/window.rs`), and, if it
-//! needs one, its [`Reason`] (`machine/transition.rs`); the compiler points at each
-//! place.
+//! # How to add
+//!
+//! - **A trip condition:** a [`TripPolicy`] variant and its checks, in `config.rs`;
+//!   its window (when no kind of window there serves it) and the rule that trips
+//!   it, in `machine/window.rs`; its [`Reason`], in `machine/transition.rs`, only if
+//!   no reason there fits. Exhaustive matches point at each place. The builder's
+//!   [`policy`](CircuitBreakerBuilder::policy), a policy file, the snapshot and the
+//!   metrics take it as it is. Then its tests, and a line in the changelog.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "http")]

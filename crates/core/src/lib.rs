@@ -133,6 +133,18 @@
 //! grpc.rs             gRPC glue (feature `tonic`): rejections as statuses
 //! telemetry.rs        core's tracing events and metrics (the deadline's, the retry policy's)
 //! ```
+//!
+//! # How to add
+//!
+//! - **A rejection kind:** its struct, its row in `rejection_kinds!` (label,
+//!   category, HTTP status, gRPC code) and its arm in the recogniser behind
+//!   [`find_rejection`], all in `rejection.rs`; its row in the answers table, in
+//!   `http.rs` (a test asks for one row per kind). Everything listed per kind
+//!   follows the row: [`RejectionKind::ALL`], its name in policy files, the
+//!   fallback's triggers and rejection sets, the metrics' label values (the metrics
+//!   page writes them `<rejection kind>`), the gRPC status. Then its tests (and, for
+//!   a gRPC code no kind had, the lists of codes a client sees), and a line in the
+//!   changelog.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod classify;
