@@ -580,7 +580,7 @@ async fn trip_through(
         + Send
         + 'static,
     addr: std::net::SocketAddr,
-) -> seawall::circuit_breaker::Transition {
+) -> seawall::circuit_breaker::CircuitBreakerEvent {
     use seawall::circuit_breaker::CircuitBreakerLayer;
     use seawall::core::HttpStatus;
     let breaker = CircuitBreakerLayer::builder("freight")

@@ -223,12 +223,12 @@ enum Wake {
     #[cfg(feature = "circuit-breaker")]
     Breaker(
         String,
-        Result<crate::circuit_breaker::Transition, broadcast::error::RecvError>,
+        Result<crate::circuit_breaker::CircuitBreakerEvent, broadcast::error::RecvError>,
     ),
     #[cfg(feature = "degradation")]
     Level(
         String,
-        Result<crate::degradation::LevelChange, broadcast::error::RecvError>,
+        Result<crate::degradation::DegradationEvent, broadcast::error::RecvError>,
     ),
     #[cfg(feature = "bulkhead")]
     Bulkhead(
@@ -268,10 +268,13 @@ struct Watched {
     #[cfg(feature = "circuit-breaker")]
     breakers: Vec<(
         String,
-        broadcast::Receiver<crate::circuit_breaker::Transition>,
+        broadcast::Receiver<crate::circuit_breaker::CircuitBreakerEvent>,
     )>,
     #[cfg(feature = "degradation")]
-    levels: Vec<(String, broadcast::Receiver<crate::degradation::LevelChange>)>,
+    levels: Vec<(
+        String,
+        broadcast::Receiver<crate::degradation::DegradationEvent>,
+    )>,
     #[cfg(feature = "bulkhead")]
     bulkheads: Vec<(String, broadcast::Receiver<crate::bulkhead::BulkheadEvent>)>,
     last_breaker: BTreeMap<String, Change>,

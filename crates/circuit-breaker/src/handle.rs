@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::config::CircuitBreakerConfig;
 use crate::hooks::{ProbeGate, Verdict, VerdictOutcome};
-use crate::machine::{State, Transition};
+use crate::machine::{CircuitBreakerEvent, State};
 use crate::state::Lane;
 
 /// Watches and steers one breaker. Cheap to clone; every clone controls the same breaker.
@@ -94,7 +94,7 @@ impl Handle {
     /// and holds the last 64 transitions for a slow receiver (older ones are reported
     /// as lagged). Lazy transitions (open → half-open, a probe timing out) are sent
     /// when the next call makes them.
-    pub fn subscribe(&self) -> broadcast::Receiver<Transition> {
+    pub fn subscribe(&self) -> broadcast::Receiver<CircuitBreakerEvent> {
         self.breaker.subscribe()
     }
 
@@ -264,10 +264,10 @@ pub struct Snapshot {
     /// change nothing.
     pub epoch: u32,
     /// While open or half-open: the epoch at which the current trip began (the
-    /// `epoch` of its closed → open [`Transition`]). Verdicts name the trip by it.
+    /// `epoch` of its closed → open [`CircuitBreakerEvent`]). Verdicts name the trip by it.
     pub trip_epoch: Option<u32>,
     /// The current trip was completed by an injected outcome (its
-    /// [`Transition::rehearsal`]): a rehearsal's, not an incident's.
+    /// [`CircuitBreakerEvent::rehearsal`]): a rehearsal's, not an incident's.
     pub rehearsal_trip: bool,
     /// The window's counts (window policies).
     pub window: Option<WindowCounts>,

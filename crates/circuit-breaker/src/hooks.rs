@@ -101,7 +101,7 @@ pub enum ProbeDecision {
 /// its own notion of order (for a fleet, the store's epoch counter) to the local
 /// trip: it records the trip epoch when the breaker trips (from
 /// [`Snapshot::trip_epoch`](crate::Snapshot::trip_epoch) or the
-/// [`Transition`](crate::Transition)), and hands that epoch back with every
+/// [`CircuitBreakerEvent`](crate::CircuitBreakerEvent)), and hands that epoch back with every
 /// verdict it decides is newer than the trip. No clock is compared across hosts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]

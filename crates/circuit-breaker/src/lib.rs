@@ -145,7 +145,7 @@
 //!
 //! [`Handle`] gives a [`Snapshot`] (state, how long, window counts, retry-after,
 //! counters, and what shows a breaker stuck open), a subscription to
-//! [`Transition`]s, and the operator controls. `tracing` events (target
+//! [`CircuitBreakerEvent`]s, and the operator controls. `tracing` events (target
 //! `seawall::circuit_breaker`) mark every transition (`WARN` when opening) and
 //! rejection (`DEBUG`); the `metrics` feature exports the `seawall_breaker_*`
 //! series listed in
@@ -168,7 +168,8 @@
 //! hooks.rs            ProbeGate and Verdict: what an outside coordinator asks and tells
 //! machine.rs          CircuitBreakerMachine, the pure policy: its phases, lazy transitions,
 //!                     backoff and jitter, operators, reconfiguration, verdicts
-//!   machine/transition.rs State, Reason, Transition and the events the machine returns
+//!   machine/transition.rs State, Reason, CircuitBreakerEvent (what subscribers receive),
+//!                         MachineEvent (what the machine returns)
 //!   machine/window.rs     the counting windows behind the trip policies, and when they trip
 //!   machine/admission.rs  tickets, admission, the ramp, half-open probes and the probe gate
 //!   machine/report.rs     outcomes in: completion, cancellation, stale results, probe verdicts
@@ -229,8 +230,8 @@ pub use keyed::{
 };
 pub use layer::{CircuitBreakerBuilder, CircuitBreakerLayer};
 pub use machine::{
-    Admission, CircuitBreakerEvent, CircuitBreakerMachine, Reason, Recorded, Report, State, Ticket,
-    Transition,
+    Admission, CircuitBreakerEvent, CircuitBreakerMachine, MachineEvent, Reason, Recorded, Report,
+    State, Ticket,
 };
 pub use readiness::{PendingWhileOpen, PendingWhileOpenLayer};
 pub use seawall_core::{CircuitOpen, DeadlineExceeded, DEFAULT_MAX_KEYS};

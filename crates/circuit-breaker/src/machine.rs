@@ -77,7 +77,7 @@ struct Cold {
     /// Time spent in finished open spells.
     open_total: Duration,
     /// What happened and was not yet taken by the driver.
-    events: Vec<CircuitBreakerEvent>,
+    events: Vec<MachineEvent>,
     /// Jitter samples in `[0, 1)` for the next open intervals, fed by the driver
     /// ahead of need (so `state(now)` can report exactly what the next call will see).
     samples: VecDeque<f64>,
@@ -94,7 +94,7 @@ struct Cold {
 ///
 /// Every step takes `now`; what the step did comes back as its return value (an
 /// [`Admission`], a [`Recorded`], a [`VerdictOutcome`]) and as
-/// [`CircuitBreakerEvent`]s, taken with [`take_events`](Self::take_events) (they
+/// [`MachineEvent`]s, taken with [`take_events`](Self::take_events) (they
 /// accumulate until taken). Lazy
 /// transitions (open → half-open once the interval has passed, a probe outliving
 /// its half-open timeout, the end of the ramp) are made by
@@ -112,7 +112,7 @@ struct Cold {
 /// ```
 /// use std::time::Duration;
 /// use seawall_circuit_breaker::{
-///     Admission, CircuitBreakerConfig, CircuitBreakerEvent, CircuitBreakerMachine, Reason,
+///     Admission, CircuitBreakerConfig, MachineEvent, CircuitBreakerMachine, Reason,
 ///     Report, State, TripPolicy,
 /// };
 /// use seawall_core::Outcome;
@@ -135,7 +135,7 @@ struct Cold {
 /// let events: Vec<_> = breaker.take_events().collect();
 /// assert!(matches!(
 ///     events[..],
-///     [CircuitBreakerEvent::Transition(t)] if t.reason == Reason::ConsecutiveFailures
+///     [MachineEvent::Transition(t)] if t.reason == Reason::ConsecutiveFailures
 /// ));
 ///
 /// // Open: turned away, told to come back when the interval ends.
@@ -532,7 +532,7 @@ impl CircuitBreakerMachine {
     }
 
     /// What happened since the events were last taken, oldest first.
-    pub fn take_events(&mut self) -> impl Iterator<Item = CircuitBreakerEvent> + '_ {
+    pub fn take_events(&mut self) -> impl Iterator<Item = MachineEvent> + '_ {
         self.cold
             .as_mut()
             .map(|c| c.events.drain(..))
@@ -834,7 +834,7 @@ impl CircuitBreakerMachine {
             }
         }
         cold.events
-            .push(CircuitBreakerEvent::Transition(Transition {
+            .push(MachineEvent::Transition(CircuitBreakerEvent {
                 from,
                 to: to_state,
                 reason,
@@ -854,7 +854,7 @@ impl CircuitBreakerMachine {
     fn mark_rehearsal(&mut self, before: usize) {
         if let Some(cold) = self.cold.as_mut() {
             for event in cold.events.iter_mut().skip(before) {
-                if let CircuitBreakerEvent::Transition(t) = event {
+                if let MachineEvent::Transition(t) = event {
                     t.rehearsal = true;
                     if t.from == State::Closed && t.to == State::Open {
                         cold.trip_rehearsal = true;
@@ -894,7 +894,7 @@ use admission::ProbeSlot;
 pub(crate) use admission::{positive, MIN_RETRY_AFTER};
 pub use admission::{Admission, Ticket};
 pub use report::{Recorded, Report};
-pub use transition::{CircuitBreakerEvent, Reason, State, Transition};
+pub use transition::{CircuitBreakerEvent, MachineEvent, Reason, State};
 use window::Window;
 
 #[cfg(test)]

@@ -74,7 +74,9 @@ use tokio::sync::{broadcast, Notify};
 use tokio::time::Instant;
 
 use crate::config::CircuitBreakerConfig;
-use crate::machine::{nanos, nanos_between, positive, Admission, Report, Ticket, Transition};
+use crate::machine::{
+    nanos, nanos_between, positive, Admission, CircuitBreakerEvent, Report, Ticket,
+};
 use crate::sync::{AtomicU64, Mutex, MutexGuard};
 use crate::telemetry::{Series, Telemetry};
 
@@ -765,7 +767,7 @@ impl Breaker {
     }
 
     /// A receiver of every transition from now on (the channel is created on first use).
-    pub(crate) fn subscribe(&self) -> broadcast::Receiver<Transition> {
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<CircuitBreakerEvent> {
         self.lock().subscribe(SUBSCRIPTION_CAPACITY)
     }
 

@@ -42,7 +42,7 @@ use std::time::Duration;
 
 use seawall_core::{Name, OpenCause, Outcome};
 
-use crate::machine::{Recorded, Report, State, Transition};
+use crate::machine::{CircuitBreakerEvent, Recorded, Report, State};
 
 /// The shadow-rejection causes in [`shadow_index`](crate::machine::shadow_index) order.
 #[cfg(feature = "metrics")]
@@ -392,7 +392,7 @@ impl Telemetry {
     /// counted with [`count_operator_transition`](Self::count_operator_transition)
     /// once the lock is released.
     #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
-    pub(crate) fn count_transition(&self, t: &Transition) -> bool {
+    pub(crate) fn count_transition(&self, t: &CircuitBreakerEvent) -> bool {
         #[cfg(feature = "metrics")]
         {
             use std::sync::atomic::Ordering;
@@ -423,7 +423,7 @@ impl Telemetry {
     /// Counts an operator's transition, registering its series (see
     /// [`count_transition`](Self::count_transition)). Called without the lock.
     #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
-    pub(crate) fn count_operator_transition(&self, t: &Transition) {
+    pub(crate) fn count_operator_transition(&self, t: &CircuitBreakerEvent) {
         #[cfg(feature = "metrics")]
         transition(&self.metrics.labels, t.from, t.to).increment(1);
     }
@@ -431,7 +431,7 @@ impl Telemetry {
     /// Logs a change of state. Called after the breaker's lock is released: a
     /// subscriber may do anything, including reading the breaker's snapshot.
     #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
-    pub(crate) fn log_transition(name: &Name, t: &Transition) {
+    pub(crate) fn log_transition(name: &Name, t: &CircuitBreakerEvent) {
         #[cfg(feature = "tracing")]
         {
             macro_rules! event {

@@ -31,7 +31,7 @@ pub struct Level {
 
 /// A level change, as published to [`Handle::subscribe`]rs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LevelChange {
+pub struct DegradationEvent {
     /// The level before.
     pub from: Level,
     /// The level after.
@@ -111,7 +111,7 @@ pub(crate) struct Shared {
     shadow_rejections: AtomicU64,
     machine: Mutex<DegradationMachine>,
     built: DegradationConfig,
-    changes: OnceLock<broadcast::Sender<LevelChange>>,
+    changes: OnceLock<broadcast::Sender<DegradationEvent>>,
     telemetry: telemetry::Telemetry,
 }
 
@@ -268,7 +268,7 @@ impl Shared {
             self.sync(&m);
             if let (Some(change), Some(tx)) = (&change, self.changes.get()) {
                 // No receiver is not an error: subscribers come and go.
-                let _ = tx.send(LevelChange {
+                let _ = tx.send(DegradationEvent {
                     from: self.level_of(change.from),
                     to: self.level_of(change.to),
                     reason: change.reason,
@@ -348,7 +348,7 @@ impl Handle {
 
     /// Level changes from now on. The channel is created by the first call; a
     /// subscriber that falls more than 64 changes behind sees `Lagged`.
-    pub fn subscribe(&self) -> broadcast::Receiver<LevelChange> {
+    pub fn subscribe(&self) -> broadcast::Receiver<DegradationEvent> {
         self.shared
             .changes
             .get_or_init(|| broadcast::channel(SUBSCRIBER_BUFFER).0)

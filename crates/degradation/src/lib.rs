@@ -169,7 +169,7 @@
 //! # Operating it
 //!
 //! [`Handle`] gives a [`Snapshot`] (level, entered-at, failures, probe progress,
-//! floor, forced), a subscription to [`LevelChange`]s, [`Handle::set_floor`] /
+//! floor, forced), a subscription to [`DegradationEvent`]s, [`Handle::set_floor`] /
 //! [`Handle::clear_floor`] (a health signal bounding how high the machine may
 //! climb), [`Handle::force`] / [`Handle::release`] (operators; wins over
 //! everything), [`Handle::reconfigure`] with validation and [`Handle::revert`].
@@ -191,7 +191,7 @@
 //! future.rs       ResponseFuture: drives the chosen level to readiness, calls it, reports once;
 //!                 LevelService, ServedBy and the response extensions
 //! handle.rs       the state every service of one layer shares, and Handle, Snapshot, Level,
-//!                 LevelChange: the operator's view and controls
+//!                 DegradationEvent: the operator's view and controls
 //! fixed.rs        Fixed: a level that always answers the same thing
 //! http.rs         FixedResponse: a level that is a plain response (feature `http`)
 //! body.rs         UntilBodyEnd: a level's outcome reported when its body ends (feature `http`)
@@ -226,7 +226,7 @@ pub use future::{
     Annotate, CurrentLevel, LevelService, NoExtensions, ResponseExtensions, ResponseFuture,
     ServedBy, WithLevelExtensions,
 };
-pub use handle::{Handle, Level, LevelChange, SelectLevel, Snapshot};
+pub use handle::{DegradationEvent, Handle, Level, SelectLevel, Snapshot};
 pub use layer::{DefaultClassifier, DegradationBuilder, DegradationLayer};
 pub use machine::{
     Change, DegradationMachine, Direction, MachineSnapshot, ProbeProgress, Reason, Ticket,

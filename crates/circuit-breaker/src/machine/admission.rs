@@ -7,7 +7,7 @@ use std::time::Duration;
 use seawall_core::{later, OpenCause, MAX_DURATION};
 use tokio::time::Instant;
 
-use super::{CircuitBreakerEvent, CircuitBreakerMachine, Phase};
+use super::{CircuitBreakerMachine, MachineEvent, Phase};
 use crate::hooks::{Gate, ProbeDecision, ProbeGate, ProbeRequest};
 
 /// The admission of one call: the epoch it was admitted in, and its probe slot if
@@ -306,7 +306,7 @@ impl CircuitBreakerMachine {
     pub(super) fn judge_stream(&mut self, slot: usize, due: Instant) {
         let cold = self.cold();
         cold.probes[slot] = ProbeSlot::Judged;
-        cold.events.push(CircuitBreakerEvent::StreamJudged);
+        cold.events.push(MachineEvent::StreamJudged);
         if let Phase::HalfOpen { in_flight, .. } = &mut self.phase {
             *in_flight -= 1;
         }

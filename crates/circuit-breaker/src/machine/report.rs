@@ -19,7 +19,7 @@ pub struct Report {
     pub timed_out: bool,
     /// An injected fault produced it (the classifier gave it the reason
     /// [`REHEARSAL`](seawall_core::REHEARSAL)): a transition it completes is marked
-    /// [`Transition::rehearsal`](super::Transition::rehearsal).
+    /// [`CircuitBreakerEvent::rehearsal`](super::CircuitBreakerEvent::rehearsal).
     pub rehearsal: bool,
 }
 

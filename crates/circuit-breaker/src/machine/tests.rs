@@ -610,7 +610,7 @@ fn the_pure_machine_uses_the_samples_it_is_fed_in_order_and_counts_nothing() {
     let reasons: Vec<_> = m
         .take_events()
         .map(|e| match e {
-            CircuitBreakerEvent::Transition(t) => t.reason,
+            MachineEvent::Transition(t) => t.reason,
             other => panic!("{other:?}"),
         })
         .collect();

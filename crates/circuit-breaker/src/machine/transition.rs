@@ -125,7 +125,7 @@ impl Reason {
 /// One change of state, as sent to subscribers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct Transition {
+pub struct CircuitBreakerEvent {
     /// The state left.
     pub from: State,
     /// The state entered.
@@ -145,12 +145,13 @@ pub struct Transition {
 
 /// Something the machine did on its own account, to be taken with
 /// [`CircuitBreakerMachine::take_events`](super::CircuitBreakerMachine::take_events): whoever drives the machine counts, logs and
-/// broadcasts these; the machine keeps no counters and sends nothing.
+/// broadcasts these; the machine keeps no counters and sends nothing. Not what
+/// subscribers receive: they get the [`CircuitBreakerEvent`]s (transitions) only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum CircuitBreakerEvent {
+pub enum MachineEvent {
     /// A change of state.
-    Transition(Transition),
+    Transition(CircuitBreakerEvent),
     /// A streaming probe was judged a success at its half-open timeout (its body
     /// still open): a probe success that no call's end reported.
     StreamJudged,

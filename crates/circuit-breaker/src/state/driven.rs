@@ -12,8 +12,8 @@ use tokio::time::Instant;
 use crate::config::CircuitBreakerConfig;
 use crate::hooks::{ProbeGate, Verdict, VerdictOutcome};
 use crate::machine::{
-    shadow_index, Admission, CircuitBreakerEvent, CircuitBreakerMachine, Reason, Recorded, Report,
-    State, Ticket, Transition,
+    shadow_index, Admission, CircuitBreakerEvent, CircuitBreakerMachine, MachineEvent, Reason,
+    Recorded, Report, State, Ticket,
 };
 
 /// How the shared word lets calls through without the lock.
@@ -102,9 +102,9 @@ struct Books {
     /// Operator transitions by (from, to).
     manual: [[u32; State::ALL.len()]; State::ALL.len()],
     /// Transitions not yet sent.
-    transitions: Vec<Transition>,
+    transitions: Vec<CircuitBreakerEvent>,
     /// Where transitions are sent, once someone subscribed.
-    subscribers: Option<broadcast::Sender<Transition>>,
+    subscribers: Option<broadcast::Sender<CircuitBreakerEvent>>,
     /// The jitter source, when one was supplied or jitter is used.
     random: Option<Box<dyn RandomSource>>,
 }
@@ -183,7 +183,7 @@ impl Driven {
         for event in machine.take_events() {
             let books = books.get_or_insert_with(Default::default);
             match event {
-                CircuitBreakerEvent::Transition(t) => {
+                MachineEvent::Transition(t) => {
                     if t.reason == Reason::ProbeTimedOut {
                         books.probe_timeouts += 1;
                         books.probe_failures += 1;
@@ -196,7 +196,7 @@ impl Driven {
                     }
                     books.transitions.push(t);
                 }
-                CircuitBreakerEvent::StreamJudged => {
+                MachineEvent::StreamJudged => {
                     books.streams_judged += 1;
                     books.probe_successes += 1;
                 }
@@ -270,7 +270,7 @@ impl Driven {
 
     /// The transitions made since the last call.
     #[cfg(test)]
-    pub(crate) fn take_transitions(&mut self) -> impl Iterator<Item = Transition> + '_ {
+    pub(crate) fn take_transitions(&mut self) -> impl Iterator<Item = CircuitBreakerEvent> + '_ {
         self.books
             .as_mut()
             .map(|b| b.transitions.drain(..))
@@ -281,7 +281,7 @@ impl Driven {
     /// Hands each transition made since the last call to `f`, with the subscribers' channel.
     pub(crate) fn emit(
         &mut self,
-        mut f: impl FnMut(&Transition, Option<&broadcast::Sender<Transition>>),
+        mut f: impl FnMut(&CircuitBreakerEvent, Option<&broadcast::Sender<CircuitBreakerEvent>>),
     ) {
         if let Some(b) = self.books.as_mut() {
             for t in b.transitions.drain(..) {
@@ -291,7 +291,10 @@ impl Driven {
     }
 
     /// A receiver of every transition from now on (the channel is created on first use).
-    pub(crate) fn subscribe(&mut self, capacity: usize) -> broadcast::Receiver<Transition> {
+    pub(crate) fn subscribe(
+        &mut self,
+        capacity: usize,
+    ) -> broadcast::Receiver<CircuitBreakerEvent> {
         self.books()
             .subscribers
             .get_or_insert_with(|| broadcast::channel(capacity).0)

@@ -8,7 +8,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
-use seawall_circuit_breaker::{Handle, Reason, State, Transition, Verdict, VerdictOutcome};
+use seawall_circuit_breaker::{
+    CircuitBreakerEvent, Handle, Reason, State, Verdict, VerdictOutcome,
+};
 use seawall_core::later;
 use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::RecvError;
@@ -46,7 +48,7 @@ pub(super) struct Task<S> {
     config: FleetConfig,
     ttl: Duration,
     rng: fastrand::Rng,
-    transitions: broadcast::Receiver<Transition>,
+    transitions: broadcast::Receiver<CircuitBreakerEvent>,
     feed: Option<Subscription>,
     connected: bool,
     announced_local: bool,
@@ -279,7 +281,7 @@ impl<S: Store> Task<S> {
 
     // ----- events ----------------------------------------------------------------
 
-    async fn on_transition(&mut self, t: Option<Transition>) {
+    async fn on_transition(&mut self, t: Option<CircuitBreakerEvent>) {
         if let LeaseView::Holding { token, .. } = self.lease() {
             let finished = match t {
                 // A probe a rehearsal's fault answered says nothing of the
