@@ -107,7 +107,7 @@ async fn main() -> Result<(), BoxError> {
                 clock(change.at),
                 change.from.name,
                 change.to.name,
-                change.reason.as_str()
+                change.cause.as_str()
             );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -34,7 +34,7 @@
 //! configured, every change is refused with `403`. The comparison takes the same
 //! time whatever the first wrong byte. A change answers `200` with the policy's
 //! (or all policies') new snapshot; an invalid one (an unknown level, a refused
-//! document) `422` with the reason, which names the field at fault. Changes take
+//! document) `422` with an `error` that names the field at fault. Changes take
 //! no body: one sent with a body is refused with `415` and changes nothing, so
 //! parameters put there by mistake are never silently ignored. Every
 //! attempt, allowed or not, is logged (`tracing`, target `seawall::admin`).

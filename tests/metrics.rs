@@ -559,8 +559,8 @@ fn every_call_handed_to_a_bulkhead_ends_once() {
         value(&families, family, &[&[("name", "k")], labels].concat())
     };
     let admitted = v("seawall_bulkhead_admitted_total", &[]);
-    let full = v("seawall_bulkhead_rejected_total", &[("reason", "full")]);
-    let timeout = v("seawall_bulkhead_rejected_total", &[("reason", "timeout")]);
+    let full = v("seawall_bulkhead_rejected_total", &[("cause", "full")]);
+    let timeout = v("seawall_bulkhead_rejected_total", &[("cause", "timeout")]);
     let abandoned = v("seawall_bulkhead_abandoned_total", &[]);
     let queued = v("seawall_bulkhead_queued", &[]);
     assert_eq!(
@@ -673,7 +673,7 @@ fn shadow_rejections_are_counted_apart_and_every_call_still_ends_once() {
     let rejected = v("seawall_bulkhead_rejected_total", &[]);
     let shadowed = v(
         "seawall_bulkhead_shadow_rejections_total",
-        &[("reason", "full")],
+        &[("cause", "full")],
     );
     // Three calls handed to it: one admitted, two through beyond the limit.
     assert_eq!([admitted, rejected, shadowed], [1.0, 0.0, 2.0]);
@@ -770,7 +770,7 @@ fn every_triggered_fallback_ends_once_and_every_rendered_error_has_one_cause() {
         value(&families, family, &[&[("name", "f")], labels].concat())
     };
     let steps = |outcome| v("seawall_fallback_steps_total", &[("outcome", outcome)]);
-    let rendered = |reason| v("seawall_fallback_rendered_total", &[("reason", reason)]);
+    let rendered = |cause| v("seawall_fallback_rendered_total", &[("cause", cause)]);
     let triggered = v("seawall_fallback_triggered_total", &[]);
     let exhausted = v("seawall_fallback_exhausted_total", &[]);
     let passed_through = v("seawall_fallback_passed_through_total", &[]);

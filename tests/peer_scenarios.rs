@@ -1664,7 +1664,7 @@ async fn backpressure_reservations_belong_to_one_service_value() {
 // when the next call makes them, dated when they became due.
 #[tokio::test(start_paused = true)]
 async fn each_transition_is_announced_once_and_lazy_ones_with_their_due_time() {
-    use seawall::circuit_breaker::Reason;
+    use seawall::circuit_breaker::Cause;
     use tokio::sync::broadcast::error::TryRecvError;
 
     let layer = CircuitBreakerLayer::builder("events")
@@ -1681,8 +1681,8 @@ async fn each_transition_is_announced_once_and_lazy_ones_with_their_due_time() {
     fail_times(&svc, 2).await;
     let trip = transitions.try_recv().unwrap();
     assert_eq!(
-        (trip.from, trip.to, trip.reason),
-        (State::Closed, State::Open, Reason::ConsecutiveFailures)
+        (trip.from, trip.to, trip.cause),
+        (State::Closed, State::Open, Cause::ConsecutiveFailures)
     );
     assert_eq!(trip.at, start);
     for _ in 0..3 {
@@ -1704,14 +1704,14 @@ async fn each_transition_is_announced_once_and_lazy_ones_with_their_due_time() {
     run(&svc, Script::Succeed).await.unwrap();
     let half_open = transitions.try_recv().unwrap();
     assert_eq!(
-        (half_open.from, half_open.to, half_open.reason),
-        (State::Open, State::HalfOpen, Reason::OpenIntervalElapsed)
+        (half_open.from, half_open.to, half_open.cause),
+        (State::Open, State::HalfOpen, Cause::OpenIntervalElapsed)
     );
     assert_eq!(half_open.at, start + 5 * S, "dated when it became due");
     let closed = transitions.try_recv().unwrap();
     assert_eq!(
-        (closed.from, closed.to, closed.reason),
-        (State::HalfOpen, State::Closed, Reason::ProbesSucceeded)
+        (closed.from, closed.to, closed.cause),
+        (State::HalfOpen, State::Closed, Cause::ProbesSucceeded)
     );
     assert_eq!(closed.at, start + 7 * S);
     assert!(trip.epoch < half_open.epoch && half_open.epoch < closed.epoch);

@@ -17,7 +17,7 @@
 //! are enabled, the document's generation, and for each policy its routes and
 //! dependencies, its [`PolicySnapshot`] exactly as `GET /policies/{name}` serves
 //! it, the last breaker transition, level change and bulkhead change seen (with
-//! their reasons; a bulkhead's is a saturation, a relief or a move of its limit),
+//! their causes; a bulkhead's is a saturation, a relief or a move of its limit),
 //! and a minute of per-second history (failure rate and calls, short-circuits,
 //! bulkhead rejections, fallback answers by source). One sampler per router
 //! builds the frames, whoever watches: a stream costs a clone of the latest frame
@@ -242,7 +242,7 @@ enum Wake {
 struct Change {
     from: String,
     to: String,
-    reason: &'static str,
+    cause: &'static str,
     /// The outcome that completed it was injected by a rehearsal.
     rehearsal: bool,
     /// How long ago, when the frame was built.
@@ -356,7 +356,7 @@ impl Watched {
                 let change = Change {
                     from: t.from.as_str().to_owned(),
                     to: t.to.as_str().to_owned(),
-                    reason: t.reason.as_str(),
+                    cause: t.cause.as_str(),
                     rehearsal: t.rehearsal,
                     ago_ms: 0,
                     at: t.at,
@@ -372,7 +372,7 @@ impl Watched {
                 let change = Change {
                     from: c.from.name.to_string(),
                     to: c.to.name.to_string(),
-                    reason: c.reason.as_str(),
+                    cause: c.cause.as_str(),
                     rehearsal: c.rehearsal,
                     ago_ms: 0,
                     at: c.at,
@@ -401,16 +401,16 @@ impl Watched {
 }
 
 /// A bulkhead event as the page shows a change: saturation as `room -> saturated`
-/// (the reason is the rejection that began it) and back, a limit as its numbers.
+/// (the cause is the rejection that began it) and back, a limit as its numbers.
 /// New limits alone are not a change of condition: the frame they wake shows them,
 /// and the limit move they cause, if any, follows.
 #[cfg(feature = "bulkhead")]
 fn bulkhead_change(event: &crate::bulkhead::BulkheadEvent) -> Option<Change> {
     use crate::bulkhead::BulkheadEvent;
-    let change = |from: String, to: String, reason: &'static str, at: Instant| Change {
+    let change = |from: String, to: String, cause: &'static str, at: Instant| Change {
         from,
         to,
-        reason,
+        cause,
         rehearsal: false,
         ago_ms: 0,
         at,
@@ -971,7 +971,7 @@ language-model = "assistant"
     }
 
     #[tokio::test(start_paused = true)]
-    async fn the_last_transition_and_level_change_are_kept_with_their_reasons() {
+    async fn the_last_transition_and_level_change_are_kept_with_their_causes() {
         let shop = Shop::new();
         let mut watched = Watched::default();
         watched.follow(&shop.policies);
@@ -1002,11 +1002,11 @@ language-model = "assistant"
         let frame = parse(&Book::new(1, true, now).next_frame(&shop.policies, now, &mut watched));
         assert_eq!(
             policy(&frame, "freight")["last"]["breaker"],
-            serde_json::json!({"from": "closed", "to": "open", "reason": "failure_rate", "rehearsal": false, "ago_ms": 5000})
+            serde_json::json!({"from": "closed", "to": "open", "cause": "failure_rate", "rehearsal": false, "ago_ms": 5000})
         );
         assert_eq!(
             policy(&frame, "assistant")["last"]["degradation"],
-            serde_json::json!({"from": "full", "to": "canned", "reason": "floor", "rehearsal": false, "ago_ms": 5000})
+            serde_json::json!({"from": "full", "to": "canned", "cause": "floor", "rehearsal": false, "ago_ms": 5000})
         );
         assert_eq!(policy(&frame, "assistant")["last"]["breaker"], Value::Null);
     }
@@ -1359,7 +1359,7 @@ language-model = "assistant"
         let next = next_event(&mut body).await;
         assert_eq!(
             policy(&next, "freight")["last"]["bulkhead"],
-            serde_json::json!({"from": "2", "to": "1", "reason": "forced", "rehearsal": false, "ago_ms": 0})
+            serde_json::json!({"from": "2", "to": "1", "cause": "forced", "rehearsal": false, "ago_ms": 0})
         );
         assert_eq!(policy(&next, "freight")["snapshot"]["bulkhead"]["limit"], 1);
         // Sent for the event, not for the tick.
@@ -1368,7 +1368,7 @@ language-model = "assistant"
         bulkhead.release();
         let released = next_event(&mut body).await;
         assert_eq!(
-            policy(&released, "freight")["last"]["bulkhead"]["reason"],
+            policy(&released, "freight")["last"]["bulkhead"]["cause"],
             "released"
         );
         assert_eq!(Instant::now(), started);
@@ -1386,7 +1386,7 @@ language-model = "assistant"
         };
         let change = bulkhead_change(&saturated).unwrap();
         assert_eq!(
-            (change.from.as_str(), change.to.as_str(), change.reason),
+            (change.from.as_str(), change.to.as_str(), change.cause),
             ("room", "saturated", "bulkhead_timeout")
         );
         let relieved = BulkheadEvent::Relieved {
@@ -1396,7 +1396,7 @@ language-model = "assistant"
         };
         let change = bulkhead_change(&relieved).unwrap();
         assert_eq!(
-            (change.from.as_str(), change.to.as_str(), change.reason),
+            (change.from.as_str(), change.to.as_str(), change.cause),
             ("saturated", "room", "drained")
         );
     }

@@ -359,7 +359,7 @@ impl<S, H, O: Clone> Backpressure<S, H, O> {
             Permit::new(self.shared.clone())
         } else if self.shared.shadows() {
             self.shared
-                .admit_over_limit(crate::telemetry::ShadowReason::Full);
+                .admit_over_limit(crate::telemetry::ShadowCause::Full);
             Permit::over_limit(self.shared.clone())
         } else {
             return ResponseFuture::full(&self.shared, self.overload.clone());

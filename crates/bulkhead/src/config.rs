@@ -36,9 +36,9 @@ pub struct BulkheadConfig {
     /// Shadow mode, to try a limit on live traffic first: the bulkhead admits,
     /// queues and times out as if enforcing, but a call it would reject goes to
     /// the inner service anyway, **beyond the limit**, counted as a shadow
-    /// rejection by the reason it would have given (`full`, `timeout`, `keys`:
+    /// rejection by the cause it would have given (`full`, `timeout`, `keys`:
     /// [`Snapshot`](crate::Snapshot)'s `shadow_rejected_*`,
-    /// `seawall_bulkhead_shadow_rejections_total{reason}`).
+    /// `seawall_bulkhead_shadow_rejections_total{cause}`).
     ///
     /// - Slot accounting stays the enforcing one: a call let through holds an
     ///   over-limit permit, not a slot ([`Snapshot::over_limit`](crate::Snapshot::over_limit)),

@@ -18,7 +18,7 @@ use crate::permit::Permit;
 use crate::queue::{LineState, QueuePolicy};
 use crate::semaphore::{Enqueued, Leave, Left, Polled, WaiterId};
 use crate::state::{Shared, TurnedAway};
-use crate::telemetry::ShadowReason;
+use crate::telemetry::ShadowCause;
 
 pin_project! {
     /// The response future of [`Bulkhead`](crate::Bulkhead) and
@@ -121,7 +121,7 @@ impl Waiter {
             } else if left == Left::Removed {
                 shared.telemetry.dequeued();
                 if shadow {
-                    shared.admit_over_limit(ShadowReason::Timeout);
+                    shared.admit_over_limit(ShadowCause::Timeout);
                     return Poll::Ready(match self.shared.take() {
                         Some(shared) => Ok(Permit::over_limit(shared)),
                         None => Err(polled_after_completion()),
@@ -161,7 +161,7 @@ impl Waiter {
         };
         shared.telemetry.dequeued();
         if shared.shadows() {
-            shared.admit_over_limit(ShadowReason::Full);
+            shared.admit_over_limit(ShadowCause::Full);
             return Ok(Permit::over_limit(shared));
         }
         Err(shared.reject(TurnedAway::Displaced, self.class))
@@ -328,7 +328,7 @@ where
                 Self::full_or_over_limit(shared, inner, req, overload)
             }
             Enqueued::Expired if shadow => {
-                shared.admit_over_limit(ShadowReason::Timeout);
+                shared.admit_over_limit(ShadowCause::Timeout);
                 Self::admitted(
                     Permit::over_limit(shared.clone()),
                     inner,
@@ -395,7 +395,7 @@ where
                 Self::full_classed(shared, inner, req, overload, class)
             }
             Enqueued::Expired if shadow => {
-                shared.admit_over_limit(ShadowReason::Timeout);
+                shared.admit_over_limit(ShadowCause::Timeout);
                 Self::over_limit(shared, inner, req, overload)
             }
             Enqueued::Expired => Self::rejected(
@@ -428,7 +428,7 @@ where
         class: Criticality,
     ) -> Self {
         if shared.shadows() {
-            shared.admit_over_limit(ShadowReason::Full);
+            shared.admit_over_limit(ShadowCause::Full);
             return Self::over_limit(shared, inner, req, overload);
         }
         Self::rejected(shared.reject(TurnedAway::Full, Some(class)), overload)
@@ -452,7 +452,7 @@ where
     #[cold]
     fn full_or_over_limit(shared: &Arc<Shared>, inner: &mut S, req: Req, overload: O) -> Self {
         if shared.shadows() {
-            shared.admit_over_limit(ShadowReason::Full);
+            shared.admit_over_limit(ShadowCause::Full);
             return Self::admitted(
                 Permit::over_limit(shared.clone()),
                 inner,

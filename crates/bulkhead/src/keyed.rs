@@ -21,7 +21,7 @@ use crate::handle::check_forced_limit;
 use crate::hold::{Hold, Lend, UntilResponse};
 use crate::layer::BulkheadBuilder;
 use crate::state::{Shared, Snapshot};
-use crate::telemetry::{KeyedTelemetry, Series, ShadowReason};
+use crate::telemetry::{KeyedTelemetry, Series, ShadowCause};
 
 /// How a keyed layer builds and steers each key's bulkhead; the rest is [`Keyed`]'s.
 struct Bulkheads<K> {
@@ -464,7 +464,7 @@ where
                 // calls: no key's slot is held.
                 bulkheads.shadow_key_limit.fetch_add(1, Ordering::Relaxed);
                 let Ok(b) = ks.overflow();
-                b.admit_over_limit(ShadowReason::Keys);
+                b.admit_over_limit(ShadowCause::Keys);
                 ResponseFuture::over_limit(&b, &mut self.inner, req, self.overload.clone())
             }
             None => {

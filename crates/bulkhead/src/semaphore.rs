@@ -230,7 +230,7 @@ pub(crate) enum ClassRejection {
 }
 
 impl ClassRejection {
-    /// The `reason` label.
+    /// The `cause` label.
     #[cfg_attr(not(any(feature = "metrics", feature = "tracing")), allow(dead_code))]
     pub(crate) fn as_str(self) -> &'static str {
         match self {

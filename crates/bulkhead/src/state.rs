@@ -16,7 +16,7 @@ use crate::feedback::Feedback;
 use crate::queue::QueuePolicy;
 use crate::queue::Shares;
 use crate::semaphore::{ClassRejection, Semaphore};
-use crate::telemetry::{Series, ShadowReason, Telemetry};
+use crate::telemetry::{Series, ShadowCause, Telemetry};
 
 /// Why a bulkhead turns a call away ([`Shared::reject`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,7 +64,7 @@ pub(crate) struct Shared {
 /// What a shadow bulkhead let through beyond its limit.
 #[derive(Debug, Default)]
 struct ShadowCounts {
-    /// Calls let through, by [`ShadowReason`].
+    /// Calls let through, by [`ShadowCause`].
     rejections: [AtomicU64; 3],
     /// Of those, the calls still holding no slot in the inner service.
     over_limit: AtomicUsize,
@@ -164,11 +164,11 @@ impl Shared {
 
     /// Counts a call let through beyond the limit (its permit holds no slot).
     #[cold]
-    pub(crate) fn admit_over_limit(&self, reason: ShadowReason) {
+    pub(crate) fn admit_over_limit(&self, cause: ShadowCause) {
         let counts = self.shadowed.get_or_init(Box::default);
-        counts.rejections[reason as usize].fetch_add(1, Ordering::Relaxed);
+        counts.rejections[cause as usize].fetch_add(1, Ordering::Relaxed);
         counts.over_limit.fetch_add(1, Ordering::Relaxed);
-        self.telemetry.shadow_rejected(&self.name, reason);
+        self.telemetry.shadow_rejected(&self.name, cause);
     }
 
     /// A call let through beyond the limit ended (called by its permit's drop).
@@ -386,8 +386,8 @@ impl Shared {
         let waits = self.semaphore.waits().summary(admitted);
         let view = self.feedback.view();
         let shadowed = self.shadowed.get();
-        let shadow_rejected = |reason: ShadowReason| {
-            shadowed.map_or(0, |c| c.rejections[reason as usize].load(Ordering::Relaxed))
+        let shadow_rejected = |cause: ShadowCause| {
+            shadowed.map_or(0, |c| c.rejections[cause as usize].load(Ordering::Relaxed))
         };
         Snapshot {
             name: self.name.to_string(),
@@ -412,8 +412,8 @@ impl Shared {
             rejected_timeout: self.semaphore.rejected_timeout(),
             abandoned: self.semaphore.abandoned(),
             shadow: config.shadow,
-            shadow_rejected_full: shadow_rejected(ShadowReason::Full),
-            shadow_rejected_timeout: shadow_rejected(ShadowReason::Timeout),
+            shadow_rejected_full: shadow_rejected(ShadowCause::Full),
+            shadow_rejected_timeout: shadow_rejected(ShadowCause::Timeout),
             over_limit: shadowed.map_or(0, |c| c.over_limit.load(Ordering::Relaxed)),
             wait: WaitStats {
                 p50: waits.p50,

@@ -11,12 +11,12 @@
 //! | `seawall_bulkhead_max_concurrent` | gauge | the configured limit (`max_concurrent`) |
 //! | `seawall_bulkhead_limit` | gauge | the limit in force (adaptive, forced, or `max_concurrent`), summed over the bulkheads of the series, as `active` is |
 //! | `seawall_bulkhead_admitted_total` | counter | calls admitted |
-//! | `seawall_bulkhead_rejected_total{reason="full"}` | counter | turned away, queue full |
-//! | `seawall_bulkhead_rejected_total{reason="timeout"}` | counter | waited as long as allowed |
-//! | `seawall_bulkhead_rejected_total{reason="keys"}` | counter | keyed: new key while every key was busy |
+//! | `seawall_bulkhead_rejected_total{cause="full"}` | counter | turned away, queue full |
+//! | `seawall_bulkhead_rejected_total{cause="timeout"}` | counter | waited as long as allowed |
+//! | `seawall_bulkhead_rejected_total{cause="keys"}` | counter | keyed: new key while every key was busy |
 //! | `seawall_bulkhead_abandoned_total` | counter | callers that gave up while waiting in line |
 //! | `seawall_bulkhead_wait_seconds` | histogram | admission wait (0 for immediate admissions) |
-//! | `seawall_bulkhead_shadow_rejections_total{reason}` | counter | shadow mode: let through beyond the limit instead of rejected (`full`, `timeout`, `keys`) |
+//! | `seawall_bulkhead_shadow_rejections_total{cause}` | counter | shadow mode: let through beyond the limit instead of rejected (`full`, `timeout`, `keys`) |
 //! | `seawall_bulkhead_over_limit` | gauge | shadow mode: calls let through beyond the limit, still running |
 //!
 //! `seawall_bulkhead_limit` has one meaning everywhere: the limits in force of the
@@ -28,7 +28,7 @@
 //! configured limit of one bulkhead (of each key).
 //!
 //! Every call handed to a bulkhead ends in exactly one of admitted, rejected (by
-//! reason), shadow-rejected (by reason) or abandoned, or is still queued; each
+//! cause), shadow-rejected (by cause) or abandoned, or is still queued; each
 //! admitted call records one wait.
 //!
 //! The handles are registered once, when the bulkhead (a keyed layer: the layer) is
@@ -53,7 +53,7 @@ use crate::semaphore::{ClassRejection, Semaphore};
 /// Why a shadow bulkhead let a call through beyond its limit: the rejection it
 /// would have made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ShadowReason {
+pub(crate) enum ShadowCause {
     /// Every slot busy and the queue full (or no queue).
     Full = 0,
     /// No slot within `max_wait` or the request's deadline.
@@ -143,25 +143,25 @@ impl Series {
                 admitted: metrics::counter!("seawall_bulkhead_admitted_total", labels(&[])),
                 rejected_full: metrics::counter!(
                     "seawall_bulkhead_rejected_total",
-                    labels(&[("reason", "full")])
+                    labels(&[("cause", "full")])
                 ),
                 rejected_timeout: metrics::counter!(
                     "seawall_bulkhead_rejected_total",
-                    labels(&[("reason", "timeout")])
+                    labels(&[("cause", "timeout")])
                 ),
                 abandoned: metrics::counter!("seawall_bulkhead_abandoned_total", labels(&[])),
                 shadow: [
                     metrics::counter!(
                         "seawall_bulkhead_shadow_rejections_total",
-                        labels(&[("reason", "full")])
+                        labels(&[("cause", "full")])
                     ),
                     metrics::counter!(
                         "seawall_bulkhead_shadow_rejections_total",
-                        labels(&[("reason", "timeout")])
+                        labels(&[("cause", "timeout")])
                     ),
                     metrics::counter!(
                         "seawall_bulkhead_shadow_rejections_total",
-                        labels(&[("reason", "keys")])
+                        labels(&[("cause", "keys")])
                     ),
                 ],
                 over_limit: metrics::gauge!("seawall_bulkhead_over_limit", labels(&[])),
@@ -209,7 +209,7 @@ struct Metrics {
     rejected_full: metrics::Counter,
     rejected_timeout: metrics::Counter,
     abandoned: metrics::Counter,
-    /// By `ShadowReason`.
+    /// By `ShadowCause`.
     shadow: [metrics::Counter; 3],
     over_limit: metrics::Gauge,
     wait: metrics::Histogram,
@@ -253,12 +253,12 @@ pub(crate) fn describe() {
     metrics::describe_counter!(
         "seawall_bulkhead_rejected_total",
         Unit::Count,
-        "Capacity rejections by reason: full (every slot busy, the queue full), timeout (waited max_wait or until the deadline), keys (a keyed bulkhead had no room for a new key)."
+        "Capacity rejections by cause: full (every slot busy, the queue full), timeout (waited max_wait or until the deadline), keys (a keyed bulkhead had no room for a new key)."
     );
     metrics::describe_counter!(
         "seawall_bulkhead_class_rejected_total",
         Unit::Count,
-        "With classes: rejections by class (critical, default, sheddable) and reason: full (no slot, no room, nobody less critical to displace), displaced (a more critical call took its place in line), timeout; also counted in rejected_total (displaced as full)."
+        "With classes: rejections by class (critical, default, sheddable) and cause: full (no slot, no room, nobody less critical to displace), displaced (a more critical call took its place in line), timeout; also counted in rejected_total (displaced as full)."
     );
     metrics::describe_counter!(
         "seawall_bulkhead_abandoned_total",
@@ -357,7 +357,7 @@ impl Telemetry {
     }
 
     /// A call of `class` was turned away for `why` (a bulkhead with classes):
-    /// a series per class and reason, made at its first use.
+    /// a series per class and cause, made at its first use.
     #[cold]
     #[cfg_attr(
         not(any(feature = "metrics", feature = "tracing")),
@@ -369,7 +369,7 @@ impl Telemetry {
             target: "seawall::bulkhead",
             bulkhead = name,
             class = class.as_str(),
-            reason = why.as_str(),
+            cause = why.as_str(),
             "call with a class rejected"
         );
         #[cfg(feature = "metrics")]
@@ -377,7 +377,7 @@ impl Telemetry {
             "seawall_bulkhead_class_rejected_total",
             "name" => name.to_owned(),
             "class" => class.as_str(),
-            "reason" => why.as_str()
+            "cause" => why.as_str()
         )
         .increment(1);
     }
@@ -396,24 +396,24 @@ impl Telemetry {
         self.m.rejected_timeout.increment(1);
     }
 
-    /// A call the bulkhead would have rejected for `reason` was let through
+    /// A call the bulkhead would have rejected for `cause` was let through
     /// beyond the limit (shadow mode).
     #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
-    pub(crate) fn shadow_rejected(&self, name: &str, reason: ShadowReason) {
+    pub(crate) fn shadow_rejected(&self, name: &str, cause: ShadowCause) {
         #[cfg(feature = "tracing")]
         tracing::debug!(
             target: "seawall::bulkhead",
             bulkhead = name,
-            reason = match reason {
-                ShadowReason::Full => "full",
-                ShadowReason::Timeout => "timeout",
-                ShadowReason::Keys => "keys",
+            cause = match cause {
+                ShadowCause::Full => "full",
+                ShadowCause::Timeout => "timeout",
+                ShadowCause::Keys => "keys",
             },
             "call let through beyond the limit in shadow mode: the bulkhead would have rejected it"
         );
         #[cfg(feature = "metrics")]
         {
-            if let Some(counter) = self.m.shadow.get(reason as usize) {
+            if let Some(counter) = self.m.shadow.get(cause as usize) {
                 counter.increment(1);
             }
             self.m.over_limit.increment(1.0);
@@ -557,7 +557,7 @@ impl KeyedTelemetry {
             rejected_keys: metrics::counter!(
                 "seawall_bulkhead_rejected_total",
                 "name" => metrics::SharedString::from(name.clone()),
-                "reason" => "keys"
+                "cause" => "keys"
             ),
         }
     }

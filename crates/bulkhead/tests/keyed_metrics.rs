@@ -46,8 +46,8 @@ fn five_thousand_keys_leave_a_bounded_number_of_series_by_default() {
     });
     let names = series.names();
     // Active, queued, the configured limit and the limit in force, admitted,
-    // rejections by reason (full, timeout, keys), abandoned, the wait histogram,
-    // shadow rejections by reason (full, timeout, keys) and the calls over the
+    // rejections by cause (full, timeout, keys), abandoned, the wait histogram,
+    // shadow rejections by cause (full, timeout, keys) and the calls over the
     // limit: 14 series for any number of keys.
     assert_eq!(names.len(), 14, "{names:#?}");
     assert!(names

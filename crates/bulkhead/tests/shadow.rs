@@ -1,6 +1,6 @@
 //! Shadow mode: the same sequence of calls, once enforcing and once in shadow. The
 //! shadow run must reject nothing, count as shadow rejections exactly the calls the
-//! enforcing run rejected (counted here from its errors, by reason), and keep the
+//! enforcing run rejected (counted here from its errors, by cause), and keep the
 //! same slot accounting: calls let through beyond the limit hold no slot.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 

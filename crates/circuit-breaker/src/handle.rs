@@ -214,7 +214,7 @@ impl Handle {
 
     /// Opens a closed breaker because enough of its peers (other instances of a
     /// fleet, as an outside coordinator counts them) tripped together: a trip like
-    /// its own (reason [`PeersTripped`](crate::Reason::PeersTripped), a new
+    /// its own (cause [`PeersTripped`](crate::Cause::PeersTripped), a new
     /// [`Snapshot::trip_epoch`], the open interval from now), made without local
     /// evidence. An open or half-open breaker is already in a trip and answers
     /// [`VerdictOutcome::Stale`]; a forced or disabled one answers

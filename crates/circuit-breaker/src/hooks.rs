@@ -108,13 +108,13 @@ pub enum ProbeDecision {
 #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 pub enum Verdict {
     /// A probe elsewhere succeeded: leave open now and take the load back through
-    /// the ramp, if one is configured (transition reason
-    /// [`VerdictClosed`](crate::Reason::VerdictClosed)). The window starts empty
+    /// the ramp, if one is configured (transition cause
+    /// [`VerdictClosed`](crate::Cause::VerdictClosed)). The window starts empty
     /// and the failed-probe count is cleared, as after a local successful probe.
     Close,
     /// A probe elsewhere failed: restart the open interval from now, grown by the
-    /// backoff as a failed probe would (transition reason
-    /// [`VerdictReopened`](crate::Reason::VerdictReopened)); probes in flight here
+    /// backoff as a failed probe would (transition cause
+    /// [`VerdictReopened`](crate::Cause::VerdictReopened)); probes in flight here
     /// become stale. Counted in the consecutive failed probes, not in the probe
     /// counters (no local probe failed).
     Reopen,

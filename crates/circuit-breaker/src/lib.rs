@@ -168,7 +168,7 @@
 //! hooks.rs            ProbeGate and Verdict: what an outside coordinator asks and tells
 //! machine.rs          CircuitBreakerMachine, the pure policy: its phases, lazy transitions,
 //!                     backoff and jitter, operators, reconfiguration, verdicts
-//!   machine/transition.rs State, Reason, CircuitBreakerEvent (what subscribers receive),
+//!   machine/transition.rs State, Cause, CircuitBreakerEvent (what subscribers receive),
 //!                         MachineEvent (what the machine returns)
 //!   machine/window.rs     the counting windows behind the trip policies, and when they trip
 //!   machine/admission.rs  tickets, admission, the ramp, half-open probes and the probe gate
@@ -188,8 +188,8 @@
 //!
 //! - **A trip condition:** a [`TripPolicy`] variant and its checks, in `config.rs`;
 //!   its window (when no kind of window there serves it) and the rule that trips
-//!   it, in `machine/window.rs`; its [`Reason`], in `machine/transition.rs`, only if
-//!   no reason there fits. Exhaustive matches point at each place. The builder's
+//!   it, in `machine/window.rs`; its [`Cause`], in `machine/transition.rs`, only if
+//!   no cause there fits. Exhaustive matches point at each place. The builder's
 //!   [`policy`](CircuitBreakerBuilder::policy), a policy file, the snapshot and the
 //!   metrics take it as it is. Then its tests, and a line in the changelog.
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -230,7 +230,7 @@ pub use keyed::{
 };
 pub use layer::{CircuitBreakerBuilder, CircuitBreakerLayer};
 pub use machine::{
-    Admission, CircuitBreakerEvent, CircuitBreakerMachine, MachineEvent, Reason, Recorded, Report,
+    Admission, Cause, CircuitBreakerEvent, CircuitBreakerMachine, MachineEvent, Recorded, Report,
     State, Ticket,
 };
 pub use readiness::{PendingWhileOpen, PendingWhileOpenLayer};

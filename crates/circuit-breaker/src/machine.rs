@@ -112,7 +112,7 @@ struct Cold {
 /// ```
 /// use std::time::Duration;
 /// use seawall_circuit_breaker::{
-///     Admission, CircuitBreakerConfig, MachineEvent, CircuitBreakerMachine, Reason,
+///     Admission, Cause, CircuitBreakerConfig, CircuitBreakerMachine, MachineEvent,
 ///     Report, State, TripPolicy,
 /// };
 /// use seawall_core::Outcome;
@@ -135,7 +135,7 @@ struct Cold {
 /// let events: Vec<_> = breaker.take_events().collect();
 /// assert!(matches!(
 ///     events[..],
-///     [MachineEvent::Transition(t)] if t.reason == Reason::ConsecutiveFailures
+///     [MachineEvent::Transition(t)] if t.cause == Cause::ConsecutiveFailures
 /// ));
 ///
 /// // Open: turned away, told to come back when the interval ends.
@@ -222,8 +222,8 @@ struct Cold {
 /// and changes nothing, so the coordinator decides what "newer" means in its own
 /// terms (a fleet epoch) and the breaker needs no clock from another host.
 /// [`Verdict::Close`](crate::Verdict::Close) leaves open at once and takes the load back through the
-/// ramp (reason [`Reason::VerdictClosed`](crate::Reason::VerdictClosed)); [`Verdict::Reopen`](crate::Verdict::Reopen) restarts the open
-/// interval from now, grown by the backoff (reason [`Reason::VerdictReopened`](crate::Reason::VerdictReopened)),
+/// ramp (cause [`Cause::VerdictClosed`](crate::Cause::VerdictClosed)); [`Verdict::Reopen`](crate::Verdict::Reopen) restarts the open
+/// interval from now, grown by the backoff (cause [`Cause::VerdictReopened`](crate::Cause::VerdictReopened)),
 /// making probes in flight stale. Forced and disabled breakers ignore verdicts
 /// ([`VerdictOutcome::Overridden`](crate::VerdictOutcome::Overridden)).
 ///
@@ -559,7 +559,7 @@ impl CircuitBreakerMachine {
                             held: None,
                         },
                         until,
-                        Reason::OpenIntervalElapsed,
+                        Cause::OpenIntervalElapsed,
                     );
                 }
                 Phase::HalfOpen { .. } => match self.oldest_probe() {
@@ -575,7 +575,7 @@ impl CircuitBreakerMachine {
                         let cold = self.cold();
                         cold.failed_probes = cold.failed_probes.saturating_add(1);
                         cold.streak = cold.streak.saturating_add(1);
-                        self.open_at(due, Reason::ProbeTimedOut);
+                        self.open_at(due, Cause::ProbeTimedOut);
                     }
                     _ => return,
                 },
@@ -610,17 +610,17 @@ impl CircuitBreakerMachine {
 
     /// Holds the breaker open until an operator resets it.
     pub fn force_open(&mut self, now: Instant) {
-        self.force(Phase::ForcedOpen, Reason::ForcedOpen, now);
+        self.force(Phase::ForcedOpen, Cause::ForcedOpen, now);
     }
 
     /// Holds the breaker closed (outcomes still recorded, no trips) until reset.
     pub fn force_closed(&mut self, now: Instant) {
-        self.force(Phase::ForcedClosed, Reason::ForcedClosed, now);
+        self.force(Phase::ForcedClosed, Cause::ForcedClosed, now);
     }
 
     /// Lets every call through and only counts, until reset.
     pub fn disable(&mut self, now: Instant) {
-        self.force(Phase::Disabled, Reason::Disabled, now);
+        self.force(Phase::Disabled, Cause::Disabled, now);
     }
 
     /// A fresh closed breaker: empty window, no backoff, no failed probes. Calls in
@@ -635,7 +635,7 @@ impl CircuitBreakerMachine {
             self.phase = Phase::Closed { ramp: None };
             self.epoch = self.epoch.wrapping_add(1);
         } else {
-            self.transition(Phase::Closed { ramp: None }, now, Reason::Reset);
+            self.transition(Phase::Closed { ramp: None }, now, Cause::Reset);
         }
     }
 
@@ -715,12 +715,12 @@ impl CircuitBreakerMachine {
             return VerdictOutcome::Stale;
         }
         match verdict {
-            Verdict::Close => self.close(now, Reason::VerdictClosed),
+            Verdict::Close => self.close(now, Cause::VerdictClosed),
             Verdict::Reopen => {
                 let cold = self.cold();
                 cold.failed_probes = cold.failed_probes.saturating_add(1);
                 cold.streak = cold.streak.saturating_add(1);
-                self.open_at(now, Reason::VerdictReopened);
+                self.open_at(now, Cause::VerdictReopened);
             }
         }
         VerdictOutcome::Applied
@@ -734,7 +734,7 @@ impl CircuitBreakerMachine {
             Phase::ForcedOpen | Phase::ForcedClosed | Phase::Disabled => VerdictOutcome::Overridden,
             Phase::Open { .. } | Phase::HalfOpen { .. } => VerdictOutcome::Stale,
             Phase::Closed { .. } => {
-                self.trip(now, Reason::PeersTripped);
+                self.trip(now, Cause::PeersTripped);
                 VerdictOutcome::Applied
             }
         }
@@ -754,13 +754,13 @@ impl CircuitBreakerMachine {
         }
     }
 
-    fn force(&mut self, phase: Phase, reason: Reason, now: Instant) {
+    fn force(&mut self, phase: Phase, cause: Cause, now: Instant) {
         if self.phase.state() != phase.state() {
-            self.transition(phase, now, reason);
+            self.transition(phase, now, cause);
         }
     }
 
-    fn close(&mut self, now: Instant, reason: Reason) {
+    fn close(&mut self, now: Instant, cause: Cause) {
         self.window.reset();
         // The first call after closing goes through.
         let ramp = self.config.ramp.map(|r| 1.0 - r.start_share);
@@ -769,7 +769,7 @@ impl CircuitBreakerMachine {
         if ramp.is_none() {
             cold.streak = 0;
         }
-        self.transition(Phase::Closed { ramp }, now, reason);
+        self.transition(Phase::Closed { ramp }, now, cause);
     }
 
     /// The open interval for `streak`: grown by the backoff, capped, then jittered.
@@ -797,7 +797,7 @@ impl CircuitBreakerMachine {
         }
     }
 
-    fn open_at(&mut self, at: Instant, reason: Reason) {
+    fn open_at(&mut self, at: Instant, cause: Cause) {
         let u = self.cold().samples.pop_front().unwrap_or(0.0);
         let open_for = self.open_interval(self.streak_of(), u);
         self.transition(
@@ -805,11 +805,11 @@ impl CircuitBreakerMachine {
                 until: later(at, open_for),
             },
             at,
-            reason,
+            cause,
         );
     }
 
-    fn transition(&mut self, to: Phase, at: Instant, reason: Reason) {
+    fn transition(&mut self, to: Phase, at: Instant, cause: Cause) {
         let from = self.phase.state();
         let leaving_half_open = matches!(self.phase, Phase::HalfOpen { .. });
         let to_state = to.state();
@@ -837,7 +837,7 @@ impl CircuitBreakerMachine {
             .push(MachineEvent::Transition(CircuitBreakerEvent {
                 from,
                 to: to_state,
-                reason,
+                cause,
                 at,
                 epoch,
                 rehearsal: false,
@@ -894,7 +894,7 @@ use admission::ProbeSlot;
 pub(crate) use admission::{positive, MIN_RETRY_AFTER};
 pub use admission::{Admission, Ticket};
 pub use report::{Recorded, Report};
-pub use transition::{CircuitBreakerEvent, MachineEvent, Reason, State};
+pub use transition::{Cause, CircuitBreakerEvent, MachineEvent, State};
 use window::Window;
 
 #[cfg(test)]

@@ -406,7 +406,7 @@ impl Telemetry {
             }
             // A probe that outlived the half-open timeout: its verdict is given here,
             // its call is counted in `calls_total` when it ends (as stale).
-            if t.reason == crate::machine::Reason::ProbeTimedOut {
+            if t.cause == crate::machine::Cause::ProbeTimedOut {
                 m.probe_timeout.increment(1);
             }
             match AUTOMATIC
@@ -442,7 +442,7 @@ impl Telemetry {
                         name = &**name,
                         from = t.from.as_str(),
                         to = t.to.as_str(),
-                        reason = t.reason.as_str(),
+                        cause = t.cause.as_str(),
                         epoch = t.epoch,
                         rehearsal = t.rehearsal,
                         "circuit breaker {} -> {}",

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use seawall_circuit_breaker::{
-    CircuitBreakerLayer, Forced, Handle, ProbeDecision, ProbeRequest, Reason, State, Verdict,
+    Cause, CircuitBreakerLayer, Forced, Handle, ProbeDecision, ProbeRequest, State, Verdict,
     VerdictOutcome,
 };
 use seawall_core::{find_rejection, BoxError, RejectionKind};
@@ -141,8 +141,8 @@ async fn a_close_verdict_takes_the_load_back_through_the_ramp() {
     );
     let closed = transitions.recv().await.unwrap();
     assert_eq!(
-        (closed.from, closed.to, closed.reason),
-        (State::Open, State::Closed, Reason::VerdictClosed)
+        (closed.from, closed.to, closed.cause),
+        (State::Open, State::Closed, Cause::VerdictClosed)
     );
     // Through the ramp, from 0 %: the first call goes, then a growing share.
     let mut admitted = 0;

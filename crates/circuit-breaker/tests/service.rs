@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use seawall_circuit_breaker::{
-    CircuitBreakerConfig, CircuitBreakerLayer, Forced, Handle, Reason, State, TripPolicy,
+    Cause, CircuitBreakerConfig, CircuitBreakerLayer, Forced, Handle, State, TripPolicy,
 };
 use seawall_core::{find_rejection, BoxError, BulkheadFull, Deadline, RejectionKind, WindowCounts};
 use tokio::time::{advance, Instant};
@@ -435,8 +435,8 @@ async fn the_handle_reports_transitions_and_operators_steer() {
     trip(&mut svc, &inner).await;
     let t = events.recv().await.unwrap();
     assert_eq!(
-        (t.from, t.to, t.reason),
-        (State::Closed, State::Open, Reason::FailureRate)
+        (t.from, t.to, t.cause),
+        (State::Closed, State::Open, Cause::FailureRate)
     );
     advance(10 * S).await;
     send(&mut svc).await.unwrap();
@@ -461,7 +461,7 @@ async fn the_handle_reports_transitions_and_operators_steer() {
     assert_eq!(events.recv().await.unwrap().to, State::Disabled);
     assert_eq!(events.recv().await.unwrap().to, State::ForcedClosed);
     handle.reset();
-    assert_eq!(events.recv().await.unwrap().reason, Reason::Reset);
+    assert_eq!(events.recv().await.unwrap().cause, Cause::Reset);
 
     // Reconfigure keeps the state and validates; revert restores the built config.
     let built = handle.config();

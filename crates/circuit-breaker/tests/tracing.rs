@@ -106,7 +106,7 @@ mod tracing_events {
         assert_eq!(opened.len(), 1, "{events:?}");
         assert_eq!(opened[0].0, Level::WARN);
         assert!(opened[0].1.contains("name=\"quotes\""));
-        assert!(opened[0].1.contains("reason=\"failure_rate\""));
+        assert!(opened[0].1.contains("cause=\"failure_rate\""));
         let rejected: Vec<_> = events
             .iter()
             .filter(|(level, f)| *level == Level::DEBUG && f.contains("call rejected"))

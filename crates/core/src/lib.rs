@@ -134,6 +134,16 @@
 //! telemetry.rs        core's tracing events and metrics (the deadline's, the retry policy's)
 //! ```
 //!
+//! # Words
+//!
+//! Every seawall crate uses two words, each with one meaning. A **cause** is why a
+//! layer itself acted: a rejection ([`OpenCause`], [`FullCause`]), a transition, a
+//! level or limit change, a shadow-mode rejection, a retry or hedge not made, an
+//! error rendered as a response (fields, `cause` labels and log fields). A
+//! **reason** is given to a layer from outside: a classifier's
+//! ([`Classify::reason`], [`REHEARSAL`]) or an operator's free text for a fleet
+//! action. [`StepFailure::cause`] keeps the `std` meaning: the error behind a failure.
+//!
 //! # How to add
 //!
 //! - **A rejection kind:** its struct, its row in `rejection_kinds!` (label,

@@ -82,7 +82,7 @@ impl Refusal {
 ///
 /// - `seawall_retry_attempts_total{name}`: attempts, the first ones included;
 /// - `seawall_retry_retries_total{name}`: retries made;
-/// - `seawall_retry_refused_total{name, reason}`: retries not made, `reason` =
+/// - `seawall_retry_refused_total{name, cause}`: retries not made, `cause` =
 ///   `budget` | `deadline` | `attempts`.
 #[derive(Debug)]
 pub(crate) struct RetryTelemetry {
@@ -103,7 +103,7 @@ impl RetryTelemetry {
     pub(crate) fn new(name: &crate::Name) -> Self {
         #[cfg(feature = "metrics")]
         {
-            let refused = |reason: Refusal| metrics::counter!("seawall_retry_refused_total", "name" => name.clone(), "reason" => reason.as_str());
+            let refused = |cause: Refusal| metrics::counter!("seawall_retry_refused_total", "name" => name.clone(), "cause" => cause.as_str());
             Self {
                 m: RetryMetrics {
                     attempts: metrics::counter!("seawall_retry_attempts_total", "name" => name.clone()),
@@ -131,11 +131,11 @@ impl RetryTelemetry {
         not(all(feature = "metrics", feature = "tracing")),
         allow(unused_variables)
     )]
-    pub(crate) fn refused(&self, name: &str, reason: Refusal) {
+    pub(crate) fn refused(&self, name: &str, cause: Refusal) {
         #[cfg(feature = "tracing")]
-        tracing::debug!(target: "seawall::retry", retry = name, reason = reason.as_str(), "retry not made");
+        tracing::debug!(target: "seawall::retry", retry = name, cause = cause.as_str(), "retry not made");
         #[cfg(feature = "metrics")]
-        self.m.refused[reason as usize].increment(1);
+        self.m.refused[cause as usize].increment(1);
     }
 }
 
@@ -166,6 +166,6 @@ pub(crate) fn describe() {
     metrics::describe_counter!(
         "seawall_retry_refused_total",
         Unit::Count,
-        "Results worth retrying that were not retried, by reason: budget, deadline, attempts."
+        "Results worth retrying that were not retried, by cause: budget, deadline, attempts."
     );
 }

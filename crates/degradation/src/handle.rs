@@ -9,7 +9,7 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 use crate::config::DegradationConfig;
-use crate::machine::{Change, DegradationMachine, MachineSnapshot, Reason, Ticket};
+use crate::machine::{Cause, Change, DegradationMachine, MachineSnapshot, Ticket};
 use crate::telemetry;
 
 /// "Probing is not possible at this level" in [`Shared::probe_from`].
@@ -37,7 +37,7 @@ pub struct DegradationEvent {
     /// The level after.
     pub to: Level,
     /// Why it changed.
-    pub reason: Reason,
+    pub cause: Cause,
     /// When.
     pub at: Instant,
     /// The outcome that completed it was injected by a rehearsal.
@@ -271,7 +271,7 @@ impl Shared {
                 let _ = tx.send(DegradationEvent {
                     from: self.level_of(change.from),
                     to: self.level_of(change.to),
-                    reason: change.reason,
+                    cause: change.cause,
                     at: change.at,
                     rehearsal: change.rehearsal,
                 });

@@ -29,7 +29,7 @@
 //! ```
 //! use std::time::Duration;
 //! use seawall_core::BoxError;
-//! use seawall_degradation::{DegradationLayer, Fixed, Reason};
+//! use seawall_degradation::{Cause, DegradationLayer, Fixed};
 //! use tower::{service_fn, Layer, Service, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -76,7 +76,7 @@
 //! // ...and the level falls at once, one level.
 //! let change = changes.try_recv()?;
 //! assert_eq!((&*change.from.name, &*change.to.name), ("full", "reduced"));
-//! assert_eq!(change.reason, Reason::ConsecutiveFailures);
+//! assert_eq!(change.cause, Cause::ConsecutiveFailures);
 //! let answer = chat.ready().await?.call("where is my refund?".into()).await?;
 //! assert_eq!(answer, "(short answer to) where is my refund?");
 //!
@@ -185,7 +185,7 @@
 //! config.rs       DegradationConfig and Trigger: the policy as plain data, defaults, validation
 //! layer.rs        DegradationLayer and DegradationBuilder (the levels, the classifier)
 //! machine.rs      DegradationMachine, the pure policy: falls at once, climbs back slowly and
-//!                 verified; Change, Ticket, Reason, probe progress
+//!                 verified; Change, Ticket, Cause, probe progress
 //!   machine/tests.rs  the machine's unit and property tests (tests only)
 //! service.rs      Degradation, the Service: asks which level serves a request and calls it
 //! future.rs       ResponseFuture: drives the chosen level to readiness, calls it, reports once;
@@ -229,7 +229,7 @@ pub use future::{
 pub use handle::{DegradationEvent, Handle, Level, SelectLevel, Snapshot};
 pub use layer::{DefaultClassifier, DegradationBuilder, DegradationLayer};
 pub use machine::{
-    Change, DegradationMachine, Direction, MachineSnapshot, ProbeProgress, Reason, Ticket,
+    Cause, Change, DegradationMachine, Direction, MachineSnapshot, ProbeProgress, Ticket,
     MAX_LEVELS,
 };
 pub use service::Degradation;

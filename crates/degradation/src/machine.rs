@@ -21,7 +21,7 @@ const EPOCH_MASK: u64 = (1 << 48) - 1;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
-pub enum Reason {
+pub enum Cause {
     /// `failures_to_degrade` consecutive failures at the level.
     ConsecutiveFailures,
     /// The failure rate over the window reached `failure_rate`.
@@ -34,7 +34,7 @@ pub enum Reason {
     Forced,
 }
 
-impl Reason {
+impl Cause {
     /// A short, stable, lower-case label (for logs and metrics).
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -47,7 +47,7 @@ impl Reason {
     }
 }
 
-impl fmt::Display for Reason {
+impl fmt::Display for Cause {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
@@ -82,7 +82,7 @@ pub struct Change {
     /// The level after.
     pub to: usize,
     /// Why.
-    pub reason: Reason,
+    pub cause: Cause,
     /// When.
     pub at: Instant,
     /// The outcome that completed it was injected by a rehearsal (see
@@ -356,11 +356,11 @@ impl DegradationMachine {
         self.probing_from().is_some_and(|from| now >= from)
     }
 
-    fn move_to(&mut self, to: usize, reason: Reason, now: Instant) -> Change {
+    fn move_to(&mut self, to: usize, cause: Cause, now: Instant) -> Change {
         let change = Change {
             from: self.level,
             to,
-            reason,
+            cause,
             at: now,
             rehearsal: false,
         };
@@ -393,7 +393,7 @@ impl DegradationMachine {
             && rate <= self.config.probe_max_failure_rate;
         if passed && self.probing_allowed(now) {
             let to = self.level - 1;
-            Some(self.move_to(to, Reason::Recovered, now))
+            Some(self.move_to(to, Cause::Recovered, now))
         } else if self.config.probe_window.is_zero() {
             // No window to end: the probes gather until the bar is met .
             None
@@ -453,21 +453,21 @@ impl DegradationMachine {
         self.consecutive_failures = self.consecutive_failures.saturating_add(1);
         // Things got worse: what the probes showed so far no longer holds.
         self.probes.restart();
-        let reason = match &mut self.rate {
+        let cause = match &mut self.rate {
             None => (self.consecutive_failures >= self.config.failures_to_degrade)
-                .then_some(Reason::ConsecutiveFailures),
+                .then_some(Cause::ConsecutiveFailures),
             Some(w) => {
                 w.record(now, true, false);
                 let c = w.counts(now);
                 (c.calls >= self.config.min_calls && c.failure_rate() >= self.config.failure_rate)
-                    .then_some(Reason::FailureRate)
+                    .then_some(Cause::FailureRate)
             }
         }?;
         if self.level + 1 >= self.levels {
             // The last level has nowhere to go.
             return None;
         }
-        Some(self.move_to(self.level + 1, reason, now))
+        Some(self.move_to(self.level + 1, cause, now))
     }
 
     /// Records the outcome of a request admitted with `ticket`, which an injected
@@ -521,7 +521,7 @@ impl DegradationMachine {
         self.floor = Some(floor);
         self.probes.restart();
         if !self.forced && self.level < floor {
-            return Ok(Some(self.move_to(floor, Reason::Floor, now)));
+            return Ok(Some(self.move_to(floor, Cause::Floor, now)));
         }
         Ok(None)
     }
@@ -537,7 +537,7 @@ impl DegradationMachine {
         self.check_level(level)?;
         self.forced = true;
         if self.level != level {
-            return Ok(Some(self.move_to(level, Reason::Forced, now)));
+            return Ok(Some(self.move_to(level, Cause::Forced, now)));
         }
         Ok(None)
     }
@@ -550,7 +550,7 @@ impl DegradationMachine {
         }
         self.forced = false;
         match self.floor {
-            Some(floor) if self.level < floor => Some(self.move_to(floor, Reason::Floor, now)),
+            Some(floor) if self.level < floor => Some(self.move_to(floor, Cause::Floor, now)),
             _ => {
                 // A fresh start at this level; in-flight outcomes stay valid.
                 self.entered_at = now;

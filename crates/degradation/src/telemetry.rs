@@ -101,7 +101,7 @@ impl Telemetry {
                         to,
                         from_level = change.from,
                         to_level = change.to,
-                        reason = change.reason.as_str(),
+                        cause = change.cause.as_str(),
                         rehearsal = change.rehearsal,
                         $message
                     )

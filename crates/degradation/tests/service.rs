@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use seawall_core::{BulkheadFull, CircuitOpen};
 use seawall_degradation::{
-    CurrentLevel, DefaultClassifier, Degradation, DegradationLayer, Fixed, Handle, NoExtensions,
-    Reason, ResponseFuture, ServedBy,
+    Cause, CurrentLevel, DefaultClassifier, Degradation, DegradationLayer, Fixed, Handle,
+    NoExtensions, ResponseFuture, ServedBy,
 };
 use tokio_test::{assert_pending, assert_ready, assert_ready_err, assert_ready_ok, task};
 use tower::{Layer, Service, ServiceExt};
@@ -202,7 +202,7 @@ async fn enough_probe_successes_over_a_whole_window_climb_one_level() {
     fail_full(&mut r, 5).await;
     let down = changes.try_recv().unwrap();
     assert_eq!((down.from.index, down.to.index), (0, 1));
-    assert_eq!(down.reason, Reason::ConsecutiveFailures);
+    assert_eq!(down.cause, Cause::ConsecutiveFailures);
 
     tokio::time::advance(Duration::from_secs(60)).await;
     r.dice.set(0.0);
@@ -216,8 +216,8 @@ async fn enough_probe_successes_over_a_whole_window_climb_one_level() {
     assert_eq!(r.handle.level().index, 0);
     let up = changes.try_recv().unwrap();
     assert_eq!(
-        (up.from.index, up.to.index, up.reason),
-        (1, 0, Reason::Recovered)
+        (up.from.index, up.to.index, up.cause),
+        (1, 0, Cause::Recovered)
     );
 }
 
@@ -340,7 +340,7 @@ async fn floor_force_reconfigure_and_revert_through_the_handle() {
     let mut changes = r.handle.subscribe();
     r.handle.set_floor("reduced").unwrap();
     let c = changes.try_recv().unwrap();
-    assert_eq!((c.to.index, c.reason), (1, Reason::Floor));
+    assert_eq!((c.to.index, c.cause), (1, Cause::Floor));
     answered(&mut r.svc, &mut r.reduced, "x", "r").await;
     // At the floor no probe is sent, however long.
     r.dice.set(0.0);

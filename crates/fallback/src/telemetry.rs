@@ -11,7 +11,7 @@
 //! | `seawall_fallback_steps_total{step, outcome="unavailable"}` | counter | a step declined to invent an answer |
 //! | `seawall_fallback_exhausted_total` | counter | every step failed |
 //! | `seawall_fallback_passed_through_total` | counter | primary errors that fired no trigger |
-//! | `seawall_fallback_rendered_total{reason}` | counter | HTTP server mode: an error rendered as a response (`rejection`, `exhausted`, `unavailable`, `failure`) |
+//! | `seawall_fallback_rendered_total{cause}` | counter | HTTP server mode: an error rendered as a response (`rejection`, `exhausted`, `unavailable`, `failure`) |
 //!
 //! The counters are registered once, when the layer is built, with the recorder
 //! installed at that time; an event then costs a dynamic call, no allocation. The
@@ -54,7 +54,7 @@ pub(crate) fn describe() {
     metrics::describe_counter!(
         "seawall_fallback_rendered_total",
         Unit::Count,
-        "Errors answered as a response in the HTTP server mode, by reason."
+        "Errors answered as a response in the HTTP server mode, by cause."
     );
 }
 
@@ -196,7 +196,7 @@ impl Telemetry {
                         .iter()
                         .map(|r| {
                             metrics::counter!("seawall_fallback_rendered_total",
-                                "name" => label.clone(), "reason" => r.as_str())
+                                "name" => label.clone(), "cause" => r.as_str())
                         })
                         .collect(),
                 },

@@ -65,7 +65,7 @@ pub struct FleetConfig {
 
 /// The fleet trip: once `instances` distinct instances' breakers tripped on their
 /// own evidence within `within` (by the store's clock), the breakers of every
-/// other instance open too (reason `PeersTripped`), and the fleet then recovers
+/// other instance open too (cause `PeersTripped`), and the fleet then recovers
 /// as from any trip: one probe under the lease, its verdict for everyone.
 ///
 /// **Off by default**, because an instance's trip is evidence about the path from

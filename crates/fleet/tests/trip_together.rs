@@ -8,7 +8,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use seawall_circuit_breaker::{Forced, Reason, State};
+use seawall_circuit_breaker::{Cause, Forced, State};
 use seawall_fleet::{Faults, Fleet, Keys, LocalStore};
 use support::{breaker_config, instance, load, run_for, Dependency, Instance};
 use tokio::time::Instant;
@@ -116,8 +116,8 @@ async fn k_trips_within_the_window_open_the_rest_and_one_probe_recovers_all() {
     for (i, transitions) in transitions.iter_mut().enumerate().skip(3) {
         let t = transitions.try_recv().unwrap();
         assert_eq!(
-            (t.from, t.to, t.reason),
-            (State::Closed, State::Open, Reason::PeersTripped)
+            (t.from, t.to, t.cause),
+            (State::Closed, State::Open, Cause::PeersTripped)
         );
         let snap = f.snapshot(i);
         assert_eq!((snap.fleet_trips_applied, snap.trips_recorded), (1, 0));

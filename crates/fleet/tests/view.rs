@@ -1,6 +1,6 @@
 //! One view of every replica over `LocalStore` in paused time: each
 //! coordinating instance reports every 5 s, one that left drops out within
-//! three periods, and a breaker open long is called stuck with the reason the
+//! three periods, and a breaker open long is called stuck with the cause the
 //! fleet's reports give.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 

@@ -42,7 +42,7 @@
     breakerShadowRejections: "snapshot.breaker.counters.shadow_rejections",
     lastBreakerFrom: "last.breaker.from",
     lastBreakerTo: "last.breaker.to",
-    lastBreakerReason: "last.breaker.reason",
+    lastBreakerCause: "last.breaker.cause",
     lastBreakerAgo: "last.breaker.ago_ms",
     lastBreakerRehearsal: "last.breaker.rehearsal",
     bulkhead: "snapshot.bulkhead",
@@ -81,7 +81,7 @@
     levelProbeTarget: "snapshot.config.degradation.probe_successes_to_recover",
     lastLevelFrom: "last.degradation.from",
     lastLevelTo: "last.degradation.to",
-    lastLevelReason: "last.degradation.reason",
+    lastLevelCause: "last.degradation.cause",
     lastLevelAgo: "last.degradation.ago_ms",
     lastLevelRehearsal: "last.degradation.rehearsal",
     fallback: "snapshot.fallback",
@@ -430,7 +430,7 @@
         setText(card, "breaker-transition",
           `last transition: ${BREAKER_LABELS[read(p, "lastBreakerFrom")] || words(read(p, "lastBreakerFrom"))} → ` +
           `${BREAKER_LABELS[read(p, "lastBreakerTo")] || words(read(p, "lastBreakerTo"))} ` +
-          `(${words(read(p, "lastBreakerReason"))}${read(p, "lastBreakerRehearsal") ? ", a rehearsal: injected" : ""}), ` +
+          `(${words(read(p, "lastBreakerCause"))}${read(p, "lastBreakerRehearsal") ? ", a rehearsal: injected" : ""}), ` +
           `${human(read(p, "lastBreakerAgo"))} ago`);
       } else {
         setText(card, "breaker-transition", "no transition since this dashboard's server started");
@@ -521,7 +521,7 @@
       if (read(p, "lastLevelTo") !== undefined && read(p, "lastLevelTo") !== null) {
         setText(card, "level-transition",
           `last change: ${read(p, "lastLevelFrom")} → ${read(p, "lastLevelTo")} ` +
-          `(${words(read(p, "lastLevelReason"))}${read(p, "lastLevelRehearsal") ? ", a rehearsal: injected" : ""}), ` +
+          `(${words(read(p, "lastLevelCause"))}${read(p, "lastLevelRehearsal") ? ", a rehearsal: injected" : ""}), ` +
           `${human(read(p, "lastLevelAgo"))} ago`);
       } else {
         setText(card, "level-transition", "no level change since this dashboard's server started");

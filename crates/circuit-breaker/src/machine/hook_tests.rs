@@ -263,11 +263,11 @@ fn a_close_verdict_leaves_open_through_the_ramp() {
     assert_eq!(m.failed_probes(), 0);
     let moves: Vec<_> = m
         .take_transitions()
-        .map(|t| (t.from, t.to, t.reason, t.at))
+        .map(|t| (t.from, t.to, t.cause, t.at))
         .collect();
     assert_eq!(
         moves,
-        [(State::Open, State::Closed, Reason::VerdictClosed, t1)]
+        [(State::Open, State::Closed, Cause::VerdictClosed, t1)]
     );
     assert!(m
         .transition_counts()
@@ -306,8 +306,8 @@ fn a_reopen_verdict_restarts_the_interval_from_now_with_the_backoff() {
     assert_eq!(m.trip_epoch(), Some(trip_epoch));
     let last = m.take_transitions().last().unwrap();
     assert_eq!(
-        (last.from, last.to, last.reason),
-        (State::Open, State::Open, Reason::VerdictReopened)
+        (last.from, last.to, last.cause),
+        (State::Open, State::Open, Cause::VerdictReopened)
     );
 
     // From half-open with a probe in flight: the probe becomes stale.
@@ -382,9 +382,9 @@ fn peers_trip_a_closed_breaker_but_not_an_open_or_forced_one() {
     assert_eq!(m.reopen_at(), Some(t0 + 10 * S));
     let moves: Vec<_> = m
         .take_transitions()
-        .map(|t| (t.from, t.to, t.reason))
+        .map(|t| (t.from, t.to, t.cause))
         .collect();
-    assert_eq!(moves, [(State::Closed, State::Open, Reason::PeersTripped)]);
+    assert_eq!(moves, [(State::Closed, State::Open, Cause::PeersTripped)]);
     // Already in a trip: nothing changes, the interval is not restarted.
     assert_eq!(m.trip_with_peers(t0 + 5 * S), VerdictOutcome::Stale);
     assert_eq!(m.reopen_at(), Some(t0 + 10 * S));

@@ -5,7 +5,7 @@ use seawall_core::Outcome;
 use tokio::time::Instant;
 
 use super::admission::{ProbeSlot, Ticket};
-use super::{CircuitBreakerMachine, Phase, Reason};
+use super::{Cause, CircuitBreakerMachine, Phase};
 
 /// What a finished call reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,8 +96,8 @@ impl CircuitBreakerMachine {
                     let failed = report.outcome == Outcome::Failure;
                     self.window.record(failed, report.slow, now);
                     if (failed || report.slow) && matches!(self.phase, Phase::Closed { .. }) {
-                        if let Some(reason) = self.should_trip(now) {
-                            self.trip(now, reason);
+                        if let Some(cause) = self.should_trip(now) {
+                            self.trip(now, cause);
                         }
                     }
                 }
@@ -160,12 +160,12 @@ impl CircuitBreakerMachine {
         }
     }
 
-    pub(super) fn should_trip(&mut self, now: Instant) -> Option<Reason> {
+    pub(super) fn should_trip(&mut self, now: Instant) -> Option<Cause> {
         self.window
-            .trip_reason(&self.config.policy, self.config.slow_call.as_ref(), now)
+            .trip_cause(&self.config.policy, self.config.slow_call.as_ref(), now)
     }
 
-    pub(super) fn trip(&mut self, now: Instant, reason: Reason) {
+    pub(super) fn trip(&mut self, now: Instant, cause: Cause) {
         // A trip during the ramp is a re-trip: the backoff keeps growing.
         let ramping = matches!(self.phase, Phase::Closed { ramp: Some(_) });
         let cold = self.cold();
@@ -174,7 +174,7 @@ impl CircuitBreakerMachine {
         } else {
             0
         };
-        self.open_at(now, reason);
+        self.open_at(now, cause);
         let epoch = self.epoch;
         let cold = self.cold();
         cold.trip_epoch = epoch;
@@ -189,7 +189,7 @@ impl CircuitBreakerMachine {
                 let cold = self.cold();
                 cold.failed_probes = cold.failed_probes.saturating_add(1);
                 cold.streak = cold.streak.saturating_add(1);
-                self.open_at(now, Reason::ProbeFailed);
+                self.open_at(now, Cause::ProbeFailed);
             }
             Outcome::Ignore => {}
         }
@@ -199,7 +199,7 @@ impl CircuitBreakerMachine {
         if let Phase::HalfOpen { successes, .. } = &mut self.phase {
             *successes += 1;
             if *successes >= self.config.probes_to_close {
-                self.close(now, Reason::ProbesSucceeded);
+                self.close(now, Cause::ProbesSucceeded);
             }
         }
     }

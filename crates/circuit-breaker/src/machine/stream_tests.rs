@@ -44,9 +44,9 @@ fn admit(m: &mut Driven, now: Instant) -> Ticket {
     }
 }
 
-fn transitions(m: &mut Driven) -> Vec<(State, State, Reason, Instant)> {
+fn transitions(m: &mut Driven) -> Vec<(State, State, Cause, Instant)> {
     m.take_transitions()
-        .map(|t| (t.from, t.to, t.reason, t.at))
+        .map(|t| (t.from, t.to, t.cause, t.at))
         .collect()
 }
 
@@ -66,7 +66,7 @@ fn a_probe_still_streaming_at_its_half_open_timeout_closes_and_its_end_changes_n
     // ...and made at the timeout's instant, as a probe success, not a timeout.
     assert_eq!(
         transitions(&mut m),
-        vec![(State::HalfOpen, State::Closed, Reason::ProbesSucceeded, due)]
+        vec![(State::HalfOpen, State::Closed, Cause::ProbesSucceeded, due)]
     );
     let tally = m.tally();
     assert_eq!((tally.probe_successes, tally.probe_failures), (1, 0));
@@ -108,7 +108,7 @@ fn a_probe_that_is_not_streaming_still_times_out_and_a_stream_that_ends_first_is
     );
     assert_eq!(
         transitions(&mut failing),
-        vec![(State::HalfOpen, State::Open, Reason::ProbeFailed, t1 + S)]
+        vec![(State::HalfOpen, State::Open, Cause::ProbeFailed, t1 + S)]
     );
     assert_eq!(failing.streams_judged(), 0);
 }
@@ -192,7 +192,7 @@ fn probes_due_together_are_judged_in_the_order_of_their_timeouts() {
         vec![(
             State::HalfOpen,
             State::Open,
-            Reason::ProbeTimedOut,
+            Cause::ProbeTimedOut,
             t1 + 3 * S
         )]
     );
@@ -212,7 +212,7 @@ fn probes_due_together_are_judged_in_the_order_of_their_timeouts() {
         vec![(
             State::HalfOpen,
             State::Open,
-            Reason::ProbeTimedOut,
+            Cause::ProbeTimedOut,
             t1 + 2 * S
         )]
     );
@@ -232,7 +232,7 @@ fn probes_due_together_are_judged_in_the_order_of_their_timeouts() {
         vec![(
             State::HalfOpen,
             State::Closed,
-            Reason::ProbesSucceeded,
+            Cause::ProbesSucceeded,
             t1 + 3 * S
         )]
     );

@@ -67,9 +67,9 @@ fn call_times(m: &mut Driven, n: usize, outcome: Outcome, now: Instant) {
     }
 }
 
-fn transitions(m: &mut Driven) -> Vec<(State, State, Reason)> {
+fn transitions(m: &mut Driven) -> Vec<(State, State, Cause)> {
     m.take_transitions()
-        .map(|t| (t.from, t.to, t.reason))
+        .map(|t| (t.from, t.to, t.cause))
         .collect()
 }
 
@@ -114,7 +114,7 @@ fn consecutive_failures_trip_at_threshold_and_a_success_resets_the_count() {
     assert_eq!(m.state(t0), State::Open);
     assert_eq!(
         transitions(&mut m),
-        vec![(State::Closed, State::Open, Reason::ConsecutiveFailures)]
+        vec![(State::Closed, State::Open, Cause::ConsecutiveFailures)]
     );
 }
 
@@ -172,7 +172,7 @@ fn the_window_slides_1000_successes_then_5_failures_among_the_last_10_trip() {
     );
     assert_eq!(
         transitions(&mut m),
-        vec![(State::Closed, State::Open, Reason::FailureRate)]
+        vec![(State::Closed, State::Open, Cause::FailureRate)]
     );
 }
 
@@ -270,7 +270,7 @@ fn half_open_is_lazy_reported_by_state_made_by_the_next_call() {
     assert!(probe.probe.is_some());
     assert_eq!(
         transitions(&mut m),
-        vec![(State::Open, State::HalfOpen, Reason::OpenIntervalElapsed)]
+        vec![(State::Open, State::HalfOpen, Cause::OpenIntervalElapsed)]
     );
     assert_eq!(m.since(), t0 + 10 * S);
     assert_eq!(m.mode(), Mode::Locked);
@@ -339,8 +339,8 @@ fn a_failed_probe_reopens_with_the_timer_reset_to_now() {
     assert_eq!(
         transitions(&mut m),
         vec![
-            (State::Open, State::HalfOpen, Reason::OpenIntervalElapsed),
-            (State::HalfOpen, State::Closed, Reason::ProbesSucceeded)
+            (State::Open, State::HalfOpen, Cause::OpenIntervalElapsed),
+            (State::HalfOpen, State::Closed, Cause::ProbesSucceeded)
         ]
     );
 }
@@ -374,7 +374,7 @@ fn a_stuck_probe_counts_as_failed_after_the_half_open_timeout() {
     assert_eq!(rejected(&mut m, due + S), 9 * S);
     assert_eq!(
         transitions(&mut m),
-        vec![(State::HalfOpen, State::Open, Reason::ProbeTimedOut)]
+        vec![(State::HalfOpen, State::Open, Cause::ProbeTimedOut)]
     );
     assert_eq!(m.since(), due);
     assert_eq!(m.tally().probe_timeouts, 1);
@@ -607,19 +607,19 @@ fn the_pure_machine_uses_the_samples_it_is_fed_in_order_and_counts_nothing() {
     fail(&mut m, t11);
     assert_eq!(m.current_open_for(), Some(14 * S));
     assert_eq!(m.samples_wanted(), 2);
-    let reasons: Vec<_> = m
+    let causes: Vec<_> = m
         .take_events()
         .map(|e| match e {
-            MachineEvent::Transition(t) => t.reason,
+            MachineEvent::Transition(t) => t.cause,
             other => panic!("{other:?}"),
         })
         .collect();
     assert_eq!(
-        reasons,
+        causes,
         [
-            Reason::ConsecutiveFailures,
-            Reason::OpenIntervalElapsed,
-            Reason::ProbeFailed
+            Cause::ConsecutiveFailures,
+            Cause::OpenIntervalElapsed,
+            Cause::ProbeFailed
         ]
     );
     assert_eq!(m.take_events().count(), 0, "taken once");
@@ -723,7 +723,7 @@ fn slow_calls_trip_on_their_rate_even_when_they_succeed() {
     assert_eq!(m.state(t0), State::Open);
     assert_eq!(
         transitions(&mut m),
-        vec![(State::Closed, State::Open, Reason::SlowCallRate)]
+        vec![(State::Closed, State::Open, Cause::SlowCallRate)]
     );
     assert_eq!(m.tally().slow, 5);
 }
@@ -763,9 +763,9 @@ fn operators_force_open_force_closed_and_disable() {
     assert_eq!(
         transitions(&mut m),
         vec![
-            (State::Closed, State::ForcedOpen, Reason::ForcedOpen),
-            (State::ForcedOpen, State::ForcedClosed, Reason::ForcedClosed),
-            (State::ForcedClosed, State::Disabled, Reason::Disabled),
+            (State::Closed, State::ForcedOpen, Cause::ForcedOpen),
+            (State::ForcedOpen, State::ForcedClosed, Cause::ForcedClosed),
+            (State::ForcedClosed, State::Disabled, Cause::Disabled),
         ]
     );
     m.reset(t0 + 62 * S);

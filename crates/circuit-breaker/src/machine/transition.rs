@@ -78,7 +78,7 @@ labels! {
     #[non_exhaustive]
     #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
     #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
-    pub enum Reason {
+    pub enum Cause {
         /// Closed → open: consecutive failures reached the threshold.
         ConsecutiveFailures => "consecutive_failures",
         /// Closed → open: the window's failure rate reached the threshold.
@@ -113,11 +113,11 @@ labels! {
     }
 }
 
-impl Reason {
+impl Cause {
     pub(crate) const fn is_operator(self) -> bool {
         matches!(
             self,
-            Reason::ForcedOpen | Reason::ForcedClosed | Reason::Disabled | Reason::Reset
+            Cause::ForcedOpen | Cause::ForcedClosed | Cause::Disabled | Cause::Reset
         )
     }
 }
@@ -131,7 +131,7 @@ pub struct CircuitBreakerEvent {
     /// The state entered.
     pub to: State,
     /// Why.
-    pub reason: Reason,
+    pub cause: Cause,
     /// When it took effect (for a lazy transition, the instant it became due).
     pub at: Instant,
     /// The breaker's epoch after the transition.

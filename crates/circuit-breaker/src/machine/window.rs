@@ -4,7 +4,7 @@
 use seawall_core::{ConfigError, CountWindow, TimeWindow, WindowCounts};
 use tokio::time::Instant;
 
-use super::Reason;
+use super::Cause;
 use crate::config::{SlowCallConfig, TripPolicy};
 
 /// The outcomes a closed breaker keeps to decide whether to trip: one kind per
@@ -109,16 +109,16 @@ impl Window {
 
     /// Why the outcomes recorded so far trip `policy` (with slow-call detection,
     /// if configured), if they do.
-    pub(super) fn trip_reason(
+    pub(super) fn trip_cause(
         &mut self,
         policy: &TripPolicy,
         slow_call: Option<&SlowCallConfig>,
         now: Instant,
-    ) -> Option<Reason> {
+    ) -> Option<Cause> {
         let (min_calls, failure_rate) = match *policy {
             TripPolicy::ConsecutiveFailures { threshold } => {
                 return match self {
-                    Window::Consecutive(n) if *n >= threshold => Some(Reason::ConsecutiveFailures),
+                    Window::Consecutive(n) if *n >= threshold => Some(Cause::ConsecutiveFailures),
                     _ => None,
                 };
             }
@@ -138,10 +138,10 @@ impl Window {
             return None;
         }
         if counts.failure_rate() >= failure_rate {
-            return Some(Reason::FailureRate);
+            return Some(Cause::FailureRate);
         }
         if slow_call.is_some_and(|slow| counts.slow_rate() >= slow.rate) {
-            return Some(Reason::SlowCallRate);
+            return Some(Cause::SlowCallRate);
         }
         None
     }

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use crate::config::CircuitBreakerConfig;
 use crate::hooks::{ProbeGate, Verdict, VerdictOutcome};
 use crate::machine::{
-    shadow_index, Admission, CircuitBreakerEvent, CircuitBreakerMachine, MachineEvent, Reason,
+    shadow_index, Admission, Cause, CircuitBreakerEvent, CircuitBreakerMachine, MachineEvent,
     Recorded, Report, State, Ticket,
 };
 
@@ -184,11 +184,11 @@ impl Driven {
             let books = books.get_or_insert_with(Default::default);
             match event {
                 MachineEvent::Transition(t) => {
-                    if t.reason == Reason::ProbeTimedOut {
+                    if t.cause == Cause::ProbeTimedOut {
                         books.probe_timeouts += 1;
                         books.probe_failures += 1;
                     }
-                    if t.reason.is_operator() {
+                    if t.cause.is_operator() {
                         let n = &mut books.manual[t.from.index()][t.to.index()];
                         *n = n.saturating_add(1);
                     } else if let Some(i) = AUTOMATIC.iter().position(|p| *p == (t.from, t.to)) {

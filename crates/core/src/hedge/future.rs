@@ -232,8 +232,8 @@ where
                     ready!(timer.poll(cx));
                 }
                 this.timer.set(None);
-                if let Some(reason) = this.refusal.take() {
-                    this.watch.shared.refused(reason);
+                if let Some(cause) = this.refusal.take() {
+                    this.watch.shared.refused(cause);
                     *this.spare = None;
                     return Poll::Pending;
                 }
@@ -273,7 +273,7 @@ where
             } else {
                 spare.hedge_if.copy_for_hedge(&spare.request)
             };
-            // Last, so that a hedge refused for another reason takes nothing from it.
+            // Last, so that a hedge refused for another cause takes nothing from it.
             if !shared.withdraw(now) {
                 shared.refused(HedgeRefusal::Budget);
                 *this.spare = None;

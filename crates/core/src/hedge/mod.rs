@@ -54,7 +54,7 @@
 //!  → answer, drop      ├ attempts left, deadline fits,  → answer it
 //!    the others        │ idempotent, no rejection seen,
 //!                      │ budget ─► hedge sent, timer = delay
-//!                      └ otherwise ─► no more hedges (counted by reason)
+//!                      └ otherwise ─► no more hedges (counted by cause)
 //!  a hedge rejected (breaker open, bulkhead full) ─► no more hedges, not shown
 //!  every attempt ended, none succeeded ─► the first attempt's result
 //! ```

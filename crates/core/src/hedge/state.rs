@@ -95,9 +95,9 @@ impl Shared {
         self.telemetry.won(&self.name);
     }
 
-    pub(crate) fn refused(&self, reason: HedgeRefusal) {
-        self.counters.refused[reason as usize].fetch_add(1, Ordering::Relaxed);
-        self.telemetry.refused(&self.name, reason);
+    pub(crate) fn refused(&self, cause: HedgeRefusal) {
+        self.counters.refused[cause as usize].fetch_add(1, Ordering::Relaxed);
+        self.telemetry.refused(&self.name, cause);
     }
 }
 

@@ -4,7 +4,7 @@
 //! - `seawall_hedge_requests_total{name}`: requests the layer saw (first attempts);
 //! - `seawall_hedge_sent_total{name}`: hedges sent;
 //! - `seawall_hedge_won_total{name}`: hedges whose answer the caller got;
-//! - `seawall_hedge_refused_total{name, reason}`: hedges due but not sent, `reason` =
+//! - `seawall_hedge_refused_total{name, cause}`: hedges due but not sent, `cause` =
 //!   `budget` | `deadline` | `not_idempotent` | `rejected`.
 
 /// Why a hedge that was due was not sent.
@@ -61,7 +61,7 @@ impl HedgeTelemetry {
     pub(crate) fn new(name: &crate::Name) -> Self {
         #[cfg(feature = "metrics")]
         {
-            let refused = |reason: HedgeRefusal| metrics::counter!("seawall_hedge_refused_total", "name" => name.clone(), "reason" => reason.as_str());
+            let refused = |cause: HedgeRefusal| metrics::counter!("seawall_hedge_refused_total", "name" => name.clone(), "cause" => cause.as_str());
             Self {
                 m: HedgeMetrics {
                     requests: metrics::counter!("seawall_hedge_requests_total", "name" => name.clone()),
@@ -101,11 +101,11 @@ impl HedgeTelemetry {
         not(all(feature = "metrics", feature = "tracing")),
         allow(unused_variables)
     )]
-    pub(crate) fn refused(&self, name: &str, reason: HedgeRefusal) {
+    pub(crate) fn refused(&self, name: &str, cause: HedgeRefusal) {
         #[cfg(feature = "tracing")]
-        tracing::debug!(target: "seawall::hedge", hedge = name, reason = reason.as_str(), "hedge not sent");
+        tracing::debug!(target: "seawall::hedge", hedge = name, cause = cause.as_str(), "hedge not sent");
         #[cfg(feature = "metrics")]
-        self.m.refused[reason as usize].increment(1);
+        self.m.refused[cause as usize].increment(1);
     }
 }
 
@@ -131,6 +131,6 @@ pub(crate) fn describe() {
     metrics::describe_counter!(
         "seawall_hedge_refused_total",
         Unit::Count,
-        "Hedges due but not sent, by reason: budget, deadline, not_idempotent, rejected."
+        "Hedges due but not sent, by cause: budget, deadline, not_idempotent, rejected."
     );
 }

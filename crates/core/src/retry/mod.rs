@@ -283,7 +283,7 @@ where
                 return None;
             }
         }
-        // Last, so that a retry refused for another reason takes nothing from the budget.
+        // Last, so that a retry refused for another cause takes nothing from the budget.
         if !shared.budget.budget.withdraw(now) {
             shared.refused(Refusal::Budget);
             return None;
@@ -519,14 +519,14 @@ impl Shared {
         }
     }
 
-    fn refused(&self, reason: Refusal) {
-        let counter = match reason {
+    fn refused(&self, cause: Refusal) {
+        let counter = match cause {
             Refusal::Budget => &self.counters.refused_budget,
             Refusal::Deadline => &self.counters.refused_deadline,
             Refusal::Attempts => &self.counters.refused_attempts,
         };
         counter.fetch_add(1, Ordering::Relaxed);
-        self.telemetry.refused(&self.name, reason);
+        self.telemetry.refused(&self.name, cause);
     }
 }
 

@@ -100,10 +100,7 @@ fn falls_one_level_after_failures_to_degrade_consecutive_failures() {
     assert_eq!(fail_at_current(&mut m, 4, t0), None);
     assert_eq!(m.level(), 0);
     let c = fail_at_current(&mut m, 1, t0 + S).unwrap();
-    assert_eq!(
-        (c.from, c.to, c.reason),
-        (0, 1, Reason::ConsecutiveFailures)
-    );
+    assert_eq!((c.from, c.to, c.cause), (0, 1, Cause::ConsecutiveFailures));
     assert_eq!(c.direction(), Direction::Down);
     assert_eq!(m.snapshot(t0 + S).entered_at, t0 + S);
     assert_eq!(m.snapshot(t0 + S).failures, 0);
@@ -197,7 +194,7 @@ fn climbs_only_at_the_end_of_a_whole_probe_window() {
     assert_eq!(m.level(), 1);
     // The next probe outcome at the end of the window promotes.
     let c = probes(&mut m, 1, Outcome::Success, start + 60 * S).unwrap();
-    assert_eq!((c.from, c.to, c.reason), (1, 0, Reason::Recovered));
+    assert_eq!((c.from, c.to, c.cause), (1, 0, Cause::Recovered));
     assert_eq!(c.direction(), Direction::Up);
     assert_eq!(m.level(), 0);
     assert_eq!(m.probing_from(), None);
@@ -341,7 +338,7 @@ fn the_random_source_is_not_sampled_when_no_probe_is_possible() {
 fn a_floor_pushes_down_at_once_and_bounds_the_climb() {
     let (mut m, t0) = machine();
     let c = m.set_floor(2, t0).unwrap().unwrap();
-    assert_eq!((c.from, c.to, c.reason), (0, 2, Reason::Floor));
+    assert_eq!((c.from, c.to, c.cause), (0, 2, Cause::Floor));
     // At the floor nothing probes, however long it stays.
     assert_eq!(m.probing_from(), None);
     assert!(!m.route(t0 + 3600 * S).0.is_probe());
@@ -375,7 +372,7 @@ fn force_wins_over_everything_until_released() {
     m.set_floor(1, t0).unwrap();
     // Forcing above the floor is allowed: the operator wins.
     let c = m.force(0, t0).unwrap().unwrap();
-    assert_eq!((c.from, c.to, c.reason), (1, 0, Reason::Forced));
+    assert_eq!((c.from, c.to, c.cause), (1, 0, Cause::Forced));
     assert!(m.snapshot(t0).forced);
     // Failures do not move a forced level.
     assert_eq!(fail_at_current(&mut m, 50, t0), None);
@@ -392,7 +389,7 @@ fn force_wins_over_everything_until_released() {
     // Released above the floor: down to the floor.
     m.force(0, now).unwrap();
     let c = m.release(now).unwrap();
-    assert_eq!((c.from, c.to, c.reason), (0, 1, Reason::Floor));
+    assert_eq!((c.from, c.to, c.cause), (0, 1, Cause::Floor));
     assert_eq!(m.release(now), None);
 }
 
@@ -421,7 +418,7 @@ fn a_failure_rate_trigger_waits_for_min_calls_and_ignores_old_outcomes() {
     }
     let t = m.steady_ticket();
     let c = m.record(t, Outcome::Failure, now).unwrap();
-    assert_eq!((c.to, c.reason), (1, Reason::FailureRate));
+    assert_eq!((c.to, c.cause), (1, Cause::FailureRate));
     // The window restarted with the level: old failures do not count at level 1.
     let snap = m.snapshot(now);
     assert_eq!(snap.window, Some(WindowCounts::default()));
@@ -568,19 +565,19 @@ mod schedules {
         c: &Change,
         before: &MachineSnapshot,
         cfg: &DegradationConfig,
-        cause: Option<&Ticket>,
+        ticket: Option<&Ticket>,
     ) {
         assert_eq!(c.from, before.level);
-        match c.reason {
-            Reason::ConsecutiveFailures | Reason::FailureRate => {
+        match c.cause {
+            Cause::ConsecutiveFailures | Cause::FailureRate => {
                 assert_eq!(c.to, c.from + 1, "falls one level at a time");
-                let t = cause.expect("a fall is caused by an outcome");
+                let t = ticket.expect("a fall is caused by an outcome");
                 assert!(
                     !t.is_probe(),
                     "a failed probe never makes the current level fall"
                 );
             }
-            Reason::Recovered => {
+            Cause::Recovered => {
                 assert_eq!(c.to + 1, c.from, "climbs one level at a time");
                 assert!(!before.forced);
                 assert!(
@@ -594,7 +591,7 @@ mod schedules {
                 );
                 assert!(before.probe.successes + 1 >= cfg.probe_successes_to_recover);
             }
-            Reason::Floor | Reason::Forced => assert!(cause.is_none()),
+            Cause::Floor | Cause::Forced => assert!(ticket.is_none()),
         }
     }
 
@@ -730,7 +727,7 @@ fn a_zero_probe_window_climbs_once_enough_probes_in_a_row_succeeded() {
     assert_eq!(m.snapshot(now).probe.successes, 0);
     assert_eq!(probes(&mut m, 19, Outcome::Success, now + S), None);
     let c = probes(&mut m, 1, Outcome::Success, now + S).unwrap();
-    assert_eq!((c.from, c.to, c.reason), (1, 0, Reason::Recovered));
+    assert_eq!((c.from, c.to, c.cause), (1, 0, Cause::Recovered));
 }
 
 #[test]
@@ -766,11 +763,11 @@ fn a_climb_completed_by_an_injected_probe_is_marked_and_a_floor_never_is() {
     assert!(ticket.is_probe() && change.is_none());
     let c = m.record_rehearsal(ticket, Outcome::Success, t0).unwrap();
     assert_eq!(
-        (c.from, c.to, c.reason, c.rehearsal),
-        (1, 0, Reason::Recovered, true)
+        (c.from, c.to, c.cause, c.rehearsal),
+        (1, 0, Cause::Recovered, true)
     );
 
     let (mut m, t0) = machine();
     let c = m.set_floor(2, t0).unwrap().unwrap();
-    assert_eq!((c.to, c.reason, c.rehearsal), (2, Reason::Floor, false));
+    assert_eq!((c.to, c.cause, c.rehearsal), (2, Cause::Floor, false));
 }

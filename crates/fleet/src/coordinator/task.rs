@@ -8,9 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
-use seawall_circuit_breaker::{
-    CircuitBreakerEvent, Handle, Reason, State, Verdict, VerdictOutcome,
-};
+use seawall_circuit_breaker::{Cause, CircuitBreakerEvent, Handle, State, Verdict, VerdictOutcome};
 use seawall_core::later;
 use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::RecvError;
@@ -287,16 +285,16 @@ impl<S: Store> Task<S> {
                 // A probe a rehearsal's fault answered says nothing of the
                 // dependency: the lease ends without a verdict for the fleet.
                 Some(t) if t.from == State::HalfOpen && t.rehearsal => Some(None),
-                Some(t) if t.from == State::HalfOpen => match (t.to, t.reason) {
-                    (State::Closed, Reason::ProbesSucceeded) => Some(Some(ProbeResult::Succeeded)),
-                    (State::Open, Reason::ProbeFailed | Reason::ProbeTimedOut) => {
+                Some(t) if t.from == State::HalfOpen => match (t.to, t.cause) {
+                    (State::Closed, Cause::ProbesSucceeded) => Some(Some(ProbeResult::Succeeded)),
+                    (State::Open, Cause::ProbeFailed | Cause::ProbeTimedOut) => {
                         Some(Some(ProbeResult::Failed))
                     }
                     (State::ForcedOpen | State::ForcedClosed | State::Disabled, _)
-                    | (_, Reason::Reset) => Some(None),
+                    | (_, Cause::Reset) => Some(None),
                     _ => None,
                 },
-                Some(t) if t.to.is_forced() || t.reason == Reason::Reset => Some(None),
+                Some(t) if t.to.is_forced() || t.cause == Cause::Reset => Some(None),
                 Some(_) => None,
                 // Missed transitions: judge by the state the probe left behind.
                 None => match self.handle.state() {
