@@ -29,7 +29,9 @@ use seawall::axum::FixedResponse;
 use seawall::bulkhead::BulkheadLayer;
 use seawall::circuit_breaker::CircuitBreakerLayer;
 use seawall::config::Policies;
-use seawall::core::{AdmissionAsFailure, DeadlineLayer, DeadlineRetry, HttpStatus, Jitter};
+use seawall::core::{
+    AdmissionAsFailure, DeadlineLayer, DeadlineRetry, HedgeLayer, HttpStatus, Jitter,
+};
 use seawall::degradation::DegradationLayer;
 use seawall::fallback::{FallbackLayer, Rejections};
 use seawall::ServiceBuilderExt;
@@ -1023,6 +1025,8 @@ async fn the_metrics_endpoint_lists_every_documented_metric() {
             Err::<(), seawall::BoxError>("connection refused".into())
         }));
     assert!(refusing.oneshot(http::Request::new(())).await.is_err());
+    // A hedging layer (added in code too) registers its series when built.
+    let _hedge = HedgeLayer::builder("m-hedge").build().unwrap();
 
     let text = client.get("/metrics").await.body;
     let missing: Vec<&String> = names

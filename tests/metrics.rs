@@ -28,8 +28,8 @@ use prometheus_parse::{Scrape, Value};
 use seawall::bulkhead::BulkheadLayer;
 use seawall::circuit_breaker::{CircuitBreakerLayer, Forced};
 use seawall::core::{
-    with_reason, BoxError, BulkheadFull, ClassifyInput, DeadlineLayer, DeadlineRetry, HttpStatus,
-    Outcome, RejectionKind,
+    with_reason, BoxError, BulkheadFull, ClassifyInput, DeadlineLayer, DeadlineRetry, HedgeLayer,
+    HttpStatus, Outcome, RejectionKind,
 };
 use seawall::degradation::health::HealthMonitor;
 use seawall::degradation::DegradationLayer;
@@ -256,6 +256,7 @@ fn build_every_layer() -> impl Sized {
         .build()
         .unwrap();
     let retry = DeadlineRetry::builder("shop").build().unwrap();
+    let hedge = HedgeLayer::builder("shop").build().unwrap();
     let health = HealthMonitor::builder()
         .check("model-provider", Default::default(), || async {
             Ok::<(), Infallible>(())
@@ -270,6 +271,7 @@ fn build_every_layer() -> impl Sized {
         degradation,
         fallback,
         retry,
+        hedge,
         health,
     )
 }
