@@ -234,7 +234,7 @@ impl Telemetry {
         #[cfg(feature = "tracing")]
         match (outcome, cause) {
             (StepOutcome::Failed | StepOutcome::TimedOut, Some(cause)) => {
-                tracing::warn!(target: "seawall::fallback", name, step, outcome = outcome.as_str(), cause = %cause, "fallback step failed");
+                tracing::warn!(target: "seawall::fallback", name, step, outcome = outcome.as_str(), error = %cause, "fallback step failed");
             }
             _ => {
                 tracing::debug!(target: "seawall::fallback", name, step, outcome = outcome.as_str(), "fallback step");
@@ -252,7 +252,7 @@ impl Telemetry {
     )]
     pub(crate) fn exhausted(&self, name: &str, cause: &(dyn Error + 'static)) {
         #[cfg(feature = "tracing")]
-        tracing::warn!(target: "seawall::fallback", name, cause = %cause, "every fallback step failed");
+        tracing::warn!(target: "seawall::fallback", name, error = %cause, "every fallback step failed");
         #[cfg(feature = "metrics")]
         self.m.exhausted.increment(1);
     }
@@ -263,7 +263,7 @@ impl Telemetry {
     )]
     pub(crate) fn passed_through(&self, name: &str, cause: &(dyn Error + 'static)) {
         #[cfg(feature = "tracing")]
-        tracing::debug!(target: "seawall::fallback", name, cause = %cause, "error passed through (no trigger)");
+        tracing::debug!(target: "seawall::fallback", name, error = %cause, "error passed through (no trigger)");
         #[cfg(feature = "metrics")]
         self.m.passed_through.increment(1);
     }
@@ -274,7 +274,7 @@ impl Telemetry {
     )]
     pub(crate) fn rendered(&self, name: &str, how: Rendered, cause: &(dyn Error + 'static)) {
         #[cfg(feature = "tracing")]
-        tracing::warn!(target: "seawall::fallback", name, rendered = how.as_str(), cause = %cause, "error answered with a rendered response");
+        tracing::warn!(target: "seawall::fallback", name, rendered = how.as_str(), error = %cause, "error answered with a rendered response");
         #[cfg(feature = "metrics")]
         if let Some(c) = self.m.rendered.get(how.index()) {
             c.increment(1);
