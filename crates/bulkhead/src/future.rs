@@ -243,7 +243,7 @@ where
         class: Option<Criticality>,
     ) -> Self {
         if let Some(class) = class {
-            return Self::classed(shared, inner, req, overload, class);
+            return Self::queued(shared, inner, req, overload, Some(class));
         }
         if shared.semaphore.try_acquire() {
             shared.telemetry.admitted(Duration::ZERO);
@@ -289,8 +289,24 @@ where
     #[cold]
     fn slow(shared: &Arc<Shared>, inner: &mut S, req: Req, overload: O) -> Self {
         if shared.semaphore.is_full() {
-            return Self::full_or_over_limit(shared, inner, req, overload);
+            return Self::full_or_over_limit(shared, inner, req, overload, None);
         }
+        Self::queued(shared, inner, req, overload, None)
+    }
+
+    /// Admission of a call that found no free slot at once, and of every call of
+    /// a layer with classes (`class`: under the line's lock, against its class's
+    /// share, in its class's line, displacing a less critical waiter from a full
+    /// queue, see [`crate::queue::Shares::place`]): it takes a slot freed
+    /// meanwhile, joins the line for at most `max_wait` and never past the
+    /// deadline, or is turned away.
+    fn queued(
+        shared: &Arc<Shared>,
+        inner: &mut S,
+        req: Req,
+        overload: O,
+        class: Option<Criticality>,
+    ) -> Self {
         let now = Instant::now();
         let deadline = Deadline::current();
         let look = deadline.is_none();
@@ -305,101 +321,38 @@ where
         // A call whose deadline has passed takes a free slot but never joins the line.
         // Read once: the decision and what is counted must agree.
         let shadow = until.is_none() && shared.shadows();
-        // Only `enqueue`, with a bound, can answer `Waiting`.
-        let (enqueued, until) = match until {
-            Some(until) => (shared.semaphore.enqueue(), until),
-            None if !may_wait => (shared.semaphore.take_free(), now),
-            None => (shared.semaphore.enqueue_no_wait(shadow), now),
+        // Only a call with a bounded wait can answer `Waiting`.
+        let enqueued = match (class, until) {
+            (Some(class), _) => shared.semaphore.join_classed(
+                class,
+                policy.shares,
+                until.is_some(),
+                may_wait && !shadow,
+            ),
+            (None, Some(_)) => shared.semaphore.enqueue(),
+            (None, None) if !may_wait => shared.semaphore.take_free(),
+            (None, None) => shared.semaphore.enqueue_no_wait(shadow),
         };
         match enqueued {
             Enqueued::Admitted => {
                 shared.telemetry.admitted(Duration::ZERO);
-                Self::admitted(
-                    Permit::waited(shared.clone()),
-                    inner,
-                    &mut None,
-                    req,
-                    overload,
-                )
-            }
-            Enqueued::Full => Self::full_or_over_limit(shared, inner, req, overload),
-            // A hedge that would have joined the line: full, not timed out.
-            Enqueued::Expired if !may_wait => {
-                Self::full_or_over_limit(shared, inner, req, overload)
-            }
-            Enqueued::Expired if shadow => {
-                shared.admit_over_limit(ShadowCause::Timeout);
-                Self::admitted(
-                    Permit::over_limit(shared.clone()),
-                    inner,
-                    &mut None,
-                    req,
-                    overload,
-                )
-            }
-            Enqueued::Expired => Self::rejected(
-                shared.reject(TurnedAway::TimedOut(Duration::ZERO), None),
-                overload,
-            ),
-            Enqueued::Waiting(id) => {
-                shared.telemetry.enqueued();
-                let waiter = Waiter {
-                    id,
-                    shared: Some(shared.clone()),
-                    enqueued_at: now,
-                    class: None,
+                let permit = match class {
+                    Some(class) => Permit::classed(shared.clone(), class),
+                    None => Permit::waited(shared.clone()),
                 };
-                let sleep = tokio::time::sleep_until(until);
-                let svc = inner.clone();
-                Self::park(Some(sleep), look, Some(waiter), None, svc, req, overload)
-            }
-        }
-    }
-
-    /// Admission of a call of `class`: under the line's lock, against its class's
-    /// share, in its class's line, displacing a less critical waiter from a full
-    /// queue (see [`crate::queue::Shares::place`]). The waits are bounded as
-    /// for any call.
-    fn classed(
-        shared: &Arc<Shared>,
-        inner: &mut S,
-        req: Req,
-        overload: O,
-        class: Criticality,
-    ) -> Self {
-        let now = Instant::now();
-        let deadline = Deadline::current();
-        let look = deadline.is_none();
-        let may_wait = seawall_core::may_wait();
-        let policy = shared.queue_policy();
-        let line = line_at(shared, &policy, now);
-        let until = policy
-            .wait_for(now, deadline.map(|d| d.instant()), &line)
-            .filter(|_| may_wait);
-        let shadow = until.is_none() && shared.shadows();
-        let enqueued = shared.semaphore.join_classed(
-            class,
-            policy.shares,
-            until.is_some(),
-            may_wait && !shadow,
-        );
-        match enqueued {
-            Enqueued::Admitted => {
-                shared.telemetry.admitted(Duration::ZERO);
-                let permit = Permit::classed(shared.clone(), class);
                 Self::admitted(permit, inner, &mut None, req, overload)
             }
             // Full, or a hedge that would have joined the line.
-            Enqueued::Full => Self::full_classed(shared, inner, req, overload, class),
+            Enqueued::Full => Self::full_or_over_limit(shared, inner, req, overload, class),
             Enqueued::Expired if !may_wait => {
-                Self::full_classed(shared, inner, req, overload, class)
+                Self::full_or_over_limit(shared, inner, req, overload, class)
             }
             Enqueued::Expired if shadow => {
                 shared.admit_over_limit(ShadowCause::Timeout);
                 Self::over_limit(shared, inner, req, overload)
             }
             Enqueued::Expired => Self::rejected(
-                shared.reject(TurnedAway::TimedOut(Duration::ZERO), Some(class)),
+                shared.reject(TurnedAway::TimedOut(Duration::ZERO), class),
                 overload,
             ),
             Enqueued::Waiting(id) => {
@@ -408,30 +361,13 @@ where
                     id,
                     shared: Some(shared.clone()),
                     enqueued_at: now,
-                    class: Some(class),
+                    class,
                 };
                 let sleep = until.map(tokio::time::sleep_until);
                 let svc = inner.clone();
                 Self::park(sleep, look, Some(waiter), None, svc, req, overload)
             }
         }
-    }
-
-    /// A call of `class` that finds the bulkhead full: rejected with its class, or
-    /// in shadow mode let through beyond the limit.
-    #[cold]
-    fn full_classed(
-        shared: &Arc<Shared>,
-        inner: &mut S,
-        req: Req,
-        overload: O,
-        class: Criticality,
-    ) -> Self {
-        if shared.shadows() {
-            shared.admit_over_limit(ShadowCause::Full);
-            return Self::over_limit(shared, inner, req, overload);
-        }
-        Self::rejected(shared.reject(TurnedAway::Full, Some(class)), overload)
     }
 
     /// A call let through beyond the limit of `shared` in shadow mode, already
@@ -447,21 +383,21 @@ where
         )
     }
 
-    /// A call that finds the bulkhead full: rejected, or in shadow mode let
-    /// through beyond the limit.
+    /// A call (of `class`, with classes) that finds the bulkhead full: rejected,
+    /// or in shadow mode let through beyond the limit.
     #[cold]
-    fn full_or_over_limit(shared: &Arc<Shared>, inner: &mut S, req: Req, overload: O) -> Self {
+    fn full_or_over_limit(
+        shared: &Arc<Shared>,
+        inner: &mut S,
+        req: Req,
+        overload: O,
+        class: Option<Criticality>,
+    ) -> Self {
         if shared.shadows() {
             shared.admit_over_limit(ShadowCause::Full);
-            return Self::admitted(
-                Permit::over_limit(shared.clone()),
-                inner,
-                &mut None,
-                req,
-                overload,
-            );
+            return Self::over_limit(shared, inner, req, overload);
         }
-        Self::full(shared, overload)
+        Self::rejected(shared.reject(TurnedAway::Full, class), overload)
     }
 
     fn park(
