@@ -772,15 +772,7 @@ impl CapStore for LocalStore {
     }
 
     async fn set_cap(&self, keys: &CapKeys, cap: u32) -> Result<(), StoreError> {
-        let key = keys.claims().to_owned();
-        self.run(move |s, now| {
-            let at_ms = s.millis(now);
-            s.caps
-                .entry(key)
-                .or_default()
-                .decide(Some(cap), at_ms, None);
-        })
-        .await
+        self.decide(keys, Some(cap), None).await
     }
 
     async fn decide_cap(
@@ -789,24 +781,28 @@ impl CapStore for LocalStore {
         cap: Option<u32>,
         signature: CapSignature,
     ) -> Result<(), StoreError> {
-        let key = keys.claims().to_owned();
-        self.run(move |s, now| {
-            let at_ms = s.millis(now);
-            s.caps
-                .entry(key)
-                .or_default()
-                .decide(cap, at_ms, Some(signature));
-        })
-        .await
+        self.decide(keys, cap, Some(signature)).await
     }
 
     async fn clear_cap(&self, keys: &CapKeys) -> Result<(), StoreError> {
+        self.decide(keys, None, None).await
+    }
+}
+
+impl LocalStore {
+    /// An operator's decision on the cap (set or, with `None`, cleared), with the
+    /// store's time and its signature if any: recorded even with no record yet,
+    /// as Redis does, so a claim that carries an older decision does not bring it back.
+    async fn decide(
+        &self,
+        keys: &CapKeys,
+        cap: Option<u32>,
+        signature: Option<CapSignature>,
+    ) -> Result<(), StoreError> {
         let key = keys.claims().to_owned();
         self.run(move |s, now| {
-            // Recorded even with no record yet, as Redis does: a claim that
-            // carries an older decision does not bring it back.
             let at_ms = s.millis(now);
-            s.caps.entry(key).or_default().decide(None, at_ms, None);
+            s.caps.entry(key).or_default().decide(cap, at_ms, signature);
         })
         .await
     }

@@ -1548,6 +1548,30 @@ impl Store for RedisStore {
 }
 
 impl RedisStore {
+    /// An operator's decision on the cap: set, or cleared with `None` (the script
+    /// stores 0 for none), kept with its signature when there is one.
+    async fn decide(
+        &self,
+        keys: &CapKeys,
+        cap: Option<u32>,
+        signature: Option<CapSignature>,
+    ) -> Result<(), StoreError> {
+        let (generation, mut con) = self.connection().await?;
+        let mut invocation = self.inner.set_cap.key(keys.claims());
+        invocation
+            .key(keys.v1_claims())
+            .arg(cap.unwrap_or(0))
+            .arg(self.inner.key_ttl_ms);
+        if let Some(signature) = signature {
+            invocation.arg(signature.encode());
+        }
+        let _: i64 = invocation
+            .invoke_async(&mut con)
+            .await
+            .map_err(|e| self.failed(generation, e))?;
+        Ok(())
+    }
+
     /// Pushes on `channel` from now on: registered, then `SUBSCRIBE`d.
     async fn listen(&self, channel: &str) -> Result<Subscription, StoreError> {
         let (generation, mut con) = self.connection().await?;
@@ -1671,34 +1695,11 @@ impl CapStore for RedisStore {
         cap: Option<u32>,
         signature: CapSignature,
     ) -> Result<(), StoreError> {
-        let (generation, mut con) = self.connection().await?;
-        let _: i64 = self
-            .inner
-            .set_cap
-            .key(keys.claims())
-            .key(keys.v1_claims())
-            .arg(cap.unwrap_or(0))
-            .arg(self.inner.key_ttl_ms)
-            .arg(signature.encode())
-            .invoke_async(&mut con)
-            .await
-            .map_err(|e| self.failed(generation, e))?;
-        Ok(())
+        self.decide(keys, cap, Some(signature)).await
     }
 
     async fn set_cap(&self, keys: &CapKeys, cap: u32) -> Result<(), StoreError> {
-        let (generation, mut con) = self.connection().await?;
-        let _: i64 = self
-            .inner
-            .set_cap
-            .key(keys.claims())
-            .key(keys.v1_claims())
-            .arg(cap)
-            .arg(self.inner.key_ttl_ms)
-            .invoke_async(&mut con)
-            .await
-            .map_err(|e| self.failed(generation, e))?;
-        Ok(())
+        self.decide(keys, Some(cap), None).await
     }
 
     async fn watch_freed(
@@ -1727,18 +1728,7 @@ impl CapStore for RedisStore {
     }
 
     async fn clear_cap(&self, keys: &CapKeys) -> Result<(), StoreError> {
-        let (generation, mut con) = self.connection().await?;
-        let _: i64 = self
-            .inner
-            .set_cap
-            .key(keys.claims())
-            .key(keys.v1_claims())
-            .arg(0)
-            .arg(self.inner.key_ttl_ms)
-            .invoke_async(&mut con)
-            .await
-            .map_err(|e| self.failed(generation, e))?;
-        Ok(())
+        self.decide(keys, None, None).await
     }
 
     fn warning(&self) -> Option<String> {
