@@ -33,7 +33,7 @@ use tower::{ServiceBuilder, ServiceExt};
 
 use super::freight::{Freight, PRICE_CENTS};
 use super::load::{self, Answer, Arrivals, Endpoint, Rates};
-use super::report::{most_in_flight, percentile};
+use super::report::{by_cause, most_in_flight, percentile};
 use super::shop::Policy;
 use super::tap::{Admitted, TapLayer};
 
@@ -404,15 +404,6 @@ pub fn table(run: &OverloadRun, p: &Policy) -> String {
     );
     let _ = writeln!(out, "|---|---|---:|---:|---:|---|---:|");
     for r in run.rows() {
-        let rejected = if r.rejected.is_empty() {
-            "–".to_owned()
-        } else {
-            r.rejected
-                .iter()
-                .map(|(k, v)| format!("{k} {v}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
         let _ = writeln!(
             out,
             "| {} | {} | {} | {:.1} % | {} ms | {} | {} |",
@@ -421,7 +412,7 @@ pub fn table(run: &OverloadRun, p: &Policy) -> String {
             r.requests,
             r.served_share(),
             r.p99_served.as_millis(),
-            rejected,
+            by_cause(&r.rejected),
             r.most_at_once,
         );
     }

@@ -89,6 +89,18 @@ pub struct PhaseRow {
     pub invented_prices: usize,
 }
 
+/// Counts by cause as a table cell: `breaker_open 3, timeout 1`, or `–` for none.
+pub fn by_cause(counts: &BTreeMap<String, usize>) -> String {
+    if counts.is_empty() {
+        return "–".to_owned();
+    }
+    counts
+        .iter()
+        .map(|(cause, n)| format!("{cause} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The `p` quantile of `v` (nearest rank), zero for none.
 pub fn percentile(mut v: Vec<Duration>, p: f64) -> Duration {
     if v.is_empty() {
@@ -335,15 +347,7 @@ pub fn table_with_fleet(rows: &[PhaseRow], fleet: Option<&[FleetProbes]>) -> Str
         "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|{fleet_rule}"
     );
     for (i, r) in rows.iter().enumerate() {
-        let causes = if r.unavailable.is_empty() {
-            "–".to_owned()
-        } else {
-            r.unavailable
-                .iter()
-                .map(|(k, v)| format!("{k} {v}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
+        let causes = by_cause(&r.unavailable);
         let list = |v: &[String]| {
             if v.is_empty() {
                 "–".to_owned()
