@@ -62,6 +62,22 @@ fn waited(err: &BoxError) -> Duration {
     err.downcast_ref::<BulkheadTimeout>().unwrap().waited()
 }
 
+/// One call holding the only slot, and two waiting 150 ms apart: the line has
+/// stood past its 100 ms interval when the newest arrives.
+async fn standing_line(
+    svc: &mut Bulkhead<Mock>,
+    inner: &mut MockHandle,
+    h: &Handle,
+) -> (Call, Call, Call) {
+    let holder = start(svc, "holder");
+    let _ = arrives(inner, "holder").await;
+    let oldest = start(svc, "oldest");
+    tokio::time::advance(ms(150)).await;
+    let newest = start(svc, "newest");
+    assert!(h.snapshot().standing);
+    (holder, oldest, newest)
+}
+
 #[test]
 fn the_feature_is_off_by_default() {
     assert_eq!(QueuePolicy::default().controlled_delay, None);
@@ -98,12 +114,7 @@ async fn a_line_standing_past_the_interval_gives_newcomers_the_short_target() {
 #[tokio::test(start_paused = true)]
 async fn a_standing_line_serves_the_newest_first_and_a_drained_one_first_in_first_out() {
     let (mut svc, mut inner, h) = layer(true);
-    let holder = start(&mut svc, "holder");
-    let _ = arrives(&mut inner, "holder").await;
-    let mut oldest = start(&mut svc, "oldest");
-    tokio::time::advance(ms(150)).await;
-    let mut newest = start(&mut svc, "newest");
-    assert!(h.snapshot().standing);
+    let (holder, mut oldest, mut newest) = standing_line(&mut svc, &mut inner, &h).await;
 
     drop(holder);
     assert!(newest.is_woken());
@@ -133,12 +144,7 @@ async fn a_standing_line_serves_the_newest_first_and_a_drained_one_first_in_firs
 #[tokio::test(start_paused = true)]
 async fn without_lifo_a_standing_line_keeps_its_order_but_still_shortens_the_wait() {
     let (mut svc, mut inner, h) = layer(false);
-    let holder = start(&mut svc, "holder");
-    let _ = arrives(&mut inner, "holder").await;
-    let mut oldest = start(&mut svc, "oldest");
-    tokio::time::advance(ms(150)).await;
-    let mut newest = start(&mut svc, "newest");
-    assert!(h.snapshot().standing);
+    let (holder, mut oldest, mut newest) = standing_line(&mut svc, &mut inner, &h).await;
     drop(holder);
     assert!(oldest.is_woken());
     assert!(!newest.is_woken());

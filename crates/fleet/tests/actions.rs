@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use seawall_circuit_breaker::{CircuitBreakerLayer, Forced, Handle, State};
 use seawall_fleet::{
-    ActionError, ActionKind, AuditEntry, Coordinated, Fleet, FleetAction, FleetSecret, Keys,
-    LocalStore, Store, WallClock,
+    ActionError, ActionKind, Coordinated, Fleet, FleetAction, FleetSecret, Keys, LocalStore, Store,
+    WallClock,
 };
-use support::run_for;
+use support::{events, run_for};
 
 const POLICY: &str = "freight";
 
@@ -67,16 +67,6 @@ async fn force_open(fleet: &Fleet<LocalStore>, reason: &str, ttl: Duration) -> F
 
 fn states(nodes: &[&Node]) -> Vec<State> {
     nodes.iter().map(|n| n.handle.state()).collect()
-}
-
-fn events(log: &[AuditEntry], action: &FleetAction) -> Vec<String> {
-    let mut events: Vec<String> = log
-        .iter()
-        .filter(|e| e.action == action.id)
-        .map(|e| e.event.clone())
-        .collect();
-    events.sort();
-    events
 }
 
 #[tokio::test(start_paused = true)]

@@ -11,10 +11,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use seawall_fleet::{
-    ActionKind, AuditEntry, Fleet, FleetAction, FleetSecret, FloorFollower, FloorTarget, Keys,
-    LocalStore, Store, WallClock,
+    ActionKind, Fleet, FleetAction, FleetSecret, FloorFollower, FloorTarget, Keys, LocalStore,
+    Store, WallClock,
 };
-use support::run_for;
+use support::{events, run_for};
 
 const POLICY: &str = "assistant";
 
@@ -76,19 +76,21 @@ fn floors(nodes: &[&Node]) -> Vec<Option<usize>> {
     nodes.iter().map(|n| n.floor.floor()).collect()
 }
 
-fn events(log: &[AuditEntry], action: &FleetAction) -> Vec<String> {
-    let mut events: Vec<String> = log
-        .iter()
-        .filter(|e| e.action == action.id)
-        .map(|e| e.event.clone())
-        .collect();
-    events.sort();
-    events
-}
-
 async fn floor(node: &Node, level: u32, ttl: Duration) -> FleetAction {
     node.follower
         .act(ActionKind::Floor(level), "model overloaded", "ops", ttl)
+        .await
+        .unwrap()
+}
+
+async fn revert(node: &Node, action: &FleetAction) -> FleetAction {
+    node.follower
+        .act(
+            ActionKind::Revert(action.id.clone()),
+            "model back",
+            "ops",
+            Duration::from_secs(60),
+        )
         .await
         .unwrap()
 }
@@ -139,16 +141,7 @@ async fn a_local_change_wins_and_a_revert_ends_the_floor_early() {
 
     // An operator of `b` lowers its floor by hand: at the end, `b` keeps it.
     assert!(b.floor.set_floor(2));
-    let revert = a
-        .follower
-        .act(
-            ActionKind::Revert(action.id.clone()),
-            "model back",
-            "ops",
-            Duration::from_secs(60),
-        )
-        .await
-        .unwrap();
+    let revert = revert(&a, &action).await;
     run_for(Duration::from_millis(1100)).await;
     assert_eq!(floors(&[&a, &b]), vec![None, Some(2)]);
     let log = a.follower.audit_log(100).await.unwrap();
@@ -268,16 +261,7 @@ async fn a_breaker_coordinated_under_the_same_name_leaves_floor_actions_to_the_f
     assert_eq!(events(&log, &action), ["applied", "issued"]);
 
     // Its revert is the follower's too: decided and audited once, by it.
-    let revert = n
-        .follower
-        .act(
-            ActionKind::Revert(action.id.clone()),
-            "model back",
-            "ops",
-            Duration::from_secs(60),
-        )
-        .await
-        .unwrap();
+    let revert = revert(&n, &action).await;
     run_for(Duration::from_millis(1100)).await;
     assert_eq!(n.floor.floor(), None);
     let log = n.follower.audit_log(100).await.unwrap();

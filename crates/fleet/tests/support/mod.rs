@@ -31,6 +31,21 @@ pub async fn run_for(d: Duration) {
     tokio::time::sleep(d).await;
 }
 
+/// The events `log` has of `action`, sorted: what each instance and the issuer
+/// recorded of it, in an order that does not depend on who wrote first.
+pub fn events(
+    log: &[seawall_fleet::AuditEntry],
+    action: &seawall_fleet::FleetAction,
+) -> Vec<String> {
+    let mut events: Vec<String> = log
+        .iter()
+        .filter(|e| e.action == action.id)
+        .map(|e| e.event.clone())
+        .collect();
+    events.sort();
+    events
+}
+
 /// One request that reached the dependency while its breaker was half-open.
 #[derive(Debug, Clone, Copy)]
 pub struct Probe {
