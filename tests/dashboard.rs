@@ -286,12 +286,7 @@ fn the_dashboard_shows_an_outage_live_and_steers_the_policies_with_the_token() {
         let size = webdriver::png_size(&png).expect("the screenshot is a PNG");
 
         // The token: the controls appear.
-        let input = browser.find("#token").await.unwrap();
-        browser.type_into(&input, TOKEN).await.unwrap();
-        browser
-            .click(&browser.find("#unlock-button").await.unwrap())
-            .await
-            .unwrap();
+        unlock(&browser).await;
         browser
             .wait_for(
                 "the controls",
@@ -607,6 +602,25 @@ fn audit_rows(event: &str) -> String {
 const FLEET_COUNTS: &str =
     "document.querySelector('[data-fleet-policy=\"freight\"] [data-field=\"fleet-counts\"]')?.textContent";
 
+/// Types the token and unlocks the controls.
+async fn unlock(browser: &Browser) {
+    let input = browser.find("#token").await.unwrap();
+    browser.type_into(&input, TOKEN).await.unwrap();
+    browser
+        .click(&browser.find("#unlock-button").await.unwrap())
+        .await
+        .unwrap();
+}
+
+/// Clicks the link to the dashboard's `view` (`policies` or `fleet`).
+async fn show(browser: &Browser, view: &str) {
+    let link = format!("#views a[data-view=\"{view}\"]");
+    browser
+        .click(&browser.find(&link).await.unwrap())
+        .await
+        .unwrap();
+}
+
 /// Clicks the fleet page's `action` button for `freight` and confirms; the question.
 async fn fleet_click(browser: &Browser, action: &str) -> String {
     browser
@@ -714,12 +728,7 @@ fn the_fleet_page_shows_every_instance_and_steers_them_all_with_expiring_actions
         // Read-only without the token: no fleet control at all.
         assert_eq!(page["controls"], 0, "{page}");
 
-        let input = browser.find("#token").await.unwrap();
-        browser.type_into(&input, TOKEN).await.unwrap();
-        browser
-            .click(&browser.find("#unlock-button").await.unwrap())
-            .await
-            .unwrap();
+        unlock(&browser).await;
         browser
             .wait_for(
                 "the fleet controls",
@@ -787,10 +796,7 @@ fn the_fleet_page_shows_every_instance_and_steers_them_all_with_expiring_actions
         assert_eq!(listed["issued"], 1, "{listed}");
 
         // This instance's own card (its live view) says a fleet action holds it.
-        browser
-            .click(&browser.find("#views a[data-view=\"policies\"]").await.unwrap())
-            .await
-            .unwrap();
+        show(&browser, "policies").await;
         browser
             .wait_for(
                 "this instance's card held fleet-wide",
@@ -803,10 +809,7 @@ fn the_fleet_page_shows_every_instance_and_steers_them_all_with_expiring_actions
             )
             .await
             .unwrap();
-        browser
-            .click(&browser.find("#views a[data-view=\"fleet\"]").await.unwrap())
-            .await
-            .unwrap();
+        show(&browser, "fleet").await;
         browser
             .wait_for(
                 "the fleet page again",
