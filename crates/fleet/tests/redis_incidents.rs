@@ -17,9 +17,9 @@ use seawall_bulkhead::BulkheadLayer;
 use seawall_circuit_breaker::{CircuitBreakerLayer, State};
 use seawall_core::BoxError;
 use seawall_fleet::{
-    ActionKind, CapConfig, CapKeys, CapStore, Claim, Fleet, FleetAction, FleetEpoch, FleetSecret,
-    InstanceId, Keys, LeaseReply, LeaseRequest, LeaseStatus, ProbeResult, RedisStore, Store, Token,
-    TripRecord,
+    ActionKind, CapConfig, CapKeys, CapStore, Capped, Claim, Fleet, FleetAction, FleetEpoch,
+    FleetSecret, InstanceId, Keys, LeaseReply, LeaseRequest, LeaseStatus, ProbeResult, RedisStore,
+    Store, Token, TripRecord,
 };
 use support::redis_server::RedisServer;
 use support::watch::{query, until};
@@ -36,6 +36,39 @@ async fn numsub(url: &str, channel: &str) -> i64 {
     let mut cmd = ::redis::cmd("PUBSUB");
     cmd.arg("NUMSUB").arg(channel);
     query::<(String, i64)>(url, &cmd).await.map_or(-1, |r| r.1)
+}
+
+/// The cap keys of `freight` under the tests' prefix.
+fn freight_keys() -> CapKeys {
+    CapKeys::new("incident", "freight").unwrap()
+}
+
+/// A freight bulkhead of 8 capped at 6 fleet-wide through `fleet`, renewed every
+/// 100 ms; the layer is returned to keep it alive.
+fn capped_freight(fleet: &Fleet<RedisStore>) -> (BulkheadLayer, Capped) {
+    let bulkhead = BulkheadLayer::builder("freight")
+        .max_concurrent(8)
+        .build()
+        .unwrap();
+    let config = CapConfig::new(6)
+        .renew_every(Duration::from_millis(100))
+        .ttl(Duration::from_millis(500));
+    let capped = fleet.cap(&bulkhead.handle(), config).unwrap();
+    (bulkhead, capped)
+}
+
+/// Flushes `server`, lets `capped` renew a few times, and gives the cap the
+/// store then keeps for freight (what the instance gave back to it).
+async fn after_flush(server: &RedisServer, capped: &Capped) -> Option<u32> {
+    assert_eq!(server.command("FLUSHALL").unwrap(), "+OK");
+    let renewals = capped.snapshot().renewals;
+    until("a few renewals after the flush", || async {
+        capped.snapshot().renewals > renewals + 3
+    })
+    .await;
+    let mut cmd = ::redis::cmd("HGET");
+    cmd.arg(freight_keys().claims()).arg("g");
+    query::<Option<u32>>(&server.url(), &cmd).await.flatten()
 }
 
 fn fleet(url: &str) -> Fleet<RedisStore> {
@@ -431,23 +464,7 @@ async fn an_operators_cap_outlives_a_flush_until_it_is_cleared() {
     };
     let url = server.url();
     let fleet = fleet(&url);
-    let bulkhead = BulkheadLayer::builder("freight")
-        .max_concurrent(8)
-        .build()
-        .unwrap();
-    let config = CapConfig::new(6)
-        .renew_every(Duration::from_millis(100))
-        .ttl(Duration::from_millis(500));
-    let capped = fleet.cap(&bulkhead.handle(), config).unwrap();
-    let key = CapKeys::new("incident", "freight").unwrap();
-    let stored = || {
-        let (url, key) = (url.clone(), key.claims().to_owned());
-        async move {
-            let mut cmd = ::redis::cmd("HGET");
-            cmd.arg(key).arg("g");
-            query::<Option<u32>>(&url, &cmd).await.flatten()
-        }
-    };
+    let (_bulkhead, capped) = capped_freight(&fleet);
     let heard = |cap: u32| {
         let capped = &capped;
         move || async move { capped.snapshot().store_cap == Some(cap) }
@@ -456,30 +473,14 @@ async fn an_operators_cap_outlives_a_flush_until_it_is_cleared() {
 
     fleet.set_cap("freight", 4).await.unwrap();
     until("the instance heard the operator's cap", heard(4)).await;
-    assert_eq!(server.command("FLUSHALL").unwrap(), "+OK");
-    until(
-        "the operator's cap given back to the flushed store",
-        || async { stored().await == Some(4) },
-    )
-    .await;
-    let renewals = capped.snapshot().renewals;
-    until("a few renewals after the flush", || async {
-        capped.snapshot().renewals > renewals + 3
-    })
-    .await;
-    assert_eq!(stored().await, Some(4));
+    // Given back to the flushed store.
+    assert_eq!(after_flush(&server, &capped).await, Some(4));
     assert_eq!(capped.snapshot().store_cap, Some(4));
 
     // Cleared: the configured cap again, and after a flush too.
     fleet.clear_cap("freight").await.unwrap();
     until("the configured cap back", heard(6)).await;
-    assert_eq!(server.command("FLUSHALL").unwrap(), "+OK");
-    let renewals = capped.snapshot().renewals;
-    until("a few renewals after the second flush", || async {
-        capped.snapshot().renewals > renewals + 3
-    })
-    .await;
-    assert_eq!(stored().await, Some(6));
+    assert_eq!(after_flush(&server, &capped).await, Some(6));
 }
 
 /// With the fleet's secret, an operator's cap is signed: the instances take up
@@ -503,46 +504,18 @@ async fn a_badly_signed_operators_cap_is_ignored_and_never_given_back() {
             .unwrap()
     };
     let fleet = signed_by(5);
-    let bulkhead = BulkheadLayer::builder("freight")
-        .max_concurrent(8)
-        .build()
-        .unwrap();
-    let config = CapConfig::new(6)
-        .renew_every(Duration::from_millis(100))
-        .ttl(Duration::from_millis(500));
-    let capped = fleet.cap(&bulkhead.handle(), config).unwrap();
-    let key = CapKeys::new("incident", "freight").unwrap();
-    let stored = || {
-        let (url, key) = (url.clone(), key.claims().to_owned());
-        async move {
-            let mut cmd = ::redis::cmd("HGET");
-            cmd.arg(key).arg("g");
-            query::<Option<u32>>(&url, &cmd).await.flatten()
-        }
-    };
+    let (_bulkhead, capped) = capped_freight(&fleet);
     let heard = |cap: u32| {
         let capped = &capped;
         move || async move { capped.snapshot().store_cap == Some(cap) }
-    };
-    let flushed_then = |cap: u32| {
-        let (capped, server, stored) = (&capped, &server, &stored);
-        async move {
-            assert_eq!(server.command("FLUSHALL").unwrap(), "+OK");
-            let renewals = capped.snapshot().renewals;
-            until("a few renewals after the flush", || async {
-                capped.snapshot().renewals > renewals + 3
-            })
-            .await;
-            assert_eq!(stored().await, Some(cap));
-        }
     };
     until("the configured cap stored", heard(6)).await;
 
     // Signed: taken up, and given back to a flushed store with its signature.
     fleet.set_cap("freight", 4).await.unwrap();
     until("the instance heard the operator's cap", heard(4)).await;
-    flushed_then(4).await;
-    flushed_then(4).await;
+    assert_eq!(after_flush(&server, &capped).await, Some(4));
+    assert_eq!(after_flush(&server, &capped).await, Some(4));
     assert_eq!(capped.snapshot().operator_caps_refused, 0);
 
     // Under another secret: the store divides it, the instance does not take it up.
@@ -552,16 +525,16 @@ async fn a_badly_signed_operators_cap_is_ignored_and_never_given_back() {
         capped.snapshot().operator_caps_refused == 1
     })
     .await;
-    flushed_then(4).await;
+    assert_eq!(after_flush(&server, &capped).await, Some(4));
 
     // Unsigned, as a store writer (or an instance without the secret) writes it.
-    fleet.store().set_cap(&key, 3).await.unwrap();
+    fleet.store().set_cap(&freight_keys(), 3).await.unwrap();
     until("the store's cap at 3", heard(3)).await;
     until("the unsigned cap refused", || async {
         capped.snapshot().operator_caps_refused == 2
     })
     .await;
-    flushed_then(4).await;
+    assert_eq!(after_flush(&server, &capped).await, Some(4));
     // Each refused once, however many renewals heard it.
     assert_eq!(capped.snapshot().operator_caps_refused, 2);
 }
