@@ -96,6 +96,22 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// The events of `action` in an actions `listing`'s audit log.
+fn audit_events<'a>(listing: &'a Value, action: &Value) -> Vec<&'a str> {
+    listing["audit"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["action"] == action["id"])
+        .map(|e| e["event"].as_str().unwrap())
+        .collect()
+}
+
+/// How many of `events` are `event`.
+fn times(events: &[&str], event: &str) -> usize {
+    events.iter().filter(|e| **e == event).count()
+}
+
 fn secret() -> Option<FleetSecret> {
     Some(FleetSecret::new(vec![9; 32]).unwrap())
 }
@@ -160,23 +176,9 @@ async fn a_fleet_action_sent_to_one_router_holds_every_instance_until_its_expiry
     )
     .await;
     assert_eq!(status, 200);
-    let events: Vec<&str> = listing["audit"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["action"] == action["id"])
-        .map(|e| e["event"].as_str().unwrap())
-        .collect();
-    assert_eq!(
-        events.iter().filter(|e| **e == "applied").count(),
-        3,
-        "{listing}"
-    );
-    assert_eq!(
-        events.iter().filter(|e| **e == "expired").count(),
-        3,
-        "{listing}"
-    );
+    let events = audit_events(&listing, &action);
+    assert_eq!(times(&events, "applied"), 3, "{listing}");
+    assert_eq!(times(&events, "expired"), 3, "{listing}");
     assert!(events.contains(&"issued"));
 
     // One view of the three: every instance reports (every 5 s).
@@ -337,23 +339,9 @@ async fn a_fleet_floor_sent_to_one_router_holds_every_instance_until_reverted() 
         send(nodes[1].1, "GET", "/fleet/policies/assistant/actions", None).await;
     assert_eq!(status, 200, "{listing}");
     let reverted = format!("reverted by {}", revert["id"].as_str().unwrap());
-    let events: Vec<&str> = listing["audit"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["action"] == action["id"])
-        .map(|e| e["event"].as_str().unwrap())
-        .collect();
-    assert_eq!(
-        events.iter().filter(|e| **e == "applied").count(),
-        3,
-        "{listing}"
-    );
-    assert_eq!(
-        events.iter().filter(|e| **e == reverted).count(),
-        3,
-        "{listing}"
-    );
+    let events = audit_events(&listing, &action);
+    assert_eq!(times(&events, "applied"), 3, "{listing}");
+    assert_eq!(times(&events, &reverted), 3, "{listing}");
     // The policy's snapshot shows the follower (nothing in force now).
     let (_, snapshot) = send(addr, "GET", "/policies/assistant", None).await;
     assert_eq!(
