@@ -107,6 +107,26 @@ fn audit_events<'a>(listing: &'a Value, action: &Value) -> Vec<&'a str> {
         .collect()
 }
 
+/// The actions listing of `policy` once `n` instances have audited `event` of
+/// `action`: each audits after it has acted, so the log may lag the states it
+/// changed by one store write. Polled under a 60 s watchdog (a bound, not a measure).
+async fn audited(addr: SocketAddr, policy: &str, action: &Value, event: &str, n: usize) -> Value {
+    let path = format!("/fleet/policies/{policy}/actions");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, listing) = send(addr, "GET", &path, None).await;
+        assert_eq!(status, 200, "{listing}");
+        if times(&audit_events(&listing, action), event) >= n {
+            return listing;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "watchdog: {listing}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// How many of `events` are `event`.
 fn times(events: &[&str], event: &str) -> usize {
     events.iter().filter(|e| **e == event).count()
@@ -168,14 +188,7 @@ async fn a_fleet_action_sent_to_one_router_holds_every_instance_until_its_expiry
     })
     .await;
 
-    let (status, listing) = send(
-        nodes[1].addr,
-        "GET",
-        "/fleet/policies/freight/actions",
-        None,
-    )
-    .await;
-    assert_eq!(status, 200);
+    let listing = audited(nodes[1].addr, "freight", &action, "expired", 3).await;
     let events = audit_events(&listing, &action);
     assert_eq!(times(&events, "applied"), 3, "{listing}");
     assert_eq!(times(&events, "expired"), 3, "{listing}");
@@ -335,10 +348,8 @@ async fn a_fleet_floor_sent_to_one_router_holds_every_instance_until_reverted() 
     assert_eq!(status, 200, "{revert}");
     until("every floor cleared", || floors() == vec![None; 3]).await;
 
-    let (status, listing) =
-        send(nodes[1].1, "GET", "/fleet/policies/assistant/actions", None).await;
-    assert_eq!(status, 200, "{listing}");
     let reverted = format!("reverted by {}", revert["id"].as_str().unwrap());
+    let listing = audited(nodes[1].1, "assistant", &action, &reverted, 3).await;
     let events = audit_events(&listing, &action);
     assert_eq!(times(&events, "applied"), 3, "{listing}");
     assert_eq!(times(&events, &reverted), 3, "{listing}");

@@ -619,8 +619,17 @@ async fn a_fleet_action_applies_everywhere_expires_by_itself_and_a_forged_one_is
         .unwrap();
     until("every instance applied it", all(State::ForcedOpen)).await;
     until("every instance ended it at its expiry", all(State::Closed)).await;
-    // Ended by the expiry, not earlier (each entry at or after it by the
-    // fleets' clocks on this one host, within their millisecond rounding).
+    // Each instance audits its expiry after it has closed its breaker: wait for
+    // the three entries, then check they were made by the expiry, not earlier (at
+    // or after it by the fleets' clocks on this one host, within their rounding).
+    until("every instance audited the expiry", || async {
+        let log = nodes[0].0.audit_log("freight", 100).await.unwrap();
+        let expired = log
+            .iter()
+            .filter(|e| e.action == action.id && e.event == "expired");
+        expired.count() == 3
+    })
+    .await;
     let log = nodes[0].0.audit_log("freight", 100).await.unwrap();
     let expired: Vec<_> = log
         .iter()
